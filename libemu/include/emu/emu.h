@@ -1,0 +1,14 @@
+/*
+ * emu/emu.h — the whole public API of libemu in one include.
+ */
+#ifndef EMU_EMU_H
+#define EMU_EMU_H
+
+#include "emu/arith.h"
+#include "emu/bits.h"
+#include "emu/format.h"
+#include "emu/rng.h"
+#include "emu/round.h"
+#include "emu/version.h"
+
+#endif

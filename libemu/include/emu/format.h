@@ -1,0 +1,128 @@
+/*
+ * emu/format.h — floating-point formats as data.
+ *
+ * A format is a handful of numbers and two policies (special-value encoding,
+ * overflow behaviour).  Everything else — precision, exponent range, largest
+ * finite value, number of finite values — is derived once, when the format is
+ * validated, and stored beside the spec so that the rounding hot path never
+ * recomputes it.
+ *
+ * Formats come from three places: the spec files in formats/ (embedded into
+ * the library at build time), a user's spec file loaded at run time, and
+ * inline spec strings such as "e5m10,bias=14" or "e4m3,nosubnormals,saturate".
+ * All three go through the same parser and the same validation.
+ */
+#ifndef EMU_FORMAT_H
+#define EMU_FORMAT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define EMU_NAME_MAX 64
+
+/* How the all-ones exponent field and negative zero are spent. */
+typedef enum emu_specials {
+    EMU_SPECIALS_IEEE,   /* exponent all ones: fraction 0 = ±inf, else NaN  */
+    EMU_SPECIALS_FN,     /* no inf; NaN only at S.11…1.11…1 (OCP E4M3)      */
+    EMU_SPECIALS_FINITE, /* no inf, no NaN: every encoding is a number       */
+    EMU_SPECIALS_FNUZ,   /* no inf, no -0; the single NaN is 1.00…0.00…0    */
+    EMU_SPECIALS_COUNT
+} emu_specials;
+
+/* What a finite result too large for the format becomes. */
+typedef enum emu_overflow {
+    EMU_OVERFLOW_INF,      /* IEEE 754: ±inf or ±max by rounding direction  */
+    EMU_OVERFLOW_SATURATE, /* always ±max finite                            */
+    EMU_OVERFLOW_NAN,      /* NaN where IEEE would give inf (OCP non-sat.)  */
+    EMU_OVERFLOW_COUNT
+} emu_overflow;
+
+typedef struct emu_format {
+    char name[EMU_NAME_MAX];
+    char aliases[128];      /* comma-separated other names, may be ""     */
+    char description[192];  /* one line of prose, may be ""              */
+
+    /* --- the spec ----------------------------------------------------- */
+    int ebits;           /* exponent field width, 1..11                     */
+    int mbits;           /* stored fraction bits, 0..52                     */
+    int bias;            /* exponent bias                                   */
+    bool is_signed;      /* has a sign bit                                  */
+    bool subnormals;     /* false: results below min normal flush to ±0     */
+    bool has_zero;       /* false (E8M0): exponent field 0 is a normal binade */
+    emu_specials specials;
+    emu_overflow overflow;
+
+    /* --- derived by emu_format_validate() ------------------------------ */
+    int bits;            /* total width: sign + ebits + mbits               */
+    int p;               /* precision in bits, mbits + 1                    */
+    int emin;            /* exponent of the smallest normal, 2^emin         */
+    int emax;            /* exponent of the largest finite binade           */
+    int qmin;            /* exponent of the smallest quantum (ulp)           */
+    double max;          /* largest finite value                            */
+    double min_normal;   /* 2^emin                                          */
+    double min_subnormal;/* 2^qmin if subnormals, else min_normal           */
+    double min_value;    /* smallest positive value (0 excluded)            */
+    double epsilon;      /* 2^(1-p): gap between 1 and the next value        */
+    double unit_roundoff;/* 2^-p                                            */
+    uint64_t finite_count; /* number of distinct finite bit patterns       */
+    bool has_inf;
+    bool has_nan;
+    bool fits_carrier;   /* every value is a binary32 (the tensor carrier)  */
+    bool fits_double;    /* every value is a binary64 (scalar rounding)     */
+} emu_format;
+
+/* Error report from parsing or validating a spec: where and what. */
+typedef struct emu_error {
+    char where[256];     /* "formats/e4m3.fmt:3" or "inline spec 'e3m4,x'" */
+    char key[32];        /* the offending key, or "" */
+    char message[256];
+} emu_error;
+
+/* Formats one error as "where: key 'k': message" into buf. */
+void emu_error_format(const emu_error *err, char *buf, size_t size);
+
+/* Parse a spec in the file syntax (key = value lines, '#' comments).
+ * `origin` names the source for messages (a path or "<string>").
+ * Returns 0 on success, -1 with *err filled in. */
+int emu_format_parse_file_text(emu_format *out, const char *text, size_t len,
+                               const char *origin, emu_error *err);
+
+/* Parse an inline spec: a registered name or "eXmY", then optional
+ * ",key=value" or ",flag" items.  Returns 0 or -1 with *err. */
+int emu_format_parse_inline(emu_format *out, const char *spec, emu_error *err);
+
+/* Fill the derived fields and check the spec can be emulated exactly.
+ * Returns 0 or -1 with *err (key names the offending field). */
+int emu_format_validate(emu_format *fmt, emu_error *err);
+
+/* Registry: the embedded formats, plus any the user adds. */
+size_t emu_format_count(void);
+const emu_format *emu_format_at(size_t i);
+const emu_format *emu_format_find(const char *name); /* NULL if unknown */
+
+/* Add a format from a spec file on disk.  Errors name the file and line;
+ * a name already registered is refused. */
+int emu_format_load_file(const char *path, emu_error *err);
+
+/* Resolve a user's string: a registered name, an inline spec or, if it
+ * names a readable file ending in ".fmt", that file.  The result is copied
+ * into *out. */
+int emu_format_resolve(emu_format *out, const char *spec, emu_error *err);
+
+/* Short names for policies, as the spec files spell them. */
+const char *emu_specials_name(emu_specials s);
+const char *emu_overflow_name(emu_overflow o);
+
+/* Writes the canonical inline spec of a format (e.g. "e4m3,bias=7,fn,nan")
+ * into buf; round-trips through emu_format_parse_inline. */
+void emu_format_spec_string(const emu_format *fmt, char *buf, size_t size);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,148 @@
+/*
+ * emu/round.h — the rounding choke point.
+ *
+ * Every value the library produces in a format passes through
+ * emu_round2(): an exact real number, given as a double or as an
+ * unevaluated pair hi + lo (the output of an error-free transformation),
+ * is rounded once into the format.  The function reports, in MPFR's
+ * convention, whether the result lies above, below or on the exact value,
+ * and raises flags in SoftFloat's numbering.
+ *
+ * Nothing else in the library rounds.  The array functions below are
+ * faster implementations of exactly the same map and are tested to be
+ * bit-identical to it.
+ */
+#ifndef EMU_ROUND_H
+#define EMU_ROUND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "emu/format.h"
+#include "emu/rng.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum emu_rnd {
+    EMU_RNE,     /* to nearest, ties to even (IEEE default)               */
+    EMU_RNA,     /* to nearest, ties away from zero                       */
+    EMU_RZ,      /* toward zero                                           */
+    EMU_RU,      /* toward +inf                                           */
+    EMU_RD,      /* toward -inf                                           */
+    EMU_RO,      /* round to odd: truncate, set the last bit if inexact   */
+    EMU_RS,      /* stochastic, P(away from zero) = distance ratio        */
+    EMU_RS_BITS, /* stochastic with r random bits, as hardware builds it  */
+    EMU_RND_COUNT
+} emu_rnd;
+
+/* Flags: the low five match Berkeley SoftFloat / TestFloat. */
+enum {
+    EMU_FLAG_INEXACT   = 1u << 0,
+    EMU_FLAG_UNDERFLOW = 1u << 1, /* tiny and inexact                     */
+    EMU_FLAG_OVERFLOW  = 1u << 2,
+    EMU_FLAG_INFINITE  = 1u << 3, /* exact infinite result from finite (x/0) */
+    EMU_FLAG_INVALID   = 1u << 4,
+    EMU_FLAG_SUBNORMAL = 1u << 5, /* result is subnormal (non-zero, < 2^emin) */
+    EMU_FLAG_FLUSHED   = 1u << 6, /* a subnormal result was flushed to zero  */
+    EMU_FLAG_TESTFLOAT_MASK = 0x1f
+};
+
+typedef enum emu_tininess {
+    EMU_TINY_AFTER,  /* IEEE 754 default on x86: after rounding            */
+    EMU_TINY_BEFORE  /* before rounding (ARM, some hardware)               */
+} emu_tininess;
+
+/* How to round.  Zero-initialised it means: nearest-even, tininess after
+ * rounding, the format's own overflow rule. */
+typedef struct emu_rounding {
+    emu_rnd mode;
+    unsigned sr_bits;       /* r for EMU_RS_BITS, 1..64                  */
+    emu_tininess tininess;
+    bool saturate;          /* overrides the format: overflow gives ±max */
+    emu_rng *rng;           /* word source for EMU_RS / EMU_RS_BITS       */
+} emu_rounding;
+
+/* What rounding did: ternary > 0 if the result is above the exact value,
+ * < 0 below, 0 exact (and for NaN results); flags as above. */
+typedef struct emu_status {
+    int ternary;
+    unsigned flags;
+} emu_status;
+
+/* Round hi + lo into fmt.  Requires |lo| <= ulp(hi)/2, i.e. hi is the
+ * double nearest the exact value (TwoSum, the fma product residual and the
+ * division/sqrt residual all give this); lo = 0 for a plain double.
+ * For stochastic modes a random word is taken from r->rng (required).
+ * `st` may be NULL. */
+double emu_round2(const emu_format *fmt, double hi, double lo,
+                  const emu_rounding *r, emu_status *st);
+
+static inline double emu_round(const emu_format *fmt, double x,
+                               const emu_rounding *r, emu_status *st)
+{
+    return emu_round2(fmt, x, 0.0, r, st);
+}
+
+/* Same as emu_round2 for stochastic modes, with the random word given. */
+double emu_round2_word(const emu_format *fmt, double hi, double lo,
+                       const emu_rounding *r, uint64_t word, emu_status *st);
+
+/* Array forms: the same map as emu_round2 applied to each element, with
+ * faster code paths (tested bit-identical to the scalar choke point).
+ *
+ * out may equal in.  For stochastic modes element i uses the random word
+ * emu_random64(seed, stream, first_index + i), so a result never depends
+ * on how an array is split into calls or threads. */
+typedef struct emu_array_rounding {
+    emu_rounding rnd;        /* rnd.rng is ignored here                   */
+    uint64_t seed, stream;   /* for stochastic modes                      */
+    uint64_t first_index;
+} emu_array_rounding;
+
+/* What happened to the elements of one or more array calls (the calls
+ * add to it, so zero it before the first). */
+typedef struct emu_round_counts {
+    uint64_t n;          /* elements rounded                               */
+    uint64_t inexact;    /* result differs from the input                  */
+    uint64_t underflow;  /* tiny and inexact                               */
+    uint64_t to_zero;    /* non-zero finite input, zero result             */
+    uint64_t subnormal;  /* non-zero result below 2^emin                   */
+    uint64_t overflow;   /* finite input beyond the range                  */
+    uint64_t nan;        /* NaN results, whatever the input                */
+    uint64_t invalid;    /* e.g. inf into a format without inf             */
+    unsigned flags;      /* OR of every element's flags                    */
+} emu_round_counts;
+
+/* Round n binary32 values into fmt.  fmt must fit the binary32 carrier
+ * (fmt->fits_carrier); otherwise nothing is written and -1 is returned.
+ * counts may be NULL.  Returns 0. */
+int emu_round_array_f32(const emu_format *fmt, float *out, const float *in,
+                        size_t n, const emu_array_rounding *a,
+                        emu_round_counts *counts);
+
+/* Round n binary64 values into fmt (any format).  Returns 0. */
+int emu_round_array_f64(const emu_format *fmt, double *out, const double *in,
+                        size_t n, const emu_array_rounding *a,
+                        emu_round_counts *counts);
+
+/* Adds one element's outcome to counts (what the array forms do for each
+ * element; exported for the slow paths of other modules). */
+void emu_round_counts_add(emu_round_counts *counts, double in, double out,
+                          unsigned flags);
+
+/* Names as the CLI and spec files spell them ("rne", "rz", "sr", ...). */
+const char *emu_rnd_name(emu_rnd m);
+/* Parses a mode name; "sr13" means EMU_RS_BITS with 13 bits.  Returns 0 or -1. */
+int emu_rnd_parse(const char *s, emu_rnd *mode, unsigned *sr_bits);
+bool emu_rnd_is_stochastic(emu_rnd m);
+
+/* Writes "inexact|underflow" etc. into buf ("none" for 0). */
+void emu_flags_string(unsigned flags, char *buf, size_t size);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

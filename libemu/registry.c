@@ -1,0 +1,214 @@
+/*
+ * registry.c — the named formats: the embedded formats/*.fmt, parsed once,
+ * plus any spec files a user loads at run time.
+ *
+ * Names and aliases are one namespace, matched without regard to ASCII
+ * case; a second format claiming a taken name is refused.  Loading is not
+ * thread-safe with respect to concurrent lookups; lookups among themselves
+ * are.
+ */
+#include "emu/format.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <threads.h>
+
+#include "embedded.h"
+
+enum { REGISTRY_MAX = 256 };
+
+static emu_format registry[REGISTRY_MAX];
+static size_t registry_len;
+static once_flag registry_once = ONCE_FLAG_INIT;
+
+static int lower(int c)
+{
+    return c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c;
+}
+
+static bool name_eq(const char *a, size_t alen, const char *b)
+{
+    size_t i = 0;
+    for (; i < alen && b[i]; i++)
+        if (lower((unsigned char)a[i]) != lower((unsigned char)b[i]))
+            return false;
+    return i == alen && b[i] == '\0';
+}
+
+/* Does fmt answer to `name` (its name or one of its comma-separated
+ * aliases)? */
+static bool answers_to(const emu_format *fmt, const char *name)
+{
+    if (name_eq(fmt->name, strlen(fmt->name), name))
+        return true;
+    const char *s = fmt->aliases;
+    while (*s) {
+        while (*s == ' ' || *s == ',')
+            s++;
+        const char *e = s;
+        while (*e && *e != ',')
+            e++;
+        size_t n = (size_t)(e - s);
+        while (n && s[n - 1] == ' ')
+            n--;
+        if (n && name_eq(s, n, name))
+            return true;
+        s = e;
+    }
+    return false;
+}
+
+static const emu_format *lookup(const char *name)
+{
+    for (size_t i = 0; i < registry_len; i++)
+        if (answers_to(&registry[i], name))
+            return &registry[i];
+    return NULL;
+}
+
+/* The first of fmt's names (name, then aliases) that is already taken. */
+static const emu_format *clash(const emu_format *fmt, char *taken, size_t size)
+{
+    const emu_format *other = lookup(fmt->name);
+    if (other) {
+        snprintf(taken, size, "%s", fmt->name);
+        return other;
+    }
+    char buf[sizeof fmt->aliases];
+    snprintf(buf, sizeof buf, "%s", fmt->aliases);
+    char *save = NULL;
+    for (char *a = strtok_r(buf, ", ", &save); a; a = strtok_r(NULL, ", ", &save))
+        if ((other = lookup(a))) {
+            snprintf(taken, size, "%s", a);
+            return other;
+        }
+    return NULL;
+}
+
+static int add(const emu_format *fmt, const char *origin, emu_error *err)
+{
+    char taken[EMU_NAME_MAX];
+    const emu_format *other = clash(fmt, taken, sizeof taken);
+    if (other) {
+        snprintf(err->where, sizeof err->where, "%s", origin);
+        snprintf(err->key, sizeof err->key, "name");
+        snprintf(err->message, sizeof err->message,
+                 "'%s' is already a registered format (%s)", taken,
+                 other->name);
+        return -1;
+    }
+    if (registry_len == REGISTRY_MAX) {
+        snprintf(err->where, sizeof err->where, "%s", origin);
+        err->key[0] = '\0';
+        snprintf(err->message, sizeof err->message,
+                 "registry full (%d formats)", REGISTRY_MAX);
+        return -1;
+    }
+    registry[registry_len++] = *fmt;
+    return 0;
+}
+
+static void load_embedded(void)
+{
+    for (size_t i = 0; i < emu_embedded_spec_count; i++) {
+        const emu_embedded_spec *s = &emu_embedded_specs[i];
+        emu_format fmt;
+        emu_error err;
+        if (emu_format_parse_file_text(&fmt, s->text, strlen(s->text), s->path,
+                                       &err) == 0 &&
+            add(&fmt, s->path, &err) == 0)
+            continue;
+        /* A broken embedded spec is a build defect: say so loudly; the
+         * registry tests fail on the missing format. */
+        char msg[600];
+        emu_error_format(&err, msg, sizeof msg);
+        fprintf(stderr, "libemu: embedded format rejected: %s\n", msg);
+    }
+}
+
+static void ensure_loaded(void)
+{
+    call_once(&registry_once, load_embedded);
+}
+
+size_t emu_format_count(void)
+{
+    ensure_loaded();
+    return registry_len;
+}
+
+const emu_format *emu_format_at(size_t i)
+{
+    ensure_loaded();
+    return i < registry_len ? &registry[i] : NULL;
+}
+
+const emu_format *emu_format_find(const char *name)
+{
+    ensure_loaded();
+    return name ? lookup(name) : NULL;
+}
+
+/* Reads a whole spec file (at most 64 KiB: a spec is a dozen lines). */
+static char *read_spec_file(const char *path, size_t *len, emu_error *err)
+{
+    FILE *fp = fopen(path, "rb");
+    if (!fp) {
+        snprintf(err->where, sizeof err->where, "%s", path);
+        err->key[0] = '\0';
+        snprintf(err->message, sizeof err->message, "cannot open: %s",
+                 strerror(errno));
+        return NULL;
+    }
+    enum { LIMIT = 65536 };
+    char *buf = malloc(LIMIT + 1);
+    size_t n = buf ? fread(buf, 1, LIMIT + 1, fp) : 0;
+    int bad = !buf || ferror(fp);
+    fclose(fp);
+    if (bad || n > LIMIT) {
+        snprintf(err->where, sizeof err->where, "%s", path);
+        err->key[0] = '\0';
+        snprintf(err->message, sizeof err->message, "%s",
+                 bad ? "read error" : "larger than 64 KiB: not a spec file");
+        free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+static int parse_path(emu_format *out, const char *path, emu_error *err)
+{
+    size_t len;
+    char *text = read_spec_file(path, &len, err);
+    if (!text)
+        return -1;
+    int rc = emu_format_parse_file_text(out, text, len, path, err);
+    free(text);
+    return rc;
+}
+
+int emu_format_load_file(const char *path, emu_error *err)
+{
+    ensure_loaded();
+    emu_format fmt;
+    if (parse_path(&fmt, path, err))
+        return -1;
+    return add(&fmt, path, err);
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && !strcmp(s + n - m, suffix);
+}
+
+int emu_format_resolve(emu_format *out, const char *spec, emu_error *err)
+{
+    if (spec && (ends_with(spec, ".fmt") || strchr(spec, '/')))
+        return parse_path(out, spec, err);
+    return emu_format_parse_inline(out, spec, err);
+}

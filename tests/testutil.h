@@ -1,0 +1,43 @@
+/*
+ * testutil.h — what every test suite shares: sample sizes, a seeded
+ * generator for test data, and value comparison that sees -0 and NaN.
+ *
+ * Test data come from their own Philox stream (not from the library's
+ * stochastic-rounding streams), so that a failing case can be replayed
+ * from its seed and index, which every failure message prints.
+ */
+#ifndef EMU_TESTUTIL_H
+#define EMU_TESTUTIL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <emu/emu.h>
+
+/* EMU_TEST_SCALE from the environment (default 1.0, clamped to
+ * [0.001, 1000]); n times it, at least `floor`. */
+uint64_t test_scaled(uint64_t n, uint64_t floor);
+
+/* A stream of 64-bit test words. */
+typedef struct test_rng {
+    uint64_t seed, index;
+} test_rng;
+
+test_rng test_rng_make(uint64_t seed);
+uint64_t test_next(test_rng *g);
+/* Uniform integer in [0, n). */
+uint64_t test_below(test_rng *g, uint64_t n);
+
+/* A random bit pattern of fmt (any pattern, specials included). */
+emu_bits test_random_bits(test_rng *g, const emu_format *fmt);
+
+/* Same value: both NaN, or equal with the same sign (so -0 != +0). */
+bool test_same(double a, double b);
+
+/* A shipped format by name; aborts the test run if missing. */
+const emu_format *test_format(const char *name);
+
+/* The deterministic modes, for loops: EMU_RNE .. EMU_RO. */
+enum { TEST_DET_MODES = EMU_RO + 1 };
+
+#endif
