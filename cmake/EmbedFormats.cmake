@@ -1,7 +1,7 @@
 # Turns formats/*.fmt into a C array of (file name, text) pairs, so that the
 # spec files stay the one source of truth for the named formats.
 # Usage: cmake -DOUT=file.c -DFILES="a.fmt;b.fmt" -P EmbedFormats.cmake
-set(body "/* Generated from formats/*.fmt by cmake/EmbedFormats.cmake. */\n")
+set(body "/* Generated from the spec files of formats/ by cmake/EmbedFormats.cmake. */\n")
 string(APPEND body "#include <stddef.h>\n#include \"embedded.h\"\n\n")
 string(APPEND body "const emu_embedded_spec emu_embedded_specs[] = {\n")
 set(count 0)

@@ -8,6 +8,8 @@
  */
 #include "emu/format.h"
 
+#include "internal.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
@@ -16,6 +18,25 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+char *emu_next_token(char **cursor, const char *delims)
+{
+    char *s = *cursor;
+    if (!s)
+        return NULL;
+    s += strspn(s, delims);
+    if (!*s) {
+        *cursor = NULL;
+        return NULL;
+    }
+    char *end = s + strcspn(s, delims);
+    if (*end)
+        *end++ = '\0';
+    else
+        end = NULL;
+    *cursor = end;
+    return s;
+}
 
 static void set_error(emu_error *err, const char *where, const char *key,
                       const char *fmt, ...)
@@ -354,8 +375,8 @@ int emu_format_parse_inline(emu_format *out, const char *spec, emu_error *err)
     char buf[200];
     snprintf(buf, sizeof buf, "%s", spec);
 
-    char *save = NULL;
-    char *base = strtok_r(buf, ",", &save);
+    char *save = buf;
+    char *base = emu_next_token(&save, ",");
     emu_format f;
     unsigned seen = 0;
     const emu_format *named = base ? emu_format_find(trim(base)) : NULL;
@@ -405,7 +426,7 @@ int emu_format_parse_inline(emu_format *out, const char *spec, emu_error *err)
         { "fnuz", "specials", "fnuz" },
     };
     unsigned named_seen = seen;
-    for (char *item; (item = strtok_r(NULL, ",", &save));) {
+    for (char *item; (item = emu_next_token(&save, ","));) {
         item = trim(item);
         char *key = item, *val = NULL;
         char *eq = strchr(item, '=');
@@ -499,6 +520,12 @@ int emu_format_validate(emu_format *f, emu_error *err)
     if (f->specials == EMU_SPECIALS_FNUZ && !f->is_signed) {
         set_error(err, where, "specials", "fnuz keeps its NaN in the sign "
                   "bit: an unsigned format cannot be fnuz");
+        return -1;
+    }
+    if (f->specials == EMU_SPECIALS_IEEE && f->mbits == 0) {
+        set_error(err, where, "specials", "ieee needs at least one fraction "
+                  "bit: with none the all-ones exponent holds infinity and "
+                  "no NaN (use fn or finite)");
         return -1;
     }
     f->has_inf = f->specials == EMU_SPECIALS_IEEE;

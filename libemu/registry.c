@@ -1,5 +1,5 @@
 /*
- * registry.c — the named formats: the embedded formats/*.fmt, parsed once,
+ * registry.c — the named formats: the embedded spec files of formats/, parsed once,
  * plus any spec files a user loads at run time.
  *
  * Names and aliases are one namespace, matched without regard to ASCII
@@ -16,6 +16,7 @@
 #include <threads.h>
 
 #include "embedded.h"
+#include "internal.h"
 
 enum { REGISTRY_MAX = 256 };
 
@@ -78,8 +79,8 @@ static const emu_format *clash(const emu_format *fmt, char *taken, size_t size)
     }
     char buf[sizeof fmt->aliases];
     snprintf(buf, sizeof buf, "%s", fmt->aliases);
-    char *save = NULL;
-    for (char *a = strtok_r(buf, ", ", &save); a; a = strtok_r(NULL, ", ", &save))
+    char *save = buf;
+    for (char *a; (a = emu_next_token(&save, ", "));)
         if ((other = lookup(a))) {
             snprintf(taken, size, "%s", a);
             return other;

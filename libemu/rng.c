@@ -14,12 +14,10 @@
  */
 #include "emu/rng.h"
 
-enum {
-    PHILOX_M0 = 0xD2511F53u,
-    PHILOX_M1 = 0xCD9E8D57u,
-    PHILOX_W0 = 0x9E3779B9u, /* golden ratio      */
-    PHILOX_W1 = 0xBB67AE85u, /* sqrt(3) - 1       */
-};
+static const uint32_t PHILOX_M0 = 0xD2511F53u;
+static const uint32_t PHILOX_M1 = 0xCD9E8D57u;
+static const uint32_t PHILOX_W0 = 0x9E3779B9u; /* golden ratio */
+static const uint32_t PHILOX_W1 = 0xBB67AE85u; /* sqrt(3) - 1  */
 
 static inline void mulhilo(uint32_t a, uint32_t b, uint32_t *hi, uint32_t *lo)
 {

@@ -21,6 +21,8 @@
  */
 #include "emu/round.h"
 
+#include "internal.h"
+
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -302,13 +304,17 @@ double emu_round2_word(const emu_format *f, double hi, double lo,
  * and never a silent truncation. */
 static _Atomic uint64_t default_stream_index;
 
+uint64_t emu_default_random_word(void)
+{
+    return emu_random64(0, 0, atomic_fetch_add(&default_stream_index, 1));
+}
+
 double emu_round2(const emu_format *f, double hi, double lo,
                   const emu_rounding *r, emu_status *st)
 {
     uint64_t word = 0;
     if (r && emu_rnd_is_stochastic(r->mode))
-        word = r->rng ? emu_rng_next(r->rng)
-                      : emu_random64(0, 0, atomic_fetch_add(&default_stream_index, 1));
+        word = r->rng ? emu_rng_next(r->rng) : emu_default_random_word();
     return emu_round2_word(f, hi, lo, r, word, st);
 }
 

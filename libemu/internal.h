@@ -1,0 +1,17 @@
+/* internal.h — library-private declarations shared between modules. */
+#ifndef EMU_INTERNAL_H
+#define EMU_INTERNAL_H
+
+#include <stdint.h>
+
+/* A word for stochastic rounding when the caller gave no generator: the
+ * next index of one process-wide stream (seed 0, stream 0).  Reproducible
+ * in a single thread; never a constant, so SR never degenerates. */
+uint64_t emu_default_random_word(void);
+
+/* strtok_r without POSIX: the next token of *cursor delimited by any of
+ * `delims` (empty tokens are skipped), NUL-terminated in place; NULL at
+ * the end. */
+char *emu_next_token(char **cursor, const char *delims);
+
+#endif

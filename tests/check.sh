@@ -1,0 +1,35 @@
+#!/bin/sh
+# The whole test suite, as CI runs it (README.md's test command):
+#   1. a RelWithDebInfo build and every CTest at full sample sizes;
+#   2. the same suite under AddressSanitizer + UndefinedBehaviorSanitizer,
+#      with random samples scaled down (EMU_TEST_SCALE) — exhaustive loops
+#      are never scaled, so every rounding path still runs instrumented;
+#   3. the install check: a separate program built against the installed
+#      library through pkg-config and through CMake's find_package;
+#   4. a short bounded run of each fuzz harness (clang's libFuzzer).
+# Set JOBS to change the parallelism (default 2, the CI machine's cores).
+set -eu
+cd "$(dirname "$0")/.."
+jobs=${JOBS:-2}
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "release build and tests"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+cmake --build build -j"$jobs"
+ctest --test-dir build -j"$jobs" --output-on-failure
+
+step "ASan + UBSan build and tests (EMU_TEST_SCALE=0.05)"
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEMU_SANITIZE=ON \
+      -DEMU_BUILD_BENCH=OFF
+cmake --build build-asan -j"$jobs"
+EMU_TEST_SCALE=0.05 ASAN_OPTIONS=detect_leaks=1 \
+    ctest --test-dir build-asan -j"$jobs" --output-on-failure
+
+step "install check"
+sh tests/install_check.sh build
+
+step "fuzzing (bounded)"
+sh fuzz/run.sh 20
+
+step "all checks passed"
