@@ -102,6 +102,9 @@ double emu_decode(const emu_format *fmt, emu_bits b)
         v = INFINITY;
         break;
     case EMU_CLASS_ZERO:
+        /* fnuz has no -0: its flushed negative patterns read as +0. */
+        if (fmt->specials == EMU_SPECIALS_FNUZ)
+            return 0.0;
         v = 0.0;
         break;
     case EMU_CLASS_SUBNORMAL:

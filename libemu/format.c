@@ -599,9 +599,11 @@ int emu_format_validate(emu_format *f, emu_error *err)
 
 void emu_format_spec_string(const emu_format *f, char *buf, size_t size)
 {
-    snprintf(buf, size, "e%dm%d,bias=%d,specials=%s,overflow=%s%s%s%s",
+    /* Every field explicit: "e4m3" alone would name the registered OCP
+     * format, so the items must override whatever the base resolves to. */
+    snprintf(buf, size, "e%dm%d,bias=%d,specials=%s,overflow=%s,"
+             "subnormals=%s,signed=%s,zero=%s",
              f->ebits, f->mbits, f->bias, emu_specials_name(f->specials),
-             emu_overflow_name(f->overflow),
-             f->subnormals ? "" : ",nosubnormals",
-             f->is_signed ? "" : ",unsigned", f->has_zero ? "" : ",nozero");
+             emu_overflow_name(f->overflow), f->subnormals ? "yes" : "no",
+             f->is_signed ? "yes" : "no", f->has_zero ? "yes" : "no");
 }

@@ -14,4 +14,13 @@ uint64_t emu_default_random_word(void);
  * the end. */
 char *emu_next_token(char **cursor, const char *delims);
 
+/* Writes a file atomically: `write` fills "<path>.tmp", which is then
+ * renamed to path; on any failure the temporary is removed, path is left
+ * as it was, and err names the path.  Returns 0 or -1. */
+#include <stdio.h>
+struct emu_error;
+int emu_write_atomic(const char *path,
+                     int (*write)(FILE *fp, const void *arg), const void *arg,
+                     struct emu_error *err);
+
 #endif

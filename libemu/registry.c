@@ -88,8 +88,30 @@ static const emu_format *clash(const emu_format *fmt, char *taken, size_t size)
     return NULL;
 }
 
+/* A name of the form eXmY is also inline-spec syntax: "e5m7,bias=3" starts
+ * from the registered e5m7 if there is one.  So a registered eXmY must
+ * have X exponent and Y fraction bits, or inline specs would change
+ * meaning with the registry. */
+static bool widths_match_name(const emu_format *fmt)
+{
+    int e, m;
+    char tail;
+    if (sscanf(fmt->name, "e%dm%d%c", &e, &m, &tail) != 2 &&
+        sscanf(fmt->name, "E%dM%d%c", &e, &m, &tail) != 2)
+        return true;
+    return e == fmt->ebits && m == fmt->mbits;
+}
+
 static int add(const emu_format *fmt, const char *origin, emu_error *err)
 {
+    if (!widths_match_name(fmt)) {
+        snprintf(err->where, sizeof err->where, "%s", origin);
+        snprintf(err->key, sizeof err->key, "name");
+        snprintf(err->message, sizeof err->message,
+                 "'%s' reads as an eXmY spec but the format has %d exponent "
+                 "and %d fraction bits", fmt->name, fmt->ebits, fmt->mbits);
+        return -1;
+    }
     char taken[EMU_NAME_MAX];
     const emu_format *other = clash(fmt, taken, sizeof taken);
     if (other) {

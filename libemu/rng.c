@@ -69,26 +69,17 @@ uint64_t emu_random64(uint64_t seed, uint64_t stream, uint64_t index)
 void emu_random64x4(uint64_t seed, uint64_t stream, uint64_t index,
                     uint64_t out[4])
 {
-    if ((index & 1) == 0) {
-        block(seed, stream, index >> 1, out);
-        block(seed, stream, (index >> 1) + 1, out + 2);
-        return;
-    }
-    /* Odd start: the four words straddle three blocks. */
-    uint64_t a[2], b[2], c[2];
-    block(seed, stream, index >> 1, a);
-    block(seed, stream, (index >> 1) + 1, b);
-    block(seed, stream, (index >> 1) + 2, c);
-    out[0] = a[1], out[1] = b[0], out[2] = b[1], out[3] = c[0];
+    emu_random_fill(seed, stream, index, out, 4);
 }
 
 void emu_random_fill(uint64_t seed, uint64_t stream, uint64_t index,
                      uint64_t *out, size_t n)
 {
+    /* Indices wrap modulo 2^64 like the counter itself: word 2^64 - 1 is
+     * followed by word 0. */
     size_t i = 0;
-    if (n && (index & 1)) {
+    if (n && (index & 1))
         out[i++] = emu_random64(seed, stream, index++);
-    }
     for (; i + 2 <= n; i += 2, index += 2)
         block(seed, stream, index >> 1, out + i);
     if (i < n)

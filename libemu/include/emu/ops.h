@@ -1,0 +1,250 @@
+/*
+ * emu/ops.h — tensor ops, and the one choke point they all go through.
+ *
+ * An op computes, for each of its outputs, the value it would have before
+ * the final rounding — exactly where the inputs allow (a sum as TwoSum's
+ * hi + lo, a product in one double), or the accumulator model's result for
+ * dot products, or a binary64 evaluation for exp/log/tanh — and hands the
+ * whole array to emu_commit().  The choke point alone then
+ *   1. rounds every value into the output tensor's format under ctx->rnd;
+ *   2. counts results, inexact, underflow to zero, subnormal, overflow,
+ *      NaN, and adds the op's swamping counts;
+ *   3. records log2 histograms of the values before and after rounding;
+ *   4. on a sample of outputs (ctx->ref_rate) asks the op's reference
+ *      function for the exact value computed with MPFR from the op's own
+ *      inputs, and records the error (and, for dot products, its split
+ *      into input quantization, accumulation and output rounding);
+ *   5. shows the result to ctx->observer.
+ * A new op plugs in by producing pre-rounding values and a reference
+ * function; it gets every measurement for free.
+ *
+ * Conventions (llm.c's): outputs first, then inputs, then parameters.
+ * `site` names the place in the program ("fc1.matmul"); statistics are
+ * kept per site and per role of the output tensor.  Every op returns 0, or
+ * -1 with ctx->err saying what was wrong (shape mismatch, format the
+ * carrier cannot hold, ...) and leaves its outputs untouched.
+ * Shapes: matrices (rows, cols); images (N, C, H, W); conv weights
+ * (C_out, C_in, KH, KW).
+ */
+#ifndef EMU_OPS_H
+#define EMU_OPS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h> /* mpfr.h wants FILE for its stream functions */
+
+#include <mpfr.h>
+
+#include "emu/accum.h"
+#include "emu/format.h"
+#include "emu/round.h"
+#include "emu/stats.h"
+#include "emu/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What to measure (ctx->measure). */
+enum {
+    EMU_MEASURE_COUNTS = 1u << 0, /* counters per site                      */
+    EMU_MEASURE_HIST = 1u << 1,   /* log2 histograms                        */
+    EMU_MEASURE_SWAMP = 1u << 2,  /* swamping inside accumulators           */
+    EMU_MEASURE_REF = 1u << 3,    /* MPFR error on sampled outputs          */
+    EMU_MEASURE_ALL = 0xfu
+};
+
+/* What an observer sees after each op. */
+typedef struct emu_op_event {
+    const char *site;
+    const char *kind;
+    const emu_tensor *out;      /* rounded results                        */
+    const double *hi;           /* values before rounding (out->n)         */
+    const double *lo;           /* NULL, or low parts of those values      */
+    const emu_round_counts *counts;
+    uint64_t op_index;
+} emu_op_event;
+
+typedef void (*emu_observer)(void *user, const emu_op_event *ev);
+
+typedef struct emu_ctx {
+    emu_rounding rnd;      /* rounding of op outputs (rnd.rng unused)     */
+    emu_accum accum;       /* matmul, conv and reductions                 */
+    uint64_t seed;         /* stochastic rounding and sampling            */
+    uint64_t op_index;     /* ops run so far: op k's RNG stream is k      */
+    unsigned measure;      /* EMU_MEASURE_* bits                           */
+    double ref_rate;       /* fraction of outputs checked with MPFR, 0..1 */
+    emu_stats *stats;      /* where measurements go; NULL: none            */
+    emu_observer observer;
+    void *observer_user;
+    int threads;           /* worker threads for the big ops (>= 1)        */
+    emu_error err;         /* why the last op failed                       */
+} emu_ctx;
+
+/* Nearest-even, default accumulator, everything but MPFR sampling
+ * measured (ref_rate 0), no stats sink, one thread. */
+void emu_ctx_init(emu_ctx *ctx, uint64_t seed);
+
+/* ---- the choke point ------------------------------------------------- */
+
+/* What an op hands to the choke point.
+ *
+ * ref (may be NULL: the op is not sampled) recomputes output i exactly: it
+ * sets `exact` to the exact value of output i from the op's own inputs
+ * (the choke point gives it 256 bits; use MPFR's exact operations, or a
+ * correctly rounded function or mpfr_dot at that precision).  A dot
+ * product also sets `exact_src` to the exact value from the unquantized
+ * sources (or from its inputs if it has none) and returns 1; other ops
+ * return 0 and leave exact_src alone; -1 means "cannot" (not counted).
+ *
+ * inputs_had_nan (may be NULL) answers, for a NaN output whose hi is NaN,
+ * whether its inputs held a NaN; NULL means they did.  Ops that make NaN
+ * from numbers (inf - inf, 0 * inf) provide it, so that the statistics
+ * tell produced NaNs from propagated ones. */
+typedef struct emu_op_out {
+    const char *site;
+    const char *kind;
+    emu_tensor *out;
+    const double *hi;                  /* out->n values before rounding    */
+    const double *lo;                  /* NULL or out->n low parts         */
+    const emu_accum_counts *swamp;     /* the op's accumulations, or NULL  */
+    const void *op;                    /* passed to the callbacks          */
+    int (*ref)(const void *op, size_t i, mpfr_ptr exact, mpfr_ptr exact_src);
+    bool (*inputs_had_nan)(const void *op, size_t i);
+} emu_op_out;
+
+/* Rounds, measures and writes o->out.  Advances ctx->op_index. */
+int emu_commit(emu_ctx *ctx, const emu_op_out *o);
+
+/* The RNG stream of the op about to commit (for accumulators that round
+ * stochastically before the choke point). */
+uint64_t emu_ctx_stream(const emu_ctx *ctx);
+
+/* Sets ctx->err ("site: message") and returns -1: for ops' checks. */
+int emu_ctx_fail(emu_ctx *ctx, const char *site, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+/* ---- elementwise ------------------------------------------------------ */
+
+/* out = a op b, same shapes. */
+int emu_t_add(emu_ctx *ctx, const char *site, emu_tensor *out, const emu_tensor *a, const emu_tensor *b);
+int emu_t_sub(emu_ctx *ctx, const char *site, emu_tensor *out, const emu_tensor *a, const emu_tensor *b);
+int emu_t_mul(emu_ctx *ctx, const char *site, emu_tensor *out, const emu_tensor *a, const emu_tensor *b);
+int emu_t_div(emu_ctx *ctx, const char *site, emu_tensor *out, const emu_tensor *a, const emu_tensor *b);
+/* out = alpha * x (alpha a binary32 value). */
+int emu_t_scale(emu_ctx *ctx, const char *site, emu_tensor *out, const emu_tensor *x, float alpha);
+/* out = alpha * x + y, one rounding. */
+int emu_t_axpy(emu_ctx *ctx, const char *site, emu_tensor *out, float alpha, const emu_tensor *x, const emu_tensor *y);
+/* out = x + bias broadcast along dimension `axis` of x (bias has
+ * x->shape[axis] elements): rows of a matrix (axis 1), channels of an
+ * image (axis 1 of NCHW). */
+int emu_t_add_bias(emu_ctx *ctx, const char *site, emu_tensor *out, const emu_tensor *x, const emu_tensor *bias, int axis);
+
+typedef enum emu_unary {
+    EMU_UNARY_NEG, EMU_UNARY_ABS, EMU_UNARY_RELU, EMU_UNARY_LEAKY_RELU,
+    EMU_UNARY_GELU,   /* x * Phi(x), the erf form                      */
+    EMU_UNARY_TANH, EMU_UNARY_SIGMOID, EMU_UNARY_EXP, EMU_UNARY_LOG,
+    EMU_UNARY_SQRT, EMU_UNARY_SQUARE,
+    EMU_UNARY_CLAMP,  /* to [param, param2]                             */
+    EMU_UNARY_COUNT
+} emu_unary;
+const char *emu_unary_name(emu_unary f);
+
+/* out = f(x); param is the leaky-relu slope or the clamp's lower bound,
+ * param2 the clamp's upper bound. */
+int emu_t_unary(emu_ctx *ctx, const char *site, emu_tensor *out, const emu_tensor *x, emu_unary f, float param, float param2);
+
+/* Backward of the activations: dx = dy * f'(.), where f' is taken at x
+ * (relu, leaky relu, gelu) or at the forward output y (tanh, sigmoid). */
+int emu_t_unary_backward(emu_ctx *ctx, const char *site, emu_tensor *dx, const emu_tensor *dy, const emu_tensor *x_or_y, emu_unary f, float param);
+
+/* out = in rounded into out's format (a cast; also "quantize"). */
+int emu_t_cast(emu_ctx *ctx, const char *site, emu_tensor *out, const emu_tensor *in);
+
+/* out = round(src) from raw binary32 data (a tensor's first values). */
+int emu_t_load(emu_ctx *ctx, const char *site, emu_tensor *out, const float *src, size_t n);
+
+/* ---- linear algebra ---------------------------------------------------- */
+
+/* out = op(A) op(B), op = transpose if trans_*: (M, K) x (K, N) -> (M, N),
+ * each output one dot product under ctx->accum.  A_src/B_src (may be NULL)
+ * are the unquantized sources of A and B (same shapes, e.g. binary32
+ * master weights) for the error decomposition. */
+typedef struct emu_matmul_opts {
+    bool trans_a, trans_b;
+    const emu_tensor *a_src, *b_src;
+    bool accumulate;   /* out = out + op(A) op(B), the add in the same rounding */
+} emu_matmul_opts;
+int emu_t_matmul(emu_ctx *ctx, const char *site, emu_tensor *out, const emu_tensor *a, const emu_tensor *b, const emu_matmul_opts *opts);
+/* Batched: 3-d tensors (batch, M, K) x (batch, K, N). */
+int emu_t_bmm(emu_ctx *ctx, const char *site, emu_tensor *out, const emu_tensor *a, const emu_tensor *b, const emu_matmul_opts *opts);
+
+/* ---- reductions -------------------------------------------------------- */
+
+typedef enum emu_reduce {
+    EMU_REDUCE_SUM, EMU_REDUCE_MEAN, EMU_REDUCE_MAX, EMU_REDUCE_SUMSQ,
+    EMU_REDUCE_COUNT
+} emu_reduce;
+/* Reduce x along `axis` (out has that dimension removed; a 1-element
+ * tensor for axis = -1, the full reduction), under ctx->accum. */
+int emu_t_reduce(emu_ctx *ctx, const char *site, emu_tensor *out, const emu_tensor *x, emu_reduce r, int axis);
+
+/* ---- convolution and pooling (NCHW) ------------------------------------ */
+
+typedef struct emu_conv_opts {
+    int stride, pad;   /* same in both spatial dimensions */
+} emu_conv_opts;
+/* y (N, Co, Ho, Wo) = conv(x (N, Ci, H, W), w (Co, Ci, KH, KW)) + bias (Co)
+ * (bias may be NULL), Ho = (H + 2 pad - KH) / stride + 1. */
+int emu_t_conv2d(emu_ctx *ctx, const char *site, emu_tensor *y, const emu_tensor *x, const emu_tensor *w, const emu_tensor *bias, const emu_conv_opts *o);
+/* dx = d loss / d x from dy. */
+int emu_t_conv2d_backward_data(emu_ctx *ctx, const char *site, emu_tensor *dx, const emu_tensor *dy, const emu_tensor *w, const emu_conv_opts *o);
+/* dw = d loss / d w from dy and x; dbias (may be NULL) = sum of dy over N, H, W. */
+int emu_t_conv2d_backward_weights(emu_ctx *ctx, const char *site, emu_tensor *dw, emu_tensor *dbias, const emu_tensor *dy, const emu_tensor *x, const emu_conv_opts *o);
+
+typedef struct emu_pool_opts {
+    int size, stride;
+} emu_pool_opts;
+/* Max pool; argmax (may be NULL) receives, per output, the flat input
+ * index chosen (first maximum), for the backward pass. */
+int emu_t_maxpool2d(emu_ctx *ctx, const char *site, emu_tensor *y, size_t *argmax, const emu_tensor *x, const emu_pool_opts *o);
+int emu_t_maxpool2d_backward(emu_ctx *ctx, const char *site, emu_tensor *dx, const emu_tensor *dy, const size_t *argmax, const emu_pool_opts *o);
+int emu_t_avgpool2d(emu_ctx *ctx, const char *site, emu_tensor *y, const emu_tensor *x, const emu_pool_opts *o);
+int emu_t_avgpool2d_backward(emu_ctx *ctx, const char *site, emu_tensor *dx, const emu_tensor *dy, const emu_pool_opts *o);
+
+/* ---- softmax and losses (rows of a (B, C) matrix) ----------------------- */
+
+int emu_t_softmax(emu_ctx *ctx, const char *site, emu_tensor *out, const emu_tensor *x);
+int emu_t_log_softmax(emu_ctx *ctx, const char *site, emu_tensor *out, const emu_tensor *x);
+/* loss (1 element) = mean over rows of -log softmax(logits)[label];
+ * dlogits (may be NULL) = (softmax - onehot) * scale / B, the gradient of
+ * scale * loss (scale: the loss scale, applied before rounding). */
+int emu_t_cross_entropy(emu_ctx *ctx, const char *site, emu_tensor *loss, emu_tensor *dlogits, const emu_tensor *logits, const int *labels, float scale);
+/* loss = mean (pred - target)^2; dpred (may be NULL) = 2 (pred - target) * scale / n. */
+int emu_t_mse(emu_ctx *ctx, const char *site, emu_tensor *loss, emu_tensor *dpred, const emu_tensor *pred, const emu_tensor *target, float scale);
+
+/* ---- optimizer updates (each output tensor rounded in its own format) ----- */
+
+typedef struct emu_sgd_opts {
+    float lr, momentum, weight_decay;
+} emu_sgd_opts;
+/* v = momentum * v + (g + weight_decay * w); w = w - lr * v
+ * (momentum 0: w = w - lr * (g + wd * w)).  v may be NULL if momentum is 0.
+ * The subtraction from w counts swamping: an update that leaves w
+ * unchanged is an absorbed addend. */
+int emu_t_sgd_update(emu_ctx *ctx, const char *site, emu_tensor *w, emu_tensor *v, const emu_tensor *g, const emu_sgd_opts *o);
+
+typedef struct emu_adam_opts {
+    float lr, beta1, beta2, eps, weight_decay; /* decoupled (AdamW) decay */
+    int64_t t;                                 /* step, from 1           */
+} emu_adam_opts;
+int emu_t_adam_update(emu_ctx *ctx, const char *site, emu_tensor *w, emu_tensor *m, emu_tensor *v, const emu_tensor *g, const emu_adam_opts *o);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,233 @@
+/*
+ * ops_core.c — the choke point: every tensor op's results are rounded,
+ * counted, histogrammed and sampled against MPFR here, and nowhere else.
+ *
+ * The rounding itself is the library's one rounding map (emu_round2_word,
+ * or its array form, tested bit-identical).  Stochastic rounding of op k
+ * uses stream k of the context's seed, element i word i: a run is
+ * reproducible from its seed whatever the threads or the chunking.
+ * Sampling for the MPFR reference is deterministic too: output i of op k
+ * is sampled iff word i of the sampling stream of op k falls below
+ * ref_rate * 2^64.
+ */
+#include "emu/ops.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "emu/bits.h"
+#include "emu/rng.h"
+
+/* Stream tags: op k's rounding words come from stream k; its sampling
+ * decisions from stream k ^ SAMPLE_TAG, so the two never share words. */
+#define SAMPLE_TAG ((uint64_t)1 << 62)
+
+/* Precision of the reference values: the exact results of elementwise ops
+ * need at most ~2 * 24 bits plus the exponent spread of a sum, and dot
+ * products are rounded to this precision once by mpfr_dot — far below
+ * any error we measure. */
+enum { REF_PREC = 256 };
+
+void emu_ctx_init(emu_ctx *ctx, uint64_t seed)
+{
+    memset(ctx, 0, sizeof *ctx);
+    ctx->rnd.mode = EMU_RNE;
+    ctx->rnd.sr_bits = 64;
+    emu_accum_default(&ctx->accum);
+    ctx->seed = seed;
+    ctx->measure = EMU_MEASURE_COUNTS | EMU_MEASURE_HIST | EMU_MEASURE_SWAMP;
+    ctx->threads = 1;
+}
+
+uint64_t emu_ctx_stream(const emu_ctx *ctx)
+{
+    return ctx->op_index;
+}
+
+int emu_ctx_fail(emu_ctx *ctx, const char *site, const char *fmt, ...)
+{
+    snprintf(ctx->err.where, sizeof ctx->err.where, "%s", site ? site : "op");
+    ctx->err.key[0] = '\0';
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx->err.message, sizeof ctx->err.message, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* The ulp of x's binade in fmt (the subnormal quantum below 2^emin). */
+static double ulp_in(const emu_format *fmt, mpfr_srcptr x)
+{
+    long e = mpfr_get_exp(x) - 1; /* MPFR: x = 0.1... * 2^exp */
+    if (e < fmt->emin)
+        e = fmt->emin;
+    return ldexp(1.0, (int)(e - fmt->p + 1));
+}
+
+/* |a - b| / |c| in double (a, b, c exact to REF_PREC bits). */
+static double rel_diff(mpfr_srcptr a, mpfr_srcptr b, mpfr_srcptr c, mpfr_ptr t)
+{
+    mpfr_sub(t, a, b, MPFR_RNDN);
+    mpfr_div(t, t, c, MPFR_RNDN);
+    return fabs(mpfr_get_d(t, MPFR_RNDN));
+}
+
+typedef struct ref_work {
+    mpfr_t exact, src, pre, out, t;
+} ref_work;
+
+/* Error of one sampled output against MPFR. */
+static void sample(const emu_op_out *o, size_t i, double out, ref_work *w,
+                   emu_site_stats *st)
+{
+    int dot = o->ref(o->op, i, w->exact, w->src);
+    if (dot < 0 || mpfr_nan_p(w->exact) || !isfinite(out) ||
+        mpfr_inf_p(w->exact))
+        return; /* errors of non-numbers are not measured */
+    mpfr_set_d(w->out, out, MPFR_RNDN); /* exact: out is a binary32 value */
+    st->ref_samples++;
+    mpfr_sub(w->t, w->out, w->exact, MPFR_RNDN);
+    double ulps = fabs(mpfr_get_d(w->t, MPFR_RNDN)) / ulp_in(&o->out->fmt, w->exact);
+    double rel = mpfr_zero_p(w->exact) ? (out == 0.0 ? 0.0 : INFINITY)
+                                       : rel_diff(w->out, w->exact, w->exact, w->t);
+    st->ulp_sum += ulps;
+    st->ulp_max = fmax(st->ulp_max, ulps);
+    st->ulp_hist[emu_ulperr_bin(ulps)]++;
+    if (isfinite(rel)) {
+        st->rel_sum += rel;
+        st->rel_max = fmax(st->rel_max, rel);
+    }
+    st->rel_hist[emu_relerr_bin(rel)]++;
+    if (dot != 1 || mpfr_zero_p(w->src))
+        return;
+    /* The accumulator's value before output rounding, exactly hi + lo. */
+    mpfr_set_d(w->pre, o->hi[i], MPFR_RNDN);
+    if (o->lo)
+        mpfr_add_d(w->pre, w->pre, o->lo[i], MPFR_RNDN);
+    double q = rel_diff(w->exact, w->src, w->src, w->t);
+    double a = rel_diff(w->pre, w->exact, w->src, w->t);
+    double r = rel_diff(w->out, w->pre, w->src, w->t);
+    st->dot_samples++;
+    st->quant_sum += q;
+    st->accum_sum += a;
+    st->round_sum += r;
+    st->quant_max = fmax(st->quant_max, q);
+    st->accum_max = fmax(st->accum_max, a);
+    st->round_max = fmax(st->round_max, r);
+}
+
+/* The exact value's bin: hi + lo lies in hi's binade unless hi is a power
+ * of two and lo points toward zero. */
+static int exact_bin(double hi, double lo)
+{
+    int b = emu_hist_bin(hi);
+    if (lo != 0.0 && b > EMU_HIST_BELOW && b <= EMU_HIST_ABOVE &&
+        (lo < 0.0) != (hi < 0.0)) {
+        int e;
+        double m = frexp(hi, &e);
+        if (fabs(m) == 0.5)
+            b--;
+    }
+    return b;
+}
+
+enum { CHUNK = 1024 };
+
+int emu_commit(emu_ctx *ctx, const emu_op_out *o)
+{
+    emu_tensor *out = o->out;
+    const size_t n = out->n;
+    const uint64_t stream = ctx->op_index++;
+    emu_array_rounding ar = { .rnd = ctx->rnd, .seed = ctx->seed,
+                              .stream = stream, .first_index = 0 };
+    ar.rnd.rng = NULL;
+    emu_round_counts counts = { 0 };
+
+    const bool measure = ctx->stats && (ctx->measure & EMU_MEASURE_ALL);
+    emu_site *site = NULL;
+    if (measure) {
+        site = emu_stats_site(ctx->stats, o->site, o->kind, out->role,
+                              &out->fmt);
+        if (!site)
+            return emu_ctx_fail(ctx, o->site, "out of memory for statistics");
+    }
+
+    /* 1. Round: the array path where the values are plain doubles, the
+     *    scalar choke point where a low part must be seen. */
+    double buf[CHUNK];
+    for (size_t i0 = 0; i0 < n; i0 += CHUNK) {
+        size_t m = n - i0 < CHUNK ? n - i0 : CHUNK;
+        if (!o->lo) {
+            ar.first_index = i0;
+            emu_round_array_f64(&out->fmt, buf, o->hi + i0, m, &ar, &counts);
+        } else {
+            for (size_t j = 0; j < m; j++) {
+                size_t i = i0 + j;
+                uint64_t word = emu_rnd_is_stochastic(ar.rnd.mode)
+                              ? emu_random64(ctx->seed, stream, i) : 0;
+                emu_status st;
+                buf[j] = emu_round2_word(&out->fmt, o->hi[i], o->lo[i],
+                                         &ar.rnd, word, &st);
+                emu_round_counts_add(&counts, o->hi[i], buf[j], st.flags);
+            }
+        }
+        for (size_t j = 0; j < m; j++)
+            out->data[i0 + j] = (float)buf[j]; /* exact: a carrier value */
+    }
+
+    if (measure) {
+        emu_site_stats s;
+        memset(&s, 0, sizeof s);
+        s.results = counts.n;
+        s.inexact = counts.inexact;
+        s.underflow = counts.underflow;
+        s.to_zero = counts.to_zero;
+        s.subnormal = counts.subnormal;
+        s.overflow = counts.overflow;
+        s.nan = counts.nan;
+        if (counts.nan) {
+            for (size_t i = 0; i < n; i++)
+                if (isnan(out->data[i]) &&
+                    (!isnan(o->hi[i]) ||
+                     (o->inputs_had_nan && !o->inputs_had_nan(o->op, i))))
+                    s.nan_produced++;
+        }
+        if (o->swamp && (ctx->measure & EMU_MEASURE_SWAMP)) {
+            s.adds = o->swamp->adds;
+            s.absorbed = o->swamp->absorbed;
+            memcpy(s.lost_bits, o->swamp->lost_bits, sizeof s.lost_bits);
+        }
+        if (ctx->measure & EMU_MEASURE_HIST) {
+            for (size_t i = 0; i < n; i++) {
+                s.hist_exact[o->lo ? exact_bin(o->hi[i], o->lo[i])
+                                   : emu_hist_bin(o->hi[i])]++;
+                s.hist_rounded[emu_hist_bin(out->data[i])]++;
+            }
+        }
+        if ((ctx->measure & EMU_MEASURE_REF) && o->ref && ctx->ref_rate > 0.0) {
+            /* Threshold on a 64-bit word; rate 1 samples every output. */
+            const bool all = ctx->ref_rate >= 1.0;
+            const uint64_t cut = all ? 0 : (uint64_t)ldexp(ctx->ref_rate, 64);
+            ref_work w;
+            mpfr_inits2(REF_PREC, w.exact, w.src, w.pre, w.out, w.t,
+                        (mpfr_ptr)0);
+            for (size_t i = 0; i < n; i++)
+                if (all || emu_random64(ctx->seed, stream ^ SAMPLE_TAG, i) < cut)
+                    sample(o, i, out->data[i], &w, &s);
+            mpfr_clears(w.exact, w.src, w.pre, w.out, w.t, (mpfr_ptr)0);
+        }
+        emu_site_stats_merge(&site->total, &s);
+        emu_site_stats_merge(&site->step, &s);
+        site->active = true;
+    }
+
+    if (ctx->observer) {
+        emu_op_event ev = { .site = o->site, .kind = o->kind, .out = out,
+                            .hi = o->hi, .lo = o->lo, .counts = &counts,
+                            .op_index = stream };
+        ctx->observer(ctx->observer_user, &ev);
+    }
+    return 0;
+}

@@ -1,0 +1,450 @@
+/*
+ * stats.c — the measurement store: sites, histograms, exports.
+ *
+ * The choke point (ops_core.c) fills emu_site_stats; this file owns the
+ * bins, the site table and every file the measurements are written to.
+ * Files are written to "<path>.tmp.<pid>" and renamed into place, so a
+ * reader (or a killed run) never sees half a file.
+ */
+#include "emu/stats.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+int emu_hist_bin(double x)
+{
+    if (isnan(x))
+        return EMU_HIST_NAN;
+    if (isinf(x))
+        return EMU_HIST_INF;
+    if (x == 0.0)
+        return EMU_HIST_ZERO;
+    int e;
+    frexp(x, &e);
+    e -= 1; /* 2^e <= |x| < 2^(e+1) */
+    if (e < EMU_HIST_EMIN)
+        return EMU_HIST_BELOW;
+    if (e > EMU_HIST_EMAX)
+        return EMU_HIST_ABOVE;
+    return EMU_HIST_FIRST + (e - EMU_HIST_EMIN);
+}
+
+const char *emu_hist_label(int b, char *buf, size_t size)
+{
+    switch (b) {
+    case EMU_HIST_ZERO: return "zero";
+    case EMU_HIST_BELOW: return "below";
+    case EMU_HIST_ABOVE: return "above";
+    case EMU_HIST_INF: return "inf";
+    case EMU_HIST_NAN: return "nan";
+    default:
+        snprintf(buf, size, "%d", b - EMU_HIST_FIRST + EMU_HIST_EMIN);
+        return buf;
+    }
+}
+
+int emu_ulperr_bin(double ulps)
+{
+    if (!(ulps > 0.0))
+        return 0; /* exact (NaN is never passed) */
+    if (ulps <= 0.5)
+        return 1;
+    if (ulps <= 1.0)
+        return 2;
+    int e;
+    frexp(ulps, &e); /* 2^(e-1) <= ulps < 2^e */
+    if (ldexp(1.0, e - 1) == ulps)
+        e -= 1;          /* (2^(k-3), 2^(k-2)] holds its upper edge */
+    int b = e + 2;       /* (1, 2] -> 3 */
+    return b < EMU_ULPERR_BINS ? b : EMU_ULPERR_BINS - 1;
+}
+
+int emu_relerr_bin(double rel)
+{
+    if (!(rel > 0.0))
+        return 0;
+    int e;
+    frexp(rel, &e); /* 2^(e-1) <= rel < 2^e, so rel in [2^-k, 2^-(k-1)) for k = 1 - e */
+    int k = 1 - e;
+    if (k < 1)
+        return EMU_RELERR_BINS - 1; /* rel >= 1: last bin */
+    return k < EMU_RELERR_BINS - 1 ? k : EMU_RELERR_BINS - 2;
+}
+
+void emu_site_stats_merge(emu_site_stats *a, const emu_site_stats *b)
+{
+    a->results += b->results;
+    a->inexact += b->inexact;
+    a->underflow += b->underflow;
+    a->to_zero += b->to_zero;
+    a->subnormal += b->subnormal;
+    a->overflow += b->overflow;
+    a->nan += b->nan;
+    a->nan_produced += b->nan_produced;
+    a->adds += b->adds;
+    a->absorbed += b->absorbed;
+    for (int i = 0; i < EMU_LOST_BINS; i++)
+        a->lost_bits[i] += b->lost_bits[i];
+    for (int i = 0; i < EMU_HIST_BINS; i++) {
+        a->hist_exact[i] += b->hist_exact[i];
+        a->hist_rounded[i] += b->hist_rounded[i];
+    }
+    a->ref_samples += b->ref_samples;
+    a->ulp_sum += b->ulp_sum;
+    a->rel_sum += b->rel_sum;
+    a->ulp_max = fmax(a->ulp_max, b->ulp_max);
+    a->rel_max = fmax(a->rel_max, b->rel_max);
+    for (int i = 0; i < EMU_ULPERR_BINS; i++)
+        a->ulp_hist[i] += b->ulp_hist[i];
+    for (int i = 0; i < EMU_RELERR_BINS; i++)
+        a->rel_hist[i] += b->rel_hist[i];
+    a->dot_samples += b->dot_samples;
+    a->quant_sum += b->quant_sum;
+    a->accum_sum += b->accum_sum;
+    a->round_sum += b->round_sum;
+    a->quant_max = fmax(a->quant_max, b->quant_max);
+    a->accum_max = fmax(a->accum_max, b->accum_max);
+    a->round_max = fmax(a->round_max, b->round_max);
+}
+
+void emu_stats_init(emu_stats *s)
+{
+    memset(s, 0, sizeof *s);
+}
+
+void emu_stats_free(emu_stats *s)
+{
+    free(s->sites);
+    memset(s, 0, sizeof *s);
+}
+
+emu_site *emu_stats_site(emu_stats *s, const char *name, const char *kind,
+                         emu_role role, const emu_format *fmt)
+{
+    for (size_t i = 0; i < s->count; i++)
+        if (s->sites[i].role == role && !strcmp(s->sites[i].name, name))
+            return &s->sites[i];
+    if (s->count == s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 16;
+        emu_site *p = realloc(s->sites, cap * sizeof *p);
+        if (!p)
+            return NULL;
+        s->sites = p;
+        s->cap = cap;
+    }
+    emu_site *site = &s->sites[s->count++];
+    memset(site, 0, sizeof *site);
+    snprintf(site->name, sizeof site->name, "%s", name);
+    snprintf(site->kind, sizeof site->kind, "%s", kind ? kind : "");
+    site->role = role;
+    snprintf(site->format, sizeof site->format, "%s", fmt ? fmt->name : "");
+    return site;
+}
+
+void emu_stats_begin_step(emu_stats *s, int64_t step)
+{
+    s->step = step;
+    for (size_t i = 0; i < s->count; i++) {
+        memset(&s->sites[i].step, 0, sizeof s->sites[i].step);
+        s->sites[i].active = false;
+    }
+}
+
+/* ---- CSV ------------------------------------------------------------------ */
+
+static double ratio(uint64_t a, uint64_t b)
+{
+    return b ? (double)a / (double)b : 0.0;
+}
+
+static double mean(double sum, uint64_t n)
+{
+    return n ? sum / (double)n : 0.0;
+}
+
+/* Site names are ours, but a user's may hold a comma or a quote: quote
+ * every string field the CSV way. */
+static void csv_string(FILE *fp, const char *s)
+{
+    fputc('"', fp);
+    for (; *s; s++) {
+        if (*s == '"')
+            fputc('"', fp);
+        fputc(*s, fp);
+    }
+    fputc('"', fp);
+}
+
+static const char csv_counter_header[] =
+    "results,inexact,underflow,to_zero,subnormal,overflow,nan,nan_produced,"
+    "adds,absorbed,ref_samples,ulp_mean,ulp_max,rel_mean,rel_max,"
+    "dot_samples,quant_mean,quant_max,accum_mean,accum_max,round_mean,"
+    "round_max,inexact_rate,to_zero_rate,underflow_rate,overflow_rate,"
+    "absorbed_rate";
+
+static void csv_counters(FILE *fp, const emu_site_stats *t)
+{
+    fprintf(fp,
+            "%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu,"
+            "%.9g,%.9g,%.9g,%.9g,%llu,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,"
+            "%.9g,%.9g,%.9g,%.9g,%.9g",
+            (unsigned long long)t->results, (unsigned long long)t->inexact,
+            (unsigned long long)t->underflow, (unsigned long long)t->to_zero,
+            (unsigned long long)t->subnormal, (unsigned long long)t->overflow,
+            (unsigned long long)t->nan, (unsigned long long)t->nan_produced,
+            (unsigned long long)t->adds, (unsigned long long)t->absorbed,
+            (unsigned long long)t->ref_samples, mean(t->ulp_sum, t->ref_samples),
+            t->ulp_max, mean(t->rel_sum, t->ref_samples), t->rel_max,
+            (unsigned long long)t->dot_samples,
+            mean(t->quant_sum, t->dot_samples), t->quant_max,
+            mean(t->accum_sum, t->dot_samples), t->accum_max,
+            mean(t->round_sum, t->dot_samples), t->round_max,
+            ratio(t->inexact, t->results), ratio(t->to_zero, t->results),
+            ratio(t->underflow, t->results), ratio(t->overflow, t->results),
+            ratio(t->absorbed, t->adds));
+}
+
+static void csv_site_prefix(FILE *fp, const emu_site *site)
+{
+    csv_string(fp, site->name);
+    fputc(',', fp);
+    csv_string(fp, site->kind);
+    fprintf(fp, ",%s,", emu_role_name(site->role));
+    csv_string(fp, site->format);
+    fputc(',', fp);
+}
+
+int emu_stats_write_step_rows(const emu_stats *s, FILE *fp, bool header)
+{
+    if (header)
+        fprintf(fp, "step,site,kind,role,format,%s\n", csv_counter_header);
+    for (size_t i = 0; i < s->count; i++) {
+        const emu_site *site = &s->sites[i];
+        if (!site->active)
+            continue;
+        fprintf(fp, "%lld,", (long long)s->step);
+        csv_site_prefix(fp, site);
+        csv_counters(fp, &site->step);
+        fputc('\n', fp);
+    }
+    return ferror(fp) ? -1 : 0;
+}
+
+static int write_sites_csv(FILE *fp, const void *arg)
+{
+    const emu_stats *s = arg;
+    fprintf(fp, "site,kind,role,format,%s\n", csv_counter_header);
+    for (size_t i = 0; i < s->count; i++) {
+        csv_site_prefix(fp, &s->sites[i]);
+        csv_counters(fp, &s->sites[i].total);
+        fputc('\n', fp);
+    }
+    return 0;
+}
+
+int emu_stats_write_csv(const emu_stats *s, const char *path, emu_error *err)
+{
+    return emu_write_atomic(path, write_sites_csv, s, err);
+}
+
+static void hist_rows(FILE *fp, const emu_site *site, const char *which,
+                      const uint64_t *h)
+{
+    char label[16];
+    for (int b = 0; b < EMU_HIST_BINS; b++) {
+        if (!h[b])
+            continue;
+        csv_site_prefix(fp, site);
+        fprintf(fp, "%s,%s,", which, emu_hist_label(b, label, sizeof label));
+        if (b >= EMU_HIST_FIRST && b < EMU_HIST_ABOVE)
+            fprintf(fp, "%d", b - EMU_HIST_FIRST + EMU_HIST_EMIN);
+        fprintf(fp, ",%llu\n", (unsigned long long)h[b]);
+    }
+}
+
+static int write_hist_csv(FILE *fp, const void *arg)
+{
+    const emu_stats *s = arg;
+    fprintf(fp, "site,kind,role,format,which,bin,log2_lower,count\n");
+    for (size_t i = 0; i < s->count; i++) {
+        hist_rows(fp, &s->sites[i], "exact", s->sites[i].total.hist_exact);
+        hist_rows(fp, &s->sites[i], "rounded", s->sites[i].total.hist_rounded);
+    }
+    return 0;
+}
+
+int emu_stats_write_hist_csv(const emu_stats *s, const char *path,
+                             emu_error *err)
+{
+    return emu_write_atomic(path, write_hist_csv, s, err);
+}
+
+/* ---- JSON ----------------------------------------------------------------- */
+
+static void json_string(FILE *fp, const char *s)
+{
+    fputc('"', fp);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(fp, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(fp, "\\u%04x", c);
+        else
+            fputc(c, fp);
+    }
+    fputc('"', fp);
+}
+
+/* JSON has no inf or NaN: non-finite numbers are written as null. */
+static void json_number(FILE *fp, double x)
+{
+    if (isfinite(x))
+        fprintf(fp, "%.9g", x);
+    else
+        fputs("null", fp);
+}
+
+static void json_array(FILE *fp, const uint64_t *v, int n)
+{
+    fputc('[', fp);
+    for (int i = 0; i < n; i++)
+        fprintf(fp, "%s%llu", i ? "," : "", (unsigned long long)v[i]);
+    fputc(']', fp);
+}
+
+static int write_json(FILE *fp, const void *arg)
+{
+    const emu_stats *s = arg;
+    char label[16];
+    fprintf(fp, "{\n  \"hist_bins\": [");
+    for (int b = 0; b < EMU_HIST_BINS; b++) {
+        fputs(b ? "," : "", fp);
+        json_string(fp, emu_hist_label(b, label, sizeof label));
+    }
+    fprintf(fp, "],\n  \"sites\": [");
+    for (size_t i = 0; i < s->count; i++) {
+        const emu_site *site = &s->sites[i];
+        const emu_site_stats *t = &site->total;
+        fprintf(fp, "%s\n    {\"site\": ", i ? "," : "");
+        json_string(fp, site->name);
+        fprintf(fp, ", \"kind\": ");
+        json_string(fp, site->kind);
+        fprintf(fp, ", \"role\": \"%s\", \"format\": ",
+                emu_role_name(site->role));
+        json_string(fp, site->format);
+        fprintf(fp, ",\n     \"results\": %llu, \"inexact\": %llu, "
+                "\"underflow\": %llu, \"to_zero\": %llu, \"subnormal\": %llu, "
+                "\"overflow\": %llu, \"nan\": %llu, \"nan_produced\": %llu, "
+                "\"adds\": %llu, \"absorbed\": %llu, \"ref_samples\": %llu,",
+                (unsigned long long)t->results, (unsigned long long)t->inexact,
+                (unsigned long long)t->underflow,
+                (unsigned long long)t->to_zero,
+                (unsigned long long)t->subnormal,
+                (unsigned long long)t->overflow, (unsigned long long)t->nan,
+                (unsigned long long)t->nan_produced,
+                (unsigned long long)t->adds, (unsigned long long)t->absorbed,
+                (unsigned long long)t->ref_samples);
+        fprintf(fp, "\n     \"ulp_mean\": ");
+        json_number(fp, mean(t->ulp_sum, t->ref_samples));
+        fprintf(fp, ", \"ulp_max\": ");
+        json_number(fp, t->ulp_max);
+        fprintf(fp, ", \"rel_mean\": ");
+        json_number(fp, mean(t->rel_sum, t->ref_samples));
+        fprintf(fp, ", \"rel_max\": ");
+        json_number(fp, t->rel_max);
+        fprintf(fp, ", \"dot_samples\": %llu, \"quant_mean\": ",
+                (unsigned long long)t->dot_samples);
+        json_number(fp, mean(t->quant_sum, t->dot_samples));
+        fprintf(fp, ", \"accum_mean\": ");
+        json_number(fp, mean(t->accum_sum, t->dot_samples));
+        fprintf(fp, ", \"round_mean\": ");
+        json_number(fp, mean(t->round_sum, t->dot_samples));
+        fprintf(fp, ",\n     \"lost_bits\": ");
+        json_array(fp, t->lost_bits, EMU_LOST_BINS);
+        fprintf(fp, ",\n     \"ulp_hist\": ");
+        json_array(fp, t->ulp_hist, EMU_ULPERR_BINS);
+        fprintf(fp, ",\n     \"rel_hist\": ");
+        json_array(fp, t->rel_hist, EMU_RELERR_BINS);
+        fprintf(fp, ",\n     \"hist_exact\": ");
+        json_array(fp, t->hist_exact, EMU_HIST_BINS);
+        fprintf(fp, ",\n     \"hist_rounded\": ");
+        json_array(fp, t->hist_rounded, EMU_HIST_BINS);
+        fputc('}', fp);
+    }
+    fprintf(fp, "\n  ]\n}\n");
+    return 0;
+}
+
+int emu_stats_write_json(const emu_stats *s, const char *path, emu_error *err)
+{
+    return emu_write_atomic(path, write_json, s, err);
+}
+
+void emu_stats_print_summary(const emu_stats *s, FILE *fp)
+{
+    fprintf(fp, "%-28s %-11s %-10s %12s %8s %8s %8s %8s %8s %9s\n", "site",
+            "role", "format", "results", "inexact", "->zero", "subnorm",
+            "overflow", "absorbed", "ulp max");
+    for (size_t i = 0; i < s->count; i++) {
+        const emu_site *site = &s->sites[i];
+        const emu_site_stats *t = &site->total;
+        fprintf(fp, "%-28.28s %-11s %-10.10s %12llu %7.2f%% %7.3f%% %7.3f%% "
+                "%7.3f%% %7.3f%% ",
+                site->name, emu_role_name(site->role), site->format,
+                (unsigned long long)t->results,
+                100.0 * ratio(t->inexact, t->results),
+                100.0 * ratio(t->to_zero, t->results),
+                100.0 * ratio(t->subnormal, t->results),
+                100.0 * ratio(t->overflow, t->results),
+                100.0 * ratio(t->absorbed, t->adds));
+        if (t->ref_samples)
+            fprintf(fp, "%9.3g\n", t->ulp_max);
+        else
+            fprintf(fp, "%9s\n", "-");
+    }
+}
+
+/* ---- atomic files --------------------------------------------------------- */
+
+int emu_write_atomic(const char *path,
+                     int (*write)(FILE *fp, const void *arg), const void *arg,
+                     emu_error *err)
+{
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
+        if (err) {
+            snprintf(err->where, sizeof err->where, "%.200s", path);
+            err->key[0] = '\0';
+            snprintf(err->message, sizeof err->message, "path too long");
+        }
+        return -1;
+    }
+    FILE *fp = fopen(tmp, "w");
+    int rc = fp ? write(fp, arg) : -1;
+    if (fp) {
+        if (fflush(fp) || ferror(fp))
+            rc = -1;
+        if (fclose(fp))
+            rc = -1;
+    }
+    if (rc == 0 && rename(tmp, path) != 0)
+        rc = -1;
+    if (rc != 0) {
+        int e = errno;
+        remove(tmp);
+        if (err) {
+            snprintf(err->where, sizeof err->where, "%.250s", path);
+            err->key[0] = '\0';
+            snprintf(err->message, sizeof err->message, "cannot write: %s",
+                     e ? strerror(e) : "write error");
+        }
+        return -1;
+    }
+    return 0;
+}
