@@ -284,6 +284,10 @@ int emu_format_parse_file_text(emu_format *out, const char *text, size_t len,
     char line[512];
     size_t pos = 0;
     int lineno = 0;
+    /* The line each key was given on, so that an error found only when the
+     * spec is validated as a whole still points at a line. */
+    struct { char key[32]; int line; } keyline[16];
+    int nkeys = 0;
 
     if (!origin)
         origin = "<string>";
@@ -334,6 +338,10 @@ int emu_format_parse_file_text(emu_format *out, const char *text, size_t len,
         }
         if (apply_key(&f, &seen, key, val, where, err))
             return -1;
+        if (nkeys < 16) {
+            snprintf(keyline[nkeys].key, sizeof keyline[nkeys].key, "%s", key);
+            keyline[nkeys++].line = lineno;
+        }
     }
 
     snprintf(where, sizeof where, "%s", origin);
@@ -349,7 +357,14 @@ int emu_format_parse_file_text(emu_format *out, const char *text, size_t len,
     }
     fill_defaults(&f, seen);
     if (emu_format_validate(&f, err)) {
-        snprintf(err->where, sizeof err->where, "%s", origin);
+        int at = 0;
+        for (int i = 0; i < nkeys; i++)
+            if (!strcmp(keyline[i].key, err->key))
+                at = keyline[i].line;
+        if (at)
+            snprintf(err->where, sizeof err->where, "%s:%d", origin, at);
+        else
+            snprintf(err->where, sizeof err->where, "%s", origin);
         return -1;
     }
     *out = f;

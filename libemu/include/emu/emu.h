@@ -7,6 +7,7 @@
 #include "emu/accum.h"
 #include "emu/arith.h"
 #include "emu/bits.h"
+#include "emu/data.h"
 #include "emu/format.h"
 #include "emu/ops.h"
 #include "emu/ref.h"

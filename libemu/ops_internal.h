@@ -1,0 +1,59 @@
+/*
+ * ops_internal.h — what the op files share (library-private).
+ *
+ * Every op file follows one pattern: check its arguments (emu_ctx_fail on
+ * any problem, before touching an output), compute the pre-rounding value
+ * of each output into a scratch array (exactly where it can: TwoSum pairs,
+ * exact products, accumulator models), describe how MPFR recomputes an
+ * output, and call emu_commit().
+ */
+#ifndef EMU_OPS_INTERNAL_H
+#define EMU_OPS_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "emu/accum.h"
+#include "emu/ops.h"
+
+/* Exact s + e = a + b (TwoSum; no condition on magnitudes). */
+static inline void emu_two_sum(double a, double b, double *s, double *e)
+{
+    double sum = a + b;
+    double bv = sum - a;
+    double av = sum - bv;
+    *e = (a - av) + (b - bv);
+    *s = sum;
+}
+
+/* Checks that t is a usable tensor (allocated, carrier format): on
+ * failure sets ctx->err naming the site and `what` ("out", "a", ...). */
+int emu_check_tensor(emu_ctx *ctx, const char *site, const char *what,
+                     const emu_tensor *t);
+
+/* Checks that a and b have the same shape. */
+int emu_check_same_shape(emu_ctx *ctx, const char *site, const char *what_a,
+                         const emu_tensor *a, const char *what_b,
+                         const emu_tensor *b);
+
+/* calloc of n doubles that fails cleanly (sets ctx->err) on overflow or
+ * lack of memory. */
+double *emu_scratch(emu_ctx *ctx, const char *site, size_t n);
+
+/* The many-dot-products engine behind matmul and convolution:
+ *   value[i*N + j] = model over k < K of A(i, k) * B(k, j)
+ * with A(i, k) = a[i*a_rs + k*a_cs] and B(k, j) = b[k*b_rs + j*b_cs]
+ * (strides in elements; transposes are just strides).  Results go to
+ * hi[i*N + j] (and lo[...] for the EXACT model; lo may be NULL for other
+ * models), swamping to counts (may be NULL).  Every value is bit-identical
+ * to emu_accum_dot() of the same terms in the same order; dot product
+ * number i*N + j takes its stochastic words from rng->dot = i*N + j.
+ * `threads` workers split the rows; the results do not depend on it.
+ * Returns 0, or -1 if out of memory. */
+int emu_gemm_accum(const emu_accum *model, size_t M, size_t N, size_t K,
+                   const float *a, ptrdiff_t a_rs, ptrdiff_t a_cs,
+                   const float *b, ptrdiff_t b_rs, ptrdiff_t b_cs,
+                   double *hi, double *lo, uint64_t seed, uint64_t stream,
+                   emu_accum_counts *counts, int threads);
+
+#endif

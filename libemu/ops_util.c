@@ -1,0 +1,37 @@
+/* ops_util.c — argument checks and scratch memory shared by the op files. */
+#include <stdlib.h>
+
+#include "ops_internal.h"
+
+int emu_check_tensor(emu_ctx *ctx, const char *site, const char *what,
+                     const emu_tensor *t)
+{
+    if (!t || !t->data || t->n == 0 || t->ndim < 1)
+        return emu_ctx_fail(ctx, site, "%s: tensor not allocated", what);
+    if (!t->fmt.fits_carrier)
+        return emu_ctx_fail(ctx, site, "%s '%s': format %s is not held by "
+                            "the binary32 carrier", what, t->name, t->fmt.name);
+    return 0;
+}
+
+int emu_check_same_shape(emu_ctx *ctx, const char *site, const char *what_a,
+                         const emu_tensor *a, const char *what_b,
+                         const emu_tensor *b)
+{
+    if (emu_tensor_same_shape(a, b))
+        return 0;
+    char sa[96], sb[96];
+    emu_tensor_shape_string(a, sa, sizeof sa);
+    emu_tensor_shape_string(b, sb, sizeof sb);
+    return emu_ctx_fail(ctx, site, "shape mismatch: %s '%s' is %s, %s '%s' "
+                        "is %s", what_a, a->name, sa, what_b, b->name, sb);
+}
+
+double *emu_scratch(emu_ctx *ctx, const char *site, size_t n)
+{
+    double *p = n <= SIZE_MAX / sizeof(double) ? malloc(n ? n * sizeof *p : 1)
+                                               : NULL;
+    if (!p)
+        emu_ctx_fail(ctx, site, "out of memory for %zu scratch values", n);
+    return p;
+}
