@@ -129,7 +129,9 @@ double emu_div(const emu_format *f, double a, double b, const emu_rounding *r,
         return emu_round(f, NAN, r, st);
     if ((a == 0.0 && b == 0.0) || (isinf(a) && isinf(b)))
         return invalid(f, r, st);
-    if (b == 0.0) {
+    if (b == 0.0 && isfinite(a)) {
+        /* Division by zero proper: an exact infinity from a finite
+         * dividend (inf / 0 is just inf, with no flag). */
         double v = emu_round(f, signbit(a) != signbit(b) ? -INFINITY : INFINITY,
                              r, st);
         st->flags |= EMU_FLAG_INFINITE;

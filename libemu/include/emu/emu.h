@@ -9,6 +9,7 @@
 #include "emu/bits.h"
 #include "emu/data.h"
 #include "emu/format.h"
+#include "emu/nn.h"
 #include "emu/ops.h"
 #include "emu/ref.h"
 #include "emu/rng.h"

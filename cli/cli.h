@@ -1,0 +1,139 @@
+/*
+ * cli.h — what the subcommands of the `emu` program share: a small option
+ * parser, error reporting with the exit-code convention, the parsers of
+ * formats, modes and numbers that every command accepts, the printers of
+ * bit patterns and values, and atomic file output.
+ *
+ * Exit codes: 0 success, 1 data mismatch (emu verify), 2 usage or input
+ * error (bad option, bad format spec, malformed vector line).
+ */
+#ifndef EMU_CLI_H
+#define EMU_CLI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "emu/emu.h"
+
+enum { CLI_EXIT_OK = 0, CLI_EXIT_MISMATCH = 1, CLI_EXIT_USAGE = 2 };
+
+/* ---- options ------------------------------------------------------------
+ * Long options are "--name value" or "--name=value"; the only short forms
+ * are single letters ("-o FILE", "-h").  Anything else beginning with '-'
+ * followed by a digit, '.', or a letter of "inf"/"nan" is a positional
+ * argument, so negative numbers need no "--". */
+typedef struct cli_opt {
+    const char *name;   /* long name without "--"                        */
+    char short_name;    /* 0 if none                                      */
+    bool takes_value;
+} cli_opt;
+
+typedef struct cli_parser {
+    const char *cmd;    /* subcommand name, for messages                  */
+    int argc;
+    char **argv;
+    int next;           /* index of the next argument to look at          */
+    bool positional_only; /* seen "--"                                     */
+} cli_parser;
+
+enum { CLI_ARG_END = -1, CLI_ARG_POSITIONAL = -2 };
+
+void cli_parser_init(cli_parser *p, const char *cmd, int argc, char **argv);
+/* Index into opts of the next option (its value in *value), or
+ * CLI_ARG_POSITIONAL with the argument in *value, or CLI_ARG_END.
+ * opts ends with a { NULL } entry.  Unknown options exit with status 2. */
+int cli_next(cli_parser *p, const cli_opt *opts, const char **value);
+
+/* ---- errors ---------------------------------------------------------- */
+/* "emu CMD: message" on stderr, a hint to --help, exit 2. */
+_Noreturn void cli_usage_error(const char *cmd, const char *fmt, ...);
+/* "emu CMD: message" on stderr; the caller decides the exit code. */
+void cli_error(const char *cmd, const char *fmt, ...);
+
+/* ---- argument parsers: each exits with status 2 naming the option ----- */
+/* --load FILE.fmt (global option); returns false after printing the error. */
+bool cli_load_format_file(const char *path);
+void cli_resolve_format(const char *cmd, const char *what, const char *spec,
+                        emu_format *out);
+uint64_t cli_parse_u64(const char *cmd, const char *opt, const char *s);
+/* Mode name (rne rna rz ru rd ro sr srN) into r->mode and r->sr_bits. */
+void cli_parse_mode(const char *cmd, const char *s, emu_rounding *r);
+void cli_parse_tininess(const char *cmd, const char *s, emu_rounding *r);
+
+/* ---- printing --------------------------------------------------------- */
+enum { CLI_NUM_MAX = 64 };
+/* Hex digits of a pattern of `bits` bits (TestFloat pads to this). */
+int cli_hex_digits(int bits);
+/* "0x3c00" for a pattern of fmt. */
+void cli_bits_hex(const emu_format *fmt, uint64_t v, char *buf, size_t size);
+/* "0 01111 0000000000": sign, exponent and fraction fields. */
+void cli_bits_fields(const emu_format *fmt, uint64_t v, char *buf, size_t size);
+/* The shortest decimal that reads back as x ("0.1", "-0", "inf", "nan"). */
+void cli_decimal(double x, char *buf, size_t size);
+/* %a, with "inf"/"nan" spelled as in cli_decimal. */
+void cli_hexfloat(double x, char *buf, size_t size);
+/* Class of a pattern in words: "zero", "subnormal", "normal", "inf",
+ * "qnan", "snan" (IEEE formats), "nan". */
+const char *cli_pattern_class(const emu_format *fmt, emu_bits b);
+
+/* ---- atomic output ------------------------------------------------------
+ * Writes go to a temporary file beside the target, renamed over it by
+ * cli_output_commit(); a killed run leaves the old file (or none), never
+ * half of a new one.  Path NULL or "-" means standard output. */
+typedef struct cli_output {
+    FILE *fp;
+    char *path;   /* NULL for stdout */
+    char *tmp;
+} cli_output;
+
+int cli_output_open(cli_output *o, const char *cmd, const char *path);
+/* Flushes, syncs and renames; returns 0, or -1 after printing why. */
+int cli_output_commit(cli_output *o, const char *cmd);
+/* Removes the temporary file (on error paths). */
+void cli_output_abort(cli_output *o);
+/* The exit status of a command that printed to stdout: CLI_EXIT_OK, or
+ * CLI_EXIT_USAGE after reporting a write error (a full disk, a closed pipe). */
+int cli_stdout_status(const char *cmd);
+
+/* ---- test-vector settings shared by gen and verify --------------------
+ * The same options mean the same thing in both commands, and emu gen
+ * writes them into a header line that emu verify reads back:
+ *   #! emu-vectors op=add in=SPEC out=SPEC mode=rne tiny=after saturate=no seed=0
+ * Options given on the command line win over the header. */
+typedef struct cli_vecopts {
+    emu_op op;
+    const char *format_spec;          /* --format: both, unless ...    */
+    const char *in_spec, *out_spec;   /* ... --in / --out say otherwise */
+    emu_rounding rnd;
+    uint64_t seed;
+    bool have_op, have_mode, have_tiny, have_saturate, have_seed;
+    emu_format in, out;               /* resolved by cli_vecopts_finish */
+    char header_in[256], header_out[256]; /* specs read from a header */
+} cli_vecopts;
+
+/* Handles one of --op --format --in --out --mode --tiny --saturate --seed
+ * (by long name); returns false if `name` is none of them. */
+bool cli_vecopts_option(cli_vecopts *v, const char *cmd, const char *name,
+                        const char *value);
+/* Takes from a "#! emu-vectors" line what the command line left open;
+ * returns false if the line is not such a header. */
+bool cli_vecopts_header(cli_vecopts *v, const char *cmd, const char *line);
+/* Resolves the formats and checks the combination; exits 2 if unusable. */
+void cli_vecopts_finish(cli_vecopts *v, const char *cmd);
+/* Writes the header line (with its newline). */
+void cli_vecopts_write_header(const cli_vecopts *v, FILE *fp);
+/* "rne", "sr", "sr13". */
+void cli_mode_name(const emu_rounding *r, char *buf, size_t size);
+
+/* ---- subcommands ------------------------------------------------------ */
+int cmd_formats(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+int cmd_values(int argc, char **argv);
+int cmd_round(int argc, char **argv);
+int cmd_gen(int argc, char **argv);
+int cmd_verify(int argc, char **argv);
+int cmd_version(int argc, char **argv);
+
+#endif

@@ -1,0 +1,174 @@
+/*
+ * vecopts.c — the settings of a test-vector file (operation, formats,
+ * rounding), shared by `emu gen` and `emu verify` so that both read the
+ * same options the same way, and the header line that carries them from
+ * a generated file to its verification.
+ */
+#include "cli.h"
+
+#include <string.h>
+
+static void set_op(cli_vecopts *v, const char *cmd, const char *s)
+{
+    if (emu_op_parse(s, &v->op))
+        cli_usage_error(cmd, "--op: '%s' is not an operation (add sub mul "
+                        "div sqrt fma convert eq lt le)", s);
+    v->have_op = true;
+}
+
+static void set_saturate(cli_vecopts *v, const char *cmd, const char *s)
+{
+    if (!s || !strcmp(s, "yes"))
+        v->rnd.saturate = true;
+    else if (!strcmp(s, "no"))
+        v->rnd.saturate = false;
+    else
+        cli_usage_error(cmd, "saturate: '%s' is neither yes nor no", s);
+    v->have_saturate = true;
+}
+
+bool cli_vecopts_option(cli_vecopts *v, const char *cmd, const char *name,
+                        const char *value)
+{
+    if (!strcmp(name, "op")) {
+        set_op(v, cmd, value);
+    } else if (!strcmp(name, "format")) {
+        v->format_spec = value;
+    } else if (!strcmp(name, "in")) {
+        v->in_spec = value;
+    } else if (!strcmp(name, "out")) {
+        v->out_spec = value;
+    } else if (!strcmp(name, "mode")) {
+        cli_parse_mode(cmd, value, &v->rnd);
+        v->have_mode = true;
+    } else if (!strcmp(name, "tiny")) {
+        cli_parse_tininess(cmd, value, &v->rnd);
+        v->have_tiny = true;
+    } else if (!strcmp(name, "saturate")) {
+        set_saturate(v, cmd, NULL);
+    } else if (!strcmp(name, "seed")) {
+        v->seed = cli_parse_u64(cmd, "--seed", value);
+        v->have_seed = true;
+    } else {
+        return false;
+    }
+    return true;
+}
+
+static const char header_tag[] = "#! emu-vectors";
+
+bool cli_vecopts_header(cli_vecopts *v, const char *cmd, const char *line)
+{
+    if (strncmp(line, header_tag, sizeof header_tag - 1))
+        return false;
+    /* Formats come as a pair: any format option on the command line
+     * overrides both. */
+    bool take_formats = !v->format_spec && !v->in_spec && !v->out_spec;
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", line + sizeof header_tag - 1);
+    char *cursor = buf;
+    for (;;) {
+        while (*cursor == ' ' || *cursor == '\t' || *cursor == '\r')
+            cursor++;
+        if (!*cursor)
+            break;
+        char *item = cursor;
+        while (*cursor && *cursor != ' ' && *cursor != '\t' && *cursor != '\r')
+            cursor++;
+        if (*cursor)
+            *cursor++ = '\0';
+        char *eq = strchr(item, '=');
+        if (!eq)
+            cli_usage_error(cmd, "header item '%s' is not key=value", item);
+        *eq = '\0';
+        const char *key = item, *val = eq + 1;
+        if (!strcmp(key, "op")) {
+            if (!v->have_op)
+                set_op(v, cmd, val);
+        } else if (!strcmp(key, "in") || !strcmp(key, "out")) {
+            if (!take_formats)
+                continue;
+            char *dst = key[0] == 'i' ? v->header_in : v->header_out;
+            snprintf(dst, sizeof v->header_in, "%s", val);
+            if (key[0] == 'i')
+                v->in_spec = dst;
+            else
+                v->out_spec = dst;
+        } else if (!strcmp(key, "mode")) {
+            if (!v->have_mode)
+                cli_parse_mode(cmd, val, &v->rnd);
+            v->have_mode = true;
+        } else if (!strcmp(key, "tiny")) {
+            if (!v->have_tiny)
+                cli_parse_tininess(cmd, val, &v->rnd);
+            v->have_tiny = true;
+        } else if (!strcmp(key, "saturate")) {
+            if (!v->have_saturate)
+                set_saturate(v, cmd, val);
+        } else if (!strcmp(key, "seed")) {
+            if (!v->have_seed)
+                v->seed = cli_parse_u64(cmd, "header seed", val);
+            v->have_seed = true;
+        }
+        /* Unknown keys are left for later versions to define. */
+    }
+    return true;
+}
+
+void cli_vecopts_finish(cli_vecopts *v, const char *cmd)
+{
+    if (!v->have_op)
+        cli_usage_error(cmd, "missing --op (add sub mul div sqrt fma convert "
+                        "eq lt le)");
+    const char *in = v->in_spec ? v->in_spec : v->format_spec;
+    const char *out = v->out_spec ? v->out_spec
+                    : v->format_spec ? v->format_spec : in;
+    if (!in)
+        cli_usage_error(cmd, "missing --format (or --in and --out)");
+    cli_resolve_format(cmd, "input format", in, &v->in);
+    cli_resolve_format(cmd, "output format", out, &v->out);
+    if (emu_op_is_compare(v->op)) {
+        v->out = v->in; /* the result is 0 or 1 */
+        return;
+    }
+    /* Conversions take any formats; arithmetic works on binary32 values. */
+    if (v->op == EMU_OP_CONVERT)
+        return;
+    if (!emu_arith_supported(&v->in) || !emu_arith_supported(&v->out))
+        cli_usage_error(cmd, "%s needs formats whose values are binary32 "
+                        "values (p <= 24, binary32's range): %s is not one",
+                        emu_op_name(v->op),
+                        emu_arith_supported(&v->in) ? v->out.name : v->in.name);
+}
+
+void cli_mode_name(const emu_rounding *r, char *buf, size_t size)
+{
+    if (r->mode == EMU_RS_BITS)
+        snprintf(buf, size, "sr%u", r->sr_bits);
+    else
+        snprintf(buf, size, "%s", emu_rnd_name(r->mode));
+}
+
+/* Every field spelled out, so that the string means the same format
+ * whatever a registered name of the same eXmY shape has for defaults
+ * (e8m0 is registered unsigned, without zero and subnormals). */
+static void full_spec(const emu_format *f, char *buf, size_t size)
+{
+    snprintf(buf, size, "e%dm%d,bias=%d,specials=%s,overflow=%s,"
+             "subnormals=%s,signed=%s,zero=%s", f->ebits, f->mbits, f->bias,
+             emu_specials_name(f->specials), emu_overflow_name(f->overflow),
+             f->subnormals ? "yes" : "no", f->is_signed ? "yes" : "no",
+             f->has_zero ? "yes" : "no");
+}
+
+void cli_vecopts_write_header(const cli_vecopts *v, FILE *fp)
+{
+    char in[256], out[256], mode[16];
+    full_spec(&v->in, in, sizeof in);
+    full_spec(&v->out, out, sizeof out);
+    cli_mode_name(&v->rnd, mode, sizeof mode);
+    fprintf(fp, "%s op=%s in=%s out=%s mode=%s tiny=%s saturate=%s "
+            "seed=%llu\n", header_tag, emu_op_name(v->op), in, out, mode,
+            v->rnd.tininess == EMU_TINY_BEFORE ? "before" : "after",
+            v->rnd.saturate ? "yes" : "no", (unsigned long long)v->seed);
+}

@@ -1,0 +1,67 @@
+#!/bin/sh
+# Builds the libFuzzer harnesses with clang (-fsanitize=fuzzer,address,
+# undefined) and runs each for SECONDS (default 30), seeded from
+# formats/*.fmt and tests/data/*.
+#
+#   fuzz/run.sh [SECONDS]
+#   EMU_FUZZ_BUILD=dir  build directory (default build-fuzz in the repo)
+#   CC=clang-15         another clang
+#
+# The growing corpora live in $EMU_FUZZ_BUILD/corpus/<harness>, so a second
+# run resumes where the first stopped; crash inputs go to
+# $EMU_FUZZ_BUILD/artifacts/.  Exit status: 0 if no harness crashed.
+set -eu
+secs=${1:-30}
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${EMU_FUZZ_BUILD:-$root/build-fuzz}
+cc=${CC:-clang}
+
+CC=$cc cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DEMU_BUILD_FUZZ=ON -DEMU_BUILD_TESTS=OFF -DEMU_BUILD_BENCH=OFF > "$build.cmake.log" 2>&1 ||
+    { cat "$build.cmake.log" >&2; exit 2; }
+cmake --build "$build" -j2 --target fuzz_format_spec fuzz_vectors > "$build.build.log" 2>&1 ||
+    { tail -n 40 "$build.build.log" >&2; exit 2; }
+
+seeds=$build/seeds
+rm -rf "$seeds"
+mkdir -p "$seeds/fuzz_format_spec" "$seeds/fuzz_vectors" \
+    "$build/corpus/fuzz_format_spec" "$build/corpus/fuzz_vectors" "$build/artifacts"
+
+# Spec seeds: every shipped spec file and a few inline specs.
+cp "$root"/formats/*.fmt "$seeds/fuzz_format_spec/"
+i=0
+for s in 'e4m3,nosubnormals,saturate' 'e5m10,bias=14' 'e3m4,bias=5,fn' \
+         'binary16,saturate' 'e8m0,unsigned,nozero,nosubnormals,fn' 'e2m1,finite' \
+         'e8m0,signed'; do
+    i=$((i + 1))
+    printf '%s' "$s" > "$seeds/fuzz_format_spec/inline$i"
+done
+
+# Vector seeds: three layout bytes (operands-1, operand bits-1, result
+# bits-1, each taken modulo the harness's range), then lines of a data file.
+for f in "$root"/tests/data/*.tv; do
+    base=$(basename "$f" .tv)
+    case $base in
+        *sqrt*) layout='\000\017\017' ;;
+        *f32_to_f16*) layout='\000\037\017' ;;
+        *_eq_* | *_lt_* | *_le_*) layout='\001\017\000' ;;
+        *) layout='\001\017\017' ;;
+    esac
+    { printf "$layout"; head -n 40 "$f"; } > "$seeds/fuzz_vectors/$base"
+done
+
+status=0
+for h in fuzz_format_spec fuzz_vectors; do
+    echo "== $h: $secs s"
+    if ! "$build/fuzz/$h" -max_total_time="$secs" -print_final_stats=1 \
+            -artifact_prefix="$build/artifacts/$h-" \
+            "$build/corpus/$h" "$seeds/$h" > "$build/$h.log" 2>&1; then
+        echo "$h: FAILED (see $build/$h.log and $build/artifacts/)"
+        grep -E 'ERROR|SUMMARY|fuzz_|abort' "$build/$h.log" | head -n 20
+        status=1
+    fi
+    grep -E '^stat::(number_of_executed_units|average_exec_per_sec|peak_rss_mb)|^#[0-9]+.*DONE' \
+        "$build/$h.log" || true
+    echo "corpus: $(ls "$build/corpus/$h" | wc -l) inputs"
+done
+exit $status

@@ -1,0 +1,241 @@
+/*
+ * emu/nn.h — training in any format: precision policies, layers, models,
+ * loss scaling, optimizers and the training loop.
+ *
+ * llm.c's shape: each layer is a forward/backward pair over emu tensors,
+ * every computation an op through the choke point, so a training step is
+ * measured op by op and tensor by tensor.  A precision policy says, for
+ * each tensor role, which format and rounding it lives in; presets name
+ * the recipes of the mixed-precision papers.
+ *
+ * Shapes: B batch, C channels, H x W image, F features, K classes.
+ */
+#ifndef EMU_NN_H
+#define EMU_NN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "emu/accum.h"
+#include "emu/data.h"
+#include "emu/format.h"
+#include "emu/ops.h"
+#include "emu/round.h"
+#include "emu/stats.h"
+#include "emu/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- precision policy --------------------------------------------------- */
+
+typedef struct emu_role_prec {
+    emu_format fmt;
+    emu_rounding rnd;        /* rnd.rng unused: streams come from the ctx */
+} emu_role_prec;
+
+typedef enum emu_update_rule {
+    EMU_UPDATE_PLAIN,        /* w = round(w - lr * step) in w's format, rnd  */
+    EMU_UPDATE_SR,           /* the same rounded stochastically               */
+    EMU_UPDATE_KAHAN,        /* compensated: a buffer c in w's format keeps
+                                what each rounding lost (Zamirai et al.)   */
+    EMU_UPDATE_COUNT
+} emu_update_rule;
+
+typedef enum emu_scaling {
+    EMU_SCALE_NONE,
+    EMU_SCALE_STATIC,        /* loss * S, gradients / S                      */
+    EMU_SCALE_DYNAMIC,       /* GradScaler: grow x growth after `interval`
+                                clean steps; on inf/NaN x backoff, skip     */
+    EMU_SCALE_ENHANCED,      /* dynamic with a floor that rises on a
+                                schedule (Mellempudi et al., FP8)          */
+    EMU_SCALE_ADAPTIVE,      /* per-layer (Zhao et al.): each layer's scale
+                                from its statistics, composed backward    */
+    EMU_SCALE_COUNT
+} emu_scaling;
+
+typedef struct emu_loss_scaling {
+    emu_scaling kind;
+    double init;             /* initial (or static) scale, a power of two   */
+    double growth;           /* 2                                            */
+    double backoff;          /* 0.5                                          */
+    int interval;            /* 2000 overflow-free steps before growing     */
+    double floor;            /* ENHANCED: the scale never drops below it    */
+    double floor_growth;     /* ENHANCED: floor *= this every floor_every   */
+    int floor_every;         /*   steps (0: fixed floor)                     */
+    double target;           /* ADAPTIVE: target underflow rate (1e-3)      */
+    double max;              /* cap on any scale (2^24)                      */
+} emu_loss_scaling;
+
+/* Which layers keep the exempt precision (FP8 recipe: first and last). */
+enum { EMU_EXEMPT_FIRST = 1u << 0, EMU_EXEMPT_LAST = 1u << 1 };
+
+typedef struct emu_policy {
+    char name[32];
+    char paper[160];         /* the recipe it follows, for the run record   */
+    emu_role_prec weight;       /* compute copy of the weights              */
+    emu_role_prec master;       /* master copy (if use_master)              */
+    emu_role_prec activation;
+    emu_role_prec act_grad;     /* errors                                   */
+    emu_role_prec weight_grad;
+    emu_role_prec opt_state;    /* momentum / Adam moments                  */
+    bool use_master;
+    emu_accum accum;            /* matmul and conv                          */
+    unsigned exempt;            /* EMU_EXEMPT_* */
+    emu_role_prec exempt_prec;  /* every role of an exempt layer            */
+    emu_update_rule update;
+    emu_loss_scaling scaling;
+} emu_policy;
+
+/* The presets, by name: fp32, fp16-mpt, fp16-no-master, fp16-no-scaling,
+ * bf16-nearest, bf16-sr, bf16-kahan, bf16-fp32w, fp8-e5m2, fp8-hybrid,
+ * adaptive.  Returns 0, or -1 with err listing the known names. */
+int emu_policy_preset(emu_policy *p, const char *name, emu_error *err);
+/* Names of the presets, NULL-terminated. */
+const char *const *emu_policy_preset_names(void);
+
+/* Sets one field from "key=value": weight=FMT, master=FMT|none,
+ * activation=FMT, act_grad=FMT, weight_grad=FMT, opt_state=FMT,
+ * <role>.mode=MODE (or weight_mode=...), accum=SPEC (emu_accum_parse),
+ * exempt=none|first|last|first+last, exempt_format=FMT, update=plain|sr|kahan,
+ * scaling=none|static|dynamic|enhanced|adaptive, scale=S, growth=, backoff=,
+ * interval=, floor=, floor_growth=, floor_every=, target=, max_scale=.
+ * Returns 0 or -1 with err naming the key. */
+int emu_policy_set(emu_policy *p, const char *assignment, emu_error *err);
+
+/* Refuses contradictions: a master narrower than the compute copy, loss
+ * scale <= 0 or not finite, growth <= 1, backoff outside (0, 1), formats
+ * the carrier cannot hold, SR update with a non-SR weight rounding... */
+int emu_policy_validate(const emu_policy *p, emu_error *err);
+
+/* The policy as JSON (for the run record and for checking a resume). */
+void emu_policy_write_json(const emu_policy *p, FILE *fp, int indent);
+
+/* ---- layers and models -------------------------------------------------- */
+
+typedef enum emu_layer_kind {
+    EMU_LAYER_LINEAR,   /* y (B, Fo) = x (B, Fi) W^T + b; W (Fo, Fi)       */
+    EMU_LAYER_CONV,     /* y (B, Co, Ho, Wo) = conv(x, W (Co, Ci, k, k)) + b */
+    EMU_LAYER_MAXPOOL,  /* k x k, stride k                                  */
+    EMU_LAYER_RELU,
+    EMU_LAYER_GELU,
+    EMU_LAYER_FLATTEN,  /* (B, C, H, W) -> (B, C*H*W): a view, no rounding  */
+    EMU_LAYER_COUNT
+} emu_layer_kind;
+
+/* A parameter with everything the optimizer needs, in one place. */
+typedef struct emu_param {
+    emu_tensor w;        /* compute copy (EMU_ROLE_WEIGHT)                  */
+    emu_tensor master;   /* EMU_ROLE_MASTER, allocated if use_master        */
+    emu_tensor g;        /* EMU_ROLE_WEIGHT_GRAD                            */
+    emu_tensor m, v;     /* EMU_ROLE_OPT_STATE: momentum / Adam moments      */
+    emu_tensor c;        /* Kahan compensation, in w's format               */
+} emu_param;
+
+typedef struct emu_layer {
+    emu_layer_kind kind;
+    char name[24];            /* "conv1", "fc2", "relu3"                    */
+    int in_dims[4], out_dims[4]; /* per example: (C, H, W) or (F)          */
+    int in_ndim, out_ndim;
+    int ksize, stride, pad;   /* conv and pool                              */
+    bool exempt;              /* kept in the policy's exempt precision       */
+    bool has_params;
+    emu_param weight, bias;
+    const emu_tensor *in;     /* the input the forward pass used            */
+    bool has_xq;              /* input cast into this layer's format first  */
+    emu_tensor xq;            /* that cast input (B, ...)                   */
+    emu_tensor y;             /* output activations (B, ...)                */
+    emu_tensor dx;            /* gradient w.r.t. the input (B, ...)          */
+    size_t *argmax;           /* max pool: chosen inputs                     */
+    double scale;             /* ADAPTIVE: this layer's loss scale           */
+} emu_layer;
+
+typedef struct emu_model {
+    char arch[128];           /* the spec it was built from                 */
+    emu_layer *layers;
+    int n_layers;
+    int batch;
+    int in_dims[3];           /* (C, H, W) of one example                   */
+    int classes;
+    emu_tensor x;             /* input batch, activation format             */
+    emu_tensor loss;          /* 1 element                                  */
+    emu_tensor dlogits;       /* (B, K), act_grad format                    */
+} emu_model;
+
+/* Builds a model from an architecture spec:
+ *   "mlp:784-256-128-10"          linear layers with ReLU between
+ *   "mlp:784-128x8-10"            a deep plain MLP (8 hidden layers of 128)
+ *   "cnn" or "cnn:6-16-120-84"    LeNet-style: conv5(6)+pool, conv5(16)+pool,
+ *                                 fc 120, fc 84, fc K
+ * (gelu can replace relu: "mlp-gelu:...").  Parameters are initialised
+ * deterministically from seed (He-uniform), rounded into their formats. */
+int emu_model_build(emu_model *m, const char *arch, const emu_policy *p,
+                    int batch, int in_c, int in_h, int in_w, int classes,
+                    uint64_t seed, emu_ctx *ctx, emu_error *err);
+void emu_model_free(emu_model *m);
+
+/* Parameters in all: the sum of weight and bias element counts. */
+size_t emu_model_param_count(const emu_model *m);
+
+/* Forward pass over the batch in m->x; logits in the last layer's y. */
+int emu_model_forward(emu_model *m, emu_ctx *ctx, const emu_policy *p);
+/* Loss (times scale into dlogits) and backward pass: weight gradients in
+ * each param's g.  labels has m->batch entries. */
+int emu_model_backward(emu_model *m, emu_ctx *ctx, const emu_policy *p,
+                       const int *labels, float scale);
+
+/* ---- the training loop -------------------------------------------------- */
+
+typedef enum emu_optimizer { EMU_OPT_SGD, EMU_OPT_ADAM, EMU_OPT_COUNT } emu_optimizer;
+typedef enum emu_schedule { EMU_LR_CONSTANT, EMU_LR_STEP, EMU_LR_COSINE, EMU_LR_COUNT } emu_schedule;
+
+typedef struct emu_train_config {
+    char preset[32];
+    char arch[128];
+    char data[16];            /* "synthetic" or "fashion-mnist"            */
+    char data_dir[256];       /* for fashion-mnist ("" = Debian's location) */
+    size_t train_examples;    /* 0: all; otherwise the first n             */
+    size_t test_examples;
+    int epochs;
+    int64_t max_steps;        /* 0: epochs decide                          */
+    int batch;
+    emu_optimizer opt;
+    double lr, momentum, weight_decay, beta1, beta2, eps;
+    emu_schedule schedule;
+    double lr_final;          /* cosine: final lr; step: factor per step  */
+    int64_t lr_step;          /* step schedule: every lr_step steps       */
+    double loss_mult;         /* the loss is multiplied by this (shifted
+                                 experiments: 2^-12 mimics SSD's tiny grads) */
+    uint64_t seed;
+    double ref_rate;          /* MPFR sampling rate of the choke point     */
+    int stats_every;          /* write per-op rows every n steps (0: never) */
+    int checkpoint_every;     /* steps (0: only at the end)                */
+    int threads;
+    char out_dir[512];
+    bool force, resume, quiet;
+} emu_train_config;
+
+void emu_train_config_default(emu_train_config *c);
+
+/* Runs (or resumes) a training run and writes its results folder:
+ *   meta.json        configuration, policy in full, formats, seed, library
+ *                    version, data set, model; "completed" when done
+ *   steps.csv        one row per step: loss, accuracy, loss scale, skipped,
+ *                    underflow/overflow/absorbed rates, lr, time
+ *   ops_steps.csv    per-op rows every stats_every steps
+ *   ops.csv, hist.csv, ops.json   per-op totals and histograms
+ *   layers_steps.csv per layer and step: gradient underflow rates and scales
+ *   eval.csv         test accuracy and loss per epoch
+ *   checkpoint.bin   the state to resume from
+ * Every file is written atomically.  Progress goes to `log` (a compact
+ * updating line on a terminal, plain lines otherwise). */
+int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
+              emu_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,425 @@
+/*
+ * policy.c — precision policies: the presets of the mixed-precision papers,
+ * "key=value" overrides, validation and the JSON record of a run.
+ *
+ * Matmul and convolution default to the "fast" accumulator (binary32
+ * arithmetic on the rounded inputs): all four papers accumulate in binary32,
+ * and the per-step emulated models are there for when the accumulator is
+ * the question (--set accum=sequential,acc=binary16, ...).
+ */
+#include "emu/nn.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int fail(emu_error *err, const char *key, const char *fmt, ...)
+{
+    if (err) {
+        snprintf(err->where, sizeof err->where, "policy");
+        snprintf(err->key, sizeof err->key, "%s", key);
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->message, sizeof err->message, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+static emu_role_prec prec(const char *format, emu_rnd mode)
+{
+    emu_role_prec r;
+    memset(&r, 0, sizeof r);
+    r.fmt = *emu_format_find(format);
+    r.rnd.mode = mode;
+    r.rnd.sr_bits = 64;
+    return r;
+}
+
+static void set_all(emu_policy *p, const char *format)
+{
+    p->weight = p->master = p->activation = p->act_grad = p->weight_grad =
+        p->opt_state = prec(format, EMU_RNE);
+}
+
+static void base(emu_policy *p, const char *name, const char *paper)
+{
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s", name);
+    snprintf(p->paper, sizeof p->paper, "%s", paper);
+    set_all(p, "binary32");
+    p->exempt_prec = prec("binary32", EMU_RNE);
+    emu_accum_default(&p->accum);
+    p->accum.kind = EMU_ACCUM_FAST;
+    p->update = EMU_UPDATE_PLAIN;
+    p->scaling.kind = EMU_SCALE_NONE;
+    p->scaling.init = 1.0;
+    p->scaling.growth = 2.0;
+    p->scaling.backoff = 0.5;
+    p->scaling.interval = 2000;
+    p->scaling.floor = 1.0;
+    p->scaling.floor_growth = 2.0;
+    p->scaling.floor_every = 0;
+    p->scaling.target = 1e-3;
+    p->scaling.max = 16777216.0; /* 2^24 */
+}
+
+static void dynamic(emu_policy *p)
+{
+    /* PyTorch GradScaler's defaults. */
+    p->scaling.kind = EMU_SCALE_DYNAMIC;
+    p->scaling.init = 65536.0;
+    p->scaling.growth = 2.0;
+    p->scaling.backoff = 0.5;
+    p->scaling.interval = 2000;
+}
+
+static const char *const preset_names[] = {
+    "fp32", "fp16-mpt", "fp16-no-master", "fp16-no-scaling", "bf16-nearest",
+    "bf16-sr", "bf16-kahan", "bf16-fp32w", "fp8-e5m2", "fp8-hybrid",
+    "adaptive", NULL,
+};
+
+const char *const *emu_policy_preset_names(void)
+{
+    return preset_names;
+}
+
+static const char MPT[] = "Micikevicius et al., Mixed Precision Training, ICLR 2018";
+static const char BF16[] = "Zamirai et al., Revisiting BFloat16 Training, 2020";
+static const char FP8[] = "Mellempudi et al., Mixed Precision Training With 8-bit "
+                          "Floating Point, 2019";
+
+int emu_policy_preset(emu_policy *p, const char *name, emu_error *err)
+{
+    if (!name)
+        name = "";
+    if (!strcmp(name, "fp32")) {
+        base(p, name, "binary32 baseline");
+    } else if (!strcmp(name, "fp16-mpt") || !strcmp(name, "fp16-no-master") ||
+               !strcmp(name, "fp16-no-scaling") || !strcmp(name, "adaptive")) {
+        /* FP16 storage and arithmetic inputs, FP32 master weights and
+         * accumulation, dynamic loss scaling. */
+        base(p, name, MPT);
+        set_all(p, "binary16");
+        p->master = prec("binary32", EMU_RNE);
+        p->opt_state = prec("binary32", EMU_RNE);
+        p->use_master = true;
+        dynamic(p);
+        if (!strcmp(name, "fp16-no-master"))
+            p->use_master = false; /* updates rounded straight into FP16 */
+        if (!strcmp(name, "fp16-no-scaling"))
+            p->scaling.kind = EMU_SCALE_NONE, p->scaling.init = 1.0;
+        if (!strcmp(name, "adaptive")) {
+            snprintf(p->paper, sizeof p->paper, "Zhao et al., Adaptive Loss "
+                     "Scaling for Mixed Precision Training, 2019");
+            p->scaling.kind = EMU_SCALE_ADAPTIVE;
+            p->scaling.init = 1.0;
+        }
+    } else if (!strcmp(name, "bf16-nearest") || !strcmp(name, "bf16-sr") ||
+               !strcmp(name, "bf16-kahan") || !strcmp(name, "bf16-fp32w")) {
+        /* Everything 16-bit; only the weight update differs. */
+        base(p, name, BF16);
+        set_all(p, "bfloat16");
+        p->update = !strcmp(name, "bf16-sr")      ? EMU_UPDATE_SR
+                  : !strcmp(name, "bf16-kahan")   ? EMU_UPDATE_KAHAN
+                                                  : EMU_UPDATE_PLAIN;
+        if (!strcmp(name, "bf16-fp32w")) /* ablation: FP32 weights only */
+            p->weight = p->master = prec("binary32", EMU_RNE);
+    } else if (!strcmp(name, "fp8-e5m2") || !strcmp(name, "fp8-hybrid")) {
+        /* E5M2 (or E4M3 forward) tensors, FP32 accumulation, FP16 master
+         * weights updated with stochastic rounding, gradients rounded
+         * stochastically, first and last layers in FP16, enhanced loss
+         * scaling with a floor. */
+        base(p, name, FP8);
+        set_all(p, "e5m2");
+        if (!strcmp(name, "fp8-hybrid")) {
+            snprintf(p->paper, sizeof p->paper, "Sun et al., Hybrid 8-bit "
+                     "Floating Point Training, NeurIPS 2019 (E4M3 forward, "
+                     "E5M2 backward)");
+            p->weight = prec("e4m3", EMU_RNE);
+            p->activation = prec("e4m3", EMU_RNE);
+        }
+        p->act_grad.rnd.mode = EMU_RS;
+        p->weight_grad.rnd.mode = EMU_RS;
+        p->master = prec("binary16", EMU_RNE);
+        p->opt_state = prec("binary16", EMU_RNE);
+        p->use_master = true;
+        p->update = EMU_UPDATE_SR;
+        p->exempt = EMU_EXEMPT_FIRST | EMU_EXEMPT_LAST;
+        p->exempt_prec = prec("binary16", EMU_RNE);
+        dynamic(p);
+        p->scaling.kind = EMU_SCALE_ENHANCED;
+        p->scaling.floor = 256.0;
+        p->scaling.floor_growth = 2.0;
+        p->scaling.floor_every = 0;
+    } else {
+        char list[256] = "";
+        for (int i = 0; preset_names[i]; i++) {
+            strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
+            strncat(list, preset_names[i], sizeof list - strlen(list) - 1);
+        }
+        return fail(err, "preset", "unknown preset '%s' (known: %s)", name, list);
+    }
+    return 0;
+}
+
+/* ---- overrides --------------------------------------------------------------- */
+
+static emu_role_prec *role_field(emu_policy *p, const char *role)
+{
+    if (!strcmp(role, "weight")) return &p->weight;
+    if (!strcmp(role, "master")) return &p->master;
+    if (!strcmp(role, "activation")) return &p->activation;
+    if (!strcmp(role, "act_grad")) return &p->act_grad;
+    if (!strcmp(role, "weight_grad")) return &p->weight_grad;
+    if (!strcmp(role, "opt_state")) return &p->opt_state;
+    if (!strcmp(role, "exempt")) return &p->exempt_prec;
+    return NULL;
+}
+
+static int parse_double(const char *s, double *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (!*s || *end)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_int(const char *s, long lo, long hi, int *out)
+{
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end || v < lo || v > hi)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+int emu_policy_set(emu_policy *p, const char *assignment, emu_error *err)
+{
+    char buf[256];
+    if (!assignment || strlen(assignment) >= sizeof buf)
+        return fail(err, "", "assignment missing or too long");
+    snprintf(buf, sizeof buf, "%s", assignment);
+    char *eq = strchr(buf, '=');
+    if (!eq)
+        return fail(err, buf, "expected key=value");
+    *eq = '\0';
+    const char *key = buf, *val = eq + 1;
+    if (!*val)
+        return fail(err, key, "missing value");
+
+    /* <role>=FORMAT, <role>.mode=MODE; master=none turns the copy off. */
+    char role[32];
+    snprintf(role, sizeof role, "%.31s", key);
+    char *dot = strchr(role, '.');
+    if (dot)
+        *dot = '\0';
+    if (!strcmp(key, "exempt_format"))
+        snprintf(role, sizeof role, "exempt");
+    emu_role_prec *rp = role_field(p, role);
+    if (rp && (!dot || !strcmp(dot + 1, "mode"))) {
+        if (dot) {
+            if (emu_rnd_parse(val, &rp->rnd.mode, &rp->rnd.sr_bits))
+                return fail(err, key, "'%s' is not a rounding mode (rne rna rz "
+                            "ru rd ro sr srN)", val);
+            return 0;
+        }
+        if (!strcmp(key, "master") && !strcmp(val, "none")) {
+            p->use_master = false;
+            return 0;
+        }
+        emu_error ferr;
+        if (emu_format_resolve(&rp->fmt, val, &ferr)) {
+            char msg[600];
+            emu_error_format(&ferr, msg, sizeof msg);
+            return fail(err, key, "%s", msg);
+        }
+        if (!strcmp(key, "master"))
+            p->use_master = true;
+        return 0;
+    }
+    if (!strcmp(key, "accum"))
+        return emu_accum_parse(&p->accum, val, err);
+    if (!strcmp(key, "exempt")) {
+        unsigned e = 0;
+        if (!strcmp(val, "none")) e = 0;
+        else if (!strcmp(val, "first")) e = EMU_EXEMPT_FIRST;
+        else if (!strcmp(val, "last")) e = EMU_EXEMPT_LAST;
+        else if (!strcmp(val, "first+last")) e = EMU_EXEMPT_FIRST | EMU_EXEMPT_LAST;
+        else
+            return fail(err, key, "'%s' is not none, first, last or first+last", val);
+        p->exempt = e;
+        return 0;
+    }
+    if (!strcmp(key, "update")) {
+        if (!strcmp(val, "plain")) p->update = EMU_UPDATE_PLAIN;
+        else if (!strcmp(val, "sr")) p->update = EMU_UPDATE_SR;
+        else if (!strcmp(val, "kahan")) p->update = EMU_UPDATE_KAHAN;
+        else
+            return fail(err, key, "'%s' is not plain, sr or kahan", val);
+        return 0;
+    }
+    if (!strcmp(key, "scaling")) {
+        static const char *const names[EMU_SCALE_COUNT] = {
+            "none", "static", "dynamic", "enhanced", "adaptive"
+        };
+        for (int i = 0; i < EMU_SCALE_COUNT; i++)
+            if (!strcmp(val, names[i])) {
+                p->scaling.kind = (emu_scaling)i;
+                return 0;
+            }
+        return fail(err, key, "'%s' is not none, static, dynamic, enhanced or "
+                    "adaptive", val);
+    }
+    emu_loss_scaling *s = &p->scaling;
+    double *dfield = !strcmp(key, "scale") ? &s->init
+                   : !strcmp(key, "growth") ? &s->growth
+                   : !strcmp(key, "backoff") ? &s->backoff
+                   : !strcmp(key, "floor") ? &s->floor
+                   : !strcmp(key, "floor_growth") ? &s->floor_growth
+                   : !strcmp(key, "target") ? &s->target
+                   : !strcmp(key, "max_scale") ? &s->max : NULL;
+    if (dfield) {
+        if (parse_double(val, dfield))
+            return fail(err, key, "'%s' is not a number", val);
+        return 0;
+    }
+    if (!strcmp(key, "interval") || !strcmp(key, "floor_every")) {
+        int *f = !strcmp(key, "interval") ? &s->interval : &s->floor_every;
+        if (parse_int(val, 0, 1 << 30, f))
+            return fail(err, key, "'%s' is not a step count", val);
+        return 0;
+    }
+    return fail(err, key, "unknown policy key (weight, master, activation, "
+                "act_grad, weight_grad, opt_state, <role>.mode, accum, exempt, "
+                "exempt_format, update, scaling, scale, growth, backoff, "
+                "interval, floor, floor_growth, floor_every, target, max_scale)");
+}
+
+/* ---- validation ------------------------------------------------------------- */
+
+static bool is_power_of_two(double x)
+{
+    int e;
+    return x > 0.0 && isfinite(x) && frexp(x, &e) == 0.5;
+}
+
+int emu_policy_validate(const emu_policy *p, emu_error *err)
+{
+    static const char *const roles[] = { "weight", "master", "activation",
+                                         "act_grad", "weight_grad", "opt_state",
+                                         "exempt_format" };
+    const emu_role_prec *rps[] = { &p->weight, &p->master, &p->activation,
+                                   &p->act_grad, &p->weight_grad,
+                                   &p->opt_state, &p->exempt_prec };
+    for (int i = 0; i < 7; i++) {
+        if (!rps[i]->fmt.fits_carrier)
+            return fail(err, roles[i], "%s is not held by the binary32 carrier",
+                        rps[i]->fmt.name);
+        if (!rps[i]->fmt.has_zero)
+            return fail(err, roles[i], "%s has no zero: it cannot hold a tensor",
+                        rps[i]->fmt.name);
+    }
+    if (p->use_master) {
+        const emu_format *w = &p->weight.fmt, *m = &p->master.fmt;
+        if (m->p < w->p || m->emax < w->emax || m->min_value > w->min_value)
+            return fail(err, "master", "the master copy (%s) is narrower than "
+                        "the compute copy (%s): it must hold every weight value",
+                        m->name, w->name);
+    }
+    if (p->update == EMU_UPDATE_KAHAN && p->use_master)
+        return fail(err, "update", "Kahan-compensated updates replace the master "
+                    "copy; set master=none");
+    if (emu_accum_validate(&p->accum, err))
+        return -1;
+    const emu_loss_scaling *s = &p->scaling;
+    if (!(s->init > 0.0) || !isfinite(s->init))
+        return fail(err, "scale", "the loss scale must be positive and finite "
+                    "(got %g)", s->init);
+    if (s->kind != EMU_SCALE_NONE && s->kind != EMU_SCALE_ADAPTIVE &&
+        !is_power_of_two(s->init))
+        return fail(err, "scale", "%g is not a power of two: scaling would "
+                    "round every gradient", s->init);
+    if (s->kind == EMU_SCALE_DYNAMIC || s->kind == EMU_SCALE_ENHANCED) {
+        if (!is_power_of_two(s->growth) || s->growth <= 1.0)
+            return fail(err, "growth", "must be a power of two above 1 (got %g)",
+                        s->growth);
+        if (!is_power_of_two(s->backoff) || s->backoff >= 1.0)
+            return fail(err, "backoff", "must be a power of two below 1 (got %g)",
+                        s->backoff);
+        if (s->interval < 1)
+            return fail(err, "interval", "must be at least 1 step");
+    }
+    if (s->kind == EMU_SCALE_ENHANCED) {
+        if (!is_power_of_two(s->floor))
+            return fail(err, "floor", "must be a power of two (got %g)", s->floor);
+        if (s->floor_every && (!is_power_of_two(s->floor_growth) ||
+                               s->floor_growth < 1.0))
+            return fail(err, "floor_growth", "must be a power of two >= 1");
+    }
+    if (s->kind == EMU_SCALE_ADAPTIVE && !(s->target > 0.0 && s->target < 1.0))
+        return fail(err, "target", "the target underflow rate must lie in (0, 1)");
+    if (!is_power_of_two(s->max))
+        return fail(err, "max_scale", "must be a power of two (got %g)", s->max);
+    return 0;
+}
+
+/* ---- JSON -------------------------------------------------------------------- */
+
+static void json_prec(FILE *fp, const char *name, const emu_role_prec *r,
+                      const char *pad, bool last)
+{
+    char spec[256];
+    emu_format_spec_string(&r->fmt, spec, sizeof spec);
+    const char *mode = emu_rnd_name(r->rnd.mode);
+    char modebuf[16];
+    if (r->rnd.mode == EMU_RS_BITS) {
+        snprintf(modebuf, sizeof modebuf, "sr%u", r->rnd.sr_bits);
+        mode = modebuf;
+    }
+    fprintf(fp, "%s\"%s\": {\"format\": \"%s\", \"spec\": \"%s\", \"mode\": "
+            "\"%s\"}%s\n", pad, name, r->fmt.name, spec, mode, last ? "" : ",");
+}
+
+void emu_policy_write_json(const emu_policy *p, FILE *fp, int indent)
+{
+    char pad[32], pad2[36];
+    snprintf(pad, sizeof pad, "%*s", indent, "");
+    snprintf(pad2, sizeof pad2, "%*s", indent + 2, "");
+    static const char *const updates[EMU_UPDATE_COUNT] = { "plain", "sr", "kahan" };
+    static const char *const scalings[EMU_SCALE_COUNT] = {
+        "none", "static", "dynamic", "enhanced", "adaptive"
+    };
+    char accum[256];
+    emu_accum_string(&p->accum, accum, sizeof accum);
+    fprintf(fp, "{\n");
+    fprintf(fp, "%s\"name\": \"%s\",\n", pad2, p->name);
+    fprintf(fp, "%s\"paper\": \"%s\",\n", pad2, p->paper);
+    json_prec(fp, "weight", &p->weight, pad2, false);
+    json_prec(fp, "master", &p->master, pad2, false);
+    json_prec(fp, "activation", &p->activation, pad2, false);
+    json_prec(fp, "act_grad", &p->act_grad, pad2, false);
+    json_prec(fp, "weight_grad", &p->weight_grad, pad2, false);
+    json_prec(fp, "opt_state", &p->opt_state, pad2, false);
+    json_prec(fp, "exempt_precision", &p->exempt_prec, pad2, false);
+    fprintf(fp, "%s\"use_master\": %s,\n", pad2, p->use_master ? "true" : "false");
+    fprintf(fp, "%s\"accum\": \"%s\",\n", pad2, accum);
+    fprintf(fp, "%s\"exempt\": \"%s\",\n", pad2,
+            p->exempt == (EMU_EXEMPT_FIRST | EMU_EXEMPT_LAST) ? "first+last"
+            : p->exempt == EMU_EXEMPT_FIRST ? "first"
+            : p->exempt == EMU_EXEMPT_LAST ? "last" : "none");
+    fprintf(fp, "%s\"update\": \"%s\",\n", pad2, updates[p->update]);
+    const emu_loss_scaling *s = &p->scaling;
+    fprintf(fp, "%s\"scaling\": {\"kind\": \"%s\", \"init\": %.17g, \"growth\": "
+            "%.17g, \"backoff\": %.17g, \"interval\": %d, \"floor\": %.17g, "
+            "\"floor_growth\": %.17g, \"floor_every\": %d, \"target\": %.17g, "
+            "\"max\": %.17g}\n", pad2, scalings[s->kind], s->init, s->growth,
+            s->backoff, s->interval, s->floor, s->floor_growth, s->floor_every,
+            s->target, s->max);
+    fprintf(fp, "%s}", pad);
+}
