@@ -135,5 +135,6 @@ int cmd_round(int argc, char **argv);
 int cmd_gen(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_version(int argc, char **argv);
+int cmd_train(int argc, char **argv);
 
 #endif

@@ -227,7 +227,8 @@ static double round_integral(double x, const emu_rounding *r, bool *inexact)
     double t = floor(a);
     double frac = a - t; /* exact */
     *inexact = frac != 0.0;
-    if (*inexact && int_round_up(frac, signbit(x) != 0, fmod(t, 2.0) != 0.0, r))
+    /* t < 2^52 whenever frac != 0, so its parity is an integer's. */
+    if (*inexact && int_round_up(frac, signbit(x) != 0, ((uint64_t)t & 1) != 0, r))
         t += 1.0; /* exact: t < 2^53 whenever frac != 0 */
     return signbit(x) ? -t : t;
 }

@@ -50,7 +50,7 @@ static double decide(double ah, double al, int q, bool neg,
     /* lo on the scale of the quantum.  It can underflow to zero when the
      * quantum is huge compared to lo; its sign is then read from al. */
     double flo = ldexp(al, -q);
-    bool odd = fmod(M, 2.0) != 0.0;
+    bool odd = ((uint64_t)M & 1) != 0; /* M < 2^53: exact as an integer */
 
     switch (r->mode) {
     case EMU_RNE:

@@ -131,6 +131,8 @@ typedef struct emu_param {
     emu_tensor w;        /* compute copy (EMU_ROLE_WEIGHT)                  */
     emu_tensor master;   /* EMU_ROLE_MASTER, allocated if use_master        */
     emu_tensor g;        /* EMU_ROLE_WEIGHT_GRAD                            */
+    emu_tensor gm;       /* the gradient cast to the master format, unscaled
+                            there (allocated with the master)              */
     emu_tensor m, v;     /* EMU_ROLE_OPT_STATE: momentum / Adam moments      */
     emu_tensor c;        /* Kahan compensation, in w's format               */
 } emu_param;
@@ -150,7 +152,11 @@ typedef struct emu_layer {
     emu_tensor y;             /* output activations (B, ...)                */
     emu_tensor dx;            /* gradient w.r.t. the input (B, ...)          */
     size_t *argmax;           /* max pool: chosen inputs                     */
-    double scale;             /* ADAPTIVE: this layer's loss scale           */
+    double scale;             /* ADAPTIVE: the factor (a power of two) this
+                                 layer's input gradient is scaled by where it
+                                 is produced; 1 otherwise                  */
+    double grad_scale;        /* the total scale its weight gradient carries
+                                 (loss scale times the factors above it)   */
 } emu_layer;
 
 typedef struct emu_model {
@@ -234,6 +240,12 @@ void emu_train_config_default(emu_train_config *c);
  * updating line on a terminal, plain lines otherwise). */
 int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
               emu_error *err);
+
+/* Continues the run in `dir` from its checkpoint, with the configuration
+ * and policy saved there (threads > 0 and quiet may differ: they do not
+ * change the numbers).  The finished run equals an uninterrupted one. */
+int emu_train_resume(const char *dir, int threads, bool quiet, FILE *log,
+                     emu_error *err);
 
 #ifdef __cplusplus
 }

@@ -178,6 +178,10 @@ typedef struct emu_matmul_opts {
     bool trans_a, trans_b;
     const emu_tensor *a_src, *b_src;
     bool accumulate;   /* out = out + op(A) op(B), the add in the same rounding */
+    float alpha;       /* scales each dot product before the output rounding
+                          (a power of two: exact); 0 means 1.  Per-layer loss
+                          scaling uses it to lift gradients out of underflow
+                          where they are produced. */
 } emu_matmul_opts;
 int emu_t_matmul(emu_ctx *ctx, const char *site, emu_tensor *out, const emu_tensor *a, const emu_tensor *b, const emu_matmul_opts *opts);
 /* Batched: 3-d tensors (batch, M, K) x (batch, K, N). */
@@ -197,6 +201,7 @@ int emu_t_reduce(emu_ctx *ctx, const char *site, emu_tensor *out, const emu_tens
 
 typedef struct emu_conv_opts {
     int stride, pad;   /* same in both spatial dimensions */
+    float alpha;       /* as in emu_matmul_opts (0 means 1)               */
 } emu_conv_opts;
 /* y (N, Co, Ho, Wo) = conv(x (N, Ci, H, W), w (Co, Ci, KH, KW)) + bias (Co)
  * (bias may be NULL), Ho = (H + 2 pad - KH) / stride + 1. */
@@ -231,6 +236,9 @@ int emu_t_mse(emu_ctx *ctx, const char *site, emu_tensor *loss, emu_tensor *dpre
 
 typedef struct emu_sgd_opts {
     float lr, momentum, weight_decay;
+    /* Rounding of the state (v, m) outputs; NULL: ctx->rnd.  Lets a weight
+     * update be stochastic while its momentum is rounded to nearest. */
+    const emu_rounding *state_rnd;
 } emu_sgd_opts;
 /* v = momentum * v + (g + weight_decay * w); w = w - lr * v
  * (momentum 0: w = w - lr * (g + wd * w)).  v may be NULL if momentum is 0.
@@ -241,6 +249,7 @@ int emu_t_sgd_update(emu_ctx *ctx, const char *site, emu_tensor *w, emu_tensor *
 typedef struct emu_adam_opts {
     float lr, beta1, beta2, eps, weight_decay; /* decoupled (AdamW) decay */
     int64_t t;                                 /* step, from 1           */
+    const emu_rounding *state_rnd;             /* as in emu_sgd_opts     */
 } emu_adam_opts;
 int emu_t_adam_update(emu_ctx *ctx, const char *site, emu_tensor *w, emu_tensor *m, emu_tensor *v, const emu_tensor *g, const emu_adam_opts *o);
 

@@ -1,0 +1,305 @@
+/*
+ * cmd_train.c — `emu train`: a training run in any precision policy, with
+ * every op measured, written to a results folder.
+ */
+#include "cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void help(void)
+{
+    printf(
+        "Usage: emu train [--preset NAME] [options]\n"
+        "       emu train --resume DIR [--threads N] [--quiet]\n"
+        "\n"
+        "Trains a model with every tensor op emulated in the formats of a\n"
+        "precision policy, measuring each op (underflow, overflow, swamping,\n"
+        "histograms, error against MPFR), and writes a results folder.\n"
+        "\n"
+        "Policy:\n"
+        "  --preset NAME        fp32 fp16-mpt fp16-no-master fp16-no-scaling\n"
+        "                       bf16-nearest bf16-sr bf16-kahan bf16-fp32w\n"
+        "                       fp8-e5m2 fp8-hybrid adaptive (default fp16-mpt)\n"
+        "  --set KEY=VALUE      override a policy field (repeatable), e.g.\n"
+        "                       weight=e4m3  act_grad.mode=sr  master=none\n"
+        "                       accum=sequential,acc=binary16  scaling=static\n"
+        "                       scale=1024  exempt=first+last  update=kahan\n"
+        "  --config FILE        'key = value' lines: any option below (without\n"
+        "                       --) or policy key; command-line options win\n"
+        "Model and data:\n"
+        "  --model ARCH         mlp:784-256-128-10 (default), mlp:784-128x8-10,\n"
+        "                       cnn (LeNet-style), cnn:6-16-120-84, mlp-gelu:...\n"
+        "  --data NAME          synthetic (default, generated in code) or\n"
+        "                       fashion-mnist (Debian's dataset-fashion-mnist)\n"
+        "  --data-dir DIR       where the Fashion-MNIST .gz files are\n"
+        "  --train-examples N   use the first N training examples (synthetic:\n"
+        "  --test-examples N    generate N; defaults 6000 and 1000)\n"
+        "Optimisation:\n"
+        "  --epochs N (1)  --steps N (stop early)  --batch N (64)\n"
+        "  --optimizer sgd|adam  --lr X (0.05)  --momentum X (0.9)\n"
+        "  --weight-decay X (0)  --schedule constant|step|cosine\n"
+        "  --lr-final X (cosine: final lr; step: factor)  --lr-step N\n"
+        "  --loss-mult X        multiply the loss by X, a power of two (2^-12\n"
+        "                       mimics the tiny gradients of SSD); divided out\n"
+        "                       with the loss scale before the update\n"
+        "Measurement and output:\n"
+        "  --seed N (1)  --ref-rate X (fraction of outputs checked with MPFR, 0)\n"
+        "  --stats-every N (50)  --checkpoint-every N (500)  --threads N (1)\n"
+        "  --out DIR (runs/latest)  --force (replace a finished run)\n"
+        "  --resume DIR         continue a run from its checkpoint\n"
+        "  --quiet              no progress output\n"
+        "\n"
+        "Example: emu train --preset bf16-sr --model cnn --epochs 2 --out runs/sr\n");
+}
+
+static const cli_opt opts[] = {
+    { "preset", 0, true },        { "set", 0, true },
+    { "config", 0, true },        { "model", 0, true },
+    { "data", 0, true },          { "data-dir", 0, true },
+    { "train-examples", 0, true }, { "test-examples", 0, true },
+    { "epochs", 0, true },        { "steps", 0, true },
+    { "batch", 0, true },         { "optimizer", 0, true },
+    { "lr", 0, true },            { "momentum", 0, true },
+    { "weight-decay", 0, true },  { "schedule", 0, true },
+    { "lr-final", 0, true },      { "lr-step", 0, true },
+    { "loss-mult", 0, true },     { "seed", 0, true },
+    { "ref-rate", 0, true },      { "stats-every", 0, true },
+    { "checkpoint-every", 0, true }, { "threads", 0, true },
+    { "out", 0, true },           { "force", 0, false },
+    { "resume", 0, true },        { "quiet", 0, false },
+    { "help", 'h', false },       { NULL, 0, false },
+};
+enum {
+    O_PRESET, O_SET, O_CONFIG, O_MODEL, O_DATA, O_DATA_DIR, O_TRAIN_N, O_TEST_N,
+    O_EPOCHS, O_STEPS, O_BATCH, O_OPT, O_LR, O_MOMENTUM, O_WD, O_SCHEDULE,
+    O_LR_FINAL, O_LR_STEP, O_LOSS_MULT, O_SEED, O_REF_RATE, O_STATS_EVERY,
+    O_CKPT_EVERY, O_THREADS, O_OUT, O_FORCE, O_RESUME, O_QUIET, O_HELP
+};
+
+static double parse_real(const char *opt, const char *s)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (!*s || *end || errno || !isfinite(v))
+        cli_usage_error("train", "--%s: '%s' is not a number", opt, s);
+    return v;
+}
+
+static long parse_count(const char *opt, const char *s, long lo, long hi)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end || errno || v < lo || v > hi)
+        cli_usage_error("train", "--%s: '%s' is not a whole number in %ld..%ld",
+                        opt, s, lo, hi);
+    return v;
+}
+
+typedef struct settings {
+    emu_train_config cfg;
+    const char *sets[64];     /* policy overrides, in order              */
+    char *owned[64];          /* copies of config-file values            */
+    int nsets, nowned;
+    bool have_preset;
+} settings;
+
+/* Applies one option (by index) to s. */
+static void apply(settings *s, int o, const char *val)
+{
+    emu_train_config *c = &s->cfg;
+    const char *name = opts[o].name;
+    switch (o) {
+    case O_PRESET:
+        snprintf(c->preset, sizeof c->preset, "%s", val);
+        s->have_preset = true;
+        break;
+    case O_SET:
+        if (s->nsets == 64)
+            cli_usage_error("train", "more than 64 --set options");
+        s->sets[s->nsets++] = val;
+        break;
+    case O_MODEL: snprintf(c->arch, sizeof c->arch, "%s", val); break;
+    case O_DATA:
+        if (strcmp(val, "synthetic") && strcmp(val, "fashion-mnist"))
+            cli_usage_error("train", "--data: '%s' is not synthetic or "
+                            "fashion-mnist", val);
+        snprintf(c->data, sizeof c->data, "%s", val);
+        break;
+    case O_DATA_DIR: snprintf(c->data_dir, sizeof c->data_dir, "%s", val); break;
+    case O_TRAIN_N: c->train_examples = (size_t)parse_count(name, val, 1, 10000000); break;
+    case O_TEST_N: c->test_examples = (size_t)parse_count(name, val, 1, 10000000); break;
+    case O_EPOCHS: c->epochs = (int)parse_count(name, val, 1, 100000); break;
+    case O_STEPS: c->max_steps = parse_count(name, val, 1, 1L << 40); break;
+    case O_BATCH: c->batch = (int)parse_count(name, val, 1, 65536); break;
+    case O_OPT:
+        if (!strcmp(val, "sgd")) c->opt = EMU_OPT_SGD;
+        else if (!strcmp(val, "adam")) c->opt = EMU_OPT_ADAM;
+        else cli_usage_error("train", "--optimizer: '%s' is not sgd or adam", val);
+        break;
+    case O_LR: c->lr = parse_real(name, val); break;
+    case O_MOMENTUM: c->momentum = parse_real(name, val); break;
+    case O_WD: c->weight_decay = parse_real(name, val); break;
+    case O_SCHEDULE:
+        if (!strcmp(val, "constant")) c->schedule = EMU_LR_CONSTANT;
+        else if (!strcmp(val, "step")) c->schedule = EMU_LR_STEP;
+        else if (!strcmp(val, "cosine")) c->schedule = EMU_LR_COSINE;
+        else cli_usage_error("train", "--schedule: '%s' is not constant, step or "
+                             "cosine", val);
+        break;
+    case O_LR_FINAL: c->lr_final = parse_real(name, val); break;
+    case O_LR_STEP: c->lr_step = parse_count(name, val, 1, 1L << 40); break;
+    case O_LOSS_MULT: c->loss_mult = parse_real(name, val); break;
+    case O_SEED: c->seed = cli_parse_u64("train", "--seed", val); break;
+    case O_REF_RATE: c->ref_rate = parse_real(name, val); break;
+    case O_STATS_EVERY: c->stats_every = (int)parse_count(name, val, 0, 1 << 30); break;
+    case O_CKPT_EVERY: c->checkpoint_every = (int)parse_count(name, val, 0, 1 << 30); break;
+    case O_THREADS: c->threads = (int)parse_count(name, val, 1, 256); break;
+    case O_OUT: snprintf(c->out_dir, sizeof c->out_dir, "%s", val); break;
+    case O_FORCE: c->force = true; break;
+    case O_QUIET: c->quiet = true; break;
+    default: break;
+    }
+}
+
+static char *trim(char *s)
+{
+    while (*s == ' ' || *s == '\t')
+        s++;
+    size_t n = strlen(s);
+    while (n && strchr(" \t\r\n", s[n - 1]))
+        s[--n] = '\0';
+    return s;
+}
+
+/* A config file: "key = value" lines, '#' comments.  Keys are the long
+ * options (without --) or policy keys (as --set takes them). */
+static void read_config(settings *s, const char *path)
+{
+    FILE *fp = fopen(path, "r");
+    if (!fp)
+        cli_usage_error("train", "--config %s: %s", path, strerror(errno));
+    char line[1024];
+    int lineno = 0;
+    while (fgets(line, sizeof line, fp)) {
+        lineno++;
+        if (!strchr(line, '\n') && !feof(fp))
+            cli_usage_error("train", "%s:%d: line too long", path, lineno);
+        char *hash = strchr(line, '#');
+        if (hash)
+            *hash = '\0';
+        char *t = trim(line);
+        if (!*t)
+            continue;
+        char *eq = strchr(t, '=');
+        if (!eq)
+            cli_usage_error("train", "%s:%d: expected 'key = value'", path, lineno);
+        *eq = '\0';
+        char *key = trim(t), *val = trim(eq + 1);
+        int o = -1;
+        for (int i = 0; opts[i].name; i++)
+            if (!strcmp(opts[i].name, key))
+                o = i;
+        if (o == O_CONFIG || o == O_RESUME || o == O_HELP)
+            cli_usage_error("train", "%s:%d: '%s' cannot be set in a config file",
+                            path, lineno, key);
+        if (s->nowned == 64)
+            cli_usage_error("train", "%s: more than 64 settings", path);
+        size_t n = strlen(key) + strlen(val) + 2;
+        char *copy = malloc(n);
+        if (!copy)
+            cli_usage_error("train", "out of memory");
+        s->owned[s->nowned++] = copy;
+        if (o >= 0) {
+            snprintf(copy, n, "%s", val);
+            if (!opts[o].takes_value && strcmp(val, "yes") && strcmp(val, "true"))
+                continue; /* "force = no" */
+            apply(s, o, copy);
+        } else {
+            /* A policy key: checked when the policy is built. */
+            snprintf(copy, n, "%s=%s", key, val);
+            apply(s, O_SET, copy);
+        }
+    }
+    fclose(fp);
+}
+
+int cmd_train(int argc, char **argv)
+{
+    settings s;
+    memset(&s, 0, sizeof s);
+    emu_train_config_default(&s.cfg);
+    const char *resume = NULL, *config = NULL, *val;
+    int threads = 0;
+    bool quiet = false, others = false;
+
+    /* Two passes: the config file first, then the command line over it. */
+    cli_parser p;
+    cli_parser_init(&p, "train", argc, argv);
+    for (int o; (o = cli_next(&p, opts, &val)) != CLI_ARG_END;) {
+        if (o == O_HELP) {
+            help();
+            return CLI_EXIT_OK;
+        }
+        if (o == CLI_ARG_POSITIONAL)
+            cli_usage_error("train", "unexpected argument '%s'", val);
+        if (o == O_CONFIG)
+            config = val;
+    }
+    if (config)
+        read_config(&s, config);
+    cli_parser_init(&p, "train", argc, argv);
+    for (int o; (o = cli_next(&p, opts, &val)) != CLI_ARG_END;) {
+        if (o == O_CONFIG)
+            continue;
+        if (o == O_RESUME) {
+            resume = val;
+            continue;
+        }
+        if (o == O_THREADS)
+            threads = (int)parse_count("threads", val, 1, 256);
+        else if (o == O_QUIET)
+            quiet = true;
+        else
+            others = true;
+        apply(&s, o, val);
+    }
+
+    emu_error err;
+    char msg[700];
+    int rc;
+    if (resume) {
+        if (others || config)
+            cli_usage_error("train", "--resume takes the run's settings from its "
+                            "checkpoint; only --threads and --quiet may be given");
+        rc = emu_train_resume(resume, threads, quiet, stderr, &err);
+    } else {
+        emu_policy policy;
+        if (emu_policy_preset(&policy, s.cfg.preset, &err)) {
+            emu_error_format(&err, msg, sizeof msg);
+            cli_usage_error("train", "%s", msg);
+        }
+        for (int i = 0; i < s.nsets; i++)
+            if (emu_policy_set(&policy, s.sets[i], &err)) {
+                emu_error_format(&err, msg, sizeof msg);
+                cli_usage_error("train", "--set %s: %s", s.sets[i], msg);
+            }
+        if (emu_policy_validate(&policy, &err)) {
+            emu_error_format(&err, msg, sizeof msg);
+            cli_usage_error("train", "%s", msg);
+        }
+        rc = emu_train(&s.cfg, &policy, stderr, &err);
+    }
+    for (int i = 0; i < s.nowned; i++)
+        free(s.owned[i]);
+    if (rc) {
+        emu_error_format(&err, msg, sizeof msg);
+        cli_error("train", "%s", msg);
+        return CLI_EXIT_USAGE;
+    }
+    return CLI_EXIT_OK;
+}

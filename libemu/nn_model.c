@@ -1,0 +1,627 @@
+/*
+ * nn_model.c — models as lists of layers, each a forward/backward pair of
+ * tensor ops (every one through the choke point).
+ *
+ * Precision: a layer takes the policy's format and rounding for each role,
+ * or the policy's exempt precision if it is exempt (the FP8 recipe keeps
+ * the first and the last layer with weights in higher precision).  Layers
+ * without parameters (ReLU, pooling, flatten) inherit the exemption of the
+ * parameter layer before them.  A parameter layer whose input arrives in
+ * another format casts it first (site "<layer>.xq"): that cast is where
+ * an exempt boundary quantizes.
+ *
+ * Sites are named "<layer>.<what>": fc1.matmul, fc1.bias, fc1.dweight,
+ * fc1.dbias, fc1.dinput, relu1, relu1.dinput, conv1.conv, pool1, loss.
+ */
+#include "emu/nn.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "emu/rng.h"
+
+static int fail(emu_error *err, const char *key, const char *fmt, ...)
+{
+    if (err) {
+        snprintf(err->where, sizeof err->where, "model");
+        snprintf(err->key, sizeof err->key, "%s", key);
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->message, sizeof err->message, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+/* The precision of a role in layer l. */
+static const emu_role_prec *prec_of(const emu_policy *p, const emu_layer *l,
+                                    emu_role role)
+{
+    if (l->exempt)
+        return &p->exempt_prec;
+    switch (role) {
+    case EMU_ROLE_WEIGHT: return &p->weight;
+    case EMU_ROLE_MASTER: return &p->master;
+    case EMU_ROLE_ACT_GRAD: return &p->act_grad;
+    case EMU_ROLE_WEIGHT_GRAD: return &p->weight_grad;
+    case EMU_ROLE_OPT_STATE: return &p->opt_state;
+    default: return &p->activation;
+    }
+}
+
+/* ---- architecture specs ---------------------------------------------------- */
+
+typedef struct layer_spec {
+    emu_layer_kind kind;
+    int out;          /* features (linear) or channels (conv)           */
+    int ksize, pad;
+} layer_spec;
+
+enum { MAX_LAYERS = 64 };
+
+static int push(layer_spec *v, int *n, emu_layer_kind kind, int out, int k,
+                int pad)
+{
+    if (*n == MAX_LAYERS)
+        return -1;
+    v[(*n)++] = (layer_spec){ kind, out, k, pad };
+    return 0;
+}
+
+/* "784-256-128-10" or "784-128x8-10": sizes after the input size. */
+static int parse_sizes(const char *s, int *sizes, int max, emu_error *err)
+{
+    int n = 0;
+    while (*s) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 1 || v > 1 << 20)
+            return fail(err, "arch", "'%s': expected a layer width", s);
+        long reps = 1;
+        if (*end == 'x') {
+            s = end + 1;
+            reps = strtol(s, &end, 10);
+            if (end == s || reps < 1 || reps > MAX_LAYERS)
+                return fail(err, "arch", "'%s': expected a repeat count", s);
+        }
+        for (long r = 0; r < reps; r++) {
+            if (n == max)
+                return fail(err, "arch", "more than %d layers", max);
+            sizes[n++] = (int)v;
+        }
+        if (*end == '-')
+            end++;
+        else if (*end)
+            return fail(err, "arch", "unexpected '%c'", *end);
+        s = end;
+    }
+    return n;
+}
+
+static int parse_arch(const char *arch, int in_features, int classes,
+                      layer_spec *v, int *n, emu_error *err)
+{
+    *n = 0;
+    emu_layer_kind act = EMU_LAYER_RELU;
+    const char *colon = strchr(arch, ':');
+    size_t kl = colon ? (size_t)(colon - arch) : strlen(arch);
+    char kind[32];
+    if (kl >= sizeof kind)
+        return fail(err, "arch", "'%s': unknown model", arch);
+    memcpy(kind, arch, kl);
+    kind[kl] = '\0';
+    const char *rest = colon ? colon + 1 : "";
+    char *g = strstr(kind, "-gelu");
+    if (g) {
+        *g = '\0';
+        act = EMU_LAYER_GELU;
+    }
+    int sizes[MAX_LAYERS];
+    if (!strcmp(kind, "mlp")) {
+        int k = parse_sizes(*rest ? rest : "784-256-128-10", sizes, MAX_LAYERS,
+                            err);
+        if (k < 0)
+            return -1;
+        if (k < 2)
+            return fail(err, "arch", "an MLP needs an input and an output size");
+        if (sizes[0] != in_features)
+            return fail(err, "arch", "the MLP takes %d inputs but an example "
+                        "has %d values", sizes[0], in_features);
+        if (sizes[k - 1] != classes)
+            return fail(err, "arch", "the MLP has %d outputs but the data has "
+                        "%d classes", sizes[k - 1], classes);
+        push(v, n, EMU_LAYER_FLATTEN, 0, 0, 0);
+        for (int i = 1; i < k; i++) {
+            if (push(v, n, EMU_LAYER_LINEAR, sizes[i], 0, 0) ||
+                (i < k - 1 && push(v, n, act, 0, 0, 0)))
+                return fail(err, "arch", "more than %d layers", MAX_LAYERS);
+        }
+        return 0;
+    }
+    if (!strcmp(kind, "cnn")) {
+        /* LeNet-style: conv5(c1, same padding) + pool2, conv5(c2) + pool2,
+         * then the fully connected widths. */
+        int k = parse_sizes(*rest ? rest : "6-16-120-84", sizes, MAX_LAYERS, err);
+        if (k < 0)
+            return -1;
+        if (k < 2)
+            return fail(err, "arch", "a CNN needs two conv widths");
+        push(v, n, EMU_LAYER_CONV, sizes[0], 5, 2);
+        push(v, n, act, 0, 0, 0);
+        push(v, n, EMU_LAYER_MAXPOOL, 0, 2, 0);
+        push(v, n, EMU_LAYER_CONV, sizes[1], 5, 0);
+        push(v, n, act, 0, 0, 0);
+        push(v, n, EMU_LAYER_MAXPOOL, 0, 2, 0);
+        push(v, n, EMU_LAYER_FLATTEN, 0, 0, 0);
+        for (int i = 2; i < k; i++) {
+            push(v, n, EMU_LAYER_LINEAR, sizes[i], 0, 0);
+            push(v, n, act, 0, 0, 0);
+        }
+        if (push(v, n, EMU_LAYER_LINEAR, classes, 0, 0))
+            return fail(err, "arch", "more than %d layers", MAX_LAYERS);
+        return 0;
+    }
+    return fail(err, "arch", "'%s': unknown model (mlp:784-256-128-10, "
+                "mlp:784-128x8-10, cnn, cnn:6-16-120-84, mlp-gelu:...)", arch);
+}
+
+/* ---- building ---------------------------------------------------------------- */
+
+static int alloc_act(emu_tensor *t, const char *layer, const char *what,
+                     emu_role role, const emu_format *fmt, int batch,
+                     const int *dims, int ndim, emu_error *err)
+{
+    size_t shape[4] = { (size_t)batch, 1, 1, 1 };
+    for (int i = 0; i < ndim; i++)
+        shape[i + 1] = (size_t)dims[i];
+    char name[EMU_TENSOR_NAME_MAX];
+    snprintf(name, sizeof name, "%s.%s", layer, what);
+    return emu_tensor_alloc(t, name, role, fmt, ndim + 1, shape, err);
+}
+
+static int alloc_param(emu_param *prm, const char *layer, const char *what,
+                       const emu_policy *p, const emu_layer *l, int ndim,
+                       const size_t *shape, emu_error *err)
+{
+    char name[EMU_TENSOR_NAME_MAX];
+    const char *suffix[] = { "", ".master", ".grad", ".m", ".v", ".c",
+                             ".gradm" };
+    emu_tensor *ts[] = { &prm->w, &prm->master, &prm->g, &prm->m, &prm->v,
+                         &prm->c, &prm->gm };
+    const emu_role roles[] = { EMU_ROLE_WEIGHT, EMU_ROLE_MASTER,
+                               EMU_ROLE_WEIGHT_GRAD, EMU_ROLE_OPT_STATE,
+                               EMU_ROLE_OPT_STATE, EMU_ROLE_OTHER,
+                               EMU_ROLE_WEIGHT_GRAD };
+    for (int i = 0; i < 7; i++) {
+        if ((i == 1 || i == 6) && !p->use_master)
+            continue;
+        if (i == 5 && p->update != EMU_UPDATE_KAHAN)
+            continue;
+        /* The Kahan buffer lives in the weight's format. */
+        const emu_format *fmt = i == 5 ? &prec_of(p, l, EMU_ROLE_WEIGHT)->fmt
+                              : i == 6 ? &prec_of(p, l, EMU_ROLE_MASTER)->fmt
+                                       : &prec_of(p, l, roles[i])->fmt;
+        snprintf(name, sizeof name, "%s.%s%s", layer, what, suffix[i]);
+        if (emu_tensor_alloc(ts[i], name, roles[i], fmt, ndim, shape, err))
+            return -1;
+    }
+    return 0;
+}
+
+static void param_free(emu_param *prm)
+{
+    emu_tensor_free(&prm->w);
+    emu_tensor_free(&prm->master);
+    emu_tensor_free(&prm->g);
+    emu_tensor_free(&prm->m);
+    emu_tensor_free(&prm->v);
+    emu_tensor_free(&prm->c);
+    emu_tensor_free(&prm->gm);
+}
+
+/* He-uniform initial values U(-b, b), b = sqrt(6 / fan_in), from Philox
+ * stream `stream`, rounded into the master (or compute) format through the
+ * choke point; the compute copy is then a cast of the master. */
+static int init_param(emu_param *prm, const char *site, int fan_in, bool zero,
+                      uint64_t seed, uint64_t stream, emu_ctx *ctx,
+                      const emu_policy *p)
+{
+    size_t n = prm->w.n;
+    float *v = malloc(n * sizeof *v);
+    if (!v)
+        return emu_ctx_fail(ctx, site, "out of memory");
+    double b = sqrt(6.0 / fan_in);
+    for (size_t i = 0; i < n; i++) {
+        double u = ldexp((double)(emu_random64(seed, stream, i) >> 11), -53);
+        v[i] = zero ? 0.0f : (float)(b * (2.0 * u - 1.0));
+    }
+    emu_rounding saved = ctx->rnd;
+    ctx->rnd = (emu_rounding){ .mode = EMU_RNE, .sr_bits = 64 };
+    char s[EMU_TENSOR_NAME_MAX + 16];
+    snprintf(s, sizeof s, "%s.init", site);
+    int rc;
+    if (p->use_master) {
+        rc = emu_t_load(ctx, s, &prm->master, v, n);
+        snprintf(s, sizeof s, "%s.cast", site);
+        if (!rc)
+            rc = emu_t_cast(ctx, s, &prm->w, &prm->master);
+    } else {
+        rc = emu_t_load(ctx, s, &prm->w, v, n);
+    }
+    ctx->rnd = saved;
+    free(v);
+    return rc;
+}
+
+void emu_model_free(emu_model *m)
+{
+    for (int i = 0; i < m->n_layers; i++) {
+        emu_layer *l = &m->layers[i];
+        param_free(&l->weight);
+        param_free(&l->bias);
+        emu_tensor_free(&l->xq);
+        if (l->kind != EMU_LAYER_FLATTEN) {
+            emu_tensor_free(&l->y);
+            emu_tensor_free(&l->dx);
+        }
+        free(l->argmax);
+    }
+    free(m->layers);
+    emu_tensor_free(&m->x);
+    emu_tensor_free(&m->loss);
+    emu_tensor_free(&m->dlogits);
+    memset(m, 0, sizeof *m);
+}
+
+static size_t dims_count(const int *d, int n)
+{
+    size_t c = 1;
+    for (int i = 0; i < n; i++)
+        c *= (size_t)d[i];
+    return c;
+}
+
+int emu_model_build(emu_model *m, const char *arch, const emu_policy *p,
+                    int batch, int in_c, int in_h, int in_w, int classes,
+                    uint64_t seed, emu_ctx *ctx, emu_error *err)
+{
+    memset(m, 0, sizeof *m);
+    if (batch < 1 || batch > 1 << 16)
+        return fail(err, "batch", "%d is not in 1..65536", batch);
+    layer_spec spec[MAX_LAYERS];
+    int n;
+    if (parse_arch(arch, in_c * in_h * in_w, classes, spec, &n, err))
+        return -1;
+    m->layers = calloc((size_t)n, sizeof *m->layers);
+    if (!m->layers)
+        return fail(err, "arch", "out of memory");
+    m->n_layers = n;
+    m->batch = batch;
+    m->in_dims[0] = in_c, m->in_dims[1] = in_h, m->in_dims[2] = in_w;
+    m->classes = classes;
+    snprintf(m->arch, sizeof m->arch, "%s", arch);
+
+    /* Shapes and names. */
+    int dims[3] = { in_c, in_h, in_w }, ndim = 3;
+    int nconv = 0, nfc = 0, nact = 0, npool = 0, nflat = 0;
+    int first_param = -1, last_param = -1;
+    for (int i = 0; i < n; i++) {
+        emu_layer *l = &m->layers[i];
+        l->kind = spec[i].kind;
+        memcpy(l->in_dims, dims, sizeof dims);
+        l->in_ndim = ndim;
+        switch (l->kind) {
+        case EMU_LAYER_LINEAR:
+            if (ndim != 1)
+                return emu_model_free(m), fail(err, "arch", "a linear layer "
+                                               "needs flat input");
+            snprintf(l->name, sizeof l->name, "fc%d", ++nfc);
+            dims[0] = spec[i].out;
+            l->has_params = true;
+            break;
+        case EMU_LAYER_CONV:
+            if (ndim != 3)
+                return emu_model_free(m), fail(err, "arch", "a convolution "
+                                               "needs image input");
+            snprintf(l->name, sizeof l->name, "conv%d", ++nconv);
+            l->ksize = spec[i].ksize;
+            l->pad = spec[i].pad;
+            l->stride = 1;
+            dims[0] = spec[i].out;
+            dims[1] = dims[1] + 2 * l->pad - l->ksize + 1;
+            dims[2] = dims[2] + 2 * l->pad - l->ksize + 1;
+            if (dims[1] < 1 || dims[2] < 1)
+                return emu_model_free(m), fail(err, "arch", "%s: the image is "
+                                               "smaller than the kernel", l->name);
+            l->has_params = true;
+            break;
+        case EMU_LAYER_MAXPOOL:
+            snprintf(l->name, sizeof l->name, "pool%d", ++npool);
+            l->ksize = l->stride = spec[i].ksize;
+            dims[1] /= l->ksize;
+            dims[2] /= l->ksize;
+            if (dims[1] < 1 || dims[2] < 1)
+                return emu_model_free(m), fail(err, "arch", "%s: nothing left "
+                                               "to pool", l->name);
+            break;
+        case EMU_LAYER_FLATTEN:
+            snprintf(l->name, sizeof l->name, "flat%d", ++nflat);
+            dims[0] = (int)dims_count(dims, ndim);
+            ndim = 1;
+            break;
+        default:
+            snprintf(l->name, sizeof l->name, "%s%d",
+                     l->kind == EMU_LAYER_GELU ? "gelu" : "relu", ++nact);
+            break;
+        }
+        memcpy(l->out_dims, dims, sizeof dims);
+        l->out_ndim = ndim;
+        l->scale = 1.0;
+        if (l->has_params) {
+            if (first_param < 0)
+                first_param = i;
+            last_param = i;
+        }
+    }
+
+    /* Exemptions: parameter layers by position, the others inherit. */
+    bool ex = false;
+    for (int i = 0; i < n; i++) {
+        emu_layer *l = &m->layers[i];
+        if (l->has_params)
+            ex = ((p->exempt & EMU_EXEMPT_FIRST) && i == first_param) ||
+                 ((p->exempt & EMU_EXEMPT_LAST) && i == last_param);
+        else if (i < first_param)
+            ex = (p->exempt & EMU_EXEMPT_FIRST) != 0;
+        l->exempt = ex;
+    }
+
+    /* Tensors. */
+    if (emu_tensor_alloc4(&m->x, "input", EMU_ROLE_ACTIVATION,
+                          &prec_of(p, &m->layers[0], EMU_ROLE_ACTIVATION)->fmt,
+                          (size_t)batch, (size_t)in_c, (size_t)in_h,
+                          (size_t)in_w, err))
+        return emu_model_free(m), -1;
+    const emu_format *in_fmt = &m->x.fmt;
+    for (int i = 0; i < n; i++) {
+        emu_layer *l = &m->layers[i];
+        const emu_format *act = &prec_of(p, l, EMU_ROLE_ACTIVATION)->fmt;
+        const emu_format *grad = &prec_of(p, l, EMU_ROLE_ACT_GRAD)->fmt;
+        if (l->kind == EMU_LAYER_FLATTEN)
+            continue; /* views, made in forward and backward */
+        if (l->has_params && strcmp(in_fmt->name, act->name)) {
+            l->has_xq = true;
+            if (alloc_act(&l->xq, l->name, "xq", EMU_ROLE_ACTIVATION, act,
+                          batch, l->in_dims, l->in_ndim, err))
+                return emu_model_free(m), -1;
+        }
+        if (alloc_act(&l->y, l->name, "y", EMU_ROLE_ACTIVATION, act, batch,
+                      l->out_dims, l->out_ndim, err) ||
+            alloc_act(&l->dx, l->name, "dx", EMU_ROLE_ACT_GRAD, grad, batch,
+                      l->in_dims, l->in_ndim, err))
+            return emu_model_free(m), -1;
+        in_fmt = act;
+        if (l->kind == EMU_LAYER_MAXPOOL) {
+            l->argmax = calloc(l->y.n, sizeof *l->argmax);
+            if (!l->argmax)
+                return emu_model_free(m), fail(err, "arch", "out of memory");
+        }
+        if (!l->has_params)
+            continue;
+        size_t wshape[4];
+        int wdim, fan_in;
+        if (l->kind == EMU_LAYER_LINEAR) {
+            wshape[0] = (size_t)l->out_dims[0];
+            wshape[1] = (size_t)l->in_dims[0];
+            wdim = 2;
+            fan_in = l->in_dims[0];
+        } else {
+            wshape[0] = (size_t)l->out_dims[0];
+            wshape[1] = (size_t)l->in_dims[0];
+            wshape[2] = wshape[3] = (size_t)l->ksize;
+            wdim = 4;
+            fan_in = l->in_dims[0] * l->ksize * l->ksize;
+        }
+        size_t bshape[1] = { wshape[0] };
+        if (alloc_param(&l->weight, l->name, "w", p, l, wdim, wshape, err) ||
+            alloc_param(&l->bias, l->name, "b", p, l, 1, bshape, err))
+            return emu_model_free(m), -1;
+        char site[EMU_TENSOR_NAME_MAX];
+        snprintf(site, sizeof site, "%s.w", l->name);
+        if (init_param(&l->weight, site, fan_in, false, seed, 2 * (uint64_t)i,
+                       ctx, p))
+            return emu_model_free(m), fail(err, "init", "%s", ctx->err.message);
+        snprintf(site, sizeof site, "%s.b", l->name);
+        if (init_param(&l->bias, site, fan_in, true, seed, 2 * (uint64_t)i + 1,
+                       ctx, p))
+            return emu_model_free(m), fail(err, "init", "%s", ctx->err.message);
+    }
+    const emu_layer *last = &m->layers[n - 1];
+    if (last->kind != EMU_LAYER_LINEAR || last->out_dims[0] != classes)
+        return emu_model_free(m), fail(err, "arch", "the last layer must be a "
+                                       "linear layer with %d outputs", classes);
+    /* The loss is reported, not trained on: binary32 whatever the policy. */
+    if (emu_tensor_alloc4(&m->loss, "loss", EMU_ROLE_OTHER,
+                          emu_format_find("binary32"), 1, 0, 0, 0, err) ||
+        emu_tensor_alloc4(&m->dlogits, "dlogits", EMU_ROLE_ACT_GRAD,
+                          &prec_of(p, last, EMU_ROLE_ACT_GRAD)->fmt,
+                          (size_t)batch, (size_t)classes, 0, 0, err))
+        return emu_model_free(m), -1;
+    return 0;
+}
+
+size_t emu_model_param_count(const emu_model *m)
+{
+    size_t c = 0;
+    for (int i = 0; i < m->n_layers; i++)
+        if (m->layers[i].has_params)
+            c += m->layers[i].weight.w.n + m->layers[i].bias.w.n;
+    return c;
+}
+
+/* A flatten layer's tensors are views of its neighbours' with 2-d shape. */
+static void view_as(emu_tensor *view, const emu_tensor *of, int batch,
+                    const int *dims, int ndim, const char *name)
+{
+    *view = *of;
+    view->owns_data = false;
+    view->ndim = ndim + 1;
+    view->shape[0] = (size_t)batch;
+    for (int i = 0; i < ndim; i++)
+        view->shape[i + 1] = (size_t)dims[i];
+    snprintf(view->name, sizeof view->name, "%s", name);
+}
+
+static void site_of(char *buf, size_t size, const emu_layer *l, const char *what)
+{
+    if (what)
+        snprintf(buf, size, "%s.%s", l->name, what);
+    else
+        snprintf(buf, size, "%s", l->name);
+}
+
+int emu_model_forward(emu_model *m, emu_ctx *ctx, const emu_policy *p)
+{
+    const emu_tensor *in = &m->x;
+    char site[64];
+    for (int i = 0; i < m->n_layers; i++) {
+        emu_layer *l = &m->layers[i];
+        ctx->rnd = prec_of(p, l, EMU_ROLE_ACTIVATION)->rnd;
+        const emu_tensor *x = in;
+        if (l->has_xq) {
+            site_of(site, sizeof site, l, "xq");
+            if (emu_t_cast(ctx, site, &l->xq, in))
+                return -1;
+            x = &l->xq;
+        }
+        l->in = x;
+        int rc = 0;
+        switch (l->kind) {
+        case EMU_LAYER_LINEAR: {
+            emu_matmul_opts o = { .trans_b = true,
+                                  .a_src = l->has_xq ? in : NULL,
+                                  .b_src = p->use_master ? &l->weight.master
+                                                         : NULL };
+            site_of(site, sizeof site, l, "matmul");
+            rc = emu_t_matmul(ctx, site, &l->y, x, &l->weight.w, &o);
+            site_of(site, sizeof site, l, "bias");
+            if (!rc)
+                rc = emu_t_add_bias(ctx, site, &l->y, &l->y, &l->bias.w, 1);
+            break;
+        }
+        case EMU_LAYER_CONV: {
+            emu_conv_opts o = { .stride = l->stride, .pad = l->pad };
+            site_of(site, sizeof site, l, "conv");
+            rc = emu_t_conv2d(ctx, site, &l->y, x, &l->weight.w, &l->bias.w, &o);
+            break;
+        }
+        case EMU_LAYER_MAXPOOL: {
+            emu_pool_opts o = { .size = l->ksize, .stride = l->stride };
+            site_of(site, sizeof site, l, NULL);
+            rc = emu_t_maxpool2d(ctx, site, &l->y, l->argmax, x, &o);
+            break;
+        }
+        case EMU_LAYER_RELU:
+        case EMU_LAYER_GELU:
+            site_of(site, sizeof site, l, NULL);
+            rc = emu_t_unary(ctx, site, &l->y, x,
+                             l->kind == EMU_LAYER_RELU ? EMU_UNARY_RELU
+                                                       : EMU_UNARY_GELU,
+                             0.0f, 0.0f);
+            break;
+        case EMU_LAYER_FLATTEN:
+            view_as(&l->y, x, m->batch, l->out_dims, l->out_ndim, l->name);
+            break;
+        default:
+            rc = emu_ctx_fail(ctx, l->name, "unknown layer kind");
+        }
+        if (rc)
+            return -1;
+        in = &l->y;
+    }
+    return 0;
+}
+
+int emu_model_backward(emu_model *m, emu_ctx *ctx, const emu_policy *p,
+                       const int *labels, float scale)
+{
+    const emu_layer *last = &m->layers[m->n_layers - 1];
+    ctx->rnd = prec_of(p, last, EMU_ROLE_ACT_GRAD)->rnd;
+    if (emu_t_cross_entropy(ctx, "loss", &m->loss, &m->dlogits, &last->y,
+                            labels, scale))
+        return -1;
+    const emu_tensor *dy = &m->dlogits;
+    char site[64];
+    /* Gradients w.r.t. inputs are needed down to the first parameter layer. */
+    int first_param = 0;
+    while (first_param < m->n_layers && !m->layers[first_param].has_params)
+        first_param++;
+    for (int i = m->n_layers - 1; i >= first_param; i--) {
+        emu_layer *l = &m->layers[i];
+        const bool need_dx = i > first_param;
+        const emu_rounding grad_rnd = prec_of(p, l, EMU_ROLE_ACT_GRAD)->rnd;
+        const emu_rounding wgrad_rnd = prec_of(p, l, EMU_ROLE_WEIGHT_GRAD)->rnd;
+        int rc = 0;
+        switch (l->kind) {
+        case EMU_LAYER_LINEAR: {
+            ctx->rnd = wgrad_rnd;
+            emu_matmul_opts o = { .trans_a = true };
+            site_of(site, sizeof site, l, "dweight");
+            rc = emu_t_matmul(ctx, site, &l->weight.g, dy, l->in, &o);
+            site_of(site, sizeof site, l, "dbias");
+            if (!rc)
+                rc = emu_t_reduce(ctx, site, &l->bias.g, dy, EMU_REDUCE_SUM, 0);
+            if (!rc && need_dx) {
+                ctx->rnd = grad_rnd;
+                emu_matmul_opts d = { .alpha = (float)l->scale };
+                site_of(site, sizeof site, l, "dinput");
+                rc = emu_t_matmul(ctx, site, &l->dx, dy, &l->weight.w, &d);
+            }
+            break;
+        }
+        case EMU_LAYER_CONV: {
+            emu_conv_opts o = { .stride = l->stride, .pad = l->pad };
+            ctx->rnd = wgrad_rnd;
+            site_of(site, sizeof site, l, "dweight");
+            rc = emu_t_conv2d_backward_weights(ctx, site, &l->weight.g,
+                                               &l->bias.g, dy, l->in, &o);
+            if (!rc && need_dx) {
+                ctx->rnd = grad_rnd;
+                emu_conv_opts d = o;
+                d.alpha = (float)l->scale;
+                site_of(site, sizeof site, l, "dinput");
+                rc = emu_t_conv2d_backward_data(ctx, site, &l->dx, dy,
+                                                &l->weight.w, &d);
+            }
+            break;
+        }
+        case EMU_LAYER_MAXPOOL: {
+            emu_pool_opts o = { .size = l->ksize, .stride = l->stride };
+            ctx->rnd = grad_rnd;
+            site_of(site, sizeof site, l, "dinput");
+            rc = emu_t_maxpool2d_backward(ctx, site, &l->dx, dy, l->argmax, &o);
+            break;
+        }
+        case EMU_LAYER_RELU:
+        case EMU_LAYER_GELU:
+            ctx->rnd = grad_rnd;
+            site_of(site, sizeof site, l, "dinput");
+            rc = emu_t_unary_backward(ctx, site, &l->dx, dy, l->in,
+                                      l->kind == EMU_LAYER_RELU ? EMU_UNARY_RELU
+                                                                : EMU_UNARY_GELU,
+                                      0.0f);
+            break;
+        case EMU_LAYER_FLATTEN:
+            view_as(&l->dx, dy, m->batch, l->in_dims, l->in_ndim, l->name);
+            break;
+        default:
+            rc = emu_ctx_fail(ctx, l->name, "unknown layer kind");
+        }
+        if (rc)
+            return -1;
+        dy = &l->dx;
+    }
+    return 0;
+}

@@ -1,0 +1,1283 @@
+/*
+ * nn_train.c — the training loop: data order, loss scaling, weight updates,
+ * evaluation, the results folder, checkpoints and resume.
+ *
+ * Everything that computes is a tensor op (so it is measured); this file
+ * only decides what runs when.  A run is a pure function of its
+ * configuration and seed: data order comes from Philox streams keyed by
+ * epoch, stochastic rounding from the context's op counter, and both are
+ * saved in the checkpoint, so a resumed run ends exactly where an
+ * uninterrupted one does.
+ *
+ * Growing logs (steps.csv, ...) are kept in memory and written whole,
+ * atomically, at every checkpoint and at the end: a killed run leaves the
+ * files of its last checkpoint, never half a line.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "emu/nn.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "emu/rng.h"
+#include "emu/version.h"
+#include "internal.h"
+
+static int fail(emu_error *err, const char *where, const char *fmt, ...)
+{
+    if (err) {
+        snprintf(err->where, sizeof err->where, "%s", where);
+        err->key[0] = '\0';
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->message, sizeof err->message, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+void emu_train_config_default(emu_train_config *c)
+{
+    memset(c, 0, sizeof *c);
+    snprintf(c->preset, sizeof c->preset, "fp16-mpt");
+    snprintf(c->arch, sizeof c->arch, "mlp:784-256-128-10");
+    snprintf(c->data, sizeof c->data, "synthetic");
+    c->train_examples = 0;
+    c->test_examples = 0;
+    c->epochs = 1;
+    c->batch = 64;
+    c->opt = EMU_OPT_SGD;
+    c->lr = 0.05;
+    c->momentum = 0.9;
+    c->weight_decay = 0.0;
+    c->beta1 = 0.9;
+    c->beta2 = 0.999;
+    c->eps = 1e-8;
+    c->schedule = EMU_LR_CONSTANT;
+    c->lr_final = 0.0;
+    c->lr_step = 0;
+    c->loss_mult = 1.0;
+    c->seed = 1;
+    c->ref_rate = 0.0;
+    c->stats_every = 50;
+    c->checkpoint_every = 500;
+    c->threads = 1;
+    snprintf(c->out_dir, sizeof c->out_dir, "runs/latest");
+}
+
+/* ---- a growable text buffer --------------------------------------------- */
+
+typedef struct sbuf {
+    char *p;
+    size_t len, cap;
+    bool oom;
+} sbuf;
+
+static void sb_vprintf(sbuf *b, const char *fmt, va_list ap)
+{
+    va_list ap2;
+    va_copy(ap2, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap2);
+    va_end(ap2);
+    if (n < 0 || b->oom)
+        return;
+    if (b->len + (size_t)n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + (size_t)n + 1)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = true;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
+    b->len += (size_t)n;
+}
+
+static void sb_printf(sbuf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    sb_vprintf(b, fmt, ap);
+    va_end(ap);
+}
+
+static void sb_free(sbuf *b)
+{
+    free(b->p);
+    memset(b, 0, sizeof *b);
+}
+
+static int write_sbuf(FILE *fp, const void *arg)
+{
+    const sbuf *b = arg;
+    if (b->oom)
+        return -1;
+    return b->len && fwrite(b->p, 1, b->len, fp) != b->len ? -1 : 0;
+}
+
+/* A memory stream for the stats module's FILE-based writers. */
+static int sb_from_file(sbuf *b, const char *path)
+{
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        return -1;
+    char chunk[65536];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof chunk, fp)) > 0)
+        sb_printf(b, "%.*s", (int)n, chunk);
+    fclose(fp);
+    return b->oom ? -1 : 0;
+}
+
+/* ---- the run ------------------------------------------------------------- */
+
+typedef struct layer_trace {
+    double sigma;   /* std of the unscaled input gradient, last step       */
+    double amax;    /* largest |unscaled input gradient|, last step        */
+} layer_trace;
+
+typedef struct run {
+    const emu_train_config *cfg;
+    const emu_policy *p;
+    emu_dataset train, test;
+    emu_model m;
+    emu_ctx ctx;
+    emu_stats stats;
+    sbuf steps, ops_steps, layers, eval;
+    char dir[512];
+    char path[640];
+    uint64_t fingerprint;
+    int64_t step;             /* steps done                                  */
+    int64_t steps_per_epoch;
+    int64_t total_steps;
+    double scale;             /* loss scale                                  */
+    int good;                 /* overflow-free steps since the last change   */
+    double floor;             /* ENHANCED: current floor                      */
+    double adaptive_cut;      /* ADAPTIVE: backoff factor after an overflow  */
+    int64_t skipped;
+    layer_trace *trace;
+    float *batch_x;
+    int *batch_y;
+    size_t *perm;
+    double t0, elapsed_before;
+    bool tty;
+} run;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static const char *path_in(run *r, const char *file)
+{
+    snprintf(r->path, sizeof r->path, "%s/%s", r->dir, file);
+    return r->path;
+}
+
+static int save_sbuf(run *r, const sbuf *b, const char *file, emu_error *err)
+{
+    return emu_write_atomic(path_in(r, file), write_sbuf, b, err);
+}
+
+/* The settings a run's numbers depend on, as text: hashed into the
+ * checkpoint so that a resume with other settings is refused. */
+static void config_text(sbuf *b, const emu_train_config *c, const emu_policy *p)
+{
+    sb_printf(b, "preset=%s arch=%s data=%s train=%zu test=%zu epochs=%d "
+              "max_steps=%lld batch=%d opt=%d lr=%.17g momentum=%.17g wd=%.17g "
+              "b1=%.17g b2=%.17g eps=%.17g schedule=%d lr_final=%.17g "
+              "lr_step=%lld loss_mult=%.17g seed=%llu ref_rate=%.17g "
+              "stats_every=%d\n",
+              c->preset, c->arch, c->data, c->train_examples, c->test_examples,
+              c->epochs, (long long)c->max_steps, c->batch, (int)c->opt, c->lr,
+              c->momentum, c->weight_decay, c->beta1, c->beta2, c->eps,
+              (int)c->schedule, c->lr_final, (long long)c->lr_step,
+              c->loss_mult, (unsigned long long)c->seed, c->ref_rate,
+              c->stats_every);
+    char *ptext = NULL;
+    size_t plen = 0;
+    FILE *fp = open_memstream(&ptext, &plen);
+    if (fp) {
+        emu_policy_write_json(p, fp, 0);
+        fclose(fp);
+        sb_printf(b, "%s\n", ptext);
+        free(ptext);
+    }
+}
+
+static uint64_t fnv1a(const char *s, size_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) {
+        h ^= (unsigned char)s[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+/* ---- output folder ---------------------------------------------------------- */
+
+static int make_dirs(const char *path)
+{
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *s = buf + 1; *s; s++)
+        if (*s == '/') {
+            *s = '\0';
+            if (mkdir(buf, 0777) && errno != EEXIST)
+                return -1;
+            *s = '/';
+        }
+    return mkdir(buf, 0777) && errno != EEXIST ? -1 : 0;
+}
+
+static const char *const run_files[] = {
+    "meta.json", "steps.csv", "ops_steps.csv", "layers_steps.csv", "eval.csv",
+    "ops.csv", "hist.csv", "ops.json", "summary.txt", "checkpoint.bin", NULL,
+};
+
+static int prepare_dir(run *r, emu_error *err)
+{
+    const emu_train_config *c = r->cfg;
+    struct stat st;
+    bool exists = stat(r->dir, &st) == 0;
+    if (exists && !S_ISDIR(st.st_mode))
+        return fail(err, r->dir, "exists and is not a folder");
+    if (c->resume) {
+        if (!exists || stat(path_in(r, "checkpoint.bin"), &st) != 0)
+            return fail(err, r->dir, "no checkpoint.bin to resume from");
+        return 0;
+    }
+    if (exists && stat(path_in(r, "meta.json"), &st) == 0) {
+        if (!c->force)
+            return fail(err, r->dir, "holds a run already: use --resume to "
+                        "continue it or --force to replace it");
+        for (int i = 0; run_files[i]; i++)
+            remove(path_in(r, run_files[i]));
+    }
+    if (make_dirs(r->dir))
+        return fail(err, r->dir, "cannot create the folder: %s", strerror(errno));
+    return 0;
+}
+
+/* ---- schedule, data ------------------------------------------------------------ */
+
+static double lr_at(const emu_train_config *c, int64_t step, int64_t total)
+{
+    switch (c->schedule) {
+    case EMU_LR_STEP:
+        return c->lr_step > 0 ? c->lr * pow(c->lr_final > 0.0 ? c->lr_final : 0.1,
+                                            (double)(step / c->lr_step))
+                              : c->lr;
+    case EMU_LR_COSINE: {
+        double t = total > 1 ? (double)step / (double)(total - 1) : 1.0;
+        return c->lr_final + 0.5 * (c->lr - c->lr_final) *
+                                 (1.0 + cos(3.14159265358979323846 * t));
+    }
+    default:
+        return c->lr;
+    }
+}
+
+/* The order of epoch e: Fisher-Yates from Philox stream (1 << 48) + e. */
+static void permutation(size_t *perm, size_t n, uint64_t seed, int epoch)
+{
+    for (size_t i = 0; i < n; i++)
+        perm[i] = i;
+    for (size_t i = n - 1; i > 0; i--) {
+        uint64_t w = emu_random64(seed, ((uint64_t)1 << 48) + (uint64_t)epoch, i);
+        size_t j = (size_t)(w % (i + 1));
+        size_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+}
+
+static size_t example_size(const emu_dataset *d)
+{
+    return (size_t)d->channels * (size_t)d->height * (size_t)d->width;
+}
+
+static int load_batch(run *r, const emu_dataset *d, const size_t *idx,
+                      size_t count)
+{
+    const size_t es = example_size(d);
+    const int b = r->m.batch;
+    for (int i = 0; i < b; i++) {
+        /* A short last batch (evaluation) repeats its first example. */
+        size_t k = idx[(size_t)i < count ? (size_t)i : 0];
+        memcpy(r->batch_x + (size_t)i * es, d->x + k * es, es * sizeof(float));
+        r->batch_y[i] = d->y[k];
+    }
+    r->ctx.rnd = r->p->activation.rnd;
+    return emu_t_load(&r->ctx, "input", &r->m.x, r->batch_x,
+                      (size_t)b * es);
+}
+
+static const emu_tensor *logits(const emu_model *m)
+{
+    return &m->layers[m->n_layers - 1].y;
+}
+
+/* Correct predictions among the first `count` rows, and their summed
+ * cross-entropy (binary64, from the rounded logits). */
+static int score(const emu_model *m, const int *labels, size_t count,
+                 double *loss_sum)
+{
+    const emu_tensor *y = logits(m);
+    const int k = m->classes;
+    int right = 0;
+    for (size_t i = 0; i < count; i++) {
+        const float *row = y->data + i * (size_t)k;
+        int best = 0;
+        double mx = row[0];
+        for (int j = 1; j < k; j++)
+            if (row[j] > mx || isnan(mx))
+                mx = row[j], best = j;
+        right += best == labels[i];
+        double s = 0.0;
+        for (int j = 0; j < k; j++)
+            s += exp((double)row[j] - mx);
+        *loss_sum += log(s) - ((double)row[labels[i]] - mx);
+    }
+    return right;
+}
+
+/* ---- gradients, scaling ------------------------------------------------------- */
+
+static bool grads_finite(const emu_model *m)
+{
+    for (int i = 0; i < m->n_layers; i++) {
+        const emu_layer *l = &m->layers[i];
+        if (!l->has_params)
+            continue;
+        const emu_tensor *gs[2] = { &l->weight.g, &l->bias.g };
+        for (int t = 0; t < 2; t++)
+            for (size_t j = 0; j < gs[t]->n; j++)
+                if (!isfinite(gs[t]->data[j]))
+                    return false;
+    }
+    return true;
+}
+
+static double pow2_floor(double x)
+{
+    int e;
+    if (!(x > 0.0) || !isfinite(x))
+        return 1.0;
+    frexp(x, &e);
+    return ldexp(1.0, e - 1);
+}
+
+/* Per-layer adaptive scales (Zhao et al.): layer l's input gradient
+ * dx = (dy W) would lose a fraction ~ sqrt(2/pi) * u / (alpha sigma) of its
+ * values below the format's underflow threshold u if it were Gaussian with
+ * standard deviation sigma; choose the total scale D_l that puts this at
+ * the target rate, round it down to a power of two, keep the headroom
+ * that the largest value needs, and apply to layer l the factor D_l / T_l
+ * (T_l: the scale its incoming gradient already carries), at least 1. */
+static void adaptive_scales(run *r)
+{
+    emu_model *m = &r->m;
+    const emu_loss_scaling *s = &r->p->scaling;
+    double T = r->scale * r->cfg->loss_mult;
+    for (int i = m->n_layers - 1; i >= 0; i--) {
+        emu_layer *l = &m->layers[i];
+        l->scale = 1.0;
+        if (!l->has_params)
+            continue;
+        const layer_trace *t = &r->trace[i];
+        if (t->sigma > 0.0) {
+            const emu_format *f = &l->dx.fmt;
+            double u = f->min_value / 2.0; /* below it, RNE gives zero */
+            double want = 0.7978845608028654 * u / (t->sigma * s->target);
+            double headroom = t->amax > 0.0 ? f->max / (4.0 * t->amax) : s->max;
+            double D = pow2_floor(fmin(fmin(want, headroom), s->max));
+            double a = pow2_floor(D / T * r->adaptive_cut);
+            l->scale = a > 1.0 ? a : 1.0;
+        }
+        T *= l->scale;
+    }
+}
+
+/* The total scale each layer's weight gradient carries. */
+static void grad_scales(run *r)
+{
+    emu_model *m = &r->m;
+    int first = 0;
+    while (first < m->n_layers && !m->layers[first].has_params)
+        first++;
+    /* The loss multiplier of the "shifted" experiments makes gradients
+     * small where they are computed and is divided out with the loss
+     * scale, so a run in binary32 trains as if it were not there. */
+    double T = r->scale * r->cfg->loss_mult;
+    for (int i = m->n_layers - 1; i >= 0; i--) {
+        emu_layer *l = &m->layers[i];
+        l->grad_scale = T;
+        if (l->has_params && i > first)
+            T *= l->scale;
+    }
+}
+
+/* What the adaptive rule needs from this step: the spread of each
+ * parameter layer's (unscaled) input gradient. */
+static void trace_gradients(run *r)
+{
+    emu_model *m = &r->m;
+    for (int i = 0; i < m->n_layers; i++) {
+        emu_layer *l = &m->layers[i];
+        layer_trace *t = &r->trace[i];
+        if (!l->has_params || !l->dx.data)
+            continue;
+        double unscale = 1.0 / (l->grad_scale * l->scale);
+        double s2 = 0.0, amax = 0.0;
+        size_t n = 0;
+        for (size_t j = 0; j < l->dx.n; j++) {
+            double v = l->dx.data[j] * unscale;
+            if (!isfinite(v))
+                continue;
+            s2 += v * v;
+            amax = fmax(amax, fabs(v));
+            n++;
+        }
+        t->sigma = n ? sqrt(s2 / (double)n) : 0.0;
+        t->amax = amax;
+    }
+}
+
+/* Loss-scale bookkeeping after a step; returns true if the step is skipped. */
+static bool update_scale(run *r, bool finite)
+{
+    const emu_loss_scaling *s = &r->p->scaling;
+    switch (s->kind) {
+    case EMU_SCALE_DYNAMIC:
+    case EMU_SCALE_ENHANCED: {
+        if (s->kind == EMU_SCALE_ENHANCED && s->floor_every > 0 &&
+            r->step > 0 && r->step % s->floor_every == 0)
+            r->floor = fmin(r->floor * s->floor_growth, s->max);
+        double lo = s->kind == EMU_SCALE_ENHANCED ? r->floor : 0x1p-24;
+        if (!finite) {
+            r->scale = fmax(r->scale * s->backoff, lo);
+            r->good = 0;
+            return true;
+        }
+        if (++r->good >= s->interval) {
+            r->scale = fmin(r->scale * s->growth, s->max);
+            r->good = 0;
+        }
+        r->scale = fmax(r->scale, lo);
+        return false;
+    }
+    case EMU_SCALE_ADAPTIVE:
+        if (!finite) {
+            r->adaptive_cut *= 0.5;
+            return true;
+        }
+        r->adaptive_cut = fmin(1.0, r->adaptive_cut * 2.0);
+        return false;
+    default:
+        return false; /* none, static: a non-finite gradient goes in */
+    }
+}
+
+/* ---- weight updates ------------------------------------------------------------ */
+
+static int optimizer_step(run *r, const char *site, emu_tensor *w, emu_param *prm,
+                          const emu_tensor *g, double lr,
+                          const emu_rounding *state_rnd)
+{
+    const emu_train_config *c = r->cfg;
+    if (c->opt == EMU_OPT_ADAM) {
+        emu_adam_opts o = { .lr = (float)lr, .beta1 = (float)c->beta1,
+                            .beta2 = (float)c->beta2, .eps = (float)c->eps,
+                            .weight_decay = (float)c->weight_decay,
+                            .t = r->step + 1 - r->skipped,
+                            .state_rnd = state_rnd };
+        return emu_t_adam_update(&r->ctx, site, w, &prm->m, &prm->v, g, &o);
+    }
+    emu_sgd_opts o = { .lr = (float)lr, .momentum = (float)c->momentum,
+                       .weight_decay = (float)c->weight_decay,
+                       .state_rnd = state_rnd };
+    return emu_t_sgd_update(&r->ctx, site, w, c->momentum != 0.0 ? &prm->v : NULL,
+                            g, &o);
+}
+
+/* Kahan-compensated SGD in the weight's own format (Zamirai et al.):
+ *   delta = -lr * v;  y = delta - c;  t = w + y;  c = (t - w) - y;  w = t,
+ * each a rounded op.  The addition t = w + y is done as an SGD step of
+ * learning rate 1 on -y, so that its swamping is measured like any update. */
+static int kahan_step(run *r, const char *name, emu_param *prm, double lr,
+                      const emu_rounding *w_rnd, const emu_rounding *state_rnd)
+{
+    emu_ctx *ctx = &r->ctx;
+    const emu_train_config *c = r->cfg;
+    char site[96];
+    const emu_tensor *step = &prm->g;
+    ctx->rnd = *state_rnd;
+    if (c->weight_decay != 0.0) {
+        snprintf(site, sizeof site, "%s.decay", name);
+        if (emu_t_axpy(ctx, site, &prm->g, (float)c->weight_decay, &prm->w, &prm->g))
+            return -1;
+    }
+    if (c->momentum != 0.0) {
+        snprintf(site, sizeof site, "%s.update.v", name);
+        if (emu_t_axpy(ctx, site, &prm->v, (float)c->momentum, &prm->v, &prm->g))
+            return -1;
+        step = &prm->v;
+    }
+    ctx->rnd = *w_rnd;
+    snprintf(site, sizeof site, "%s.kahan.delta", name);
+    if (emu_t_scale(ctx, site, &prm->m, step, (float)-lr))
+        return -1;
+    snprintf(site, sizeof site, "%s.kahan.negy", name); /* c - delta = -y */
+    if (emu_t_sub(ctx, site, &prm->m, &prm->c, &prm->m))
+        return -1;
+    snprintf(site, sizeof site, "%s.kahan.wold", name);
+    if (emu_t_cast(ctx, site, &prm->gm, &prm->w))
+        return -1;
+    snprintf(site, sizeof site, "%s.update", name);
+    emu_sgd_opts o = { .lr = 1.0f };
+    if (emu_t_sgd_update(ctx, site, &prm->w, NULL, &prm->m, &o))
+        return -1;
+    snprintf(site, sizeof site, "%s.kahan.c", name);
+    if (emu_t_sub(ctx, site, &prm->c, &prm->w, &prm->gm))
+        return -1;
+    snprintf(site, sizeof site, "%s.kahan.c2", name);
+    return emu_t_add(ctx, site, &prm->c, &prm->c, &prm->m);
+}
+
+static int update_param(run *r, const emu_layer *l, emu_param *prm,
+                        const char *what, double lr)
+{
+    const emu_policy *p = r->p;
+    emu_ctx *ctx = &r->ctx;
+    const bool ex = l->exempt;
+    const emu_role_prec *wp = ex ? &p->exempt_prec : &p->weight;
+    const emu_role_prec *mp = ex ? &p->exempt_prec : &p->master;
+    const emu_role_prec *gp = ex ? &p->exempt_prec : &p->weight_grad;
+    const emu_role_prec *sp = ex ? &p->exempt_prec : &p->opt_state;
+    const emu_rounding sr = { .mode = EMU_RS, .sr_bits = 64 };
+    char name[64], site[96];
+    snprintf(name, sizeof name, "%s.%s", l->name, what);
+    const double inv = 1.0 / l->grad_scale; /* a power of two */
+
+    if (p->use_master) {
+        /* The gradient goes to the master format, is unscaled there, and
+         * updates the master copy; the compute copy is its rounding. */
+        ctx->rnd = mp->rnd;
+        snprintf(site, sizeof site, "%s.gradm", name);
+        if (emu_t_cast(ctx, site, &prm->gm, &prm->g))
+            return -1;
+        if (inv != 1.0) {
+            snprintf(site, sizeof site, "%s.unscale", name);
+            if (emu_t_scale(ctx, site, &prm->gm, &prm->gm, (float)inv))
+                return -1;
+        }
+        ctx->rnd = p->update == EMU_UPDATE_SR ? sr : mp->rnd;
+        snprintf(site, sizeof site, "%s.update", name);
+        if (optimizer_step(r, site, &prm->master, prm, &prm->gm, lr, &sp->rnd))
+            return -1;
+        ctx->rnd = wp->rnd;
+        snprintf(site, sizeof site, "%s.cast", name);
+        return emu_t_cast(ctx, site, &prm->w, &prm->master);
+    }
+    if (inv != 1.0) {
+        ctx->rnd = gp->rnd;
+        snprintf(site, sizeof site, "%s.unscale", name);
+        if (emu_t_scale(ctx, site, &prm->g, &prm->g, (float)inv))
+            return -1;
+    }
+    if (p->update == EMU_UPDATE_KAHAN)
+        return kahan_step(r, name, prm, lr, &wp->rnd, &sp->rnd);
+    ctx->rnd = p->update == EMU_UPDATE_SR ? sr : wp->rnd;
+    snprintf(site, sizeof site, "%s.update", name);
+    return optimizer_step(r, site, &prm->w, prm, &prm->g, lr, &sp->rnd);
+}
+
+/* ---- per-step records ------------------------------------------------------------ */
+
+typedef struct step_rates {
+    double agrad_zero, agrad_under, wgrad_zero, act_zero, overflow, absorbed;
+    uint64_t agrad_n, wgrad_n, adds;
+} step_rates;
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+static step_rates rates(const emu_stats *st)
+{
+    step_rates q;
+    memset(&q, 0, sizeof q);
+    uint64_t az = 0, au = 0, wz = 0, actz = 0, actn = 0, ovf = 0, all = 0, abs = 0;
+    for (size_t i = 0; i < st->count; i++) {
+        const emu_site *s = &st->sites[i];
+        if (!s->active)
+            continue;
+        const emu_site_stats *t = &s->step;
+        ovf += t->overflow;
+        all += t->results;
+        if (s->role == EMU_ROLE_ACT_GRAD) {
+            az += t->to_zero, au += t->underflow, q.agrad_n += t->results;
+        } else if (s->role == EMU_ROLE_WEIGHT_GRAD && !ends_with(s->name, ".gradm") &&
+                   !ends_with(s->name, ".unscale")) {
+            wz += t->to_zero, q.wgrad_n += t->results;
+        } else if (s->role == EMU_ROLE_ACTIVATION) {
+            actz += t->to_zero, actn += t->results;
+        }
+        if (ends_with(s->name, ".update")) {
+            abs += t->absorbed;
+            q.adds += t->adds;
+        }
+    }
+    q.agrad_zero = q.agrad_n ? (double)az / (double)q.agrad_n : 0.0;
+    q.agrad_under = q.agrad_n ? (double)au / (double)q.agrad_n : 0.0;
+    q.wgrad_zero = q.wgrad_n ? (double)wz / (double)q.wgrad_n : 0.0;
+    q.act_zero = actn ? (double)actz / (double)actn : 0.0;
+    q.overflow = all ? (double)ovf / (double)all : 0.0;
+    q.absorbed = q.adds ? (double)abs / (double)q.adds : 0.0;
+    return q;
+}
+
+static const char STEPS_HEADER[] =
+    "step,epoch,lr,loss,accuracy,loss_scale,skipped,act_grad_to_zero,"
+    "act_grad_underflow,weight_grad_to_zero,activation_to_zero,overflow_rate,"
+    "update_absorbed,updates,seconds\n";
+
+static void layer_rows(run *r)
+{
+    /* Per parameter layer: its scales and how much of its gradients
+     * vanished in this step. */
+    for (int i = 0; i < r->m.n_layers; i++) {
+        const emu_layer *l = &r->m.layers[i];
+        if (!l->has_params)
+            continue;
+        char dname[64], wname[64];
+        snprintf(dname, sizeof dname, "%s.dinput", l->name);
+        snprintf(wname, sizeof wname, "%s.dweight", l->name);
+        double dz = NAN, wz = NAN, dsub = NAN;
+        for (size_t k = 0; k < r->stats.count; k++) {
+            const emu_site *s = &r->stats.sites[k];
+            if (!s->active || !s->step.results)
+                continue;
+            double n = (double)s->step.results;
+            if (!strcmp(s->name, dname)) {
+                dz = (double)s->step.to_zero / n;
+                dsub = (double)s->step.subnormal / n;
+            } else if (!strcmp(s->name, wname) && s->role == EMU_ROLE_WEIGHT_GRAD) {
+                wz = (double)s->step.to_zero / n;
+            }
+        }
+        sb_printf(&r->layers, "%lld,%s,%d,%.17g,%.17g,%.9g,%.9g,%.9g,%.9g\n",
+                  (long long)r->step, l->name, i, l->scale, l->grad_scale, dz,
+                  dsub, wz, r->trace[i].sigma);
+    }
+}
+
+/* This step's per-op rows, appended to the in-memory ops_steps.csv. */
+static void append_step_rows(run *r)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *fp = open_memstream(&text, &len);
+    if (!fp)
+        return;
+    emu_stats_write_step_rows(&r->stats, fp, false);
+    fclose(fp);
+    sb_printf(&r->ops_steps, "%s", text);
+    free(text);
+}
+
+/* ---- evaluation ------------------------------------------------------------------ */
+
+static int evaluate(run *r, int epoch, double *acc_out)
+{
+    emu_stats *saved = r->ctx.stats;
+    r->ctx.stats = NULL; /* evaluation is not part of the measured run */
+    const emu_dataset *d = &r->test;
+    const size_t b = (size_t)r->m.batch;
+    size_t *idx = malloc(b * sizeof *idx);
+    if (!idx) {
+        r->ctx.stats = saved;
+        return emu_ctx_fail(&r->ctx, "eval", "out of memory");
+    }
+    size_t right = 0;
+    double loss = 0.0;
+    int rc = 0;
+    for (size_t i0 = 0; i0 < d->n && !rc; i0 += b) {
+        size_t count = d->n - i0 < b ? d->n - i0 : b;
+        for (size_t i = 0; i < b; i++)
+            idx[i] = i0 + (i < count ? i : 0);
+        rc = load_batch(r, d, idx, count) || emu_model_forward(&r->m, &r->ctx, r->p);
+        if (!rc)
+            right += (size_t)score(&r->m, r->batch_y, count, &loss);
+    }
+    free(idx);
+    r->ctx.stats = saved;
+    if (rc)
+        return -1;
+    *acc_out = (double)right / (double)d->n;
+    sb_printf(&r->eval, "%d,%lld,%.9g,%.9g\n", epoch, (long long)r->step,
+              loss / (double)d->n, *acc_out);
+    return 0;
+}
+
+/* ---- checkpoint ----------------------------------------------------------------- */
+
+static const char CKPT_MAGIC[8] = { 'E', 'M', 'U', 'C', 'K', 'P', 'T', '1' };
+
+typedef struct ckpt_head {
+    char magic[8];
+    uint64_t fingerprint;
+    int64_t step, skipped;
+    uint64_t op_index;
+    double scale, floor, adaptive_cut, elapsed;
+    int32_t good, n_layers;
+    uint64_t n_sites, n_params;
+} ckpt_head;
+
+/* Every tensor that carries state from step to step, in a fixed order. */
+static int state_tensors(emu_model *m, emu_tensor **out, int max)
+{
+    int n = 0;
+    for (int i = 0; i < m->n_layers; i++) {
+        emu_layer *l = &m->layers[i];
+        if (!l->has_params)
+            continue;
+        emu_param *ps[2] = { &l->weight, &l->bias };
+        for (int k = 0; k < 2; k++) {
+            emu_tensor *ts[5] = { &ps[k]->w, &ps[k]->master, &ps[k]->m,
+                                  &ps[k]->v, &ps[k]->c };
+            for (int j = 0; j < 5; j++)
+                if (ts[j]->data && n < max)
+                    out[n++] = ts[j];
+        }
+    }
+    return n;
+}
+
+enum { MAX_STATE = 1024 };
+
+static int write_ckpt(FILE *fp, const void *arg)
+{
+    run *r = (run *)arg;
+    emu_tensor *ts[MAX_STATE];
+    int nt = state_tensors(&r->m, ts, MAX_STATE);
+    ckpt_head h;
+    memset(&h, 0, sizeof h);
+    memcpy(h.magic, CKPT_MAGIC, sizeof h.magic);
+    h.fingerprint = r->fingerprint;
+    h.step = r->step;
+    h.skipped = r->skipped;
+    h.op_index = r->ctx.op_index;
+    h.scale = r->scale;
+    h.floor = r->floor;
+    h.adaptive_cut = r->adaptive_cut;
+    h.elapsed = r->elapsed_before + (now() - r->t0);
+    h.good = r->good;
+    h.n_layers = r->m.n_layers;
+    h.n_sites = r->stats.count;
+    h.n_params = (uint64_t)nt;
+    /* The configuration and policy ride along, so that a run resumes from
+     * its folder alone (emu_train_resume). */
+    emu_train_config cfg = *r->cfg;
+    cfg.resume = cfg.force = false;
+    if (fwrite(&h, sizeof h, 1, fp) != 1 || fwrite(&cfg, sizeof cfg, 1, fp) != 1 ||
+        fwrite(r->p, sizeof *r->p, 1, fp) != 1 ||
+        fwrite(r->trace, sizeof *r->trace, (size_t)r->m.n_layers, fp) !=
+            (size_t)r->m.n_layers)
+        return -1;
+    for (int i = 0; i < r->m.n_layers; i++)
+        if (fwrite(&r->m.layers[i].scale, sizeof(double), 1, fp) != 1)
+            return -1;
+    for (int i = 0; i < nt; i++) {
+        uint64_t n = ts[i]->n;
+        if (fwrite(&n, sizeof n, 1, fp) != 1 ||
+            fwrite(ts[i]->data, sizeof(float), ts[i]->n, fp) != ts[i]->n)
+            return -1;
+    }
+    if (r->stats.count &&
+        fwrite(r->stats.sites, sizeof *r->stats.sites, r->stats.count, fp) !=
+            r->stats.count)
+        return -1;
+    return 0;
+}
+
+static int read_ckpt(run *r, emu_error *err)
+{
+    const char *path = path_in(r, "checkpoint.bin");
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        return fail(err, path, "cannot open: %s", strerror(errno));
+    ckpt_head h;
+    int rc = -1;
+    emu_tensor *ts[MAX_STATE];
+    int nt = state_tensors(&r->m, ts, MAX_STATE);
+    if (fread(&h, sizeof h, 1, fp) != 1 ||
+        memcmp(h.magic, CKPT_MAGIC, sizeof h.magic)) {
+        fail(err, path, "not a libemu checkpoint (or from another version)");
+        goto done;
+    }
+    if (h.fingerprint != r->fingerprint) {
+        fail(err, path, "the checkpoint is from another configuration: resume "
+             "with the options the run started with (see its meta.json)");
+        goto done;
+    }
+    if (h.n_layers != r->m.n_layers || h.n_params != (uint64_t)nt ||
+        h.n_sites > 1000000) {
+        fail(err, path, "the checkpoint does not match the model");
+        goto done;
+    }
+    if (fseek(fp, (long)(sizeof(emu_train_config) + sizeof(emu_policy)),
+              SEEK_CUR))
+        goto truncated;
+    if (fread(r->trace, sizeof *r->trace, (size_t)r->m.n_layers, fp) !=
+        (size_t)r->m.n_layers)
+        goto truncated;
+    for (int i = 0; i < r->m.n_layers; i++)
+        if (fread(&r->m.layers[i].scale, sizeof(double), 1, fp) != 1)
+            goto truncated;
+    for (int i = 0; i < nt; i++) {
+        uint64_t n;
+        if (fread(&n, sizeof n, 1, fp) != 1 || n != ts[i]->n) {
+            fail(err, path, "tensor %s: size mismatch", ts[i]->name);
+            goto done;
+        }
+        if (fread(ts[i]->data, sizeof(float), ts[i]->n, fp) != ts[i]->n)
+            goto truncated;
+    }
+    emu_stats_free(&r->stats);
+    emu_stats_init(&r->stats);
+    if (h.n_sites) {
+        r->stats.sites = malloc(h.n_sites * sizeof *r->stats.sites);
+        if (!r->stats.sites) {
+            fail(err, path, "out of memory");
+            goto done;
+        }
+        r->stats.cap = r->stats.count = h.n_sites;
+        if (fread(r->stats.sites, sizeof *r->stats.sites, h.n_sites, fp) !=
+            h.n_sites)
+            goto truncated;
+    }
+    r->step = h.step;
+    r->skipped = h.skipped;
+    r->ctx.op_index = h.op_index;
+    r->scale = h.scale;
+    r->floor = h.floor;
+    r->adaptive_cut = h.adaptive_cut;
+    r->elapsed_before = h.elapsed;
+    r->good = h.good;
+    rc = 0;
+    goto done;
+truncated:
+    fail(err, path, "truncated checkpoint");
+done:
+    fclose(fp);
+    return rc;
+}
+
+/* ---- results ------------------------------------------------------------------- */
+
+static int write_meta(run *r, bool completed, double test_acc, emu_error *err)
+{
+    const emu_train_config *c = r->cfg;
+    sbuf b = { 0 };
+    sb_printf(&b, "{\n  \"libemu_version\": \"%s\",\n", EMU_VERSION_STRING);
+    sb_printf(&b, "  \"completed\": %s,\n", completed ? "true" : "false");
+    sb_printf(&b, "  \"steps\": %lld,\n  \"skipped_steps\": %lld,\n",
+              (long long)r->step, (long long)r->skipped);
+    sb_printf(&b, "  \"test_accuracy\": ");
+    if (isfinite(test_acc))
+        sb_printf(&b, "%.9g,\n", test_acc);
+    else
+        sb_printf(&b, "null,\n");
+    sb_printf(&b, "  \"seconds\": %.3f,\n", r->elapsed_before + (now() - r->t0));
+    sb_printf(&b, "  \"config\": {\"preset\": \"%s\", \"arch\": \"%s\", "
+              "\"data\": \"%s\", \"epochs\": %d, \"max_steps\": %lld, "
+              "\"batch\": %d, \"optimizer\": \"%s\", \"lr\": %.17g, "
+              "\"momentum\": %.17g, \"weight_decay\": %.17g, \"schedule\": "
+              "\"%s\", \"lr_final\": %.17g, \"loss_mult\": %.17g, "
+              "\"seed\": %llu, \"ref_rate\": %.17g, \"stats_every\": %d, "
+              "\"threads\": %d},\n",
+              c->preset, c->arch, c->data, c->epochs, (long long)c->max_steps,
+              c->batch, c->opt == EMU_OPT_ADAM ? "adam" : "sgd", c->lr,
+              c->momentum, c->weight_decay,
+              c->schedule == EMU_LR_COSINE ? "cosine"
+              : c->schedule == EMU_LR_STEP ? "step" : "constant",
+              c->lr_final, c->loss_mult, (unsigned long long)c->seed,
+              c->ref_rate, c->stats_every, c->threads);
+    char *ptext = NULL;
+    size_t plen = 0;
+    FILE *fp = open_memstream(&ptext, &plen);
+    if (fp) {
+        emu_policy_write_json(r->p, fp, 2);
+        fclose(fp);
+        sb_printf(&b, "  \"policy\": %s,\n", ptext);
+        free(ptext);
+    }
+    sb_printf(&b, "  \"data\": {\"train\": \"%s\", \"test\": \"%s\", "
+              "\"train_examples\": %zu, \"test_examples\": %zu, \"source\": "
+              "\"%s\"},\n", r->train.name, r->test.name, r->train.n, r->test.n,
+              r->train.source);
+    sb_printf(&b, "  \"model\": {\"arch\": \"%s\", \"parameters\": %zu, "
+              "\"layers\": [", r->m.arch, emu_model_param_count(&r->m));
+    for (int i = 0; i < r->m.n_layers; i++) {
+        const emu_layer *l = &r->m.layers[i];
+        sb_printf(&b, "%s\n    {\"name\": \"%s\", \"exempt\": %s, "
+                  "\"activation_format\": \"%s\"", i ? "," : "", l->name,
+                  l->exempt ? "true" : "false",
+                  l->y.data ? l->y.fmt.name : "view");
+        if (l->has_params)
+            sb_printf(&b, ", \"weight_format\": \"%s\"", l->weight.w.fmt.name);
+        sb_printf(&b, "}");
+    }
+    sb_printf(&b, "]}\n}\n");
+    int rc = save_sbuf(r, &b, "meta.json", err);
+    sb_free(&b);
+    return rc;
+}
+
+static int write_stats_file(FILE *fp, const void *arg)
+{
+    emu_stats_print_summary(arg, fp);
+    return 0;
+}
+
+static int save_all(run *r, bool final, double test_acc, emu_error *err)
+{
+    if (save_sbuf(r, &r->steps, "steps.csv", err) ||
+        save_sbuf(r, &r->ops_steps, "ops_steps.csv", err) ||
+        save_sbuf(r, &r->layers, "layers_steps.csv", err) ||
+        save_sbuf(r, &r->eval, "eval.csv", err) ||
+        emu_stats_write_csv(&r->stats, path_in(r, "ops.csv"), err) ||
+        emu_stats_write_hist_csv(&r->stats, path_in(r, "hist.csv"), err) ||
+        emu_stats_write_json(&r->stats, path_in(r, "ops.json"), err) ||
+        emu_write_atomic(path_in(r, "summary.txt"), write_stats_file, &r->stats,
+                         err))
+        return -1;
+    /* The checkpoint last but one and meta last: a reader that sees
+     * "completed" sees every other file of the finished run. */
+    if (emu_write_atomic(path_in(r, "checkpoint.bin"), write_ckpt, r, err))
+        return -1;
+    return write_meta(r, final, test_acc, err);
+}
+
+/* ---- progress ------------------------------------------------------------------- */
+
+static void progress(run *r, FILE *log, int epoch, double loss, double acc,
+                     const step_rates *q, bool force)
+{
+    if (!log || r->cfg->quiet)
+        return;
+    static double last;
+    double t = now();
+    double sps = (double)(r->step) / fmax(1e-9, r->elapsed_before + (t - r->t0));
+    if (r->tty) {
+        if (!force && t - last < 0.1)
+            return;
+        last = t;
+        fprintf(log, "\r\033[Kstep %lld/%lld ep %d loss %.4f acc %5.1f%% scale "
+                "2^%d uflow %.1e ovf %.1e absorbed %.1f%% %.0f steps/s",
+                (long long)r->step, (long long)r->total_steps, epoch, loss,
+                100.0 * acc, (int)lrint(log2(r->scale)), q->agrad_zero,
+                q->overflow, 100.0 * q->absorbed, sps);
+        if (force)
+            fputc('\n', log);
+        fflush(log);
+        return;
+    }
+    if (!force && r->step % 100 != 0)
+        return;
+    fprintf(log, "step %lld/%lld epoch %d loss %.4f acc %.1f%% scale %g "
+            "act_grad_to_zero %.2e overflow %.2e absorbed %.2f%% %.1f steps/s\n",
+            (long long)r->step, (long long)r->total_steps, epoch, loss,
+            100.0 * acc, r->scale, q->agrad_zero, q->overflow,
+            100.0 * q->absorbed, sps);
+    fflush(log);
+}
+
+/* ---- the loop ----------------------------------------------------------------- */
+
+static int load_data(run *r, emu_error *err)
+{
+    const emu_train_config *c = r->cfg;
+    int rc;
+    if (!strcmp(c->data, "synthetic"))
+        rc = emu_dataset_synthetic(&r->train, &r->test, c->seed,
+                                   c->train_examples ? c->train_examples : 6000,
+                                   c->test_examples ? c->test_examples : 1000, err);
+    else if (!strcmp(c->data, "fashion-mnist"))
+        rc = emu_dataset_fashion_mnist(&r->train, &r->test,
+                                       c->data_dir[0] ? c->data_dir : NULL, err);
+    else
+        return fail(err, "data", "'%s' is not synthetic or fashion-mnist", c->data);
+    if (rc)
+        return -1;
+    /* A prefix of a real data set: the first n examples. */
+    if (c->train_examples && c->train_examples < r->train.n)
+        r->train.n = c->train_examples;
+    if (c->test_examples && c->test_examples < r->test.n)
+        r->test.n = c->test_examples;
+    return 0;
+}
+
+static int train_epochs(run *r, FILE *log, double *final_acc, emu_error *err)
+{
+    const emu_train_config *c = r->cfg;
+    const size_t b = (size_t)c->batch;
+    double acc = NAN;
+    for (;;) {
+        if (r->step >= r->total_steps)
+            break;
+        int epoch = (int)(r->step / r->steps_per_epoch);
+        int64_t in_epoch = r->step % r->steps_per_epoch;
+        permutation(r->perm, r->train.n, c->seed, epoch);
+        for (int64_t k = in_epoch; k < r->steps_per_epoch &&
+                                   r->step < r->total_steps; k++) {
+            double t_step = now();
+            emu_stats_begin_step(&r->stats, r->step);
+            if (load_batch(r, &r->train, r->perm + (size_t)k * b, b))
+                return fail(err, r->ctx.err.where, "%s", r->ctx.err.message);
+            if (r->p->scaling.kind == EMU_SCALE_ADAPTIVE)
+                adaptive_scales(r);
+            else
+                for (int i = 0; i < r->m.n_layers; i++)
+                    r->m.layers[i].scale = 1.0;
+            grad_scales(r);
+            float ce_scale = (float)(r->scale * c->loss_mult);
+            if (emu_model_forward(&r->m, &r->ctx, r->p) ||
+                emu_model_backward(&r->m, &r->ctx, r->p, r->batch_y, ce_scale))
+                return fail(err, r->ctx.err.where, "%s", r->ctx.err.message);
+            double loss_sum = 0.0;
+            int right = score(&r->m, r->batch_y, b, &loss_sum);
+            trace_gradients(r);
+            bool finite = grads_finite(&r->m);
+            double used_scale = r->scale;
+            bool skip = update_scale(r, finite);
+            double lr = lr_at(c, r->step, r->total_steps);
+            if (!skip) {
+                for (int i = 0; i < r->m.n_layers; i++) {
+                    emu_layer *l = &r->m.layers[i];
+                    if (!l->has_params)
+                        continue;
+                    if (update_param(r, l, &l->weight, "w", lr) ||
+                        update_param(r, l, &l->bias, "b", lr))
+                        return fail(err, r->ctx.err.where, "%s",
+                                    r->ctx.err.message);
+                }
+            } else {
+                r->skipped++;
+            }
+            step_rates q = rates(&r->stats);
+            double loss = loss_sum / (double)b;
+            double bacc = (double)right / (double)b;
+            sb_printf(&r->steps, "%lld,%d,%.9g,%.9g,%.9g,%.17g,%d,%.9g,%.9g,%.9g,"
+                      "%.9g,%.9g,%.9g,%llu,%.6f\n",
+                      (long long)r->step, epoch, lr, loss, bacc, used_scale,
+                      skip ? 1 : 0, q.agrad_zero, q.agrad_under, q.wgrad_zero,
+                      q.act_zero, q.overflow, q.absorbed,
+                      (unsigned long long)q.adds, now() - t_step);
+            layer_rows(r);
+            if (c->stats_every > 0 && r->step % c->stats_every == 0)
+                append_step_rows(r);
+            r->step++;
+            progress(r, log, epoch, loss, bacc, &q, false);
+            if (c->checkpoint_every > 0 && r->step % c->checkpoint_every == 0 &&
+                r->step < r->total_steps && save_all(r, false, NAN, err))
+                return -1;
+        }
+        if (r->step % r->steps_per_epoch == 0 || r->step >= r->total_steps) {
+            if (evaluate(r, epoch, &acc))
+                return fail(err, r->ctx.err.where, "%s", r->ctx.err.message);
+            if (log && !c->quiet) {
+                if (r->tty)
+                    fputc('\n', log);
+                fprintf(log, "epoch %d: test accuracy %.2f%% (%zu examples)\n",
+                        epoch, 100.0 * acc, r->test.n);
+            }
+        }
+    }
+    *final_acc = acc;
+    return 0;
+}
+
+int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
+              emu_error *err)
+{
+    if (emu_policy_validate(p, err))
+        return -1;
+    if (cfg->batch < 1 || cfg->epochs < 1 || !(cfg->lr > 0.0) ||
+        !isfinite(cfg->lr) || cfg->max_steps < 0 || !(cfg->loss_mult > 0.0) ||
+        !(cfg->ref_rate >= 0.0 && cfg->ref_rate <= 1.0) || cfg->threads < 1)
+        return fail(err, "config", "batch and epochs must be >= 1, lr > 0, "
+                    "loss_mult > 0, ref_rate in [0, 1], threads >= 1");
+    {
+        int e;
+        if (frexp(cfg->loss_mult, &e) != 0.5 || !isfinite(cfg->loss_mult))
+            return fail(err, "config", "loss_mult %g is not a power of two: "
+                        "dividing it out would round every gradient",
+                        cfg->loss_mult);
+    }
+
+    run *r = calloc(1, sizeof *r);
+    if (!r)
+        return fail(err, "train", "out of memory");
+    r->cfg = cfg;
+    r->p = p;
+    r->t0 = now();
+    r->tty = log && isatty(fileno(log));
+    snprintf(r->dir, sizeof r->dir, "%s", cfg->out_dir);
+    int rc = -1;
+    double acc = NAN;
+    emu_stats_init(&r->stats);
+
+    sbuf text = { 0 };
+    config_text(&text, cfg, p);
+    r->fingerprint = fnv1a(text.p ? text.p : "", text.len);
+    sb_free(&text);
+
+    if (prepare_dir(r, err) || load_data(r, err))
+        goto done;
+    if (r->train.n < (size_t)cfg->batch) {
+        fail(err, "data", "%zu training examples, fewer than one batch of %d",
+             r->train.n, cfg->batch);
+        goto done;
+    }
+    if (log && !cfg->quiet)
+        fprintf(log, "data: %s (%zu examples) and %s (%zu), from %s\n",
+                r->train.name, r->train.n, r->test.name, r->test.n,
+                r->train.source);
+
+    emu_ctx_init(&r->ctx, cfg->seed);
+    r->ctx.accum = p->accum;
+    r->ctx.threads = cfg->threads;
+    r->ctx.ref_rate = cfg->ref_rate;
+    r->ctx.measure = EMU_MEASURE_ALL;
+    r->ctx.stats = &r->stats;
+    if (emu_model_build(&r->m, cfg->arch, p, cfg->batch, r->train.channels,
+                        r->train.height, r->train.width, r->train.classes,
+                        cfg->seed, &r->ctx, err))
+        goto done;
+    r->trace = calloc((size_t)r->m.n_layers, sizeof *r->trace);
+    r->batch_x = malloc((size_t)cfg->batch * example_size(&r->train) * sizeof(float));
+    r->batch_y = malloc((size_t)cfg->batch * sizeof(int));
+    r->perm = malloc(r->train.n * sizeof *r->perm);
+    if (!r->trace || !r->batch_x || !r->batch_y || !r->perm) {
+        fail(err, "train", "out of memory");
+        goto done;
+    }
+    r->steps_per_epoch = (int64_t)(r->train.n / (size_t)cfg->batch);
+    r->total_steps = r->steps_per_epoch * cfg->epochs;
+    if (cfg->max_steps && cfg->max_steps < r->total_steps)
+        r->total_steps = cfg->max_steps;
+    r->scale = p->scaling.kind == EMU_SCALE_NONE ? 1.0 : p->scaling.init;
+    r->floor = p->scaling.floor;
+    r->adaptive_cut = 1.0;
+    sb_printf(&r->steps, "%s", STEPS_HEADER);
+    sb_printf(&r->layers, "step,layer,index,scale,grad_scale,dinput_to_zero,"
+              "dinput_subnormal,dweight_to_zero,dinput_sigma\n");
+    sb_printf(&r->eval, "epoch,step,test_loss,test_accuracy\n");
+    {
+        /* The per-op header once, whatever the first rows hold. */
+        char *t = NULL;
+        size_t tl = 0;
+        FILE *fp = open_memstream(&t, &tl);
+        emu_stats empty;
+        emu_stats_init(&empty);
+        if (fp) {
+            emu_stats_write_step_rows(&empty, fp, true);
+            fclose(fp);
+            sb_printf(&r->ops_steps, "%s", t);
+            free(t);
+        }
+    }
+    if (cfg->resume) {
+        /* Same model, same init (it is deterministic), then the saved state. */
+        if (read_ckpt(r, err))
+            goto done;
+        sb_free(&r->steps);
+        sb_free(&r->ops_steps);
+        sb_free(&r->layers);
+        sb_free(&r->eval);
+        if (sb_from_file(&r->steps, path_in(r, "steps.csv")) ||
+            sb_from_file(&r->ops_steps, path_in(r, "ops_steps.csv")) ||
+            sb_from_file(&r->layers, path_in(r, "layers_steps.csv")) ||
+            sb_from_file(&r->eval, path_in(r, "eval.csv"))) {
+            fail(err, r->dir, "cannot read the logs written with the checkpoint");
+            goto done;
+        }
+        if (log && !cfg->quiet)
+            fprintf(log, "resuming at step %lld of %lld\n", (long long)r->step,
+                    (long long)r->total_steps);
+    } else if (write_meta(r, false, NAN, err)) {
+        goto done;
+    }
+    r->t0 = now();
+    if (train_epochs(r, log, &acc, err))
+        goto done;
+    if (save_all(r, true, acc, err))
+        goto done;
+    if (log && !cfg->quiet)
+        fprintf(log, "done: %lld steps (%lld skipped), test accuracy %.2f%%, "
+                "results in %s\n", (long long)r->step, (long long)r->skipped,
+                100.0 * acc, r->dir);
+    rc = 0;
+done:
+    emu_model_free(&r->m);
+    emu_dataset_free(&r->train);
+    emu_dataset_free(&r->test);
+    emu_stats_free(&r->stats);
+    sb_free(&r->steps);
+    sb_free(&r->ops_steps);
+    sb_free(&r->layers);
+    sb_free(&r->eval);
+    free(r->trace);
+    free(r->batch_x);
+    free(r->batch_y);
+    free(r->perm);
+    free(r);
+    return rc;
+}
+
+int emu_train_resume(const char *dir, int threads, bool quiet, FILE *log,
+                     emu_error *err)
+{
+    char path[640];
+    snprintf(path, sizeof path, "%s/checkpoint.bin", dir);
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        return fail(err, path, "cannot open: %s", strerror(errno));
+    ckpt_head h;
+    emu_train_config cfg;
+    emu_policy p;
+    bool ok = fread(&h, sizeof h, 1, fp) == 1 &&
+              !memcmp(h.magic, CKPT_MAGIC, sizeof h.magic) &&
+              fread(&cfg, sizeof cfg, 1, fp) == 1 && fread(&p, sizeof p, 1, fp) == 1;
+    fclose(fp);
+    if (!ok)
+        return fail(err, path, "not a libemu checkpoint (or from another "
+                    "version, or truncated)");
+    /* Settings that do not change the numbers may differ. */
+    snprintf(cfg.out_dir, sizeof cfg.out_dir, "%s", dir);
+    cfg.resume = true;
+    cfg.force = false;
+    if (threads > 0)
+        cfg.threads = threads;
+    cfg.quiet = quiet;
+    return emu_train(&cfg, &p, log, err);
+}
