@@ -196,8 +196,11 @@ double emu_round2_word(const emu_format *f, double hi, double lo,
         if (f->has_inf)
             return hi;
         st->flags |= EMU_FLAG_INVALID;
-        if (r->saturate || f->overflow == EMU_OVERFLOW_SATURATE)
+        if (r->saturate || f->overflow == EMU_OVERFLOW_SATURATE) {
+            /* ±max lies inside ±inf: the result is below +inf, above -inf. */
+            st->ternary = neg ? 1 : -1;
             return neg ? -f->max : f->max;
+        }
         return NAN;
     }
     if (lo != 0.0) {

@@ -1,0 +1,217 @@
+/*
+ * bench_round.c — throughput of the array rounding, the hot path of every
+ * tensor op, against memcpy of the same array and against the MPFR
+ * recipe that the oracle uses.
+ *
+ * Data: 2^24 binary32 values shaped like gradients: log2|x| normal with
+ * mean -12 and standard deviation 8, random signs, 5% exact zeros, so a
+ * good share falls below the 8-bit formats' normal range (and some above
+ * it).  Every row rounds the whole array out of place, single-threaded,
+ * with counts (as the tensor choke point always asks), best of several
+ * repetitions; memcpy of the same array is the reference.  The MPFR
+ * figure (the oracle's recipe, nearest-even) is measured on a slice of
+ * --mpfr-n elements; its throughput stands for the whole array.
+ *
+ * Usage: bench_round [--csv] [--log2n N] [--reps R] [--mpfr-n N]
+ * A program, not a test: it is never registered with CTest.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <mpfr.h>
+
+#include <emu/emu.h>
+
+static double now(void)
+{
+    struct timespec t;
+    timespec_get(&t, TIME_UTC);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Uniform in (0, 1) from the library's own generator (reproducible data). */
+static double uniform(uint64_t i)
+{
+    return ((double)(emu_random64(0xbe7c4, 1, i) >> 11) + 0.5) * 0x1p-53;
+}
+
+static void make_data(float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        double u1 = uniform(3 * i), u2 = uniform(3 * i + 1);
+        double sel = uniform(3 * i + 2);
+        if (sel < 0.05) {
+            x[i] = 0.0f;
+            continue;
+        }
+        /* Box-Muller: one standard normal per element. */
+        double z = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+        double v = exp2(-12.0 + 8.0 * z);
+        x[i] = (float)(sel < 0.525 ? -v : v);
+    }
+}
+
+typedef struct row {
+    const char *fmt, *mode;
+    double melem;
+} row;
+
+static double best_memcpy(float *dst, const float *src, size_t n, int reps)
+{
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        double t = now();
+        memcpy(dst, src, n * sizeof *src);
+        t = now() - t;
+        if (t < best)
+            best = t;
+    }
+    return best;
+}
+
+static double best_round(const emu_format *f, const emu_array_rounding *a,
+                         float *dst, const float *src, size_t n, int reps)
+{
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        emu_round_counts c = { 0 };
+        double t = now();
+        emu_round_array_f32(f, dst, src, n, a, &c);
+        t = now() - t;
+        if (t < best)
+            best = t;
+        if (c.n != n) {
+            fprintf(stderr, "bench_round: counts.n %llu != %zu\n",
+                    (unsigned long long)c.n, n);
+            exit(1);
+        }
+    }
+    return best;
+}
+
+/* The oracle's recipe for converting into a p-bit format: round to p bits
+ * in MPFR's default exponent range, then narrow the range and
+ * subnormalize (see DESIGN/STYLE).  Returns seconds for n elements. */
+static double mpfr_recipe(const emu_format *f, float *dst, const float *src,
+                          size_t n)
+{
+    mpfr_t m;
+    mpfr_init2(m, f->p);
+    const mpfr_exp_t emin0 = mpfr_get_emin(), emax0 = mpfr_get_emax();
+    const mpfr_exp_t emin = f->emin - f->p + 2, emax = f->emax + 1;
+    double t = now();
+    for (size_t i = 0; i < n; i++) {
+        int ter = mpfr_set_flt(m, src[i], MPFR_RNDN);
+        mpfr_set_emin(emin);
+        mpfr_set_emax(emax);
+        ter = mpfr_check_range(m, ter, MPFR_RNDN);
+        ter = mpfr_subnormalize(m, ter, MPFR_RNDN);
+        dst[i] = mpfr_get_flt(m, MPFR_RNDN);
+        mpfr_set_emin(emin0);
+        mpfr_set_emax(emax0);
+    }
+    t = now() - t;
+    mpfr_clear(m);
+    return t;
+}
+
+int main(int argc, char **argv)
+{
+    int csv = 0, log2n = 24, reps = 5;
+    size_t mpfr_n = (size_t)1 << 18;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--csv"))
+            csv = 1;
+        else if (!strcmp(argv[i], "--log2n") && i + 1 < argc)
+            log2n = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+            reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--mpfr-n") && i + 1 < argc)
+            mpfr_n = (size_t)strtoull(argv[++i], NULL, 10);
+        else {
+            fprintf(stderr, "usage: bench_round [--csv] [--log2n N] "
+                            "[--reps R] [--mpfr-n N]\n");
+            return 2;
+        }
+    }
+    if (log2n < 10 || log2n > 28 || reps < 1) {
+        fprintf(stderr, "bench_round: --log2n in 10..28, --reps >= 1\n");
+        return 2;
+    }
+    const size_t n = (size_t)1 << log2n;
+    if (mpfr_n > n)
+        mpfr_n = n;
+    float *src = malloc(n * sizeof *src), *dst = malloc(n * sizeof *dst);
+    if (!src || !dst) {
+        fprintf(stderr, "bench_round: out of memory\n");
+        return 1;
+    }
+    make_data(src, n);
+    memset(dst, 0, n * sizeof *dst); /* fault the pages in before timing */
+
+    static const char *const formats[] = { "binary16", "bfloat16", "e4m3",
+                                           "e5m2" };
+    static const char *const modes[] = { "rne", "rz", "sr", "sr13" };
+    enum { NF = sizeof formats / sizeof formats[0],
+           NM = sizeof modes / sizeof modes[0] };
+    row rows[NF * NM];
+    double mpfr_melem[NF];
+
+    /* The machine may be shared: memcpy is timed between the format
+     * groups too, and its best time over the whole run is the reference
+     * (so a quiet moment for memcpy only makes the ratios smaller). */
+    double t_copy = best_memcpy(dst, src, n, reps);
+    for (size_t fi = 0; fi < NF; fi++) {
+        const emu_format *f = emu_format_find(formats[fi]);
+        if (!f) {
+            fprintf(stderr, "bench_round: no format %s\n", formats[fi]);
+            return 1;
+        }
+        mpfr_melem[fi] = (double)mpfr_n / mpfr_recipe(f, dst, src, mpfr_n)
+                         * 1e-6;
+        for (size_t mi = 0; mi < NM; mi++) {
+            emu_array_rounding a;
+            memset(&a, 0, sizeof a);
+            if (emu_rnd_parse(modes[mi], &a.rnd.mode, &a.rnd.sr_bits) != 0)
+                return 1;
+            a.seed = 42;
+            const double t = best_round(f, &a, dst, src, n, reps);
+            rows[fi * NM + mi] = (row){ formats[fi], modes[mi],
+                                        (double)n / t * 1e-6 };
+        }
+        double t = best_memcpy(dst, src, n, reps);
+        if (t < t_copy)
+            t_copy = t;
+    }
+    const double copy_melem = (double)n / t_copy * 1e-6;
+
+    if (csv)
+        printf("format,mode,melem_per_s,pct_of_memcpy,mpfr_melem_per_s,"
+               "speedup_vs_mpfr,memcpy_melem_per_s\n");
+    else {
+        printf("n = 2^%d binary32 values (log2|x| ~ N(-12, 8), 5%% zeros), "
+               "best of %d, single thread, with counts\n", log2n, reps);
+        printf("memcpy: %.0f Melem/s (%.2f GB/s), best over the run\n\n",
+               copy_melem, copy_melem * 4e-3);
+        printf("%-9s %-5s %10s %9s %12s %9s\n", "format", "mode", "Melem/s",
+               "%memcpy", "MPFR Melem/s", "x MPFR");
+    }
+    for (size_t k = 0; k < NF * NM; k++) {
+        const row *rw = &rows[k];
+        const double mp = mpfr_melem[k / NM];
+        if (csv)
+            printf("%s,%s,%.1f,%.1f,%.2f,%.0f,%.0f\n", rw->fmt, rw->mode,
+                   rw->melem, 100.0 * rw->melem / copy_melem, mp,
+                   rw->melem / mp, copy_melem);
+        else
+            printf("%-9s %-5s %10.0f %8.1f%% %12.2f %8.0fx\n", rw->fmt,
+                   rw->mode, rw->melem, 100.0 * rw->melem / copy_melem, mp,
+                   rw->melem / mp);
+    }
+    free(src);
+    free(dst);
+    return 0;
+}

@@ -1,0 +1,853 @@
+/*
+ * round_array.c — rounding whole arrays: the hot path of every tensor op.
+ *
+ * Called by the tensor choke point for every op's outputs, by casts and by
+ * the CLI's bulk conversions.  The map is emu_round2_word() applied to each
+ * element with word emu_random64(seed, stream, first_index + i); this file
+ * only makes it fast, and tests/test_round_array.c proves it bit-identical,
+ * flags and counts included.
+ *
+ * binary32 into a format that fits the carrier.  Let u be the magnitude
+ * bits of the input and 2^emin the format's smallest normal.
+ *
+ *  - At or above 2^emin the format's quantum is a fixed number d = 24 - p
+ *    of binary32's fraction bits, so rounding is integer arithmetic on u:
+ *    add an increment that depends on the mode (half - 1 + last kept bit
+ *    for nearest-even, the top bits of the random word for stochastic, ...)
+ *    and clear the d low bits.  A carry out of the fraction lands in the
+ *    exponent, which is exactly the step to the next binade; the result is
+ *    compared with max's pattern for overflow.
+ *
+ *  - Below 2^emin the quantum is fixed in absolute terms, 2^qs, so the
+ *    number of dropped bits varies with the input's exponent.  Adding
+ *    magic = 2^(qs + 23), whose ulp is 2^qs, rounds the input to the
+ *    quantum grid in one binary32 addition (to nearest even: the default
+ *    floating-point environment, which the whole library assumes), and
+ *    a - ((a + magic) - magic) is the exact error.  The other modes move
+ *    that result by one quantum according to the error's sign; the
+ *    stochastic modes compare the exact fraction, scaled to 32-bit fixed
+ *    point, with the random word's high half (the low halves decide only
+ *    in a tie, probability 2^-32, redone separately).
+ *
+ * Both candidates are computed for every element and blended, so the
+ * loops have no data-dependent branches and vectorise with SSE2 at the
+ * default -O2 (no -march flags; no floating-point operation sits under a
+ * condition, which -ftrapping-math would forbid if-converting).  Work
+ * goes in tiles of TILE elements: (1) a per-mode loop computes the
+ * magnitude of the result; (2) one common loop applies overflow, sign and
+ * zero rules and counts the events; (3) the rare elements the fast code
+ * does not cover (NaN and inf inputs, negatives into unsigned formats,
+ * zeros in formats without zero, binary32 subnormals when emin <= -126)
+ * are redone by the scalar choke point, and what pass 2 counted for them
+ * is taken back.  Fusing (1) and (2) was measured slower: SSE2's sixteen
+ * registers do not hold both.  The results of overflow are taken from
+ * emu_round2_word itself, so the two paths cannot drift apart.
+ *
+ * binary64 input uses the same method on 64-bit patterns for the
+ * deterministic modes (one element at a time; not the tensor hot path)
+ * and the scalar choke point otherwise.
+ *
+ * With EMU_OPENMP, large arrays are split into tiles across threads.  The
+ * random word of element i depends only on i, and the counts are sums of
+ * integers, so the results and counts equal the sequential ones exactly.
+ */
+#include "emu/round.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+enum { TILE = 512 };
+
+/* Below this, threads cost more than they save. */
+#define EMU_OMP_MIN_N ((size_t)1 << 16)
+
+void emu_round_counts_add(emu_round_counts *c, double in, double out,
+                          unsigned flags)
+{
+    c->n++;
+    c->inexact += (flags & EMU_FLAG_INEXACT) != 0;
+    c->underflow += (flags & EMU_FLAG_UNDERFLOW) != 0;
+    c->to_zero += isfinite(in) && in != 0.0 && out == 0.0;
+    c->subnormal += (flags & EMU_FLAG_SUBNORMAL) != 0;
+    c->overflow += (flags & EMU_FLAG_OVERFLOW) != 0;
+    c->nan += isnan(out) != 0;
+    c->invalid += (flags & EMU_FLAG_INVALID) != 0;
+    c->flags |= flags;
+}
+
+static void counts_merge(emu_round_counts *c, const emu_round_counts *d)
+{
+    c->n += d->n;
+    c->inexact += d->inexact;
+    c->underflow += d->underflow;
+    c->to_zero += d->to_zero;
+    c->subnormal += d->subnormal;
+    c->overflow += d->overflow;
+    c->nan += d->nan;
+    c->invalid += d->invalid;
+    c->flags |= d->flags;
+}
+
+static inline uint32_t f2u(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+
+static inline float u2f(uint32_t u)
+{
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+static inline uint64_t d2u(double x)
+{
+    uint64_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+
+static inline double u2d(uint64_t u)
+{
+    double x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* m ? x : y for m all ones or zero.  Written as a mask blend so that the
+ * compiler keeps both operands' (floating-point) computations
+ * unconditional: it may not move a possibly trapping operation under a
+ * condition and then cannot vectorise the loop. */
+static inline uint32_t blend(uint32_t m, uint32_t x, uint32_t y)
+{
+    return (x & m) | (y & ~m);
+}
+
+static inline uint32_t mask_of(bool c)
+{
+    return 0u - (uint32_t)c;
+}
+
+static inline float fblend(uint32_t m, float x, float y)
+{
+    return u2f(blend(m, f2u(x), f2u(y)));
+}
+
+static unsigned sr_bits_of(const emu_rounding *r)
+{
+    if (r->mode == EMU_RS_BITS && r->sr_bits >= 1 && r->sr_bits <= 64)
+        return r->sr_bits;
+    return 64;
+}
+
+/* ---- the scalar path: any format, any mode --------------------------- */
+
+static void scalar_tile_f32(const emu_format *f, float *out, const float *in,
+                            size_t len, const emu_array_rounding *a,
+                            uint64_t first, emu_round_counts *c)
+{
+    uint64_t w[TILE];
+    if (emu_rnd_is_stochastic(a->rnd.mode))
+        emu_random_fill(a->seed, a->stream, first, w, len);
+    else
+        memset(w, 0, len * sizeof w[0]);
+    for (size_t i = 0; i < len; i++) {
+        emu_status st;
+        double x = in[i];
+        double y = emu_round2_word(f, x, 0.0, &a->rnd, w[i], &st);
+        out[i] = (float)y;
+        emu_round_counts_add(c, x, y, st.flags);
+    }
+}
+
+static void scalar_tile_f64(const emu_format *f, double *out,
+                            const double *in, size_t len,
+                            const emu_array_rounding *a, uint64_t first,
+                            emu_round_counts *c)
+{
+    uint64_t w[TILE];
+    if (emu_rnd_is_stochastic(a->rnd.mode))
+        emu_random_fill(a->seed, a->stream, first, w, len);
+    else
+        memset(w, 0, len * sizeof w[0]);
+    for (size_t i = 0; i < len; i++) {
+        emu_status st;
+        double x = in[i];
+        double y = emu_round2_word(f, x, 0.0, &a->rnd, w[i], &st);
+        out[i] = y;
+        emu_round_counts_add(c, x, y, st.flags);
+    }
+}
+
+/* ---- constants shared by both fast paths ----------------------------- */
+
+/* What overflow gives for each sign (index 1: negative), asked of the
+ * choke point with a value that overflows in every mode. */
+static void overflow_results(const emu_format *f, const emu_rounding *r,
+                             double res[2])
+{
+    for (int s = 0; s < 2; s++) {
+        double x = s ? -2.0 * f->max : 2.0 * f->max;
+        if (s && !f->is_signed) {
+            res[s] = NAN; /* never used: negatives go to the scalar path */
+            continue;
+        }
+        res[s] = emu_round2_word(f, x, 0.0, r, 0, NULL);
+    }
+}
+
+/* The quantum exponent below 2^emin: the subnormal quantum, or 2^emin
+ * itself (the only non-zero value there) without subnormals. */
+static int low_quantum(const emu_format *f)
+{
+    return f->subnormals ? f->emin - f->p + 1 : f->emin;
+}
+
+/* ---- binary32: the plan ----------------------------------------------- */
+
+typedef struct f32_plan {
+    emu_rnd mode;
+    bool tiny_before;
+    uint32_t d, mask, half;     /* dropped bits at and above 2^emin     */
+    uint32_t emin_bits;         /* pattern of 2^emin                    */
+    uint32_t max_bits;          /* pattern of max                       */
+    float magic;                /* 2^(qs + 23)                          */
+    float quantum;              /* 2^qs                                 */
+    float half_q;               /* 2^(qs - 1): the tie distance         */
+    uint32_t ovf[2], ovf_nan[2];/* overflow result and whether NaN      */
+    uint32_t zero_sign;         /* sign bit a zero result may keep      */
+    /* which elements go to the scalar path (see slow_general) */
+    bool neg_slow, small_slow, zero_slow;
+    int32_t neg_above, small_below, zero_below;
+    /* stochastic: r-bit words at and above 2^emin ... */
+    uint32_t sr_keep, sr_shift_r, sr_shift_l;
+    /* ... and below: the top-r masks of the word's halves, and 2^(32-qs)
+     * as two factors */
+    uint32_t sr_mask_hi, sr_mask_lo;
+    float sr_scale1, sr_scale2;
+} f32_plan;
+
+/* Fills the plan; false if the fast path does not cover fmt and mode. */
+static bool plan_f32(f32_plan *pl, const emu_format *f, const emu_rounding *r)
+{
+    int d = 24 - f->p;
+    int qs = low_quantum(f);
+    /* d = 0 (p = 24) leaves nothing to round at and above 2^emin; the
+     * tie distance 2^(qs - 1) must be a binary32 and magic = 2^(qs + 23)
+     * a normal one: the scalar path takes the odd formats outside. */
+    if (!f->fits_carrier || d < 1 || d > 23 || qs > 0 || qs - 1 < -149
+        || (unsigned)r->mode >= EMU_RND_COUNT)
+        return false;
+    memset(pl, 0, sizeof *pl);
+    pl->mode = r->mode;
+    pl->tiny_before = r->tininess == EMU_TINY_BEFORE;
+    pl->d = (uint32_t)d;
+    pl->mask = (1u << d) - 1;
+    pl->half = 1u << (d - 1);
+    pl->emin_bits = f2u((float)f->min_normal);
+    pl->max_bits = f2u((float)f->max);
+    pl->magic = (float)ldexp(1.0, qs + 23);
+    pl->quantum = (float)ldexp(1.0, qs);
+    pl->half_q = (float)ldexp(1.0, qs - 1);
+
+    double ovf[2];
+    overflow_results(f, r, ovf);
+    for (int s = 0; s < 2; s++) {
+        pl->ovf[s] = f2u((float)ovf[s]);
+        pl->ovf_nan[s] = isnan(ovf[s]) != 0;
+    }
+    pl->zero_sign = f->is_signed && f->specials != EMU_SPECIALS_FNUZ
+                    ? 0x80000000u : 0;
+    /* Negative non-zero inputs to an unsigned format. */
+    pl->neg_slow = !f->is_signed;
+    pl->neg_above = pl->neg_slow ? 0 : INT32_MAX;
+    /* With emin <= -126 the binade just below 2^emin (or 2^emin itself)
+     * holds binary32 subnormals, whose patterns the integer rounding does
+     * not cover: 1 <= u <= 0x7fffff, as (u - 1) < 0x7fffff unsigned. */
+    pl->small_slow = f->emin <= -126;
+    pl->small_below = pl->small_slow ? (int32_t)(0x007fffffu ^ 0x80000000u)
+                                     : INT32_MIN;
+    /* Zero results (r = 0) in a format without zero. */
+    pl->zero_slow = !f->has_zero;
+    pl->zero_below = pl->zero_slow ? 1 : 0;
+
+    unsigned rb = sr_bits_of(r);
+    uint32_t k = rb < (unsigned)d ? rb : (uint32_t)d;
+    pl->sr_keep = ~((1u << (d - (int)k)) - 1);
+    pl->sr_shift_r = 32 - k;
+    pl->sr_shift_l = (uint32_t)d - k;
+    pl->sr_mask_hi = rb >= 32 ? 0xffffffffu : ~(0xffffffffu >> rb);
+    pl->sr_mask_lo = rb >= 64 ? 0xffffffffu
+                   : rb <= 32 ? 0 : ~(0xffffffffu >> (rb - 32));
+    int sc = 32 - qs;                       /* 32 .. 181 */
+    int sc1 = sc < 127 ? sc : 127;
+    pl->sr_scale1 = (float)ldexp(1.0, sc1);
+    pl->sr_scale2 = (float)ldexp(1.0, sc - sc1);
+    return true;
+}
+
+/* ---- binary32: pass 1, the magnitude of the result per mode ----------
+ *
+ * Each loop writes r[i], the rounded magnitude pattern, and rn[i], the
+ * integer rounding at d bits.  Below 2^emin rn is the rounding with an
+ * unbounded exponent range, which tininess after rounding asks for (in
+ * the binade just below 2^emin, the only place where it differs from
+ * tininess before rounding).  Lanes that go to the scalar path may hold
+ * anything. */
+
+/* Below 2^emin: a rounded to nearest-even on the quantum grid. */
+static inline float low_rne(const f32_plan *pl, float a)
+{
+    return (a + pl->magic) - pl->magic;
+}
+
+/* Below 2^emin: a truncated to the quantum grid. */
+static inline float low_rz(const f32_plan *pl, float a)
+{
+    /* Both candidates first: a select the vectoriser can if-convert,
+     * with no floating-point operation under a condition. */
+    float s = low_rne(pl, a), s_down = s - pl->quantum;
+    return fblend(mask_of(s > a), s_down, s);
+}
+
+static void pass1_rne(const f32_plan *pl, const uint32_t *b, uint32_t *r,
+                      uint32_t *rn)
+{
+    const uint32_t d = pl->d, keep = ~pl->mask, bias = pl->half - 1;
+    const uint32_t emin = pl->emin_bits;
+    for (int i = 0; i < TILE; i++) {
+        uint32_t u = b[i] & 0x7fffffffu;
+        /* The last kept bit; with p = 1 it is the implicit bit (1). */
+        uint32_t n = (u + bias + (((u | 0x800000u) >> d) & 1)) & keep;
+        uint32_t lo = f2u(low_rne(pl, u2f(u)));
+        rn[i] = n;
+        r[i] = blend(mask_of(u < emin), lo, n);
+    }
+}
+
+static void pass1_rz(const f32_plan *pl, const uint32_t *b, uint32_t *r,
+                     uint32_t *rn)
+{
+    const uint32_t keep = ~pl->mask, emin = pl->emin_bits;
+    for (int i = 0; i < TILE; i++) {
+        uint32_t u = b[i] & 0x7fffffffu;
+        uint32_t n = u & keep;
+        uint32_t lo = f2u(low_rz(pl, u2f(u)));
+        rn[i] = n;
+        r[i] = blend(mask_of(u < emin), lo, n);
+    }
+}
+
+static void pass1_rna(const f32_plan *pl, const uint32_t *b, uint32_t *r,
+                      uint32_t *rn)
+{
+    const uint32_t keep = ~pl->mask, half = pl->half, emin = pl->emin_bits;
+    for (int i = 0; i < TILE; i++) {
+        uint32_t u = b[i] & 0x7fffffffu;
+        uint32_t n = (u + half) & keep;
+        float a = u2f(u), s = low_rne(pl, a), s_up = s + pl->quantum;
+        /* A tie that nearest-even sent down goes up instead. */
+        float lo = fblend(mask_of(a - s == pl->half_q), s_up, s);
+        rn[i] = n;
+        r[i] = blend(mask_of(u < emin), f2u(lo), n);
+    }
+}
+
+/* Toward +inf and -inf: away from zero for one sign, toward it for the
+ * other. */
+static void pass1_directed(const f32_plan *pl, const uint32_t *b,
+                           uint32_t *r, uint32_t *rn)
+{
+    const uint32_t keep = ~pl->mask, mask = pl->mask, emin = pl->emin_bits;
+    const uint32_t away_sign = pl->mode == EMU_RU ? 0 : 1;
+    for (int i = 0; i < TILE; i++) {
+        uint32_t u = b[i] & 0x7fffffffu;
+        uint32_t away = (b[i] >> 31) == away_sign;
+        uint32_t n = (u + (away ? mask : 0)) & keep;
+        float a = u2f(u), z = low_rz(pl, a), z_up = z + pl->quantum;
+        float lo = fblend(mask_of(away && z != a), z_up, z);
+        rn[i] = n;
+        r[i] = blend(mask_of(u < emin), f2u(lo), n);
+    }
+}
+
+/* Round to odd: truncate, then set the last kept bit if anything was
+ * dropped (an odd result stays, an even one moves up by one unit). */
+static void pass1_ro(const f32_plan *pl, const uint32_t *b, uint32_t *r,
+                     uint32_t *rn)
+{
+    const uint32_t d = pl->d, mask = pl->mask, unit = mask + 1;
+    const uint32_t emin = pl->emin_bits;
+    const float magic = pl->magic;
+    for (int i = 0; i < TILE; i++) {
+        uint32_t u = b[i] & 0x7fffffffu;
+        uint32_t odd = ((u | 0x800000u) >> d) & 1;
+        uint32_t n = (u & ~mask) + (mask_of((u & mask) != 0 && !odd) & unit);
+        float a = u2f(u), z = low_rz(pl, a);
+        /* z + magic is exact and its last bit is the parity of z / 2^qs. */
+        uint32_t k = f2u(z + magic) | (mask_of(z != a) & 1);
+        rn[i] = n;
+        r[i] = blend(mask_of(u < emin), f2u(u2f(k) - magic), n);
+    }
+}
+
+/* floor(x) for 0 <= x < 2^32, through the signed conversion.  Lanes whose
+ * result is discarded may pass anything (negative, inf, NaN): those
+ * convert 0, as C leaves out-of-range conversions undefined. */
+static inline uint32_t floor_u32(float x)
+{
+    uint32_t big = x >= 2147483648.0f;
+    float x_low = x - 2147483648.0f;   /* exact when big: a multiple of 2^8 */
+    float y = fblend(mask_of(big), x_low, x);
+    y = fblend(mask_of((y >= 0.0f) & (y < 2147483648.0f)), y, 0.0f);
+    return (uint32_t)(int32_t)y + (big << 31);
+}
+
+/* Stochastic, r-bit or full.
+ *
+ * At and above 2^emin only the top min(r, d) bits of the word can change
+ * the outcome, so they are added below the kept bits (after clearing the
+ * dropped bits an r-bit rounder does not see) and the carry does the rest.
+ *
+ * Below 2^emin, with z the truncation and F = (a - z) / 2^qs exactly, the
+ * outcome is the carry out of floor(F 2^64) + word, each cut to its top r
+ * bits.  Split both into 32-bit halves fh:fl and wh:wl: the high halves
+ * decide unless wh + fh = 2^32 - 1 exactly, which a uniform word gives with
+ * probability 2^-32.  The loop decides on the high halves and counts those
+ * ties; low_sr_exact() redoes them with the low halves. */
+
+/* floor(F 2^32) for the lane, and z. */
+static inline uint32_t low_sr_high(const f32_plan *pl, float a, float *z)
+{
+    *z = low_rz(pl, a);
+    float x = ((a - *z) * pl->sr_scale1) * pl->sr_scale2;  /* F 2^32, exact */
+    return floor_u32(x);
+}
+
+static uint32_t low_sr_exact(const f32_plan *pl, uint32_t u, uint64_t w)
+{
+    float a = u2f(u), z;
+    uint32_t mh = pl->sr_mask_hi, ml = pl->sr_mask_lo;
+    uint32_t fh = low_sr_high(pl, a, &z) & mh;
+    float x = ((a - z) * pl->sr_scale1) * pl->sr_scale2;
+    /* At 2^24 and above x is an integer: no low half. */
+    float xs = x < 16777216.0f ? x : 0.0f;
+    uint32_t fl = floor_u32((xs - (float)(int32_t)xs) * 4294967296.0f) & ml;
+    uint32_t gh = (uint32_t)(w >> 32) & mh, gl = (uint32_t)w & ml;
+    bool up = gh > ~fh || (gh == ~fh && gl > ~fl);
+    return f2u(up ? z + pl->quantum : z);
+}
+
+static void pass1_sr(const f32_plan *pl, const uint32_t *b, const uint64_t *w,
+                     uint32_t *r, uint32_t *rn)
+{
+    const uint32_t keep = ~pl->mask, emin = pl->emin_bits;
+    const uint32_t sr_keep = pl->sr_keep, shr = pl->sr_shift_r,
+                   shl = pl->sr_shift_l;
+    const uint32_t mh = pl->sr_mask_hi;
+    /* With r <= 32 the low halves are cut away: no ties to redo. */
+    const uint32_t ties_matter = pl->sr_mask_lo != 0;
+    const float quantum = pl->quantum;
+    uint32_t ties = 0;
+    for (int i = 0; i < TILE; i++) {
+        uint32_t u = b[i] & 0x7fffffffu;
+        uint32_t wh = (uint32_t)(w[i] >> 32);
+        uint32_t n = ((u & sr_keep) + ((wh >> shr) << shl)) & keep;
+        float a = u2f(u), z;
+        uint32_t fh = low_sr_high(pl, a, &z) & mh, gh = wh & mh;
+        float z_up = z + quantum;
+        float lo = fblend(mask_of(gh > ~fh), z_up, z);
+        uint32_t low = u < emin;
+        ties += low & (gh == ~fh) & ties_matter;
+        rn[i] = n;
+        r[i] = blend(mask_of(low), f2u(lo), n);
+    }
+    if (ties)
+        for (int i = 0; i < TILE; i++) {
+            uint32_t u = b[i] & 0x7fffffffu;
+            if (u < emin)
+                r[i] = low_sr_exact(pl, u, w[i]);
+        }
+}
+
+/* ---- binary32: pass 2, range rules and counts ------------------------
+ *
+ * In lanes the fast path covers, the input magnitude u and the rounded
+ * magnitudes r and rn are below 2^31 (u <= max float, plus at most one
+ * quantum), so signed comparisons, which SSE2 has, are exact. */
+
+typedef struct tile_events {
+    uint32_t inexact, underflow, to_zero, subnormal, overflow, overflow_neg;
+    uint32_t slow;
+} tile_events;
+
+/* The plan's constants for pass 2, in locals the compiler can keep in
+ * registers (it cannot know that stores to the tile leave *plan alone). */
+typedef struct pass2_consts {
+    int32_t emin, max;
+    uint32_t tiny_u;     /* all ones: tininess before rounding (test u)  */
+    uint32_t zero_drop;  /* sign bit that a zero result loses            */
+    uint32_t ovf0, ovf01;/* overflow result for +; xor with the one for - */
+} pass2_consts;
+
+static pass2_consts pass2_consts_of(const f32_plan *pl)
+{
+    pass2_consts k = {
+        (int32_t)pl->emin_bits, (int32_t)pl->max_bits,
+        mask_of(pl->tiny_before), pl->zero_sign ^ 0x80000000u,
+        pl->ovf[0], pl->ovf[0] ^ pl->ovf[1],
+    };
+    return k;
+}
+
+/* One lane: the result pattern, and its events added to *e. */
+static inline uint32_t finish(const pass2_consts *k, uint32_t b,
+                              uint32_t r, uint32_t rn, tile_events *e)
+{
+    uint32_t u = b & 0x7fffffffu;
+    int32_t su = (int32_t)u, sr = (int32_t)r;
+    /* Tiny after rounding: the unbounded rounding rn is below 2^emin
+     * (which implies u is); before rounding: u is. */
+    int32_t st = (int32_t)blend(k->tiny_u, u, rn);
+    uint32_t ovf = sr > k->max;
+    uint32_t inx = (r != u) | ovf;
+    uint32_t zero = r == 0;
+    e->inexact += inx;
+    e->underflow += (st < k->emin) & inx;
+    e->to_zero += zero & (su != 0);
+    e->subnormal += (zero ^ 1) & (sr < k->emin);
+    e->overflow += ovf;
+    e->overflow_neg += ovf & (b >> 31);
+    uint32_t sign = b & (0x80000000u ^ (mask_of(zero) & k->zero_drop));
+    uint32_t ovf_res = k->ovf0 ^ ((0u - (b >> 31)) & k->ovf01);
+    return blend(mask_of(ovf), ovf_res, r | sign);
+}
+
+/* Lanes the fast path leaves to the scalar one: NaN and inf inputs, ... */
+static uint32_t slow_plain(uint32_t b)
+{
+    return (int32_t)(b & 0x7fffffffu) > 0x7f7fffff;
+}
+
+/* ... and, for the formats that need it, negative non-zero inputs to
+ * unsigned formats, binary32 subnormals when emin <= -126 and zero results
+ * in formats without zero.  Each test is one signed comparison with a
+ * threshold that makes it never true for the other formats. */
+static inline uint32_t slow_general(const f32_plan *pl, uint32_t b,
+                                    uint32_t r)
+{
+    int32_t su = (int32_t)(b & 0x7fffffffu);
+    /* b ^ sign > 0: negative and not -0 */
+    return slow_plain(b)
+         | ((int32_t)(b ^ 0x80000000u) > pl->neg_above)
+         | ((int32_t)(((uint32_t)su - 1) ^ 0x80000000u) < pl->small_below)
+         | ((int32_t)r < pl->zero_below);
+}
+
+/* Writes the results as floats: type-based aliasing then tells the
+ * compiler that they cannot overlap the tile's integer arrays, and the
+ * loop vectorises without run-time overlap checks. */
+static void pass2(const f32_plan *pl, const uint32_t *b, const uint32_t *r,
+                  const uint32_t *rn, float *out, tile_events *ev)
+{
+    const pass2_consts k = pass2_consts_of(pl);
+    tile_events e = { 0 };
+    if (!pl->neg_slow && !pl->small_slow && !pl->zero_slow) {
+        for (int i = 0; i < TILE; i++) {
+            out[i] = u2f(finish(&k, b[i], r[i], rn[i], &e));
+            e.slow += slow_plain(b[i]);
+        }
+    } else {
+        const f32_plan p = *pl;
+        for (int i = 0; i < TILE; i++) {
+            out[i] = u2f(finish(&k, b[i], r[i], rn[i], &e));
+            e.slow += slow_general(&p, b[i], r[i]);
+        }
+    }
+    *ev = e;
+}
+
+static void tile_f32(const f32_plan *pl, const emu_format *f, float *out,
+                     const float *in, size_t len, const emu_array_rounding *a,
+                     uint64_t first, emu_round_counts *c)
+{
+    uint32_t b[TILE], r[TILE], rn[TILE];
+    float part[TILE];
+    float *res = len == TILE ? out : part;  /* pass 2 writes TILE lanes */
+    memcpy(b, in, len * sizeof b[0]);
+    if (len < TILE)
+        memset(b + len, 0, (TILE - len) * sizeof b[0]);
+
+    switch (pl->mode) {
+    case EMU_RNE: pass1_rne(pl, b, r, rn); break;
+    case EMU_RZ:  pass1_rz(pl, b, r, rn); break;
+    case EMU_RNA: pass1_rna(pl, b, r, rn); break;
+    case EMU_RU:
+    case EMU_RD:  pass1_directed(pl, b, r, rn); break;
+    case EMU_RO:  pass1_ro(pl, b, r, rn); break;
+    case EMU_RS:
+    case EMU_RS_BITS:
+    default: {
+        uint64_t w[TILE];
+        emu_random_fill(a->seed, a->stream, first, w, len);
+        if (len < TILE)
+            memset(w + len, 0, (TILE - len) * sizeof w[0]);
+        pass1_sr(pl, b, w, r, rn);
+        break;
+    }
+    }
+
+    tile_events e;
+    pass2(pl, b, r, rn, res, &e);
+    /* Padding lanes are +0 inputs: they raise no events, but a format
+     * without zero sends them to the scalar path. */
+    uint32_t pad_slow = (uint32_t)(TILE - len) * pl->zero_slow;
+    if (e.slow > pad_slow) {
+        /* Redo the slow lanes with the choke point, and take back what
+         * pass 2 counted for them. */
+        const pass2_consts k = pass2_consts_of(pl);
+        tile_events back = { 0 };
+        for (size_t i = 0; i < len; i++) {
+            if (!slow_general(pl, b[i], r[i]))
+                continue;
+            finish(&k, b[i], r[i], rn[i], &back);
+            emu_status st;
+            uint64_t word = emu_rnd_is_stochastic(a->rnd.mode)
+                          ? emu_random64(a->seed, a->stream, first + i) : 0;
+            double x = u2f(b[i]);   /* in[i] is gone if out == in */
+            double y = emu_round2_word(f, x, 0.0, &a->rnd, word, &st);
+            res[i] = (float)y;
+            emu_round_counts_add(c, x, y, st.flags);
+        }
+        e.inexact -= back.inexact;
+        e.underflow -= back.underflow;
+        e.to_zero -= back.to_zero;
+        e.subnormal -= back.subnormal;
+        e.overflow -= back.overflow;
+        e.overflow_neg -= back.overflow_neg;
+    }
+    uint32_t nan = (pl->ovf_nan[0] ? e.overflow - e.overflow_neg : 0)
+                 + (pl->ovf_nan[1] ? e.overflow_neg : 0);
+    c->n += len - (e.slow - pad_slow);
+    c->inexact += e.inexact;
+    c->underflow += e.underflow;
+    c->to_zero += e.to_zero;
+    c->subnormal += e.subnormal;
+    c->overflow += e.overflow;
+    c->nan += nan;
+    c->flags |= (e.inexact ? EMU_FLAG_INEXACT : 0)
+              | (e.underflow ? EMU_FLAG_UNDERFLOW : 0)
+              | (e.overflow ? EMU_FLAG_OVERFLOW : 0)
+              | (e.subnormal ? EMU_FLAG_SUBNORMAL : 0)
+              | (e.to_zero && !f->subnormals ? EMU_FLAG_FLUSHED : 0);
+    if (res != out)
+        memcpy(out, res, len * sizeof res[0]);
+}
+
+/* ---- binary64 --------------------------------------------------------- */
+
+typedef struct f64_plan {
+    emu_rnd mode;
+    bool tiny_before;
+    uint64_t d, mask, half, emin_bits, max_bits;
+    double magic, quantum, half_q;
+    uint64_t ovf[2];
+    bool ovf_nan[2];
+    uint64_t zero_sign;
+    bool neg_slow, zero_slow;
+} f64_plan;
+
+static bool plan_f64(f64_plan *pl, const emu_format *f, const emu_rounding *r)
+{
+    int qs = low_quantum(f);
+    if (!f->fits_carrier || f->p > 52 || qs > 0
+        || emu_rnd_is_stochastic(r->mode) || (unsigned)r->mode >= EMU_RND_COUNT)
+        return false;
+    memset(pl, 0, sizeof *pl);
+    pl->mode = r->mode;
+    pl->tiny_before = r->tininess == EMU_TINY_BEFORE;
+    pl->d = (uint64_t)(53 - f->p);
+    pl->mask = ((uint64_t)1 << pl->d) - 1;
+    pl->half = (uint64_t)1 << (pl->d - 1);
+    pl->emin_bits = d2u(f->min_normal);
+    pl->max_bits = d2u(f->max);
+    pl->magic = ldexp(1.0, qs + 52);
+    pl->quantum = ldexp(1.0, qs);
+    pl->half_q = ldexp(1.0, qs - 1);
+    double ovf[2];
+    overflow_results(f, r, ovf);
+    for (int s = 0; s < 2; s++) {
+        pl->ovf[s] = d2u(ovf[s]);
+        pl->ovf_nan[s] = isnan(ovf[s]) != 0;
+    }
+    pl->zero_sign = f->is_signed && f->specials != EMU_SPECIALS_FNUZ
+                    ? (uint64_t)1 << 63 : 0;
+    pl->neg_slow = !f->is_signed;
+    pl->zero_slow = !f->has_zero;
+    return true;
+}
+
+/* One element by the method of the binary32 path; returns false if the
+ * element needs the scalar path. */
+static bool fast_f64(const f64_plan *pl, uint64_t b, uint64_t *out,
+                     unsigned *flags)
+{
+    const uint64_t sign_bit = (uint64_t)1 << 63, implicit = (uint64_t)1 << 52;
+    uint64_t u = b & ~sign_bit;
+    bool neg = (b >> 63) != 0;
+    if (u >= 0x7ff0000000000000u || (neg && pl->neg_slow && u != 0))
+        return false;
+    double a = u2d(u);
+    double s = (a + pl->magic) - pl->magic;
+    double z = s > a ? s - pl->quantum : s;
+    uint64_t n, lo;
+    switch (pl->mode) {
+    case EMU_RNE:
+        n = (u + pl->half - 1 + (((u | implicit) >> pl->d) & 1)) & ~pl->mask;
+        lo = d2u(s);
+        break;
+    case EMU_RNA:
+        n = (u + pl->half) & ~pl->mask;
+        lo = d2u(a - s == pl->half_q ? s + pl->quantum : s);
+        break;
+    case EMU_RU:
+    case EMU_RD:
+        if (neg == (pl->mode == EMU_RD)) {
+            n = (u + pl->mask) & ~pl->mask;
+            lo = d2u(z != a ? z + pl->quantum : z);
+        } else {
+            n = u & ~pl->mask;
+            lo = d2u(z);
+        }
+        break;
+    case EMU_RO:
+        n = (u & ~pl->mask) + ((u & pl->mask) != 0
+                               && !(((u | implicit) >> pl->d) & 1)) * (pl->mask + 1);
+        lo = d2u(u2d(d2u(z + pl->magic) | (z != a)) - pl->magic);
+        break;
+    case EMU_RZ:
+    default:
+        n = u & ~pl->mask;
+        lo = d2u(z);
+        break;
+    }
+    bool low = u < pl->emin_bits;
+    uint64_t r = low ? lo : n;
+    if (r == 0 && pl->zero_slow)
+        return false;
+    if (r > pl->max_bits) {
+        *out = pl->ovf[neg];
+        *flags = EMU_FLAG_OVERFLOW | EMU_FLAG_INEXACT;
+        return true;
+    }
+    unsigned fl = 0;
+    if (r != u) {
+        fl = EMU_FLAG_INEXACT;
+        if (low && (pl->tiny_before || n < pl->emin_bits))
+            fl |= EMU_FLAG_UNDERFLOW;
+    }
+    if (r != 0 && r < pl->emin_bits)
+        fl |= EMU_FLAG_SUBNORMAL;
+    *out = r | (b & (r != 0 ? sign_bit : pl->zero_sign));
+    *flags = fl;
+    return true;
+}
+
+static void tile_f64(const f64_plan *pl, const emu_format *f, double *out,
+                     const double *in, size_t len,
+                     const emu_array_rounding *a, emu_round_counts *c)
+{
+    for (size_t i = 0; i < len; i++) {
+        double x = in[i], y;
+        uint64_t res;
+        unsigned fl;
+        if (fast_f64(pl, d2u(x), &res, &fl)) {
+            y = u2d(res);
+            if (y == 0.0 && x != 0.0 && !f->subnormals)
+                fl |= EMU_FLAG_FLUSHED;
+        } else {
+            emu_status st;
+            y = emu_round2_word(f, x, 0.0, &a->rnd, 0, &st);
+            fl = st.flags;
+        }
+        out[i] = y;
+        emu_round_counts_add(c, x, y, fl);
+    }
+}
+
+/* ---- entry points ----------------------------------------------------- */
+
+int emu_round_array_f32(const emu_format *fmt, float *out, const float *in,
+                        size_t n, const emu_array_rounding *a,
+                        emu_round_counts *counts)
+{
+    if (!fmt->fits_carrier)
+        return -1;
+    f32_plan pl;
+    const bool fast = plan_f32(&pl, fmt, &a->rnd);
+    const size_t tiles = (n + TILE - 1) / TILE;
+    uint64_t c_n = 0, c_inx = 0, c_unf = 0, c_tz = 0, c_sub = 0, c_ovf = 0,
+             c_nan = 0, c_inv = 0;
+    unsigned c_flags = 0;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (n >= EMU_OMP_MIN_N) \
+    reduction(+ : c_n, c_inx, c_unf, c_tz, c_sub, c_ovf, c_nan, c_inv) \
+    reduction(| : c_flags)
+#endif
+    for (size_t t = 0; t < tiles; t++) {
+        size_t i = t * TILE, len = n - i < TILE ? n - i : TILE;
+        emu_round_counts c = { 0 };
+        if (fast)
+            tile_f32(&pl, fmt, out + i, in + i, len, a, a->first_index + i, &c);
+        else
+            scalar_tile_f32(fmt, out + i, in + i, len, a, a->first_index + i,
+                            &c);
+        c_n += c.n, c_inx += c.inexact, c_unf += c.underflow;
+        c_tz += c.to_zero, c_sub += c.subnormal, c_ovf += c.overflow;
+        c_nan += c.nan, c_inv += c.invalid, c_flags |= c.flags;
+    }
+    if (counts) {
+        emu_round_counts sum = { c_n, c_inx, c_unf, c_tz, c_sub, c_ovf,
+                                 c_nan, c_inv, c_flags };
+        counts_merge(counts, &sum);
+    }
+    return 0;
+}
+
+int emu_round_array_f64(const emu_format *fmt, double *out, const double *in,
+                        size_t n, const emu_array_rounding *a,
+                        emu_round_counts *counts)
+{
+    f64_plan pl;
+    const bool fast = plan_f64(&pl, fmt, &a->rnd);
+    const size_t tiles = (n + TILE - 1) / TILE;
+    uint64_t c_n = 0, c_inx = 0, c_unf = 0, c_tz = 0, c_sub = 0, c_ovf = 0,
+             c_nan = 0, c_inv = 0;
+    unsigned c_flags = 0;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (n >= EMU_OMP_MIN_N) \
+    reduction(+ : c_n, c_inx, c_unf, c_tz, c_sub, c_ovf, c_nan, c_inv) \
+    reduction(| : c_flags)
+#endif
+    for (size_t t = 0; t < tiles; t++) {
+        size_t i = t * TILE, len = n - i < TILE ? n - i : TILE;
+        emu_round_counts c = { 0 };
+        if (fast)
+            tile_f64(&pl, fmt, out + i, in + i, len, a, &c);
+        else
+            scalar_tile_f64(fmt, out + i, in + i, len, a, a->first_index + i,
+                            &c);
+        c_n += c.n, c_inx += c.inexact, c_unf += c.underflow;
+        c_tz += c.to_zero, c_sub += c.subnormal, c_ovf += c.overflow;
+        c_nan += c.nan, c_inv += c.invalid, c_flags |= c.flags;
+    }
+    if (counts) {
+        emu_round_counts sum = { c_n, c_inx, c_unf, c_tz, c_sub, c_ovf,
+                                 c_nan, c_inv, c_flags };
+        counts_merge(counts, &sum);
+    }
+    return 0;
+}

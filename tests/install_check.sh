@@ -1,0 +1,99 @@
+#!/bin/sh
+# install_check.sh — installs a built tree into a temporary prefix and builds
+# examples/consumer against the installed files, through pkg-config (shared
+# and static) and through find_package(libemu) (shared and static), runs each
+# build, and checks the outputs.  Exits non-zero on any failure.
+#
+# Usage: tests/install_check.sh [build-dir]     (default: build)
+# Needs cmake, a C compiler, make and pkg-config.
+set -eu
+
+src=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$src/build}
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/emu-install.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT INT TERM
+prefix=$tmp/prefix
+
+fail() {
+    echo "install_check: FAIL: $*" >&2
+    exit 1
+}
+
+cmake --install "$build" --prefix "$prefix" >"$tmp/install.log" 2>&1 ||
+    { cat "$tmp/install.log" >&2; fail "cmake --install"; }
+
+# The pieces a user of the installed library relies on.
+libdir=$(dirname "$(find "$prefix" -name libemu.pc | head -n 1)")
+libdir=${libdir%/pkgconfig}
+[ -f "$libdir/pkgconfig/libemu.pc" ] || fail "no libemu.pc installed"
+for f in "$libdir/libemu.a" "$libdir/libemu.so" \
+         "$libdir/cmake/libemu/libemuConfig.cmake" \
+         "$libdir/cmake/libemu/libemuConfigVersion.cmake" \
+         "$prefix/include/emu/emu.h" "$prefix/include/emu/version.h" \
+         "$prefix/bin/emu"; do
+    [ -e "$f" ] || fail "not installed: ${f#"$prefix"/}"
+done
+for h in "$src"/libemu/include/emu/*.h; do
+    [ -f "$prefix/include/emu/$(basename "$h")" ] ||
+        fail "header not installed: emu/$(basename "$h")"
+done
+soname=$(objdump -p "$libdir/libemu.so" 2>/dev/null | awk '/SONAME/ { print $2 }')
+case $soname in
+libemu.so.[0-9]*) ;;
+*) fail "libemu.so has no versioned SONAME (got '$soname')" ;;
+esac
+[ -e "$libdir/$soname" ] || fail "$soname (the SONAME) is not installed"
+"$prefix/bin/emu" --help >/dev/null 2>&1 || "$prefix/bin/emu" help >/dev/null 2>&1 ||
+    fail "installed emu does not run"
+
+# 1. pkg-config, shared library (run path from the Makefile).
+export PKG_CONFIG_PATH="$libdir/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+pkg-config --exists --print-errors libemu || fail "pkg-config cannot use libemu.pc"
+mkdir "$tmp/pc"
+make -s -C "$tmp/pc" -f "$src/examples/consumer/Makefile" \
+     SRCDIR="$src/examples/consumer" >"$tmp/pc.log" 2>&1 ||
+    { cat "$tmp/pc.log" >&2; fail "pkg-config build"; }
+"$tmp/pc/consumer" >"$tmp/out.pc" || fail "pkg-config build does not run"
+
+# 2. pkg-config, static library: Requires.private and Libs.private must be
+#    enough to link it.
+cc -std=c11 $(pkg-config --cflags libemu) -o "$tmp/pc/consumer-static" \
+   "$src/examples/consumer/main.c" "$libdir/libemu.a" \
+   $(pkg-config --static --libs libemu | sed 's/ -lemu / /; s/^-lemu //; s/ -lemu$//') \
+   >"$tmp/pcs.log" 2>&1 || { cat "$tmp/pcs.log" >&2; fail "static pkg-config build"; }
+"$tmp/pc/consumer-static" >"$tmp/out.pcs" || fail "static pkg-config build does not run"
+
+# 3. and 4. find_package, shared and static.
+for kind in shared static; do
+    static=OFF
+    [ $kind = static ] && static=ON
+    cmake -S "$src/examples/consumer" -B "$tmp/cm-$kind" \
+          -DCMAKE_PREFIX_PATH="$prefix" -Dlibemu_USE_STATIC_LIBS=$static \
+          >"$tmp/cm-$kind.log" 2>&1 &&
+        cmake --build "$tmp/cm-$kind" >>"$tmp/cm-$kind.log" 2>&1 ||
+        { cat "$tmp/cm-$kind.log" >&2; fail "find_package build ($kind)"; }
+    "$tmp/cm-$kind/consumer" >"$tmp/out.cm-$kind" ||
+        fail "find_package build ($kind) does not run"
+done
+ldd "$tmp/cm-shared/consumer" | grep -q "$libdir/libemu.so" ||
+    fail "find_package shared build does not use the installed libemu.so"
+if ldd "$tmp/cm-static/consumer" | grep -q "libemu.so"; then
+    fail "find_package static build links libemu.so"
+fi
+
+# The four builds agree, and the output holds what the OCP FP8 spec says of
+# E4M3 (max 448; 500 overflows to NaN, as E4M3 has no infinity) and the
+# version of the tree that was installed.
+for o in pcs cm-shared cm-static; do
+    cmp -s "$tmp/out.pc" "$tmp/out.$o" ||
+        { diff "$tmp/out.pc" "$tmp/out.$o" >&2; fail "outputs differ ($o)"; }
+done
+version=$(sed -n 's/^#define EMU_VERSION_STRING "\(.*\)"/\1/p' "$prefix/include/emu/version.h")
+grep -qx "libemu $version" "$tmp/out.pc" || fail "version line missing"
+grep -q "^e4m3: p = 4, emin = -6, emax = 8, max = 448," "$tmp/out.pc" ||
+    fail "e4m3 constants wrong"
+grep -q "^rne(500) = nan" "$tmp/out.pc" || fail "e4m3 overflow is not NaN"
+grep -q "^rne(300) = 288 " "$tmp/out.pc" || fail "rne(300) in e4m3 is not 288"
+
+echo "install_check: OK ($prefix: pkg-config shared+static, find_package shared+static)"
+sed 's/^/  /' "$tmp/out.pc"

@@ -1,0 +1,576 @@
+/*
+ * test_round_array.c — the array roundings against the scalar choke point.
+ *
+ * emu_round_array_f32/_f64 promise the same map as emu_round2_word applied
+ * element by element, with element i taking the word
+ * emu_random64(seed, stream, first_index + i), and the same counts as
+ * emu_round_counts_add over the elements.  Every check here compares with
+ * exactly that: bit patterns of the results (NaN signs included) and every
+ * field of the counts.  MPFR is not needed: test_round.c checks the choke
+ * point itself against MPFR, and this suite checks that the fast paths
+ * agree with it.
+ */
+#include <check.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+/* Test first, call into Check only to fail (ck_assert writes a record per
+ * passing check, which over millions of cases is most of the run time). */
+#define EXPECT(cond, ...)                                                     \
+    do {                                                                      \
+        if (!(cond))                                                          \
+            ck_abort_msg(__VA_ARGS__);                                        \
+    } while (0)
+
+/* The shipped formats that fit the binary32 carrier, found at run time so
+ * that a new spec file is covered without editing this list. */
+static const emu_format *carrier[64];
+static int n_carrier;
+
+static void find_carrier_formats(void)
+{
+    n_carrier = 0;
+    for (size_t i = 0; i < emu_format_count() && n_carrier < 64; i++)
+        if (emu_format_at(i)->fits_carrier)
+            carrier[n_carrier++] = emu_format_at(i);
+}
+
+/* Modes: the deterministic ones, full stochastic, and r-bit stochastic
+ * with the widths hardware uses and the edge cases. */
+typedef struct mode_case {
+    emu_rnd mode;
+    unsigned bits;
+} mode_case;
+
+static const mode_case modes[] = {
+    { EMU_RNE, 0 }, { EMU_RNA, 0 }, { EMU_RZ, 0 }, { EMU_RU, 0 },
+    { EMU_RD, 0 },  { EMU_RO, 0 },  { EMU_RS, 64 },
+    { EMU_RS_BITS, 1 },  { EMU_RS_BITS, 3 },  { EMU_RS_BITS, 8 },
+    { EMU_RS_BITS, 13 }, { EMU_RS_BITS, 23 }, { EMU_RS_BITS, 64 },
+};
+enum { N_MODES = sizeof modes / sizeof modes[0] };
+
+static const char *mode_label(const mode_case *m, char *buf, size_t size)
+{
+    if (m->mode == EMU_RS_BITS)
+        snprintf(buf, size, "sr%u", m->bits);
+    else
+        snprintf(buf, size, "%s", emu_rnd_name(m->mode));
+    return buf;
+}
+
+static emu_array_rounding make_rounding(const mode_case *m, bool before,
+                                        bool sat, uint64_t seed,
+                                        uint64_t first)
+{
+    emu_array_rounding a;
+    memset(&a, 0, sizeof a);
+    a.rnd.mode = m->mode;
+    a.rnd.sr_bits = m->bits;
+    a.rnd.tininess = before ? EMU_TINY_BEFORE : EMU_TINY_AFTER;
+    a.rnd.saturate = sat;
+    a.seed = seed;
+    a.stream = 0xa77a;
+    a.first_index = first;
+    return a;
+}
+
+static uint32_t fbits(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+
+static float bitsf(uint32_t u)
+{
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+static uint64_t dbits(double x)
+{
+    uint64_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+
+/* Empty string if the counts agree, else the first differing field. */
+static const char *counts_diff(const emu_round_counts *a,
+                               const emu_round_counts *b)
+{
+    if (a->n != b->n) return "n";
+    if (a->inexact != b->inexact) return "inexact";
+    if (a->underflow != b->underflow) return "underflow";
+    if (a->to_zero != b->to_zero) return "to_zero";
+    if (a->subnormal != b->subnormal) return "subnormal";
+    if (a->overflow != b->overflow) return "overflow";
+    if (a->nan != b->nan) return "nan";
+    if (a->invalid != b->invalid) return "invalid";
+    if (a->flags != b->flags) return "flags";
+    return "";
+}
+
+static void print_counts(char *buf, size_t size, const emu_round_counts *c)
+{
+    snprintf(buf, size,
+             "n %" PRIu64 " inexact %" PRIu64 " underflow %" PRIu64
+             " to_zero %" PRIu64 " subnormal %" PRIu64 " overflow %" PRIu64
+             " nan %" PRIu64 " invalid %" PRIu64 " flags 0x%x",
+             c->n, c->inexact, c->underflow, c->to_zero, c->subnormal,
+             c->overflow, c->nan, c->invalid, c->flags);
+}
+
+/* Rounds in[0..n) with the array function and element by element with
+ * the choke point; fails on the first difference. */
+static void compare_f32(const emu_format *f, const emu_array_rounding *a,
+                        const float *in, size_t n, float *out)
+{
+    emu_round_counts got = { 0 }, want = { 0 };
+    int rc = emu_round_array_f32(f, out, in, n, a, &got);
+    char mb[16];
+    const mode_case mc = { a->rnd.mode, a->rnd.sr_bits };
+    EXPECT(rc == 0, "%s: emu_round_array_f32 returned %d", f->name, rc);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t word = emu_random64(a->seed, a->stream, a->first_index + i);
+        emu_status st;
+        double y = emu_round2_word(f, in[i], 0.0, &a->rnd, word, &st);
+        emu_round_counts_add(&want, in[i], y, st.flags);
+        float yf = (float)y;
+        EXPECT(fbits(yf) == fbits(out[i]),
+               "%s %s tininess %s saturate %d: in[%zu] = 0x%08" PRIx32
+               " (%a) word 0x%016" PRIx64 ": expected 0x%08" PRIx32
+               " (%a, flags 0x%x) got 0x%08" PRIx32 " (%a)",
+               f->name, mode_label(&mc, mb, sizeof mb),
+               a->rnd.tininess == EMU_TINY_BEFORE ? "before" : "after",
+               (int)a->rnd.saturate, i, fbits(in[i]), (double)in[i], word,
+               fbits(yf), y, st.flags, fbits(out[i]), (double)out[i]);
+    }
+    const char *diff = counts_diff(&want, &got);
+    if (*diff) {
+        /* Find the first element whose own counts differ, for the message. */
+        size_t bad = n;
+        for (size_t i = 0; i < n && bad == n; i++) {
+            emu_round_counts g1 = { 0 }, w1 = { 0 };
+            emu_round_array_f32(f, out, in + i, 1,
+                                &(emu_array_rounding){ a->rnd, a->seed,
+                                                       a->stream,
+                                                       a->first_index + i },
+                                &g1);
+            uint64_t word = emu_random64(a->seed, a->stream,
+                                         a->first_index + i);
+            emu_status st;
+            double y = emu_round2_word(f, in[i], 0.0, &a->rnd, word, &st);
+            emu_round_counts_add(&w1, in[i], y, st.flags);
+            if (*counts_diff(&w1, &g1))
+                bad = i;
+        }
+        char wb[256], gb[256];
+        print_counts(wb, sizeof wb, &want);
+        print_counts(gb, sizeof gb, &got);
+        ck_abort_msg("%s %s tininess %s saturate %d: counts differ in %s "
+                     "(first element alone differing: %zu, 0x%08" PRIx32
+                     " %a)\nexpected %s\ngot      %s",
+                     f->name, mode_label(&mc, mb, sizeof mb),
+                     a->rnd.tininess == EMU_TINY_BEFORE ? "before" : "after",
+                     (int)a->rnd.saturate, diff, bad,
+                     bad < n ? fbits(in[bad]) : 0,
+                     bad < n ? (double)in[bad] : 0.0, wb, gb);
+    }
+}
+
+/* ---- structured patterns: every top half, tie-sensitive low halves ---- */
+
+enum { N_LOW = 6, N_STRUCT = 65536 * N_LOW };
+
+/* For each of the 65536 high halves, low halves at and around the tie of
+ * the format's dropped bits (in its normal range; below it, and for
+ * formats dropping more than 16 bits, the tie bit lies in the high half,
+ * which runs through all values). */
+static void structured_inputs(const emu_format *f, float *in)
+{
+    int d = 24 - f->p;
+    uint32_t tie = d >= 1 && d <= 16 ? 1u << (d - 1) : 0x8000u;
+    const uint32_t low[N_LOW] = { 0, 1, tie - 1, tie, tie + 1, 0xffff };
+    size_t k = 0;
+    for (uint32_t h = 0; h < 65536; h++)
+        for (int j = 0; j < N_LOW; j++)
+            in[k++] = bitsf(h << 16 | (low[j] & 0xffff));
+}
+
+START_TEST(test_structured)
+{
+    const emu_format *f = carrier[_i];
+    float *in = malloc(N_STRUCT * sizeof *in);
+    float *out = malloc(N_STRUCT * sizeof *out);
+    ck_assert_ptr_nonnull(in);
+    ck_assert_ptr_nonnull(out);
+    structured_inputs(f, in);
+    for (int m = 0; m < N_MODES; m++)
+        for (int cfg = 0; cfg < 4; cfg++) {
+            emu_array_rounding a = make_rounding(&modes[m], cfg & 1, cfg >> 1,
+                                                 0x5eed + (uint64_t)cfg,
+                                                 (uint64_t)m << 40);
+            compare_f32(f, &a, in, N_STRUCT, out);
+        }
+    free(in);
+    free(out);
+}
+END_TEST
+
+/* ---- random patterns -------------------------------------------------- */
+
+START_TEST(test_random)
+{
+    const emu_format *f = carrier[_i];
+    const size_t total = test_scaled(1000000, 4096), block = 4096;
+    float *in = malloc(block * sizeof *in), *out = malloc(block * sizeof *out);
+    ck_assert_ptr_nonnull(in);
+    ck_assert_ptr_nonnull(out);
+    test_rng g = test_rng_make(0x7a1d0000u + (uint64_t)_i);
+    for (size_t done = 0, b = 0; done < total; done += block, b++) {
+        for (size_t i = 0; i < block; i++) {
+            uint64_t w = test_next(&g);
+            /* Half uniform patterns, half magnitudes near the format's
+             * range (uniform patterns are mostly far outside it). */
+            uint32_t u = (uint32_t)w;
+            if (w >> 63) {
+                int e = f->emin - f->p - 2 + (int)((w >> 40) % (unsigned)(
+                            f->emax - f->emin + f->p + 5));
+                if (e < -149)
+                    e = -149;
+                float x = ldexpf(1.0f + (float)(u & 0x7fffff) * 0x1p-23f, e);
+                u = fbits(x) | (u & 0x80000000u);
+            }
+            in[i] = bitsf(u);
+        }
+        const mode_case *m = &modes[b % N_MODES];
+        emu_array_rounding a = make_rounding(m, (b / N_MODES) & 1,
+                                             (b / N_MODES / 2) & 1, b,
+                                             b * block * 3);
+        compare_f32(f, &a, in, block, out);
+    }
+    free(in);
+    free(out);
+}
+END_TEST
+
+/* ---- in place, chunking, edge cases ---------------------------------- */
+
+/* Values that exercise every path: spread magnitudes, zeros, specials. */
+static void mixed_inputs(test_rng *g, float *in, size_t n)
+{
+    static const uint32_t specials[] = {
+        0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u,
+        0xffc00001u, 0x7f800001u, 0x00000001u, 0x807fffffu, 0x7f7fffffu,
+    };
+    for (size_t i = 0; i < n; i++) {
+        uint64_t w = test_next(g);
+        if (w % 16 == 0) {
+            in[i] = bitsf(specials[(w >> 8) % 10]);
+            continue;
+        }
+        int e = (int)((w >> 8) % 80) - 60;
+        float x = ldexpf(1.0f + (float)((w >> 20) & 0x7fffff) * 0x1p-23f, e);
+        in[i] = (w >> 63) ? -x : x;
+    }
+}
+
+START_TEST(test_in_place)
+{
+    const emu_format *f = carrier[_i];
+    enum { N = 5000 };
+    float in[N], buf[N], out[N];
+    test_rng g = test_rng_make(0x1b1ace);
+    mixed_inputs(&g, in, N);
+    for (int m = 0; m < N_MODES; m++) {
+        emu_array_rounding a = make_rounding(&modes[m], false, false, 9, 77);
+        emu_round_counts c1 = { 0 }, c2 = { 0 };
+        memcpy(buf, in, sizeof buf);
+        emu_round_array_f32(f, out, in, N, &a, &c1);
+        emu_round_array_f32(f, buf, buf, N, &a, &c2);
+        for (int i = 0; i < N; i++)
+            EXPECT(fbits(buf[i]) == fbits(out[i]),
+                   "%s mode %d: in place in[%d] = 0x%08" PRIx32
+                   " expected 0x%08" PRIx32 " got 0x%08" PRIx32,
+                   f->name, m, i, fbits(in[i]), fbits(out[i]), fbits(buf[i]));
+        EXPECT(!*counts_diff(&c1, &c2), "%s mode %d: in-place counts differ "
+               "in %s", f->name, m, counts_diff(&c1, &c2));
+    }
+}
+END_TEST
+
+START_TEST(test_chunking)
+{
+    const emu_format *f = carrier[_i];
+    enum { N = 20000 };
+    static float in[N], whole[N], parts[N];
+    test_rng g = test_rng_make(0xc4u + (uint64_t)_i);
+    mixed_inputs(&g, in, N);
+    for (int m = 0; m < N_MODES; m++) {
+        emu_array_rounding a = make_rounding(&modes[m], m & 1, false, 31,
+                                             1000003);
+        emu_round_counts cw = { 0 }, cp = { 0 };
+        emu_round_array_f32(f, whole, in, N, &a, &cw);
+        for (size_t i = 0; i < N;) {
+            size_t len = 1 + test_below(&g, test_below(&g, 2) ? 17 : 3000);
+            if (len > N - i)
+                len = N - i;
+            emu_array_rounding part = a;
+            part.first_index = a.first_index + i;
+            emu_round_array_f32(f, parts + i, in + i, len, &part, &cp);
+            i += len;
+        }
+        for (int i = 0; i < N; i++)
+            EXPECT(fbits(whole[i]) == fbits(parts[i]),
+                   "%s mode %d: chunked in[%d] = 0x%08" PRIx32
+                   " whole 0x%08" PRIx32 " chunked 0x%08" PRIx32, f->name, m,
+                   i, fbits(in[i]), fbits(whole[i]), fbits(parts[i]));
+        EXPECT(!*counts_diff(&cw, &cp), "%s mode %d: chunked counts differ "
+               "in %s", f->name, m, counts_diff(&cw, &cp));
+    }
+}
+END_TEST
+
+START_TEST(test_empty)
+{
+    const emu_format *f = test_format("e4m3");
+    float in[1] = { 1.5f }, out[1] = { 7.0f };
+    double din[1] = { 1.5 }, dout[1] = { 7.0 };
+    for (int m = 0; m < N_MODES; m++) {
+        emu_array_rounding a = make_rounding(&modes[m], false, false, 1, 0);
+        emu_round_counts c = { 0 };
+        EXPECT(emu_round_array_f32(f, out, in, 0, &a, &c) == 0,
+               "n = 0 must succeed");
+        EXPECT(emu_round_array_f64(f, dout, din, 0, &a, &c) == 0,
+               "n = 0 must succeed (f64)");
+        EXPECT(out[0] == 7.0f && dout[0] == 7.0, "n = 0 wrote to out");
+        EXPECT(c.n == 0 && c.flags == 0, "n = 0 changed the counts");
+        EXPECT(emu_round_array_f32(f, out, in, 0, &a, NULL) == 0,
+               "n = 0 with counts NULL must succeed");
+    }
+}
+END_TEST
+
+START_TEST(test_nan_payloads)
+{
+    const emu_format *f = carrier[_i];
+    enum { N = 64 };
+    float in[N], out[N];
+    for (int i = 0; i < N; i++) {
+        /* Quiet and signalling, both signs, payloads from 1 to all ones. */
+        uint32_t payload = i < 32 ? 1u << (i % 22) : 0x3fffffu >> (i % 22);
+        uint32_t quiet = (i & 1) ? 0x00400000u : 0;
+        uint32_t sign = (i & 2) ? 0x80000000u : 0;
+        in[i] = bitsf(sign | 0x7f800000u | quiet | (payload | (quiet ? 0 : 1)));
+    }
+    for (int m = 0; m < N_MODES; m++)
+        for (int sat = 0; sat < 2; sat++) {
+            emu_array_rounding a = make_rounding(&modes[m], false, sat, 3, 5);
+            compare_f32(f, &a, in, N, out);
+        }
+}
+END_TEST
+
+START_TEST(test_refuses_wide_formats)
+{
+    static const char *const specs[] = {
+        "binary64", "e8m24", "e9m3", "e5m30", "e8m7,bias=160",
+    };
+    for (size_t s = 0; s < sizeof specs / sizeof specs[0]; s++) {
+        emu_format f;
+        emu_error err;
+        EXPECT(emu_format_resolve(&f, specs[s], &err) == 0,
+               "test setup: spec '%s' does not resolve", specs[s]);
+        EXPECT(!f.fits_carrier, "test setup: '%s' fits the carrier",
+               specs[s]);
+        float in[3] = { 1.0f, 2.0f, 3.0f }, out[3] = { -1.0f, -1.0f, -1.0f };
+        emu_array_rounding a = make_rounding(&modes[0], false, false, 0, 0);
+        emu_round_counts c = { 0 };
+        int rc = emu_round_array_f32(&f, out, in, 3, &a, &c);
+        EXPECT(rc == -1, "'%s' does not fit binary32: expected -1, got %d",
+               specs[s], rc);
+        EXPECT(out[0] == -1.0f && out[1] == -1.0f && out[2] == -1.0f,
+               "'%s': refused call wrote to out", specs[s]);
+        EXPECT(c.n == 0, "'%s': refused call changed the counts", specs[s]);
+    }
+}
+END_TEST
+
+/* User formats the shipped list does not have: no subnormals with small
+ * exponents, unsigned with a zero, emin below binary32's, p = 24. */
+START_TEST(test_user_formats)
+{
+    static const char *const specs[] = {
+        "e4m3,nosubnormals", "e5m2,unsigned", "e3m4,bias=1",
+        "e8m3,bias=128", "e8m23,bias=120", "e6m5,bias=40,saturate",
+        "e4m2,specials=fnuz,nosubnormals", "e8m1,bias=127,nosubnormals",
+    };
+    enum { N = 8192 };
+    static float in[N], out[N];
+    for (size_t s = 0; s < sizeof specs / sizeof specs[0]; s++) {
+        emu_format f;
+        emu_error err;
+        char msg[512];
+        if (emu_format_resolve(&f, specs[s], &err) != 0) {
+            emu_error_format(&err, msg, sizeof msg);
+            ck_abort_msg("test setup: spec '%s': %s", specs[s], msg);
+        }
+        if (!f.fits_carrier)
+            continue;
+        test_rng g = test_rng_make(0x05e7 + s);
+        mixed_inputs(&g, in, N);
+        for (int i = 0; i < N; i += 3) /* and some near the format's range */
+            in[i] = ldexpf(bitsf(0x3f800000u | (uint32_t)(test_next(&g) & 0x7fffff)),
+                           f.emin - f.p - 1 + (int)test_below(&g, (uint64_t)(
+                               f.emax - f.emin + f.p + 3))) * (i % 2 ? -1.0f : 1.0f);
+        for (int m = 0; m < N_MODES; m++)
+            for (int cfg = 0; cfg < 4; cfg++) {
+                emu_array_rounding a = make_rounding(&modes[m], cfg & 1,
+                                                     cfg >> 1, s, 11);
+                compare_f32(&f, &a, in, N, out);
+            }
+    }
+}
+END_TEST
+
+/* Stochastic rounding below 2^emin compares floor(F 2^64) + word in 32-bit
+ * halves; the low halves matter only when the high halves sum to exactly
+ * 2^32 - 1, which random data hits with probability 2^-32.  Here the
+ * inputs are built from the words: element i gets F 2^32 = ~wh + 3/4
+ * (when that fits binary32 below 2^emin), so the high halves tie and
+ * floor(F 2^64)'s low half is 0xc0000000: it rounds up iff the word's
+ * low half exceeds 0x3fffffff. */
+START_TEST(test_sr_low_half_ties)
+{
+    const emu_format *f = carrier[_i];
+    enum { N = 1 << 17 };
+    static float in[N], out[N];
+    const int qs = f->subnormals ? f->emin - f->p + 1 : f->emin;
+    if (qs - 34 < -149 || f->emin <= -126) /* not representable / scalar path */
+        return;
+    static const unsigned widths[] = { 64, 33, 40, 63 };
+    for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
+        const mode_case m = { wi ? EMU_RS_BITS : EMU_RS, widths[wi] };
+        emu_array_rounding a = make_rounding(&m, false, false, 0x7135, 99);
+        test_rng g = test_rng_make(0x71e5 + wi);
+        int ties = 0;
+        for (int i = 0; i < N; i++) {
+            uint64_t w = emu_random64(a.seed, a.stream, a.first_index + i);
+            uint32_t nh = ~(uint32_t)(w >> 32);
+            float x = ldexpf((float)nh + 0.75f, qs - 32);
+            if (nh < (1u << 22) && x < (float)f->min_normal) {
+                in[i] = (w & 1) ? -x : x;
+                ties++;
+            } else {
+                in[i] = ldexpf((float)(test_next(&g) >> 40), qs - 30);
+            }
+        }
+        EXPECT(ties > 32, "%s: only %d constructed ties", f->name, ties);
+        compare_f32(f, &a, in, N, out);
+    }
+}
+END_TEST
+
+/* ---- binary64 input ---------------------------------------------------- */
+
+static void compare_f64(const emu_format *f, const emu_array_rounding *a,
+                        const double *in, size_t n, double *out)
+{
+    emu_round_counts got = { 0 }, want = { 0 };
+    char mb[16];
+    const mode_case mc = { a->rnd.mode, a->rnd.sr_bits };
+    EXPECT(emu_round_array_f64(f, out, in, n, a, &got) == 0,
+           "%s: emu_round_array_f64 failed", f->name);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t word = emu_random64(a->seed, a->stream, a->first_index + i);
+        emu_status st;
+        double y = emu_round2_word(f, in[i], 0.0, &a->rnd, word, &st);
+        emu_round_counts_add(&want, in[i], y, st.flags);
+        EXPECT(dbits(y) == dbits(out[i]),
+               "%s %s tininess %s saturate %d: in[%zu] = 0x%016" PRIx64
+               " (%a): expected 0x%016" PRIx64 " (%a, flags 0x%x) got 0x%016"
+               PRIx64 " (%a)", f->name, mode_label(&mc, mb, sizeof mb),
+               a->rnd.tininess == EMU_TINY_BEFORE ? "before" : "after",
+               (int)a->rnd.saturate, i, dbits(in[i]), in[i], dbits(y), y,
+               st.flags, dbits(out[i]), out[i]);
+    }
+    char wb[256], gb[256];
+    print_counts(wb, sizeof wb, &want);
+    print_counts(gb, sizeof gb, &got);
+    EXPECT(!*counts_diff(&want, &got), "%s %s: f64 counts differ in %s\n"
+           "expected %s\ngot      %s", f->name, mode_label(&mc, mb, sizeof mb),
+           counts_diff(&want, &got), wb, gb);
+}
+
+START_TEST(test_f64)
+{
+    const emu_format *f = emu_format_at((size_t)_i);
+    enum { N = 6000 };
+    static double in[N], out[N];
+    test_rng g = test_rng_make(0xf64 + (uint64_t)_i);
+    for (int i = 0; i < N; i++) {
+        uint64_t w = test_next(&g);
+        if (i % 3 == 0) { /* any pattern */
+            in[i] = (double)bitsf((uint32_t)w);
+            if (i % 6 == 0)
+                memcpy(&in[i], &w, sizeof w);
+            continue;
+        }
+        /* Near the format's range, with bits below binary32's precision
+         * and ties at the format's precision. */
+        int e = f->emin - f->p - 3 + (int)(w % (uint64_t)(f->emax - f->emin
+                                                          + f->p + 6));
+        double m = 1.0 + (double)(w >> 12) * 0x1p-52;
+        if (i % 3 == 2)
+            m = 1.0 + ldexp((double)((w >> 20) | 1), -f->p - 0) * 0x1p-44;
+        in[i] = ldexp((w >> 11) & 1 ? -m : m, e);
+    }
+    in[1] = 0.0, in[2] = -0.0, in[4] = INFINITY, in[5] = -NAN;
+    for (int m = 0; m < N_MODES; m++)
+        for (int cfg = 0; cfg < 4; cfg++) {
+            emu_array_rounding a = make_rounding(&modes[m], cfg & 1, cfg >> 1,
+                                                 17, 23);
+            compare_f64(f, &a, in, N, out);
+        }
+}
+END_TEST
+
+static Suite *round_array_suite(void)
+{
+    Suite *s = suite_create("round_array");
+    TCase *tc = tcase_create("carrier");
+    tcase_set_timeout(tc, 600);
+    tcase_add_loop_test(tc, test_structured, 0, n_carrier);
+    tcase_add_loop_test(tc, test_random, 0, n_carrier);
+    tcase_add_loop_test(tc, test_in_place, 0, n_carrier);
+    tcase_add_loop_test(tc, test_chunking, 0, n_carrier);
+    tcase_add_loop_test(tc, test_nan_payloads, 0, n_carrier);
+    tcase_add_loop_test(tc, test_sr_low_half_ties, 0, n_carrier);
+    tcase_add_test(tc, test_empty);
+    tcase_add_test(tc, test_refuses_wide_formats);
+    tcase_add_test(tc, test_user_formats);
+    tcase_add_loop_test(tc, test_f64, 0, (int)emu_format_count());
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    find_carrier_formats();
+    if (n_carrier == 0) {
+        fprintf(stderr, "no registered format fits the carrier\n");
+        return 1;
+    }
+    SRunner *sr = srunner_create(round_array_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed != 0;
+}
