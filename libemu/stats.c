@@ -52,6 +52,8 @@ int emu_ulperr_bin(double ulps)
 {
     if (!(ulps > 0.0))
         return 0; /* exact (NaN is never passed) */
+    if (!isfinite(ulps))
+        return EMU_ULPERR_BINS - 1;
     if (ulps <= 0.5)
         return 1;
     if (ulps <= 1.0)
@@ -68,6 +70,8 @@ int emu_relerr_bin(double rel)
 {
     if (!(rel > 0.0))
         return 0;
+    if (!isfinite(rel))
+        return EMU_RELERR_BINS - 1;
     int e;
     frexp(rel, &e); /* 2^(e-1) <= rel < 2^e, so rel in [2^-k, 2^-(k-1)) for k = 1 - e */
     int k = 1 - e;
@@ -126,8 +130,12 @@ void emu_stats_free(emu_stats *s)
 emu_site *emu_stats_site(emu_stats *s, const char *name, const char *kind,
                          emu_role role, const emu_format *fmt)
 {
+    /* Sites are keyed by the name as stored (truncated to the field), so
+     * a long name finds its site again. */
+    char key[sizeof s->sites[0].name];
+    snprintf(key, sizeof key, "%s", name);
     for (size_t i = 0; i < s->count; i++)
-        if (s->sites[i].role == role && !strcmp(s->sites[i].name, name))
+        if (s->sites[i].role == role && !strcmp(s->sites[i].name, key))
             return &s->sites[i];
     if (s->count == s->cap) {
         size_t cap = s->cap ? 2 * s->cap : 16;
@@ -139,7 +147,7 @@ emu_site *emu_stats_site(emu_stats *s, const char *name, const char *kind,
     }
     emu_site *site = &s->sites[s->count++];
     memset(site, 0, sizeof *site);
-    snprintf(site->name, sizeof site->name, "%s", name);
+    snprintf(site->name, sizeof site->name, "%s", key);
     snprintf(site->kind, sizeof site->kind, "%s", kind ? kind : "");
     site->role = role;
     snprintf(site->format, sizeof site->format, "%s", fmt ? fmt->name : "");

@@ -171,13 +171,26 @@ int emu_t_load(emu_ctx *ctx, const char *site, emu_tensor *out, const float *src
 /* ---- linear algebra ---------------------------------------------------- */
 
 /* out = op(A) op(B), op = transpose if trans_*: (M, K) x (K, N) -> (M, N),
- * each output one dot product under ctx->accum.  A_src/B_src (may be NULL)
- * are the unquantized sources of A and B (same shapes, e.g. binary32
- * master weights) for the error decomposition. */
+ * each output one dot product under ctx->accum, rounded once into out's
+ * format.  A_src/B_src (may be NULL) are the unquantized sources of A and B
+ * (same shapes, e.g. binary32 master weights) for the error decomposition:
+ * the MPFR reference of a sampled output is mpfr_dot of the inputs and of
+ * the sources.  opts may be NULL (no transposes, no sources, no
+ * accumulation, alpha 1).  out must not share storage with an input.
+ *
+ * accumulate: out = out + alpha op(A) op(B), where the old value of out is
+ * where the accumulator starts, like the C operand of a hardware
+ * D = A B + C unit: sequential, Kahan and fused start their running sum at
+ * out / alpha (exact: alpha is a power of two; not rounded into acc first;
+ * the fused unit aligns it with the first group's products); blocked
+ * starts its wide sum there; pairwise takes it as the leftmost leaf of its
+ * tree; exact adds it to the exact sum; fast starts its binary32 sum there
+ * (sgemm's beta = 1).  The accumulator's final value times alpha is then
+ * rounded once into out's format, as without accumulate. */
 typedef struct emu_matmul_opts {
     bool trans_a, trans_b;
     const emu_tensor *a_src, *b_src;
-    bool accumulate;   /* out = out + op(A) op(B), the add in the same rounding */
+    bool accumulate;   /* out = out + alpha op(A) op(B): the accumulator starts at out / alpha */
     float alpha;       /* scales each dot product before the output rounding
                           (a power of two: exact); 0 means 1.  Per-layer loss
                           scaling uses it to lift gradients out of underflow
@@ -204,7 +217,26 @@ typedef struct emu_conv_opts {
     float alpha;       /* as in emu_matmul_opts (0 means 1)               */
 } emu_conv_opts;
 /* y (N, Co, Ho, Wo) = conv(x (N, Ci, H, W), w (Co, Ci, KH, KW)) + bias (Co)
- * (bias may be NULL), Ho = (H + 2 pad - KH) / stride + 1. */
+ * (bias may be NULL), Ho = (H + 2 pad - KH) / stride + 1.
+ * Each output of the three convolution ops is ONE dot product under
+ * ctx->accum, whose terms, in this order, define it (accumulators round
+ * at every step, so the order is part of the result):
+ *   y[n,co,oh,ow]:   bias[co] * 1 first (the bias is a term of the same
+ *                    accumulation, not a separate rounding), then
+ *                    w[co,ci,kh,kw] * x[n,ci,oh*s-pad+kh, ow*s-pad+kw]
+ *                    over (ci, kh, kw), kw fastest;
+ *   dx[n,ci,ih,iw]:  w[co,ci,kh,kw] * dy[n,co,oh,ow] over (co, kh, kw), with
+ *                    oh = (ih+pad-kh)/s (likewise ow) when that is an
+ *                    integer inside dy;
+ *   dw[co,ci,kh,kw]: dy[n,co,oh,ow] * x[n,ci,oh*s-pad+kh, ow*s-pad+kw] over
+ *                    (n, oh, ow);  dbias[co]: plain sum of dy over (n, oh, ow).
+ * Padding and positions no output reaches are kept as zero terms (w * 0),
+ * so every output of an op has the same number of terms, as in an im2col
+ * GEMM.  Stochastic accumulator words: dot product number
+ * ((n*Ho+oh)*Wo+ow)*Co+co for y, ((n*H+ih)*W+iw)*Ci+ci for dx, the flat
+ * index for dw, co for dbias (committed as the next op, site
+ * "<site>.dbias").  alpha multiplies each accumulator result (exactly)
+ * before the output rounding; it must be 0 or a power of two. */
 int emu_t_conv2d(emu_ctx *ctx, const char *site, emu_tensor *y, const emu_tensor *x, const emu_tensor *w, const emu_tensor *bias, const emu_conv_opts *o);
 /* dx = d loss / d x from dy. */
 int emu_t_conv2d_backward_data(emu_ctx *ctx, const char *site, emu_tensor *dx, const emu_tensor *dy, const emu_tensor *w, const emu_conv_opts *o);
@@ -214,14 +246,28 @@ int emu_t_conv2d_backward_weights(emu_ctx *ctx, const char *site, emu_tensor *dw
 typedef struct emu_pool_opts {
     int size, stride;
 } emu_pool_opts;
-/* Max pool; argmax (may be NULL) receives, per output, the flat input
- * index chosen (first maximum), for the backward pass. */
+/* Pooling windows: size x size, no padding, Ho = (H - size) / stride + 1.
+ * Max pool; argmax (may be NULL) receives, per output, the flat input
+ * index chosen (first maximum), for the backward pass.  Selection in
+ * window order (kh, kw) by IEEE maximum's order (-0 < +0); a NaN in the
+ * window is selected (the first one), so NaN propagates.  The backward
+ * pass routes dy to argmax and checks that each argmax lies in its
+ * window.  What is rounded, once per output: max: the selected value;
+ * max backward: the exact sum of the dy routed to an input; avg: the
+ * exact window sum / size^2; avg backward: the exact sum of dy over the
+ * windows covering an input / size^2 (= the exact sum of dy / size^2). */
 int emu_t_maxpool2d(emu_ctx *ctx, const char *site, emu_tensor *y, size_t *argmax, const emu_tensor *x, const emu_pool_opts *o);
 int emu_t_maxpool2d_backward(emu_ctx *ctx, const char *site, emu_tensor *dx, const emu_tensor *dy, const size_t *argmax, const emu_pool_opts *o);
 int emu_t_avgpool2d(emu_ctx *ctx, const char *site, emu_tensor *y, const emu_tensor *x, const emu_pool_opts *o);
 int emu_t_avgpool2d_backward(emu_ctx *ctx, const char *site, emu_tensor *dx, const emu_tensor *dy, const emu_pool_opts *o);
 
 /* ---- softmax and losses (rows of a (B, C) matrix) ----------------------- */
+/* Fused ops: each output is evaluated in binary64 from the inputs (the row
+ * maximum subtracted before exp, row sums in column order, log of a sum
+ * as log1p of all but the maximum's term) and rounded ONCE into the output
+ * format; the binary64 error (a few 2^-53 relative) is the only departure
+ * from correct rounding, and the MPFR reference measures it.  A NaN or
+ * +inf in a row makes that row NaN. */
 
 int emu_t_softmax(emu_ctx *ctx, const char *site, emu_tensor *out, const emu_tensor *x);
 int emu_t_log_softmax(emu_ctx *ctx, const char *site, emu_tensor *out, const emu_tensor *x);
@@ -229,7 +275,12 @@ int emu_t_log_softmax(emu_ctx *ctx, const char *site, emu_tensor *out, const emu
  * dlogits (may be NULL) = (softmax - onehot) * scale / B, the gradient of
  * scale * loss (scale: the loss scale, applied before rounding). */
 int emu_t_cross_entropy(emu_ctx *ctx, const char *site, emu_tensor *loss, emu_tensor *dlogits, const emu_tensor *logits, const int *labels, float scale);
-/* loss = mean (pred - target)^2; dpred (may be NULL) = 2 (pred - target) * scale / n. */
+/* The labels must lie in [0, C): anything else is refused.  The label's
+ * gradient is formed as -(sum of the other exponentials) / sum, so a
+ * confident row keeps its relative accuracy.  Sites: "<site>" (loss),
+ * "<site>.dlogits". */
+/* loss = mean (pred - target)^2; dpred (may be NULL) = 2 (pred - target) * scale / n
+ * (n = all elements); sites "<site>", "<site>.dpred". */
 int emu_t_mse(emu_ctx *ctx, const char *site, emu_tensor *loss, emu_tensor *dpred, const emu_tensor *pred, const emu_tensor *target, float scale);
 
 /* ---- optimizer updates (each output tensor rounded in its own format) ----- */
@@ -243,7 +294,14 @@ typedef struct emu_sgd_opts {
 /* v = momentum * v + (g + weight_decay * w); w = w - lr * v
  * (momentum 0: w = w - lr * (g + wd * w)).  v may be NULL if momentum is 0.
  * The subtraction from w counts swamping: an update that leaves w
- * unchanged is an absorbed addend. */
+ * unchanged is an absorbed addend.
+ * Each new v and w is the EXACT value of its formula (from the old w, v,
+ * g, and the stored, rounded new v) rounded once: products of binary32
+ * values are exact, sums are formed as error-free expansions.  A zero
+ * coefficient omits its term (no 0 * inf).  Sites "<site>.v" (committed
+ * first), "<site>".  Swamping of the w update: adds = non-zero updates,
+ * absorbed = those that left w unchanged, lost bits per
+ * emu_accum_count_add in w's format. */
 int emu_t_sgd_update(emu_ctx *ctx, const char *site, emu_tensor *w, emu_tensor *v, const emu_tensor *g, const emu_sgd_opts *o);
 
 typedef struct emu_adam_opts {
@@ -251,6 +309,12 @@ typedef struct emu_adam_opts {
     int64_t t;                                 /* step, from 1           */
     const emu_rounding *state_rnd;             /* as in emu_sgd_opts     */
 } emu_adam_opts;
+/* m = b1 m + (1 - b1) g, v = b2 v + (1 - b2) g^2 (exact, rounded once;
+ * 1 - b is exact for b >= 2^-29), then
+ * w = w - lr (m_hat / (sqrt(v_hat) + eps) + wd w) with m_hat = m/(1 - b1^t),
+ * v_hat = v/(1 - b2^t) from the stored m, v; the update is evaluated in
+ * binary64, w minus it is exact, rounded once.  Sites "<site>.m",
+ * "<site>.v", "<site>"; swamping as for SGD.  t >= 1, betas in [0, 1). */
 int emu_t_adam_update(emu_ctx *ctx, const char *site, emu_tensor *w, emu_tensor *m, emu_tensor *v, const emu_tensor *g, const emu_adam_opts *o);
 
 #ifdef __cplusplus

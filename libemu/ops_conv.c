@@ -1,0 +1,661 @@
+/*
+ * ops_conv.c — 2-d convolution (NCHW, stride, zero padding): forward,
+ * gradient with respect to the data, gradient with respect to the weights
+ * and the bias.
+ *
+ * Every output is one dot product under ctx->accum, and since the
+ * accumulator models round at every step, the terms and their order are
+ * part of the definition (ops.h states them):
+ *
+ *   y[n,co,oh,ow]  = bias[co] * 1, then w[co,ci,kh,kw] * x[n,ci,ih,iw]
+ *                    over (ci, kh, kw) in that order, ih = oh*s - pad + kh,
+ *                    iw = ow*s - pad + kw; a padded position is the term
+ *                    w * 0.  K = Ci*KH*KW terms, + 1 with a bias.
+ *   dx[n,ci,ih,iw] = w[co,ci,kh,kw] * dy[n,co,oh,ow] over (co, kh, kw), where
+ *                    oh = (ih + pad - kh) / s when that is an integer in
+ *                    [0, Ho) (likewise ow); otherwise the term is w * 0.
+ *                    K = Co*KH*KW terms.
+ *   dw[co,ci,kh,kw] = dy[n,co,oh,ow] * x[n,ci,ih,iw] over (n, oh, ow), padded
+ *                    x = 0.  K = N*Ho*Wo terms.
+ *   dbias[co]      = the sum (no products) of dy[n,co,oh,ow] over (n, oh, ow).
+ *
+ * Zero terms are kept, not skipped, so that a blocked or fused model sees
+ * the same K for every output (as an im2col GEMM unit does).  Each family
+ * is one GEMM through emu_gemm_accum() on an im2col ("im2row") matrix with
+ * the k index contiguous; the dot-product numbers that pick stochastic
+ * accumulator words are those of that GEMM:
+ *   forward: ((n*Ho + oh)*Wo + ow)*Co + co;  data: ((n*H + ih)*W + iw)*Ci + ci;
+ *   weights: the flat index of dw;           bias: co (in the bias op).
+ *
+ * o->alpha (0 means 1; otherwise a power of two, so exact) multiplies the
+ * accumulator's result of every output, dbias included, before the one
+ * output rounding: per-layer loss scaling applied where gradients form.
+ *
+ * The MPFR reference gathers the same terms straight from the tensors (not
+ * from the im2row matrix) and forms the exact dot product with mpfr_dot.
+ *
+ * Called by the nn layer's convolution layers and the CLI.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops_internal.h"
+
+typedef struct conv_geom {
+    size_t N, Ci, H, W, Co, KH, KW, Ho, Wo, s, pad;
+    double alpha;   /* output scale, a power of two */
+} conv_geom;
+
+static int shape_fail(emu_ctx *ctx, const char *site, const char *what,
+                      const emu_tensor *t, const char *want)
+{
+    char s[96];
+    emu_tensor_shape_string(t, s, sizeof s);
+    return emu_ctx_fail(ctx, site, "%s '%s' is %s, expected %s", what,
+                        t->name, s, want);
+}
+
+static int check_4d(emu_ctx *ctx, const char *site, const char *what,
+                    const emu_tensor *t, size_t d0, size_t d1, size_t d2,
+                    size_t d3)
+{
+    if (t->ndim == 4 && t->shape[0] == d0 && t->shape[1] == d1 &&
+        t->shape[2] == d2 && t->shape[3] == d3)
+        return 0;
+    char want[128];
+    snprintf(want, sizeof want, "(%zu, %zu, %zu, %zu)", d0, d1, d2, d3);
+    return shape_fail(ctx, site, what, t, want);
+}
+
+/* Geometry from an image-shaped tensor `img` (x or dx), named `iw`, and
+ * a weight-shaped one `wt` (w or dw). */
+static int conv_geometry(emu_ctx *ctx, const char *site, const char *iname,
+                         const emu_tensor *img, const char *wname,
+                         const emu_tensor *wt, const emu_conv_opts *o,
+                         conv_geom *g)
+{
+    if (!o)
+        return emu_ctx_fail(ctx, site, "convolution options: NULL");
+    if (o->stride < 1 || o->pad < 0)
+        return emu_ctx_fail(ctx, site, "stride %d, pad %d: the stride must "
+                            "be at least 1 and the padding at least 0",
+                            o->stride, o->pad);
+    if (img->ndim != 4)
+        return shape_fail(ctx, site, iname, img, "an (N, C, H, W) image");
+    if (wt->ndim != 4)
+        return shape_fail(ctx, site, wname, wt, "(C_out, C_in, KH, KW) weights");
+    g->N = img->shape[0];
+    g->Ci = img->shape[1];
+    g->H = img->shape[2];
+    g->W = img->shape[3];
+    g->Co = wt->shape[0];
+    g->KH = wt->shape[2];
+    g->KW = wt->shape[3];
+    g->s = (size_t)o->stride;
+    g->pad = (size_t)o->pad;
+    if (wt->shape[1] != g->Ci)
+        return emu_ctx_fail(ctx, site, "channel mismatch: %s '%s' has %zu "
+                            "channels, %s '%s' expects %zu", iname, img->name,
+                            g->Ci, wname, wt->name, wt->shape[1]);
+    if (g->H + 2 * g->pad < g->KH || g->W + 2 * g->pad < g->KW)
+        return emu_ctx_fail(ctx, site, "a %zux%zu kernel does not fit in the "
+                            "%zux%zu input '%s' padded by %zu: no output",
+                            g->KH, g->KW, g->H, g->W, img->name, g->pad);
+    g->Ho = (g->H + 2 * g->pad - g->KH) / g->s + 1;
+    g->Wo = (g->W + 2 * g->pad - g->KW) / g->s + 1;
+    g->alpha = o->alpha == 0.0f ? 1.0 : (double)o->alpha;
+    int e;
+    if (!isfinite(g->alpha) || fabs(frexp(g->alpha, &e)) != 0.5)
+        return emu_ctx_fail(ctx, site, "alpha %g is not a power of two (the "
+                            "scaling must be exact)", (double)o->alpha);
+    return 0;
+}
+
+/* a * b * c * d elements, or 0 if that overflows (or any is 0). */
+static size_t mul4(size_t a, size_t b, size_t c, size_t d)
+{
+    size_t f[4] = { a, b, c, d }, p = 1;
+    for (int i = 0; i < 4; i++) {
+        if (f[i] == 0 || p > SIZE_MAX / sizeof(double) / f[i])
+            return 0;
+        p *= f[i];
+    }
+    return p;
+}
+
+static float *falloc(emu_ctx *ctx, const char *site, size_t rows, size_t cols)
+{
+    size_t n = mul4(rows, cols, 1, 1);
+    float *p = n ? malloc(n * sizeof *p) : NULL;
+    if (!p)
+        emu_ctx_fail(ctx, site, "out of memory for a %zu x %zu im2col matrix",
+                     rows, cols);
+    return p;
+}
+
+static bool overlaps(const emu_tensor *a, const emu_tensor *b)
+{
+    if (!a || !b)
+        return false;
+    uintptr_t a0 = (uintptr_t)a->data, a1 = (uintptr_t)(a->data + a->n);
+    uintptr_t b0 = (uintptr_t)b->data, b1 = (uintptr_t)(b->data + b->n);
+    return a0 < b1 && b0 < a1;
+}
+
+/* Outputs must not share storage with inputs: the GEMM reads the inputs
+ * while nothing is written, but the references read them after the choke
+ * point has written, and an in-place convolution has no meaning anyway. */
+static int check_no_alias(emu_ctx *ctx, const char *site, const emu_tensor *out,
+                          const emu_tensor *a, const emu_tensor *b,
+                          const emu_tensor *c)
+{
+    const emu_tensor *in[3] = { a, b, c };
+    for (int i = 0; i < 3; i++)
+        if (overlaps(out, in[i]))
+            return emu_ctx_fail(ctx, site, "output '%s' shares storage with "
+                                "input '%s'", out->name, in[i]->name);
+    return 0;
+}
+
+/* x[n, ci, ih, iw] with zero padding (ih, iw as signed positions). */
+static float x_at(const conv_geom *g, const float *x, size_t n, size_t ci,
+                  ptrdiff_t ih, ptrdiff_t iw)
+{
+    if (ih < 0 || iw < 0 || (size_t)ih >= g->H || (size_t)iw >= g->W)
+        return 0.0f;
+    return x[((n * g->Ci + ci) * g->H + (size_t)ih) * g->W + (size_t)iw];
+}
+
+/* The im2row matrix of the forward pass: row (n, oh, ow), column
+ * (ci, kh, kw), preceded by a column of ones when `ones`. */
+static void im2row(const conv_geom *g, const float *x, bool ones, float *rows)
+{
+    const size_t K = g->Ci * g->KH * g->KW + (ones ? 1 : 0);
+    float *r = rows;
+    for (size_t n = 0; n < g->N; n++)
+        for (size_t oh = 0; oh < g->Ho; oh++)
+            for (size_t ow = 0; ow < g->Wo; ow++) {
+                float *p = r;
+                if (ones)
+                    *p++ = 1.0f;
+                ptrdiff_t h0 = (ptrdiff_t)(oh * g->s) - (ptrdiff_t)g->pad;
+                ptrdiff_t w0 = (ptrdiff_t)(ow * g->s) - (ptrdiff_t)g->pad;
+                for (size_t ci = 0; ci < g->Ci; ci++)
+                    for (size_t kh = 0; kh < g->KH; kh++)
+                        for (size_t kw = 0; kw < g->KW; kw++)
+                            *p++ = x_at(g, x, n, ci, h0 + (ptrdiff_t)kh,
+                                        w0 + (ptrdiff_t)kw);
+                r += K;
+            }
+}
+
+/* The output position fed by input position i through kernel tap k
+ * ((i + pad - k) / s when that is an integer in [0, n_out)), or -1. */
+static ptrdiff_t dy_pos(size_t i, size_t k, size_t pad, size_t s, size_t n_out)
+{
+    size_t t = i + pad;
+    if (t < k || (t - k) % s || (t - k) / s >= n_out)
+        return -1;
+    return (ptrdiff_t)((t - k) / s);
+}
+
+/* dy[n, co, oh, ow] feeding input position (ih, iw) through kernel tap
+ * (kh, kw), or 0 if no output position does. */
+static float dy_at(const conv_geom *g, const float *dy, size_t n, size_t co,
+                   size_t ih, size_t iw, size_t kh, size_t kw)
+{
+    size_t th = ih + g->pad, tw = iw + g->pad;
+    if (th < kh || tw < kw)
+        return 0.0f;
+    th -= kh;
+    tw -= kw;
+    if (th % g->s || tw % g->s)
+        return 0.0f;
+    size_t oh = th / g->s, ow = tw / g->s;
+    if (oh >= g->Ho || ow >= g->Wo)
+        return 0.0f;
+    return dy[((n * g->Co + co) * g->Ho + oh) * g->Wo + ow];
+}
+
+/* NCHW from the GEMM's (N*P, C) layout: hi[(n*C + c)*P + p] = t[(n*P + p)*C + c]. */
+static void to_nchw(double *dst, const double *src, size_t N, size_t C,
+                    size_t P)
+{
+    for (size_t n = 0; n < N; n++)
+        for (size_t p = 0; p < P; p++)
+            for (size_t c = 0; c < C; c++)
+                dst[(n * C + c) * P + p] = src[(n * P + p) * C + c];
+}
+
+static bool swamp_measured(const emu_ctx *ctx)
+{
+    return ctx->stats && (ctx->measure & EMU_MEASURE_SWAMP);
+}
+
+static uint64_t accum_stream(const emu_ctx *ctx)
+{
+    return emu_ctx_stream(ctx) ^ ((uint64_t)1 << 63);
+}
+
+/* ---- references: the terms of one output, and mpfr_dot ------------------ */
+
+typedef struct conv_op conv_op;
+/* Fills a[k], b[k] with the terms of output i; returns their number. */
+typedef size_t (*gather_fn)(const conv_op *op, size_t i, float *a, float *b);
+
+typedef struct ref_ws {
+    bool init, failed;
+    size_t cap;
+    float *a, *b;
+    mpfr_t *ma, *mb;
+    mpfr_ptr *pa, *pb;
+} ref_ws;
+
+struct conv_op {
+    conv_geom g;
+    const float *x, *w, *bias, *dy;
+    gather_fn gather;
+    size_t max_terms;
+    ref_ws *ws;
+};
+
+static size_t gather_fwd(const conv_op *op, size_t i, float *a, float *b)
+{
+    const conv_geom *g = &op->g;
+    size_t ow = i % g->Wo, oh = (i / g->Wo) % g->Ho;
+    size_t co = (i / (g->Wo * g->Ho)) % g->Co, n = i / (g->Wo * g->Ho * g->Co);
+    size_t k = 0;
+    if (op->bias) {
+        a[k] = op->bias[co];
+        b[k++] = 1.0f;
+    }
+    ptrdiff_t h0 = (ptrdiff_t)(oh * g->s) - (ptrdiff_t)g->pad;
+    ptrdiff_t w0 = (ptrdiff_t)(ow * g->s) - (ptrdiff_t)g->pad;
+    for (size_t ci = 0; ci < g->Ci; ci++)
+        for (size_t kh = 0; kh < g->KH; kh++)
+            for (size_t kw = 0; kw < g->KW; kw++) {
+                a[k] = op->w[((co * g->Ci + ci) * g->KH + kh) * g->KW + kw];
+                b[k++] = x_at(g, op->x, n, ci, h0 + (ptrdiff_t)kh,
+                              w0 + (ptrdiff_t)kw);
+            }
+    return k;
+}
+
+static size_t gather_data(const conv_op *op, size_t i, float *a, float *b)
+{
+    const conv_geom *g = &op->g;
+    size_t iw = i % g->W, ih = (i / g->W) % g->H;
+    size_t ci = (i / (g->W * g->H)) % g->Ci, n = i / (g->W * g->H * g->Ci);
+    size_t k = 0;
+    for (size_t co = 0; co < g->Co; co++)
+        for (size_t kh = 0; kh < g->KH; kh++)
+            for (size_t kw = 0; kw < g->KW; kw++) {
+                a[k] = op->w[((co * g->Ci + ci) * g->KH + kh) * g->KW + kw];
+                b[k++] = dy_at(g, op->dy, n, co, ih, iw, kh, kw);
+            }
+    return k;
+}
+
+static size_t gather_weights(const conv_op *op, size_t i, float *a, float *b)
+{
+    const conv_geom *g = &op->g;
+    size_t kw = i % g->KW, kh = (i / g->KW) % g->KH;
+    size_t ci = (i / (g->KW * g->KH)) % g->Ci, co = i / (g->KW * g->KH * g->Ci);
+    size_t k = 0;
+    for (size_t n = 0; n < g->N; n++)
+        for (size_t oh = 0; oh < g->Ho; oh++)
+            for (size_t ow = 0; ow < g->Wo; ow++) {
+                a[k] = op->dy[((n * g->Co + co) * g->Ho + oh) * g->Wo + ow];
+                b[k++] = x_at(g, op->x, n, ci,
+                              (ptrdiff_t)(oh * g->s + kh) - (ptrdiff_t)g->pad,
+                              (ptrdiff_t)(ow * g->s + kw) - (ptrdiff_t)g->pad);
+            }
+    return k;
+}
+
+/* dbias: the terms dy * 1. */
+static size_t gather_bias(const conv_op *op, size_t co, float *a, float *b)
+{
+    const conv_geom *g = &op->g;
+    size_t k = 0;
+    for (size_t n = 0; n < g->N; n++)
+        for (size_t p = 0; p < g->Ho * g->Wo; p++) {
+            a[k] = op->dy[(n * g->Co + co) * g->Ho * g->Wo + p];
+            b[k++] = 1.0f;
+        }
+    return k;
+}
+
+static bool ws_ready(ref_ws *ws, size_t cap)
+{
+    if (ws->init)
+        return !ws->failed;
+    ws->init = true;
+    ws->cap = cap;
+    ws->a = malloc(cap * sizeof *ws->a);
+    ws->b = malloc(cap * sizeof *ws->b);
+    ws->ma = malloc(cap * sizeof *ws->ma);
+    ws->mb = malloc(cap * sizeof *ws->mb);
+    ws->pa = malloc(cap * sizeof *ws->pa);
+    ws->pb = malloc(cap * sizeof *ws->pb);
+    if (!ws->a || !ws->b || !ws->ma || !ws->mb || !ws->pa || !ws->pb) {
+        ws->failed = true;
+        return false;
+    }
+    for (size_t k = 0; k < cap; k++) {
+        /* 24 bits hold any binary32 value; mpfr_dot forms the products exactly. */
+        mpfr_init2(ws->ma[k], 24);
+        mpfr_init2(ws->mb[k], 24);
+        ws->pa[k] = ws->ma[k];
+        ws->pb[k] = ws->mb[k];
+    }
+    return true;
+}
+
+static void ws_free(ref_ws *ws)
+{
+    if (ws->init && !ws->failed)
+        for (size_t k = 0; k < ws->cap; k++) {
+            mpfr_clear(ws->ma[k]);
+            mpfr_clear(ws->mb[k]);
+        }
+    free(ws->a);
+    free(ws->b);
+    free(ws->ma);
+    free(ws->mb);
+    free(ws->pa);
+    free(ws->pb);
+    memset(ws, 0, sizeof *ws);
+}
+
+static int conv_ref(const void *opv, size_t i, mpfr_ptr exact, mpfr_ptr src)
+{
+    const conv_op *op = opv;
+    ref_ws *ws = op->ws;
+    if (!ws_ready(ws, op->max_terms ? op->max_terms : 1))
+        return -1;
+    size_t k = op->gather(op, i, ws->a, ws->b);
+    for (size_t j = 0; j < k; j++) {
+        if (!isfinite(ws->a[j]) || !isfinite(ws->b[j]))
+            return -1;
+        mpfr_set_flt(ws->ma[j], ws->a[j], MPFR_RNDN);
+        mpfr_set_flt(ws->mb[j], ws->b[j], MPFR_RNDN);
+    }
+    mpfr_dot(exact, ws->pa, ws->pb, (unsigned long)k, MPFR_RNDN);
+    mpfr_mul_d(exact, exact, op->g.alpha, MPFR_RNDN); /* exact */
+    mpfr_set(src, exact, MPFR_RNDN); /* no unquantized sources */
+    return 1;
+}
+
+static bool conv_had_nan(const void *opv, size_t i)
+{
+    const conv_op *op = opv;
+    ref_ws *ws = op->ws;
+    if (!ws_ready(ws, op->max_terms ? op->max_terms : 1))
+        return true;
+    size_t k = op->gather(op, i, ws->a, ws->b);
+    for (size_t j = 0; j < k; j++)
+        if (isnan(ws->a[j]) || isnan(ws->b[j]))
+            return true;
+    return false;
+}
+
+/* Commits hi (and lo for the EXACT model), scaled by alpha, with the op's
+ * reference. */
+static int conv_commit(emu_ctx *ctx, const char *site, const char *kind,
+                       emu_tensor *out, double *hi, double *lo,
+                       const emu_accum_counts *swamp, conv_op *op)
+{
+    if (op->g.alpha != 1.0)
+        for (size_t i = 0; i < out->n; i++) {
+            hi[i] *= op->g.alpha; /* exact: a power of two, far from */
+            lo[i] *= op->g.alpha; /* binary64's range limits          */
+        }
+    ref_ws ws = { 0 };
+    op->ws = &ws;
+    int rc = emu_commit(ctx, &(emu_op_out){
+        .site = site, .kind = kind, .out = out, .hi = hi,
+        .lo = ctx->accum.kind == EMU_ACCUM_EXACT ? lo : NULL,
+        .swamp = swamp, .op = op, .ref = conv_ref,
+        .inputs_had_nan = conv_had_nan });
+    ws_free(&ws);
+    return rc;
+}
+
+static int model_ok(emu_ctx *ctx, const char *site)
+{
+    emu_error e;
+    if (emu_accum_validate(&ctx->accum, &e) == 0)
+        return 0;
+    return emu_ctx_fail(ctx, site, "accumulator: %s", e.message);
+}
+
+/* ---- forward ------------------------------------------------------------- */
+
+int emu_t_conv2d(emu_ctx *ctx, const char *site, emu_tensor *y,
+                 const emu_tensor *x, const emu_tensor *w,
+                 const emu_tensor *bias, const emu_conv_opts *o)
+{
+    conv_geom g;
+    if (emu_check_tensor(ctx, site, "y", y) ||
+        emu_check_tensor(ctx, site, "x", x) ||
+        emu_check_tensor(ctx, site, "w", w) ||
+        (bias && emu_check_tensor(ctx, site, "bias", bias)) ||
+        conv_geometry(ctx, site, "x", x, "w", w, o, &g) ||
+        check_4d(ctx, site, "y", y, g.N, g.Co, g.Ho, g.Wo) ||
+        check_no_alias(ctx, site, y, x, w, bias) || model_ok(ctx, site))
+        return -1;
+    if (bias && (bias->ndim != 1 || bias->n != g.Co)) {
+        char want[48];
+        snprintf(want, sizeof want, "(%zu)", g.Co);
+        return shape_fail(ctx, site, "bias", bias, want);
+    }
+    const size_t K = g.Ci * g.KH * g.KW + (bias ? 1 : 0);
+    const size_t P = g.N * g.Ho * g.Wo;
+    float *rows = falloc(ctx, site, P, K);
+    float *wp = rows ? falloc(ctx, site, g.Co, K) : NULL;
+    double *t = wp ? emu_scratch(ctx, site, 3 * y->n) : NULL;
+    if (!t) {
+        free(rows);
+        free(wp);
+        return -1;
+    }
+    double *hi = t + y->n, *lo = t + 2 * y->n;
+    im2row(&g, x->data, bias != NULL, rows);
+    /* Weights as (Co, K) with the bias first: B(k, co) = wp[co*K + k]. */
+    for (size_t co = 0; co < g.Co; co++) {
+        float *p = wp + co * K;
+        if (bias)
+            *p++ = bias->data[co];
+        memcpy(p, w->data + co * (K - (bias ? 1 : 0)),
+               (K - (bias ? 1 : 0)) * sizeof *p);
+    }
+    emu_accum_counts swamp;
+    memset(&swamp, 0, sizeof swamp);
+    const bool count = swamp_measured(ctx);
+    int rc = 0;
+    if (emu_gemm_accum(&ctx->accum, P, g.Co, K, rows, (ptrdiff_t)K, 1, wp, 1,
+                       (ptrdiff_t)K, t, lo, ctx->seed, accum_stream(ctx),
+                       count ? &swamp : NULL, ctx->threads))
+        rc = emu_ctx_fail(ctx, site, "out of memory in the GEMM engine");
+    free(rows);
+    free(wp);
+    if (rc == 0) {
+        to_nchw(hi, t, g.N, g.Co, g.Ho * g.Wo);
+        to_nchw(t, lo, g.N, g.Co, g.Ho * g.Wo);
+        conv_op op = { .g = g, .x = x->data, .w = w->data,
+                       .bias = bias ? bias->data : NULL,
+                       .gather = gather_fwd, .max_terms = K };
+        rc = conv_commit(ctx, site, "conv2d", y, hi, t,
+                         count ? &swamp : NULL, &op);
+    }
+    free(t);
+    return rc;
+}
+
+/* ---- gradient with respect to the data ------------------------------------ */
+
+int emu_t_conv2d_backward_data(emu_ctx *ctx, const char *site, emu_tensor *dx,
+                               const emu_tensor *dy, const emu_tensor *w,
+                               const emu_conv_opts *o)
+{
+    conv_geom g;
+    if (emu_check_tensor(ctx, site, "dx", dx) ||
+        emu_check_tensor(ctx, site, "dy", dy) ||
+        emu_check_tensor(ctx, site, "w", w) ||
+        conv_geometry(ctx, site, "dx", dx, "w", w, o, &g) ||
+        check_4d(ctx, site, "dy", dy, g.N, g.Co, g.Ho, g.Wo) ||
+        check_no_alias(ctx, site, dx, dy, w, NULL) || model_ok(ctx, site))
+        return -1;
+    const size_t K = g.Co * g.KH * g.KW;
+    const size_t P = g.N * g.H * g.W;
+    float *rows = falloc(ctx, site, P, K);
+    float *wt = rows ? falloc(ctx, site, g.Ci, K) : NULL;
+    double *t = wt ? emu_scratch(ctx, site, 3 * dx->n) : NULL;
+    if (!t) {
+        free(rows);
+        free(wt);
+        return -1;
+    }
+    double *hi = t + dx->n, *lo = t + 2 * dx->n;
+    /* The output row fed by input row ih through tap kh (or none), and the
+     * same for columns: dy_at's divisions done once per (position, tap). */
+    ptrdiff_t *ohm = malloc((g.H * g.KH + g.W * g.KW) * sizeof *ohm);
+    if (!ohm) {
+        free(rows);
+        free(wt);
+        free(t);
+        return emu_ctx_fail(ctx, site, "out of memory");
+    }
+    ptrdiff_t *owm = ohm + g.H * g.KH;
+    for (size_t ih = 0; ih < g.H; ih++)
+        for (size_t kh = 0; kh < g.KH; kh++)
+            ohm[ih * g.KH + kh] = dy_pos(ih, kh, g.pad, g.s, g.Ho);
+    for (size_t iw = 0; iw < g.W; iw++)
+        for (size_t kw = 0; kw < g.KW; kw++)
+            owm[iw * g.KW + kw] = dy_pos(iw, kw, g.pad, g.s, g.Wo);
+    float *r = rows;
+    for (size_t n = 0; n < g.N; n++)
+        for (size_t ih = 0; ih < g.H; ih++)
+            for (size_t iw = 0; iw < g.W; iw++)
+                for (size_t co = 0; co < g.Co; co++) {
+                    const float *d = dy->data + (n * g.Co + co) * g.Ho * g.Wo;
+                    for (size_t kh = 0; kh < g.KH; kh++) {
+                        ptrdiff_t oh = ohm[ih * g.KH + kh];
+                        for (size_t kw = 0; kw < g.KW; kw++) {
+                            ptrdiff_t ow = owm[iw * g.KW + kw];
+                            *r++ = oh < 0 || ow < 0
+                                 ? 0.0f : d[(size_t)oh * g.Wo + (size_t)ow];
+                        }
+                    }
+                }
+    free(ohm);
+    /* B(k, ci) = w[co, ci, kh, kw] with k = (co, kh, kw): wt[ci*K + k]. */
+    const size_t KK = g.KH * g.KW;
+    for (size_t ci = 0; ci < g.Ci; ci++)
+        for (size_t co = 0; co < g.Co; co++)
+            memcpy(wt + ci * K + co * KK, w->data + (co * g.Ci + ci) * KK,
+                   KK * sizeof *wt);
+    emu_accum_counts swamp;
+    memset(&swamp, 0, sizeof swamp);
+    const bool count = swamp_measured(ctx);
+    int rc = 0;
+    if (emu_gemm_accum(&ctx->accum, P, g.Ci, K, rows, (ptrdiff_t)K, 1, wt, 1,
+                       (ptrdiff_t)K, t, lo, ctx->seed, accum_stream(ctx),
+                       count ? &swamp : NULL, ctx->threads))
+        rc = emu_ctx_fail(ctx, site, "out of memory in the GEMM engine");
+    free(rows);
+    free(wt);
+    if (rc == 0) {
+        to_nchw(hi, t, g.N, g.Ci, g.H * g.W);
+        to_nchw(t, lo, g.N, g.Ci, g.H * g.W);
+        conv_op op = { .g = g, .w = w->data, .dy = dy->data,
+                       .gather = gather_data, .max_terms = K };
+        rc = conv_commit(ctx, site, "conv2d_bwd_data", dx, hi, t,
+                         count ? &swamp : NULL, &op);
+    }
+    free(t);
+    return rc;
+}
+
+/* ---- gradient with respect to the weights and the bias ------------------- */
+
+int emu_t_conv2d_backward_weights(emu_ctx *ctx, const char *site,
+                                  emu_tensor *dw, emu_tensor *dbias,
+                                  const emu_tensor *dy, const emu_tensor *x,
+                                  const emu_conv_opts *o)
+{
+    conv_geom g;
+    if (emu_check_tensor(ctx, site, "dw", dw) ||
+        emu_check_tensor(ctx, site, "dy", dy) ||
+        emu_check_tensor(ctx, site, "x", x) ||
+        (dbias && emu_check_tensor(ctx, site, "dbias", dbias)) ||
+        conv_geometry(ctx, site, "x", x, "dw", dw, o, &g) ||
+        check_4d(ctx, site, "dy", dy, g.N, g.Co, g.Ho, g.Wo) ||
+        check_no_alias(ctx, site, dw, dy, x, NULL) ||
+        (dbias && check_no_alias(ctx, site, dbias, dy, x, dw)) ||
+        model_ok(ctx, site))
+        return -1;
+    if (dbias && (dbias->ndim != 1 || dbias->n != g.Co)) {
+        char want[48];
+        snprintf(want, sizeof want, "(%zu)", g.Co);
+        return shape_fail(ctx, site, "dbias", dbias, want);
+    }
+    const size_t K0 = g.Ci * g.KH * g.KW;
+    const size_t T = g.N * g.Ho * g.Wo;
+    const size_t P = g.Ho * g.Wo;
+    float *rows = falloc(ctx, site, T, K0);
+    float *dyp = rows ? falloc(ctx, site, g.Co, T) : NULL;
+    size_t nb = dbias ? g.Co : 0;
+    double *hi = dyp ? emu_scratch(ctx, site, 2 * (dw->n + nb)) : NULL;
+    if (!hi) {
+        free(rows);
+        free(dyp);
+        return -1;
+    }
+    double *lo = hi + dw->n;
+    im2row(&g, x->data, false, rows);
+    /* dy as (Co, T), t = (n, oh, ow). */
+    for (size_t co = 0; co < g.Co; co++)
+        for (size_t n = 0; n < g.N; n++)
+            memcpy(dyp + co * T + n * P, dy->data + (n * g.Co + co) * P,
+                   P * sizeof *dyp);
+    emu_accum_counts swamp;
+    memset(&swamp, 0, sizeof swamp);
+    const bool count = swamp_measured(ctx);
+    int rc = 0;
+    if (emu_gemm_accum(&ctx->accum, g.Co, K0, T, dyp, (ptrdiff_t)T, 1, rows,
+                       (ptrdiff_t)K0, 1, hi, lo, ctx->seed, accum_stream(ctx),
+                       count ? &swamp : NULL, ctx->threads))
+        rc = emu_ctx_fail(ctx, site, "out of memory in the GEMM engine");
+    free(rows);
+    conv_op op = { .g = g, .x = x->data, .dy = dy->data,
+                   .gather = gather_weights, .max_terms = T };
+    if (rc == 0)
+        rc = conv_commit(ctx, site, "conv2d_bwd_weights", dw, hi, lo,
+                         count ? &swamp : NULL, &op);
+    if (rc == 0 && dbias) {
+        /* Plain sums of dy under the same model; the stream is that of the
+         * bias commit (the next op). */
+        double *bh = lo + dw->n, *bl = bh + nb;
+        emu_accum_counts bswamp;
+        memset(&bswamp, 0, sizeof bswamp);
+        const uint64_t stream = accum_stream(ctx);
+        for (size_t co = 0; co < g.Co; co++) {
+            emu_accum_rng rng = { ctx->seed, stream, co };
+            bh[co] = emu_accum_dot(&ctx->accum, dyp + co * T, 1, NULL, 0, T,
+                                   &rng, count ? &bswamp : NULL, &bl[co]);
+        }
+        char sub[EMU_TENSOR_NAME_MAX + 16];
+        snprintf(sub, sizeof sub, "%s.dbias", site ? site : "op");
+        op.gather = gather_bias;
+        rc = conv_commit(ctx, sub, "conv2d_bwd_bias", dbias, bh, bl,
+                         count ? &bswamp : NULL, &op);
+    }
+    free(dyp);
+    free(hi);
+    return rc;
+}

@@ -1,0 +1,547 @@
+/*
+ * ops_optim.c — optimizer updates: SGD (momentum, weight decay) and Adam
+ * (bias correction, decoupled weight decay), in place on the weights and
+ * the optimizer state.
+ *
+ * Each state tensor is rounded into its own format through emu_commit():
+ * site "<site>.v" (and "<site>.m" for Adam) first, under o->state_rnd if
+ * given (else ctx->rnd), then the weights at "<site>" under ctx->rnd,
+ * whose update reads the state as stored (rounded), as an optimizer with
+ * low-precision state does.
+ *
+ * What is exact.  Carrier values are binary32, so a product of two of
+ * them is exact in one double, and so is lr * wd.  A value that is a sum
+ * of such products (or of TwoProduct pairs, for a double times a binary32)
+ * is formed exactly as a non-overlapping expansion (Shewchuk's
+ * Grow-Expansion, TwoSum only) and handed to the choke point as hi + lo,
+ * hi within one ulp of the sum and lo carrying the sign of the remainder
+ * exactly and its value to a relative 2^-52: every deterministic mode
+ * rounds the exact sum, and stochastic rounding's probability is exact to
+ * about 2^-64.  Adam's weight step needs a square root and divisions; its
+ * update u is evaluated in binary64 and w - u is then formed exactly.
+ *
+ * Swamping.  The weight update is the accumulation the mixed-precision
+ * papers measure (an update below half an ulp of w vanishes).  Every
+ * weight whose update t is non-zero counts one add; an update that left
+ * w unchanged counts as absorbed; the bits lost are counted by
+ * emu_accum_count_add against the weights' format.  The counts need the
+ * rounded weights before emu_commit() records them, so they are derived
+ * from emu_round2_word() with the very word the choke point will use
+ * (the choke point's rounding of hi + lo pairs is exactly that call).
+ *
+ * A zero hyper-parameter (momentum, weight decay, beta) omits its term
+ * rather than multiplying: 0 * inf would otherwise make NaN.
+ *
+ * Called by the nn layer's optimizer step and the CLI.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "emu/rng.h"
+#include "ops_internal.h"
+
+/* ---- exact sums of a few doubles -------------------------------------- */
+
+enum { MAX_TERMS = 4 };
+
+/* a * b = *p + *e exactly (no underflow: binary32-derived operands). */
+static void two_prod(double a, double b, double *p, double *e)
+{
+    *p = a * b;
+    *e = fma(a, b, -*p);
+}
+
+/* *hi + *lo represents t[0] + ... + t[n-1] (n <= MAX_TERMS) as above:
+ * the exact sum S lies strictly within ulp(hi) of hi, sign(lo) =
+ * sign(S - hi), and |lo - (S - hi)| <= 2^-52 |lo|.  A zero sum is -0
+ * only if every term is -0 (IEEE addition's rule); a non-finite term
+ * gives the plain IEEE sum in order. */
+static void exact_sum(const double *t, int n, double *hi, double *lo)
+{
+    double e[MAX_TERMS];
+    int m = 0;
+    bool all_neg_zero = true;
+    for (int i = 0; i < n; i++) {
+        if (!isfinite(t[i])) {
+            double s = 0.0;
+            for (int j = 0; j < n; j++)
+                s += t[j];
+            *hi = s;
+            *lo = 0.0;
+            return;
+        }
+        all_neg_zero = all_neg_zero && t[i] == 0.0 && signbit(t[i]);
+    }
+    /* Grow-Expansion: e stays non-overlapping, increasing in magnitude,
+     * zero-free. */
+    for (int i = 0; i < n; i++) {
+        double q = t[i];
+        int k = 0;
+        for (int j = 0; j < m; j++) {
+            double s, err;
+            emu_two_sum(q, e[j], &s, &err);
+            if (err != 0.0)
+                e[k++] = err;
+            q = s;
+        }
+        if (q != 0.0)
+            e[k++] = q;
+        m = k;
+    }
+    if (m == 0) {
+        *hi = all_neg_zero ? -0.0 : 0.0;
+        *lo = 0.0;
+        return;
+    }
+    /* Top down: add components while the sum stays exact.  The first
+     * inexact addition leaves an error l that is a multiple of the unit
+     * of the component just added, and everything below that component
+     * is smaller than that unit, hence than |l|: l plus the next
+     * component has the sign of the whole remainder. */
+    double h = e[m - 1], l = 0.0;
+    int i = m - 2;
+    while (i >= 0) {
+        double s, err;
+        emu_two_sum(h, e[i], &s, &err);
+        h = s;
+        i--;
+        if (err != 0.0) {
+            l = err;
+            break;
+        }
+    }
+    if (l != 0.0 && i >= 0)
+        l += e[i];
+    *hi = h;
+    *lo = l;
+}
+
+/* ---- shared checks and helpers ---------------------------------------- */
+
+/* c * x, exact for binary32 c and x; a zero coefficient omits its term
+ * (as optimizers do: no weight decay must not turn an infinite weight
+ * into NaN through 0 * inf). */
+static double coef_times(double c, double x)
+{
+    return c == 0.0 ? 0.0 : c * x;
+}
+
+static bool overlaps(const emu_tensor *a, const emu_tensor *b)
+{
+    if (!a || !b)
+        return false;
+    uintptr_t a0 = (uintptr_t)a->data, a1 = (uintptr_t)(a->data + a->n);
+    uintptr_t b0 = (uintptr_t)b->data, b1 = (uintptr_t)(b->data + b->n);
+    return a0 < b1 && b0 < a1;
+}
+
+static int check_distinct(emu_ctx *ctx, const char *site,
+                          const emu_tensor *const *t, const char *const *what,
+                          int n)
+{
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++)
+            if (overlaps(t[i], t[j]))
+                return emu_ctx_fail(ctx, site, "%s '%s' and %s '%s' share "
+                                    "storage", what[i], t[i]->name, what[j],
+                                    t[j]->name);
+    return 0;
+}
+
+static float *copy_of(emu_ctx *ctx, const char *site, const emu_tensor *t)
+{
+    float *c = malloc(t->n * sizeof *c);
+    if (!c)
+        emu_ctx_fail(ctx, site, "out of memory for a copy of '%s'", t->name);
+    else
+        memcpy(c, t->data, t->n * sizeof *c);
+    return c;
+}
+
+static void sub_site(char *buf, size_t size, const char *site,
+                     const char *name)
+{
+    snprintf(buf, size, "%s.%s", site ? site : "op", name);
+}
+
+static bool swamp_measured(const emu_ctx *ctx)
+{
+    return ctx->stats && (ctx->measure & EMU_MEASURE_SWAMP);
+}
+
+/* Swamping of the weight update w_new = round(hi + lo), t = hi + lo - w
+ * (as a double: only its zeroness and magnitude are used).  The rounded
+ * values are those the choke point is about to produce: the same call,
+ * the same word (stream = the next op's, element i = word i). */
+static void count_update_swamp(const emu_ctx *ctx, const emu_tensor *w,
+                               const float *w_old, const double *hi,
+                               const double *lo, const double *t,
+                               emu_accum_counts *c)
+{
+    emu_rounding r = ctx->rnd;
+    r.rng = NULL;
+    const bool sr = emu_rnd_is_stochastic(r.mode);
+    const uint64_t stream = emu_ctx_stream(ctx);
+    for (size_t i = 0; i < w->n; i++) {
+        if (t[i] == 0.0 || !isfinite(t[i]) || !isfinite(w_old[i]))
+            continue;
+        uint64_t word = sr ? emu_random64(ctx->seed, stream, i) : 0;
+        double w_new = emu_round2_word(&w->fmt, hi[i], lo[i], &r, word, NULL);
+        emu_accum_count_add(c, &w->fmt, w_old[i], t[i], w_new);
+    }
+}
+
+/* Commits an optimizer-state output under its own rounding (state_rnd,
+ * or ctx->rnd if NULL): the choke point rounds with ctx->rnd, so it is
+ * swapped in for this one commit. */
+static int commit_state(emu_ctx *ctx, const emu_rounding *state_rnd,
+                        const emu_op_out *o)
+{
+    if (!state_rnd)
+        return emu_commit(ctx, o);
+    emu_rounding saved = ctx->rnd;
+    ctx->rnd = *state_rnd;
+    int rc = emu_commit(ctx, o);
+    ctx->rnd = saved;
+    return rc;
+}
+
+/* Three scratch arrays of n doubles in one allocation. */
+static double *scratch3(emu_ctx *ctx, const char *site, size_t n)
+{
+    if (n > SIZE_MAX / 3)
+        return emu_scratch(ctx, site, SIZE_MAX);
+    return emu_scratch(ctx, site, 3 * n);
+}
+
+/* ---- SGD -------------------------------------------------------------- */
+
+typedef struct sgd_op {
+    const float *w0, *v0, *g; /* inputs as they were before the update   */
+    const float *v_new;       /* the stored new momentum, or NULL        */
+    double lr, mom, wd;
+} sgd_op;
+
+static bool sgd_had_nan(const void *opv, size_t i)
+{
+    const sgd_op *op = opv;
+    return isnan(op->w0[i]) || isnan(op->g[i]) ||
+           (op->v0 && isnan(op->v0[i])) || (op->v_new && isnan(op->v_new[i]));
+}
+
+/* v = momentum v + g + wd w, exact (products of binary32 values are exact
+ * at 48 bits; the sum is rounded once at the given precision + 64). */
+static int sgd_v_ref(const void *opv, size_t i, mpfr_ptr exact, mpfr_ptr src)
+{
+    (void)src;
+    const sgd_op *op = opv;
+    mpfr_t a, b;
+    mpfr_inits2(mpfr_get_prec(exact) + 64, a, b, (mpfr_ptr)0);
+    mpfr_set_d(a, op->mom, MPFR_RNDN);
+    mpfr_mul_d(a, a, op->v0[i], MPFR_RNDN);
+    mpfr_set_d(b, op->wd, MPFR_RNDN);
+    mpfr_mul_d(b, b, op->w0[i], MPFR_RNDN);
+    mpfr_add(a, a, b, MPFR_RNDN);
+    mpfr_add_d(exact, a, op->g[i], MPFR_RNDN);
+    mpfr_clears(a, b, (mpfr_ptr)0);
+    return 0;
+}
+
+/* w = w - lr v_new, or w - lr (g + wd w) without momentum state. */
+static int sgd_w_ref(const void *opv, size_t i, mpfr_ptr exact, mpfr_ptr src)
+{
+    (void)src;
+    const sgd_op *op = opv;
+    mpfr_t a, b;
+    mpfr_inits2(mpfr_get_prec(exact) + 64, a, b, (mpfr_ptr)0);
+    if (op->v_new) {
+        mpfr_set_d(a, op->v_new[i], MPFR_RNDN);
+    } else {
+        mpfr_set_d(a, op->wd, MPFR_RNDN);
+        mpfr_mul_d(a, a, op->w0[i], MPFR_RNDN);
+        mpfr_add_d(a, a, op->g[i], MPFR_RNDN);
+    }
+    mpfr_mul_d(a, a, op->lr, MPFR_RNDN);
+    mpfr_set_d(b, op->w0[i], MPFR_RNDN);
+    mpfr_sub(exact, b, a, MPFR_RNDN);
+    mpfr_clears(a, b, (mpfr_ptr)0);
+    return 0;
+}
+
+int emu_t_sgd_update(emu_ctx *ctx, const char *site, emu_tensor *w,
+                     emu_tensor *v, const emu_tensor *g,
+                     const emu_sgd_opts *o)
+{
+    if (!o)
+        return emu_ctx_fail(ctx, site, "SGD options: NULL");
+    if (emu_check_tensor(ctx, site, "w", w) ||
+        emu_check_tensor(ctx, site, "g", g) ||
+        emu_check_same_shape(ctx, site, "w", w, "g", g))
+        return -1;
+    if (v && (emu_check_tensor(ctx, site, "v", v) ||
+              emu_check_same_shape(ctx, site, "v", v, "w", w)))
+        return -1;
+    if (!v && o->momentum != 0.0f)
+        return emu_ctx_fail(ctx, site, "momentum %g needs a velocity tensor "
+                            "v", (double)o->momentum);
+    {
+        const emu_tensor *t[3] = { w, g, v };
+        const char *what[3] = { "w", "g", "v" };
+        if (check_distinct(ctx, site, t, what, v ? 3 : 2))
+            return -1;
+    }
+    const size_t n = w->n;
+    double *buf = scratch3(ctx, site, n);
+    if (!buf)
+        return -1;
+    double *hi = buf, *lo = buf + n, *t = buf + 2 * n;
+    float *w0 = copy_of(ctx, site, w);
+    float *v0 = w0 && v ? copy_of(ctx, site, v) : NULL;
+    if (!w0 || (v && !v0)) {
+        free(buf);
+        free(w0);
+        return -1;
+    }
+    const double lr = o->lr, mom = o->momentum, wd = o->weight_decay;
+    sgd_op op = { .w0 = w0, .v0 = v0, .g = g->data, .lr = lr, .mom = mom,
+                  .wd = wd };
+    int rc = 0;
+
+    if (v) {
+        for (size_t i = 0; i < n; i++) {
+            double terms[3] = { coef_times(mom, v0[i]), g->data[i],
+                                coef_times(wd, w0[i]) };
+            exact_sum(terms, 3, &hi[i], &lo[i]);
+        }
+        char sub[EMU_TENSOR_NAME_MAX + 16];
+        sub_site(sub, sizeof sub, site, "v");
+        rc = commit_state(ctx, o->state_rnd, &(emu_op_out){
+            .site = sub, .kind = "sgd_momentum", .out = v, .hi = hi,
+            .lo = lo, .op = &op, .ref = sgd_v_ref,
+            .inputs_had_nan = sgd_had_nan });
+        op.v_new = v->data;
+        /* w - lr v: lr v is exact in one double, TwoSum makes the pair. */
+        for (size_t i = 0; i < n; i++) {
+            t[i] = -(lr * v->data[i]);
+            emu_two_sum(w0[i], t[i], &hi[i], &lo[i]);
+        }
+    } else {
+        /* w - lr g - (lr wd) w: lr wd is exact, its product with w a
+         * TwoProduct pair. */
+        const double lrwd = lr * wd;
+        for (size_t i = 0; i < n; i++) {
+            double p = 0.0, pe = 0.0;
+            if (lrwd != 0.0)
+                two_prod(lrwd, w0[i], &p, &pe);
+            double terms[4] = { -(lr * g->data[i]), -p, -pe, w0[i] };
+            double tl;
+            exact_sum(terms, 3, &t[i], &tl);
+            exact_sum(terms, 4, &hi[i], &lo[i]);
+        }
+    }
+
+    emu_accum_counts swamp;
+    memset(&swamp, 0, sizeof swamp);
+    if (rc == 0 && swamp_measured(ctx))
+        count_update_swamp(ctx, w, w0, hi, lo, t, &swamp);
+    if (rc == 0)
+        rc = emu_commit(ctx, &(emu_op_out){
+            .site = site, .kind = "sgd", .out = w, .hi = hi, .lo = lo,
+            .swamp = &swamp, .op = &op, .ref = sgd_w_ref,
+            .inputs_had_nan = sgd_had_nan });
+    free(buf);
+    free(w0);
+    free(v0);
+    return rc;
+}
+
+/* ---- Adam --------------------------------------------------------------- */
+
+typedef struct adam_op {
+    const float *w0, *m0, *v0, *g;
+    const float *m_new, *v_new;      /* stored state, for the weight step */
+    double lr, b1, b2, eps, wd;
+    int64_t t;
+} adam_op;
+
+static bool adam_had_nan(const void *opv, size_t i)
+{
+    const adam_op *op = opv;
+    return isnan(op->w0[i]) || isnan(op->m0[i]) || isnan(op->v0[i]) ||
+           isnan(op->g[i]);
+}
+
+/* beta s + (1 - beta) x, exact but for the final rounding at the given
+ * precision + 64 (1 - beta is exact at 64 + 24 bits for beta >= 2^-64). */
+static void mix_ref(mpfr_ptr exact, double beta, double s, double x)
+{
+    mpfr_t a, b;
+    mpfr_inits2(mpfr_get_prec(exact) + 64, a, b, (mpfr_ptr)0);
+    mpfr_set_d(a, beta, MPFR_RNDN);
+    mpfr_mul_d(a, a, s, MPFR_RNDN);
+    mpfr_set_d(b, beta, MPFR_RNDN);
+    mpfr_ui_sub(b, 1, b, MPFR_RNDN);
+    mpfr_mul_d(b, b, x, MPFR_RNDN);
+    mpfr_add(exact, a, b, MPFR_RNDN);
+    mpfr_clears(a, b, (mpfr_ptr)0);
+}
+
+static int adam_m_ref(const void *opv, size_t i, mpfr_ptr exact, mpfr_ptr src)
+{
+    (void)src;
+    const adam_op *op = opv;
+    mix_ref(exact, op->b1, op->m0[i], op->g[i]);
+    return 0;
+}
+
+static int adam_v_ref(const void *opv, size_t i, mpfr_ptr exact, mpfr_ptr src)
+{
+    (void)src;
+    const adam_op *op = opv;
+    double g = op->g[i];
+    mix_ref(exact, op->b2, op->v0[i], g * g); /* g^2 exact in a double */
+    return 0;
+}
+
+/* w - lr (m_hat / (sqrt(v_hat) + eps) + wd w), m_hat = m / (1 - b1^t),
+ * v_hat = v / (1 - b2^t), from the stored m and v. */
+static int adam_w_ref(const void *opv, size_t i, mpfr_ptr exact, mpfr_ptr src)
+{
+    (void)src;
+    const adam_op *op = opv;
+    if (!isfinite(op->m_new[i]) || !isfinite(op->v_new[i]) ||
+        !isfinite(op->w0[i]) || op->v_new[i] < 0.0f)
+        return -1;
+    mpfr_t a, b, c;
+    mpfr_inits2(mpfr_get_prec(exact) + 64, a, b, c, (mpfr_ptr)0);
+    long t = (long)op->t;
+    /* b = sqrt(v / (1 - b2^t)) + eps */
+    mpfr_set_d(c, op->b2, MPFR_RNDN);
+    mpfr_pow_si(c, c, t, MPFR_RNDN);
+    mpfr_ui_sub(c, 1, c, MPFR_RNDN);
+    mpfr_set_d(b, op->v_new[i], MPFR_RNDN);
+    mpfr_div(b, b, c, MPFR_RNDN);
+    mpfr_sqrt(b, b, MPFR_RNDN);
+    mpfr_add_d(b, b, op->eps, MPFR_RNDN);
+    /* a = m / (1 - b1^t) / b */
+    mpfr_set_d(c, op->b1, MPFR_RNDN);
+    mpfr_pow_si(c, c, t, MPFR_RNDN);
+    mpfr_ui_sub(c, 1, c, MPFR_RNDN);
+    mpfr_set_d(a, op->m_new[i], MPFR_RNDN);
+    mpfr_div(a, a, c, MPFR_RNDN);
+    mpfr_div(a, a, b, MPFR_RNDN);
+    /* a = lr (a + wd w) */
+    mpfr_set_d(b, op->wd, MPFR_RNDN);
+    mpfr_mul_d(b, b, op->w0[i], MPFR_RNDN);
+    mpfr_add(a, a, b, MPFR_RNDN);
+    mpfr_mul_d(a, a, op->lr, MPFR_RNDN);
+    mpfr_set_d(b, op->w0[i], MPFR_RNDN);
+    mpfr_sub(exact, b, a, MPFR_RNDN);
+    mpfr_clears(a, b, c, (mpfr_ptr)0);
+    return 0;
+}
+
+int emu_t_adam_update(emu_ctx *ctx, const char *site, emu_tensor *w,
+                      emu_tensor *m, emu_tensor *v, const emu_tensor *g,
+                      const emu_adam_opts *o)
+{
+    if (!o)
+        return emu_ctx_fail(ctx, site, "Adam options: NULL");
+    if (emu_check_tensor(ctx, site, "w", w) ||
+        emu_check_tensor(ctx, site, "m", m) ||
+        emu_check_tensor(ctx, site, "v", v) ||
+        emu_check_tensor(ctx, site, "g", g) ||
+        emu_check_same_shape(ctx, site, "w", w, "g", g) ||
+        emu_check_same_shape(ctx, site, "m", m, "w", w) ||
+        emu_check_same_shape(ctx, site, "v", v, "w", w))
+        return -1;
+    {
+        const emu_tensor *t[4] = { w, m, v, g };
+        const char *what[4] = { "w", "m", "v", "g" };
+        if (check_distinct(ctx, site, t, what, 4))
+            return -1;
+    }
+    if (o->t < 1)
+        return emu_ctx_fail(ctx, site, "Adam step t = %lld: steps count "
+                            "from 1", (long long)o->t);
+    if (!(o->beta1 >= 0.0f && o->beta1 < 1.0f) ||
+        !(o->beta2 >= 0.0f && o->beta2 < 1.0f))
+        return emu_ctx_fail(ctx, site, "Adam betas (%g, %g) must lie in "
+                            "[0, 1)", (double)o->beta1, (double)o->beta2);
+
+    const size_t n = w->n;
+    double *buf = scratch3(ctx, site, n);
+    if (!buf)
+        return -1;
+    double *hi = buf, *lo = buf + n, *t = buf + 2 * n;
+    float *w0 = copy_of(ctx, site, w);
+    float *m0 = w0 ? copy_of(ctx, site, m) : NULL;
+    float *v0 = m0 ? copy_of(ctx, site, v) : NULL;
+    if (!v0) {
+        free(buf);
+        free(w0);
+        free(m0);
+        return -1;
+    }
+    const double b1 = o->beta1, b2 = o->beta2;
+    adam_op op = { .w0 = w0, .m0 = m0, .v0 = v0, .g = g->data, .lr = o->lr,
+                   .b1 = b1, .b2 = b2, .eps = o->eps,
+                   .wd = o->weight_decay, .t = o->t };
+    /* 1 - beta is exact in binary64 for any beta >= 2^-29. */
+    const double c1 = 1.0 - b1, c2 = 1.0 - b2;
+    char sub[EMU_TENSOR_NAME_MAX + 16];
+
+    for (size_t i = 0; i < n; i++) {
+        double terms[3];
+        terms[0] = coef_times(b1, m0[i]);
+        two_prod(c1, g->data[i], &terms[1], &terms[2]);
+        exact_sum(terms, 3, &hi[i], &lo[i]);
+    }
+    sub_site(sub, sizeof sub, site, "m");
+    int rc = commit_state(ctx, o->state_rnd, &(emu_op_out){
+        .site = sub, .kind = "adam_m", .out = m, .hi = hi, .lo = lo,
+        .op = &op, .ref = adam_m_ref, .inputs_had_nan = adam_had_nan });
+
+    if (rc == 0) {
+        for (size_t i = 0; i < n; i++) {
+            double gi = g->data[i], terms[3];
+            terms[0] = coef_times(b2, v0[i]);
+            two_prod(c2, gi * gi, &terms[1], &terms[2]);
+            exact_sum(terms, 3, &hi[i], &lo[i]);
+        }
+        sub_site(sub, sizeof sub, site, "v");
+        rc = commit_state(ctx, o->state_rnd, &(emu_op_out){
+            .site = sub, .kind = "adam_v", .out = v, .hi = hi, .lo = lo,
+            .op = &op, .ref = adam_v_ref, .inputs_had_nan = adam_had_nan });
+    }
+
+    if (rc == 0) {
+        op.m_new = m->data;
+        op.v_new = v->data;
+        const double bc1 = 1.0 - pow(b1, (double)o->t);
+        const double bc2 = 1.0 - pow(b2, (double)o->t);
+        for (size_t i = 0; i < n; i++) {
+            double mh = m->data[i] / bc1, vh = v->data[i] / bc2;
+            double u = op.lr * (mh / (sqrt(vh) + op.eps) +
+                                coef_times(op.wd, w0[i]));
+            t[i] = -u;
+            emu_two_sum(w0[i], -u, &hi[i], &lo[i]);
+        }
+        emu_accum_counts swamp;
+        memset(&swamp, 0, sizeof swamp);
+        if (swamp_measured(ctx))
+            count_update_swamp(ctx, w, w0, hi, lo, t, &swamp);
+        rc = emu_commit(ctx, &(emu_op_out){
+            .site = site, .kind = "adam", .out = w, .hi = hi, .lo = lo,
+            .swamp = &swamp, .op = &op, .ref = adam_w_ref,
+            .inputs_had_nan = adam_had_nan });
+    }
+    free(buf);
+    free(w0);
+    free(m0);
+    free(v0);
+    return rc;
+}

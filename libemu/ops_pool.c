@@ -1,0 +1,556 @@
+/*
+ * ops_pool.c — 2-d max and average pooling (NCHW), forward and backward.
+ *
+ * Windows are size x size with the given stride and no padding; output
+ * (oh, ow) covers input rows oh*stride .. oh*stride + size - 1 (columns
+ * likewise), so Ho = (H - size) / stride + 1 and trailing rows or columns
+ * that no window reaches get a zero gradient.
+ *
+ * What is rounded, exactly once per output, by emu_commit():
+ *  - max: the selected input itself (exact; rounded only if y's format
+ *    differs from x's).  Selection in window order (kh, kw): the first
+ *    maximum in IEEE 754-2019 maximum's order (-0 < +0); a NaN in the
+ *    window wins (first NaN), so NaN propagates.
+ *  - max backward: dx[j] = the exact sum of the dy routed to j (several
+ *    when windows overlap), in increasing output order for the IEEE sign of
+ *    a zero sum; +0 where nothing is routed.
+ *  - avg: the exact window sum divided by size^2; avg backward: the exact
+ *    sum of dy over the windows covering j, divided by size^2 (equal to
+ *    summing dy / size^2 exactly).
+ * Exact sums are the EXACT accumulator model's (hi = RN(sum), lo =
+ * RN(sum - hi)); the division by size^2 is carried out on the pair with
+ * fma remainders (div_pair), so the pair handed to the choke point keeps
+ * the sign of its remainder exactly.
+ *
+ * Called by the nn layer's pooling layers and the CLI.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops_internal.h"
+
+typedef struct pool_geom {
+    size_t N, C, H, W, Ho, Wo, size, stride;
+} pool_geom;
+
+static int shape_fail(emu_ctx *ctx, const char *site, const char *what,
+                      const emu_tensor *t, const char *want)
+{
+    char s[96];
+    emu_tensor_shape_string(t, s, sizeof s);
+    return emu_ctx_fail(ctx, site, "%s '%s' is %s, expected %s", what,
+                        t->name, s, want);
+}
+
+/* Geometry from the input-sized tensor `in` (x or dx) and the options. */
+static int pool_geometry(emu_ctx *ctx, const char *site, const char *what,
+                         const emu_tensor *in, const emu_pool_opts *o,
+                         pool_geom *g)
+{
+    if (!o)
+        return emu_ctx_fail(ctx, site, "pooling options: NULL");
+    if (in->ndim != 4)
+        return shape_fail(ctx, site, what, in, "an (N, C, H, W) image");
+    if (o->size < 1 || o->stride < 1)
+        return emu_ctx_fail(ctx, site, "pooling size %d, stride %d: both "
+                            "must be at least 1", o->size, o->stride);
+    g->N = in->shape[0];
+    g->C = in->shape[1];
+    g->H = in->shape[2];
+    g->W = in->shape[3];
+    g->size = (size_t)o->size;
+    g->stride = (size_t)o->stride;
+    if (g->H < g->size || g->W < g->size)
+        return emu_ctx_fail(ctx, site, "a %dx%d window does not fit in the "
+                            "%zux%zu input '%s': no output", o->size, o->size,
+                            g->H, g->W, in->name);
+    g->Ho = (g->H - g->size) / g->stride + 1;
+    g->Wo = (g->W - g->size) / g->stride + 1;
+    return 0;
+}
+
+static int check_pooled(emu_ctx *ctx, const char *site, const char *what,
+                        const emu_tensor *t, const pool_geom *g)
+{
+    if (t->ndim == 4 && t->shape[0] == g->N && t->shape[1] == g->C &&
+        t->shape[2] == g->Ho && t->shape[3] == g->Wo)
+        return 0;
+    char want[96];
+    snprintf(want, sizeof want, "(%zu, %zu, %zu, %zu)", g->N, g->C, g->Ho,
+             g->Wo);
+    return shape_fail(ctx, site, what, t, want);
+}
+
+static bool overlaps(const emu_tensor *a, const emu_tensor *b)
+{
+    uintptr_t a0 = (uintptr_t)a->data, a1 = (uintptr_t)(a->data + a->n);
+    uintptr_t b0 = (uintptr_t)b->data, b1 = (uintptr_t)(b->data + b->n);
+    return a0 < b1 && b0 < a1;
+}
+
+/* The input as the reference must see it (a copy if the output shares
+ * its storage: the choke point writes before it samples). */
+static const float *stable_input(emu_ctx *ctx, const char *site,
+                                 const emu_tensor *in, const emu_tensor *out,
+                                 float **copy)
+{
+    *copy = NULL;
+    if (!overlaps(in, out))
+        return in->data;
+    *copy = malloc(in->n * sizeof **copy);
+    if (!*copy) {
+        emu_ctx_fail(ctx, site, "out of memory for a copy of '%s'", in->name);
+        return NULL;
+    }
+    memcpy(*copy, in->data, in->n * sizeof **copy);
+    return *copy;
+}
+
+/* ---- exact sums and the division by the window size ------------------- */
+
+static void exact_model(emu_accum *a)
+{
+    emu_accum_default(a);
+    a->kind = EMU_ACCUM_EXACT;
+}
+
+/* hi + lo = the exact sum of v[0..k-1] (EXACT model); k = 1 is v itself,
+ * -0 included. */
+static double exact_sum(const emu_accum *exact, const float *v, size_t k,
+                        double *lo)
+{
+    *lo = 0.0;
+    if (k == 0)
+        return 0.0;
+    if (k == 1)
+        return v[0];
+    return emu_accum_dot(exact, v, 1, NULL, 0, k, NULL, NULL, lo);
+}
+
+/* qh + ql represents (hi + lo) / S for an exact pair (|lo| <= ulp(hi)/2)
+ * and an integer S >= 1: qh lies within one ulp of the quotient, ql has
+ * the sign of the remainder exactly and its value to about 2^-52.  Every
+ * step is error-free but the divisions, whose remainders are recovered
+ * exactly with fma and carried down. */
+static void div_pair(double hi, double lo, double S, double *qh, double *ql)
+{
+    *ql = 0.0;
+    if (S == 1.0) {
+        *qh = hi;
+        *ql = lo;
+        return;
+    }
+    if (!isfinite(hi) || hi == 0.0) {
+        *qh = hi / S;
+        return;
+    }
+    double q = hi / S;
+    double r = fma(-q, S, hi);          /* hi - q S, exact             */
+    double rr, rre;
+    emu_two_sum(r, lo, &rr, &rre);      /* E - q = (rr + rre) / S      */
+    double c = rr / S;
+    double r2 = fma(-c, S, rr);         /* rr - c S, exact              */
+    double t, te;
+    emu_two_sum(r2, rre, &t, &te);      /* E - q - c = (t + te) / S     */
+    double d = (t + te) / S;            /* sign exact: |te| < |t| or t = 0 */
+    double h, l;
+    emu_two_sum(q, c, &h, &l);          /* E = h + l + d_exact          */
+    /* l, if non-zero, is a multiple of ulp(c) > |d|: it decides the sign. */
+    *qh = h;
+    *ql = l + d;
+}
+
+/* ---- references --------------------------------------------------------- */
+
+/* Sum of float values at the given precision + 64 bits (all but exact:
+ * binary32 values span fewer than 280 bits). */
+static void ref_sum(mpfr_ptr out, const float *v, size_t k)
+{
+    mpfr_t s;
+    mpfr_init2(s, mpfr_get_prec(out) + 64);
+    mpfr_set_zero(s, 1);
+    for (size_t i = 0; i < k; i++)
+        mpfr_add_d(s, s, v[i], MPFR_RNDN);
+    mpfr_set(out, s, MPFR_RNDN);
+    mpfr_clear(s);
+}
+
+static bool any_nan(const float *v, size_t k)
+{
+    for (size_t i = 0; i < k; i++)
+        if (isnan(v[i]))
+            return true;
+    return false;
+}
+
+static bool all_finite(const float *v, size_t k)
+{
+    for (size_t i = 0; i < k; i++)
+        if (!isfinite(v[i]))
+            return false;
+    return true;
+}
+
+/* ---- forward ------------------------------------------------------------ */
+
+typedef struct pool_op {
+    const float *x;           /* forward: the input                       */
+    pool_geom g;
+    float *buf;               /* window scratch for the callbacks          */
+} pool_op;
+
+/* Gathers the window of output o (window order kh, kw) into buf; also
+ * returns the flat input index of each element if idx is not NULL. */
+static size_t gather_window(const pool_geom *g, const float *x, size_t o,
+                            float *buf, size_t *idx)
+{
+    size_t ow = o % g->Wo, oh = (o / g->Wo) % g->Ho, nc = o / (g->Wo * g->Ho);
+    size_t k = 0;
+    for (size_t kh = 0; kh < g->size; kh++)
+        for (size_t kw = 0; kw < g->size; kw++) {
+            size_t j = (nc * g->H + oh * g->stride + kh) * g->W +
+                       ow * g->stride + kw;
+            if (idx)
+                idx[k] = j;
+            buf[k++] = x[j];
+        }
+    return k;
+}
+
+static bool window_had_nan(const void *opv, size_t i)
+{
+    const pool_op *op = opv;
+    size_t k = gather_window(&op->g, op->x, i, op->buf, NULL);
+    return any_nan(op->buf, k);
+}
+
+static int maxpool_ref(const void *opv, size_t i, mpfr_ptr exact,
+                       mpfr_ptr src)
+{
+    (void)src;
+    const pool_op *op = opv;
+    size_t k = gather_window(&op->g, op->x, i, op->buf, NULL);
+    if (any_nan(op->buf, k)) {
+        mpfr_set_nan(exact);
+        return 0;
+    }
+    mpfr_t v;
+    mpfr_init2(v, 64);
+    mpfr_set_d(exact, op->buf[0], MPFR_RNDN);
+    for (size_t j = 1; j < k; j++) {
+        mpfr_set_d(v, op->buf[j], MPFR_RNDN);
+        mpfr_max(exact, exact, v, MPFR_RNDN);
+    }
+    mpfr_clear(v);
+    return 0;
+}
+
+int emu_t_maxpool2d(emu_ctx *ctx, const char *site, emu_tensor *y,
+                    size_t *argmax, const emu_tensor *x,
+                    const emu_pool_opts *o)
+{
+    pool_geom g;
+    if (emu_check_tensor(ctx, site, "y", y) ||
+        emu_check_tensor(ctx, site, "x", x) ||
+        pool_geometry(ctx, site, "x", x, o, &g) ||
+        check_pooled(ctx, site, "y", y, &g))
+        return -1;
+    const size_t S = g.size * g.size;
+    float *copy;
+    const float *xs = stable_input(ctx, site, x, y, &copy);
+    if (!xs)
+        return -1;
+    double *hi = emu_scratch(ctx, site, y->n);
+    size_t *arg = hi ? malloc(y->n * sizeof *arg) : NULL;
+    float *buf = arg ? malloc(S * sizeof *buf) : NULL;
+    size_t *idx = buf ? malloc(S * sizeof *idx) : NULL;
+    if (!idx) {
+        if (hi)
+            emu_ctx_fail(ctx, site, "out of memory");
+        free(hi);
+        free(arg);
+        free(buf);
+        free(copy);
+        return -1;
+    }
+    for (size_t i = 0; i < y->n; i++) {
+        size_t k = gather_window(&g, xs, i, buf, idx);
+        size_t best = 0;
+        for (size_t j = 0; j < k && !isnan(buf[best]); j++) {
+            float v = buf[j], b = buf[best];
+            if (isnan(v) || v > b ||
+                (v == 0.0f && b == 0.0f && signbit(b) && !signbit(v)))
+                best = j;
+        }
+        hi[i] = buf[best];
+        arg[i] = idx[best];
+    }
+    pool_op op = { .x = xs, .g = g, .buf = buf };
+    int rc = emu_commit(ctx, &(emu_op_out){
+        .site = site, .kind = "maxpool2d", .out = y, .hi = hi, .op = &op,
+        .ref = maxpool_ref });
+    if (rc == 0 && argmax)
+        memcpy(argmax, arg, y->n * sizeof *arg);
+    free(hi);
+    free(arg);
+    free(buf);
+    free(idx);
+    free(copy);
+    return rc;
+}
+
+static int avgpool_ref(const void *opv, size_t i, mpfr_ptr exact,
+                       mpfr_ptr src)
+{
+    (void)src;
+    const pool_op *op = opv;
+    size_t k = gather_window(&op->g, op->x, i, op->buf, NULL);
+    if (!all_finite(op->buf, k))
+        return -1;
+    ref_sum(exact, op->buf, k);
+    mpfr_div_ui(exact, exact, (unsigned long)k, MPFR_RNDN);
+    return 0;
+}
+
+int emu_t_avgpool2d(emu_ctx *ctx, const char *site, emu_tensor *y,
+                    const emu_tensor *x, const emu_pool_opts *o)
+{
+    pool_geom g;
+    if (emu_check_tensor(ctx, site, "y", y) ||
+        emu_check_tensor(ctx, site, "x", x) ||
+        pool_geometry(ctx, site, "x", x, o, &g) ||
+        check_pooled(ctx, site, "y", y, &g))
+        return -1;
+    const size_t S = g.size * g.size;
+    float *copy;
+    const float *xs = stable_input(ctx, site, x, y, &copy);
+    if (!xs)
+        return -1;
+    double *hi = emu_scratch(ctx, site, 2 * y->n);
+    float *buf = hi ? malloc(S * sizeof *buf) : NULL;
+    if (!buf) {
+        if (hi)
+            emu_ctx_fail(ctx, site, "out of memory");
+        free(hi);
+        free(copy);
+        return -1;
+    }
+    double *lo = hi + y->n;
+    emu_accum exact;
+    exact_model(&exact);
+    for (size_t i = 0; i < y->n; i++) {
+        size_t k = gather_window(&g, xs, i, buf, NULL);
+        double sl, sh = exact_sum(&exact, buf, k, &sl);
+        div_pair(sh, sl, (double)S, &hi[i], &lo[i]);
+    }
+    pool_op op = { .x = xs, .g = g, .buf = buf };
+    int rc = emu_commit(ctx, &(emu_op_out){
+        .site = site, .kind = "avgpool2d", .out = y, .hi = hi, .lo = lo,
+        .op = &op, .ref = avgpool_ref, .inputs_had_nan = window_had_nan });
+    free(hi);
+    free(buf);
+    free(copy);
+    return rc;
+}
+
+/* ---- backward ----------------------------------------------------------- */
+
+/* What reaches input element j: entries list[first[j] .. first[j+1]) of
+ * the dy values (as indices into dy), in increasing output order. */
+typedef struct routes {
+    size_t *first;   /* n_in + 1 offsets */
+    size_t *list;
+} routes;
+
+typedef struct pool_bwd_op {
+    const float *dy;
+    routes rt;
+    float *buf;      /* max_k scratch for the callbacks */
+    double S;        /* divisor: 1 for max, size^2 for avg */
+} pool_bwd_op;
+
+static size_t gather_routes(const pool_bwd_op *op, size_t j, float *buf)
+{
+    size_t k = 0;
+    for (size_t r = op->rt.first[j]; r < op->rt.first[j + 1]; r++)
+        buf[k++] = op->dy[op->rt.list[r]];
+    return k;
+}
+
+static bool bwd_had_nan(const void *opv, size_t j)
+{
+    const pool_bwd_op *op = opv;
+    return any_nan(op->buf, gather_routes(op, j, op->buf));
+}
+
+static int bwd_ref(const void *opv, size_t j, mpfr_ptr exact, mpfr_ptr src)
+{
+    (void)src;
+    const pool_bwd_op *op = opv;
+    size_t k = gather_routes(op, j, op->buf);
+    if (!all_finite(op->buf, k))
+        return -1;
+    ref_sum(exact, op->buf, k);
+    mpfr_div_d(exact, exact, op->S, MPFR_RNDN);
+    return 0;
+}
+
+/* Pre-rounding values of dx from the routes: the exact sums divided by S. */
+static int bwd_commit(emu_ctx *ctx, const char *site, const char *kind,
+                      emu_tensor *dx, pool_bwd_op *op, size_t max_k)
+{
+    double *hi = emu_scratch(ctx, site, 2 * dx->n);
+    float *buf = hi ? malloc((max_k ? max_k : 1) * sizeof *buf) : NULL;
+    if (!buf) {
+        if (hi)
+            emu_ctx_fail(ctx, site, "out of memory");
+        free(hi);
+        return -1;
+    }
+    double *lo = hi + dx->n;
+    emu_accum exact;
+    exact_model(&exact);
+    for (size_t j = 0; j < dx->n; j++) {
+        size_t k = gather_routes(op, j, buf);
+        double sl, sh = exact_sum(&exact, buf, k, &sl);
+        div_pair(sh, sl, op->S, &hi[j], &lo[j]);
+    }
+    op->buf = buf;
+    int rc = emu_commit(ctx, &(emu_op_out){
+        .site = site, .kind = kind, .out = dx, .hi = hi, .lo = lo, .op = op,
+        .ref = bwd_ref, .inputs_had_nan = bwd_had_nan });
+    free(hi);
+    free(buf);
+    return rc;
+}
+
+/* Counting sort of (target, source) pairs into routes: sources stay in
+ * increasing order within a target. */
+static int routes_alloc(emu_ctx *ctx, const char *site, routes *rt,
+                        size_t n_in, size_t n_list)
+{
+    rt->first = calloc(n_in + 1, sizeof *rt->first);
+    rt->list = malloc((n_list ? n_list : 1) * sizeof *rt->list);
+    if (!rt->first || !rt->list) {
+        free(rt->first);
+        free(rt->list);
+        return emu_ctx_fail(ctx, site, "out of memory for the routing of "
+                            "%zu gradients", n_list);
+    }
+    return 0;
+}
+
+static void routes_free(routes *rt)
+{
+    free(rt->first);
+    free(rt->list);
+}
+
+/* The stable copy of dy for the references, if dx shares its storage. */
+static int bwd_inputs(emu_ctx *ctx, const char *site, const emu_tensor *dx,
+                      const emu_tensor *dy, const float **dys, float **copy)
+{
+    *dys = stable_input(ctx, site, dy, dx, copy);
+    return *dys ? 0 : -1;
+}
+
+int emu_t_maxpool2d_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
+                             const emu_tensor *dy, const size_t *argmax,
+                             const emu_pool_opts *o)
+{
+    pool_geom g;
+    if (emu_check_tensor(ctx, site, "dx", dx) ||
+        emu_check_tensor(ctx, site, "dy", dy) ||
+        pool_geometry(ctx, site, "dx", dx, o, &g) ||
+        check_pooled(ctx, site, "dy", dy, &g))
+        return -1;
+    if (!argmax)
+        return emu_ctx_fail(ctx, site, "argmax: NULL (the forward pass "
+                            "records it)");
+    /* An argmax from another shape or options would route gradients to
+     * the wrong place: every entry must lie in its own window. */
+    for (size_t i = 0; i < dy->n; i++) {
+        size_t a = argmax[i];
+        size_t ow = i % g.Wo, oh = (i / g.Wo) % g.Ho, nc = i / (g.Wo * g.Ho);
+        size_t aw = a % g.W, ah = (a / g.W) % g.H, anc = a / (g.W * g.H);
+        if (a >= dx->n || anc != nc || ah < oh * g.stride ||
+            ah >= oh * g.stride + g.size || aw < ow * g.stride ||
+            aw >= ow * g.stride + g.size)
+            return emu_ctx_fail(ctx, site, "argmax[%zu] = %zu is not in the "
+                                "window of output %zu", i, a, i);
+    }
+    const float *dys;
+    float *copy;
+    if (bwd_inputs(ctx, site, dx, dy, &dys, &copy))
+        return -1;
+    pool_bwd_op op = { .dy = dys, .S = 1.0 };
+    if (routes_alloc(ctx, site, &op.rt, dx->n, dy->n)) {
+        free(copy);
+        return -1;
+    }
+    size_t *first = op.rt.first, max_k = 0;
+    for (size_t i = 0; i < dy->n; i++)
+        first[argmax[i] + 1]++;
+    for (size_t j = 0; j < dx->n; j++) {
+        if (first[j + 1] > max_k)
+            max_k = first[j + 1];
+        first[j + 1] += first[j];
+    }
+    /* Fill in increasing i, using first[] as cursors, then shift back. */
+    for (size_t i = 0; i < dy->n; i++)
+        op.rt.list[first[argmax[i]]++] = i;
+    for (size_t j = dx->n; j > 0; j--)
+        first[j] = first[j - 1];
+    first[0] = 0;
+    int rc = bwd_commit(ctx, site, "maxpool2d_bwd", dx, &op, max_k);
+    routes_free(&op.rt);
+    free(copy);
+    return rc;
+}
+
+int emu_t_avgpool2d_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
+                             const emu_tensor *dy, const emu_pool_opts *o)
+{
+    pool_geom g;
+    if (emu_check_tensor(ctx, site, "dx", dx) ||
+        emu_check_tensor(ctx, site, "dy", dy) ||
+        pool_geometry(ctx, site, "dx", dx, o, &g) ||
+        check_pooled(ctx, site, "dy", dy, &g))
+        return -1;
+    const float *dys;
+    float *copy;
+    if (bwd_inputs(ctx, site, dx, dy, &dys, &copy))
+        return -1;
+    pool_bwd_op op = { .dy = dys, .S = (double)(g.size * g.size) };
+    if (routes_alloc(ctx, site, &op.rt, dx->n, dy->n * g.size * g.size)) {
+        free(copy);
+        return -1;
+    }
+    /* Windows covering input row ih: oh*stride <= ih <= oh*stride + size-1,
+     * in increasing (oh, ow) order. */
+    size_t *first = op.rt.first, *list = op.rt.list, k = 0, max_k = 0;
+    for (size_t j = 0; j < dx->n; j++) {
+        size_t iw = j % g.W, ih = (j / g.W) % g.H, nc = j / (g.W * g.H);
+        size_t oh0 = ih + 1 > g.size ? (ih + 1 - g.size + g.stride - 1) / g.stride : 0;
+        size_t ow0 = iw + 1 > g.size ? (iw + 1 - g.size + g.stride - 1) / g.stride : 0;
+        size_t oh1 = ih / g.stride, ow1 = iw / g.stride; /* inclusive */
+        if (oh1 >= g.Ho)
+            oh1 = g.Ho - 1;
+        if (ow1 >= g.Wo)
+            ow1 = g.Wo - 1;
+        size_t k0 = k;
+        for (size_t oh = oh0; oh <= oh1; oh++)
+            for (size_t ow = ow0; ow <= ow1; ow++)
+                list[k++] = (nc * g.Ho + oh) * g.Wo + ow;
+        first[j + 1] = k;
+        if (k - k0 > max_k)
+            max_k = k - k0;
+    }
+    int rc = bwd_commit(ctx, site, "avgpool2d_bwd", dx, &op, max_k);
+    routes_free(&op.rt);
+    free(copy);
+    return rc;
+}
