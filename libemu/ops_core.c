@@ -24,11 +24,11 @@
  * decisions from stream k ^ SAMPLE_TAG, so the two never share words. */
 #define SAMPLE_TAG ((uint64_t)1 << 62)
 
-/* Precision of the reference values: the exact results of elementwise ops
- * need at most ~2 * 24 bits plus the exponent spread of a sum, and dot
- * products are rounded to this precision once by mpfr_dot — far below
- * any error we measure. */
-enum { REF_PREC = 256 };
+/* Precision of the reference values: enough for the exact result of any
+ * elementwise op on binary32 values (a product plus a binary32 spans at
+ * most 2^-298 .. 2^256, under 560 bits); dot products are rounded to it
+ * once by mpfr_dot, far below any error we measure. */
+enum { REF_PREC = 600 };
 
 void emu_ctx_init(emu_ctx *ctx, uint64_t seed)
 {
@@ -88,8 +88,11 @@ static void sample(const emu_op_out *o, size_t i, double out, ref_work *w,
         return; /* errors of non-numbers are not measured */
     mpfr_set_d(w->out, out, MPFR_RNDN); /* exact: out is a binary32 value */
     st->ref_samples++;
+    /* Divided by the ulp (a power of two) in MPFR and converted toward
+     * zero, so that an error just below one ulp is not recorded as one. */
     mpfr_sub(w->t, w->out, w->exact, MPFR_RNDN);
-    double ulps = fabs(mpfr_get_d(w->t, MPFR_RNDN)) / ulp_in(&o->out->fmt, w->exact);
+    mpfr_div_d(w->t, w->t, ulp_in(&o->out->fmt, w->exact), MPFR_RNDN);
+    double ulps = fabs(mpfr_get_d(w->t, MPFR_RNDZ));
     double rel = mpfr_zero_p(w->exact) ? (out == 0.0 ? 0.0 : INFINITY)
                                        : rel_diff(w->out, w->exact, w->exact, w->t);
     st->ulp_sum += ulps;
@@ -154,6 +157,13 @@ int emu_commit(emu_ctx *ctx, const emu_op_out *o)
             return emu_ctx_fail(ctx, o->site, "out of memory for statistics");
     }
 
+    /* The results go to a private array first: the measurements below read
+     * the op's inputs (MPFR reference, NaN provenance), and an in-place op's
+     * output is one of them. */
+    float *res = malloc(n * sizeof *res);
+    if (!res)
+        return emu_ctx_fail(ctx, o->site, "out of memory for %zu results", n);
+
     /* 1. Round: the array path where the values are plain doubles, the
      *    scalar choke point where a low part must be seen. */
     double buf[CHUNK];
@@ -174,7 +184,7 @@ int emu_commit(emu_ctx *ctx, const emu_op_out *o)
             }
         }
         for (size_t j = 0; j < m; j++)
-            out->data[i0 + j] = (float)buf[j]; /* exact: a carrier value */
+            res[i0 + j] = (float)buf[j]; /* exact: a carrier value */
     }
 
     if (measure) {
@@ -189,7 +199,7 @@ int emu_commit(emu_ctx *ctx, const emu_op_out *o)
         s.nan = counts.nan;
         if (counts.nan) {
             for (size_t i = 0; i < n; i++)
-                if (isnan(out->data[i]) &&
+                if (isnan(res[i]) &&
                     (!isnan(o->hi[i]) ||
                      (o->inputs_had_nan && !o->inputs_had_nan(o->op, i))))
                     s.nan_produced++;
@@ -203,7 +213,7 @@ int emu_commit(emu_ctx *ctx, const emu_op_out *o)
             for (size_t i = 0; i < n; i++) {
                 s.hist_exact[o->lo ? exact_bin(o->hi[i], o->lo[i])
                                    : emu_hist_bin(o->hi[i])]++;
-                s.hist_rounded[emu_hist_bin(out->data[i])]++;
+                s.hist_rounded[emu_hist_bin(res[i])]++;
             }
         }
         if ((ctx->measure & EMU_MEASURE_REF) && o->ref && ctx->ref_rate > 0.0) {
@@ -215,13 +225,16 @@ int emu_commit(emu_ctx *ctx, const emu_op_out *o)
                         (mpfr_ptr)0);
             for (size_t i = 0; i < n; i++)
                 if (all || emu_random64(ctx->seed, stream ^ SAMPLE_TAG, i) < cut)
-                    sample(o, i, out->data[i], &w, &s);
+                    sample(o, i, res[i], &w, &s);
             mpfr_clears(w.exact, w.src, w.pre, w.out, w.t, (mpfr_ptr)0);
         }
         emu_site_stats_merge(&site->total, &s);
         emu_site_stats_merge(&site->step, &s);
         site->active = true;
     }
+
+    memcpy(out->data, res, n * sizeof *res);
+    free(res);
 
     if (ctx->observer) {
         emu_op_event ev = { .site = o->site, .kind = o->kind, .out = out,

@@ -3,7 +3,7 @@
  *
  * The choke point (ops_core.c) fills emu_site_stats; this file owns the
  * bins, the site table and every file the measurements are written to.
- * Files are written to "<path>.tmp.<pid>" and renamed into place, so a
+ * Files are written to "<path>.tmp" and renamed into place, so a
  * reader (or a killed run) never sees half a file.
  */
 #include "emu/stats.h"
@@ -369,10 +369,16 @@ static int write_json(FILE *fp, const void *arg)
         fprintf(fp, ", \"dot_samples\": %llu, \"quant_mean\": ",
                 (unsigned long long)t->dot_samples);
         json_number(fp, mean(t->quant_sum, t->dot_samples));
+        fprintf(fp, ", \"quant_max\": ");
+        json_number(fp, t->quant_max);
         fprintf(fp, ", \"accum_mean\": ");
         json_number(fp, mean(t->accum_sum, t->dot_samples));
+        fprintf(fp, ", \"accum_max\": ");
+        json_number(fp, t->accum_max);
         fprintf(fp, ", \"round_mean\": ");
         json_number(fp, mean(t->round_sum, t->dot_samples));
+        fprintf(fp, ", \"round_max\": ");
+        json_number(fp, t->round_max);
         fprintf(fp, ",\n     \"lost_bits\": ");
         json_array(fp, t->lost_bits, EMU_LOST_BINS);
         fprintf(fp, ",\n     \"ulp_hist\": ");

@@ -208,6 +208,9 @@ int emu_tensor_unpack(emu_tensor *t, const uint8_t *buf, size_t size,
                     need);
     const size_t eb = element_bytes(fmt);
     const uint64_t mask = (1ull << fmt->bits) - 1; /* bits <= 32 here */
+    /* Two passes: every pattern is checked before any element is written,
+     * so a bad buffer leaves the tensor as it was. */
+    for (int write = 0; write < 2; write++)
     for (size_t i = 0; i < t->n; i++) {
         emu_bits b = { 0 };
         if (eb) {
@@ -224,7 +227,8 @@ int emu_tensor_unpack(emu_tensor *t, const uint8_t *buf, size_t size,
                 w |= (unsigned)buf[bit / 8 + 1] << 8;
             b.v = (w >> (bit % 8)) & mask;
         }
-        t->data[i] = (float)emu_decode(fmt, b);
+        if (write)
+            t->data[i] = (float)emu_decode(fmt, b);
     }
     return 0;
 }

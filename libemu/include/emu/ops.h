@@ -55,7 +55,8 @@ enum {
     EMU_MEASURE_ALL = 0xfu
 };
 
-/* What an observer sees after each op. */
+/* What an observer sees after each op.  The pointers are valid only during
+ * the observer call (ops free their scratch arrays right after). */
 typedef struct emu_op_event {
     const char *site;
     const char *kind;
@@ -158,14 +159,20 @@ const char *emu_unary_name(emu_unary f);
  * param2 the clamp's upper bound. */
 int emu_t_unary(emu_ctx *ctx, const char *site, emu_tensor *out, const emu_tensor *x, emu_unary f, float param, float param2);
 
-/* Backward of the activations: dx = dy * f'(.), where f' is taken at x
- * (relu, leaky relu, gelu) or at the forward output y (tanh, sigmoid). */
+/* Backward of the activations: dx = dy * f'(.), the exact product rounded
+ * once.  x_or_y is the forward input x for relu, leaky relu, abs, gelu, log
+ * and square; the forward output y for tanh, sigmoid, exp (dx = dy y) and
+ * sqrt (dx = dy / 2y); neg ignores it; clamp has no backward.
+ * Conventions: relu(x <= 0) = +0 and relu'(0) = 0, abs'(0) = 0,
+ * gelu(-inf) = -0 (the limit); IEEE otherwise (dy = inf where f' = 0 gives a
+ * produced NaN). */
 int emu_t_unary_backward(emu_ctx *ctx, const char *site, emu_tensor *dx, const emu_tensor *dy, const emu_tensor *x_or_y, emu_unary f, float param);
 
 /* out = in rounded into out's format (a cast; also "quantize"). */
 int emu_t_cast(emu_ctx *ctx, const char *site, emu_tensor *out, const emu_tensor *in);
 
-/* out = round(src) from raw binary32 data (a tensor's first values). */
+/* out = round(src): the first out->n of the n binary32 values of src
+ * (n < out->n is an error). */
 int emu_t_load(emu_ctx *ctx, const char *site, emu_tensor *out, const float *src, size_t n);
 
 /* ---- linear algebra ---------------------------------------------------- */

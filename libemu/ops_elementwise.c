@@ -1,0 +1,1131 @@
+/*
+ * ops_elementwise.c — elementwise tensor ops: arithmetic, activations,
+ * their derivatives, casts and loads.
+ *
+ * Called by the layers (nn), the CLI and the tests.  Every op here hands
+ * the choke point (emu_commit, ops_core.c) a pre-rounding value per output
+ * that makes the one output rounding a correct rounding of the exact
+ * result, in every deterministic mode and for every output format the
+ * carrier holds:
+ *
+ *   add, sub, add_bias     TwoSum: hi + lo exact.
+ *   mul, scale, square     exact in one double (carrier values are binary32).
+ *   axpy                   exact product, then TwoSum.
+ *   div; log and sqrt      q = fl(a/b), r = fma(-q, b, a) exact: q + r/b
+ *     backward             (r/b rounded; its sign and zeroness exact).
+ *   sqrt                   s = fl(sqrt a), lo = fma(-s, s, a) / 2s.
+ *   neg abs relu leaky     exact selections and exact products; so are the
+ *     relu clamp           backward ops of relu, leaky relu, abs, neg,
+ *                          square and exp (dy * y).
+ *   tanh, sigmoid backward dy (1 - y^2) = dy - (dy y) y, dy y (1 - y) =
+ *                          dy y - (dy y) y: three exact doubles, summed
+ *                          into hi + lo by sum3().
+ *   exp log tanh sigmoid   binary64 libm, checked, with an MPFR fallback:
+ *     gelu, gelu backward  see "Transcendental functions" below.
+ *
+ * The scalar operations of emu/arith.h are the specification of the
+ * arithmetic ops (special cases, signs of zero, SR words), and the tests
+ * hold the two bit-identical.  Stochastic rounding takes element i's word
+ * from stream op_index (emu_commit does that); for the transcendental
+ * functions the probability is exact to about 2^-40 of an ulp.
+ *
+ * Outputs may alias inputs.  emu_commit writes the output before it calls
+ * the MPFR reference and the NaN classifier on the op's inputs, so an
+ * input that overlaps the output is copied first (only when measuring).
+ */
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops_internal.h"
+
+/* ---- names ------------------------------------------------------------- */
+
+static const char *const unary_names[EMU_UNARY_COUNT] = {
+    [EMU_UNARY_NEG] = "neg",         [EMU_UNARY_ABS] = "abs",
+    [EMU_UNARY_RELU] = "relu",       [EMU_UNARY_LEAKY_RELU] = "leaky_relu",
+    [EMU_UNARY_GELU] = "gelu",       [EMU_UNARY_TANH] = "tanh",
+    [EMU_UNARY_SIGMOID] = "sigmoid", [EMU_UNARY_EXP] = "exp",
+    [EMU_UNARY_LOG] = "log",         [EMU_UNARY_SQRT] = "sqrt",
+    [EMU_UNARY_SQUARE] = "square",   [EMU_UNARY_CLAMP] = "clamp",
+};
+
+/* Site kinds of the backward ops ("relu_backward", ...). */
+static const char *const backward_kinds[EMU_UNARY_COUNT] = {
+    [EMU_UNARY_NEG] = "neg_backward",
+    [EMU_UNARY_ABS] = "abs_backward",
+    [EMU_UNARY_RELU] = "relu_backward",
+    [EMU_UNARY_LEAKY_RELU] = "leaky_relu_backward",
+    [EMU_UNARY_GELU] = "gelu_backward",
+    [EMU_UNARY_TANH] = "tanh_backward",
+    [EMU_UNARY_SIGMOID] = "sigmoid_backward",
+    [EMU_UNARY_EXP] = "exp_backward",
+    [EMU_UNARY_LOG] = "log_backward",
+    [EMU_UNARY_SQRT] = "sqrt_backward",
+    [EMU_UNARY_SQUARE] = "square_backward",
+};
+
+const char *emu_unary_name(emu_unary f)
+{
+    return (unsigned)f < EMU_UNARY_COUNT ? unary_names[f] : "?";
+}
+
+/* ---- exact values of the arithmetic ------------------------------------ */
+
+/* The exact sum x + y as hi + lo, IEEE special cases as emu_add has them:
+ * an exact zero sum is +0, or -0 toward -inf, unless both are zeros of
+ * one sign. */
+static void exact_sum(double x, double y, emu_rnd mode, double *hi,
+                      double *lo)
+{
+    *lo = 0.0;
+    if (isnan(x) || isnan(y)) {
+        *hi = NAN;
+        return;
+    }
+    if (isinf(x) || isinf(y)) {
+        *hi = isinf(x) && isinf(y) && signbit(x) != signbit(y) ? NAN
+                                                              : x + y;
+        return;
+    }
+    emu_two_sum(x, y, hi, lo);
+    if (*hi == 0.0 && *lo == 0.0) {
+        if (!(x == 0.0 && y == 0.0 && signbit(x) == signbit(y)))
+            *hi = mode == EMU_RD ? -0.0 : 0.0;
+    }
+}
+
+/* x * y: exact for carrier values (24 + 24 bits, no overflow or
+ * underflow in binary64); 0 * inf is NaN. */
+static double exact_mul(double x, double y)
+{
+    return x * y;
+}
+
+/* x / y as q + r/y, as emu_div: the quotient's low part is rounded, but
+ * its sign and zeroness are exact, which is all a deterministic rounding
+ * to p <= 24 bits reads (every tie point of such a format is a double). */
+static void exact_div(double x, double y, double *hi, double *lo)
+{
+    *lo = 0.0;
+    if (isnan(x) || isnan(y) || (x == 0.0 && y == 0.0) ||
+        (isinf(x) && isinf(y))) {
+        *hi = isnan(x) ? x : isnan(y) ? y : NAN;
+        return;
+    }
+    if (y == 0.0 || isinf(x) || isinf(y) || x == 0.0) {
+        *hi = x / y; /* exact: an infinity or a signed zero */
+        return;
+    }
+    double q = x / y;
+    *hi = q;
+    *lo = fma(-q, y, x) / y;
+}
+
+/* a * x + y with one rounding, special cases as emu_fma. */
+static void exact_fma(double a, double x, double y, emu_rnd mode, double *hi,
+                      double *lo)
+{
+    *lo = 0.0;
+    if ((isinf(a) && x == 0.0) || (a == 0.0 && isinf(x))) {
+        *hi = NAN;
+        return;
+    }
+    if (isnan(a) || isnan(x) || isnan(y)) {
+        *hi = NAN;
+        return;
+    }
+    exact_sum(a * x, y, mode, hi, lo); /* the product is exact */
+}
+
+/* sqrt(x) as s + lo, as emu_sqrt. */
+static void exact_sqrt(double x, double *hi, double *lo)
+{
+    *lo = 0.0;
+    if (isnan(x) || x < 0.0) {
+        *hi = isnan(x) ? x : NAN;
+        return;
+    }
+    if (x == 0.0 || isinf(x)) {
+        *hi = x; /* sqrt(-0) = -0 */
+        return;
+    }
+    double s = sqrt(x);
+    *hi = s;
+    *lo = fma(-s, s, x) / (2.0 * s);
+}
+
+static bool last_bit_even(double x)
+{
+    uint64_t u;
+    memcpy(&u, &x, sizeof u);
+    return (u & 1) == 0;
+}
+
+/* hi + lo = a + b + c for three doubles (magnitudes far from binary64's
+ * limits), with hi = RN(a + b + c) and lo of exact sign, zero iff the sum
+ * is hi.  The algorithm of Boldo and Melquiond ("Emulation of FMA and
+ * correctly-rounded sums: proved algorithms using rounding to odd", IEEE
+ * TC 57(4), 2008): RN(th + RO(tl + ul)) = RN(a + b + c).  The remainder
+ * (th + v - hi) + (tl + ul - v) keeps the sign of its first term when that
+ * is non-zero: v is odd, so the first is a multiple of ulp(v) while the
+ * second is below ulp(v). */
+static void sum3(double a, double b, double c, double *hi, double *lo)
+{
+    double uh, ul, th, tl, sh, sl;
+    emu_two_sum(b, c, &uh, &ul);
+    emu_two_sum(a, uh, &th, &tl);
+    emu_two_sum(tl, ul, &sh, &sl);
+    double v = sh, d = sl; /* v = RO(tl + ul), d = tl + ul - v (signed) */
+    if (sl != 0.0 && last_bit_even(sh)) {
+        v = nextafter(sh, sl > 0.0 ? INFINITY : -INFINITY);
+        d = (sh - v) + sl; /* sh - v exact; the sign of the sum exact */
+    }
+    double r;
+    emu_two_sum(th, v, hi, &r);
+    *lo = r != 0.0 ? r : d;
+}
+
+/* dy * (1 - y^2) exactly: dy - (dy y) y, dy y exact, its product with y
+ * split by fma. */
+static void exact_tanh_grad(double dy, double y, double *hi, double *lo)
+{
+    *lo = 0.0;
+    if (!isfinite(dy) || !isfinite(y)) {
+        *hi = dy * (1.0 - y * y);
+        return;
+    }
+    double a = dy * y;
+    double u = a * y, w = fma(a, y, -u);
+    sum3(dy, -u, -w, hi, lo);
+    if (*hi == 0.0 && *lo == 0.0)
+        *hi = dy * (1.0 - y * y); /* the sign IEEE gives an exact zero */
+}
+
+/* dy * y * (1 - y) exactly: (dy y) - (dy y) y. */
+static void exact_sigmoid_grad(double dy, double y, double *hi, double *lo)
+{
+    *lo = 0.0;
+    if (!isfinite(dy) || !isfinite(y)) {
+        *hi = dy * y * (1.0 - y);
+        return;
+    }
+    double a = dy * y;
+    double u = a * y, w = fma(a, y, -u);
+    sum3(a, -u, -w, hi, lo);
+    if (*hi == 0.0 && *lo == 0.0)
+        *hi = a * (1.0 - y);
+}
+
+/* ---- transcendental functions ------------------------------------------
+ *
+ * exp, log, tanh, sigmoid, gelu (and gelu's derivative) are evaluated in
+ * binary64 with the C library, whose error is far below the spacing of
+ * any carrier format; the evaluation y then rounds to the same value as
+ * the exact f(x) unless a rounding boundary of the output format lies
+ * between them.  The boundaries of every deterministic mode — values of
+ * the format, midpoints, and the two points the tininess-after test
+ * compares with — all lie on the grid of multiples of 2^(max(e, emin-1)-p)
+ * around a value of binade 2^e.  So each evaluation comes with a relative
+ * error bound eps (generous: 5 to 60 times the C library's documented
+ * worst case), and
+ *
+ *   settled(y, eps): no grid point within eps |y| of y  ->  use y;
+ *   y on a known asymptote (tanh x ~ x or ~ +-1, exp x ~ 1, sigmoid x ~ 1
+ *     or ~ 1/2, gelu x ~ x or ~ x/2), where the side of f(x) is known
+ *     from an inequality (|tanh x| < |x|, ...)  ->  y nudged one binary64
+ *     ulp to that side, which lies in the same gap between boundaries;
+ *   otherwise (f(x) within ~2^-45 of a boundary: a hard case)  ->  f(x)
+ *     rounded to odd at 53 bits by MPFR, which rounds to any p <= 51
+ *     format exactly as f(x) would (Boldo & Melquiond).
+ *
+ * Results below 2^-900 or beyond 2^(emax+2) need no care: every rounding
+ * treats such values of one sign alike.  An exact result (exp 0 = 1,
+ * log 1 = 0, sigmoid 0 = 1/2, gelu'(0) = 1/2, f(0) = 0) is returned
+ * exactly; every other result at a binary32 argument is transcendental,
+ * so never a boundary, and the MPFR loop terminates.
+ *
+ * Hence these ops are correctly rounded for every carrier output format
+ * and every deterministic mode, on the condition that the C library meets
+ * the bounds below (glibc's documented maxima: exp, log 1 ulp; tanh 2;
+ * erfc 5).  tests/test_transcendental.c proves the outcome (not just the
+ * bound) exhaustively for every binary16, bfloat16 and 8-bit input and
+ * measures the library's actual errors (at most 0.5, 0.5, 2.0 and 2.4
+ * ulps there).  Cost: the fast path is the libm call plus a dozen
+ * operations (40-90 ns an element with the rounding); the MPFR path
+ * (1-20 us) is never taken for binary16 or bfloat16 inputs into binary16,
+ * bfloat16, e4m3 or e5m2, nor for 8-bit inputs into their own format (all
+ * inputs tried), about once per 10^6 binary32 inputs into binary32, next
+ * to the zero of gelu' (x = -0.7518) for binary32 gelu backward, and
+ * never in the asymptotic ranges. */
+
+/* Relative error bounds of the binary64 evaluations (see above). */
+#define EPS_EXP 0x1p-47
+#define EPS_LOG 0x1p-47
+#define EPS_TANH 0x1p-46
+#define EPS_SIGMOID 0x1p-46
+/* How close to an asymptote counts as on it: far below the relative gap
+ * 2^-26 between a 24-bit number and any other boundary of a p <= 24
+ * format, far above eps. */
+#define TIGHT 0x1p-40
+
+/* 1/sqrt(2) and 1/sqrt(2 pi), rounded to nearest (checked with MPFR). */
+#define INV_SQRT2 0x1.6a09e667f3bcdp-1
+#define INV_SQRT2PI 0x1.9884533d43651p-2
+
+static bool settled(const emu_format *f, double y, double eps)
+{
+    double a = fabs(y);
+    if (a < 0x1p-900)
+        return true;
+    int e;
+    frexp(a, &e);
+    e -= 1; /* 2^e <= a < 2^(e+1) */
+    if (e >= f->emax + 2)
+        return true;
+    int g = (e > f->emin - 1 ? e : f->emin - 1) - f->p;
+    double m = ldexp(a, -g); /* exact */
+    double d = fabs(m - nearbyint(m));
+    return d > eps * m;
+}
+
+/* |y - A| <= TIGHT |A|: y sits on the asymptote A. */
+static bool near(double y, double A)
+{
+    return fabs(y - A) <= TIGHT * fabs(A);
+}
+
+/* A, moved one binary64 ulp up (side > 0) or down. */
+static double nudge(double A, int side)
+{
+    return nextafter(A, side > 0 ? INFINITY : -INFINITY);
+}
+
+/* ---- the MPFR path: f(x) rounded to odd at 53 bits --------------------- */
+
+typedef enum tr_fn {
+    TR_EXP, TR_LOG, TR_TANH, TR_SIGMOID, TR_GELU, TR_GELU_GRAD
+} tr_fn;
+
+/* A 53-bit MPFR value made odd (f(x) is transcendental, so never a
+ * double) and brought to a double; extreme magnitudes are clamped to
+ * values every carrier rounding treats alike. */
+static double odd_double(mpfr_srcptr r)
+{
+    if (mpfr_zero_p(r))
+        return mpfr_signbit(r) ? -0x1p-1000 : 0x1p-1000;
+    if (mpfr_inf_p(r) || mpfr_get_exp(r) > 1000)
+        return mpfr_signbit(r) ? -0x1p1000 : 0x1p1000;
+    if (mpfr_get_exp(r) < -1000)
+        return mpfr_signbit(r) ? -0x1p-1000 : 0x1p-1000;
+    double d = mpfr_get_d(r, MPFR_RNDZ); /* exact: 53 bits, normal range */
+    if (last_bit_even(d))
+        d = nextafter(d, signbit(d) ? -INFINITY : INFINITY);
+    return d;
+}
+
+/* An approximation t of f(x) (times dy for the derivative) and the bound
+ * "error <= 2^(EXP(t) - err)" at working precision w (the analysis is in
+ * the comments).  Returns err. */
+static long approx(tr_fn fn, double x, double dy, mpfr_ptr t, mpfr_ptr u,
+                   mpfr_ptr v, mpfr_prec_t w)
+{
+    mpfr_set_prec(t, w);
+    mpfr_set_prec(u, w);
+    mpfr_set_prec(v, w);
+    if (fn == TR_SIGMOID) {
+        /* 1 / (1 + e^-x): three roundings, relative error < 4 * 2^-w. */
+        mpfr_set_d(u, -x, MPFR_RNDN);
+        mpfr_exp(u, u, MPFR_RNDN);
+        mpfr_add_ui(u, u, 1, MPFR_RNDN);
+        mpfr_ui_div(t, 1, u, MPFR_RNDN);
+        return (long)w - 2;
+    }
+    /* z = -x / sqrt 2 with relative error < 2.01 * 2^-w.  erfc's relative
+     * condition |z erfc'(z) / erfc(z)| is < 1.2 |z| for z <= 0 and, by the
+     * Mills-ratio bound erfc(z) > 2 e^(-z^2) / (sqrt(pi) (z + sqrt(z^2+2))),
+     * < (2z + 2) z for z > 0. */
+    double az = fabs(x) * 0.7072;
+    double cond = x >= 0.0 ? 1.2 * az : (2.0 * az + 2.0) * az;
+    mpfr_sqrt_ui(u, 2, MPFR_RNDN);
+    mpfr_set_d(v, -x, MPFR_RNDN);
+    mpfr_div(u, v, u, MPFR_RNDN);
+    mpfr_erfc(u, u, MPFR_RNDN);      /* rel. error < (1 + 2.01 cond) 2^-w */
+    if (fn == TR_GELU) {
+        mpfr_mul_d(t, u, x, MPFR_RNDN);
+        mpfr_div_2ui(t, t, 1, MPFR_RNDN);
+        double rel = 3.0 + 2.01 * cond; /* in units of 2^-w */
+        return (long)w - (long)ceil(log2(rel)) - 1;
+    }
+    /* gelu'(x) dy = (erfc(z) / 2 + x e^(-x^2/2) / sqrt(2 pi)) dy: the
+     * terms' errors are bounded absolutely (the sum may cancel). */
+    mpfr_div_2ui(u, u, 1, MPFR_RNDN);      /* t1, rel < (2 + 2.01 cond) */
+    mpfr_set_d(v, x, MPFR_RNDN);
+    mpfr_sqr(v, v, MPFR_RNDN);             /* exact: 48 bits */
+    mpfr_div_2ui(v, v, 1, MPFR_RNDN);
+    mpfr_neg(v, v, MPFR_RNDN);
+    mpfr_exp(v, v, MPFR_RNDN);
+    mpfr_mul_d(v, v, x, MPFR_RNDN);
+    mpfr_const_pi(t, MPFR_RNDN);
+    mpfr_mul_2ui(t, t, 1, MPFR_RNDN);
+    mpfr_sqrt(t, t, MPFR_RNDN);
+    mpfr_div(v, v, t, MPFR_RNDN);          /* t2, rel < 6 */
+    double e1 = (2.0 + 2.01 * cond) * fabs(mpfr_get_d(u, MPFR_RNDA));
+    double e2 = 6.0 * fabs(mpfr_get_d(v, MPFR_RNDA));
+    mpfr_set_prec(t, w + 24);
+    mpfr_add(t, u, v, MPFR_RNDN);          /* + 2^-24 ulp of the sum */
+    double e3 = fabs(mpfr_get_d(t, MPFR_RNDA));
+    mpfr_prec_round(t, w + 48, MPFR_RNDN); /* exact */
+    mpfr_mul_d(t, t, dy, MPFR_RNDN);       /* exact: (w + 24) x 24 bits */
+    if (mpfr_zero_p(t))
+        return 0;
+    /* |error| < (e1 + e2 + e3) |dy| 2^-w (each e a 1 + 2^-50 overestimate). */
+    double bound = (e1 + e2 + e3) * fabs(dy) * (1.0 + 0x1p-40);
+    int be;
+    frexp(bound, &be); /* bound < 2^be */
+    return (long)mpfr_get_exp(t) - (be - (long)w);
+}
+
+/* f(x) (or dy gelu'(x)) rounded to odd at 53 bits. */
+static double slow_ro53(tr_fn fn, double x, double dy)
+{
+    const mpfr_exp_t emin = mpfr_get_emin(), emax = mpfr_get_emax();
+    const mpfr_flags_t flags = mpfr_flags_save();
+    mpfr_set_emin(mpfr_get_emin_min());
+    mpfr_set_emax(mpfr_get_emax_max());
+    mpfr_t r, t, u, v;
+    mpfr_inits2(53, r, t, u, v, (mpfr_ptr)0);
+    double out;
+    if (fn == TR_EXP || fn == TR_LOG || fn == TR_TANH) {
+        /* MPFR rounds these correctly: toward zero, then odd. */
+        mpfr_set_d(t, x, MPFR_RNDN);
+        int inex = fn == TR_EXP ? mpfr_exp(r, t, MPFR_RNDZ)
+                 : fn == TR_LOG ? mpfr_log(r, t, MPFR_RNDZ)
+                                : mpfr_tanh(r, t, MPFR_RNDZ);
+        out = inex ? odd_double(r) : mpfr_get_d(r, MPFR_RNDN);
+    } else {
+        /* Ziv's loop: the working precision doubles until the
+         * approximation decides the 53-bit rounding toward zero. */
+        mpfr_prec_t w = 96 + 2 * (mpfr_prec_t)log2(1.0 + fabs(x));
+        for (;;) {
+            long err = approx(fn, x, dy, t, u, v, w);
+            if (mpfr_zero_p(t) || mpfr_inf_p(t) ||
+                mpfr_can_round(t, err, MPFR_RNDN, MPFR_RNDZ, 53) ||
+                w > 1 << 14)
+                break;
+            w *= 2;
+        }
+        mpfr_set(r, t, MPFR_RNDZ);
+        out = odd_double(r);
+    }
+    mpfr_clears(r, t, u, v, (mpfr_ptr)0);
+    mpfr_set_emin(emin);
+    mpfr_set_emax(emax);
+    mpfr_flags_restore(flags, MPFR_FLAGS_ALL);
+    return out;
+}
+
+/* ---- the functions ------------------------------------------------------ */
+
+static double tr_exp(const emu_format *f, double x)
+{
+    if (isnan(x) || x == INFINITY)
+        return x;
+    if (x == -INFINITY)
+        return 0.0;
+    if (x == 0.0)
+        return 1.0;
+    if (x > 709.0)
+        return 0x1p1000; /* beyond every carrier format */
+    double y = exp(x);
+    if (y == 0.0)
+        return 0x1p-1000;
+    if (near(y, 1.0))
+        return nudge(1.0, x > 0.0 ? 1 : -1);
+    return settled(f, y, EPS_EXP) ? y : slow_ro53(TR_EXP, x, 0.0);
+}
+
+static double tr_log(const emu_format *f, double x)
+{
+    if (isnan(x) || x < 0.0)
+        return isnan(x) ? x : NAN;
+    if (x == 0.0)
+        return -INFINITY;
+    if (x == INFINITY)
+        return x;
+    if (x == 1.0)
+        return 0.0;
+    double y = log(x);
+    return settled(f, y, EPS_LOG) ? y : slow_ro53(TR_LOG, x, 0.0);
+}
+
+static double tr_tanh(const emu_format *f, double x)
+{
+    if (isnan(x) || x == 0.0)
+        return x;
+    if (isinf(x))
+        return x > 0.0 ? 1.0 : -1.0;
+    double y = tanh(x);
+    /* |tanh x| < min(|x|, 1) */
+    if (near(y, x))
+        return nudge(x, x > 0.0 ? -1 : 1);
+    if (near(y, copysign(1.0, x)))
+        return nudge(copysign(1.0, x), x > 0.0 ? -1 : 1);
+    return settled(f, y, EPS_TANH) ? y : slow_ro53(TR_TANH, x, 0.0);
+}
+
+static double tr_sigmoid(const emu_format *f, double x)
+{
+    if (isnan(x))
+        return x;
+    if (isinf(x))
+        return x > 0.0 ? 1.0 : 0.0;
+    if (x == 0.0)
+        return 0.5;
+    double y;
+    if (x > 0.0) {
+        y = 1.0 / (1.0 + exp(-x));
+    } else {
+        double t = exp(x);
+        y = t / (1.0 + t);
+    }
+    /* 0 < sigmoid x < 1, and sigmoid x - 1/2 has the sign of x. */
+    if (y == 0.0)
+        return 0x1p-1000;
+    if (near(y, 1.0))
+        return nudge(1.0, -1);
+    if (near(y, 0.5))
+        return nudge(0.5, x > 0.0 ? 1 : -1);
+    return settled(f, y, EPS_SIGMOID) ? y : slow_ro53(TR_SIGMOID, x, 0.0);
+}
+
+/* The relative error of the binary64 erfc(-x / sqrt 2) and the products
+ * around it, in units of 2^-52: the library's 5 ulps, and the rounded
+ * argument's relative error 2^-52 amplified by erfc's condition number
+ * (x^2 + 1.42|x| for x < 0, 0.85 |x| for x > 0). */
+static double gelu_eps(double x)
+{
+    return (24.0 + 2.0 * (x * x + 2.0 * fabs(x))) * 0x1p-52;
+}
+
+static double tr_gelu(const emu_format *f, double x)
+{
+    if (isnan(x) || x == 0.0 || x == INFINITY)
+        return x;
+    if (x == -INFINITY)
+        return -0.0; /* the limit, from below */
+    double y = 0.5 * x * erfc(-x * INV_SQRT2);
+    /* x/2 < gelu x < max(x, 0) for x != 0 */
+    if (y == 0.0)
+        return -0x1p-1000;
+    if (x > 0.0 && near(y, x))
+        return nudge(x, -1);
+    if (near(y, 0.5 * x))
+        return nudge(0.5 * x, 1);
+    return settled(f, y, gelu_eps(x)) ? y : slow_ro53(TR_GELU, x, 0.0);
+}
+
+/* dy * gelu'(x), gelu'(x) = Phi(x) + x phi(x). */
+static double tr_gelu_grad(const emu_format *f, double dy, double x)
+{
+    if (isnan(x) || isnan(dy))
+        return x + dy;
+    if (isinf(x))
+        return dy * (x > 0.0 ? 1.0 : 0.0); /* the limits 1 and 0 */
+    if (x == 0.0)
+        return dy * 0.5;
+    double t1 = 0.5 * erfc(-x * INV_SQRT2);
+    double t2 = x * exp(-0.5 * (x * x)) * INV_SQRT2PI;
+    double d = t1 + t2;
+    /* gelu' < 0 far left, where it underflows: any tiny value of that
+     * sign keeps dy d far below every carrier format and non-zero. */
+    if (fabs(d) < 0x1p-700)
+        d = x < 0.0 ? -0x1p-700 : 0x1p-700;
+    if (dy == 0.0 || isinf(dy))
+        return dy * d;
+    /* gelu'(x) = 1 - Q(x) + x phi(x) > 1 for x > 1 (Q(x) < phi(x)/x),
+     * and gelu'(x) - 1/2 = (Phi(x) - 1/2) + x phi(x) has the sign of x.
+     * The product with a nudged d lies strictly on that side of dy d. */
+    if (x > 2.0 && near(d, 1.0))
+        return dy * nudge(1.0, 1);
+    if (near(d, 0.5))
+        return dy * nudge(0.5, x > 0.0 ? 1 : -1);
+    /* d's error is absolute, bounded by the terms' relative errors; the
+     * product with dy is rounded once more. */
+    double err = gelu_eps(x) * fabs(t1) + 16.0 * 0x1p-52 * fabs(t2) +
+                 0x1p-52 * fabs(d);
+    double y = dy * d;
+    if (settled(f, y, err / fabs(d) + 0x1p-52))
+        return y;
+    return slow_ro53(TR_GELU_GRAD, x, dy);
+}
+
+/* ---- one op: its inputs, its reference, its NaN classifier -------------- */
+
+typedef enum ew_kind {
+    EW_ADD, EW_SUB, EW_MUL, EW_DIV, EW_SCALE, EW_AXPY, EW_BIAS,
+    EW_UNARY, EW_BACKWARD, EW_CAST
+} ew_kind;
+
+typedef struct ew_op {
+    ew_kind kind;
+    emu_unary f;
+    const float *a;   /* first input (x, dy, in)                        */
+    const float *b;   /* second input (y, bias, x_or_y), or NULL         */
+    double alpha;     /* scale, axpy                                     */
+    double p1, p2;    /* unary parameters                                */
+    size_t inner;     /* add_bias: b's index is (i / inner) % dim        */
+    size_t dim;
+} ew_op;
+
+static size_t b_index(const ew_op *op, size_t i)
+{
+    return op->kind == EW_BIAS ? (i / op->inner) % op->dim : i;
+}
+
+static bool ew_had_nan(const void *vop, size_t i)
+{
+    const ew_op *op = vop;
+    if (isnan(op->a[i]) || (op->b && isnan(op->b[b_index(op, i)])))
+        return true;
+    return (op->kind == EW_SCALE || op->kind == EW_AXPY) && isnan(op->alpha);
+}
+
+/* z = -x / sqrt(2), the argument of erfc in gelu and its derivative. */
+static void mp_gelu_arg(mpfr_ptr z, double x, mpfr_ptr tmp)
+{
+    mpfr_sqrt_ui(tmp, 2, MPFR_RNDN);
+    mpfr_set_d(z, -x, MPFR_RNDN);
+    mpfr_div(z, z, tmp, MPFR_RNDN);
+}
+
+/* The MPFR value of unary f at x (precision of e, ~exact). */
+static void mp_unary(const ew_op *op, double x, mpfr_ptr e, mpfr_ptr t)
+{
+    mpfr_set_d(e, x, MPFR_RNDN);
+    switch (op->f) {
+    case EMU_UNARY_NEG: mpfr_neg(e, e, MPFR_RNDN); break;
+    case EMU_UNARY_ABS: mpfr_abs(e, e, MPFR_RNDN); break;
+    case EMU_UNARY_RELU:
+        if (!(x > 0.0) && !isnan(x))
+            mpfr_set_zero(e, 1);
+        break;
+    case EMU_UNARY_LEAKY_RELU:
+        if (!(x > 0.0))
+            mpfr_mul_d(e, e, op->p1, MPFR_RNDN);
+        break;
+    case EMU_UNARY_GELU:
+        mp_gelu_arg(t, x, e);
+        mpfr_erfc(t, t, MPFR_RNDN);
+        mpfr_mul_d(e, t, x, MPFR_RNDN);
+        mpfr_div_2ui(e, e, 1, MPFR_RNDN);
+        break;
+    case EMU_UNARY_TANH: mpfr_tanh(e, e, MPFR_RNDN); break;
+    case EMU_UNARY_SIGMOID:
+        mpfr_neg(e, e, MPFR_RNDN);
+        mpfr_exp(e, e, MPFR_RNDN);
+        mpfr_add_ui(e, e, 1, MPFR_RNDN);
+        mpfr_ui_div(e, 1, e, MPFR_RNDN);
+        break;
+    case EMU_UNARY_EXP: mpfr_exp(e, e, MPFR_RNDN); break;
+    case EMU_UNARY_LOG: mpfr_log(e, e, MPFR_RNDN); break;
+    case EMU_UNARY_SQRT: mpfr_sqrt(e, e, MPFR_RNDN); break;
+    case EMU_UNARY_SQUARE: mpfr_sqr(e, e, MPFR_RNDN); break;
+    case EMU_UNARY_CLAMP:
+        if (x < op->p1)
+            mpfr_set_d(e, op->p1, MPFR_RNDN);
+        else if (x > op->p2)
+            mpfr_set_d(e, op->p2, MPFR_RNDN);
+        break;
+    default: mpfr_set_nan(e); break;
+    }
+}
+
+/* dy * f'(.) in MPFR, the same formula as the op's. */
+static void mp_backward(const ew_op *op, double dy, double v, mpfr_ptr e,
+                        mpfr_ptr t)
+{
+    switch (op->f) {
+    case EMU_UNARY_TANH: /* dy (1 - y^2) */
+    case EMU_UNARY_SIGMOID: /* dy y (1 - y) */
+        mpfr_set_d(t, v, MPFR_RNDN);
+        if (op->f == EMU_UNARY_TANH) {
+            mpfr_sqr(t, t, MPFR_RNDN);
+            mpfr_ui_sub(t, 1, t, MPFR_RNDN);
+        } else {
+            mpfr_ui_sub(t, 1, t, MPFR_RNDN);
+            mpfr_mul_d(t, t, v, MPFR_RNDN);
+        }
+        mpfr_mul_d(e, t, dy, MPFR_RNDN);
+        return;
+    case EMU_UNARY_GELU: /* dy (erfc(-x/sqrt 2)/2 + x e^(-x^2/2)/sqrt(2 pi)) */
+        mp_gelu_arg(t, v, e);
+        mpfr_erfc(t, t, MPFR_RNDN);
+        mpfr_div_2ui(t, t, 1, MPFR_RNDN);
+        mpfr_const_pi(e, MPFR_RNDN);
+        mpfr_mul_2ui(e, e, 1, MPFR_RNDN);
+        mpfr_rec_sqrt(e, e, MPFR_RNDN);
+        mpfr_mul_d(e, e, v, MPFR_RNDN);
+        {
+            MPFR_DECL_INIT(g, 256);
+            mpfr_set_d(g, v, MPFR_RNDN);
+            mpfr_sqr(g, g, MPFR_RNDN);
+            mpfr_div_2ui(g, g, 1, MPFR_RNDN);
+            mpfr_neg(g, g, MPFR_RNDN);
+            mpfr_exp(g, g, MPFR_RNDN);
+            mpfr_mul(e, e, g, MPFR_RNDN);
+        }
+        mpfr_add(e, e, t, MPFR_RNDN);
+        mpfr_mul_d(e, e, dy, MPFR_RNDN);
+        return;
+    case EMU_UNARY_LOG: /* dy / x */
+        mpfr_set_d(e, dy, MPFR_RNDN);
+        mpfr_div_d(e, e, v, MPFR_RNDN);
+        return;
+    case EMU_UNARY_SQRT: /* dy / (2 y) */
+        mpfr_set_d(e, dy, MPFR_RNDN);
+        mpfr_div_d(e, e, 2.0 * v, MPFR_RNDN);
+        return;
+    case EMU_UNARY_EXP: /* dy y */
+        mpfr_set_d(e, dy, MPFR_RNDN);
+        mpfr_mul_d(e, e, v, MPFR_RNDN);
+        return;
+    case EMU_UNARY_SQUARE: /* dy 2x */
+        mpfr_set_d(e, dy, MPFR_RNDN);
+        mpfr_mul_d(e, e, 2.0 * v, MPFR_RNDN);
+        return;
+    default: { /* selections: neg, abs, relu, leaky relu */
+        double d = op->f == EMU_UNARY_NEG ? -1.0
+                 : op->f == EMU_UNARY_ABS ? (v > 0.0) - (v < 0.0)
+                 : v > 0.0 ? 1.0
+                 : op->f == EMU_UNARY_LEAKY_RELU ? op->p1 : 0.0;
+        mpfr_set_d(e, dy, MPFR_RNDN);
+        mpfr_mul_d(e, e, isnan(v) ? v : d, MPFR_RNDN);
+        return;
+    }
+    }
+}
+
+static int ew_ref(const void *vop, size_t i, mpfr_ptr e, mpfr_ptr src)
+{
+    const ew_op *op = vop;
+    (void)src;
+    const double a = op->a[i];
+    const double b = op->b ? op->b[b_index(op, i)] : 0.0;
+    MPFR_DECL_INIT(t, 256);
+    switch (op->kind) {
+    case EW_ADD:
+    case EW_BIAS:
+        mpfr_set_d(e, a, MPFR_RNDN);
+        mpfr_add_d(e, e, b, MPFR_RNDN);
+        break;
+    case EW_SUB:
+        mpfr_set_d(e, a, MPFR_RNDN);
+        mpfr_sub_d(e, e, b, MPFR_RNDN);
+        break;
+    case EW_MUL:
+        mpfr_set_d(e, a, MPFR_RNDN);
+        mpfr_mul_d(e, e, b, MPFR_RNDN);
+        break;
+    case EW_DIV:
+        mpfr_set_d(e, a, MPFR_RNDN);
+        mpfr_div_d(e, e, b, MPFR_RNDN);
+        break;
+    case EW_SCALE:
+        mpfr_set_d(e, a, MPFR_RNDN);
+        mpfr_mul_d(e, e, op->alpha, MPFR_RNDN);
+        break;
+    case EW_AXPY: /* alpha x + y: the product is exact at 256 bits */
+        mpfr_set_d(e, a, MPFR_RNDN);
+        mpfr_mul_d(e, e, op->alpha, MPFR_RNDN);
+        mpfr_add_d(e, e, b, MPFR_RNDN);
+        break;
+    case EW_UNARY:
+        mp_unary(op, a, e, t);
+        break;
+    case EW_BACKWARD:
+        mp_backward(op, a, b, e, t);
+        break;
+    case EW_CAST:
+        mpfr_set_d(e, a, MPFR_RNDN);
+        break;
+    }
+    return 0;
+}
+
+/* ---- the common path ---------------------------------------------------- */
+
+static bool overlaps(const float *p, size_t np, const float *q, size_t nq)
+{
+    uintptr_t a = (uintptr_t)p, b = (uintptr_t)q;
+    return a < b + nq * sizeof *q && b < a + np * sizeof *p;
+}
+
+/* An input the output overlaps, copied for the choke point's callbacks
+ * (they run after the output is written).  NULL on lack of memory. */
+static float *snapshot(emu_ctx *ctx, const char *site, const float *in,
+                       size_t n)
+{
+    float *c = n <= SIZE_MAX / sizeof *c ? malloc(n * sizeof *c) : NULL;
+    if (!c)
+        emu_ctx_fail(ctx, site, "out of memory for an input copy");
+    else
+        memcpy(c, in, n * sizeof *c);
+    return c;
+}
+
+/* Commits hi (and lo) into out with op's callbacks, then frees the
+ * scratch arrays.  nb: elements of op->b. */
+static int ew_commit(emu_ctx *ctx, const char *site, const char *kind,
+                     emu_tensor *out, ew_op *op, size_t nb, double *hi,
+                     double *lo)
+{
+    float *ca = NULL, *cb = NULL;
+    int rc = 0;
+    /* All low parts zero (sums of 16-bit values always are): the choke
+     * point's array path rounds the same values faster. */
+    if (lo) {
+        size_t i = 0;
+        while (i < out->n && lo[i] == 0.0)
+            i++;
+        if (i == out->n) {
+            free(lo);
+            lo = NULL;
+        }
+    }
+    if (ctx->stats && ctx->measure) {
+        if (overlaps(out->data, out->n, op->a, out->n)) {
+            if (!(ca = snapshot(ctx, site, op->a, out->n)))
+                rc = -1;
+            op->a = ca;
+        }
+        if (rc == 0 && op->b && overlaps(out->data, out->n, op->b, nb)) {
+            if (!(cb = snapshot(ctx, site, op->b, nb)))
+                rc = -1;
+            op->b = cb;
+        }
+    }
+    if (rc == 0) {
+        emu_op_out o = { .site = site, .kind = kind, .out = out, .hi = hi,
+                         .lo = lo, .op = op, .ref = ew_ref,
+                         .inputs_had_nan = ew_had_nan };
+        rc = emu_commit(ctx, &o);
+    }
+    free(ca);
+    free(cb);
+    free(hi);
+    free(lo);
+    return rc;
+}
+
+/* Scratch for n values, and for n low parts if want_lo. */
+static int scratch2(emu_ctx *ctx, const char *site, size_t n, bool want_lo,
+                    double **hi, double **lo)
+{
+    *lo = NULL;
+    *hi = emu_scratch(ctx, site, n);
+    if (!*hi)
+        return -1;
+    if (want_lo && !(*lo = emu_scratch(ctx, site, n))) {
+        free(*hi);
+        *hi = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+static const char *site_or(const char *site, const char *kind)
+{
+    return site ? site : kind;
+}
+
+/* ---- binary ops ---------------------------------------------------------- */
+
+static int binary(emu_ctx *ctx, const char *site, emu_tensor *out,
+                  const emu_tensor *a, const emu_tensor *b, ew_kind kind,
+                  const char *name)
+{
+    site = site_or(site, name);
+    if (emu_check_tensor(ctx, site, "out", out) ||
+        emu_check_tensor(ctx, site, "a", a) ||
+        emu_check_tensor(ctx, site, "b", b) ||
+        emu_check_same_shape(ctx, site, "a", a, "b", b) ||
+        emu_check_same_shape(ctx, site, "out", out, "a", a))
+        return -1;
+    const size_t n = out->n;
+    const bool want_lo = kind == EW_ADD || kind == EW_SUB || kind == EW_DIV;
+    double *hi, *lo;
+    if (scratch2(ctx, site, n, want_lo, &hi, &lo))
+        return -1;
+    const emu_rnd mode = ctx->rnd.mode;
+    for (size_t i = 0; i < n; i++) {
+        double x = a->data[i], y = b->data[i];
+        switch (kind) {
+        case EW_ADD: exact_sum(x, y, mode, &hi[i], &lo[i]); break;
+        case EW_SUB: exact_sum(x, -y, mode, &hi[i], &lo[i]); break;
+        case EW_DIV: exact_div(x, y, &hi[i], &lo[i]); break;
+        default: hi[i] = exact_mul(x, y); break;
+        }
+    }
+    ew_op op = { .kind = kind, .a = a->data, .b = b->data };
+    return ew_commit(ctx, site, name, out, &op, n, hi, lo);
+}
+
+int emu_t_add(emu_ctx *ctx, const char *site, emu_tensor *out,
+              const emu_tensor *a, const emu_tensor *b)
+{
+    return binary(ctx, site, out, a, b, EW_ADD, "add");
+}
+
+int emu_t_sub(emu_ctx *ctx, const char *site, emu_tensor *out,
+              const emu_tensor *a, const emu_tensor *b)
+{
+    return binary(ctx, site, out, a, b, EW_SUB, "sub");
+}
+
+int emu_t_mul(emu_ctx *ctx, const char *site, emu_tensor *out,
+              const emu_tensor *a, const emu_tensor *b)
+{
+    return binary(ctx, site, out, a, b, EW_MUL, "mul");
+}
+
+int emu_t_div(emu_ctx *ctx, const char *site, emu_tensor *out,
+              const emu_tensor *a, const emu_tensor *b)
+{
+    return binary(ctx, site, out, a, b, EW_DIV, "div");
+}
+
+int emu_t_scale(emu_ctx *ctx, const char *site, emu_tensor *out,
+                const emu_tensor *x, float alpha)
+{
+    site = site_or(site, "scale");
+    if (emu_check_tensor(ctx, site, "out", out) ||
+        emu_check_tensor(ctx, site, "x", x) ||
+        emu_check_same_shape(ctx, site, "out", out, "x", x))
+        return -1;
+    double *hi, *lo;
+    if (scratch2(ctx, site, out->n, false, &hi, &lo))
+        return -1;
+    for (size_t i = 0; i < out->n; i++)
+        hi[i] = exact_mul(alpha, x->data[i]);
+    ew_op op = { .kind = EW_SCALE, .a = x->data, .alpha = alpha };
+    return ew_commit(ctx, site, "scale", out, &op, 0, hi, lo);
+}
+
+int emu_t_axpy(emu_ctx *ctx, const char *site, emu_tensor *out, float alpha,
+               const emu_tensor *x, const emu_tensor *y)
+{
+    site = site_or(site, "axpy");
+    if (emu_check_tensor(ctx, site, "out", out) ||
+        emu_check_tensor(ctx, site, "x", x) ||
+        emu_check_tensor(ctx, site, "y", y) ||
+        emu_check_same_shape(ctx, site, "x", x, "y", y) ||
+        emu_check_same_shape(ctx, site, "out", out, "x", x))
+        return -1;
+    double *hi, *lo;
+    if (scratch2(ctx, site, out->n, true, &hi, &lo))
+        return -1;
+    for (size_t i = 0; i < out->n; i++)
+        exact_fma(alpha, x->data[i], y->data[i], ctx->rnd.mode, &hi[i],
+                  &lo[i]);
+    ew_op op = { .kind = EW_AXPY, .a = x->data, .b = y->data, .alpha = alpha };
+    return ew_commit(ctx, site, "axpy", out, &op, out->n, hi, lo);
+}
+
+int emu_t_add_bias(emu_ctx *ctx, const char *site, emu_tensor *out,
+                   const emu_tensor *x, const emu_tensor *bias, int axis)
+{
+    site = site_or(site, "add_bias");
+    if (emu_check_tensor(ctx, site, "out", out) ||
+        emu_check_tensor(ctx, site, "x", x) ||
+        emu_check_tensor(ctx, site, "bias", bias) ||
+        emu_check_same_shape(ctx, site, "out", out, "x", x))
+        return -1;
+    if (axis < 0 || axis >= x->ndim)
+        return emu_ctx_fail(ctx, site, "axis %d out of range for x '%s' "
+                            "with %d dimensions", axis, x->name, x->ndim);
+    if (bias->n != x->shape[axis]) {
+        char sx[96];
+        emu_tensor_shape_string(x, sx, sizeof sx);
+        return emu_ctx_fail(ctx, site, "bias '%s' has %zu elements, x '%s' "
+                            "%s has %zu along axis %d", bias->name, bias->n,
+                            x->name, sx, x->shape[axis], axis);
+    }
+    size_t inner = 1;
+    for (int d = axis + 1; d < x->ndim; d++)
+        inner *= x->shape[d];
+    ew_op op = { .kind = EW_BIAS, .a = x->data, .b = bias->data,
+                 .inner = inner, .dim = x->shape[axis] };
+    double *hi, *lo;
+    if (scratch2(ctx, site, out->n, true, &hi, &lo))
+        return -1;
+    for (size_t i = 0; i < out->n; i++)
+        exact_sum(x->data[i], bias->data[b_index(&op, i)], ctx->rnd.mode,
+                  &hi[i], &lo[i]);
+    return ew_commit(ctx, site, "add_bias", out, &op, bias->n, hi, lo);
+}
+
+/* ---- unary ops ----------------------------------------------------------- */
+
+static double unary_value(const emu_format *f, emu_unary fn, double x,
+                          double p1, double p2, double *lo)
+{
+    *lo = 0.0;
+    switch (fn) {
+    case EMU_UNARY_NEG: return -x;
+    case EMU_UNARY_ABS: return fabs(x);
+    case EMU_UNARY_RELU: return isnan(x) || x > 0.0 ? x : 0.0;
+    case EMU_UNARY_LEAKY_RELU: return isnan(x) || x > 0.0 ? x : p1 * x;
+    case EMU_UNARY_GELU: return tr_gelu(f, x);
+    case EMU_UNARY_TANH: return tr_tanh(f, x);
+    case EMU_UNARY_SIGMOID: return tr_sigmoid(f, x);
+    case EMU_UNARY_EXP: return tr_exp(f, x);
+    case EMU_UNARY_LOG: return tr_log(f, x);
+    case EMU_UNARY_SQRT: {
+        double h;
+        exact_sqrt(x, &h, lo);
+        return h;
+    }
+    case EMU_UNARY_SQUARE: return x * x;
+    case EMU_UNARY_CLAMP: return x < p1 ? p1 : x > p2 ? p2 : x;
+    default: return NAN;
+    }
+}
+
+int emu_t_unary(emu_ctx *ctx, const char *site, emu_tensor *out,
+                const emu_tensor *x, emu_unary f, float param, float param2)
+{
+    site = site_or(site, emu_unary_name(f));
+    if ((unsigned)f >= EMU_UNARY_COUNT)
+        return emu_ctx_fail(ctx, site, "unknown unary function %d", (int)f);
+    if (emu_check_tensor(ctx, site, "out", out) ||
+        emu_check_tensor(ctx, site, "x", x) ||
+        emu_check_same_shape(ctx, site, "out", out, "x", x))
+        return -1;
+    if (f == EMU_UNARY_LEAKY_RELU && !isfinite(param))
+        return emu_ctx_fail(ctx, site, "leaky relu slope %g is not finite",
+                            (double)param);
+    if (f == EMU_UNARY_CLAMP && !(param <= param2))
+        return emu_ctx_fail(ctx, site, "clamp bounds [%g, %g] are not an "
+                            "interval", (double)param, (double)param2);
+    double *hi, *lo;
+    if (scratch2(ctx, site, out->n, f == EMU_UNARY_SQRT, &hi, &lo))
+        return -1;
+    for (size_t i = 0; i < out->n; i++) {
+        double l;
+        hi[i] = unary_value(&out->fmt, f, x->data[i], param, param2, &l);
+        if (lo)
+            lo[i] = l;
+    }
+    ew_op op = { .kind = EW_UNARY, .f = f, .a = x->data, .p1 = param,
+                 .p2 = param2 };
+    return ew_commit(ctx, site, emu_unary_name(f), out, &op, 0, hi, lo);
+}
+
+/* ---- backward ------------------------------------------------------------
+ * dx = dy * f'(.) with f' at x (relu, leaky relu, abs, gelu, log, square)
+ * or at the forward output y (tanh, sigmoid, exp, sqrt), where it is
+ * cheaper and exact: exp' = y, sqrt' = 1/(2y).  Non-finite inputs follow
+ * the formula's IEEE arithmetic (dy = inf where f' = 0 gives NaN). */
+
+static double backward_value(const emu_format *f, emu_unary fn, double dy,
+                             double v, double slope, double *lo)
+{
+    *lo = 0.0;
+    double h;
+    switch (fn) {
+    case EMU_UNARY_NEG: return -dy;
+    case EMU_UNARY_ABS:
+        return dy * (isnan(v) ? v : (double)((v > 0.0) - (v < 0.0)));
+    case EMU_UNARY_RELU: return dy * (isnan(v) ? v : v > 0.0 ? 1.0 : 0.0);
+    case EMU_UNARY_LEAKY_RELU:
+        return dy * (isnan(v) ? v : v > 0.0 ? 1.0 : slope);
+    case EMU_UNARY_GELU: return tr_gelu_grad(f, dy, v);
+    case EMU_UNARY_TANH: exact_tanh_grad(dy, v, &h, lo); return h;
+    case EMU_UNARY_SIGMOID: exact_sigmoid_grad(dy, v, &h, lo); return h;
+    case EMU_UNARY_EXP: return dy * v;
+    case EMU_UNARY_LOG: exact_div(dy, v, &h, lo); return h;
+    case EMU_UNARY_SQRT: exact_div(dy, 2.0 * v, &h, lo); return h;
+    case EMU_UNARY_SQUARE: return dy * (2.0 * v);
+    default: return NAN;
+    }
+}
+
+int emu_t_unary_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
+                         const emu_tensor *dy, const emu_tensor *x_or_y,
+                         emu_unary f, float param)
+{
+    const char *kind = (unsigned)f < EMU_UNARY_COUNT ? backward_kinds[f]
+                                                     : NULL;
+    site = site_or(site, kind ? kind : "unary_backward");
+    if (!kind)
+        return emu_ctx_fail(ctx, site, "no backward for unary function %s",
+                            (unsigned)f < EMU_UNARY_COUNT ? unary_names[f]
+                                                          : "(unknown)");
+    if (emu_check_tensor(ctx, site, "dx", dx) ||
+        emu_check_tensor(ctx, site, "dy", dy) ||
+        emu_check_tensor(ctx, site, "x_or_y", x_or_y) ||
+        emu_check_same_shape(ctx, site, "dy", dy, "x_or_y", x_or_y) ||
+        emu_check_same_shape(ctx, site, "dx", dx, "dy", dy))
+        return -1;
+    if (f == EMU_UNARY_LEAKY_RELU && !isfinite(param))
+        return emu_ctx_fail(ctx, site, "leaky relu slope %g is not finite",
+                            (double)param);
+    const bool want_lo = f == EMU_UNARY_TANH || f == EMU_UNARY_SIGMOID ||
+                         f == EMU_UNARY_LOG || f == EMU_UNARY_SQRT;
+    double *hi, *lo;
+    if (scratch2(ctx, site, dx->n, want_lo, &hi, &lo))
+        return -1;
+    for (size_t i = 0; i < dx->n; i++) {
+        double l;
+        hi[i] = backward_value(&dx->fmt, f, dy->data[i], x_or_y->data[i],
+                               param, &l);
+        if (lo)
+            lo[i] = l;
+    }
+    ew_op op = { .kind = EW_BACKWARD, .f = f, .a = dy->data,
+                 .b = x_or_y->data, .p1 = param };
+    return ew_commit(ctx, site, kind, dx, &op, dx->n, hi, lo);
+}
+
+/* ---- casts --------------------------------------------------------------- */
+
+int emu_t_cast(emu_ctx *ctx, const char *site, emu_tensor *out,
+               const emu_tensor *in)
+{
+    site = site_or(site, "cast");
+    if (emu_check_tensor(ctx, site, "out", out) ||
+        emu_check_tensor(ctx, site, "in", in) ||
+        emu_check_same_shape(ctx, site, "out", out, "in", in))
+        return -1;
+    double *hi, *lo;
+    if (scratch2(ctx, site, out->n, false, &hi, &lo))
+        return -1;
+    for (size_t i = 0; i < out->n; i++)
+        hi[i] = in->data[i];
+    ew_op op = { .kind = EW_CAST, .a = in->data };
+    return ew_commit(ctx, site, "cast", out, &op, 0, hi, lo);
+}
+
+/* src holds n binary32 values; the tensor takes the first out->n. */
+int emu_t_load(emu_ctx *ctx, const char *site, emu_tensor *out,
+               const float *src, size_t n)
+{
+    site = site_or(site, "load");
+    if (emu_check_tensor(ctx, site, "out", out))
+        return -1;
+    if (!src)
+        return emu_ctx_fail(ctx, site, "no source data");
+    if (n < out->n)
+        return emu_ctx_fail(ctx, site, "%zu source values for the %zu "
+                            "elements of '%s'", n, out->n, out->name);
+    double *hi, *lo;
+    if (scratch2(ctx, site, out->n, false, &hi, &lo))
+        return -1;
+    for (size_t i = 0; i < out->n; i++)
+        hi[i] = src[i];
+    ew_op op = { .kind = EW_CAST, .a = src };
+    return ew_commit(ctx, site, "load", out, &op, 0, hi, lo);
+}

@@ -1,0 +1,1132 @@
+/*
+ * test_choke_point.c — emu_commit (ops_core.c) and the statistics store
+ * (stats.c): what every op gets measured with.
+ *
+ *   counts      a hand-made binary32 -> binary16 addition whose exact
+ *               results include known numbers of underflows to zero,
+ *               subnormals, overflows, produced and propagated NaNs, a
+ *               tie, a tininess-before/after difference: every counter
+ *               and both histograms checked against hand-computed values;
+ *   sampling    MPFR at rate 1 on several ops, formats and modes: every
+ *               finite output sampled, errors <= 1/2 ulp in the nearest
+ *               modes and < 1 ulp in the others; a deliberately wrong
+ *               op is caught; partial rates sample deterministically;
+ *   observer    sees every op once, in order, with its pre-rounding values;
+ *   SR          element i of op k rounds with word i of stream k: same
+ *               seed same results, another op or seed other words;
+ *   exports     CSV (header + one row per site, quoted names), histogram
+ *               CSV, JSON (checked by a small parser), step rows, summary,
+ *               and the atomic writes' failure paths.
+ */
+/* mkdtemp, opendir: the export tests' scratch directory */
+#define _POSIX_C_SOURCE 200809L
+
+#include <check.h>
+#include <ctype.h>
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <emu/ops.h>
+#include <emu/ref.h>
+
+#include "testutil.h"
+
+static void make(emu_tensor *t, const emu_format *f, size_t n,
+                 const char *name, emu_role role)
+{
+    emu_error err;
+    ck_assert_msg(emu_tensor_alloc(t, name, role, f, 1, &n, &err) == 0, "%s",
+                  err.message);
+}
+
+static int bin_of_binade(int e)
+{
+    return EMU_HIST_FIRST + (e - EMU_HIST_EMIN);
+}
+
+static const emu_site *find_site(emu_stats *s, const char *name, emu_role r)
+{
+    for (size_t i = 0; i < s->count; i++)
+        if (s->sites[i].role == r && !strcmp(s->sites[i].name, name))
+            return &s->sites[i];
+    ck_abort_msg("no site '%s'", name);
+    return NULL;
+}
+
+/* ---- counts and histograms on hand-made values --------------------------- */
+
+typedef struct obs_log {
+    int calls;
+    uint64_t op_index[16];
+    char site[16][32], kind[16][24];
+    const emu_tensor *out[16];
+    emu_round_counts counts[16];
+    double hi[16][64], lo[16][64];
+    bool had_lo[16];
+} obs_log;
+
+static void observe(void *user, const emu_op_event *ev)
+{
+    obs_log *l = user;
+    ck_assert_int_lt(l->calls, 16);
+    int k = l->calls++;
+    l->op_index[k] = ev->op_index;
+    snprintf(l->site[k], sizeof l->site[k], "%s", ev->site);
+    snprintf(l->kind[k], sizeof l->kind[k], "%s", ev->kind);
+    l->out[k] = ev->out;
+    l->counts[k] = *ev->counts;
+    l->had_lo[k] = ev->lo != NULL;
+    for (size_t i = 0; i < ev->out->n && i < 64; i++) {
+        l->hi[k][i] = ev->hi[i];
+        l->lo[k][i] = ev->lo ? ev->lo[i] : 0.0;
+    }
+}
+
+/* a + b in binary16 from binary32 operands; see the table in the test. */
+static const float case_a[] = { 1.0f, 0x1p-26f, 0x1p-26f, 0x1.8p-23f,
+                                0x1p-20f, 65504.0f, 65504.0f, INFINITY,
+                                NAN, INFINITY, 1.0f, 0x1p-14f, 0x1p-14f,
+                                1.0f };
+static const float case_b[] = { 2.0f, 0x1p-27f, -0x1p-26f, 0.0f, 0x1p-30f,
+                                32.0f, 15.0f, -INFINITY, 1.0f, 1.0f,
+                                0x1p-11f, -0x1p-25f, -0x1p-27f, -0x1p-60f };
+enum { N_CASES = sizeof case_a / sizeof case_a[0] };
+
+START_TEST(test_counts_by_hand)
+{
+    const emu_format *b32 = test_format("binary32");
+    const emu_format *h = test_format("binary16");
+    emu_tensor a, b, y;
+    make(&a, b32, N_CASES, "a", EMU_ROLE_ACTIVATION);
+    make(&b, b32, N_CASES, "b", EMU_ROLE_ACTIVATION);
+    make(&y, h, N_CASES, "y", EMU_ROLE_ACTIVATION);
+    memcpy(a.data, case_a, sizeof case_a);
+    memcpy(b.data, case_b, sizeof case_b);
+    emu_stats stats;
+    emu_stats_init(&stats);
+    emu_ctx ctx;
+    emu_ctx_init(&ctx, 1);
+    ctx.stats = &stats;
+    obs_log log = { 0 };
+    ctx.observer = observe;
+    ctx.observer_user = &log;
+
+    ck_assert_int_eq(emu_t_add(&ctx, "sum", &y, &a, &b), 0);
+    /* the results, by hand */
+    const float want[N_CASES] = { 3.0f, 0.0f, 0.0f, 0x1.8p-23f, 0x1p-20f,
+                                  INFINITY, 65504.0f, NAN, NAN, INFINITY,
+                                  1.0f, 0x1p-14f, 0x1p-14f, 1.0f };
+    for (int i = 0; i < N_CASES; i++)
+        ck_assert_msg(test_same(y.data[i], want[i]), "case %d: %a", i,
+                      (double)y.data[i]);
+
+    const emu_site *s = find_site(&stats, "sum", EMU_ROLE_ACTIVATION);
+    const emu_site_stats *t = &s->total;
+    ck_assert_str_eq(s->kind, "add");
+    ck_assert_str_eq(s->format, "binary16");
+    ck_assert_uint_eq(t->results, N_CASES);
+    ck_assert_uint_eq(t->inexact, 8);     /* 1 4 5 6 10 11 12 13 */
+    ck_assert_uint_eq(t->underflow, 3);   /* 1 4 11 (tiny after rounding) */
+    ck_assert_uint_eq(t->to_zero, 1);     /* 1 */
+    ck_assert_uint_eq(t->subnormal, 2);   /* 3 4 */
+    ck_assert_uint_eq(t->overflow, 1);    /* 5 */
+    ck_assert_uint_eq(t->nan, 2);         /* 7 8 */
+    ck_assert_uint_eq(t->nan_produced, 1);/* 7: inf - inf */
+    ck_assert_uint_eq(t->adds, 0);
+    ck_assert_uint_eq(t->ref_samples, 0); /* ref_rate 0 by default */
+
+    /* histograms: binade of each exact value and of each result */
+    uint64_t hx[EMU_HIST_BINS] = { 0 }, hr[EMU_HIST_BINS] = { 0 };
+    const int ex_binade[N_CASES] = { 1, -26, 999, -23, -20, 16, 15, 999, 999,
+                                     999, 0, -15, -15, -1 };
+    const int r_binade[N_CASES] = { 1, 999, 999, -23, -20, 999, 15, 999, 999,
+                                    999, 0, -14, -14, 0 };
+    for (int i = 0; i < N_CASES; i++) {
+        if (ex_binade[i] != 999)
+            hx[bin_of_binade(ex_binade[i])]++;
+        if (r_binade[i] != 999)
+            hr[bin_of_binade(r_binade[i])]++;
+    }
+    hx[EMU_HIST_ZERO] = 1;   /* 2: exact zero */
+    hx[EMU_HIST_NAN] = 2;
+    hx[EMU_HIST_INF] = 1;    /* 9 */
+    hr[EMU_HIST_ZERO] = 2;   /* 1 2 */
+    hr[EMU_HIST_NAN] = 2;
+    hr[EMU_HIST_INF] = 2;    /* 5 9 */
+    char lab[16];
+    for (int k = 0; k < EMU_HIST_BINS; k++) {
+        ck_assert_msg(t->hist_exact[k] == hx[k], "exact bin %s: %llu, want "
+                      "%llu", emu_hist_label(k, lab, sizeof lab),
+                      (unsigned long long)t->hist_exact[k],
+                      (unsigned long long)hx[k]);
+        ck_assert_msg(t->hist_rounded[k] == hr[k], "rounded bin %s: %llu, "
+                      "want %llu", emu_hist_label(k, lab, sizeof lab),
+                      (unsigned long long)t->hist_rounded[k],
+                      (unsigned long long)hr[k]);
+    }
+
+    /* the observer saw the same counts, and hi + lo exact */
+    ck_assert_int_eq(log.calls, 1);
+    ck_assert_uint_eq(log.counts[0].n, N_CASES);
+    ck_assert_uint_eq(log.counts[0].inexact, 8);
+    ck_assert_uint_eq(log.counts[0].to_zero, 1);
+    ck_assert(log.had_lo[0]);
+    ck_assert(log.hi[0][13] == 1.0 && log.lo[0][13] == -0x1p-60);
+
+    /* tininess before rounding: case 12 (2^-14 - 2^-27, which rounds to
+     * 2^-14 even with an unbounded exponent) becomes an underflow too */
+    ctx.rnd.tininess = EMU_TINY_BEFORE;
+    ck_assert_int_eq(emu_t_add(&ctx, "sum_before", &y, &a, &b), 0);
+    ck_assert_uint_eq(find_site(&stats, "sum_before", EMU_ROLE_ACTIVATION)
+                          ->total.underflow, 4);
+
+    /* into e4m3 (no inf, overflow -> NaN): 3, 65536, 65519 and inf + 1
+     * overflow or are invalid; the NaNs from finite values are produced */
+    emu_tensor y8;
+    make(&y8, test_format("e4m3"), N_CASES, "y8", EMU_ROLE_ACT_GRAD);
+    ctx.rnd.tininess = EMU_TINY_AFTER;
+    ck_assert_int_eq(emu_t_add(&ctx, "sum8", &y8, &a, &b), 0);
+    const emu_site_stats *t8 = &find_site(&stats, "sum8",
+                                          EMU_ROLE_ACT_GRAD)->total;
+    ck_assert_uint_eq(t8->overflow, 2);     /* 5 6: 65536, 65519 */
+    ck_assert_uint_eq(t8->nan, 5);          /* 5 6 7 8 9 (inf + 1: no inf) */
+    ck_assert_uint_eq(t8->nan_produced, 4); /* all but 8, NaN + 1 */
+    ck_assert_uint_eq(t8->to_zero, 5);      /* 1 3 4 11 12: below 2^-10 */
+    emu_tensor_free(&y8);
+
+    emu_tensor_free(&a);
+    emu_tensor_free(&b);
+    emu_tensor_free(&y);
+    emu_stats_free(&stats);
+}
+END_TEST
+
+/* Histograms of random data: every exact value's bin (computed by MPFR
+ * here) and every result's, whatever the op. */
+START_TEST(test_histograms_random)
+{
+    const emu_format *b32 = test_format("binary32");
+    const emu_format *bf = test_format("bfloat16");
+    const size_t n = 4096;
+    emu_tensor a, b, y;
+    make(&a, b32, n, "a", EMU_ROLE_WEIGHT);
+    make(&b, b32, n, "b", EMU_ROLE_WEIGHT);
+    make(&y, bf, n, "y", EMU_ROLE_WEIGHT);
+    test_rng g = test_rng_make(0x4157);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)test_next(&g),
+                 v = u ^ (uint32_t)test_below(&g, 1u << 20);
+        if (test_below(&g, 2))
+            v ^= 0x80000000u; /* cancellation */
+        memcpy(&a.data[i], &u, 4);
+        memcpy(&b.data[i], &v, 4);
+    }
+    emu_stats stats;
+    emu_stats_init(&stats);
+    emu_ctx ctx;
+    emu_ctx_init(&ctx, 2);
+    ctx.stats = &stats;
+    ck_assert_int_eq(emu_t_add(&ctx, "h", &y, &a, &b), 0);
+    uint64_t hx[EMU_HIST_BINS] = { 0 }, hr[EMU_HIST_BINS] = { 0 };
+    MPFR_DECL_INIT(e, 512);
+    for (size_t i = 0; i < n; i++) {
+        double x = a.data[i], z = b.data[i];
+        int bin;
+        if (isnan(x) || isnan(z) || (isinf(x) && isinf(z) && x != z))
+            bin = EMU_HIST_NAN;
+        else if (isinf(x) || isinf(z))
+            bin = EMU_HIST_INF;
+        else {
+            mpfr_set_d(e, x, MPFR_RNDN);
+            mpfr_add_d(e, e, z, MPFR_RNDN); /* exact at 512 bits */
+            if (mpfr_zero_p(e))
+                bin = EMU_HIST_ZERO;
+            else {
+                long ex = mpfr_get_exp(e) - 1;
+                bin = ex < EMU_HIST_EMIN ? EMU_HIST_BELOW
+                    : ex > EMU_HIST_EMAX ? EMU_HIST_ABOVE
+                                         : bin_of_binade((int)ex);
+            }
+        }
+        hx[bin]++;
+        hr[emu_hist_bin(y.data[i])]++;
+    }
+    const emu_site_stats *t = &find_site(&stats, "h", EMU_ROLE_WEIGHT)->total;
+    for (int k = 0; k < EMU_HIST_BINS; k++) {
+        ck_assert_msg(t->hist_exact[k] == hx[k], "exact bin %d: %llu want %llu",
+                      k, (unsigned long long)t->hist_exact[k],
+                      (unsigned long long)hx[k]);
+        ck_assert_uint_eq(t->hist_rounded[k], hr[k]);
+    }
+    /* hist bins and labels at their edges */
+    char lab[16];
+    ck_assert_int_eq(emu_hist_bin(0x1p-149), EMU_HIST_FIRST);
+    ck_assert_int_eq(emu_hist_bin(0x1.fffffep-149), EMU_HIST_FIRST);
+    ck_assert_int_eq(emu_hist_bin(0x1p-150), EMU_HIST_BELOW);
+    ck_assert_int_eq(emu_hist_bin(-0x1p127), bin_of_binade(127));
+    ck_assert_int_eq(emu_hist_bin(0x1p128), EMU_HIST_ABOVE);
+    ck_assert_int_eq(emu_hist_bin(-0.0), EMU_HIST_ZERO);
+    ck_assert_int_eq(emu_hist_bin(-INFINITY), EMU_HIST_INF);
+    ck_assert_str_eq(emu_hist_label(bin_of_binade(-3), lab, sizeof lab), "-3");
+    ck_assert_str_eq(emu_hist_label(EMU_HIST_BELOW, lab, sizeof lab), "below");
+    emu_tensor_free(&a);
+    emu_tensor_free(&b);
+    emu_tensor_free(&y);
+    emu_stats_free(&stats);
+}
+END_TEST
+
+/* ---- MPFR sampling ------------------------------------------------------- */
+
+typedef enum { S_ADD, S_MUL, S_DIV, S_SQRT, S_EXP, S_AXPY, S_COUNT } s_op;
+
+static int run(s_op op, emu_ctx *ctx, const char *site, emu_tensor *y,
+               const emu_tensor *a, const emu_tensor *b)
+{
+    switch (op) {
+    case S_ADD: return emu_t_add(ctx, site, y, a, b);
+    case S_MUL: return emu_t_mul(ctx, site, y, a, b);
+    case S_DIV: return emu_t_div(ctx, site, y, a, b);
+    case S_SQRT: return emu_t_unary(ctx, site, y, a, EMU_UNARY_SQRT, 0, 0);
+    case S_EXP: return emu_t_unary(ctx, site, y, a, EMU_UNARY_EXP, 0, 0);
+    default: return emu_t_axpy(ctx, site, y, 0.7f, a, b);
+    }
+}
+
+/* A random value of f whose products, quotients and sums with another
+ * stay inside f's range (no overflow: the error bounds are about
+ * rounding, not saturation), and whose exp does too. */
+static double tame_value(test_rng *g, const emu_format *f, bool for_exp)
+{
+    const double lo = 2.0 * sqrt(f->min_normal), hi = sqrt(f->max) / 2.0;
+    for (;;) {
+        double x = emu_decode(f, test_random_bits(g, f));
+        if (x == 0.0 || (for_exp && fabs(x) < log(f->max) - 1.0) ||
+            (!for_exp && fabs(x) >= lo && fabs(x) <= hi))
+            return x;
+    }
+}
+
+START_TEST(test_sampling_rate1)
+{
+    const char *fmts[] = { "binary16", "bfloat16", "e4m3", "e5m2", "e3m4" };
+    const size_t n = 2048;
+    emu_stats stats;
+    emu_stats_init(&stats);
+    test_rng g = test_rng_make(0x5a);
+    for (size_t k = 0; k < sizeof fmts / sizeof fmts[0]; k++) {
+        const emu_format *f = test_format(fmts[k]);
+        emu_tensor a, b, y, e;
+        make(&a, f, n, "a", EMU_ROLE_OTHER);
+        make(&b, f, n, "b", EMU_ROLE_OTHER);
+        make(&e, f, n, "e", EMU_ROLE_OTHER);
+        make(&y, f, n, "y", EMU_ROLE_OTHER);
+        for (size_t i = 0; i < n; i++) {
+            a.data[i] = (float)tame_value(&g, f, false);
+            b.data[i] = (float)tame_value(&g, f, false);
+            e.data[i] = (float)tame_value(&g, f, true);
+        }
+        for (int m = 0; m <= EMU_RS; m++) {
+            for (int op = 0; op < S_COUNT; op++) {
+                emu_ctx ctx;
+                emu_ctx_init(&ctx, 3);
+                ctx.stats = &stats;
+                ctx.measure = EMU_MEASURE_ALL;
+                ctx.ref_rate = 1.0;
+                ctx.rnd.mode = (emu_rnd)m;
+                char site[EMU_NAME_MAX + 32];
+                snprintf(site, sizeof site, "%s.%d.%d", f->name, m, op);
+                ck_assert_int_eq(run((s_op)op, &ctx, site, &y,
+                                     op == S_EXP ? &e : &a, &b), 0);
+                /* expected samples: finite outputs of finite exact values */
+                uint64_t want = 0;
+                for (size_t i = 0; i < n; i++) {
+                    double x = a.data[i], z = b.data[i];
+                    double ex = op == S_ADD ? x + z : op == S_MUL ? x * z
+                              : op == S_DIV ? x / z : op == S_SQRT ? sqrt(x)
+                              : op == S_EXP ? exp(e.data[i])
+                                            : 0.7f * x + z;
+                    want += isfinite(y.data[i]) && isfinite(ex);
+                }
+                const emu_site_stats *t = &find_site(&stats, site,
+                                                     EMU_ROLE_OTHER)->total;
+                ck_assert_msg(t->ref_samples == want, "%s: %llu samples, want "
+                              "%llu", site, (unsigned long long)t->ref_samples,
+                              (unsigned long long)want);
+                /* Directed errors are < 1 ulp, but one of 1 - 2^-74 ulp
+                 * reaches the statistics as the double 1.0 (ops_core.c
+                 * converts |out - exact| to double to nearest). */
+                const bool nearest = m == EMU_RNE || m == EMU_RNA;
+                ck_assert_msg(nearest ? t->ulp_max <= 0.5 : t->ulp_max <= 1.0,
+                              "%s (mode %s): max error %g ulp", site,
+                              emu_rnd_name((emu_rnd)m), t->ulp_max);
+                uint64_t sum_u = 0, sum_r = 0;
+                for (int j = 0; j < EMU_ULPERR_BINS; j++) {
+                    sum_u += t->ulp_hist[j];
+                    if (j > (nearest ? 1 : 2))
+                        ck_assert_uint_eq(t->ulp_hist[j], 0);
+                }
+                for (int j = 0; j < EMU_RELERR_BINS; j++)
+                    sum_r += t->rel_hist[j];
+                ck_assert_uint_eq(sum_u, t->ref_samples);
+                ck_assert_uint_eq(sum_r, t->ref_samples);
+                ck_assert_uint_eq(t->dot_samples, 0);
+            }
+        }
+        emu_tensor_free(&a);
+        emu_tensor_free(&b);
+        emu_tensor_free(&e);
+        emu_tensor_free(&y);
+    }
+    emu_stats_free(&stats);
+}
+END_TEST
+
+/* An op that lies: its pre-rounding values are 3 ulps off the exact value
+ * its reference gives.  The sampling must see 3 ulps. */
+typedef struct liar {
+    const float *x;
+} liar;
+
+static int liar_ref(const void *op, size_t i, mpfr_ptr exact, mpfr_ptr src)
+{
+    (void)src;
+    mpfr_set_d(exact, ((const liar *)op)->x[i], MPFR_RNDN);
+    return 0;
+}
+
+static int zero_ref(const void *op, size_t i, mpfr_ptr exact, mpfr_ptr src)
+{
+    (void)op;
+    (void)i;
+    (void)src;
+    mpfr_set_zero(exact, 1);
+    return 0;
+}
+
+START_TEST(test_sampling_catches_errors)
+{
+    const emu_format *h = test_format("binary16");
+    const size_t n = 64;
+    emu_tensor x, y;
+    make(&x, h, n, "x", EMU_ROLE_OTHER);
+    make(&y, h, n, "y", EMU_ROLE_OTHER);
+    double *hi = malloc(n * sizeof *hi);
+    for (size_t i = 0; i < n; i++) {
+        x.data[i] = (float)(1.0 + (double)i / 64.0);
+        hi[i] = x.data[i] + 3 * 0x1p-10; /* 3 ulps of binary16 in [1, 2) */
+    }
+    emu_stats stats;
+    emu_stats_init(&stats);
+    emu_ctx ctx;
+    emu_ctx_init(&ctx, 4);
+    ctx.stats = &stats;
+    ctx.measure = EMU_MEASURE_ALL;
+    ctx.ref_rate = 1.0;
+    liar op = { x.data };
+    emu_op_out o = { .site = "liar", .kind = "test", .out = &y, .hi = hi,
+                     .op = &op, .ref = liar_ref };
+    ck_assert_int_eq(emu_commit(&ctx, &o), 0);
+    const emu_site_stats *t = &find_site(&stats, "liar", EMU_ROLE_OTHER)->total;
+    ck_assert_uint_eq(t->ref_samples, n);
+    ck_assert_double_eq_tol(t->ulp_max, 3.0, 1e-12);
+    ck_assert_double_eq_tol(t->ulp_sum, 3.0 * n, 1e-9);
+    ck_assert_uint_eq(t->ulp_hist[emu_ulperr_bin(3.0)], n);
+    ck_assert_uint_eq(t->inexact, 0); /* hi was a binary16 value */
+
+    /* No reference: nothing sampled; measuring off: no site at all. */
+    o.site = "noref";
+    o.ref = NULL;
+    ck_assert_int_eq(emu_commit(&ctx, &o), 0);
+    ck_assert_uint_eq(
+        find_site(&stats, "noref", EMU_ROLE_OTHER)->total.ref_samples, 0);
+    size_t sites = stats.count;
+    ctx.measure = 0;
+    o.site = "unmeasured";
+    ck_assert_int_eq(emu_commit(&ctx, &o), 0);
+    ck_assert_uint_eq(stats.count, sites);
+    ck_assert_uint_eq(ctx.op_index, 3);
+
+    emu_tensor_free(&x);
+    emu_tensor_free(&y);
+    free(hi);
+    emu_stats_free(&stats);
+}
+END_TEST
+
+/* stats.c: an exact value of 0 with a non-zero output (an accumulator's
+ * cancellation) has an infinite relative error, which belongs in the last
+ * relative-error bin ("everything above"). */
+START_TEST(test_core_relerr_of_exact_zero)
+{
+    const emu_format *h = test_format("binary16");
+    emu_tensor y;
+    make(&y, h, 1, "y", EMU_ROLE_OTHER);
+    double hi = 0.25;
+    emu_stats stats;
+    emu_stats_init(&stats);
+    emu_ctx ctx;
+    emu_ctx_init(&ctx, 4);
+    ctx.stats = &stats;
+    ctx.measure = EMU_MEASURE_ALL;
+    ctx.ref_rate = 1.0;
+    emu_op_out o = { .site = "cancel", .kind = "test", .out = &y, .hi = &hi,
+                     .op = NULL, .ref = zero_ref };
+    ck_assert_int_eq(emu_commit(&ctx, &o), 0);
+    const emu_site_stats *t =
+        &find_site(&stats, "cancel", EMU_ROLE_OTHER)->total;
+    const uint64_t samples = t->ref_samples;
+    const uint64_t last = t->rel_hist[EMU_RELERR_BINS - 1];
+    emu_tensor_free(&y);
+    emu_stats_free(&stats);
+    ck_assert_msg(emu_relerr_bin(INFINITY) == EMU_RELERR_BINS - 1,
+                  "stats.c: emu_relerr_bin(inf) = %d, want %d (frexp leaves "
+                  "the exponent unspecified for inf)", emu_relerr_bin(INFINITY),
+                  EMU_RELERR_BINS - 1);
+    ck_assert_uint_eq(samples, 1);
+    ck_assert_uint_eq(last, 1);
+}
+END_TEST
+
+/* stats.c: a site name as long as the name field or longer is stored
+ * truncated but looked up whole, so every op adds a new site. */
+START_TEST(test_core_long_site_names)
+{
+    char name[100];
+    memset(name, 's', sizeof name - 1);
+    name[sizeof name - 1] = '\0';
+    emu_stats stats;
+    emu_stats_init(&stats);
+    emu_stats_site(&stats, name, "add", EMU_ROLE_OTHER, NULL);
+    emu_stats_site(&stats, name, "add", EMU_ROLE_OTHER, NULL);
+    const size_t count = stats.count;
+    emu_stats_free(&stats);
+    ck_assert_msg(count == 1, "stats.c: a %zu-character site name made %zu "
+                  "sites", strlen(name), count);
+}
+END_TEST
+
+START_TEST(test_sampling_rate_partial)
+{
+    const emu_format *f = test_format("bfloat16");
+    const size_t n = 20000;
+    emu_tensor a, b, y;
+    make(&a, f, n, "a", EMU_ROLE_OTHER);
+    make(&b, f, n, "b", EMU_ROLE_OTHER);
+    make(&y, f, n, "y", EMU_ROLE_OTHER);
+    for (size_t i = 0; i < n; i++) {
+        a.data[i] = (float)(1.0 + (double)(i % 128) / 128.0);
+        b.data[i] = (float)ldexp(1.0, -(int)(i % 20));
+    }
+    uint64_t samples[3];
+    for (int run = 0; run < 3; run++) {
+        emu_stats stats;
+        emu_stats_init(&stats);
+        emu_ctx ctx;
+        emu_ctx_init(&ctx, run == 2 ? 99 : 42);
+        ctx.stats = &stats;
+        ctx.measure = EMU_MEASURE_ALL;
+        ctx.ref_rate = 0.25;
+        ck_assert_int_eq(emu_t_add(&ctx, "p", &y, &a, &b), 0);
+        samples[run] = stats.sites[0].total.ref_samples;
+        emu_stats_free(&stats);
+    }
+    /* binomial(20000, 1/4): mean 5000, sd 61 */
+    ck_assert_msg(samples[0] > 4700 && samples[0] < 5300, "%llu samples",
+                  (unsigned long long)samples[0]);
+    ck_assert_uint_eq(samples[0], samples[1]); /* deterministic */
+    ck_assert_uint_ne(samples[0], samples[2]); /* another seed, other picks */
+    emu_tensor_free(&a);
+    emu_tensor_free(&b);
+    emu_tensor_free(&y);
+}
+END_TEST
+
+/* ---- the observer -------------------------------------------------------- */
+
+START_TEST(test_observer)
+{
+    const emu_format *h = test_format("binary16");
+    const emu_format *b32 = test_format("binary32");
+    const size_t n = 40;
+    emu_tensor a, b, y, w;
+    make(&a, b32, n, "a", EMU_ROLE_OTHER);
+    make(&b, b32, n, "b", EMU_ROLE_OTHER);
+    make(&y, h, n, "y", EMU_ROLE_OTHER);
+    make(&w, b32, n, "w", EMU_ROLE_MASTER);
+    test_rng g = test_rng_make(0x0b5);
+    for (size_t i = 0; i < n; i++) {
+        a.data[i] = (float)ldexp((double)test_below(&g, 1u << 24),
+                                 -(int)test_below(&g, 30));
+        b.data[i] = -(float)ldexp((double)test_below(&g, 1u << 24),
+                                  -(int)test_below(&g, 30));
+    }
+    obs_log log = { 0 };
+    emu_ctx ctx;
+    emu_ctx_init(&ctx, 5); /* no stats: the observer still sees every op */
+    ctx.observer = observe;
+    ctx.observer_user = &log;
+    ctx.op_index = 100;
+    ck_assert_uint_eq(emu_ctx_stream(&ctx), 100);
+    ck_assert_int_eq(emu_t_add(&ctx, "fc1.add", &y, &a, &b), 0);
+    ck_assert_int_eq(emu_t_cast(&ctx, "fc1.cast", &w, &a), 0);
+    ck_assert_int_eq(emu_t_unary(&ctx, NULL, &y, &a, EMU_UNARY_RELU, 0, 0), 0);
+    ck_assert_int_eq(emu_t_add(&ctx, "bad", &y, &a, &w), 0); /* same shape */
+    ck_assert_int_eq(emu_t_mul(&ctx, "bad", &y, &a, NULL), -1);   /* no event */
+    ck_assert_int_eq(log.calls, 4);
+    const char *sites[] = { "fc1.add", "fc1.cast", "relu", "bad" };
+    const char *kinds[] = { "add", "cast", "relu", "add" };
+    for (int k = 0; k < 4; k++) {
+        ck_assert_uint_eq(log.op_index[k], 100 + (uint64_t)k);
+        ck_assert_str_eq(log.site[k], sites[k]);
+        ck_assert_str_eq(log.kind[k], kinds[k]);
+        ck_assert_uint_eq(log.counts[k].n, n);
+    }
+    ck_assert_ptr_eq(log.out[0], &y);
+    ck_assert_ptr_eq(log.out[1], &w);
+    ck_assert_uint_eq(ctx.op_index, 104);
+    /* add: hi + lo is the exact sum; cast: hi is the input */
+    MPFR_DECL_INIT(e, 256);
+    MPFR_DECL_INIT(s, 256);
+    for (size_t i = 0; i < n; i++) {
+        mpfr_set_d(e, a.data[i], MPFR_RNDN);
+        mpfr_add_d(e, e, b.data[i], MPFR_RNDN);
+        mpfr_set_d(s, log.hi[0][i], MPFR_RNDN);
+        mpfr_add_d(s, s, log.lo[0][i], MPFR_RNDN);
+        ck_assert_msg(mpfr_equal_p(e, s), "element %zu: hi + lo inexact", i);
+        ck_assert(log.hi[0][i] + log.lo[0][i] == log.hi[0][i]); /* normalised */
+        ck_assert(log.hi[1][i] == a.data[i]);
+    }
+    ck_assert(!log.had_lo[1]);
+    emu_tensor_free(&a);
+    emu_tensor_free(&b);
+    emu_tensor_free(&y);
+    emu_tensor_free(&w);
+}
+END_TEST
+
+/* ---- stochastic rounding streams ----------------------------------------- */
+
+START_TEST(test_sr_streams)
+{
+    const emu_format *b32 = test_format("binary32");
+    const emu_format *h = test_format("binary16");
+    const size_t n = 4096;
+    emu_tensor a, b, y1, y2;
+    make(&a, b32, n, "a", EMU_ROLE_OTHER);
+    make(&b, b32, n, "b", EMU_ROLE_OTHER);
+    make(&y1, h, n, "y1", EMU_ROLE_OTHER);
+    make(&y2, h, n, "y2", EMU_ROLE_OTHER);
+    for (size_t i = 0; i < n; i++) {
+        a.data[i] = 1.0f + 0x1p-12f;   /* a quarter of a binary16 ulp up */
+        b.data[i] = (float)ldexp(1.0, -30 - (int)(i % 8)); /* lo for add */
+    }
+    const emu_rounding modes[] = { { .mode = EMU_RS, .sr_bits = 64 },
+                                   { .mode = EMU_RS_BITS, .sr_bits = 7 } };
+    for (int m = 0; m < 2; m++) {
+        for (int op = 0; op < 2; op++) {
+            /* op 0: add (the hi + lo path); op 1: mul by 1 (the array path) */
+            emu_ctx c1, c2;
+            emu_ctx_init(&c1, 1234);
+            emu_ctx_init(&c2, 1234);
+            c1.rnd = c2.rnd = modes[m];
+            obs_log log = { 0 };
+            c1.observer = observe;
+            c1.observer_user = &log;
+            c2.threads = 2; /* results never depend on threads */
+            emu_tensor ones;
+            make(&ones, b32, n, "ones", EMU_ROLE_OTHER);
+            for (size_t i = 0; i < n; i++)
+                ones.data[i] = 1.0f;
+            const emu_tensor *second = op ? &ones : &b;
+            int (*fn)(emu_ctx *, const char *, emu_tensor *, const emu_tensor *,
+                      const emu_tensor *) = op ? emu_t_mul : emu_t_add;
+            ck_assert_int_eq(fn(&c1, "s", &y1, &a, second), 0);
+            ck_assert_int_eq(fn(&c2, "s", &y2, &a, second), 0);
+            ck_assert(memcmp(y1.data, y2.data, n * sizeof *y1.data) == 0);
+            /* element i: word i of stream op_index */
+            size_t up = 0;
+            for (size_t i = 0; i < 64; i++) {
+                double want = emu_round2_word(
+                    h, log.hi[0][i], log.lo[0][i], &c1.rnd,
+                    emu_random64(c1.seed, log.op_index[0], i), NULL);
+                ck_assert_msg(test_same(want, y1.data[i]), "element %zu", i);
+            }
+            for (size_t i = 0; i < n; i++)
+                up += y1.data[i] > 1.0f;
+            /* P(up) = 1/4 (+ 2^-18 from b): 1024 +- 4 sd (27) */
+            ck_assert_msg(up > 1024 - 110 && up < 1024 + 110, "%zu up", up);
+            /* the next op (stream 1) draws other words */
+            ck_assert_int_eq(fn(&c2, "s", &y2, &a, second), 0);
+            size_t differ = 0;
+            for (size_t i = 0; i < n; i++)
+                differ += y1.data[i] != y2.data[i];
+            ck_assert_msg(differ > n / 5, "stream 1 vs 0: %zu differ", differ);
+            /* another seed, same op index */
+            emu_ctx c3;
+            emu_ctx_init(&c3, 4321);
+            c3.rnd = modes[m];
+            ck_assert_int_eq(fn(&c3, "s", &y2, &a, second), 0);
+            differ = 0;
+            for (size_t i = 0; i < n; i++)
+                differ += y1.data[i] != y2.data[i];
+            ck_assert_msg(differ > n / 5, "seed 4321 vs 1234: %zu differ",
+                          differ);
+            emu_tensor_free(&ones);
+        }
+    }
+    emu_tensor_free(&a);
+    emu_tensor_free(&b);
+    emu_tensor_free(&y1);
+    emu_tensor_free(&y2);
+}
+END_TEST
+
+/* ---- exports ------------------------------------------------------------- */
+
+static char *slurp(const char *path)
+{
+    FILE *fp = fopen(path, "rb");
+    ck_assert_msg(fp != NULL, "cannot open %s", path);
+    fseek(fp, 0, SEEK_END);
+    long len = ftell(fp);
+    fseek(fp, 0, SEEK_SET);
+    char *s = malloc((size_t)len + 1);
+    ck_assert_ptr_nonnull(s);
+    ck_assert_uint_eq(fread(s, 1, (size_t)len, fp), (size_t)len);
+    s[len] = '\0';
+    fclose(fp);
+    return s;
+}
+
+/* Splits one CSV line (RFC 4180 quoting) into fields; returns the count.
+ * The fields are copied into out (at most max, each < 128 characters). */
+static int csv_fields(const char *line, char out[][128], int max)
+{
+    int n = 0;
+    const char *p = line;
+    for (;;) {
+        char *f = n < max ? out[n] : NULL;
+        size_t k = 0;
+        if (*p == '"') {
+            for (p++;; p++) {
+                ck_assert_msg(*p != '\0', "unterminated quote: %s", line);
+                if (*p == '"') {
+                    if (p[1] != '"')
+                        break;
+                    p++;
+                }
+                if (f && k < 127)
+                    f[k++] = *p;
+            }
+            p++;
+        } else {
+            for (; *p && *p != ',' && *p != '\n'; p++)
+                if (f && k < 127)
+                    f[k++] = *p;
+        }
+        if (f)
+            f[k] = '\0';
+        n++;
+        if (*p != ',')
+            break;
+        p++;
+    }
+    return n;
+}
+
+/* The lines of s, split in place. */
+static int lines_of(char *s, char **lines, int max)
+{
+    int n = 0;
+    for (char *p = s; *p && n < max;) {
+        lines[n++] = p;
+        char *nl = strchr(p, '\n');
+        if (!nl)
+            break;
+        *nl = '\0';
+        p = nl + 1;
+    }
+    return n;
+}
+
+/* A small JSON parser: true if the text is one well-formed value;
+ * *sites counts the elements of the top-level "sites" array. */
+typedef struct jp {
+    const char *p;
+    int depth;
+    long *sites;
+} jp;
+
+static void jws(jp *j)
+{
+    while (*j->p == ' ' || *j->p == '\n' || *j->p == '\t' || *j->p == '\r')
+        j->p++;
+}
+
+static bool jvalue(jp *j, bool count_array);
+
+static bool jstring(jp *j, char *copy, size_t size)
+{
+    size_t k = 0;
+    if (*j->p != '"')
+        return false;
+    for (j->p++; *j->p != '"'; j->p++) {
+        unsigned char c = (unsigned char)*j->p;
+        if (c < 0x20 || c == '\0')
+            return false;
+        if (c == '\\') {
+            j->p++;
+            if (*j->p == 'u') {
+                for (int d = 1; d <= 4; d++)
+                    if (!strchr("0123456789abcdefABCDEF", j->p[d]) || !j->p[d])
+                        return false;
+                j->p += 4;
+            } else if (!strchr("\"\\/bfnrt", *j->p) || !*j->p) {
+                return false;
+            }
+        }
+        if (copy && k + 1 < size)
+            copy[k++] = (char)c;
+    }
+    if (copy)
+        copy[k] = '\0';
+    j->p++;
+    return true;
+}
+
+static bool jnumber(jp *j)
+{
+    const char *s = j->p;
+    if (*j->p == '-')
+        j->p++;
+    if (*j->p == '0')
+        j->p++;
+    else if (*j->p >= '1' && *j->p <= '9')
+        while (*j->p >= '0' && *j->p <= '9')
+            j->p++;
+    else
+        return false;
+    if (*j->p == '.') {
+        j->p++;
+        if (!(*j->p >= '0' && *j->p <= '9'))
+            return false;
+        while (*j->p >= '0' && *j->p <= '9')
+            j->p++;
+    }
+    if (*j->p == 'e' || *j->p == 'E') {
+        j->p++;
+        if (*j->p == '+' || *j->p == '-')
+            j->p++;
+        if (!(*j->p >= '0' && *j->p <= '9'))
+            return false;
+        while (*j->p >= '0' && *j->p <= '9')
+            j->p++;
+    }
+    return j->p > s;
+}
+
+static bool jvalue(jp *j, bool count_array)
+{
+    jws(j);
+    switch (*j->p) {
+    case '{': {
+        j->p++;
+        j->depth++;
+        jws(j);
+        if (*j->p == '}') {
+            j->p++;
+            j->depth--;
+            return true;
+        }
+        for (;;) {
+            char key[64];
+            jws(j);
+            if (!jstring(j, key, sizeof key))
+                return false;
+            jws(j);
+            if (*j->p++ != ':')
+                return false;
+            if (!jvalue(j, j->depth == 1 && !strcmp(key, "sites")))
+                return false;
+            jws(j);
+            if (*j->p == ',') {
+                j->p++;
+                continue;
+            }
+            if (*j->p++ != '}')
+                return false;
+            j->depth--;
+            return true;
+        }
+    }
+    case '[': {
+        j->p++;
+        j->depth++;
+        jws(j);
+        if (*j->p == ']') {
+            j->p++;
+            j->depth--;
+            return true;
+        }
+        for (;;) {
+            if (!jvalue(j, false))
+                return false;
+            if (count_array)
+                (*j->sites)++;
+            jws(j);
+            if (*j->p == ',') {
+                j->p++;
+                continue;
+            }
+            if (*j->p++ != ']')
+                return false;
+            j->depth--;
+            return true;
+        }
+    }
+    case '"':
+        return jstring(j, NULL, 0);
+    case 't':
+        return !strncmp(j->p, "true", 4) ? (j->p += 4, true) : false;
+    case 'f':
+        return !strncmp(j->p, "false", 5) ? (j->p += 5, true) : false;
+    case 'n':
+        return !strncmp(j->p, "null", 4) ? (j->p += 4, true) : false;
+    default:
+        return jnumber(j);
+    }
+}
+
+static bool json_ok(const char *text, long *sites)
+{
+    jp j = { text, 0, sites };
+    *sites = 0;
+    if (!jvalue(&j, false))
+        return false;
+    jws(&j);
+    return *j.p == '\0';
+}
+
+/* Files in dir (names joined by spaces, sorted as readdir gives them). */
+static int count_files(const char *dir, const char *containing)
+{
+    DIR *d = opendir(dir);
+    ck_assert_ptr_nonnull(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (e->d_name[0] != '.' && strstr(e->d_name, containing))
+            n++;
+    closedir(d);
+    return n;
+}
+
+START_TEST(test_exports)
+{
+    char dir[] = "/tmp/emu_choke_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    const emu_format *h = test_format("binary16");
+    const size_t n = 100;
+    emu_tensor a, b, y;
+    make(&a, h, n, "a", EMU_ROLE_OTHER);
+    make(&b, h, n, "b", EMU_ROLE_OTHER);
+    make(&y, h, n, "y", EMU_ROLE_ACT_GRAD);
+    for (size_t i = 0; i < n; i++) {
+        a.data[i] = (float)((double)i - 50.0) * 0.375f;
+        b.data[i] = i % 7 ? 0.3125f : INFINITY;
+    }
+    b.data[3] = -INFINITY;
+    a.data[3] = INFINITY; /* a NaN produced */
+    emu_stats stats;
+    emu_stats_init(&stats);
+    emu_ctx ctx;
+    emu_ctx_init(&ctx, 6);
+    ctx.stats = &stats;
+    ctx.measure = EMU_MEASURE_ALL;
+    ctx.ref_rate = 0.5;
+    const char *odd_name = "fc1,\"odd\" name";
+    ck_assert_int_eq(emu_t_add(&ctx, "fc1.add", &y, &a, &b), 0);
+    ck_assert_int_eq(emu_t_mul(&ctx, odd_name, &y, &a, &b), 0);
+    ck_assert_int_eq(emu_t_unary(&ctx, "act", &y, &a, EMU_UNARY_TANH, 0, 0), 0);
+    y.role = EMU_ROLE_WEIGHT; /* the same site name, another role: a new row */
+    ck_assert_int_eq(emu_t_add(&ctx, "fc1.add", &y, &a, &b), 0);
+    ck_assert_uint_eq(stats.count, 4);
+
+    char path[256], hpath[256], jpath[256];
+    emu_error err;
+    snprintf(path, sizeof path, "%s/sites.csv", dir);
+    snprintf(hpath, sizeof hpath, "%s/hist.csv", dir);
+    snprintf(jpath, sizeof jpath, "%s/stats.json", dir);
+    ck_assert_int_eq(emu_stats_write_csv(&stats, path, &err), 0);
+    ck_assert_int_eq(emu_stats_write_hist_csv(&stats, hpath, &err), 0);
+    ck_assert_int_eq(emu_stats_write_json(&stats, jpath, &err), 0);
+    ck_assert_int_eq(count_files(dir, ""), 3); /* no temporaries left */
+
+    /* sites CSV: a header and one row per site, all of the same width */
+    char *csv = slurp(path);
+    char *lines[64];
+    int nl = lines_of(csv, lines, 64);
+    ck_assert_int_eq(nl, 1 + 4);
+    static char f[64][128];
+    int width = csv_fields(lines[0], f, 64);
+    ck_assert_int_ge(width, 20);
+    ck_assert_str_eq(f[0], "site");
+    int col_results = -1, col_nanp = -1;
+    for (int c = 0; c < width; c++) {
+        if (!strcmp(f[c], "results"))
+            col_results = c;
+        if (!strcmp(f[c], "nan_produced"))
+            col_nanp = c;
+    }
+    ck_assert_int_ge(col_results, 0);
+    ck_assert_int_ge(col_nanp, 0);
+    for (int r = 1; r < nl; r++) {
+        ck_assert_int_eq(csv_fields(lines[r], f, 64), width);
+        ck_assert_str_eq(f[0], stats.sites[r - 1].name); /* quoting undone */
+        ck_assert_str_eq(f[2], emu_role_name(stats.sites[r - 1].role));
+        ck_assert_uint_eq(strtoull(f[col_results], NULL, 10), n);
+    }
+    csv_fields(lines[1], f, 64);
+    ck_assert_str_eq(f[col_nanp], "1"); /* inf + -inf */
+    free(csv);
+
+    /* histogram CSV: non-zero bins, each site's counts add up to n */
+    char *hcsv = slurp(hpath);
+    char *hl[2048];
+    int nh = lines_of(hcsv, hl, 2048);
+    ck_assert_int_gt(nh, 8);
+    ck_assert_str_eq(hl[0], "site,kind,role,format,which,bin,log2_lower,count");
+    uint64_t total[4][2] = { { 0 } };
+    for (int r = 1; r < nh; r++) {
+        ck_assert_int_eq(csv_fields(hl[r], f, 64), 8);
+        int site = -1;
+        for (size_t k = 0; k < stats.count; k++)
+            if (!strcmp(f[0], stats.sites[k].name) &&
+                !strcmp(f[2], emu_role_name(stats.sites[k].role)))
+                site = (int)k;
+        ck_assert_int_ge(site, 0);
+        int which = !strcmp(f[4], "rounded");
+        ck_assert(which || !strcmp(f[4], "exact"));
+        uint64_t c = strtoull(f[7], NULL, 10);
+        ck_assert_uint_gt(c, 0);
+        /* log2_lower is the bin label for binades, empty otherwise */
+        ck_assert(f[6][0] == '\0'
+                      ? !isdigit((unsigned char)f[5][strlen(f[5]) - 1])
+                      : !strcmp(f[5], f[6]));
+        total[site][which] += c;
+    }
+    for (int k = 0; k < 4; k++)
+        ck_assert(total[k][0] == n && total[k][1] == n);
+    free(hcsv);
+
+    /* JSON: well-formed, one object per site, no bare nan/inf */
+    char *json = slurp(jpath);
+    long nsites;
+    ck_assert_msg(json_ok(json, &nsites), "malformed JSON:\n%s", json);
+    ck_assert_int_eq(nsites, 4);
+    ck_assert_ptr_nonnull(strstr(json, "\"fc1,\\\"odd\\\" name\""));
+    free(json);
+
+    /* step rows: only the sites active in the step */
+    y.role = EMU_ROLE_ACT_GRAD;
+    emu_stats_begin_step(&stats, 7);
+    FILE *tf = tmpfile();
+    ck_assert_ptr_nonnull(tf);
+    ck_assert_int_eq(emu_stats_write_step_rows(&stats, tf, true), 0);
+    ck_assert_int_eq(emu_t_unary(&ctx, "act", &y, &a, EMU_UNARY_TANH, 0, 0), 0);
+    ck_assert_int_eq(emu_stats_write_step_rows(&stats, tf, false), 0);
+    rewind(tf);
+    char line[4096];
+    int rows = 0;
+    ck_assert_ptr_nonnull(fgets(line, sizeof line, tf));
+    ck_assert(!strncmp(line, "step,site,kind,role,format,", 27));
+    while (fgets(line, sizeof line, tf)) {
+        rows++;
+        ck_assert_msg(!strncmp(line, "7,\"act\",\"tanh\",act_grad,", 24),
+                      "%s", line);
+    }
+    ck_assert_int_eq(rows, 1);
+    fclose(tf);
+    const emu_site *act = find_site(&stats, "act", EMU_ROLE_ACT_GRAD);
+    ck_assert_uint_eq(act->step.results, n);
+    ck_assert_uint_eq(act->total.results, 2 * n);
+
+    /* summary: a header and one line per site */
+    tf = tmpfile();
+    emu_stats_print_summary(&stats, tf);
+    rewind(tf);
+    rows = 0;
+    while (fgets(line, sizeof line, tf))
+        rows++;
+    ck_assert_int_eq(rows, 1 + (int)stats.count);
+    fclose(tf);
+
+    /* atomic writes that fail leave nothing behind and say where */
+    char bad[300];
+    snprintf(bad, sizeof bad, "%s/no/such/dir/s.csv", dir);
+    memset(&err, 0, sizeof err);
+    ck_assert_int_eq(emu_stats_write_csv(&stats, bad, &err), -1);
+    ck_assert_msg(strstr(err.where, "no/such/dir"), "where: %s", err.where);
+    ck_assert_msg(strstr(err.message, "cannot write"), "%s", err.message);
+    /* the rename fails (the target is a directory): the temporary goes */
+    char sub[300];
+    snprintf(sub, sizeof sub, "%s/target", dir);
+    ck_assert_int_eq(mkdir(sub, 0700), 0);
+    ck_assert_int_eq(emu_stats_write_json(&stats, sub, &err), -1);
+    ck_assert_int_eq(count_files(dir, "tmp"), 0);
+    ck_assert_int_eq(count_files(dir, ""), 4); /* 3 files + target */
+    /* overwriting an existing export works and leaves one file */
+    ck_assert_int_eq(emu_stats_write_csv(&stats, path, &err), 0);
+    ck_assert_int_eq(count_files(dir, ""), 4);
+    char *again = slurp(path);
+    ck_assert_int_eq(lines_of(again, lines, 64), 1 + 4);
+    free(again);
+
+    remove(path);
+    remove(hpath);
+    remove(jpath);
+    rmdir(sub);
+    rmdir(dir);
+    emu_tensor_free(&a);
+    emu_tensor_free(&b);
+    emu_tensor_free(&y);
+    emu_stats_free(&stats);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("choke_point");
+    TCase *tc = tcase_create("commit");
+    tcase_set_timeout(tc, 0);
+    tcase_add_test(tc, test_counts_by_hand);
+    tcase_add_test(tc, test_histograms_random);
+    tcase_add_test(tc, test_sampling_rate1);
+    tcase_add_test(tc, test_sampling_catches_errors);
+    tcase_add_test(tc, test_sampling_rate_partial);
+    tcase_add_test(tc, test_observer);
+    tcase_add_test(tc, test_sr_streams);
+    tcase_add_test(tc, test_exports);
+    suite_add_tcase(s, tc);
+    /* Bugs in stats.c found by these tests (see the helper's report). */
+    TCase *core = tcase_create("core_bugs");
+    tcase_add_test(core, test_core_relerr_of_exact_zero);
+    tcase_add_test(core, test_core_long_site_names);
+    suite_add_tcase(s, core);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed != 0;
+}
