@@ -195,13 +195,19 @@ static int alloc_param(emu_param *prm, const char *layer, const char *what,
                                EMU_ROLE_OPT_STATE, EMU_ROLE_OTHER,
                                EMU_ROLE_WEIGHT_GRAD };
     for (int i = 0; i < 7; i++) {
-        if ((i == 1 || i == 6) && !p->use_master)
+        if (i == 1 && !p->use_master)
+            continue;
+        /* gm: the gradient in the master format, or the Kahan update's copy
+         * of the old weights (in the weight format). */
+        if (i == 6 && !p->use_master && p->update != EMU_UPDATE_KAHAN)
             continue;
         if (i == 5 && p->update != EMU_UPDATE_KAHAN)
             continue;
         /* The Kahan buffer lives in the weight's format. */
         const emu_format *fmt = i == 5 ? &prec_of(p, l, EMU_ROLE_WEIGHT)->fmt
-                              : i == 6 ? &prec_of(p, l, EMU_ROLE_MASTER)->fmt
+                              : i == 6 ? &prec_of(p, l, p->use_master
+                                                            ? EMU_ROLE_MASTER
+                                                            : EMU_ROLE_WEIGHT)->fmt
                                        : &prec_of(p, l, roles[i])->fmt;
         snprintf(name, sizeof name, "%s.%s%s", layer, what, suffix[i]);
         if (emu_tensor_alloc(ts[i], name, roles[i], fmt, ndim, shape, err))

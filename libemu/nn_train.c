@@ -1126,6 +1126,9 @@ int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
         !(cfg->ref_rate >= 0.0 && cfg->ref_rate <= 1.0) || cfg->threads < 1)
         return fail(err, "config", "batch and epochs must be >= 1, lr > 0, "
                     "loss_mult > 0, ref_rate in [0, 1], threads >= 1");
+    if (p->update == EMU_UPDATE_KAHAN && cfg->opt != EMU_OPT_SGD)
+        return fail(err, "config", "Kahan-compensated updates are defined for "
+                    "SGD (its buffers reuse the Adam moments); use --optimizer sgd");
     {
         int e;
         if (frexp(cfg->loss_mult, &e) != 0.5 || !isfinite(cfg->loss_mult))

@@ -132,7 +132,8 @@ typedef struct emu_param {
     emu_tensor master;   /* EMU_ROLE_MASTER, allocated if use_master        */
     emu_tensor g;        /* EMU_ROLE_WEIGHT_GRAD                            */
     emu_tensor gm;       /* the gradient cast to the master format, unscaled
-                            there (allocated with the master)              */
+                            there (allocated with the master); the Kahan
+                            update's copy of the old weights               */
     emu_tensor m, v;     /* EMU_ROLE_OPT_STATE: momentum / Adam moments      */
     emu_tensor c;        /* Kahan compensation, in w's format               */
 } emu_param;
