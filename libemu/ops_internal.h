@@ -56,4 +56,23 @@ int emu_gemm_accum(const emu_accum *model, size_t M, size_t N, size_t K,
                    double *hi, double *lo, uint64_t seed, uint64_t stream,
                    emu_accum_counts *counts, int threads);
 
+/* emu_gemm_accum with an initial accumulator value per output (c,
+ * row-major M x N, or NULL: start from zero — what matmul's `accumulate`
+ * uses; where it enters each model is defined with emu_matmul_opts) and
+ * the number of the first dot product (dot product i*N + j takes its
+ * stochastic words as number dot0 + i*N + j, so a batched op gives each
+ * batch its own numbers). */
+int emu_gemm_accum_ex(const emu_accum *model, size_t M, size_t N, size_t K,
+                      const float *a, ptrdiff_t a_rs, ptrdiff_t a_cs,
+                      const float *b, ptrdiff_t b_rs, ptrdiff_t b_cs,
+                      const double *c, double *hi, double *lo, uint64_t seed,
+                      uint64_t stream, uint64_t dot0,
+                      emu_accum_counts *counts, int threads);
+
+/* One accumulator rounding of hi + lo as the models do it: the inline fast
+ * path where it applies (*fast = true), else the scalar choke point; the
+ * two are tested bit-identical. */
+double emu_accum_round_step(const emu_format *f, const emu_rounding *r,
+                            double hi, double lo, uint64_t word, bool *fast);
+
 #endif

@@ -213,7 +213,20 @@ int emu_policy_set(emu_policy *p, const char *assignment, emu_error *err)
     if (!*val)
         return fail(err, key, "missing value");
 
-    /* <role>=FORMAT, <role>.mode=MODE; master=none turns the copy off. */
+    if (!strcmp(key, "exempt")) {
+        unsigned e = 0;
+        if (!strcmp(val, "none")) e = 0;
+        else if (!strcmp(val, "first")) e = EMU_EXEMPT_FIRST;
+        else if (!strcmp(val, "last")) e = EMU_EXEMPT_LAST;
+        else if (!strcmp(val, "first+last")) e = EMU_EXEMPT_FIRST | EMU_EXEMPT_LAST;
+        else
+            return fail(err, key, "'%s' is not none, first, last or first+last", val);
+        p->exempt = e;
+        return 0;
+    }
+
+    /* <role>=FORMAT, <role>.mode=MODE (exempt_format, exempt.mode for the
+     * exempt layers); master=none turns the copy off. */
     char role[32];
     snprintf(role, sizeof role, "%.31s", key);
     char *dot = strchr(role, '.');
@@ -245,17 +258,6 @@ int emu_policy_set(emu_policy *p, const char *assignment, emu_error *err)
     }
     if (!strcmp(key, "accum"))
         return emu_accum_parse(&p->accum, val, err);
-    if (!strcmp(key, "exempt")) {
-        unsigned e = 0;
-        if (!strcmp(val, "none")) e = 0;
-        else if (!strcmp(val, "first")) e = EMU_EXEMPT_FIRST;
-        else if (!strcmp(val, "last")) e = EMU_EXEMPT_LAST;
-        else if (!strcmp(val, "first+last")) e = EMU_EXEMPT_FIRST | EMU_EXEMPT_LAST;
-        else
-            return fail(err, key, "'%s' is not none, first, last or first+last", val);
-        p->exempt = e;
-        return 0;
-    }
     if (!strcmp(key, "update")) {
         if (!strcmp(val, "plain")) p->update = EMU_UPDATE_PLAIN;
         else if (!strcmp(val, "sr")) p->update = EMU_UPDATE_SR;

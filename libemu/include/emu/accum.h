@@ -23,37 +23,56 @@
 extern "C" {
 #endif
 
+/* Common to the models: the terms are t_i = x_i * y_i, exact (a product of
+ * two binary32 values fits a binary64), or round_prod(x_i * y_i) into
+ * `prod` with mode rnd when round_products; with y NULL the terms are the
+ * x_i themselves, never rounded.  Every rounding into acc (or wide) is one
+ * correctly rounded addition of two exact values, mode rnd, with IEEE
+ * 754's sign for an exact zero sum (+0, or -0 toward -inf; two zeros of
+ * one sign keep it).  The running sum starts at +0. */
 typedef enum emu_accum_kind {
-    /* s = 0; for i: s = round_acc(s + round_prod(x_i * y_i)).  Products
-     * exact unless round_products. */
+    /* s = 0; for i: s = round_acc(s + t_i). */
     EMU_ACCUM_SEQUENTIAL,
-    /* Pairwise (tree) summation of the (optionally rounded) products, each
-     * partial sum rounded into acc: halves of [0, n) recursively, the left
-     * half taking the larger part for odd lengths ceil(n/2). */
+    /* Pairwise (tree) summation of the terms, each partial sum rounded
+     * into acc: halves of [0, n) recursively, the left half taking the
+     * larger part for odd lengths ceil(n/2); the leaves are the terms
+     * themselves (not rounded into acc).  n = 1: round_acc(0 + t_0);
+     * n = 0: +0.  Swamping: at each node the addend is the operand of
+     * smaller magnitude (the right one on a tie). */
     EMU_ACCUM_PAIRWISE,
-    /* Sequential in acc over blocks of `block` terms; each block's partial
-     * sum is then added into a wide accumulator (rounded into `wide`) and
-     * the narrow one restarts at zero: the FP8 GEMM recipe that promotes
-     * to binary32 every 128 products. */
+    /* Sequential in acc over blocks of `block` terms (the last block may
+     * be shorter); each block's partial sum is then added into a wide
+     * accumulator (rounded into `wide`) and the narrow one restarts at +0:
+     * the FP8 GEMM recipe that promotes to binary32 every 128 products.
+     * Swamping counts both kinds of addition, each in its own format. */
     EMU_ACCUM_BLOCKED,
-    /* Fused multi-term unit of width k: per group of k terms, the exact
-     * products and the running sum s are aligned to the largest exponent
-     * among them; each is truncated (toward zero) to `fused_w` bits below
-     * that exponent's leading bit; the truncated terms are added exactly
-     * and the sum is rounded into acc (mode rnd).  The published model of
-     * tensor-core dot-product units. */
+    /* Fused multi-term unit of width k: per group of k terms (the last may
+     * be shorter), the terms and the running sum s are aligned to the
+     * largest among them: with 2^E the leading bit of the largest
+     * magnitude, each is truncated toward zero (on its magnitude) to a
+     * multiple of 2^(E - fused_w + 1), i.e. fused_w bits counting that
+     * leading bit; the truncated values are added exactly and the sum is
+     * rounded into acc (mode rnd).  An exact zero sum is +0; a group with
+     * an inf or NaN gives IEEE's sum of its values.  The published model
+     * of tensor-core dot-product units.  Swamping, per term: absorbed if
+     * the alignment truncated it to zero, else its bits below the coarser
+     * of 2^(E - fused_w + 1) and ulp(s_new) in acc are lost. */
     EMU_ACCUM_FUSED,
     /* Kahan-compensated sequential summation, every operation rounded into
-     * acc: y = p - c; t = s + y; c = (t - s) - y; s = t. */
+     * acc: y = t_i - c; t = s + y; c = (t - s) - y; s = t.  Swamping is
+     * counted on t = s + y. */
     EMU_ACCUM_KAHAN,
-    /* The exact sum, rounded once (only by the output rounding): the ideal. */
+    /* The exact sum, rounded once (only by the output rounding): the ideal.
+     * Its zero is -0 only if every term is -0.  Swamping: every addition
+     * counted, nothing lost. */
     EMU_ACCUM_EXACT,
     /* Host binary32 arithmetic on the (already rounded) inputs: BLAS sgemm
-     * for matmul where available, a plain float loop otherwise.  No
-     * per-step emulation and no swamping counts; for long training runs
-     * where the accumulator is not the question.  The summation order is
-     * the library's, so results depend on the BLAS build (not on threads
-     * for a given build). */
+     * for matmul where available, a plain float loop otherwise
+     * (s = s + x_i * y_i, product and sum each rounded to binary32, no
+     * FMA).  No per-step emulation and no swamping counts; for long
+     * training runs where the accumulator is not the question.  The
+     * summation order is the library's, so results depend on the BLAS
+     * build (not on threads for a given build). */
     EMU_ACCUM_FAST,
     EMU_ACCUM_COUNT
 } emu_accum_kind;
@@ -97,7 +116,13 @@ typedef struct emu_accum_counts {
 
 /* Where stochastic accumulator roundings take their words: dot product
  * `dot` of the op with RNG stream `stream` uses indices from
- * dot * EMU_ACCUM_WORDS_PER_DOT on. */
+ * base = dot * EMU_ACCUM_WORDS_PER_DOT on: the rounding of product i takes
+ * word base + i, and the r-th rounding into acc or wide (r from 0, in the
+ * order the model's definition performs them: pairwise in post-order,
+ * Kahan four per term, blocked's promotion after its block, fused one per
+ * group) takes word base + n + r.  A dot product needing more than
+ * EMU_ACCUM_WORDS_PER_DOT words shares the next one's (still
+ * reproducible).  rng NULL means seed 0, stream 0, dot 0. */
 #define EMU_ACCUM_WORDS_PER_DOT ((uint64_t)1 << 24)
 typedef struct emu_accum_rng {
     uint64_t seed, stream, dot;
@@ -109,16 +134,23 @@ typedef struct emu_accum_rng {
  * for EXACT, whose exact sum (formed without error in a long fixed-point
  * accumulator) comes back as hi = RN(sum), lo = RN(sum - hi): the sign and
  * zeroness of lo are exact, which is all a deterministic output rounding
- * into a p <= 24 format needs.  counts may be NULL. */
+ * into a p <= 24 format needs.  counts and lo may be NULL. */
 double emu_accum_dot(const emu_accum *a, const float *x, ptrdiff_t incx,
                      const float *y, ptrdiff_t incy, size_t n,
                      const emu_accum_rng *rng, emu_accum_counts *counts,
                      double *lo);
 
 /* Swamping bookkeeping for one addition s_new = round(s + t), shared by
- * every accumulator (and the optimizer updates): t != 0 and s_new == s is
- * an absorbed addend; otherwise the bits of t below ulp(s_new) in acc are
- * lost (0 if t lies entirely on acc's grid at s_new). */
+ * every accumulator (and the optimizer updates): adds += 1, and
+ *  - t != 0 and s_new == s: an absorbed addend (absorbed += 1, and
+ *    lost_bits[EMU_LOST_BINS - 1]);
+ *  - else t zero, inf or NaN, or s_new inf or NaN: lost_bits[0];
+ *  - else lost_bits[n], n = the number of bit positions of t below
+ *    ulp(s_new) = 2^q, q the quantum exponent of acc at |s_new|
+ *    (semantics.md; a zero s_new counts as below 2^emin): from t's lowest
+ *    set bit up to the lower of t's leading bit and 2^(q-1), 0 if t lies
+ *    on acc's grid at s_new.
+ * So the lost_bits bins always add up to adds. */
 void emu_accum_count_add(emu_accum_counts *c, const emu_format *acc, double s,
                          double t, double s_new);
 

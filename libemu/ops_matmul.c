@@ -1,0 +1,294 @@
+/*
+ * ops_matmul.c — matrix products (emu_t_matmul, emu_t_bmm).
+ *
+ * Called by the layers (linear forward and backward) and by users.  Each
+ * output is one dot product formed by ctx->accum through the GEMM engine
+ * (emu_gemm_accum_ex in accum.c), then rounded once into the output's
+ * format by the choke point.  The MPFR reference of a sampled output is
+ * mpfr_dot of the same row and column (plus the old output value when
+ * accumulating), once from the op's inputs and once from their unquantized
+ * sources, which is what splits the error into quantization, accumulation
+ * and output rounding.
+ *
+ * Shapes (legend): A is (M, K), or (K, M) stored when trans_a; B is (K, N),
+ * or (N, K) stored when trans_b; out is (M, N).  bmm prefixes a batch
+ * dimension to all three.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops_internal.h"
+
+/* Stream of the accumulator roundings of the op about to commit: apart
+ * from the output roundings' stream (tensor-design.md). */
+#define ACCUM_STREAM_TAG ((uint64_t)1 << 63)
+
+typedef struct mm_op {
+    size_t batch, M, N, K;
+    const float *a, *b, *as, *bs;   /* inputs and sources (as/bs may be a/b) */
+    const float *c;                 /* old output values, or NULL            */
+    double alpha;                   /* output scale, a power of two          */
+    ptrdiff_t a_rs, a_cs, b_rs, b_cs;
+    mpfr_t *xa, *xb;                /* K + 1 terms each, binary32-exact     */
+    mpfr_ptr *pa, *pb;
+} mm_op;
+
+static const float *a_elem(const mm_op *m, const float *a, size_t bt, size_t i,
+                           size_t k)
+{
+    return a + bt * m->M * m->K + (ptrdiff_t)i * m->a_rs + (ptrdiff_t)k * m->a_cs;
+}
+
+static const float *b_elem(const mm_op *m, const float *b, size_t bt, size_t k,
+                           size_t j)
+{
+    return b + bt * m->K * m->N + (ptrdiff_t)k * m->b_rs + (ptrdiff_t)j * m->b_cs;
+}
+
+/* alpha (row i of A . column j of B) + c[o], from a and b. */
+static void mm_dot(const mm_op *m, size_t o, const float *a, const float *b,
+                   mpfr_ptr out)
+{
+    size_t bt = o / (m->M * m->N), ij = o % (m->M * m->N);
+    size_t i = ij / m->N, j = ij % m->N;
+    for (size_t k = 0; k < m->K; k++) {
+        mpfr_set_flt(m->xa[k], *a_elem(m, a, bt, i, k), MPFR_RNDN);
+        mpfr_set_flt(m->xb[k], *b_elem(m, b, bt, k, j), MPFR_RNDN);
+    }
+    mpfr_dot(out, m->pa, m->pb, m->K, MPFR_RNDN);
+    mpfr_mul_d(out, out, m->alpha, MPFR_RNDN); /* exact: a power of two */
+    if (m->c)
+        mpfr_add_d(out, out, m->c[o], MPFR_RNDN);
+}
+
+static int mm_ref(const void *op, size_t o, mpfr_ptr exact, mpfr_ptr exact_src)
+{
+    const mm_op *m = op;
+    mm_dot(m, o, m->a, m->b, exact);
+    if (m->as == m->a && m->bs == m->b)
+        mpfr_set(exact_src, exact, MPFR_RNDN);
+    else
+        mm_dot(m, o, m->as, m->bs, exact_src);
+    return 1;
+}
+
+static bool mm_inputs_had_nan(const void *op, size_t o)
+{
+    const mm_op *m = op;
+    size_t bt = o / (m->M * m->N), ij = o % (m->M * m->N);
+    size_t i = ij / m->N, j = ij % m->N;
+    if (m->c && isnan(m->c[o]))
+        return true;
+    for (size_t k = 0; k < m->K; k++)
+        if (isnan(*a_elem(m, m->a, bt, i, k)) || isnan(*b_elem(m, m->b, bt, k, j)))
+            return true;
+    return false;
+}
+
+static bool overlaps(const emu_tensor *x, const emu_tensor *y)
+{
+    if (!x || !y)
+        return false;
+    const char *x0 = (const char *)x->data, *x1 = (const char *)(x->data + x->n);
+    const char *y0 = (const char *)y->data, *y1 = (const char *)(y->data + y->n);
+    /* Comparing pointers into different objects is unspecified; going
+     * through uintptr_t gives an answer on every platform we target. */
+    return (uintptr_t)x0 < (uintptr_t)y1 && (uintptr_t)y0 < (uintptr_t)x1;
+}
+
+/* Checks and shapes common to matmul (nd = 2) and bmm (nd = 3). */
+static int mm_check(emu_ctx *ctx, const char *site, int nd, emu_tensor *out,
+                    const emu_tensor *a, const emu_tensor *b,
+                    const emu_matmul_opts *o, mm_op *m)
+{
+    if (emu_check_tensor(ctx, site, "out", out) ||
+        emu_check_tensor(ctx, site, "a", a) ||
+        emu_check_tensor(ctx, site, "b", b))
+        return -1;
+    const emu_tensor *ts[3] = { out, a, b };
+    const char *names[3] = { "out", "a", "b" };
+    for (int t = 0; t < 3; t++)
+        if (ts[t]->ndim != nd)
+            return emu_ctx_fail(ctx, site, "%s '%s' has %d dimensions, "
+                                "expected %d", names[t], ts[t]->name,
+                                ts[t]->ndim, nd);
+    int d = nd - 2; /* first matrix dimension */
+    size_t batch = nd == 3 ? out->shape[0] : 1;
+    if (nd == 3 && (a->shape[0] != batch || b->shape[0] != batch))
+        return emu_ctx_fail(ctx, site, "batch sizes differ: out %zu, a %zu, "
+                            "b %zu", batch, a->shape[0], b->shape[0]);
+    size_t M = o->trans_a ? a->shape[d + 1] : a->shape[d];
+    size_t K = o->trans_a ? a->shape[d] : a->shape[d + 1];
+    size_t Kb = o->trans_b ? b->shape[d + 1] : b->shape[d];
+    size_t N = o->trans_b ? b->shape[d] : b->shape[d + 1];
+    if (K != Kb)
+        return emu_ctx_fail(ctx, site, "shape mismatch: op(a) of '%s' is "
+                            "(%zu, %zu) but op(b) of '%s' is (%zu, %zu)",
+                            a->name, M, K, b->name, Kb, N);
+    if (out->shape[d] != M || out->shape[d + 1] != N)
+        return emu_ctx_fail(ctx, site, "shape mismatch: out '%s' is (%zu, "
+                            "%zu), the product is (%zu, %zu)", out->name,
+                            out->shape[d], out->shape[d + 1], M, N);
+    if (o->a_src && (emu_check_tensor(ctx, site, "a_src", o->a_src) ||
+                     emu_check_same_shape(ctx, site, "a", a, "a_src", o->a_src)))
+        return -1;
+    if (o->b_src && (emu_check_tensor(ctx, site, "b_src", o->b_src) ||
+                     emu_check_same_shape(ctx, site, "b", b, "b_src", o->b_src)))
+        return -1;
+    if (overlaps(out, a) || overlaps(out, b) || overlaps(out, o->a_src) ||
+        overlaps(out, o->b_src))
+        return emu_ctx_fail(ctx, site, "out '%s' shares storage with an "
+                            "input (a product cannot be formed in place)",
+                            out->name);
+    emu_error e;
+    if (emu_accum_validate(&ctx->accum, &e))
+        return emu_ctx_fail(ctx, site, "accumulator: %s%s%s", e.key,
+                            e.key[0] ? ": " : "", e.message);
+    double alpha = o->alpha == 0.0f ? 1.0 : (double)o->alpha;
+    int ex;
+    if (!isfinite(alpha) || fabs(frexp(alpha, &ex)) != 0.5)
+        return emu_ctx_fail(ctx, site, "alpha %g is not a power of two (the "
+                            "scaling must be exact)", (double)o->alpha);
+    memset(m, 0, sizeof *m);
+    m->alpha = alpha;
+    m->batch = batch;
+    m->M = M;
+    m->N = N;
+    m->K = K;
+    m->a = a->data;
+    m->b = b->data;
+    m->as = o->a_src ? o->a_src->data : a->data;
+    m->bs = o->b_src ? o->b_src->data : b->data;
+    m->a_rs = o->trans_a ? 1 : (ptrdiff_t)K;
+    m->a_cs = o->trans_a ? (ptrdiff_t)M : 1;
+    m->b_rs = o->trans_b ? 1 : (ptrdiff_t)N;
+    m->b_cs = o->trans_b ? (ptrdiff_t)K : 1;
+    return 0;
+}
+
+static int mm_run(emu_ctx *ctx, const char *site, const char *kind, int nd,
+                  emu_tensor *out, const emu_tensor *a, const emu_tensor *b,
+                  const emu_matmul_opts *opts)
+{
+    static const emu_matmul_opts none;
+    const emu_matmul_opts *o = opts ? opts : &none;
+    mm_op m;
+    if (mm_check(ctx, site, nd, out, a, b, o, &m))
+        return -1;
+
+    const size_t n = out->n, mn = m.M * m.N;
+    const bool exact = ctx->accum.kind == EMU_ACCUM_EXACT;
+    double *hi = emu_scratch(ctx, site, n);
+    double *lo = exact ? emu_scratch(ctx, site, n) : NULL;
+    /* Accumulating: the old values (for the reference) and where the
+     * accumulator starts, out / alpha (exact in binary64). */
+    float *c = NULL;
+    double *c0 = NULL;
+    if (o->accumulate && hi) {
+        c = malloc(n * sizeof *c);
+        c0 = emu_scratch(ctx, site, n);
+        if (c && c0) {
+            memcpy(c, out->data, n * sizeof *c);
+            for (size_t i = 0; i < n; i++)
+                c0[i] = (double)c[i] / m.alpha;
+        } else if (!c) {
+            emu_ctx_fail(ctx, site, "out of memory for %zu values", n);
+        }
+    }
+    if (!hi || (exact && !lo) || (o->accumulate && (!c || !c0))) {
+        free(hi);
+        free(lo);
+        free(c);
+        free(c0);
+        return -1;
+    }
+    m.c = c;
+
+    const bool swamp = ctx->stats && (ctx->measure & EMU_MEASURE_SWAMP);
+    emu_accum_counts counts;
+    memset(&counts, 0, sizeof counts);
+    const uint64_t stream = emu_ctx_stream(ctx) ^ ACCUM_STREAM_TAG;
+    int rc = 0;
+    for (size_t bt = 0; bt < m.batch && rc == 0; bt++)
+        rc = emu_gemm_accum_ex(&ctx->accum, m.M, m.N, m.K,
+                               m.a + bt * m.M * m.K, m.a_rs, m.a_cs,
+                               m.b + bt * m.K * m.N, m.b_rs, m.b_cs,
+                               c0 ? c0 + bt * mn : NULL, hi + bt * mn,
+                               lo ? lo + bt * mn : NULL, ctx->seed, stream,
+                               bt * mn, swamp ? &counts : NULL, ctx->threads);
+    free(c0);
+    if (rc) {
+        free(hi);
+        free(lo);
+        free(c);
+        return emu_ctx_fail(ctx, site, "out of memory in the GEMM engine");
+    }
+    if (m.alpha != 1.0)
+        for (size_t i = 0; i < n; i++) {
+            hi[i] *= m.alpha; /* exact: binary64 has the range */
+            if (lo)
+                lo[i] *= m.alpha;
+        }
+
+    /* MPFR terms for the sampled references, only if sampling is on. */
+    const bool ref = ctx->stats && (ctx->measure & EMU_MEASURE_REF) &&
+                     ctx->ref_rate > 0.0;
+    size_t nt = m.K + 1;
+    if (ref) {
+        m.xa = malloc(nt * sizeof *m.xa);
+        m.xb = malloc(nt * sizeof *m.xb);
+        m.pa = malloc(nt * sizeof *m.pa);
+        m.pb = malloc(nt * sizeof *m.pb);
+        if (!m.xa || !m.xb || !m.pa || !m.pb) {
+            free(m.xa);
+            free(m.xb);
+            free(m.pa);
+            free(m.pb);
+            free(hi);
+            free(lo);
+            free(c);
+            return emu_ctx_fail(ctx, site, "out of memory for the reference");
+        }
+        for (size_t k = 0; k < nt; k++) {
+            mpfr_init2(m.xa[k], 24); /* binary32 values are exact */
+            mpfr_init2(m.xb[k], 24);
+            m.pa[k] = m.xa[k];
+            m.pb[k] = m.xb[k];
+        }
+    }
+
+    emu_op_out oo = { .site = site, .kind = kind, .out = out, .hi = hi,
+                      .lo = lo, .swamp = swamp ? &counts : NULL, .op = &m,
+                      .ref = mm_ref, .inputs_had_nan = mm_inputs_had_nan };
+    rc = emu_commit(ctx, &oo);
+
+    if (ref) {
+        for (size_t k = 0; k < nt; k++) {
+            mpfr_clear(m.xa[k]);
+            mpfr_clear(m.xb[k]);
+        }
+        free(m.xa);
+        free(m.xb);
+        free(m.pa);
+        free(m.pb);
+    }
+    free(hi);
+    free(lo);
+    free(c);
+    return rc;
+}
+
+int emu_t_matmul(emu_ctx *ctx, const char *site, emu_tensor *out,
+                 const emu_tensor *a, const emu_tensor *b,
+                 const emu_matmul_opts *opts)
+{
+    return mm_run(ctx, site, "matmul", 2, out, a, b, opts);
+}
+
+int emu_t_bmm(emu_ctx *ctx, const char *site, emu_tensor *out,
+              const emu_tensor *a, const emu_tensor *b,
+              const emu_matmul_opts *opts)
+{
+    return mm_run(ctx, site, "bmm", 3, out, a, b, opts);
+}

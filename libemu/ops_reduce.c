@@ -1,0 +1,262 @@
+/*
+ * ops_reduce.c — reductions along one axis or over a whole tensor
+ * (emu_t_reduce: sum, mean, max, sum of squares).
+ *
+ * Called by the losses, the bias gradients and users.  Sums and sums of
+ * squares are dot products under ctx->accum (emu_accum_dot: terms x_i, or
+ * x_i * x_i), so the accumulator model, its stochastic words and its
+ * swamping counts are those of matmul.  The mean is the accumulator's sum
+ * divided by the count with one rounding: the quotient is formed in MPFR,
+ * rounded to odd at 106 bits and handed to the choke point as an exact
+ * pair, which rounds it into the output format as the exact quotient
+ * would be (round-to-odd with >= p + 2 bits; see accum.c).  The maximum is
+ * exact (IEEE 754-2019 maximum: NaN if any element is NaN, +0 > -0).
+ *
+ * Shapes: x is (d0, ..., d_{n-1}); the output drops dimension `axis`, or
+ * keeps it with size 1; axis = -1 reduces everything to one element.
+ * Element k of output o lies at x[outer * (len * inner) + k * inner + in]
+ * with o = outer * inner + in.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops_internal.h"
+
+#define ACCUM_STREAM_TAG ((uint64_t)1 << 63)
+
+static const char *const reduce_names[EMU_REDUCE_COUNT] = {
+    [EMU_REDUCE_SUM] = "sum", [EMU_REDUCE_MEAN] = "mean",
+    [EMU_REDUCE_MAX] = "max", [EMU_REDUCE_SUMSQ] = "sumsq",
+};
+
+typedef struct red_op {
+    const float *x;
+    emu_reduce r;
+    size_t len, inner;
+    mpfr_t *t;         /* len terms, binary32-exact */
+    mpfr_ptr *pt;
+} red_op;
+
+static const float *first_of(const red_op *m, size_t o)
+{
+    size_t outer = o / m->inner, in = o % m->inner;
+    return m->x + outer * m->len * m->inner + in;
+}
+
+static int red_ref(const void *op, size_t o, mpfr_ptr exact, mpfr_ptr exact_src)
+{
+    const red_op *m = op;
+    const float *x = first_of(m, o);
+    if (m->r == EMU_REDUCE_MAX) {
+        double v = x[0];
+        for (size_t k = 1; k < m->len; k++) {
+            double y = x[k * m->inner];
+            if (isnan(v) || isnan(y))
+                v = NAN;
+            else if (y > v || (y == 0.0 && v == 0.0 && !signbit(y)))
+                v = y;
+        }
+        mpfr_set_d(exact, v, MPFR_RNDN);
+        return 0;
+    }
+    for (size_t k = 0; k < m->len; k++)
+        mpfr_set_flt(m->t[k], x[k * m->inner], MPFR_RNDN);
+    if (m->r == EMU_REDUCE_SUMSQ)
+        mpfr_dot(exact, m->pt, m->pt, m->len, MPFR_RNDN);
+    else
+        mpfr_sum(exact, m->pt, m->len, MPFR_RNDN);
+    if (m->r == EMU_REDUCE_MEAN)
+        mpfr_div_ui(exact, exact, m->len, MPFR_RNDN);
+    /* No separate sources: the inputs are the sources. */
+    mpfr_set(exact_src, exact, MPFR_RNDN);
+    return 1;
+}
+
+static bool red_inputs_had_nan(const void *op, size_t o)
+{
+    const red_op *m = op;
+    const float *x = first_of(m, o);
+    for (size_t k = 0; k < m->len; k++)
+        if (isnan(x[k * m->inner]))
+            return true;
+    return false;
+}
+
+/* (hi + lo) / n as a pair that rounds like the exact quotient: MPFR's
+ * quotient rounded to odd at 106 bits, split exactly into two doubles. */
+static void mean_pair(double *hi, double *lo, size_t n, mpfr_ptr s,
+                      mpfr_ptr q, mpfr_ptr r)
+{
+    if (!isfinite(*hi) || n == 1) {
+        return; /* inf / n = inf; NaN stays NaN; n = 1: the sum itself */
+    }
+    /* s = hi + lo exactly: the pair spans at most the accumulator's range
+     * (2^-350 .. 2^320), well inside s's precision. */
+    mpfr_set_d(s, *hi, MPFR_RNDN);
+    mpfr_add_d(s, s, *lo, MPFR_RNDN);
+    int t = mpfr_div_ui(q, s, (unsigned long)n, MPFR_RNDZ);
+    if (t != 0 && mpfr_min_prec(q) < mpfr_get_prec(q)) {
+        /* Inexact with an even last bit: round to odd, away from zero. */
+        if (mpfr_sgn(q) > 0)
+            mpfr_nextabove(q);
+        else
+            mpfr_nextbelow(q);
+    }
+    double h = mpfr_get_d(q, MPFR_RNDN);
+    mpfr_sub_d(r, q, h, MPFR_RNDN); /* exact: at most 53 bits remain */
+    *hi = h;
+    *lo = mpfr_get_d(r, MPFR_RNDN);
+    if (h == 0.0)
+        *lo = 0.0;
+}
+
+int emu_t_reduce(emu_ctx *ctx, const char *site, emu_tensor *out,
+                 const emu_tensor *x, emu_reduce r, int axis)
+{
+    if (emu_check_tensor(ctx, site, "out", out) ||
+        emu_check_tensor(ctx, site, "x", x))
+        return -1;
+    if ((unsigned)r >= EMU_REDUCE_COUNT)
+        return emu_ctx_fail(ctx, site, "unknown reduction %d", (int)r);
+    if (axis < -1 || axis >= x->ndim)
+        return emu_ctx_fail(ctx, site, "axis %d is not -1 or a dimension of "
+                            "'%s' (0..%d)", axis, x->name, x->ndim - 1);
+    size_t len = x->n, inner = 1;
+    if (axis >= 0) {
+        len = x->shape[axis];
+        for (int d = axis + 1; d < x->ndim; d++)
+            inner *= x->shape[d];
+    }
+    /* The output's shape: x's without the axis (a 1-element tensor when
+     * nothing is left), or x's with the axis of size 1. */
+    bool ok;
+    if (axis < 0) {
+        ok = out->n == 1;
+    } else {
+        size_t dropped[EMU_TENSOR_MAX_DIMS];
+        int nd = 0;
+        for (int d = 0; d < x->ndim; d++)
+            if (d != axis)
+                dropped[nd++] = x->shape[d];
+        ok = nd == 0 ? out->n == 1 : out->ndim == nd;
+        for (int d = 0; ok && nd > 0 && d < nd; d++)
+            ok = out->shape[d] == dropped[d];
+        if (!ok && out->ndim == x->ndim) {
+            ok = true;
+            for (int d = 0; d < x->ndim; d++)
+                ok = ok && out->shape[d] == (d == axis ? 1 : x->shape[d]);
+        }
+    }
+    if (!ok) {
+        char sx[96], so[96];
+        emu_tensor_shape_string(x, sx, sizeof sx);
+        emu_tensor_shape_string(out, so, sizeof so);
+        return emu_ctx_fail(ctx, site, "shape mismatch: reducing '%s' %s "
+                            "along axis %d cannot give out '%s' %s", x->name,
+                            sx, axis, out->name, so);
+    }
+    emu_error e;
+    if (r != EMU_REDUCE_MAX && emu_accum_validate(&ctx->accum, &e))
+        return emu_ctx_fail(ctx, site, "accumulator: %s%s%s", e.key,
+                            e.key[0] ? ": " : "", e.message);
+
+    const size_t n = out->n;
+    red_op m = { .x = x->data, .r = r, .len = len, .inner = inner };
+    /* Low parts only where the value before rounding needs one. */
+    const bool need_lo = r == EMU_REDUCE_MEAN ||
+                         (r != EMU_REDUCE_MAX && ctx->accum.kind == EMU_ACCUM_EXACT);
+    double lo_none = 0.0;
+    double *hi = emu_scratch(ctx, site, n);
+    double *lo = need_lo ? emu_scratch(ctx, site, n) : &lo_none;
+    float *xs = NULL;
+    if (hi && lo && out->data == x->data) {
+        /* In place (a 1-element x reduced into itself): the reference
+         * must still see the input. */
+        xs = malloc(x->n * sizeof *xs);
+        if (xs) {
+            memcpy(xs, x->data, x->n * sizeof *xs);
+            m.x = xs;
+        } else {
+            emu_ctx_fail(ctx, site, "out of memory for %zu values", x->n);
+        }
+    }
+    if (!hi || !lo || (out->data == x->data && !xs)) {
+        free(hi);
+        if (need_lo)
+            free(lo);
+        free(xs);
+        return -1;
+    }
+
+    const bool swamp = ctx->stats && (ctx->measure & EMU_MEASURE_SWAMP);
+    emu_accum_counts counts;
+    memset(&counts, 0, sizeof counts);
+    const uint64_t stream = emu_ctx_stream(ctx) ^ ACCUM_STREAM_TAG;
+    mpfr_t s, q, rem;
+    if (r == EMU_REDUCE_MEAN)
+        mpfr_inits2(1200, s, (mpfr_ptr)0);
+    if (r == EMU_REDUCE_MEAN)
+        mpfr_inits2(106, q, rem, (mpfr_ptr)0);
+    for (size_t o = 0; o < n; o++) {
+        const float *p = first_of(&m, o);
+        const ptrdiff_t inc = (ptrdiff_t)inner;
+        if (r == EMU_REDUCE_MAX) {
+            double v = p[0];
+            for (size_t k = 1; k < len; k++) {
+                double y = p[(ptrdiff_t)k * inc];
+                if (isnan(v) || isnan(y))
+                    v = NAN;
+                else if (y > v || (y == 0.0 && v == 0.0 && !signbit(y)))
+                    v = y;
+            }
+            hi[o] = v;
+            continue;
+        }
+        emu_accum_rng rng = { ctx->seed, stream, o };
+        hi[o] = emu_accum_dot(&ctx->accum, p, inc,
+                              r == EMU_REDUCE_SUMSQ ? p : NULL, inc, len, &rng,
+                              swamp ? &counts : NULL, need_lo ? &lo[o] : NULL);
+        if (r == EMU_REDUCE_MEAN)
+            mean_pair(&hi[o], &lo[o], len, s, q, rem);
+    }
+    if (r == EMU_REDUCE_MEAN)
+        mpfr_clears(s, q, rem, (mpfr_ptr)0);
+
+    const bool ref = ctx->stats && (ctx->measure & EMU_MEASURE_REF) &&
+                     ctx->ref_rate > 0.0 && r != EMU_REDUCE_MAX;
+    if (ref) {
+        m.t = malloc(len * sizeof *m.t);
+        m.pt = malloc(len * sizeof *m.pt);
+        if (!m.t || !m.pt) {
+            free(m.t);
+            free(m.pt);
+            free(hi);
+            if (need_lo)
+                free(lo);
+            free(xs);
+            return emu_ctx_fail(ctx, site, "out of memory for the reference");
+        }
+        for (size_t k = 0; k < len; k++) {
+            mpfr_init2(m.t[k], 24);
+            m.pt[k] = m.t[k];
+        }
+    }
+    emu_op_out oo = { .site = site, .kind = reduce_names[r], .out = out,
+                      .hi = hi, .lo = need_lo ? lo : NULL,
+                      .swamp = swamp && r != EMU_REDUCE_MAX ? &counts : NULL,
+                      .op = &m, .ref = red_ref,
+                      .inputs_had_nan = red_inputs_had_nan };
+    int rc = emu_commit(ctx, &oo);
+    if (ref) {
+        for (size_t k = 0; k < len; k++)
+            mpfr_clear(m.t[k]);
+        free(m.t);
+        free(m.pt);
+    }
+    free(hi);
+    if (need_lo)
+        free(lo);
+    free(xs);
+    return rc;
+}
