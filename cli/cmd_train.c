@@ -39,7 +39,7 @@ static void help(void)
         "  --test-examples N    generate N; defaults 6000 and 1000)\n"
         "Optimisation:\n"
         "  --epochs N (1)  --steps N (stop early)  --batch N (64)\n"
-        "  --optimizer sgd|adam  --lr X (0.05)  --momentum X (0.9)\n"
+        "  --optimizer sgd|adam  --lr X (0.02)  --momentum X (0.9)\n"
         "  --weight-decay X (0)  --schedule constant|step|cosine\n"
         "  --lr-final X (cosine: final lr; step: factor)  --lr-step N\n"
         "  --loss-mult X        multiply the loss by X, a power of two (2^-12\n"

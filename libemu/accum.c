@@ -1468,6 +1468,10 @@ static int gemm_fast(const gemm_job *g)
     if (g->c)
         for (size_t o = 0; o < M * N; o++)
             cp[o] = (float)g->c[o];
+    /* OpenBLAS's kernels (and so its summation order) change with its
+     * thread count: pinned to one thread, a run's results do not depend
+     * on the machine it runs on. */
+    openblas_set_num_threads(1);
     cblas_sgemm(CblasRowMajor, ta, tb, (blasint)M, (blasint)N, (blasint)K,
                 1.0f, A, lda, B, ldb, g->c ? 1.0f : 0.0f, cp, (blasint)N);
     for (size_t o = 0; o < M * N; o++)

@@ -261,6 +261,23 @@ static int init_param(emu_param *prm, const char *site, int fan_in, bool zero,
     return rc;
 }
 
+/* Fails a build: the message first (it may name a layer of m), then m is
+ * freed. */
+static int build_fail(emu_model *m, emu_error *err, const char *key,
+                      const char *fmt, ...)
+{
+    if (err) {
+        snprintf(err->where, sizeof err->where, "model");
+        snprintf(err->key, sizeof err->key, "%s", key);
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->message, sizeof err->message, fmt, ap);
+        va_end(ap);
+    }
+    emu_model_free(m);
+    return -1;
+}
+
 void emu_model_free(emu_model *m)
 {
     for (int i = 0; i < m->n_layers; i++) {
@@ -321,16 +338,16 @@ int emu_model_build(emu_model *m, const char *arch, const emu_policy *p,
         switch (l->kind) {
         case EMU_LAYER_LINEAR:
             if (ndim != 1)
-                return emu_model_free(m), fail(err, "arch", "a linear layer "
-                                               "needs flat input");
+                return build_fail(m, err, "arch",
+                                  "a linear layer needs flat input");
             snprintf(l->name, sizeof l->name, "fc%d", ++nfc);
             dims[0] = spec[i].out;
             l->has_params = true;
             break;
         case EMU_LAYER_CONV:
             if (ndim != 3)
-                return emu_model_free(m), fail(err, "arch", "a convolution "
-                                               "needs image input");
+                return build_fail(m, err, "arch",
+                                  "a convolution needs image input");
             snprintf(l->name, sizeof l->name, "conv%d", ++nconv);
             l->ksize = spec[i].ksize;
             l->pad = spec[i].pad;
@@ -339,8 +356,8 @@ int emu_model_build(emu_model *m, const char *arch, const emu_policy *p,
             dims[1] = dims[1] + 2 * l->pad - l->ksize + 1;
             dims[2] = dims[2] + 2 * l->pad - l->ksize + 1;
             if (dims[1] < 1 || dims[2] < 1)
-                return emu_model_free(m), fail(err, "arch", "%s: the image is "
-                                               "smaller than the kernel", l->name);
+                return build_fail(m, err, "arch", "%s: the image is smaller "
+                                  "than the kernel", l->name);
             l->has_params = true;
             break;
         case EMU_LAYER_MAXPOOL:
@@ -349,8 +366,8 @@ int emu_model_build(emu_model *m, const char *arch, const emu_policy *p,
             dims[1] /= l->ksize;
             dims[2] /= l->ksize;
             if (dims[1] < 1 || dims[2] < 1)
-                return emu_model_free(m), fail(err, "arch", "%s: nothing left "
-                                               "to pool", l->name);
+                return build_fail(m, err, "arch",
+                                  "%s: nothing left to pool", l->name);
             break;
         case EMU_LAYER_FLATTEN:
             snprintf(l->name, sizeof l->name, "flat%d", ++nflat);
@@ -412,7 +429,7 @@ int emu_model_build(emu_model *m, const char *arch, const emu_policy *p,
         if (l->kind == EMU_LAYER_MAXPOOL) {
             l->argmax = calloc(l->y.n, sizeof *l->argmax);
             if (!l->argmax)
-                return emu_model_free(m), fail(err, "arch", "out of memory");
+                return build_fail(m, err, "arch", "out of memory");
         }
         if (!l->has_params)
             continue;
@@ -438,16 +455,16 @@ int emu_model_build(emu_model *m, const char *arch, const emu_policy *p,
         snprintf(site, sizeof site, "%s.w", l->name);
         if (init_param(&l->weight, site, fan_in, false, seed, 2 * (uint64_t)i,
                        ctx, p))
-            return emu_model_free(m), fail(err, "init", "%s", ctx->err.message);
+            return build_fail(m, err, "init", "%s", ctx->err.message);
         snprintf(site, sizeof site, "%s.b", l->name);
         if (init_param(&l->bias, site, fan_in, true, seed, 2 * (uint64_t)i + 1,
                        ctx, p))
-            return emu_model_free(m), fail(err, "init", "%s", ctx->err.message);
+            return build_fail(m, err, "init", "%s", ctx->err.message);
     }
     const emu_layer *last = &m->layers[n - 1];
     if (last->kind != EMU_LAYER_LINEAR || last->out_dims[0] != classes)
-        return emu_model_free(m), fail(err, "arch", "the last layer must be a "
-                                       "linear layer with %d outputs", classes);
+        return build_fail(m, err, "arch", "the last layer must be a linear "
+                          "layer with %d outputs", classes);
     /* The loss is reported, not trained on: binary32 whatever the policy. */
     if (emu_tensor_alloc4(&m->loss, "loss", EMU_ROLE_OTHER,
                           emu_format_find("binary32"), 1, 0, 0, 0, err) ||

@@ -54,7 +54,7 @@ void emu_train_config_default(emu_train_config *c)
     c->epochs = 1;
     c->batch = 64;
     c->opt = EMU_OPT_SGD;
-    c->lr = 0.05;
+    c->lr = 0.02;
     c->momentum = 0.9;
     c->weight_decay = 0.0;
     c->beta1 = 0.9;
@@ -138,6 +138,45 @@ static int sb_from_file(sbuf *b, const char *path)
         sb_printf(b, "%.*s", (int)n, chunk);
     fclose(fp);
     return b->oom ? -1 : 0;
+}
+
+/* Keeps the header and the rows whose integer field `col` is below
+ * `limit` (or at most `limit` if inclusive): on resume, the logs are cut
+ * back to the checkpoint (a kill between writing them and writing it
+ * leaves them ahead). */
+static void sb_keep_rows(sbuf *b, int col, int64_t limit, bool inclusive)
+{
+    if (!b->p)
+        return;
+    size_t w = 0;
+    bool header = true;
+    for (size_t r = 0; r < b->len;) {
+        size_t e = r;
+        while (e < b->len && b->p[e] != '\n')
+            e++;
+        if (e < b->len)
+            e++; /* the newline */
+        bool keep = header;
+        if (!header) {
+            const char *f = b->p + r;
+            for (int k = 0; k < col && f < b->p + e; k++) {
+                while (f < b->p + e && *f != ',')
+                    f++;
+                f++;
+            }
+            long long v = f < b->p + e ? strtoll(f, NULL, 10) : INT64_MAX;
+            keep = inclusive ? v <= limit : v < limit;
+        }
+        header = false;
+        if (keep) {
+            memmove(b->p + w, b->p + r, e - r);
+            w += e - r;
+        }
+        r = e;
+    }
+    b->len = w;
+    if (b->cap)
+        b->p[w] = '\0';
 }
 
 /* ---- the run ------------------------------------------------------------- */
@@ -249,7 +288,8 @@ static const char *const run_files[] = {
     "ops.csv", "hist.csv", "ops.json", "summary.txt", "checkpoint.bin", NULL,
 };
 
-static int prepare_dir(run *r, emu_error *err)
+/* Whether the run may use its folder; nothing is changed yet. */
+static int check_dir(run *r, emu_error *err)
 {
     const emu_train_config *c = r->cfg;
     struct stat st;
@@ -261,13 +301,21 @@ static int prepare_dir(run *r, emu_error *err)
             return fail(err, r->dir, "no checkpoint.bin to resume from");
         return 0;
     }
-    if (exists && stat(path_in(r, "meta.json"), &st) == 0) {
-        if (!c->force)
-            return fail(err, r->dir, "holds a run already: use --resume to "
-                        "continue it or --force to replace it");
+    if (exists && stat(path_in(r, "meta.json"), &st) == 0 && !c->force)
+        return fail(err, r->dir, "holds a run already: use --resume to "
+                    "continue it or --force to replace it");
+    return 0;
+}
+
+/* Once data and model are ready: the folder is created, or a replaced
+ * run's files removed (a refused setting never costs the old run). */
+static int claim_dir(run *r, emu_error *err)
+{
+    if (r->cfg->resume)
+        return 0;
+    if (r->cfg->force)
         for (int i = 0; run_files[i]; i++)
             remove(path_in(r, run_files[i]));
-    }
     if (make_dirs(r->dir))
         return fail(err, r->dir, "cannot create the folder: %s", strerror(errno));
     return 0;
@@ -899,6 +947,8 @@ static int write_meta(run *r, bool completed, double test_acc, emu_error *err)
     sbuf b = { 0 };
     sb_printf(&b, "{\n  \"libemu_version\": \"%s\",\n", EMU_VERSION_STRING);
     sb_printf(&b, "  \"completed\": %s,\n", completed ? "true" : "false");
+    sb_printf(&b, "  \"fingerprint\": \"%016llx\",\n",
+              (unsigned long long)r->fingerprint);
     sb_printf(&b, "  \"steps\": %lld,\n  \"skipped_steps\": %lld,\n",
               (long long)r->step, (long long)r->skipped);
     sb_printf(&b, "  \"test_accuracy\": ");
@@ -941,7 +991,7 @@ static int write_meta(run *r, bool completed, double test_acc, emu_error *err)
         sb_printf(&b, "%s\n    {\"name\": \"%s\", \"exempt\": %s, "
                   "\"activation_format\": \"%s\"", i ? "," : "", l->name,
                   l->exempt ? "true" : "false",
-                  l->y.data ? l->y.fmt.name : "view");
+                  l->kind == EMU_LAYER_FLATTEN ? "view" : l->y.fmt.name);
         if (l->has_params)
             sb_printf(&b, ", \"weight_format\": \"%s\"", l->weight.w.fmt.name);
         sb_printf(&b, "}");
@@ -1028,6 +1078,17 @@ static int load_data(run *r, emu_error *err)
         return fail(err, "data", "'%s' is not synthetic or fashion-mnist", c->data);
     if (rc)
         return -1;
+    if (r->test.channels != r->train.channels ||
+        r->test.height != r->train.height || r->test.width != r->train.width)
+        return fail(err, r->test.source, "test images are %dx%dx%d, training "
+                    "images %dx%dx%d", r->test.channels, r->test.height,
+                    r->test.width, r->train.channels, r->train.height,
+                    r->train.width);
+    for (size_t i = 0; i < r->test.n; i++)
+        if (r->test.y[i] >= r->train.classes)
+            return fail(err, r->test.source, "test example %zu has label %d; "
+                        "the training set has %d classes", i, r->test.y[i],
+                        r->train.classes);
     /* A prefix of a real data set: the first n examples. */
     if (c->train_examples && c->train_examples < r->train.n)
         r->train.n = c->train_examples;
@@ -1097,19 +1158,22 @@ static int train_epochs(run *r, FILE *log, double *final_acc, emu_error *err)
                 append_step_rows(r);
             r->step++;
             progress(r, log, epoch, loss, bacc, &q, false);
+            /* An epoch's evaluation belongs to its last step, before any
+             * checkpoint of that step: it advances the op counter (so the
+             * stochastic streams after it), and a resume must see it done. */
+            if (r->step % r->steps_per_epoch == 0 || r->step >= r->total_steps) {
+                if (evaluate(r, epoch, &acc))
+                    return fail(err, r->ctx.err.where, "%s", r->ctx.err.message);
+                if (log && !c->quiet) {
+                    if (r->tty)
+                        fputc('\n', log);
+                    fprintf(log, "epoch %d: test accuracy %.2f%% (%zu examples)\n",
+                            epoch, 100.0 * acc, r->test.n);
+                }
+            }
             if (c->checkpoint_every > 0 && r->step % c->checkpoint_every == 0 &&
                 r->step < r->total_steps && save_all(r, false, NAN, err))
                 return -1;
-        }
-        if (r->step % r->steps_per_epoch == 0 || r->step >= r->total_steps) {
-            if (evaluate(r, epoch, &acc))
-                return fail(err, r->ctx.err.where, "%s", r->ctx.err.message);
-            if (log && !c->quiet) {
-                if (r->tty)
-                    fputc('\n', log);
-                fprintf(log, "epoch %d: test accuracy %.2f%% (%zu examples)\n",
-                        epoch, 100.0 * acc, r->test.n);
-            }
         }
     }
     *final_acc = acc;
@@ -1154,7 +1218,7 @@ int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
     r->fingerprint = fnv1a(text.p ? text.p : "", text.len);
     sb_free(&text);
 
-    if (prepare_dir(r, err) || load_data(r, err))
+    if (check_dir(r, err) || load_data(r, err))
         goto done;
     if (r->train.n < (size_t)cfg->batch) {
         fail(err, "data", "%zu training examples, fewer than one batch of %d",
@@ -1174,7 +1238,8 @@ int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
     r->ctx.stats = &r->stats;
     if (emu_model_build(&r->m, cfg->arch, p, cfg->batch, r->train.channels,
                         r->train.height, r->train.width, r->train.classes,
-                        cfg->seed, &r->ctx, err))
+                        cfg->seed, &r->ctx, err) ||
+        claim_dir(r, err))
         goto done;
     r->trace = calloc((size_t)r->m.n_layers, sizeof *r->trace);
     r->batch_x = malloc((size_t)cfg->batch * example_size(&r->train) * sizeof(float));
@@ -1210,6 +1275,21 @@ int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
         }
     }
     if (cfg->resume) {
+        /* The checkpoint must be this folder's run: its fingerprint is in
+         * meta.json, written when the run started. */
+        sbuf meta = { 0 };
+        char want[64];
+        snprintf(want, sizeof want, "\"fingerprint\": \"%016llx\"",
+                 (unsigned long long)r->fingerprint);
+        bool same = sb_from_file(&meta, path_in(r, "meta.json")) == 0 &&
+                    meta.p && strstr(meta.p, want);
+        sb_free(&meta);
+        if (!same) {
+            fail(err, r->dir, "checkpoint.bin is from another configuration "
+                 "than this folder's run (its meta.json): copied from another "
+                 "run?");
+            goto done;
+        }
         /* Same model, same init (it is deterministic), then the saved state. */
         if (read_ckpt(r, err))
             goto done;
@@ -1222,6 +1302,17 @@ int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
             sb_from_file(&r->layers, path_in(r, "layers_steps.csv")) ||
             sb_from_file(&r->eval, path_in(r, "eval.csv"))) {
             fail(err, r->dir, "cannot read the logs written with the checkpoint");
+            goto done;
+        }
+        sb_keep_rows(&r->steps, 0, r->step, false);
+        sb_keep_rows(&r->ops_steps, 0, r->step, false);
+        sb_keep_rows(&r->layers, 0, r->step, false);
+        sb_keep_rows(&r->eval, 1, r->step, true);
+        if (r->step >= r->total_steps) {
+            if (log && !cfg->quiet)
+                fprintf(log, "the run in %s is complete (%lld steps): nothing "
+                        "to resume\n", r->dir, (long long)r->step);
+            rc = 0;
             goto done;
         }
         if (log && !cfg->quiet)

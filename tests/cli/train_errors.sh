@@ -1,0 +1,194 @@
+#!/bin/sh
+# emu train refuses bad input with a clear message and exit status 2, and
+# overwrites nothing: unknown presets, options and policy keys,
+# contradictory policies, bad numbers, bad models, missing or corrupt
+# Fashion-MNIST files (IDX files made here: a good set first, as a control,
+# then one fault each), and an output folder that holds a run.
+# Usage: sh train_errors.sh /path/to/emu
+set -u
+EMU=${1:?usage: train_errors.sh /path/to/emu}
+case $EMU in /*) ;; *) EMU=$(pwd)/$EMU ;; esac
+fails=0
+fail() { echo "FAIL train_errors: $*" >&2; fails=$((fails + 1)); }
+tmp=$(mktemp -d ./train_errors.XXXXXX) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+
+# expect_error WHAT PATTERN ARGS...: emu train ARGS exits 2 and its
+# message matches PATTERN (a grep -E expression, case-insensitive).  With
+# $o as the output folder, the refused run must not have written into it
+# (an empty folder left behind is tolerated).
+QUICK="--quiet --train-examples 64 --test-examples 32 --batch 16 --steps 2"
+o=$tmp/never
+expect_error() {
+    what=$1 pat=$2
+    shift 2
+    "$EMU" train "$@" > "$tmp/out" 2> "$tmp/err"
+    rc=$?
+    [ $rc -eq 2 ] || fail "$what: exit $rc (want 2) for: emu train $*: $(cat "$tmp/err")"
+    grep -Eqi -- "$pat" "$tmp/err" || fail "$what: message lacks '$pat': $(cat "$tmp/err")"
+    if [ -e "$o" ]; then
+        [ -z "$(ls -A "$o")" ] || fail "$what: the refused run wrote $(ls "$o" | tr '\n' ' ')"
+        rm -rf "$o"
+    fi
+}
+
+# ---- options and policies ------------------------------------------------------
+
+expect_error "unknown preset" "unknown preset 'fp7'.*fp16-mpt" --preset fp7 --out "$o"
+expect_error "unknown option" "unknown option '--colour'" --colour red --out "$o"
+expect_error "unknown policy key" "colour" --set colour=red --out "$o"
+expect_error "policy key without value" "weight" --set weight= --out "$o"
+expect_error "unknown format" "e9m9m9|format" --set weight=e9m9m9 --out "$o"
+expect_error "unknown rounding mode" "rounding mode" --set act_grad.mode=sideways --out "$o"
+expect_error "master narrower than the weights" "master.*narrower" \
+    --preset fp16-mpt --set master=e5m2 --out "$o"
+expect_error "bf16 master for fp16 weights" "narrower" \
+    --preset fp16-mpt --set master=bfloat16 --out "$o"
+expect_error "zero loss scale" "scale.*positive" --preset fp16-mpt --set scale=0 --out "$o"
+expect_error "negative loss scale" "scale.*positive" --set scaling=static --set scale=-8 --out "$o"
+expect_error "infinite loss scale" "scale" --preset fp16-mpt --set scale=inf --out "$o"
+expect_error "loss scale not a power of two" "power of two" --preset fp16-mpt --set scale=1000 --out "$o"
+expect_error "growth <= 1" "growth" --preset fp16-mpt --set growth=1 --out "$o"
+expect_error "backoff >= 1" "backoff" --preset fp16-mpt --set backoff=2 --out "$o"
+expect_error "interval 0" "interval" --preset fp16-mpt --set interval=0 --out "$o"
+expect_error "adaptive target 0" "target" --preset adaptive --set target=0 --out "$o"
+expect_error "Kahan with a master copy" "kahan.*master" --preset fp16-mpt --set update=kahan --out "$o"
+expect_error "Kahan with Adam" "kahan.*sgd" --preset bf16-kahan --optimizer adam --out "$o"
+expect_error "unknown exempt layers" "exempt.*first" --set exempt=middle --out "$o"
+expect_error "loss multiplier 3" "loss_mult.*power of two" --loss-mult 3 --out "$o"
+expect_error "loss multiplier 0" "loss_mult" --loss-mult 0 --out "$o"
+expect_error "negative learning rate" "lr" --lr -0.1 --out "$o"
+expect_error "learning rate not a number" "--lr" --lr fast --out "$o"
+expect_error "batch 0" "batch" --batch 0 --out "$o"
+expect_error "threads 0" "threads" --threads 0 --out "$o"
+expect_error "ref rate 2" "ref_rate" --ref-rate 2 --out "$o"
+expect_error "unknown optimizer" "optimizer" --optimizer rmsprop --out "$o"
+expect_error "unknown schedule" "schedule" --schedule linear --out "$o"
+expect_error "unknown data set" "--data" --data cifar --out "$o"
+expect_error "positional argument" "unexpected argument" fp32 --out "$o"
+expect_error "unknown model" "unknown model" --model resnet50 $QUICK --out "$o"
+expect_error "MLP with the wrong input size" "784|inputs" --model mlp:100-10 $QUICK --out "$o"
+expect_error "MLP with the wrong output size" "outputs|classes" --model mlp:784-32-7 $QUICK --out "$o"
+expect_error "CNN with one width" "two conv" --model cnn:6 $QUICK --out "$o"
+expect_error "fewer examples than a batch" "batch" --train-examples 8 --batch 16 --out "$o"
+printf 'lr = 0.1\nsideways = 3\n' > "$tmp/bad.cfg"
+expect_error "unknown key in a config file" "sideways" --config "$tmp/bad.cfg" --out "$o"
+expect_error "missing config file" "nonexistent.cfg" --config "$tmp/nonexistent.cfg" --out "$o"
+
+# ---- Fashion-MNIST files -----------------------------------------------------------
+
+# be32 N: N as 4 big-endian bytes.
+be32() {
+    printf "\\$(printf %03o $(($1 >> 24 & 255)))\\$(printf %03o $(($1 >> 16 & 255)))"
+    printf "\\$(printf %03o $(($1 >> 8 & 255)))\\$(printf %03o $(($1 & 255)))"
+}
+# images FILE N H W [MAGIC]: an IDX image file of N random H x W images.
+images() {
+    { be32 "${5:-2051}"; be32 "$2"; be32 "$3"; be32 "$4"
+      head -c $(($2 * $3 * $4)) /dev/urandom; } > "$1"
+}
+# labels FILE N [CLASSES] [MAGIC]: N labels 0, 1, ... CLASSES-1, 0, ...
+labels() {
+    { be32 "${4:-2049}"; be32 "$2"
+      i=0
+      while [ $i -lt "$2" ]; do
+          printf "\\$(printf %03o $((i % ${3:-10})))"
+          i=$((i + 1))
+      done; } > "$1"
+}
+TI=train-images-idx3-ubyte TL=train-labels-idx1-ubyte
+EI=t10k-images-idx3-ubyte EL=t10k-labels-idx1-ubyte
+# dataset NAME: a good small set in $tmp/NAME (gzip-compressed), to break.
+dataset() {
+    mkdir -p "$tmp/$1"
+    images "$tmp/$1/$TI" 64 28 28
+    labels "$tmp/$1/$TL" 64
+    images "$tmp/$1/$EI" 32 28 28
+    labels "$tmp/$1/$EL" 32
+    gzip -f "$tmp/$1/$TI" "$tmp/$1/$TL" "$tmp/$1/$EI" "$tmp/$1/$EL"
+}
+FM="--data fashion-mnist --quiet --batch 16 --steps 2"
+
+if command -v gzip > /dev/null 2>&1; then
+    # The control: a good set trains.
+    dataset good
+    "$EMU" train $FM --data-dir "$tmp/good" --out "$tmp/good_run" > "$tmp/out" 2>&1 ||
+        fail "the good IDX set does not train: $(cat "$tmp/out")"
+    grep -q '"train": "fashion-mnist/train"' "$tmp/good_run/meta.json" 2> /dev/null ||
+        fail "the good IDX set's run does not record fashion-mnist in meta.json"
+
+    mkdir -p "$tmp/empty"
+    expect_error "no files" "$TI.gz.*cannot open" $FM --data-dir "$tmp/empty" --out "$o"
+
+    dataset magic
+    images "$tmp/magic/$TI" 64 28 28 2052
+    gzip -f "$tmp/magic/$TI"
+    expect_error "wrong magic" "$TI.gz.*magic 0x00000804" $FM --data-dir "$tmp/magic" --out "$o"
+
+    dataset swapped # labels where the images should be
+    cp "$tmp/swapped/$TL.gz" "$tmp/swapped/$TI.gz"
+    expect_error "labels for images" "$TI.gz.*magic" $FM --data-dir "$tmp/swapped" --out "$o"
+
+    dataset cut_gz # the compressed stream cut short
+    size=$(wc -c < "$tmp/cut_gz/$TI.gz")
+    head -c $((size / 2)) "$tmp/good/$TI.gz" > "$tmp/cut_gz/$TI.gz"
+    expect_error "truncated gzip file" "$TI.gz.*(truncated|corrupt)" $FM --data-dir "$tmp/cut_gz" --out "$o"
+
+    dataset cut_idx # a whole gzip file whose IDX data stop early
+    { gzip -dc "$tmp/good/$TI.gz" | head -c $((16 + 63 * 784)); } | gzip > "$tmp/cut_idx/$TI.gz"
+    expect_error "truncated IDX data" "$TI.gz.*truncated" $FM --data-dir "$tmp/cut_idx" --out "$o"
+
+    dataset long_idx # trailing bytes
+    { gzip -dc "$tmp/good/$TI.gz"; printf 'xyz'; } | gzip > "$tmp/long_idx/$TI.gz"
+    expect_error "IDX file with trailing bytes" "$TI.gz.*trailing" $FM --data-dir "$tmp/long_idx" --out "$o"
+
+    dataset count # 60 labels for 64 images
+    labels "$tmp/count/$TL" 60
+    gzip -f "$tmp/count/$TL"
+    expect_error "label count" "60 labels for 64 images" $FM --data-dir "$tmp/count" --out "$o"
+
+    dataset garbage # not gzip, not IDX
+    head -c 5000 /dev/urandom > "$tmp/garbage/$EI.gz"
+    expect_error "garbage test images" "$EI.gz" $FM --data-dir "$tmp/garbage" --out "$o"
+
+    # A test set that does not fit the model trained on the training set:
+    # other image sizes, labels beyond the training set's classes.
+    dataset shape
+    images "$tmp/shape/$EI" 32 40 40
+    gzip -f "$tmp/shape/$EI"
+    expect_error "test images of another size" "$EI|test" $FM --data-dir "$tmp/shape" --out "$o"
+    dataset classes
+    labels "$tmp/classes/$EL" 32 60
+    gzip -f "$tmp/classes/$EL"
+    expect_error "test labels beyond the training classes" "$EL|test|class" $FM \
+        --data-dir "$tmp/classes" --out "$o"
+    else
+    echo "train_errors: gzip not found, Fashion-MNIST file checks skipped"
+fi
+
+# ---- an output folder that holds a run ------------------------------------------------
+
+r=$tmp/run
+o=$tmp/never
+"$EMU" train $QUICK --preset fp32 --seed 1 --out "$r" > "$tmp/out" 2>&1 ||
+    fail "the first run failed: $(cat "$tmp/out")"
+before=$( (cd "$r" && cksum ./* 2> /dev/null) )
+expect_error "existing output folder" "resume.*force|force.*resume" $QUICK --preset fp32 --seed 2 --out "$r"
+expect_error "existing output folder, another preset" "force" $QUICK --preset bf16-sr --out "$r"
+[ "$before" = "$( (cd "$r" && cksum ./* 2> /dev/null) )" ] || fail "a refused run changed the files of $r"
+# --force with a setting that is refused must leave the old run alone.
+expect_error "--force with a bad model" "unknown model" $QUICK --model resnet50 --out "$r" --force
+expect_error "--force with a bad policy" "narrower" $QUICK --preset fp16-mpt --set master=e5m2 \
+    --out "$r" --force
+expect_error "--force with missing data" "cannot open" $QUICK --data fashion-mnist \
+    --data-dir "$tmp/nonexistent" --out "$r" --force
+[ "$before" = "$( (cd "$r" && cksum ./* 2> /dev/null) )" ] ||
+    fail "a refused run with --force changed or removed the files of $r: $(ls "$r" | tr '\n' ' ')"
+"$EMU" train $QUICK --preset fp32 --seed 2 --out "$r" --force > "$tmp/out" 2>&1 ||
+    fail "--force did not replace the run: $(cat "$tmp/out")"
+grep -q '"seed": 2' "$r/meta.json" || fail "--force: meta.json is not the new run's"
+touch "$tmp/file"
+expect_error "output path is a file" "not a folder" $QUICK --out "$tmp/file"
+
+[ "$fails" -eq 0 ] || exit 1
+echo "train_errors: ok"

@@ -1,0 +1,175 @@
+#!/bin/sh
+# emu train --resume: a run killed after a checkpoint and resumed ends with
+# exactly the results of an uninterrupted run with the same seed (every
+# file but the timing, as in train_determinism.sh); a resume with other
+# options, of a folder without a run, or from a truncated or corrupt
+# checkpoint is refused with a clear message and changes no file.
+# Usage: sh train_resume.sh /path/to/emu
+set -u
+EMU=${1:?usage: train_resume.sh /path/to/emu}
+case $EMU in /*) ;; *) EMU=$(pwd)/$EMU ;; esac
+fails=0
+fail() { echo "FAIL train_resume: $*" >&2; fails=$((fails + 1)); }
+tmp=$(mktemp -d ./train_resume.XXXXXX) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+
+FILES="meta.json steps.csv ops_steps.csv layers_steps.csv eval.csv ops.csv
+       hist.csv ops.json summary.txt checkpoint.bin"
+
+meta_steps() { sed -n 's/^ *"steps": \([0-9]*\),.*/\1/p' "$1/meta.json"; }
+rows() { [ -f "$1/steps.csv" ] && echo $(($(wc -l < "$1/steps.csv") - 1)) || echo 0; }
+
+# kill_mid_run DIR MIN CMD...: starts CMD (an emu train writing DIR) and
+# kills it with SIGKILL once it has written a checkpoint beyond step MIN
+# and before it ends.  It
+# is stopped (SIGSTOP) while the folder is inspected: the kill must come
+# after a whole checkpoint (meta.json, written last, counts the rows of
+# steps.csv, written first), so that this test does not depend on where
+# within the writing of a checkpoint a kill lands (train_resume_edges.sh
+# looks at that).  Returns 1 if the run ended first.
+kill_mid_run() {
+    dir=$1 min=$2
+    shift 2
+    "$@" > /dev/null 2>&1 &
+    pid=$!
+    while kill -0 "$pid" 2> /dev/null; do
+        if [ -f "$dir/checkpoint.bin" ] && kill -STOP "$pid" 2> /dev/null; then
+            r=$(rows "$dir")
+            if [ "$r" -gt "$min" ] && [ "$r" = "$(meta_steps "$dir")" ] &&
+               grep -q '"completed": false' "$dir/meta.json"; then
+                kill -KILL "$pid"
+                wait "$pid" 2> /dev/null
+                return 0
+            fi
+            kill -CONT "$pid"
+        fi
+        sleep 0.01 2> /dev/null || sleep 1
+    done
+    wait "$pid" 2> /dev/null
+    return 1
+}
+
+# same_run A B: as in train_determinism.sh (same folder name "r").
+same_run() {
+    a=$1 b=$2
+    for f in $FILES; do
+        [ -s "$a/$f" ] && [ -s "$b/$f" ] || { fail "$f missing in $a or $b"; continue; }
+        case $f in
+        steps.csv)
+            sed 's/,[^,]*$//' "$a/$f" > "$tmp/x"
+            sed 's/,[^,]*$//' "$b/$f" > "$tmp/y"
+            ;;
+        meta.json)
+            grep -v '"seconds"' "$a/$f" > "$tmp/x"
+            grep -v '"seconds"' "$b/$f" > "$tmp/y"
+            ;;
+        checkpoint.bin)
+            # Bytes 65-72: the elapsed time (nn_train.c's checkpoint header).
+            n=$(cmp -l "$a/$f" "$b/$f" 2>&1 | awk '$1 < 65 || $1 > 72 { n++ } END { print n + 0 }')
+            [ "$n" -eq 0 ] || fail "$b: checkpoint.bin differs from the uninterrupted" \
+                                   "run's in $n bytes besides the timing"
+            continue
+            ;;
+        *) cp "$a/$f" "$tmp/x"; cp "$b/$f" "$tmp/y" ;;
+        esac
+        cmp -s "$tmp/x" "$tmp/y" ||
+            fail "$b: $f differs from the uninterrupted run's: $(diff "$tmp/x" "$tmp/y" | head -4)"
+    done
+}
+
+# snapshot DIR: a listing of every file's checksum, to show nothing changed.
+snapshot() { (cd "$1" && cksum ./* 2> /dev/null); }
+
+# expect_refusal WHAT DIR PATTERN ARGS...: emu ARGS fails (exit 2), its
+# message matches PATTERN, and DIR is unchanged.
+expect_refusal() {
+    what=$1 dir=$2 pat=$3
+    shift 3
+    before=$(snapshot "$dir")
+    "$EMU" "$@" > "$tmp/out" 2> "$tmp/err"
+    rc=$?
+    [ $rc -eq 2 ] || fail "$what: exit $rc (want 2) for: emu $*"
+    grep -q -- "$pat" "$tmp/err" || fail "$what: message lacks '$pat': $(cat "$tmp/err")"
+    [ "$before" = "$(snapshot "$dir")" ] || fail "$what: $dir was modified"
+}
+
+# resume_case NAME ARGS...: the uninterrupted run, then a run killed,
+# resumed, killed again, resumed to the end; the results must be equal.
+# Long enough (3 epochs, MPFR sampling) to be caught in the middle.
+COMMON="--train-examples 512 --test-examples 64 --batch 32 --epochs 3
+        --checkpoint-every 5 --stats-every 2 --ref-rate 0.002"
+resume_case() {
+    name=$1
+    shift
+    mkdir -p "$tmp/$name/full" "$tmp/$name/cut"
+    # shellcheck disable=SC2086
+    (cd "$tmp/$name/full" && "$EMU" train $COMMON --out r "$@") > "$tmp/$name/log" 2>&1 ||
+        { fail "$name: the uninterrupted run failed"; return; }
+    tries=0
+    # shellcheck disable=SC2086
+    until kill_mid_run "$tmp/$name/cut/r" 0 sh -c \
+            'cd "$1" && shift && exec "$@"' sh "$tmp/$name/cut" "$EMU" train $COMMON \
+            --out r --force "$@"; do
+        tries=$((tries + 1))
+        [ $tries -lt 5 ] || { fail "$name: the run always ended before it could be killed"; return; }
+    done
+    first=$(rows "$tmp/$name/cut/r")
+    cp -R "$tmp/$name/cut/r" "$tmp/$name/killed"
+    # Resumed, killed once more if it can be, and resumed to the end (the
+    # last part with the options of the uninterrupted run: --quiet is saved).
+    if kill_mid_run "$tmp/$name/cut/r" "$first" sh -c 'cd "$1" && exec "$2" train --resume r' \
+           sh "$tmp/$name/cut" "$EMU"; then
+        second=$(rows "$tmp/$name/cut/r")
+        (cd "$tmp/$name/cut" && "$EMU" train --resume r) > "$tmp/$name/log" 2>&1 ||
+            fail "$name: resume failed: $(cat "$tmp/$name/log")"
+        grep -q "resuming at step $second " "$tmp/$name/log" ||
+            fail "$name: the resume does not say it resumes at step $second: $(cat "$tmp/$name/log")"
+        echo "$name: killed at step $first, then at $second; resumed to the end"
+    else
+        echo "$name: killed at step $first; resumed to the end"
+    fi
+    grep -q '"completed": true' "$tmp/$name/cut/r/meta.json" ||
+        fail "$name: the resumed run is not marked completed"
+    same_run "$tmp/$name/full/r" "$tmp/$name/cut/r"
+}
+
+# FP16 with master weights, momentum and a dynamic loss scale that grows
+# every 3 clean steps: optimizer state, scale and its counter carry over.
+resume_case mpt --preset fp16-mpt --model mlp:784-32-16-10 --set interval=3
+# Per-layer adaptive scales (their statistics carry over), stochastic
+# rounding of the errors (the op counter carries over), a cosine schedule.
+resume_case adaptive --preset adaptive --model mlp:784-16x4-10 \
+    --loss-mult 0.0000152587890625 --set act_grad.mode=sr --schedule cosine
+
+# ---- refusals ------------------------------------------------------------
+
+k=$tmp/mpt/killed
+expect_refusal "resume with another option" "$k" "resume" train --resume "$k" --lr 0.1
+expect_refusal "resume with a preset" "$k" "resume" train --resume "$k" --preset fp32
+printf 'lr = 0.1\n' > "$tmp/cfg"
+expect_refusal "resume with a config file" "$k" "resume" train --resume "$k" --config "$tmp/cfg"
+mkdir -p "$tmp/empty"
+expect_refusal "resume of a folder without a run" "$tmp/empty" "checkpoint" \
+    train --resume "$tmp/empty"
+expect_refusal "resume of a missing folder" "$tmp/empty" "checkpoint" \
+    train --resume "$tmp/empty/nonexistent"
+
+# Truncated checkpoints: empty, inside the header, inside the saved
+# settings, inside the tensors, one byte short.
+size=$(wc -c < "$k/checkpoint.bin")
+for n in 0 40 2000 $((size / 2)) $((size - 1)); do
+    rm -rf "$tmp/trunc"
+    cp -R "$k" "$tmp/trunc"
+    head -c "$n" "$k/checkpoint.bin" > "$tmp/trunc/checkpoint.bin"
+    expect_refusal "checkpoint truncated to $n of $size bytes" "$tmp/trunc" "truncated" \
+        train --resume "$tmp/trunc" --quiet
+done
+# Not a checkpoint at all.
+rm -rf "$tmp/bad"
+cp -R "$k" "$tmp/bad"
+printf 'XXXXXXXX' | dd of="$tmp/bad/checkpoint.bin" conv=notrunc 2> /dev/null
+expect_refusal "checkpoint with a wrong magic number" "$tmp/bad" "not a libemu checkpoint" \
+    train --resume "$tmp/bad" --quiet
+
+[ "$fails" -eq 0 ] || exit 1
+echo "train_resume: ok"

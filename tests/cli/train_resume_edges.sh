@@ -1,0 +1,183 @@
+#!/bin/sh
+# emu train --resume at the edges: a run killed while it was writing a
+# checkpoint (its logs already rewritten, checkpoint.bin not yet) must
+# still resume to the uninterrupted run's results; a checkpoint copied in
+# from another run's folder (another configuration) must be refused with
+# nothing changed; resuming a run that has completed must not change its
+# results; a checkpoint taken at the end of an epoch (before that epoch's
+# evaluation) must resume to the same results, evaluation included.
+# Usage: sh train_resume_edges.sh /path/to/emu
+set -u
+EMU=${1:?usage: train_resume_edges.sh /path/to/emu}
+case $EMU in /*) ;; *) EMU=$(pwd)/$EMU ;; esac
+fails=0
+fail() { echo "FAIL train_resume_edges: $*" >&2; fails=$((fails + 1)); }
+tmp=$(mktemp -d ./train_resume_edges.XXXXXX) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+
+FILES="meta.json steps.csv ops_steps.csv layers_steps.csv eval.csv ops.csv
+       hist.csv ops.json summary.txt checkpoint.bin"
+
+meta_steps() { sed -n 's/^ *"steps": \([0-9]*\),.*/\1/p' "$1/meta.json"; }
+rows() { [ -f "$1/steps.csv" ] && echo $(($(wc -l < "$1/steps.csv") - 1)) || echo 0; }
+
+# kill_mid_run DIR MIN CMD...: starts CMD (an emu train writing DIR) and
+# kills it with SIGKILL once it has written a checkpoint beyond step MIN
+# and before it ends.  It
+# is stopped (SIGSTOP) while the folder is inspected: the kill must come
+# after a whole checkpoint (meta.json, written last, counts the rows of
+# steps.csv, written first), so that this test does not depend on where
+# within the writing of a checkpoint a kill lands (train_resume_edges.sh
+# looks at that).  Returns 1 if the run ended first.
+kill_mid_run() {
+    dir=$1 min=$2
+    shift 2
+    "$@" > /dev/null 2>&1 &
+    pid=$!
+    while kill -0 "$pid" 2> /dev/null; do
+        if [ -f "$dir/checkpoint.bin" ] && kill -STOP "$pid" 2> /dev/null; then
+            r=$(rows "$dir")
+            if [ "$r" -gt "$min" ] && [ "$r" = "$(meta_steps "$dir")" ] &&
+               grep -q '"completed": false' "$dir/meta.json"; then
+                kill -KILL "$pid"
+                wait "$pid" 2> /dev/null
+                return 0
+            fi
+            kill -CONT "$pid"
+        fi
+        sleep 0.01 2> /dev/null || sleep 1
+    done
+    wait "$pid" 2> /dev/null
+    return 1
+}
+
+# same_run A B: as in train_determinism.sh (same folder name "r").
+same_run() {
+    a=$1 b=$2
+    for f in $FILES; do
+        [ -s "$a/$f" ] && [ -s "$b/$f" ] || { fail "$f missing in $a or $b"; continue; }
+        case $f in
+        steps.csv)
+            sed 's/,[^,]*$//' "$a/$f" > "$tmp/x"
+            sed 's/,[^,]*$//' "$b/$f" > "$tmp/y"
+            ;;
+        meta.json)
+            grep -v '"seconds"' "$a/$f" > "$tmp/x"
+            grep -v '"seconds"' "$b/$f" > "$tmp/y"
+            ;;
+        checkpoint.bin)
+            # Bytes 65-72: the elapsed time (nn_train.c's checkpoint header).
+            n=$(cmp -l "$a/$f" "$b/$f" 2>&1 | awk '$1 < 65 || $1 > 72 { n++ } END { print n + 0 }')
+            [ "$n" -eq 0 ] || fail "$b: checkpoint.bin differs from the uninterrupted" \
+                                   "run's in $n bytes besides the timing"
+            continue
+            ;;
+        *) cp "$a/$f" "$tmp/x"; cp "$b/$f" "$tmp/y" ;;
+        esac
+        cmp -s "$tmp/x" "$tmp/y" ||
+            fail "$b: $f differs from the uninterrupted run's: $(diff "$tmp/x" "$tmp/y" | head -4)"
+    done
+}
+
+# snapshot DIR: a listing of every file's checksum, to show nothing changed.
+snapshot() { (cd "$1" && cksum ./* 2> /dev/null); }
+
+# expect_refusal WHAT DIR PATTERN ARGS...: emu ARGS fails (exit 2), its
+# message matches PATTERN, and DIR is unchanged.
+expect_refusal() {
+    what=$1 dir=$2 pat=$3
+    shift 3
+    before=$(snapshot "$dir")
+    "$EMU" "$@" > "$tmp/out" 2> "$tmp/err"
+    rc=$?
+    [ $rc -eq 2 ] || fail "$what: exit $rc (want 2) for: emu $*"
+    grep -q -- "$pat" "$tmp/err" || fail "$what: message lacks '$pat': $(cat "$tmp/err")"
+    [ "$before" = "$(snapshot "$dir")" ] || fail "$what: $dir was modified"
+}
+
+COMMON="--train-examples 512 --test-examples 64 --batch 32 --epochs 3
+        --checkpoint-every 5 --stats-every 2 --model mlp:784-16-10"
+
+# killed NAME ARGS...: $tmp/NAME/r, a run killed after a whole checkpoint.
+killed() {
+    name=$1
+    shift
+    mkdir -p "$tmp/$name"
+    tries=0
+    # shellcheck disable=SC2086
+    until kill_mid_run "$tmp/$name/r" 0 sh -c 'cd "$1" && shift && exec "$@"' \
+            sh "$tmp/$name" "$EMU" train $COMMON --out r --force "$@"; do
+        tries=$((tries + 1))
+        [ $tries -lt 5 ] || { fail "$name: the run always ended before it could be killed"; exit 1; }
+    done
+}
+
+mkdir -p "$tmp/full"
+# shellcheck disable=SC2086
+(cd "$tmp/full" && "$EMU" train $COMMON --out r --preset fp32) > "$tmp/full/log" 2>&1 ||
+    fail "the uninterrupted run failed: $(cat "$tmp/full/log")"
+killed cut --preset fp32
+killed other --preset bf16-sr
+
+# 1. Killed between the logs and the checkpoint of step c2 (the next one
+# after the checkpoint at c1): the logs hold the rows of steps < c2, the
+# checkpoint is at c1.
+c1=$(rows "$tmp/cut/r")
+c2=$((c1 + 5))
+mkdir -p "$tmp/torn"
+cp -R "$tmp/cut/r" "$tmp/torn/r"
+for f in steps.csv ops_steps.csv layers_steps.csv eval.csv; do
+    col=1
+    [ $f = eval.csv ] && col=2 # epoch,step,...: the step that ended the epoch
+    awk -F, -v c=$col -v s=$c2 'NR == 1 || $c + 0 < s || ($c + 0 == s && c == 2)' \
+        "$tmp/full/r/$f" > "$tmp/torn/r/$f"
+done
+(cd "$tmp/torn" && "$EMU" train --resume r) > "$tmp/torn.log" 2>&1 ||
+    fail "resume after a torn checkpoint failed: $(cat "$tmp/torn.log")"
+same_run "$tmp/full/r" "$tmp/torn/r"
+
+# 2. A checkpoint from another run (another preset) copied into this run's
+# folder: the folder's logs and meta.json are of one configuration, the
+# checkpoint of another.
+cp "$tmp/other/r/checkpoint.bin" "$tmp/cut/r/checkpoint.bin"
+expect_refusal "a checkpoint from another configuration" "$tmp/cut/r" "configuration" \
+    train --resume "$tmp/cut/r" --quiet
+
+# 3. Resuming a completed run: refused, or a no-op that keeps the results.
+mkdir -p "$tmp/done"
+cp -R "$tmp/full/r" "$tmp/done/r"
+before=$(snapshot "$tmp/done/r")
+if (cd "$tmp/done" && "$EMU" train --resume r) > "$tmp/done.log" 2>&1; then
+    same_run "$tmp/full/r" "$tmp/done/r"
+else
+    grep -q "complete" "$tmp/done.log" ||
+        fail "resume of a completed run: refused without saying why: $(cat "$tmp/done.log")"
+    [ "$before" = "$(snapshot "$tmp/done/r")" ] || fail "resume of a completed run: files changed"
+fi
+
+# 4. Killed after the checkpoint that ends epoch 0 (16 steps an epoch, a
+# checkpoint every 8): the resumed run must still evaluate epoch 0, and
+# with stochastic rounding (the evaluation's ops advance the op counter)
+# every later step depends on it.
+EPOCH="--preset bf16-sr --checkpoint-every 8"
+mkdir -p "$tmp/efull" "$tmp/ecut"
+# shellcheck disable=SC2086
+(cd "$tmp/efull" && "$EMU" train $COMMON $EPOCH --out r) > "$tmp/efull/log" 2>&1 ||
+    fail "the uninterrupted run failed: $(cat "$tmp/efull/log")"
+tries=0
+while :; do
+    # shellcheck disable=SC2086
+    kill_mid_run "$tmp/ecut/r" 15 sh -c 'cd "$1" && shift && exec "$@"' \
+        sh "$tmp/ecut" "$EMU" train $COMMON $EPOCH --out r --force &&
+        [ "$(rows "$tmp/ecut/r")" -eq 16 ] && break
+    tries=$((tries + 1))
+    [ $tries -lt 8 ] || { fail "could not stop the run at the end of epoch 0"; break; }
+done
+if [ "$(rows "$tmp/ecut/r")" -eq 16 ]; then
+    (cd "$tmp/ecut" && "$EMU" train --resume r) > "$tmp/ecut/log" 2>&1 ||
+        fail "resume at the end of an epoch failed: $(cat "$tmp/ecut/log")"
+    same_run "$tmp/efull/r" "$tmp/ecut/r"
+fi
+
+[ "$fails" -eq 0 ] || exit 1
+echo "train_resume_edges: ok"
