@@ -1061,6 +1061,33 @@ static void progress(run *r, FILE *log, int epoch, double loss, double acc,
     fflush(log);
 }
 
+/* The run's statistics by tensor role, for the end of the log: what the
+ * precision policy cost, in one table. */
+static void role_summary(const emu_stats *st, FILE *log)
+{
+    fprintf(log, "%-12s %14s %9s %9s %9s %9s %9s\n", "role", "results",
+            "inexact", "->zero", "subnorm", "overflow", "absorbed");
+    for (int role = 0; role < EMU_ROLE_COUNT; role++) {
+        emu_site_stats t;
+        memset(&t, 0, sizeof t);
+        for (size_t i = 0; i < st->count; i++)
+            if (st->sites[i].role == (emu_role)role &&
+                !ends_with(st->sites[i].name, ".init"))
+                emu_site_stats_merge(&t, &st->sites[i].total);
+        if (!t.results)
+            continue;
+        double n = (double)t.results;
+        fprintf(log, "%-12s %14llu %8.3f%% %8.4f%% %8.4f%% %8.4f%% ",
+                emu_role_name((emu_role)role), (unsigned long long)t.results,
+                100.0 * (double)t.inexact / n, 100.0 * (double)t.to_zero / n,
+                100.0 * (double)t.subnormal / n, 100.0 * (double)t.overflow / n);
+        if (t.adds)
+            fprintf(log, "%8.4f%%\n", 100.0 * (double)t.absorbed / (double)t.adds);
+        else
+            fprintf(log, "%9s\n", "-");
+    }
+}
+
 /* ---- the loop ----------------------------------------------------------------- */
 
 static int load_data(run *r, emu_error *err)
@@ -1326,10 +1353,12 @@ int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
         goto done;
     if (save_all(r, true, acc, err))
         goto done;
-    if (log && !cfg->quiet)
+    if (log && !cfg->quiet) {
+        role_summary(&r->stats, log);
         fprintf(log, "done: %lld steps (%lld skipped), test accuracy %.2f%%, "
                 "results in %s\n", (long long)r->step, (long long)r->skipped,
                 100.0 * acc, r->dir);
+    }
     rc = 0;
 done:
     emu_model_free(&r->m);

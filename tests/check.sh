@@ -19,12 +19,12 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build build -j"$jobs"
 ctest --test-dir build -j"$jobs" --output-on-failure
 
-step "ASan + UBSan build and tests (EMU_TEST_SCALE=0.05)"
+step "ASan + UBSan build and tests (EMU_TEST_SCALE=0.05, without the slow label)"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEMU_SANITIZE=ON \
       -DEMU_BUILD_BENCH=OFF
 cmake --build build-asan -j"$jobs"
 EMU_TEST_SCALE=0.05 ASAN_OPTIONS=detect_leaks=1 \
-    ctest --test-dir build-asan -j"$jobs" --output-on-failure
+    ctest --test-dir build-asan -j"$jobs" --output-on-failure -LE slow
 
 step "install check"
 sh tests/install_check.sh build
