@@ -184,6 +184,7 @@ static void sb_keep_rows(sbuf *b, int col, int64_t limit, bool inclusive)
 typedef struct layer_trace {
     double sigma;   /* std of the unscaled input gradient, last step       */
     double amax;    /* largest |unscaled input gradient|, last step        */
+    double corr;    /* ADAPTIVE: feedback factor on the Gaussian estimate  */
 } layer_trace;
 
 typedef struct run {
@@ -205,7 +206,7 @@ typedef struct run {
     double floor;             /* ENHANCED: current floor                      */
     double adaptive_cut;      /* ADAPTIVE: backoff factor after an overflow  */
     int64_t skipped;
-    layer_trace *trace;
+    layer_trace *trace;       /* per layer, and [n_layers] for the loss */
     float *batch_x;
     int *batch_y;
     size_t *perm;
@@ -430,17 +431,40 @@ static double pow2_floor(double x)
     return ldexp(1.0, e - 1);
 }
 
-/* Per-layer adaptive scales (Zhao et al.): layer l's input gradient
- * dx = (dy W) would lose a fraction ~ sqrt(2/pi) * u / (alpha sigma) of its
- * values below the format's underflow threshold u if it were Gaussian with
- * standard deviation sigma; choose the total scale D_l that puts this at
- * the target rate, round it down to a power of two, keep the headroom
- * that the largest value needs, and apply to layer l the factor D_l / T_l
- * (T_l: the scale its incoming gradient already carries), at least 1. */
+/* Per-layer adaptive scales (Zhao et al.).  A gradient of standard
+ * deviation sigma, if it were Gaussian, would lose a fraction
+ * ~ sqrt(2/pi) * u / (D sigma) of its values below the format's underflow
+ * threshold u at a total scale D; choose D to put that at the target rate,
+ * keep the headroom its largest value needs, round down to a power of two.
+ * The loss gradient (dlogits) gets its scale this way — that is the loss
+ * scale — and each parameter layer l the factor D_l / T_l on its input
+ * gradient (T_l: the scale its incoming gradient already carries; at least
+ * 1), applied where that gradient is produced.
+ *
+ * The Gaussian estimate is optimistic for ReLU-gated gradients, which hold
+ * far more mass near zero, so each estimate is multiplied by a factor fed
+ * back from the underflow rate the choke point measured at that site in the
+ * last step: doubled while above the target, halved while below a quarter
+ * of it. */
+static double adaptive_total(const layer_trace *t, const emu_format *f,
+                             const emu_loss_scaling *s)
+{
+    double u = f->min_value / 2.0; /* below it, RNE gives zero */
+    double want = 0.7978845608028654 * u / (t->sigma * s->target) * t->corr;
+    double headroom = t->amax > 0.0 ? f->max / (4.0 * t->amax) : s->max;
+    return pow2_floor(fmin(fmin(want, headroom), s->max));
+}
+
 static void adaptive_scales(run *r)
 {
     emu_model *m = &r->m;
     const emu_loss_scaling *s = &r->p->scaling;
+    const layer_trace *lt = &r->trace[m->n_layers];
+    if (lt->sigma > 0.0) {
+        double D = adaptive_total(lt, &m->dlogits.fmt, s);
+        r->scale = fmin(pow2_floor(D / r->cfg->loss_mult * r->adaptive_cut),
+                        s->max);
+    }
     double T = r->scale * r->cfg->loss_mult;
     for (int i = m->n_layers - 1; i >= 0; i--) {
         emu_layer *l = &m->layers[i];
@@ -449,15 +473,47 @@ static void adaptive_scales(run *r)
             continue;
         const layer_trace *t = &r->trace[i];
         if (t->sigma > 0.0) {
-            const emu_format *f = &l->dx.fmt;
-            double u = f->min_value / 2.0; /* below it, RNE gives zero */
-            double want = 0.7978845608028654 * u / (t->sigma * s->target);
-            double headroom = t->amax > 0.0 ? f->max / (4.0 * t->amax) : s->max;
-            double D = pow2_floor(fmin(fmin(want, headroom), s->max));
+            double D = adaptive_total(t, &l->dx.fmt, s);
             double a = pow2_floor(D / T * r->adaptive_cut);
             l->scale = a > 1.0 ? a : 1.0;
         }
         T *= l->scale;
+    }
+}
+
+static double site_to_zero_rate(const emu_stats *st, const char *name)
+{
+    for (size_t i = 0; i < st->count; i++)
+        if (st->sites[i].active && st->sites[i].step.results &&
+            !strcmp(st->sites[i].name, name))
+            return (double)st->sites[i].step.to_zero /
+                   (double)st->sites[i].step.results;
+    return -1.0;
+}
+
+static void feedback(layer_trace *t, double rate, double target)
+{
+    if (rate < 0.0)
+        return;
+    if (rate > target)
+        t->corr = fmin(t->corr * 2.0, 0x1p24);
+    else if (rate < target / 4.0)
+        t->corr = fmax(t->corr * 0.5, 0x1p-24);
+}
+
+/* After a step: move each site's correction toward the target rate. */
+static void adaptive_feedback(run *r)
+{
+    const double target = r->p->scaling.target;
+    feedback(&r->trace[r->m.n_layers],
+             site_to_zero_rate(&r->stats, "loss.dlogits"), target);
+    for (int i = 0; i < r->m.n_layers; i++) {
+        const emu_layer *l = &r->m.layers[i];
+        if (!l->has_params)
+            continue;
+        char name[64];
+        snprintf(name, sizeof name, "%s.dinput", l->name);
+        feedback(&r->trace[i], site_to_zero_rate(&r->stats, name), target);
     }
 }
 
@@ -480,29 +536,34 @@ static void grad_scales(run *r)
     }
 }
 
-/* What the adaptive rule needs from this step: the spread of each
- * parameter layer's (unscaled) input gradient. */
+static void trace_tensor(layer_trace *t, const emu_tensor *g, double unscale)
+{
+    double s2 = 0.0, amax = 0.0;
+    size_t n = 0;
+    for (size_t j = 0; j < g->n; j++) {
+        double v = g->data[j] * unscale;
+        if (!isfinite(v))
+            continue;
+        s2 += v * v;
+        amax = fmax(amax, fabs(v));
+        n++;
+    }
+    t->sigma = n ? sqrt(s2 / (double)n) : 0.0;
+    t->amax = amax;
+}
+
+/* What the adaptive rule needs from this step: the spread of the
+ * (unscaled) loss gradient and of each parameter layer's input gradient. */
 static void trace_gradients(run *r)
 {
     emu_model *m = &r->m;
+    trace_tensor(&r->trace[m->n_layers], &m->dlogits,
+                 1.0 / (r->scale * r->cfg->loss_mult));
     for (int i = 0; i < m->n_layers; i++) {
         emu_layer *l = &m->layers[i];
-        layer_trace *t = &r->trace[i];
-        if (!l->has_params || !l->dx.data)
-            continue;
-        double unscale = 1.0 / (l->grad_scale * l->scale);
-        double s2 = 0.0, amax = 0.0;
-        size_t n = 0;
-        for (size_t j = 0; j < l->dx.n; j++) {
-            double v = l->dx.data[j] * unscale;
-            if (!isfinite(v))
-                continue;
-            s2 += v * v;
-            amax = fmax(amax, fabs(v));
-            n++;
-        }
-        t->sigma = n ? sqrt(s2 / (double)n) : 0.0;
-        t->amax = amax;
+        if (l->has_params && l->dx.data)
+            trace_tensor(&r->trace[i], &l->dx,
+                         1.0 / (l->grad_scale * l->scale));
     }
 }
 
@@ -718,7 +779,7 @@ static void layer_rows(run *r)
         char dname[64], wname[64];
         snprintf(dname, sizeof dname, "%s.dinput", l->name);
         snprintf(wname, sizeof wname, "%s.dweight", l->name);
-        double dz = NAN, wz = NAN, dsub = NAN;
+        double dz = NAN, wz = NAN, dsub = NAN, dzero = NAN, dexact0 = NAN;
         for (size_t k = 0; k < r->stats.count; k++) {
             const emu_site *s = &r->stats.sites[k];
             if (!s->active || !s->step.results)
@@ -727,13 +788,19 @@ static void layer_rows(run *r)
             if (!strcmp(s->name, dname)) {
                 dz = (double)s->step.to_zero / n;
                 dsub = (double)s->step.subnormal / n;
+                /* Zero however it came about (here or upstream), and zero
+                 * before this op's rounding: their difference is what this
+                 * layer lost itself. */
+                dzero = (double)s->step.hist_rounded[EMU_HIST_ZERO] / n;
+                dexact0 = (double)s->step.hist_exact[EMU_HIST_ZERO] / n;
             } else if (!strcmp(s->name, wname) && s->role == EMU_ROLE_WEIGHT_GRAD) {
                 wz = (double)s->step.to_zero / n;
             }
         }
-        sb_printf(&r->layers, "%lld,%s,%d,%.17g,%.17g,%.9g,%.9g,%.9g,%.9g\n",
+        sb_printf(&r->layers, "%lld,%s,%d,%.17g,%.17g,%.9g,%.9g,%.9g,%.9g,"
+                  "%.9g,%.9g\n",
                   (long long)r->step, l->name, i, l->scale, l->grad_scale, dz,
-                  dsub, wz, r->trace[i].sigma);
+                  dsub, dzero, dexact0, wz, r->trace[i].sigma);
     }
 }
 
@@ -847,8 +914,8 @@ static int write_ckpt(FILE *fp, const void *arg)
     cfg.resume = cfg.force = false;
     if (fwrite(&h, sizeof h, 1, fp) != 1 || fwrite(&cfg, sizeof cfg, 1, fp) != 1 ||
         fwrite(r->p, sizeof *r->p, 1, fp) != 1 ||
-        fwrite(r->trace, sizeof *r->trace, (size_t)r->m.n_layers, fp) !=
-            (size_t)r->m.n_layers)
+        fwrite(r->trace, sizeof *r->trace, (size_t)r->m.n_layers + 1, fp) !=
+            (size_t)r->m.n_layers + 1)
         return -1;
     for (int i = 0; i < r->m.n_layers; i++)
         if (fwrite(&r->m.layers[i].scale, sizeof(double), 1, fp) != 1)
@@ -894,8 +961,8 @@ static int read_ckpt(run *r, emu_error *err)
     if (fseek(fp, (long)(sizeof(emu_train_config) + sizeof(emu_policy)),
               SEEK_CUR))
         goto truncated;
-    if (fread(r->trace, sizeof *r->trace, (size_t)r->m.n_layers, fp) !=
-        (size_t)r->m.n_layers)
+    if (fread(r->trace, sizeof *r->trace, (size_t)r->m.n_layers + 1, fp) !=
+        (size_t)r->m.n_layers + 1)
         goto truncated;
     for (int i = 0; i < r->m.n_layers; i++)
         if (fread(&r->m.layers[i].scale, sizeof(double), 1, fp) != 1)
@@ -1172,6 +1239,8 @@ static int train_epochs(run *r, FILE *log, double *final_acc, emu_error *err)
                 r->skipped++;
             }
             step_rates q = rates(&r->stats);
+            if (r->p->scaling.kind == EMU_SCALE_ADAPTIVE)
+                adaptive_feedback(r);
             double loss = loss_sum / (double)b;
             double bacc = (double)right / (double)b;
             sb_printf(&r->steps, "%lld,%d,%.9g,%.9g,%.9g,%.17g,%d,%.9g,%.9g,%.9g,"
@@ -1268,7 +1337,7 @@ int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
                         cfg->seed, &r->ctx, err) ||
         claim_dir(r, err))
         goto done;
-    r->trace = calloc((size_t)r->m.n_layers, sizeof *r->trace);
+    r->trace = calloc((size_t)r->m.n_layers + 1, sizeof *r->trace);
     r->batch_x = malloc((size_t)cfg->batch * example_size(&r->train) * sizeof(float));
     r->batch_y = malloc((size_t)cfg->batch * sizeof(int));
     r->perm = malloc(r->train.n * sizeof *r->perm);
@@ -1276,6 +1345,8 @@ int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
         fail(err, "train", "out of memory");
         goto done;
     }
+    for (int i = 0; i <= r->m.n_layers; i++)
+        r->trace[i].corr = 1.0;
     r->steps_per_epoch = (int64_t)(r->train.n / (size_t)cfg->batch);
     r->total_steps = r->steps_per_epoch * cfg->epochs;
     if (cfg->max_steps && cfg->max_steps < r->total_steps)
@@ -1285,7 +1356,8 @@ int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
     r->adaptive_cut = 1.0;
     sb_printf(&r->steps, "%s", STEPS_HEADER);
     sb_printf(&r->layers, "step,layer,index,scale,grad_scale,dinput_to_zero,"
-              "dinput_subnormal,dweight_to_zero,dinput_sigma\n");
+              "dinput_subnormal,dinput_zero,dinput_exact_zero,dweight_to_zero,"
+              "dinput_sigma\n");
     sb_printf(&r->eval, "epoch,step,test_loss,test_accuracy\n");
     {
         /* The per-op header once, whatever the first rows hold. */
