@@ -6,7 +6,9 @@
 #      are never scaled, so every rounding path still runs instrumented;
 #   3. the install check: a separate program built against the installed
 #      library through pkg-config and through CMake's find_package;
-#   4. a short bounded run of each fuzz harness (clang's libFuzzer).
+#   4. a short bounded run of each fuzz harness (clang's libFuzzer);
+#   5. every experiment in its quick mode, then every notebook executed
+#      headless on those results (experiments/run_all.sh --quick).
 # Set JOBS to change the parallelism (default 2, the CI machine's cores).
 set -eu
 cd "$(dirname "$0")/.."
@@ -31,5 +33,8 @@ sh tests/install_check.sh build
 
 step "fuzzing (bounded)"
 sh fuzz/run.sh 20
+
+step "experiments (quick) and notebooks"
+EMU="$PWD/build/cli/emu" EMU_BUILD="$PWD/build" bash experiments/run_all.sh --quick
 
 step "all checks passed"
