@@ -1132,8 +1132,9 @@ static void progress(run *r, FILE *log, int epoch, double loss, double acc,
  * precision policy cost, in one table. */
 static void role_summary(const emu_stats *st, FILE *log)
 {
-    fprintf(log, "%-12s %14s %9s %9s %9s %9s %9s\n", "role", "results",
-            "inexact", "->zero", "subnorm", "overflow", "absorbed");
+    fprintf(log, "%-12s %14s %9s %9s %9s %9s %9s %9s\n", "role", "results",
+            "inexact", "->zero", "subnorm", "overflow", "absorbed",
+            "ulp max");
     for (int role = 0; role < EMU_ROLE_COUNT; role++) {
         emu_site_stats t;
         memset(&t, 0, sizeof t);
@@ -1149,7 +1150,12 @@ static void role_summary(const emu_stats *st, FILE *log)
                 100.0 * (double)t.inexact / n, 100.0 * (double)t.to_zero / n,
                 100.0 * (double)t.subnormal / n, 100.0 * (double)t.overflow / n);
         if (t.adds)
-            fprintf(log, "%8.4f%%\n", 100.0 * (double)t.absorbed / (double)t.adds);
+            fprintf(log, "%8.4f%% ", 100.0 * (double)t.absorbed / (double)t.adds);
+        else
+            fprintf(log, "%9s ", "-");
+        /* Against MPFR, on the outputs sampled with --ref-rate. */
+        if (t.ref_samples)
+            fprintf(log, "%9.3g\n", t.ulp_max);
         else
             fprintf(log, "%9s\n", "-");
     }
