@@ -780,12 +780,47 @@ static void tile_f64(const f64_plan *pl, const emu_format *f, double *out,
 
 /* ---- entry points ----------------------------------------------------- */
 
+/* A format with exactly binary32's values and specials: rounding a binary32
+ * value into it is exact in every mode (saturation aside), so the map is
+ * the identity, with NaNs made the canonical quiet NaN as the scalar choke
+ * point makes them, and exact subnormals flagged. */
+static bool is_binary32(const emu_format *f, const emu_rounding *r)
+{
+    return f->ebits == 8 && f->mbits == 23 && f->bias == 127 && f->is_signed &&
+           f->subnormals && f->has_zero && f->specials == EMU_SPECIALS_IEEE &&
+           f->overflow == EMU_OVERFLOW_INF && !r->saturate;
+}
+
+static void identity_f32(float *out, const float *in, size_t n,
+                         emu_round_counts *c)
+{
+    uint64_t sub = 0, nan = 0;
+    for (size_t i = 0; i < n; i++) {
+        float x = in[i];
+        nan += isnan(x) != 0;
+        sub += x != 0.0f && fabsf(x) < 0x1p-126f;
+        out[i] = isnan(x) ? NAN : x;
+    }
+    c->n += n;
+    c->subnormal += sub;
+    c->nan += nan;
+    if (sub)
+        c->flags |= EMU_FLAG_SUBNORMAL;
+}
+
 int emu_round_array_f32(const emu_format *fmt, float *out, const float *in,
                         size_t n, const emu_array_rounding *a,
                         emu_round_counts *counts)
 {
     if (!fmt->fits_carrier)
         return -1;
+    if (is_binary32(fmt, &a->rnd)) {
+        emu_round_counts c = { 0 };
+        identity_f32(out, in, n, &c);
+        if (counts)
+            counts_merge(counts, &c);
+        return 0;
+    }
     f32_plan pl;
     const bool fast = plan_f32(&pl, fmt, &a->rnd);
     const size_t tiles = (n + TILE - 1) / TILE;
