@@ -1,6 +1,6 @@
 /*
- * bench_train.c — what a training step costs under each precision policy
- * (issue 4): time per step of the CNN for fp32, fp16-mpt and bf16-sr with
+ * bench_train.c — what a training step costs under each precision policy:
+ * time per step of the CNN for fp32, fp16-mpt and bf16-sr with
  * the fast accumulator and for fp16-mpt with the emulated sequential
  * binary32 accumulator, as ratios to fp32 in the same run; peak resident
  * memory per model and policy; the time of one epoch of the CNN on
@@ -34,7 +34,7 @@
  * the fixed part of the short run in CPU time (loading the 70000 images
  * and evaluating the 10000 test images, single-threaded).
  *
- * Targets (issue 4): fast-mode presets at most 2x fp32; one epoch of the
+ * Targets: fast-mode presets at most 2x fp32; one epoch of the
  * CNN on Fashion-MNIST under fp16-mpt (fast) in a few minutes on 2 cores.
  */
 #define _POSIX_C_SOURCE 200809L

@@ -1,5 +1,5 @@
 # bench_train: cost of a training step per precision policy, peak memory per
-# model, one Fashion-MNIST epoch of the CNN (issue 4).  Included from
+# model, one Fashion-MNIST epoch of the CNN.  Included from
 # bench/CMakeLists.txt:
 #   include(${CMAKE_CURRENT_SOURCE_DIR}/train.cmake OPTIONAL)
 # Run: OPENBLAS_NUM_THREADS=1 ./build/bench/bench_train [--quick]

@@ -1114,7 +1114,8 @@ static Suite *suite(void)
     tcase_add_test(tc, test_sr_streams);
     tcase_add_test(tc, test_exports);
     suite_add_tcase(s, tc);
-    /* Bugs in stats.c found by these tests (see the helper's report). */
+    /* Regressions: an infinite relative error went to the first bin, and
+     * long site names made a new site on every call. */
     TCase *core = tcase_create("core_bugs");
     tcase_add_test(core, test_core_relerr_of_exact_zero);
     tcase_add_test(core, test_core_long_site_names);

@@ -712,7 +712,7 @@ START_TEST(presets_and_policies)
     EXPECT(strstr(err.message, "fp7") && strstr(err.message, "bf16-sr"),
            "unknown preset: '%s'", err.message);
 
-    /* What each preset is, where the issue is explicit. */
+    /* What each preset is, where its recipe is explicit. */
     emu_policy_preset(&p, "fp16-mpt", &err);
     EXPECT(p.use_master && !strcmp(p.master.fmt.name, "binary32") &&
            !strcmp(p.weight.fmt.name, "binary16") &&

@@ -9,7 +9,7 @@ EXP=$(cd "$(dirname "$0")" && pwd)
 
 if [ "$MODE" = quick ]; then DOTS=20; else DOTS=1000; fi
 BIN=$(build_program accum_sweep "$EXP/accum_sweep.c")
-# binary16 inputs (the issue's case) and e4m3 inputs (DeepSeek-V3's FP8
+# binary16 inputs and e4m3 inputs (DeepSeek-V3's FP8
 # GEMM), K = 64 ... 16384.
 job bash -c "$(q "$BIN") --input binary16 --dots $DOTS --kmax 16384 --seed 1 > $(q "$RESULTS/sweep_binary16.csv")"
 job bash -c "$(q "$BIN") --input e4m3 --dots $DOTS --kmax 16384 --seed 1 > $(q "$RESULTS/sweep_e4m3.csv")"
