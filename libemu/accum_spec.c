@@ -49,14 +49,12 @@ void emu_accum_default(emu_accum *a)
 static int fail(emu_error *err, const char *spec, const char *key,
                 const char *fmt, ...)
 {
-    if (err) {
-        snprintf(err->where, sizeof err->where, "accumulator '%.200s'", spec);
-        snprintf(err->key, sizeof err->key, "%s", key);
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->message, sizeof err->message, fmt, ap);
-        va_end(ap);
-    }
+    char where[256];
+    snprintf(where, sizeof where, "accumulator '%.200s'", spec);
+    va_list ap;
+    va_start(ap, fmt);
+    emu_vfail(err, where, key, fmt, ap);
+    va_end(ap);
     return -1;
 }
 

@@ -63,22 +63,12 @@ static double zero_sum(double x, double y, const emu_rounding *r)
     return r->mode == EMU_RD ? -0.0 : 0.0;
 }
 
-/* Exact s + e = a + b (Knuth's TwoSum: no condition on the magnitudes). */
-static void two_sum(double a, double b, double *s, double *e)
-{
-    double sum = a + b;
-    double bv = sum - a;
-    double av = sum - bv;
-    *e = (a - av) + (b - bv);
-    *s = sum;
-}
-
 /* Rounds the exact sum of x and y, both finite (and each exact). */
 static double round_sum(const emu_format *f, double x, double y,
                         const emu_rounding *r, emu_status *st)
 {
     double hi, lo;
-    two_sum(x, y, &hi, &lo);
+    emu_two_sum(x, y, &hi, &lo);
     if (hi == 0.0 && lo == 0.0)
         hi = zero_sum(x, y, r);
     return emu_round2(f, hi, lo, r, st);
@@ -301,7 +291,7 @@ static double round_u64(const emu_format *f, uint64_t u, bool neg,
     if (neg)
         h = -h, l = -l;
     double hi, lo;
-    two_sum(h, l, &hi, &lo);
+    emu_two_sum(h, l, &hi, &lo);
     return emu_round2(f, hi, lo, r, st);
 }
 

@@ -19,19 +19,7 @@
 #include <zlib.h>
 
 #include "emu/rng.h"
-
-static int fail(emu_error *err, const char *where, const char *fmt, ...)
-{
-    if (err) {
-        snprintf(err->where, sizeof err->where, "%s", where);
-        err->key[0] = '\0';
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->message, sizeof err->message, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
+#include "internal.h"
 
 void emu_dataset_free(emu_dataset *d)
 {
@@ -47,7 +35,7 @@ static unsigned char *read_gz(const char *path, size_t limit, size_t *len,
 {
     gzFile gz = gzopen(path, "rb");
     if (!gz) {
-        fail(err, path, "cannot open: %s", errno ? strerror(errno)
+        emu_fail(err, path, "", "cannot open: %s", errno ? strerror(errno)
                                                  : "out of memory");
         return NULL;
     }
@@ -55,13 +43,13 @@ static unsigned char *read_gz(const char *path, size_t limit, size_t *len,
     unsigned char *buf = malloc(cap);
     for (;;) {
         if (!buf) {
-            fail(err, path, "out of memory");
+            emu_fail(err, path, "", "out of memory");
             break;
         }
         if (n == cap) {
             if (cap >= limit) {
-                fail(err, path, "larger than %zu bytes: not an IDX file of "
-                     "this data set", limit);
+                emu_fail(err, path, "", "larger than %zu bytes: not an IDX "
+                         "file of this data set", limit);
                 free(buf);
                 buf = NULL;
                 break;
@@ -80,8 +68,8 @@ static unsigned char *read_gz(const char *path, size_t limit, size_t *len,
         if (got < 0) {
             int code;
             const char *msg = gzerror(gz, &code);
-            fail(err, path, "corrupt compressed data after %zu bytes: %s", n,
-                 msg);
+            emu_fail(err, path, "", "corrupt compressed data after %zu bytes: "
+                     "%s", n, msg);
             free(buf);
             buf = NULL;
             break;
@@ -92,8 +80,8 @@ static unsigned char *read_gz(const char *path, size_t limit, size_t *len,
             const char *msg = gzerror(gz, &code);
             if (code != Z_OK) {
                 /* zlib reports a truncated stream here, not in gzread. */
-                fail(err, path, "truncated or corrupt after %zu bytes: %s", n,
-                     msg);
+                emu_fail(err, path, "", "truncated or corrupt after %zu bytes: "
+                         "%s", n, msg);
                 free(buf);
                 buf = NULL;
             }
@@ -117,29 +105,31 @@ static int idx_header(const unsigned char *buf, size_t len, int dims,
 {
     size_t hdr = 4 + 4 * (size_t)dims;
     if (len < hdr)
-        return fail(err, path, "%zu bytes: too short for an IDX header of %d "
-                    "dimensions (%zu bytes)", len, dims, hdr);
+        return emu_fail(err, path, "", "%zu bytes: too short for an IDX header "
+                        "of %d dimensions (%zu bytes)", len, dims, hdr);
     uint32_t magic = be32(buf);
     uint32_t want = 0x0800u | (uint32_t)dims;
     if (magic != want)
-        return fail(err, path, "byte 0: magic 0x%08x, expected 0x%08x (IDX, "
-                    "unsigned bytes, %d dimensions)", magic, want, dims);
+        return emu_fail(err, path, "", "byte 0: magic 0x%08x, expected 0x%08x "
+                        "(IDX, unsigned bytes, %d dimensions)", magic, want,
+                        dims);
     uint64_t count = 1;
     for (int d = 0; d < dims; d++) {
         size[d] = be32(buf + 4 + 4 * d);
         if (size[d] == 0 || size[d] > 100000000u)
-            return fail(err, path, "byte %d: dimension %d has size %u", 4 + 4 * d,
-                        d, size[d]);
+            return emu_fail(err, path, "", "byte %d: dimension %d has size %u",
+                            4 + 4 * d, d, size[d]);
         count *= size[d];
         if (count > (uint64_t)1 << 32)
-            return fail(err, path, "byte %d: %llu elements is more than this "
-                        "reader accepts", 4 + 4 * d, (unsigned long long)count);
+            return emu_fail(err, path, "", "byte %d: %llu elements is more "
+                            "than this reader accepts", 4 + 4 * d,
+                            (unsigned long long)count);
     }
     if (len - hdr != count)
-        return fail(err, path, "%zu data bytes after the header, the header "
-                    "promises %llu (file %s)", len - hdr,
-                    (unsigned long long)count,
-                    len - hdr < count ? "truncated" : "has trailing bytes");
+        return emu_fail(err, path, "", "%zu data bytes after the header, the "
+                        "header promises %llu (file %s)", len - hdr,
+                        (unsigned long long)count,
+                        len - hdr < count ? "truncated" : "has trailing bytes");
     return 0;
 }
 
@@ -163,16 +153,16 @@ int emu_dataset_load_idx(emu_dataset *d, const char *images_path,
         idx_header(lab, llen, 1, lsz, labels_path, err))
         goto done;
     if (isz[0] != lsz[0]) {
-        fail(err, labels_path, "%u labels for %u images in %s", lsz[0], isz[0],
-             images_path);
+        emu_fail(err, labels_path, "", "%u labels for %u images in %s", lsz[0],
+                 isz[0], images_path);
         goto done;
     }
     int maxlabel = 0;
     for (uint32_t i = 0; i < lsz[0]; i++) {
         int l = lab[8 + i];
         if (l > 99) {
-            fail(err, labels_path, "byte %u: label %d (labels are class "
-                 "numbers below 100)", 8 + i, l);
+            emu_fail(err, labels_path, "", "byte %u: label %d (labels are "
+                     "class numbers below 100)", 8 + i, l);
             goto done;
         }
         if (l > maxlabel)
@@ -182,7 +172,7 @@ int emu_dataset_load_idx(emu_dataset *d, const char *images_path,
     d->x = malloc(n * pix * sizeof *d->x);
     d->y = malloc(n);
     if (!d->x || !d->y) {
-        fail(err, images_path, "out of memory for %zu images", n);
+        emu_fail(err, images_path, "", "out of memory for %zu images", n);
         goto done;
     }
     /* k / 255 rounded once to binary32: the values every framework uses. */
@@ -301,12 +291,14 @@ static int synth_split(emu_dataset *d, const char *name, uint64_t seed,
 {
     memset(d, 0, sizeof *d);
     if (n == 0 || n > 10000000)
-        return fail(err, "synthetic data", "%zu examples (1 to 10^7)", n);
+        return emu_fail(err, "synthetic data", "", "%zu examples (1 to 10^7)",
+                        n);
     d->x = malloc(n * SIDE * SIDE * sizeof *d->x);
     d->y = malloc(n);
     if (!d->x || !d->y) {
         emu_dataset_free(d);
-        return fail(err, "synthetic data", "out of memory for %zu images", n);
+        return emu_fail(err, "synthetic data", "", "out of memory for %zu "
+                        "images", n);
     }
     for (size_t i = 0; i < n; i++) {
         /* Example i of a split is a pure function of (seed, split, i). */

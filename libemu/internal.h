@@ -2,7 +2,10 @@
 #ifndef EMU_INTERNAL_H
 #define EMU_INTERNAL_H
 
+#include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 /* A word for stochastic rounding when the caller gave no generator: the
  * next index of one process-wide stream (seed 0, stream 0).  Reproducible
@@ -14,13 +17,50 @@ uint64_t emu_default_random_word(void);
  * the end. */
 char *emu_next_token(char **cursor, const char *delims);
 
+/* Fills *err (if not NULL): where ("formats/e4m3.fmt:3", "policy"), the
+ * offending key ("" if none) and a printf-style message.  Returns -1, so
+ * that a failing function can end with `return emu_fail(...)`. */
+#include <stdarg.h>
+#include "emu/format.h"
+int emu_fail(emu_error *err, const char *where, const char *key,
+             const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+int emu_vfail(emu_error *err, const char *where, const char *key,
+              const char *fmt, va_list ap);
+
 /* Writes a file atomically: `write` fills "<path>.tmp", which is then
  * renamed to path; on any failure the temporary is removed, path is left
  * as it was, and err names the path.  Returns 0 or -1. */
 #include <stdio.h>
-struct emu_error;
 int emu_write_atomic(const char *path,
                      int (*write)(FILE *fp, const void *arg), const void *arg,
-                     struct emu_error *err);
+                     emu_error *err);
+
+/* Exact s + e = a + b (Knuth's TwoSum; no condition on the magnitudes):
+ * the error-free sum behind every exact pre-rounding value. */
+static inline void emu_two_sum(double a, double b, double *s, double *e)
+{
+    double sum = a + b;
+    double bv = sum - a;
+    double av = sum - bv;
+    *e = (a - av) + (b - bv);
+    *s = sum;
+}
+
+/* |x| is a power of two (finite, non-zero): scaling by x is exact. */
+static inline bool emu_is_pow2(double x)
+{
+    int e;
+    return isfinite(x) && x != 0.0 && fabs(frexp(x, &e)) == 0.5;
+}
+
+static inline bool emu_ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
 
 #endif

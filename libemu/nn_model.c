@@ -21,19 +21,7 @@
 #include <string.h>
 
 #include "emu/rng.h"
-
-static int fail(emu_error *err, const char *key, const char *fmt, ...)
-{
-    if (err) {
-        snprintf(err->where, sizeof err->where, "model");
-        snprintf(err->key, sizeof err->key, "%s", key);
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->message, sizeof err->message, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
+#include "internal.h"
 
 /* The precision of a role in layer l. */
 static const emu_role_prec *prec_of(const emu_policy *p, const emu_layer *l,
@@ -78,23 +66,26 @@ static int parse_sizes(const char *s, int *sizes, int max, emu_error *err)
         char *end;
         long v = strtol(s, &end, 10);
         if (end == s || v < 1 || v > 1 << 20)
-            return fail(err, "arch", "'%s': expected a layer width", s);
+            return emu_fail(err, "model", "arch", "'%s': expected a layer "
+                            "width", s);
         long reps = 1;
         if (*end == 'x') {
             s = end + 1;
             reps = strtol(s, &end, 10);
             if (end == s || reps < 1 || reps > MAX_LAYERS)
-                return fail(err, "arch", "'%s': expected a repeat count", s);
+                return emu_fail(err, "model", "arch", "'%s': expected a repeat "
+                                "count", s);
         }
         for (long r = 0; r < reps; r++) {
             if (n == max)
-                return fail(err, "arch", "more than %d layers", max);
+                return emu_fail(err, "model", "arch", "more than %d layers",
+                                max);
             sizes[n++] = (int)v;
         }
         if (*end == '-')
             end++;
         else if (*end)
-            return fail(err, "arch", "unexpected '%c'", *end);
+            return emu_fail(err, "model", "arch", "unexpected '%c'", *end);
         s = end;
     }
     return n;
@@ -109,7 +100,7 @@ static int parse_arch(const char *arch, int in_features, int classes,
     size_t kl = colon ? (size_t)(colon - arch) : strlen(arch);
     char kind[32];
     if (kl >= sizeof kind)
-        return fail(err, "arch", "'%s': unknown model", arch);
+        return emu_fail(err, "model", "arch", "'%s': unknown model", arch);
     memcpy(kind, arch, kl);
     kind[kl] = '\0';
     const char *rest = colon ? colon + 1 : "";
@@ -125,18 +116,20 @@ static int parse_arch(const char *arch, int in_features, int classes,
         if (k < 0)
             return -1;
         if (k < 2)
-            return fail(err, "arch", "an MLP needs an input and an output size");
+            return emu_fail(err, "model", "arch", "an MLP needs an input and "
+                            "an output size");
         if (sizes[0] != in_features)
-            return fail(err, "arch", "the MLP takes %d inputs but an example "
-                        "has %d values", sizes[0], in_features);
+            return emu_fail(err, "model", "arch", "the MLP takes %d inputs but "
+                            "an example has %d values", sizes[0], in_features);
         if (sizes[k - 1] != classes)
-            return fail(err, "arch", "the MLP has %d outputs but the data has "
-                        "%d classes", sizes[k - 1], classes);
+            return emu_fail(err, "model", "arch", "the MLP has %d outputs but "
+                            "the data has %d classes", sizes[k - 1], classes);
         push(v, n, EMU_LAYER_FLATTEN, 0, 0, 0);
         for (int i = 1; i < k; i++) {
             if (push(v, n, EMU_LAYER_LINEAR, sizes[i], 0, 0) ||
                 (i < k - 1 && push(v, n, act, 0, 0, 0)))
-                return fail(err, "arch", "more than %d layers", MAX_LAYERS);
+                return emu_fail(err, "model", "arch", "more than %d layers",
+                                MAX_LAYERS);
         }
         return 0;
     }
@@ -147,7 +140,8 @@ static int parse_arch(const char *arch, int in_features, int classes,
         if (k < 0)
             return -1;
         if (k < 2)
-            return fail(err, "arch", "a CNN needs two conv widths");
+            return emu_fail(err, "model", "arch", "a CNN needs two conv "
+                            "widths");
         push(v, n, EMU_LAYER_CONV, sizes[0], 5, 2);
         push(v, n, act, 0, 0, 0);
         push(v, n, EMU_LAYER_MAXPOOL, 0, 2, 0);
@@ -160,11 +154,13 @@ static int parse_arch(const char *arch, int in_features, int classes,
             push(v, n, act, 0, 0, 0);
         }
         if (push(v, n, EMU_LAYER_LINEAR, classes, 0, 0))
-            return fail(err, "arch", "more than %d layers", MAX_LAYERS);
+            return emu_fail(err, "model", "arch", "more than %d layers",
+                            MAX_LAYERS);
         return 0;
     }
-    return fail(err, "arch", "'%s': unknown model (mlp:784-256-128-10, "
-                "mlp:784-128x8-10, cnn, cnn:6-16-120-84, mlp-gelu:...)", arch);
+    return emu_fail(err, "model", "arch", "'%s': unknown model "
+                    "(mlp:784-256-128-10, mlp:784-128x8-10, cnn, "
+                    "cnn:6-16-120-84, mlp-gelu:...)", arch);
 }
 
 /* ---- building ---------------------------------------------------------------- */
@@ -266,14 +262,10 @@ static int init_param(emu_param *prm, const char *site, int fan_in, bool zero,
 static int build_fail(emu_model *m, emu_error *err, const char *key,
                       const char *fmt, ...)
 {
-    if (err) {
-        snprintf(err->where, sizeof err->where, "model");
-        snprintf(err->key, sizeof err->key, "%s", key);
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->message, sizeof err->message, fmt, ap);
-        va_end(ap);
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    emu_vfail(err, "model", key, fmt, ap);
+    va_end(ap);
     emu_model_free(m);
     return -1;
 }
@@ -312,14 +304,14 @@ int emu_model_build(emu_model *m, const char *arch, const emu_policy *p,
 {
     memset(m, 0, sizeof *m);
     if (batch < 1 || batch > 1 << 16)
-        return fail(err, "batch", "%d is not in 1..65536", batch);
+        return emu_fail(err, "model", "batch", "%d is not in 1..65536", batch);
     layer_spec spec[MAX_LAYERS];
     int n;
     if (parse_arch(arch, in_c * in_h * in_w, classes, spec, &n, err))
         return -1;
     m->layers = calloc((size_t)n, sizeof *m->layers);
     if (!m->layers)
-        return fail(err, "arch", "out of memory");
+        return emu_fail(err, "model", "arch", "out of memory");
     m->n_layers = n;
     m->batch = batch;
     m->in_dims[0] = in_c, m->in_dims[1] = in_h, m->in_dims[2] = in_w;

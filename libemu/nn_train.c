@@ -30,19 +30,6 @@
 #include "emu/version.h"
 #include "internal.h"
 
-static int fail(emu_error *err, const char *where, const char *fmt, ...)
-{
-    if (err) {
-        snprintf(err->where, sizeof err->where, "%s", where);
-        err->key[0] = '\0';
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->message, sizeof err->message, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
 void emu_train_config_default(emu_train_config *c)
 {
     memset(c, 0, sizeof *c);
@@ -296,14 +283,15 @@ static int check_dir(run *r, emu_error *err)
     struct stat st;
     bool exists = stat(r->dir, &st) == 0;
     if (exists && !S_ISDIR(st.st_mode))
-        return fail(err, r->dir, "exists and is not a folder");
+        return emu_fail(err, r->dir, "", "exists and is not a folder");
     if (c->resume) {
         if (!exists || stat(path_in(r, "checkpoint.bin"), &st) != 0)
-            return fail(err, r->dir, "no checkpoint.bin to resume from");
+            return emu_fail(err, r->dir, "", "no checkpoint.bin to resume "
+                            "from");
         return 0;
     }
     if (exists && stat(path_in(r, "meta.json"), &st) == 0 && !c->force)
-        return fail(err, r->dir, "holds a run already: use --resume to "
+        return emu_fail(err, r->dir, "", "holds a run already: use --resume to "
                     "continue it or --force to replace it");
     return 0;
 }
@@ -318,7 +306,8 @@ static int claim_dir(run *r, emu_error *err)
         for (int i = 0; run_files[i]; i++)
             remove(path_in(r, run_files[i]));
     if (make_dirs(r->dir))
-        return fail(err, r->dir, "cannot create the folder: %s", strerror(errno));
+        return emu_fail(err, r->dir, "", "cannot create the folder: %s",
+                        strerror(errno));
     return 0;
 }
 
@@ -723,12 +712,6 @@ typedef struct step_rates {
     uint64_t agrad_n, wgrad_n, adds;
 } step_rates;
 
-static bool ends_with(const char *s, const char *suffix)
-{
-    size_t n = strlen(s), k = strlen(suffix);
-    return n >= k && !strcmp(s + n - k, suffix);
-}
-
 static step_rates rates(const emu_stats *st)
 {
     step_rates q;
@@ -743,13 +726,13 @@ static step_rates rates(const emu_stats *st)
         all += t->results;
         if (s->role == EMU_ROLE_ACT_GRAD) {
             az += t->to_zero, au += t->underflow, q.agrad_n += t->results;
-        } else if (s->role == EMU_ROLE_WEIGHT_GRAD && !ends_with(s->name, ".gradm") &&
-                   !ends_with(s->name, ".unscale")) {
+        } else if (s->role == EMU_ROLE_WEIGHT_GRAD && !emu_ends_with(s->name, ".gradm") &&
+                   !emu_ends_with(s->name, ".unscale")) {
             wz += t->to_zero, q.wgrad_n += t->results;
         } else if (s->role == EMU_ROLE_ACTIVATION) {
             actz += t->to_zero, actn += t->results;
         }
-        if (ends_with(s->name, ".update")) {
+        if (emu_ends_with(s->name, ".update")) {
             abs += t->absorbed;
             q.adds += t->adds;
         }
@@ -938,24 +921,26 @@ static int read_ckpt(run *r, emu_error *err)
     const char *path = path_in(r, "checkpoint.bin");
     FILE *fp = fopen(path, "rb");
     if (!fp)
-        return fail(err, path, "cannot open: %s", strerror(errno));
+        return emu_fail(err, path, "", "cannot open: %s", strerror(errno));
     ckpt_head h;
     int rc = -1;
     emu_tensor *ts[MAX_STATE];
     int nt = state_tensors(&r->m, ts, MAX_STATE);
     if (fread(&h, sizeof h, 1, fp) != 1 ||
         memcmp(h.magic, CKPT_MAGIC, sizeof h.magic)) {
-        fail(err, path, "not a libemu checkpoint (or from another version)");
+        emu_fail(err, path, "", "not a libemu checkpoint (or from another "
+                 "version)");
         goto done;
     }
     if (h.fingerprint != r->fingerprint) {
-        fail(err, path, "the checkpoint is from another configuration: resume "
-             "with the options the run started with (see its meta.json)");
+        emu_fail(err, path, "", "the checkpoint is from another configuration: "
+                 "resume with the options the run started with (see its "
+                 "meta.json)");
         goto done;
     }
     if (h.n_layers != r->m.n_layers || h.n_params != (uint64_t)nt ||
         h.n_sites > 1000000) {
-        fail(err, path, "the checkpoint does not match the model");
+        emu_fail(err, path, "", "the checkpoint does not match the model");
         goto done;
     }
     if (fseek(fp, (long)(sizeof(emu_train_config) + sizeof(emu_policy)),
@@ -970,7 +955,7 @@ static int read_ckpt(run *r, emu_error *err)
     for (int i = 0; i < nt; i++) {
         uint64_t n;
         if (fread(&n, sizeof n, 1, fp) != 1 || n != ts[i]->n) {
-            fail(err, path, "tensor %s: size mismatch", ts[i]->name);
+            emu_fail(err, path, "", "tensor %s: size mismatch", ts[i]->name);
             goto done;
         }
         if (fread(ts[i]->data, sizeof(float), ts[i]->n, fp) != ts[i]->n)
@@ -981,7 +966,7 @@ static int read_ckpt(run *r, emu_error *err)
     if (h.n_sites) {
         r->stats.sites = malloc(h.n_sites * sizeof *r->stats.sites);
         if (!r->stats.sites) {
-            fail(err, path, "out of memory");
+            emu_fail(err, path, "", "out of memory");
             goto done;
         }
         r->stats.cap = r->stats.count = h.n_sites;
@@ -1000,7 +985,7 @@ static int read_ckpt(run *r, emu_error *err)
     rc = 0;
     goto done;
 truncated:
-    fail(err, path, "truncated checkpoint");
+    emu_fail(err, path, "", "truncated checkpoint");
 done:
     fclose(fp);
     return rc;
@@ -1140,7 +1125,7 @@ static void role_summary(const emu_stats *st, FILE *log)
         memset(&t, 0, sizeof t);
         for (size_t i = 0; i < st->count; i++)
             if (st->sites[i].role == (emu_role)role &&
-                !ends_with(st->sites[i].name, ".init"))
+                !emu_ends_with(st->sites[i].name, ".init"))
                 emu_site_stats_merge(&t, &st->sites[i].total);
         if (!t.results)
             continue;
@@ -1175,20 +1160,21 @@ static int load_data(run *r, emu_error *err)
         rc = emu_dataset_fashion_mnist(&r->train, &r->test,
                                        c->data_dir[0] ? c->data_dir : NULL, err);
     else
-        return fail(err, "data", "'%s' is not synthetic or fashion-mnist", c->data);
+        return emu_fail(err, "data", "", "'%s' is not synthetic or "
+                        "fashion-mnist", c->data);
     if (rc)
         return -1;
     if (r->test.channels != r->train.channels ||
         r->test.height != r->train.height || r->test.width != r->train.width)
-        return fail(err, r->test.source, "test images are %dx%dx%d, training "
-                    "images %dx%dx%d", r->test.channels, r->test.height,
-                    r->test.width, r->train.channels, r->train.height,
-                    r->train.width);
+        return emu_fail(err, r->test.source, "", "test images are %dx%dx%d, "
+                        "training images %dx%dx%d", r->test.channels,
+                        r->test.height, r->test.width, r->train.channels,
+                        r->train.height, r->train.width);
     for (size_t i = 0; i < r->test.n; i++)
         if (r->test.y[i] >= r->train.classes)
-            return fail(err, r->test.source, "test example %zu has label %d; "
-                        "the training set has %d classes", i, r->test.y[i],
-                        r->train.classes);
+            return emu_fail(err, r->test.source, "", "test example %zu has "
+                            "label %d; the training set has %d classes", i,
+                            r->test.y[i], r->train.classes);
     /* A prefix of a real data set: the first n examples. */
     if (c->train_examples && c->train_examples < r->train.n)
         r->train.n = c->train_examples;
@@ -1213,7 +1199,8 @@ static int train_epochs(run *r, FILE *log, double *final_acc, emu_error *err)
             double t_step = now();
             emu_stats_begin_step(&r->stats, r->step);
             if (load_batch(r, &r->train, r->perm + (size_t)k * b, b))
-                return fail(err, r->ctx.err.where, "%s", r->ctx.err.message);
+                return emu_fail(err, r->ctx.err.where, "", "%s",
+                                r->ctx.err.message);
             if (r->p->scaling.kind == EMU_SCALE_ADAPTIVE)
                 adaptive_scales(r);
             else
@@ -1223,7 +1210,8 @@ static int train_epochs(run *r, FILE *log, double *final_acc, emu_error *err)
             float ce_scale = (float)(r->scale * c->loss_mult);
             if (emu_model_forward(&r->m, &r->ctx, r->p) ||
                 emu_model_backward(&r->m, &r->ctx, r->p, r->batch_y, ce_scale))
-                return fail(err, r->ctx.err.where, "%s", r->ctx.err.message);
+                return emu_fail(err, r->ctx.err.where, "", "%s",
+                                r->ctx.err.message);
             double loss_sum = 0.0;
             int right = score(&r->m, r->batch_y, b, &loss_sum);
             trace_gradients(r);
@@ -1238,7 +1226,7 @@ static int train_epochs(run *r, FILE *log, double *final_acc, emu_error *err)
                         continue;
                     if (update_param(r, l, &l->weight, "w", lr) ||
                         update_param(r, l, &l->bias, "b", lr))
-                        return fail(err, r->ctx.err.where, "%s",
+                        return emu_fail(err, r->ctx.err.where, "", "%s",
                                     r->ctx.err.message);
                 }
             } else {
@@ -1265,7 +1253,8 @@ static int train_epochs(run *r, FILE *log, double *final_acc, emu_error *err)
              * stochastic streams after it), and a resume must see it done. */
             if (r->step % r->steps_per_epoch == 0 || r->step >= r->total_steps) {
                 if (evaluate(r, epoch, &acc))
-                    return fail(err, r->ctx.err.where, "%s", r->ctx.err.message);
+                    return emu_fail(err, r->ctx.err.where, "", "%s",
+                                    r->ctx.err.message);
                 if (log && !c->quiet) {
                     if (r->tty)
                         fputc('\n', log);
@@ -1290,22 +1279,22 @@ int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
     if (cfg->batch < 1 || cfg->epochs < 1 || !(cfg->lr > 0.0) ||
         !isfinite(cfg->lr) || cfg->max_steps < 0 || !(cfg->loss_mult > 0.0) ||
         !(cfg->ref_rate >= 0.0 && cfg->ref_rate <= 1.0) || cfg->threads < 1)
-        return fail(err, "config", "batch and epochs must be >= 1, lr > 0, "
-                    "loss_mult > 0, ref_rate in [0, 1], threads >= 1");
+        return emu_fail(err, "config", "", "batch and epochs must be >= 1, lr "
+                        "> 0, loss_mult > 0, ref_rate in [0, 1], threads >= 1");
     if (p->update == EMU_UPDATE_KAHAN && cfg->opt != EMU_OPT_SGD)
-        return fail(err, "config", "Kahan-compensated updates are defined for "
-                    "SGD (its buffers reuse the Adam moments); use --optimizer sgd");
+        return emu_fail(err, "config", "", "Kahan-compensated updates are "
+                        "defined for SGD (its buffers reuse the Adam moments); "
+                        "use --optimizer sgd");
     {
-        int e;
-        if (frexp(cfg->loss_mult, &e) != 0.5 || !isfinite(cfg->loss_mult))
-            return fail(err, "config", "loss_mult %g is not a power of two: "
-                        "dividing it out would round every gradient",
-                        cfg->loss_mult);
+        if (!emu_is_pow2(cfg->loss_mult))
+            return emu_fail(err, "config", "", "loss_mult %g is not a power of "
+                            "two: dividing it out would round every gradient",
+                            cfg->loss_mult);
     }
 
     run *r = calloc(1, sizeof *r);
     if (!r)
-        return fail(err, "train", "out of memory");
+        return emu_fail(err, "train", "", "out of memory");
     r->cfg = cfg;
     r->p = p;
     r->t0 = now();
@@ -1323,8 +1312,8 @@ int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
     if (check_dir(r, err) || load_data(r, err))
         goto done;
     if (r->train.n < (size_t)cfg->batch) {
-        fail(err, "data", "%zu training examples, fewer than one batch of %d",
-             r->train.n, cfg->batch);
+        emu_fail(err, "data", "", "%zu training examples, fewer than one batch "
+                 "of %d", r->train.n, cfg->batch);
         goto done;
     }
     if (log && !cfg->quiet)
@@ -1348,7 +1337,7 @@ int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
     r->batch_y = malloc((size_t)cfg->batch * sizeof(int));
     r->perm = malloc(r->train.n * sizeof *r->perm);
     if (!r->trace || !r->batch_x || !r->batch_y || !r->perm) {
-        fail(err, "train", "out of memory");
+        emu_fail(err, "train", "", "out of memory");
         goto done;
     }
     for (int i = 0; i <= r->m.n_layers; i++)
@@ -1390,9 +1379,9 @@ int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
                     meta.p && strstr(meta.p, want);
         sb_free(&meta);
         if (!same) {
-            fail(err, r->dir, "checkpoint.bin is from another configuration "
-                 "than this folder's run (its meta.json): copied from another "
-                 "run?");
+            emu_fail(err, r->dir, "", "checkpoint.bin is from another "
+                     "configuration than this folder's run (its meta.json): "
+                     "copied from another run?");
             goto done;
         }
         /* Same model, same init (it is deterministic), then the saved state. */
@@ -1406,7 +1395,8 @@ int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
             sb_from_file(&r->ops_steps, path_in(r, "ops_steps.csv")) ||
             sb_from_file(&r->layers, path_in(r, "layers_steps.csv")) ||
             sb_from_file(&r->eval, path_in(r, "eval.csv"))) {
-            fail(err, r->dir, "cannot read the logs written with the checkpoint");
+            emu_fail(err, r->dir, "", "cannot read the logs written with the "
+                     "checkpoint");
             goto done;
         }
         sb_keep_rows(&r->steps, 0, r->step, false);
@@ -1462,7 +1452,7 @@ int emu_train_resume(const char *dir, int threads, bool quiet, FILE *log,
     snprintf(path, sizeof path, "%s/checkpoint.bin", dir);
     FILE *fp = fopen(path, "rb");
     if (!fp)
-        return fail(err, path, "cannot open: %s", strerror(errno));
+        return emu_fail(err, path, "", "cannot open: %s", strerror(errno));
     ckpt_head h;
     emu_train_config cfg;
     emu_policy p;
@@ -1471,8 +1461,8 @@ int emu_train_resume(const char *dir, int threads, bool quiet, FILE *log,
               fread(&cfg, sizeof cfg, 1, fp) == 1 && fread(&p, sizeof p, 1, fp) == 1;
     fclose(fp);
     if (!ok)
-        return fail(err, path, "not a libemu checkpoint (or from another "
-                    "version, or truncated)");
+        return emu_fail(err, path, "", "not a libemu checkpoint (or from "
+                        "another version, or truncated)");
     /* Settings that do not change the numbers may differ. */
     snprintf(cfg.out_dir, sizeof cfg.out_dir, "%s", dir);
     cfg.resume = true;

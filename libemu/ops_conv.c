@@ -49,15 +49,6 @@ typedef struct conv_geom {
     double alpha;   /* output scale, a power of two */
 } conv_geom;
 
-static int shape_fail(emu_ctx *ctx, const char *site, const char *what,
-                      const emu_tensor *t, const char *want)
-{
-    char s[96];
-    emu_tensor_shape_string(t, s, sizeof s);
-    return emu_ctx_fail(ctx, site, "%s '%s' is %s, expected %s", what,
-                        t->name, s, want);
-}
-
 static int check_4d(emu_ctx *ctx, const char *site, const char *what,
                     const emu_tensor *t, size_t d0, size_t d1, size_t d2,
                     size_t d3)
@@ -67,7 +58,7 @@ static int check_4d(emu_ctx *ctx, const char *site, const char *what,
         return 0;
     char want[128];
     snprintf(want, sizeof want, "(%zu, %zu, %zu, %zu)", d0, d1, d2, d3);
-    return shape_fail(ctx, site, what, t, want);
+    return emu_shape_fail(ctx, site, what, t, want);
 }
 
 /* Geometry from an image-shaped tensor `img` (x or dx), named `iw`, and
@@ -84,9 +75,9 @@ static int conv_geometry(emu_ctx *ctx, const char *site, const char *iname,
                             "be at least 1 and the padding at least 0",
                             o->stride, o->pad);
     if (img->ndim != 4)
-        return shape_fail(ctx, site, iname, img, "an (N, C, H, W) image");
+        return emu_shape_fail(ctx, site, iname, img, "an (N, C, H, W) image");
     if (wt->ndim != 4)
-        return shape_fail(ctx, site, wname, wt, "(C_out, C_in, KH, KW) weights");
+        return emu_shape_fail(ctx, site, wname, wt, "(C_out, C_in, KH, KW) weights");
     g->N = img->shape[0];
     g->Ci = img->shape[1];
     g->H = img->shape[2];
@@ -107,8 +98,7 @@ static int conv_geometry(emu_ctx *ctx, const char *site, const char *iname,
     g->Ho = (g->H + 2 * g->pad - g->KH) / g->s + 1;
     g->Wo = (g->W + 2 * g->pad - g->KW) / g->s + 1;
     g->alpha = o->alpha == 0.0f ? 1.0 : (double)o->alpha;
-    int e;
-    if (!isfinite(g->alpha) || fabs(frexp(g->alpha, &e)) != 0.5)
+    if (!emu_is_pow2(g->alpha))
         return emu_ctx_fail(ctx, site, "alpha %g is not a power of two (the "
                             "scaling must be exact)", (double)o->alpha);
     return 0;
@@ -136,25 +126,15 @@ static float *falloc(emu_ctx *ctx, const char *site, size_t rows, size_t cols)
     return p;
 }
 
-static bool overlaps(const emu_tensor *a, const emu_tensor *b)
-{
-    if (!a || !b)
-        return false;
-    uintptr_t a0 = (uintptr_t)a->data, a1 = (uintptr_t)(a->data + a->n);
-    uintptr_t b0 = (uintptr_t)b->data, b1 = (uintptr_t)(b->data + b->n);
-    return a0 < b1 && b0 < a1;
-}
-
-/* Outputs must not share storage with inputs: the GEMM reads the inputs
- * while nothing is written, but the references read them after the choke
- * point has written, and an in-place convolution has no meaning anyway. */
+/* Outputs must not share storage with inputs: an in-place convolution has
+ * no meaning (each output reads many inputs). */
 static int check_no_alias(emu_ctx *ctx, const char *site, const emu_tensor *out,
                           const emu_tensor *a, const emu_tensor *b,
                           const emu_tensor *c)
 {
     const emu_tensor *in[3] = { a, b, c };
     for (int i = 0; i < 3; i++)
-        if (overlaps(out, in[i]))
+        if (emu_tensors_overlap(out, in[i]))
             return emu_ctx_fail(ctx, site, "output '%s' shares storage with "
                                 "input '%s'", out->name, in[i]->name);
     return 0;
@@ -451,7 +431,7 @@ int emu_t_conv2d(emu_ctx *ctx, const char *site, emu_tensor *y,
     if (bias && (bias->ndim != 1 || bias->n != g.Co)) {
         char want[48];
         snprintf(want, sizeof want, "(%zu)", g.Co);
-        return shape_fail(ctx, site, "bias", bias, want);
+        return emu_shape_fail(ctx, site, "bias", bias, want);
     }
     const size_t K = g.Ci * g.KH * g.KW + (bias ? 1 : 0);
     const size_t P = g.N * g.Ho * g.Wo;
@@ -602,7 +582,7 @@ int emu_t_conv2d_backward_weights(emu_ctx *ctx, const char *site,
     if (dbias && (dbias->ndim != 1 || dbias->n != g.Co)) {
         char want[48];
         snprintf(want, sizeof want, "(%zu)", g.Co);
-        return shape_fail(ctx, site, "dbias", dbias, want);
+        return emu_shape_fail(ctx, site, "dbias", dbias, want);
     }
     const size_t K0 = g.Ci * g.KH * g.KW;
     const size_t T = g.N * g.Ho * g.Wo;

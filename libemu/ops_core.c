@@ -19,6 +19,7 @@
 
 #include "emu/bits.h"
 #include "emu/rng.h"
+#include "internal.h"
 
 /* Stream tags: op k's rounding words come from stream k; its sampling
  * decisions from stream k ^ SAMPLE_TAG, so the two never share words. */
@@ -48,11 +49,9 @@ uint64_t emu_ctx_stream(const emu_ctx *ctx)
 
 int emu_ctx_fail(emu_ctx *ctx, const char *site, const char *fmt, ...)
 {
-    snprintf(ctx->err.where, sizeof ctx->err.where, "%s", site ? site : "op");
-    ctx->err.key[0] = '\0';
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(ctx->err.message, sizeof ctx->err.message, fmt, ap);
+    emu_vfail(&ctx->err, site ? site : "op", "", fmt, ap);
     va_end(ap);
     return -1;
 }

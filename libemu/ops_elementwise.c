@@ -29,9 +29,8 @@
  * from stream op_index (emu_commit does that); for the transcendental
  * functions the probability is exact to about 2^-40 of an ulp.
  *
- * Outputs may alias inputs.  emu_commit writes the output before it calls
- * the MPFR reference and the NaN classifier on the op's inputs, so an
- * input that overlaps the output is copied first (only when measuring).
+ * Outputs may alias inputs: emu_commit calls the MPFR reference and the
+ * NaN classifier on the op's inputs before it writes the output.
  */
 #include <float.h>
 #include <math.h>
@@ -757,33 +756,11 @@ static int ew_ref(const void *vop, size_t i, mpfr_ptr e, mpfr_ptr src)
 
 /* ---- the common path ---------------------------------------------------- */
 
-static bool overlaps(const float *p, size_t np, const float *q, size_t nq)
-{
-    uintptr_t a = (uintptr_t)p, b = (uintptr_t)q;
-    return a < b + nq * sizeof *q && b < a + np * sizeof *p;
-}
-
-/* An input the output overlaps, copied for the choke point's callbacks
- * (they run after the output is written).  NULL on lack of memory. */
-static float *snapshot(emu_ctx *ctx, const char *site, const float *in,
-                       size_t n)
-{
-    float *c = n <= SIZE_MAX / sizeof *c ? malloc(n * sizeof *c) : NULL;
-    if (!c)
-        emu_ctx_fail(ctx, site, "out of memory for an input copy");
-    else
-        memcpy(c, in, n * sizeof *c);
-    return c;
-}
-
 /* Commits hi (and lo) into out with op's callbacks, then frees the
- * scratch arrays.  nb: elements of op->b. */
+ * scratch arrays. */
 static int ew_commit(emu_ctx *ctx, const char *site, const char *kind,
-                     emu_tensor *out, ew_op *op, size_t nb, double *hi,
-                     double *lo)
+                     emu_tensor *out, ew_op *op, double *hi, double *lo)
 {
-    float *ca = NULL, *cb = NULL;
-    int rc = 0;
     /* All low parts zero (sums of 16-bit values always are): the choke
      * point's array path rounds the same values faster. */
     if (lo) {
@@ -795,26 +772,12 @@ static int ew_commit(emu_ctx *ctx, const char *site, const char *kind,
             lo = NULL;
         }
     }
-    if (ctx->stats && ctx->measure) {
-        if (overlaps(out->data, out->n, op->a, out->n)) {
-            if (!(ca = snapshot(ctx, site, op->a, out->n)))
-                rc = -1;
-            op->a = ca;
-        }
-        if (rc == 0 && op->b && overlaps(out->data, out->n, op->b, nb)) {
-            if (!(cb = snapshot(ctx, site, op->b, nb)))
-                rc = -1;
-            op->b = cb;
-        }
-    }
-    if (rc == 0) {
-        emu_op_out o = { .site = site, .kind = kind, .out = out, .hi = hi,
-                         .lo = lo, .op = op, .ref = ew_ref,
-                         .inputs_had_nan = ew_had_nan };
-        rc = emu_commit(ctx, &o);
-    }
-    free(ca);
-    free(cb);
+    /* In-place use is fine: the choke point measures (and calls back into
+     * op's inputs) before it writes the output. */
+    emu_op_out o = { .site = site, .kind = kind, .out = out, .hi = hi,
+                     .lo = lo, .op = op, .ref = ew_ref,
+                     .inputs_had_nan = ew_had_nan };
+    int rc = emu_commit(ctx, &o);
     free(hi);
     free(lo);
     return rc;
@@ -870,7 +833,7 @@ static int binary(emu_ctx *ctx, const char *site, emu_tensor *out,
         }
     }
     ew_op op = { .kind = kind, .a = a->data, .b = b->data };
-    return ew_commit(ctx, site, name, out, &op, n, hi, lo);
+    return ew_commit(ctx, site, name, out, &op, hi, lo);
 }
 
 int emu_t_add(emu_ctx *ctx, const char *site, emu_tensor *out,
@@ -911,7 +874,7 @@ int emu_t_scale(emu_ctx *ctx, const char *site, emu_tensor *out,
     for (size_t i = 0; i < out->n; i++)
         hi[i] = exact_mul(alpha, x->data[i]);
     ew_op op = { .kind = EW_SCALE, .a = x->data, .alpha = alpha };
-    return ew_commit(ctx, site, "scale", out, &op, 0, hi, lo);
+    return ew_commit(ctx, site, "scale", out, &op, hi, lo);
 }
 
 int emu_t_axpy(emu_ctx *ctx, const char *site, emu_tensor *out, float alpha,
@@ -931,7 +894,7 @@ int emu_t_axpy(emu_ctx *ctx, const char *site, emu_tensor *out, float alpha,
         exact_fma(alpha, x->data[i], y->data[i], ctx->rnd.mode, &hi[i],
                   &lo[i]);
     ew_op op = { .kind = EW_AXPY, .a = x->data, .b = y->data, .alpha = alpha };
-    return ew_commit(ctx, site, "axpy", out, &op, out->n, hi, lo);
+    return ew_commit(ctx, site, "axpy", out, &op, hi, lo);
 }
 
 int emu_t_add_bias(emu_ctx *ctx, const char *site, emu_tensor *out,
@@ -964,7 +927,7 @@ int emu_t_add_bias(emu_ctx *ctx, const char *site, emu_tensor *out,
     for (size_t i = 0; i < out->n; i++)
         exact_sum(x->data[i], bias->data[b_index(&op, i)], ctx->rnd.mode,
                   &hi[i], &lo[i]);
-    return ew_commit(ctx, site, "add_bias", out, &op, bias->n, hi, lo);
+    return ew_commit(ctx, site, "add_bias", out, &op, hi, lo);
 }
 
 /* ---- unary ops ----------------------------------------------------------- */
@@ -1021,7 +984,7 @@ int emu_t_unary(emu_ctx *ctx, const char *site, emu_tensor *out,
     }
     ew_op op = { .kind = EW_UNARY, .f = f, .a = x->data, .p1 = param,
                  .p2 = param2 };
-    return ew_commit(ctx, site, emu_unary_name(f), out, &op, 0, hi, lo);
+    return ew_commit(ctx, site, emu_unary_name(f), out, &op, hi, lo);
 }
 
 /* ---- backward ------------------------------------------------------------
@@ -1087,7 +1050,7 @@ int emu_t_unary_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
     }
     ew_op op = { .kind = EW_BACKWARD, .f = f, .a = dy->data,
                  .b = x_or_y->data, .p1 = param };
-    return ew_commit(ctx, site, kind, dx, &op, dx->n, hi, lo);
+    return ew_commit(ctx, site, kind, dx, &op, hi, lo);
 }
 
 /* ---- casts --------------------------------------------------------------- */
@@ -1106,7 +1069,7 @@ int emu_t_cast(emu_ctx *ctx, const char *site, emu_tensor *out,
     for (size_t i = 0; i < out->n; i++)
         hi[i] = in->data[i];
     ew_op op = { .kind = EW_CAST, .a = in->data };
-    return ew_commit(ctx, site, "cast", out, &op, 0, hi, lo);
+    return ew_commit(ctx, site, "cast", out, &op, hi, lo);
 }
 
 /* src holds n binary32 values; the tensor takes the first out->n. */
@@ -1127,5 +1090,5 @@ int emu_t_load(emu_ctx *ctx, const char *site, emu_tensor *out,
     for (size_t i = 0; i < out->n; i++)
         hi[i] = src[i];
     ew_op op = { .kind = EW_CAST, .a = src };
-    return ew_commit(ctx, site, "load", out, &op, 0, hi, lo);
+    return ew_commit(ctx, site, "load", out, &op, hi, lo);
 }

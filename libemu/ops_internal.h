@@ -15,16 +15,7 @@
 
 #include "emu/accum.h"
 #include "emu/ops.h"
-
-/* Exact s + e = a + b (TwoSum; no condition on magnitudes). */
-static inline void emu_two_sum(double a, double b, double *s, double *e)
-{
-    double sum = a + b;
-    double bv = sum - a;
-    double av = sum - bv;
-    *e = (a - av) + (b - bv);
-    *s = sum;
-}
+#include "internal.h"
 
 /* Checks that t is a usable tensor (allocated, carrier format): on
  * failure sets ctx->err naming the site and `what` ("out", "a", ...). */
@@ -35,6 +26,19 @@ int emu_check_tensor(emu_ctx *ctx, const char *site, const char *what,
 int emu_check_same_shape(emu_ctx *ctx, const char *site, const char *what_a,
                          const emu_tensor *a, const char *what_b,
                          const emu_tensor *b);
+
+/* Whether two tensors' storage overlaps (NULL overlaps nothing).  The
+ * addresses are compared as integers: they may belong to different
+ * objects, where comparing pointers would be undefined. */
+bool emu_tensors_overlap(const emu_tensor *a, const emu_tensor *b);
+
+/* "site: WHAT 'name' is (shape), expected WANT" in ctx->err; -1. */
+int emu_shape_fail(emu_ctx *ctx, const char *site, const char *what,
+                   const emu_tensor *t, const char *want);
+
+/* Any NaN among v[0..n), every one of them finite. */
+bool emu_any_nan(const float *v, size_t n);
+bool emu_all_finite(const float *v, size_t n);
 
 /* calloc of n doubles that fails cleanly (sets ctx->err) on overflow or
  * lack of memory. */

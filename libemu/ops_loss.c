@@ -26,37 +26,6 @@
  * precision for any two binary32 values (their spread is below 280 bits). */
 enum { REF_EXTRA = 64 };
 
-/* Whether two tensors' storage overlaps (in-place use of an op).  The
- * addresses are compared as integers: they may belong to different
- * objects, where pointer comparison would be undefined. */
-static bool overlaps(const emu_tensor *a, const emu_tensor *b)
-{
-    if (!a || !b)
-        return false;
-    uintptr_t a0 = (uintptr_t)a->data, a1 = (uintptr_t)(a->data + a->n);
-    uintptr_t b0 = (uintptr_t)b->data, b1 = (uintptr_t)(b->data + b->n);
-    return a0 < b1 && b0 < a1;
-}
-
-/* The inputs as the references must see them: a private copy when an
- * output shares their storage (the choke point writes the output before
- * it samples).  *copy is what to free. */
-static const float *stable_input(emu_ctx *ctx, const char *site,
-                                 const emu_tensor *in, const emu_tensor *o1,
-                                 const emu_tensor *o2, float **copy)
-{
-    *copy = NULL;
-    if (!overlaps(in, o1) && !overlaps(in, o2))
-        return in->data;
-    *copy = malloc(in->n * sizeof **copy);
-    if (!*copy) {
-        emu_ctx_fail(ctx, site, "out of memory for a copy of '%s'", in->name);
-        return NULL;
-    }
-    memcpy(*copy, in->data, in->n * sizeof **copy);
-    return *copy;
-}
-
 static int check_rows(emu_ctx *ctx, const char *site, const char *what,
                       const emu_tensor *x)
 {
@@ -87,22 +56,6 @@ static double row_max(const float *x, size_t C)
         if (x[j] > m)
             m = x[j];
     return m;
-}
-
-static bool row_has_nan(const float *x, size_t C)
-{
-    for (size_t j = 0; j < C; j++)
-        if (isnan(x[j]))
-            return true;
-    return false;
-}
-
-static bool row_finite(const float *x, size_t C)
-{
-    for (size_t j = 0; j < C; j++)
-        if (!isfinite(x[j]))
-            return false;
-    return true;
 }
 
 /* e[j] = exp(x[j] - m); returns their sum in column order and sets
@@ -186,7 +139,7 @@ static int softmax_ref(const void *opv, size_t i, mpfr_ptr exact,
     (void)exact_src;
     const softmax_op *op = opv;
     size_t r = i / op->C;
-    if (!row_finite(op->x + r * op->C, op->C))
+    if (!emu_all_finite(op->x + r * op->C, op->C))
         return -1;
     ref_scratch *w = op->w;
     scratch_init(w, mpfr_get_prec(exact));
@@ -207,7 +160,7 @@ static bool softmax_had_nan(const void *opv, size_t i)
 {
     const softmax_op *op = opv;
     size_t r = i / op->C;
-    return row_has_nan(op->x + r * op->C, op->C);
+    return emu_any_nan(op->x + r * op->C, op->C);
 }
 
 static int softmax_common(emu_ctx *ctx, const char *site, emu_tensor *out,
@@ -219,15 +172,10 @@ static int softmax_common(emu_ctx *ctx, const char *site, emu_tensor *out,
         emu_check_same_shape(ctx, site, "out", out, "x", x))
         return -1;
     const size_t B = x->shape[0], C = x->shape[1];
-    float *copy;
-    const float *xs = stable_input(ctx, site, x, out, NULL, &copy);
-    if (!xs)
-        return -1;
+    const float *xs = x->data;
     double *hi = emu_scratch(ctx, site, x->n);
-    if (!hi) {
-        free(copy);
+    if (!hi)
         return -1;
-    }
     for (size_t r = 0; r < B; r++) {
         const float *xr = xs + r * C;
         double *h = hi + r * C;
@@ -249,7 +197,6 @@ static int softmax_common(emu_ctx *ctx, const char *site, emu_tensor *out,
         .inputs_had_nan = softmax_had_nan });
     scratch_clear(&w);
     free(hi);
-    free(copy);
     return rc;
 }
 
@@ -279,13 +226,13 @@ static bool xent_loss_had_nan(const void *opv, size_t i)
 {
     (void)i;
     const xent_op *op = opv;
-    return row_has_nan(op->x, op->B * op->C);
+    return emu_any_nan(op->x, op->B * op->C);
 }
 
 static bool xent_grad_had_nan(const void *opv, size_t i)
 {
     const xent_op *op = opv;
-    return row_has_nan(op->x + (i / op->C) * op->C, op->C);
+    return emu_any_nan(op->x + (i / op->C) * op->C, op->C);
 }
 
 /* loss = (1/B) sum_r [log sum_k exp(x_rk - m_r) - (x_r,label - m_r)] */
@@ -295,7 +242,7 @@ static int xent_loss_ref(const void *opv, size_t i, mpfr_ptr exact,
     (void)i;
     (void)exact_src;
     const xent_op *op = opv;
-    if (!row_finite(op->x, op->B * op->C))
+    if (!emu_all_finite(op->x, op->B * op->C))
         return -1;
     ref_scratch *w = op->w;
     scratch_init(w, mpfr_get_prec(exact));
@@ -322,7 +269,7 @@ static int xent_grad_ref(const void *opv, size_t i, mpfr_ptr exact,
     (void)exact_src;
     const xent_op *op = opv;
     size_t r = i / op->C, j = i % op->C;
-    if (!row_finite(op->x + r * op->C, op->C))
+    if (!emu_all_finite(op->x + r * op->C, op->C))
         return -1;
     ref_scratch *w = op->w;
     scratch_init(w, mpfr_get_prec(exact));
@@ -353,7 +300,7 @@ int emu_t_cross_entropy(emu_ctx *ctx, const char *site, emu_tensor *loss,
                     emu_check_same_shape(ctx, site, "dlogits", dlogits,
                                          "logits", logits)))
         return -1;
-    if (overlaps(loss, dlogits))
+    if (emu_tensors_overlap(loss, dlogits))
         return emu_ctx_fail(ctx, site, "loss and dlogits share storage");
     if (!labels)
         return emu_ctx_fail(ctx, site, "labels: NULL");
@@ -364,15 +311,10 @@ int emu_t_cross_entropy(emu_ctx *ctx, const char *site, emu_tensor *loss,
                                 "range: logits '%s' have %zu classes",
                                 labels[r], r, logits->name, C);
 
-    float *copy;
-    const float *xs = stable_input(ctx, site, logits, loss, dlogits, &copy);
-    if (!xs)
-        return -1;
+    const float *xs = logits->data;
     double *g = emu_scratch(ctx, site, logits->n);
-    if (!g) {
-        free(copy);
+    if (!g)
         return -1;
-    }
     /* g holds exp(x - m) per row, then the gradient.  The label's entry
      * is -(sum of the other exponentials) / s rather than softmax - 1, so
      * that a confident prediction (softmax near 1) keeps its relative
@@ -415,7 +357,6 @@ int emu_t_cross_entropy(emu_ctx *ctx, const char *site, emu_tensor *loss,
     }
     scratch_clear(&w);
     free(g);
-    free(copy);
     return rc;
 }
 
@@ -431,7 +372,7 @@ static bool mse_loss_had_nan(const void *opv, size_t i)
 {
     (void)i;
     const mse_op *op = opv;
-    return row_has_nan(op->p, op->n) || row_has_nan(op->t, op->n);
+    return emu_any_nan(op->p, op->n) || emu_any_nan(op->t, op->n);
 }
 
 static bool mse_grad_had_nan(const void *opv, size_t i)
@@ -448,7 +389,7 @@ static int mse_loss_ref(const void *opv, size_t i, mpfr_ptr exact,
     (void)i;
     (void)exact_src;
     const mse_op *op = opv;
-    if (!row_finite(op->p, op->n) || !row_finite(op->t, op->n))
+    if (!emu_all_finite(op->p, op->n) || !emu_all_finite(op->t, op->n))
         return -1;
     mpfr_prec_t wp = 2 * (mpfr_get_prec(exact) + REF_EXTRA);
     mpfr_t acc, d;
@@ -499,19 +440,13 @@ int emu_t_mse(emu_ctx *ctx, const char *site, emu_tensor *loss,
                   emu_check_same_shape(ctx, site, "dpred", dpred, "pred",
                                        pred)))
         return -1;
-    if (overlaps(loss, dpred))
+    if (emu_tensors_overlap(loss, dpred))
         return emu_ctx_fail(ctx, site, "loss and dpred share storage");
 
-    float *pcopy, *tcopy = NULL;
-    const float *ps = stable_input(ctx, site, pred, loss, dpred, &pcopy);
-    const float *ts = ps ? stable_input(ctx, site, target, loss, dpred, &tcopy)
-                         : NULL;
-    double *g = ts ? emu_scratch(ctx, site, pred->n) : NULL;
-    if (!g) {
-        free(pcopy);
-        free(tcopy);
+    const float *ps = pred->data, *ts = target->data;
+    double *g = emu_scratch(ctx, site, pred->n);
+    if (!g)
         return -1;
-    }
     const size_t n = pred->n;
     double sum = 0.0;
     for (size_t i = 0; i < n; i++) {
@@ -534,7 +469,5 @@ int emu_t_mse(emu_ctx *ctx, const char *site, emu_tensor *loss,
             .inputs_had_nan = mse_grad_had_nan });
     }
     free(g);
-    free(pcopy);
-    free(tcopy);
     return rc;
 }

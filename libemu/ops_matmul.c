@@ -86,17 +86,6 @@ static bool mm_inputs_had_nan(const void *op, size_t o)
     return false;
 }
 
-static bool overlaps(const emu_tensor *x, const emu_tensor *y)
-{
-    if (!x || !y)
-        return false;
-    const char *x0 = (const char *)x->data, *x1 = (const char *)(x->data + x->n);
-    const char *y0 = (const char *)y->data, *y1 = (const char *)(y->data + y->n);
-    /* Comparing pointers into different objects is unspecified; going
-     * through uintptr_t gives an answer on every platform we target. */
-    return (uintptr_t)x0 < (uintptr_t)y1 && (uintptr_t)y0 < (uintptr_t)x1;
-}
-
 /* Checks and shapes common to matmul (nd = 2) and bmm (nd = 3). */
 static int mm_check(emu_ctx *ctx, const char *site, int nd, emu_tensor *out,
                     const emu_tensor *a, const emu_tensor *b,
@@ -136,8 +125,8 @@ static int mm_check(emu_ctx *ctx, const char *site, int nd, emu_tensor *out,
     if (o->b_src && (emu_check_tensor(ctx, site, "b_src", o->b_src) ||
                      emu_check_same_shape(ctx, site, "b", b, "b_src", o->b_src)))
         return -1;
-    if (overlaps(out, a) || overlaps(out, b) || overlaps(out, o->a_src) ||
-        overlaps(out, o->b_src))
+    if (emu_tensors_overlap(out, a) || emu_tensors_overlap(out, b) ||
+        emu_tensors_overlap(out, o->a_src) || emu_tensors_overlap(out, o->b_src))
         return emu_ctx_fail(ctx, site, "out '%s' shares storage with an "
                             "input (a product cannot be formed in place)",
                             out->name);
@@ -146,8 +135,7 @@ static int mm_check(emu_ctx *ctx, const char *site, int nd, emu_tensor *out,
         return emu_ctx_fail(ctx, site, "accumulator: %s%s%s", e.key,
                             e.key[0] ? ": " : "", e.message);
     double alpha = o->alpha == 0.0f ? 1.0 : (double)o->alpha;
-    int ex;
-    if (!isfinite(alpha) || fabs(frexp(alpha, &ex)) != 0.5)
+    if (!emu_is_pow2(alpha))
         return emu_ctx_fail(ctx, site, "alpha %g is not a power of two (the "
                             "scaling must be exact)", (double)o->alpha);
     memset(m, 0, sizeof *m);

@@ -129,22 +129,13 @@ static double coef_times(double c, double x)
     return c == 0.0 ? 0.0 : c * x;
 }
 
-static bool overlaps(const emu_tensor *a, const emu_tensor *b)
-{
-    if (!a || !b)
-        return false;
-    uintptr_t a0 = (uintptr_t)a->data, a1 = (uintptr_t)(a->data + a->n);
-    uintptr_t b0 = (uintptr_t)b->data, b1 = (uintptr_t)(b->data + b->n);
-    return a0 < b1 && b0 < a1;
-}
-
 static int check_distinct(emu_ctx *ctx, const char *site,
                           const emu_tensor *const *t, const char *const *what,
                           int n)
 {
     for (int i = 0; i < n; i++)
         for (int j = i + 1; j < n; j++)
-            if (overlaps(t[i], t[j]))
+            if (emu_tensors_overlap(t[i], t[j]))
                 return emu_ctx_fail(ctx, site, "%s '%s' and %s '%s' share "
                                     "storage", what[i], t[i]->name, what[j],
                                     t[j]->name);

@@ -36,15 +36,6 @@ typedef struct pool_geom {
     size_t N, C, H, W, Ho, Wo, size, stride;
 } pool_geom;
 
-static int shape_fail(emu_ctx *ctx, const char *site, const char *what,
-                      const emu_tensor *t, const char *want)
-{
-    char s[96];
-    emu_tensor_shape_string(t, s, sizeof s);
-    return emu_ctx_fail(ctx, site, "%s '%s' is %s, expected %s", what,
-                        t->name, s, want);
-}
-
 /* Geometry from the input-sized tensor `in` (x or dx) and the options. */
 static int pool_geometry(emu_ctx *ctx, const char *site, const char *what,
                          const emu_tensor *in, const emu_pool_opts *o,
@@ -53,7 +44,7 @@ static int pool_geometry(emu_ctx *ctx, const char *site, const char *what,
     if (!o)
         return emu_ctx_fail(ctx, site, "pooling options: NULL");
     if (in->ndim != 4)
-        return shape_fail(ctx, site, what, in, "an (N, C, H, W) image");
+        return emu_shape_fail(ctx, site, what, in, "an (N, C, H, W) image");
     if (o->size < 1 || o->stride < 1)
         return emu_ctx_fail(ctx, site, "pooling size %d, stride %d: both "
                             "must be at least 1", o->size, o->stride);
@@ -81,32 +72,7 @@ static int check_pooled(emu_ctx *ctx, const char *site, const char *what,
     char want[96];
     snprintf(want, sizeof want, "(%zu, %zu, %zu, %zu)", g->N, g->C, g->Ho,
              g->Wo);
-    return shape_fail(ctx, site, what, t, want);
-}
-
-static bool overlaps(const emu_tensor *a, const emu_tensor *b)
-{
-    uintptr_t a0 = (uintptr_t)a->data, a1 = (uintptr_t)(a->data + a->n);
-    uintptr_t b0 = (uintptr_t)b->data, b1 = (uintptr_t)(b->data + b->n);
-    return a0 < b1 && b0 < a1;
-}
-
-/* The input as the reference must see it (a copy if the output shares
- * its storage: the choke point writes before it samples). */
-static const float *stable_input(emu_ctx *ctx, const char *site,
-                                 const emu_tensor *in, const emu_tensor *out,
-                                 float **copy)
-{
-    *copy = NULL;
-    if (!overlaps(in, out))
-        return in->data;
-    *copy = malloc(in->n * sizeof **copy);
-    if (!*copy) {
-        emu_ctx_fail(ctx, site, "out of memory for a copy of '%s'", in->name);
-        return NULL;
-    }
-    memcpy(*copy, in->data, in->n * sizeof **copy);
-    return *copy;
+    return emu_shape_fail(ctx, site, what, t, want);
 }
 
 /* ---- exact sums and the division by the window size ------------------- */
@@ -178,22 +144,6 @@ static void ref_sum(mpfr_ptr out, const float *v, size_t k)
     mpfr_clear(s);
 }
 
-static bool any_nan(const float *v, size_t k)
-{
-    for (size_t i = 0; i < k; i++)
-        if (isnan(v[i]))
-            return true;
-    return false;
-}
-
-static bool all_finite(const float *v, size_t k)
-{
-    for (size_t i = 0; i < k; i++)
-        if (!isfinite(v[i]))
-            return false;
-    return true;
-}
-
 /* ---- forward ------------------------------------------------------------ */
 
 typedef struct pool_op {
@@ -224,7 +174,7 @@ static bool window_had_nan(const void *opv, size_t i)
 {
     const pool_op *op = opv;
     size_t k = gather_window(&op->g, op->x, i, op->buf, NULL);
-    return any_nan(op->buf, k);
+    return emu_any_nan(op->buf, k);
 }
 
 static int maxpool_ref(const void *opv, size_t i, mpfr_ptr exact,
@@ -233,7 +183,7 @@ static int maxpool_ref(const void *opv, size_t i, mpfr_ptr exact,
     (void)src;
     const pool_op *op = opv;
     size_t k = gather_window(&op->g, op->x, i, op->buf, NULL);
-    if (any_nan(op->buf, k)) {
+    if (emu_any_nan(op->buf, k)) {
         mpfr_set_nan(exact);
         return 0;
     }
@@ -259,10 +209,7 @@ int emu_t_maxpool2d(emu_ctx *ctx, const char *site, emu_tensor *y,
         check_pooled(ctx, site, "y", y, &g))
         return -1;
     const size_t S = g.size * g.size;
-    float *copy;
-    const float *xs = stable_input(ctx, site, x, y, &copy);
-    if (!xs)
-        return -1;
+    const float *xs = x->data;
     double *hi = emu_scratch(ctx, site, y->n);
     size_t *arg = hi ? malloc(y->n * sizeof *arg) : NULL;
     float *buf = arg ? malloc(S * sizeof *buf) : NULL;
@@ -273,7 +220,6 @@ int emu_t_maxpool2d(emu_ctx *ctx, const char *site, emu_tensor *y,
         free(hi);
         free(arg);
         free(buf);
-        free(copy);
         return -1;
     }
     for (size_t i = 0; i < y->n; i++) {
@@ -298,7 +244,6 @@ int emu_t_maxpool2d(emu_ctx *ctx, const char *site, emu_tensor *y,
     free(arg);
     free(buf);
     free(idx);
-    free(copy);
     return rc;
 }
 
@@ -308,7 +253,7 @@ static int avgpool_ref(const void *opv, size_t i, mpfr_ptr exact,
     (void)src;
     const pool_op *op = opv;
     size_t k = gather_window(&op->g, op->x, i, op->buf, NULL);
-    if (!all_finite(op->buf, k))
+    if (!emu_all_finite(op->buf, k))
         return -1;
     ref_sum(exact, op->buf, k);
     mpfr_div_ui(exact, exact, (unsigned long)k, MPFR_RNDN);
@@ -325,17 +270,13 @@ int emu_t_avgpool2d(emu_ctx *ctx, const char *site, emu_tensor *y,
         check_pooled(ctx, site, "y", y, &g))
         return -1;
     const size_t S = g.size * g.size;
-    float *copy;
-    const float *xs = stable_input(ctx, site, x, y, &copy);
-    if (!xs)
-        return -1;
+    const float *xs = x->data;
     double *hi = emu_scratch(ctx, site, 2 * y->n);
     float *buf = hi ? malloc(S * sizeof *buf) : NULL;
     if (!buf) {
         if (hi)
             emu_ctx_fail(ctx, site, "out of memory");
         free(hi);
-        free(copy);
         return -1;
     }
     double *lo = hi + y->n;
@@ -352,7 +293,6 @@ int emu_t_avgpool2d(emu_ctx *ctx, const char *site, emu_tensor *y,
         .op = &op, .ref = avgpool_ref, .inputs_had_nan = window_had_nan });
     free(hi);
     free(buf);
-    free(copy);
     return rc;
 }
 
@@ -383,7 +323,7 @@ static size_t gather_routes(const pool_bwd_op *op, size_t j, float *buf)
 static bool bwd_had_nan(const void *opv, size_t j)
 {
     const pool_bwd_op *op = opv;
-    return any_nan(op->buf, gather_routes(op, j, op->buf));
+    return emu_any_nan(op->buf, gather_routes(op, j, op->buf));
 }
 
 static int bwd_ref(const void *opv, size_t j, mpfr_ptr exact, mpfr_ptr src)
@@ -391,7 +331,7 @@ static int bwd_ref(const void *opv, size_t j, mpfr_ptr exact, mpfr_ptr src)
     (void)src;
     const pool_bwd_op *op = opv;
     size_t k = gather_routes(op, j, op->buf);
-    if (!all_finite(op->buf, k))
+    if (!emu_all_finite(op->buf, k))
         return -1;
     ref_sum(exact, op->buf, k);
     mpfr_div_d(exact, exact, op->S, MPFR_RNDN);
@@ -449,14 +389,6 @@ static void routes_free(routes *rt)
     free(rt->list);
 }
 
-/* The stable copy of dy for the references, if dx shares its storage. */
-static int bwd_inputs(emu_ctx *ctx, const char *site, const emu_tensor *dx,
-                      const emu_tensor *dy, const float **dys, float **copy)
-{
-    *dys = stable_input(ctx, site, dy, dx, copy);
-    return *dys ? 0 : -1;
-}
-
 int emu_t_maxpool2d_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
                              const emu_tensor *dy, const size_t *argmax,
                              const emu_pool_opts *o)
@@ -482,15 +414,10 @@ int emu_t_maxpool2d_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
             return emu_ctx_fail(ctx, site, "argmax[%zu] = %zu is not in the "
                                 "window of output %zu", i, a, i);
     }
-    const float *dys;
-    float *copy;
-    if (bwd_inputs(ctx, site, dx, dy, &dys, &copy))
-        return -1;
+    const float *dys = dy->data;
     pool_bwd_op op = { .dy = dys, .S = 1.0 };
-    if (routes_alloc(ctx, site, &op.rt, dx->n, dy->n)) {
-        free(copy);
+    if (routes_alloc(ctx, site, &op.rt, dx->n, dy->n))
         return -1;
-    }
     size_t *first = op.rt.first, max_k = 0;
     for (size_t i = 0; i < dy->n; i++)
         first[argmax[i] + 1]++;
@@ -507,7 +434,6 @@ int emu_t_maxpool2d_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
     first[0] = 0;
     int rc = bwd_commit(ctx, site, "maxpool2d_bwd", dx, &op, max_k);
     routes_free(&op.rt);
-    free(copy);
     return rc;
 }
 
@@ -520,15 +446,10 @@ int emu_t_avgpool2d_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
         pool_geometry(ctx, site, "dx", dx, o, &g) ||
         check_pooled(ctx, site, "dy", dy, &g))
         return -1;
-    const float *dys;
-    float *copy;
-    if (bwd_inputs(ctx, site, dx, dy, &dys, &copy))
-        return -1;
+    const float *dys = dy->data;
     pool_bwd_op op = { .dy = dys, .S = (double)(g.size * g.size) };
-    if (routes_alloc(ctx, site, &op.rt, dx->n, dy->n * g.size * g.size)) {
-        free(copy);
+    if (routes_alloc(ctx, site, &op.rt, dx->n, dy->n * g.size * g.size))
         return -1;
-    }
     /* Windows covering input row ih: oh*stride <= ih <= oh*stride + size-1,
      * in increasing (oh, ow) order. */
     size_t *first = op.rt.first, *list = op.rt.list, k = 0, max_k = 0;
@@ -551,6 +472,5 @@ int emu_t_avgpool2d_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
     }
     int rc = bwd_commit(ctx, site, "avgpool2d_bwd", dx, &op, max_k);
     routes_free(&op.rt);
-    free(copy);
     return rc;
 }

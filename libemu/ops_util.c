@@ -1,4 +1,6 @@
 /* ops_util.c — argument checks and scratch memory shared by the op files. */
+#include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "ops_internal.h"
@@ -34,4 +36,38 @@ double *emu_scratch(emu_ctx *ctx, const char *site, size_t n)
     if (!p)
         emu_ctx_fail(ctx, site, "out of memory for %zu scratch values", n);
     return p;
+}
+
+bool emu_tensors_overlap(const emu_tensor *a, const emu_tensor *b)
+{
+    if (!a || !b)
+        return false;
+    uintptr_t a0 = (uintptr_t)a->data, a1 = (uintptr_t)(a->data + a->n);
+    uintptr_t b0 = (uintptr_t)b->data, b1 = (uintptr_t)(b->data + b->n);
+    return a0 < b1 && b0 < a1;
+}
+
+int emu_shape_fail(emu_ctx *ctx, const char *site, const char *what,
+                   const emu_tensor *t, const char *want)
+{
+    char s[96];
+    emu_tensor_shape_string(t, s, sizeof s);
+    return emu_ctx_fail(ctx, site, "%s '%s' is %s, expected %s", what,
+                        t->name, s, want);
+}
+
+bool emu_any_nan(const float *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (isnan(v[i]))
+            return true;
+    return false;
+}
+
+bool emu_all_finite(const float *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(v[i]))
+            return false;
+    return true;
 }

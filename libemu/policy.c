@@ -14,18 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int fail(emu_error *err, const char *key, const char *fmt, ...)
-{
-    if (err) {
-        snprintf(err->where, sizeof err->where, "policy");
-        snprintf(err->key, sizeof err->key, "%s", key);
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->message, sizeof err->message, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
+#include "internal.h"
 
 static emu_role_prec prec(const char *format, emu_rnd mode)
 {
@@ -160,7 +149,8 @@ int emu_policy_preset(emu_policy *p, const char *name, emu_error *err)
             strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
             strncat(list, preset_names[i], sizeof list - strlen(list) - 1);
         }
-        return fail(err, "preset", "unknown preset '%s' (known: %s)", name, list);
+        return emu_fail(err, "policy", "preset", "unknown preset '%s' (known: "
+                        "%s)", name, list);
     }
     return 0;
 }
@@ -203,15 +193,15 @@ int emu_policy_set(emu_policy *p, const char *assignment, emu_error *err)
 {
     char buf[256];
     if (!assignment || strlen(assignment) >= sizeof buf)
-        return fail(err, "", "assignment missing or too long");
+        return emu_fail(err, "policy", "", "assignment missing or too long");
     snprintf(buf, sizeof buf, "%s", assignment);
     char *eq = strchr(buf, '=');
     if (!eq)
-        return fail(err, buf, "expected key=value");
+        return emu_fail(err, "policy", buf, "expected key=value");
     *eq = '\0';
     const char *key = buf, *val = eq + 1;
     if (!*val)
-        return fail(err, key, "missing value");
+        return emu_fail(err, "policy", key, "missing value");
 
     if (!strcmp(key, "exempt")) {
         unsigned e = 0;
@@ -220,7 +210,8 @@ int emu_policy_set(emu_policy *p, const char *assignment, emu_error *err)
         else if (!strcmp(val, "last")) e = EMU_EXEMPT_LAST;
         else if (!strcmp(val, "first+last")) e = EMU_EXEMPT_FIRST | EMU_EXEMPT_LAST;
         else
-            return fail(err, key, "'%s' is not none, first, last or first+last", val);
+            return emu_fail(err, "policy", key, "'%s' is not none, first, last "
+                            "or first+last", val);
         p->exempt = e;
         return 0;
     }
@@ -238,8 +229,8 @@ int emu_policy_set(emu_policy *p, const char *assignment, emu_error *err)
     if (rp && (!dot || !strcmp(dot + 1, "mode"))) {
         if (dot) {
             if (emu_rnd_parse(val, &rp->rnd.mode, &rp->rnd.sr_bits))
-                return fail(err, key, "'%s' is not a rounding mode (rne rna rz "
-                            "ru rd ro sr srN)", val);
+                return emu_fail(err, "policy", key, "'%s' is not a rounding "
+                                "mode (rne rna rz ru rd ro sr srN)", val);
             return 0;
         }
         if (!strcmp(key, "master") && !strcmp(val, "none")) {
@@ -250,7 +241,7 @@ int emu_policy_set(emu_policy *p, const char *assignment, emu_error *err)
         if (emu_format_resolve(&rp->fmt, val, &ferr)) {
             char msg[600];
             emu_error_format(&ferr, msg, sizeof msg);
-            return fail(err, key, "%s", msg);
+            return emu_fail(err, "policy", key, "%s", msg);
         }
         if (!strcmp(key, "master"))
             p->use_master = true;
@@ -263,7 +254,8 @@ int emu_policy_set(emu_policy *p, const char *assignment, emu_error *err)
         else if (!strcmp(val, "sr")) p->update = EMU_UPDATE_SR;
         else if (!strcmp(val, "kahan")) p->update = EMU_UPDATE_KAHAN;
         else
-            return fail(err, key, "'%s' is not plain, sr or kahan", val);
+            return emu_fail(err, "policy", key, "'%s' is not plain, sr or "
+                            "kahan", val);
         return 0;
     }
     if (!strcmp(key, "scaling")) {
@@ -275,8 +267,8 @@ int emu_policy_set(emu_policy *p, const char *assignment, emu_error *err)
                 p->scaling.kind = (emu_scaling)i;
                 return 0;
             }
-        return fail(err, key, "'%s' is not none, static, dynamic, enhanced or "
-                    "adaptive", val);
+        return emu_fail(err, "policy", key, "'%s' is not none, static, "
+                        "dynamic, enhanced or adaptive", val);
     }
     emu_loss_scaling *s = &p->scaling;
     double *dfield = !strcmp(key, "scale") ? &s->init
@@ -288,27 +280,28 @@ int emu_policy_set(emu_policy *p, const char *assignment, emu_error *err)
                    : !strcmp(key, "max_scale") ? &s->max : NULL;
     if (dfield) {
         if (parse_double(val, dfield))
-            return fail(err, key, "'%s' is not a number", val);
+            return emu_fail(err, "policy", key, "'%s' is not a number", val);
         return 0;
     }
     if (!strcmp(key, "interval") || !strcmp(key, "floor_every")) {
         int *f = !strcmp(key, "interval") ? &s->interval : &s->floor_every;
         if (parse_int(val, 0, 1 << 30, f))
-            return fail(err, key, "'%s' is not a step count", val);
+            return emu_fail(err, "policy", key, "'%s' is not a step count",
+                            val);
         return 0;
     }
-    return fail(err, key, "unknown policy key (weight, master, activation, "
-                "act_grad, weight_grad, opt_state, <role>.mode, accum, exempt, "
-                "exempt_format, update, scaling, scale, growth, backoff, "
-                "interval, floor, floor_growth, floor_every, target, max_scale)");
+    return emu_fail(err, "policy", key, "unknown policy key (weight, master, "
+                    "activation, act_grad, weight_grad, opt_state, "
+                    "<role>.mode, accum, exempt, exempt_format, update, "
+                    "scaling, scale, growth, backoff, interval, floor, "
+                    "floor_growth, floor_every, target, max_scale)");
 }
 
 /* ---- validation ------------------------------------------------------------- */
 
 static bool is_power_of_two(double x)
 {
-    int e;
-    return x > 0.0 && isfinite(x) && frexp(x, &e) == 0.5;
+    return x > 0.0 && emu_is_pow2(x);
 }
 
 int emu_policy_validate(const emu_policy *p, emu_error *err)
@@ -321,53 +314,58 @@ int emu_policy_validate(const emu_policy *p, emu_error *err)
                                    &p->opt_state, &p->exempt_prec };
     for (int i = 0; i < 7; i++) {
         if (!rps[i]->fmt.fits_carrier)
-            return fail(err, roles[i], "%s is not held by the binary32 carrier",
-                        rps[i]->fmt.name);
+            return emu_fail(err, "policy", roles[i], "%s is not held by the "
+                            "binary32 carrier", rps[i]->fmt.name);
         if (!rps[i]->fmt.has_zero)
-            return fail(err, roles[i], "%s has no zero: it cannot hold a tensor",
-                        rps[i]->fmt.name);
+            return emu_fail(err, "policy", roles[i], "%s has no zero: it "
+                            "cannot hold a tensor", rps[i]->fmt.name);
     }
     if (p->use_master) {
         const emu_format *w = &p->weight.fmt, *m = &p->master.fmt;
         if (m->p < w->p || m->emax < w->emax || m->min_value > w->min_value)
-            return fail(err, "master", "the master copy (%s) is narrower than "
-                        "the compute copy (%s): it must hold every weight value",
-                        m->name, w->name);
+            return emu_fail(err, "policy", "master", "the master copy (%s) is "
+                            "narrower than the compute copy (%s): it must hold "
+                            "every weight value", m->name, w->name);
     }
     if (p->update == EMU_UPDATE_KAHAN && p->use_master)
-        return fail(err, "update", "Kahan-compensated updates replace the master "
-                    "copy; set master=none");
+        return emu_fail(err, "policy", "update", "Kahan-compensated updates "
+                        "replace the master copy; set master=none");
     if (emu_accum_validate(&p->accum, err))
         return -1;
     const emu_loss_scaling *s = &p->scaling;
     if (!(s->init > 0.0) || !isfinite(s->init))
-        return fail(err, "scale", "the loss scale must be positive and finite "
-                    "(got %g)", s->init);
+        return emu_fail(err, "policy", "scale", "the loss scale must be "
+                        "positive and finite (got %g)", s->init);
     if (s->kind != EMU_SCALE_NONE && s->kind != EMU_SCALE_ADAPTIVE &&
         !is_power_of_two(s->init))
-        return fail(err, "scale", "%g is not a power of two: scaling would "
-                    "round every gradient", s->init);
+        return emu_fail(err, "policy", "scale", "%g is not a power of two: "
+                        "scaling would round every gradient", s->init);
     if (s->kind == EMU_SCALE_DYNAMIC || s->kind == EMU_SCALE_ENHANCED) {
         if (!is_power_of_two(s->growth) || s->growth <= 1.0)
-            return fail(err, "growth", "must be a power of two above 1 (got %g)",
-                        s->growth);
+            return emu_fail(err, "policy", "growth", "must be a power of two "
+                            "above 1 (got %g)", s->growth);
         if (!is_power_of_two(s->backoff) || s->backoff >= 1.0)
-            return fail(err, "backoff", "must be a power of two below 1 (got %g)",
-                        s->backoff);
+            return emu_fail(err, "policy", "backoff", "must be a power of two "
+                            "below 1 (got %g)", s->backoff);
         if (s->interval < 1)
-            return fail(err, "interval", "must be at least 1 step");
+            return emu_fail(err, "policy", "interval", "must be at least 1 "
+                            "step");
     }
     if (s->kind == EMU_SCALE_ENHANCED) {
         if (!is_power_of_two(s->floor))
-            return fail(err, "floor", "must be a power of two (got %g)", s->floor);
+            return emu_fail(err, "policy", "floor", "must be a power of two "
+                            "(got %g)", s->floor);
         if (s->floor_every && (!is_power_of_two(s->floor_growth) ||
                                s->floor_growth < 1.0))
-            return fail(err, "floor_growth", "must be a power of two >= 1");
+            return emu_fail(err, "policy", "floor_growth", "must be a power of "
+                            "two >= 1");
     }
     if (s->kind == EMU_SCALE_ADAPTIVE && !(s->target > 0.0 && s->target < 1.0))
-        return fail(err, "target", "the target underflow rate must lie in (0, 1)");
+        return emu_fail(err, "policy", "target", "the target underflow rate "
+                        "must lie in (0, 1)");
     if (!is_power_of_two(s->max))
-        return fail(err, "max_scale", "must be a power of two (got %g)", s->max);
+        return emu_fail(err, "policy", "max_scale", "must be a power of two "
+                        "(got %g)", s->max);
     return 0;
 }
 

@@ -104,31 +104,18 @@ static bool widths_match_name(const emu_format *fmt)
 
 static int add(const emu_format *fmt, const char *origin, emu_error *err)
 {
-    if (!widths_match_name(fmt)) {
-        snprintf(err->where, sizeof err->where, "%s", origin);
-        snprintf(err->key, sizeof err->key, "name");
-        snprintf(err->message, sizeof err->message,
-                 "'%s' reads as an eXmY spec but the format has %d exponent "
-                 "and %d fraction bits", fmt->name, fmt->ebits, fmt->mbits);
-        return -1;
-    }
+    if (!widths_match_name(fmt))
+        return emu_fail(err, origin, "name", "'%s' reads as an eXmY spec but "
+                        "the format has %d exponent and %d fraction bits",
+                        fmt->name, fmt->ebits, fmt->mbits);
     char taken[EMU_NAME_MAX];
     const emu_format *other = clash(fmt, taken, sizeof taken);
-    if (other) {
-        snprintf(err->where, sizeof err->where, "%s", origin);
-        snprintf(err->key, sizeof err->key, "name");
-        snprintf(err->message, sizeof err->message,
-                 "'%s' is already a registered format (%s)", taken,
-                 other->name);
-        return -1;
-    }
-    if (registry_len == REGISTRY_MAX) {
-        snprintf(err->where, sizeof err->where, "%s", origin);
-        err->key[0] = '\0';
-        snprintf(err->message, sizeof err->message,
-                 "registry full (%d formats)", REGISTRY_MAX);
-        return -1;
-    }
+    if (other)
+        return emu_fail(err, origin, "name", "'%s' is already a registered "
+                        "format (%s)", taken, other->name);
+    if (registry_len == REGISTRY_MAX)
+        return emu_fail(err, origin, "", "registry full (%d formats)",
+                        REGISTRY_MAX);
     registry[registry_len++] = *fmt;
     return 0;
 }
@@ -179,10 +166,7 @@ static char *read_spec_file(const char *path, size_t *len, emu_error *err)
 {
     FILE *fp = fopen(path, "rb");
     if (!fp) {
-        snprintf(err->where, sizeof err->where, "%s", path);
-        err->key[0] = '\0';
-        snprintf(err->message, sizeof err->message, "cannot open: %s",
-                 strerror(errno));
+        emu_fail(err, path, "", "cannot open: %s", strerror(errno));
         return NULL;
     }
     enum { LIMIT = 65536 };
@@ -191,9 +175,7 @@ static char *read_spec_file(const char *path, size_t *len, emu_error *err)
     int bad = !buf || ferror(fp);
     fclose(fp);
     if (bad || n > LIMIT) {
-        snprintf(err->where, sizeof err->where, "%s", path);
-        err->key[0] = '\0';
-        snprintf(err->message, sizeof err->message, "%s",
+        emu_fail(err, path, "", "%s",
                  bad ? "read error" : "larger than 64 KiB: not a spec file");
         free(buf);
         return NULL;
@@ -223,15 +205,9 @@ int emu_format_load_file(const char *path, emu_error *err)
     return add(&fmt, path, err);
 }
 
-static bool ends_with(const char *s, const char *suffix)
-{
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && !strcmp(s + n - m, suffix);
-}
-
 int emu_format_resolve(emu_format *out, const char *spec, emu_error *err)
 {
-    if (spec && (ends_with(spec, ".fmt") || strchr(spec, '/')))
+    if (spec && (emu_ends_with(spec, ".fmt") || strchr(spec, '/')))
         return parse_path(out, spec, err);
     return emu_format_parse_inline(out, spec, err);
 }

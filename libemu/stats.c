@@ -431,14 +431,8 @@ int emu_write_atomic(const char *path,
                      emu_error *err)
 {
     char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
-        if (err) {
-            snprintf(err->where, sizeof err->where, "%.200s", path);
-            err->key[0] = '\0';
-            snprintf(err->message, sizeof err->message, "path too long");
-        }
-        return -1;
-    }
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
+        return emu_fail(err, path, "", "path too long");
     FILE *fp = fopen(tmp, "w");
     int rc = fp ? write(fp, arg) : -1;
     if (fp) {
@@ -452,13 +446,8 @@ int emu_write_atomic(const char *path,
     if (rc != 0) {
         int e = errno;
         remove(tmp);
-        if (err) {
-            snprintf(err->where, sizeof err->where, "%.250s", path);
-            err->key[0] = '\0';
-            snprintf(err->message, sizeof err->message, "cannot write: %s",
-                     e ? strerror(e) : "write error");
-        }
-        return -1;
+        return emu_fail(err, path, "", "cannot write: %s",
+                        e ? strerror(e) : "write error");
     }
     return 0;
 }

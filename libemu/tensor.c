@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "emu/bits.h"
+#include "internal.h"
 
 static const char *const role_names[EMU_ROLE_COUNT] = {
     [EMU_ROLE_WEIGHT] = "weight",
@@ -43,15 +44,12 @@ int emu_role_parse(const char *s, emu_role *r)
 static int fail(emu_error *err, const char *name, const char *key,
                 const char *fmt, ...)
 {
-    if (err) {
-        snprintf(err->where, sizeof err->where, "tensor '%s'",
-                 name ? name : "");
-        snprintf(err->key, sizeof err->key, "%s", key);
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->message, sizeof err->message, fmt, ap);
-        va_end(ap);
-    }
+    char where[256];
+    snprintf(where, sizeof where, "tensor '%s'", name ? name : "");
+    va_list ap;
+    va_start(ap, fmt);
+    emu_vfail(err, where, key, fmt, ap);
+    va_end(ap);
     return -1;
 }
 

@@ -115,7 +115,9 @@ typedef struct emu_op_out {
     bool (*inputs_had_nan)(const void *op, size_t i);
 } emu_op_out;
 
-/* Rounds, measures and writes o->out.  Advances ctx->op_index. */
+/* Rounds, measures and writes o->out.  Advances ctx->op_index.  The
+ * callbacks (ref, inputs_had_nan) run before o->out is written, so an op
+ * whose output is one of its inputs needs no copy of it. */
 int emu_commit(emu_ctx *ctx, const emu_op_out *o);
 
 /* The RNG stream of the op about to commit (for accumulators that round
