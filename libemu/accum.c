@@ -1417,6 +1417,36 @@ static int worker_main(void *arg)
  * its summation order is the library's, and does not depend on our thread
  * count.  Without one, dot_fast's loop run across a panel of columns,
  * which keeps each column's order and so equals dot_fast exactly. */
+#ifdef EMU_HAVE_CBLAS
+/* An R x C operand with strides (rs, cs) as sgemm takes it: a unit column
+ * stride as is, a unit row stride as the transpose, anything else packed
+ * row-major into *packed (NULL returned if that allocation fails). */
+static const float *sgemm_operand(const float *p, ptrdiff_t rs, ptrdiff_t cs,
+                                  size_t R, size_t C,
+                                  enum CBLAS_TRANSPOSE *t, blasint *ld,
+                                  float **packed)
+{
+    *packed = NULL;
+    *t = CblasNoTrans;
+    if (cs == 1 && rs >= (ptrdiff_t)C) {
+        *ld = (blasint)rs;
+        return p;
+    }
+    if (rs == 1 && cs >= (ptrdiff_t)R) {
+        *t = CblasTrans;
+        *ld = (blasint)cs;
+        return p;
+    }
+    *ld = (blasint)C;
+    float *q = *packed = malloc(R * C * sizeof *q);
+    if (q)
+        for (size_t i = 0; i < R; i++)
+            for (size_t j = 0; j < C; j++)
+                q[i * C + j] = p[(ptrdiff_t)i * rs + (ptrdiff_t)j * cs];
+    return q;
+}
+#endif
+
 static int gemm_fast(const gemm_job *g)
 {
     const size_t M = g->M, N = g->N, K = g->K;
@@ -1426,39 +1456,11 @@ static int gemm_fast(const gemm_job *g)
         return 0;
     }
 #ifdef EMU_HAVE_CBLAS
-    /* sgemm wants one unit stride per matrix; anything else is packed. */
     float *ap = NULL, *bp = NULL, *cp = malloc(M * N * sizeof *cp);
-    const float *A = g->a, *B = g->b;
-    enum CBLAS_TRANSPOSE ta = CblasNoTrans, tb = CblasNoTrans;
+    enum CBLAS_TRANSPOSE ta, tb;
     blasint lda, ldb;
-    if (g->a_cs == 1 && g->a_rs >= (ptrdiff_t)K) {
-        lda = (blasint)g->a_rs;
-    } else if (g->a_rs == 1 && g->a_cs >= (ptrdiff_t)M) {
-        ta = CblasTrans;
-        lda = (blasint)g->a_cs;
-    } else {
-        ap = malloc(M * K * sizeof *ap);
-        if (ap)
-            for (size_t i = 0; i < M; i++)
-                for (size_t k = 0; k < K; k++)
-                    ap[i * K + k] = g->a[(ptrdiff_t)i * g->a_rs + (ptrdiff_t)k * g->a_cs];
-        A = ap;
-        lda = (blasint)K;
-    }
-    if (g->b_cs == 1 && g->b_rs >= (ptrdiff_t)N) {
-        ldb = (blasint)g->b_rs;
-    } else if (g->b_rs == 1 && g->b_cs >= (ptrdiff_t)K) {
-        tb = CblasTrans;
-        ldb = (blasint)g->b_cs;
-    } else {
-        bp = malloc(K * N * sizeof *bp);
-        if (bp)
-            for (size_t k = 0; k < K; k++)
-                for (size_t j = 0; j < N; j++)
-                    bp[k * N + j] = g->b[(ptrdiff_t)k * g->b_rs + (ptrdiff_t)j * g->b_cs];
-        B = bp;
-        ldb = (blasint)N;
-    }
+    const float *A = sgemm_operand(g->a, g->a_rs, g->a_cs, M, K, &ta, &lda, &ap);
+    const float *B = sgemm_operand(g->b, g->b_rs, g->b_cs, K, N, &tb, &ldb, &bp);
     if (!cp || !A || !B) {
         free(ap);
         free(bp);
