@@ -289,11 +289,13 @@ int emu_t_sgd_update(emu_ctx *ctx, const char *site, emu_tensor *w,
     if (!buf)
         return -1;
     double *hi = buf, *lo = buf + n, *t = buf + 2 * n;
-    float *w0 = copy_of(ctx, site, w);
-    float *v0 = w0 && v ? copy_of(ctx, site, v) : NULL;
-    if (!w0 || (v && !v0)) {
+    /* w is written by the last commit only, after its callbacks ran, so
+     * it needs no copy; v is overwritten by the first, and the weight's
+     * NaN provenance still asks for its old values. */
+    const float *w0 = w->data;
+    float *v0 = v ? copy_of(ctx, site, v) : NULL;
+    if (v && !v0) {
         free(buf);
-        free(w0);
         return -1;
     }
     const double lr = o->lr, mom = o->momentum, wd = o->weight_decay;
@@ -344,7 +346,6 @@ int emu_t_sgd_update(emu_ctx *ctx, const char *site, emu_tensor *w,
             .swamp = &swamp, .op = &op, .ref = sgd_w_ref,
             .inputs_had_nan = sgd_had_nan });
     free(buf);
-    free(w0);
     free(v0);
     return rc;
 }
@@ -468,12 +469,13 @@ int emu_t_adam_update(emu_ctx *ctx, const char *site, emu_tensor *w,
     if (!buf)
         return -1;
     double *hi = buf, *lo = buf + n, *t = buf + 2 * n;
-    float *w0 = copy_of(ctx, site, w);
-    float *m0 = w0 ? copy_of(ctx, site, m) : NULL;
+    /* As for SGD: the moments are overwritten before the weight's
+     * callbacks run, the weight only after. */
+    const float *w0 = w->data;
+    float *m0 = copy_of(ctx, site, m);
     float *v0 = m0 ? copy_of(ctx, site, v) : NULL;
     if (!v0) {
         free(buf);
-        free(w0);
         free(m0);
         return -1;
     }
@@ -531,7 +533,6 @@ int emu_t_adam_update(emu_ctx *ctx, const char *site, emu_tensor *w,
             .inputs_had_nan = adam_had_nan });
     }
     free(buf);
-    free(w0);
     free(m0);
     free(v0);
     return rc;
