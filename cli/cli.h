@@ -127,6 +127,13 @@ void cli_vecopts_write_header(const cli_vecopts *v, FILE *fp);
 /* "rne", "sr", "sr13". */
 void cli_mode_name(const emu_rounding *r, char *buf, size_t size);
 
+/* A random operand pattern of f, the i-th of stream `stream`: half uniform
+ * patterns, half a random exponent field with a structured or random
+ * fraction (uniform patterns alone would almost never hit the edges of a
+ * wide format).  emu gen and emu dot draw their operands here. */
+uint64_t cli_random_pattern(const emu_format *f, uint64_t seed,
+                            uint64_t stream, uint64_t i);
+
 /* ---- subcommands ------------------------------------------------------ */
 int cmd_formats(int argc, char **argv);
 int cmd_info(int argc, char **argv);
@@ -136,5 +143,6 @@ int cmd_gen(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_version(int argc, char **argv);
 int cmd_train(int argc, char **argv);
+int cmd_dot(int argc, char **argv);
 
 #endif

@@ -123,13 +123,11 @@ static pattern_set edge_patterns(const emu_format *f, int level, uint64_t seed)
     return s;
 }
 
-/* A random operand: half uniform patterns, half a random exponent field
- * with a structured or random fraction (uniform patterns alone would
- * almost never hit the edges of a wide format). */
-static uint64_t random_pattern(const emu_format *f, uint64_t seed, uint64_t i)
+uint64_t cli_random_pattern(const emu_format *f, uint64_t seed,
+                            uint64_t stream, uint64_t i)
 {
     uint64_t w[4];
-    emu_random64x4(seed, OPERAND_STREAM, 4 * i, w);
+    emu_random64x4(seed, stream, 4 * i, w);
     uint64_t mask = f->bits == 64 ? ~(uint64_t)0
                                   : ((uint64_t)1 << f->bits) - 1;
     if (w[0] & 1)
@@ -314,7 +312,8 @@ int cmd_gen(int argc, char **argv)
     for (uint64_t i = 0; i < count; i++) {
         uint64_t o[3];
         for (int k = 0; k < arity; k++)
-            o[k] = random_pattern(&v.in, v.seed, 3 * i + (uint64_t)k);
+            o[k] = cli_random_pattern(&v.in, v.seed, OPERAND_STREAM,
+                                      3 * i + (uint64_t)k);
         emit(&g, o);
     }
     if (cli_output_commit(&out, "gen"))

@@ -22,6 +22,7 @@ static const struct command {
     { "round", cmd_round, "round values into a format under a rounding mode" },
     { "gen", cmd_gen, "generate test vectors (Berkeley TestFloat line format)" },
     { "verify", cmd_verify, "check test vectors against the emulator" },
+    { "dot", cmd_dot, "test vectors of a dot-product unit (gen, verify)" },
     { "train", cmd_train, "train a model in an emulated precision policy" },
     { "version", cmd_version, "print the version" },
 };
