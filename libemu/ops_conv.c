@@ -27,7 +27,7 @@
  *   forward: ((n*Ho + oh)*Wo + ow)*Co + co;  data: ((n*H + ih)*W + iw)*Ci + ci;
  *   weights: the flat index of dw;           bias: co (in the bias op).
  *
- * o->alpha (0 means 1; otherwise a power of two, so exact) multiplies the
+ * o->alpha (0 means 1; any positive value, applied without error) multiplies the
  * accumulator's result of every output, dbias included, before the one
  * output rounding: per-layer loss scaling applied where gradients form.
  *
@@ -46,7 +46,7 @@
 
 typedef struct conv_geom {
     size_t N, Ci, H, W, Co, KH, KW, Ho, Wo, s, pad;
-    double alpha;   /* output scale, a power of two */
+    double alpha;   /* output scale (emu_scale_pairs) */
 } conv_geom;
 
 static int check_4d(emu_ctx *ctx, const char *site, const char *what,
@@ -97,10 +97,10 @@ static int conv_geometry(emu_ctx *ctx, const char *site, const char *iname,
                             g->KH, g->KW, g->H, g->W, img->name, g->pad);
     g->Ho = (g->H + 2 * g->pad - g->KH) / g->s + 1;
     g->Wo = (g->W + 2 * g->pad - g->KW) / g->s + 1;
-    g->alpha = o->alpha == 0.0f ? 1.0 : (double)o->alpha;
-    if (!emu_is_pow2(g->alpha))
-        return emu_ctx_fail(ctx, site, "alpha %g is not a power of two (the "
-                            "scaling must be exact)", (double)o->alpha);
+    g->alpha = o->alpha == 0.0 ? 1.0 : o->alpha;
+    if (!(g->alpha > 0.0) || !isfinite(g->alpha))
+        return emu_ctx_fail(ctx, site, "alpha %g is not positive and finite",
+                            o->alpha);
     return 0;
 }
 
@@ -389,16 +389,13 @@ static int conv_commit(emu_ctx *ctx, const char *site, const char *kind,
                        emu_tensor *out, double *hi, double *lo,
                        const emu_accum_counts *swamp, conv_op *op)
 {
-    if (op->g.alpha != 1.0)
-        for (size_t i = 0; i < out->n; i++) {
-            hi[i] *= op->g.alpha; /* exact: a power of two, far from */
-            lo[i] *= op->g.alpha; /* binary64's range limits          */
-        }
+    const bool exact = ctx->accum.kind == EMU_ACCUM_EXACT;
+    emu_scale_pairs(hi, lo, exact, out->n, op->g.alpha);
     ref_ws ws = { 0 };
     op->ws = &ws;
     int rc = emu_commit(ctx, &(emu_op_out){
         .site = site, .kind = kind, .out = out, .hi = hi,
-        .lo = ctx->accum.kind == EMU_ACCUM_EXACT ? lo : NULL,
+        .lo = exact || !emu_is_pow2(op->g.alpha) ? lo : NULL,
         .swamp = swamp, .op = op, .ref = conv_ref,
         .inputs_had_nan = conv_had_nan });
     ws_free(&ws);

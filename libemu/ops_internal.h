@@ -40,6 +40,15 @@ int emu_shape_fail(emu_ctx *ctx, const char *site, const char *what,
 bool emu_any_nan(const float *v, size_t n);
 bool emu_all_finite(const float *v, size_t n);
 
+/* Multiplies the pre-rounding values hi[i] + lo[i] by alpha without error
+ * (alpha positive finite, e.g. a product of two binary32 scales).  A power
+ * of two scales both in place.  Otherwise lo must be an array: hi, lo
+ * become TwoProduct's pair hi*alpha = p + e, with MPFR where the old lo[i]
+ * was non-zero (the EXACT model), so lo keeps exact sign and zeroness.
+ * lo_valid false means lo holds nothing yet (read as zeros). */
+void emu_scale_pairs(double *hi, double *lo, bool lo_valid, size_t n,
+                     double alpha);
+
 /* calloc of n doubles that fails cleanly (sets ctx->err) on overflow or
  * lack of memory. */
 double *emu_scratch(emu_ctx *ctx, const char *site, size_t n);

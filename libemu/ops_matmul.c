@@ -28,7 +28,7 @@ typedef struct mm_op {
     size_t batch, M, N, K;
     const float *a, *b, *as, *bs;   /* inputs and sources (as/bs may be a/b) */
     const float *c;                 /* old output values, or NULL            */
-    double alpha;                   /* output scale, a power of two          */
+    double alpha;                   /* output scale (emu_scale_pairs)        */
     ptrdiff_t a_rs, a_cs, b_rs, b_cs;
     mpfr_t *xa, *xb;                /* K + 1 terms each, binary32-exact     */
     mpfr_ptr *pa, *pb;
@@ -57,7 +57,7 @@ static void mm_dot(const mm_op *m, size_t o, const float *a, const float *b,
         mpfr_set_flt(m->xb[k], *b_elem(m, b, bt, k, j), MPFR_RNDN);
     }
     mpfr_dot(out, m->pa, m->pb, m->K, MPFR_RNDN);
-    mpfr_mul_d(out, out, m->alpha, MPFR_RNDN); /* exact: a power of two */
+    mpfr_mul_d(out, out, m->alpha, MPFR_RNDN); /* exact, or 2^-256 close */
     if (m->c)
         mpfr_add_d(out, out, m->c[o], MPFR_RNDN);
 }
@@ -134,10 +134,14 @@ static int mm_check(emu_ctx *ctx, const char *site, int nd, emu_tensor *out,
     if (emu_accum_validate(&ctx->accum, &e))
         return emu_ctx_fail(ctx, site, "accumulator: %s%s%s", e.key,
                             e.key[0] ? ": " : "", e.message);
-    double alpha = o->alpha == 0.0f ? 1.0 : (double)o->alpha;
-    if (!emu_is_pow2(alpha))
-        return emu_ctx_fail(ctx, site, "alpha %g is not a power of two (the "
-                            "scaling must be exact)", (double)o->alpha);
+    double alpha = o->alpha == 0.0 ? 1.0 : o->alpha;
+    if (!(alpha > 0.0) || !isfinite(alpha))
+        return emu_ctx_fail(ctx, site, "alpha %g is not positive and finite",
+                            o->alpha);
+    if (o->accumulate && !emu_is_pow2(alpha))
+        return emu_ctx_fail(ctx, site, "alpha %g with accumulate: the old "
+                            "output would be divided by it inexactly (a power "
+                            "of two only)", o->alpha);
     memset(m, 0, sizeof *m);
     m->alpha = alpha;
     m->batch = batch;
@@ -167,8 +171,9 @@ static int mm_run(emu_ctx *ctx, const char *site, const char *kind, int nd,
 
     const size_t n = out->n, mn = m.M * m.N;
     const bool exact = ctx->accum.kind == EMU_ACCUM_EXACT;
+    const bool pairs = exact || !emu_is_pow2(m.alpha);
     double *hi = emu_scratch(ctx, site, n);
-    double *lo = exact ? emu_scratch(ctx, site, n) : NULL;
+    double *lo = pairs ? emu_scratch(ctx, site, n) : NULL;
     /* Accumulating: the old values (for the reference) and where the
      * accumulator starts, out / alpha (exact in binary64). */
     float *c = NULL;
@@ -184,7 +189,7 @@ static int mm_run(emu_ctx *ctx, const char *site, const char *kind, int nd,
             emu_ctx_fail(ctx, site, "out of memory for %zu values", n);
         }
     }
-    if (!hi || (exact && !lo) || (o->accumulate && (!c || !c0))) {
+    if (!hi || (pairs && !lo) || (o->accumulate && (!c || !c0))) {
         free(hi);
         free(lo);
         free(c);
@@ -203,7 +208,7 @@ static int mm_run(emu_ctx *ctx, const char *site, const char *kind, int nd,
                                m.a + bt * m.M * m.K, m.a_rs, m.a_cs,
                                m.b + bt * m.K * m.N, m.b_rs, m.b_cs,
                                c0 ? c0 + bt * mn : NULL, hi + bt * mn,
-                               lo ? lo + bt * mn : NULL, ctx->seed, stream,
+                               exact ? lo + bt * mn : NULL, ctx->seed, stream,
                                bt * mn, swamp ? &counts : NULL, ctx->threads);
     free(c0);
     if (rc) {
@@ -212,12 +217,7 @@ static int mm_run(emu_ctx *ctx, const char *site, const char *kind, int nd,
         free(c);
         return emu_ctx_fail(ctx, site, "out of memory in the GEMM engine");
     }
-    if (m.alpha != 1.0)
-        for (size_t i = 0; i < n; i++) {
-            hi[i] *= m.alpha; /* exact: binary64 has the range */
-            if (lo)
-                lo[i] *= m.alpha;
-        }
+    emu_scale_pairs(hi, lo, exact, n, m.alpha);
 
     /* MPFR terms for the sampled references, only if sampling is on. */
     const bool ref = ctx->stats && (ctx->measure & EMU_MEASURE_REF) &&

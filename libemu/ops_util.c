@@ -71,3 +71,46 @@ bool emu_all_finite(const float *v, size_t n)
             return false;
     return true;
 }
+
+void emu_scale_pairs(double *hi, double *lo, bool lo_valid, size_t n,
+                     double alpha)
+{
+    if (alpha == 1.0 && (lo_valid || !lo))
+        return;
+    if (emu_is_pow2(alpha)) {
+        for (size_t i = 0; i < n; i++) {
+            hi[i] *= alpha; /* exact: binary64 has the range */
+            if (lo)
+                lo[i] = lo_valid ? lo[i] * alpha : 0.0;
+        }
+        return;
+    }
+    mpfr_t x, t;
+    bool init = false;
+    for (size_t i = 0; i < n; i++) {
+        const double h = hi[i], l = lo_valid ? lo[i] : 0.0;
+        if (!isfinite(h) || h == 0.0 || l == 0.0) {
+            double p = h * alpha;
+            hi[i] = p;
+            /* Exact residual; products of binary32 data stay far above
+             * binary64's underflow, where fma would lose it. */
+            lo[i] = isfinite(p) && p != 0.0 ? fma(h, alpha, -p) : 0.0;
+            continue;
+        }
+        if (!init) {
+            mpfr_inits2(256, x, t, (mpfr_ptr)0);
+            init = true;
+        }
+        mpfr_set_d(x, h, MPFR_RNDN);
+        mpfr_mul_d(x, x, alpha, MPFR_RNDN);  /* 106 bits: exact */
+        mpfr_set_d(t, l, MPFR_RNDN);
+        mpfr_mul_d(t, t, alpha, MPFR_RNDN);
+        mpfr_add(x, x, t, MPFR_RNDN);        /* |l| <= ulp(h)/2: exact */
+        double p = mpfr_get_d(x, MPFR_RNDN);
+        mpfr_sub_d(x, x, p, MPFR_RNDN);
+        hi[i] = p;
+        lo[i] = mpfr_get_d(x, MPFR_RNDN);
+    }
+    if (init)
+        mpfr_clears(x, t, (mpfr_ptr)0);
+}

@@ -208,7 +208,7 @@ static size_t terms_bias(const geo *g, const float *dy, size_t co, float *A)
 /* The tensors of one convolution problem. */
 typedef struct prob {
     geo g;
-    float alpha;      /* emu_conv_opts.alpha of the run */
+    double alpha;     /* emu_conv_opts.alpha of the run */
     emu_tensor x, w, b, y, dy, dx, dw, db;
 } prob;
 
@@ -216,7 +216,7 @@ static prob make_prob(geo g, const char *in_fmt, const char *out_fmt)
 {
     prob p;
     p.g = g;
-    p.alpha = 0.0f;
+    p.alpha = 0.0;
     p.x = mk("x", in_fmt, g.N, g.Ci, g.H, g.W);
     p.w = mk("w", in_fmt, g.Co, g.Ci, g.KH, g.KW);
     p.b = mk("b", in_fmt, g.Co, 0, 0, 0);
@@ -407,7 +407,20 @@ static double model_out(const emu_ctx *ctx, const emu_format *of, uint64_t strea
     double hi = emu_accum_dot(&ctx->accum, A, 1, B, B ? 1 : 0, k, &rng, NULL,
                               &lo);
     emu_rounding rne = { .mode = EMU_RNE };
-    return emu_round2(of, hi * alpha, lo * alpha, &rne, NULL);
+    /* (hi + lo) alpha exactly (alpha need not be a power of two), then
+     * the MPFR oracle's one rounding. */
+    mpfr_t x, t;
+    mpfr_inits2(256, x, t, (mpfr_ptr)0);
+    mpfr_set_d(x, hi, MPFR_RNDN);
+    mpfr_mul_d(x, x, alpha, MPFR_RNDN);
+    if (isfinite(hi) && lo != 0.0) { /* adding +0 would lose a -0 */
+        mpfr_set_d(t, lo, MPFR_RNDN);
+        mpfr_mul_d(t, t, alpha, MPFR_RNDN);
+        mpfr_add(x, x, t, MPFR_RNDN);
+    }
+    double v = emu_ref_round(of, x, &rne, NULL);
+    mpfr_clears(x, t, (mpfr_ptr)0);
+    return v;
 }
 
 START_TEST(models_equal_accum_dot)
@@ -420,9 +433,11 @@ START_TEST(models_equal_accum_dot)
         for (int mi = 0; mi < N_MODELS; mi++) {
             geo g = rand_geo(&r);
             prob p = make_prob(g, "binary32", "binary32");
-            static const float alphas[] = { 0.0f, 1.0f, 0x1p-3f, 0x1p10f };
-            p.alpha = alphas[(rep + (uint64_t)mi) % 4];
-            const double alpha = p.alpha == 0.0f ? 1.0 : p.alpha;
+            /* the last: a product of two binary32 tensor scales */
+            static const double alphas[] = { 0.0, 1.0, 0x1p-3, 0x1p10,
+                                             (double)0x1.7c0a3ep-2f * 0x1.b3p+0 };
+            p.alpha = alphas[(rep + (uint64_t)mi) % 5];
+            const double alpha = p.alpha == 0.0 ? 1.0 : p.alpha;
             const emu_format *f32 = test_format("binary32");
             fill(&r, &p.x, f32, -8, 4);
             fill(&r, &p.w, f32, -8, 4);
@@ -1194,7 +1209,7 @@ START_TEST(bad_input)
     expect_fail(emu_t_conv2d(&ctx, "c", &p.y, &p.x, &p.w, &b4, &o), &ctx,
                 "expected (3)");
     emu_conv_opts s0 = { .stride = 0 }, pneg = { .stride = 1, .pad = -1 };
-    emu_conv_opts a3 = { .stride = 1, .alpha = 3.0f };
+    emu_conv_opts a3 = { .stride = 1, .alpha = -3.0 };
     expect_fail(emu_t_conv2d(&ctx, "c", &p.y, &p.x, &p.w, NULL, &s0), &ctx,
                 "stride");
     expect_fail(emu_t_conv2d(&ctx, "c", &p.y, &p.x, &p.w, NULL, &pneg), &ctx,
@@ -1202,7 +1217,7 @@ START_TEST(bad_input)
     expect_fail(emu_t_conv2d(&ctx, "c", &p.y, &p.x, &p.w, NULL, NULL), &ctx,
                 "NULL");
     expect_fail(emu_t_conv2d_backward_data(&ctx, "c", &p.dx, &p.dy, &p.w, &a3),
-                &ctx, "power of two");
+                &ctx, "positive");
     /* a 7x7 kernel on a 5x5 input without padding has no output */
     emu_tensor w7 = mk("w7", "binary32", 3, 2, 7, 7);
     expect_fail(emu_t_conv2d(&ctx, "c", &p.y, &p.x, &w7, NULL, &o), &ctx,

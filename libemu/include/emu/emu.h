@@ -13,6 +13,7 @@
 #include "emu/ops.h"
 #include "emu/ref.h"
 #include "emu/rng.h"
+#include "emu/scaled.h"
 #include "emu/round.h"
 #include "emu/stats.h"
 #include "emu/tensor.h"

@@ -200,10 +200,13 @@ typedef struct emu_matmul_opts {
     bool trans_a, trans_b;
     const emu_tensor *a_src, *b_src;
     bool accumulate;   /* out = out + alpha op(A) op(B): the accumulator starts at out / alpha */
-    float alpha;       /* scales each dot product before the output rounding
-                          (a power of two: exact); 0 means 1.  Per-layer loss
-                          scaling uses it to lift gradients out of underflow
-                          where they are produced. */
+    double alpha;      /* scales each dot product before the output rounding,
+                          without error (0 means 1): per-layer loss scaling
+                          lifts gradients out of underflow with a power of
+                          two; scaled formats pass the product of their
+                          tensor scales (any positive value, then the
+                          product is formed exactly and rounded once).
+                          With accumulate, a power of two only. */
 } emu_matmul_opts;
 int emu_t_matmul(emu_ctx *ctx, const char *site, emu_tensor *out, const emu_tensor *a, const emu_tensor *b, const emu_matmul_opts *opts);
 /* Batched: 3-d tensors (batch, M, K) x (batch, K, N). */
@@ -223,7 +226,7 @@ int emu_t_reduce(emu_ctx *ctx, const char *site, emu_tensor *out, const emu_tens
 
 typedef struct emu_conv_opts {
     int stride, pad;   /* same in both spatial dimensions */
-    float alpha;       /* as in emu_matmul_opts (0 means 1)               */
+    double alpha;      /* as in emu_matmul_opts (0 means 1)               */
 } emu_conv_opts;
 /* y (N, Co, Ho, Wo) = conv(x (N, Ci, H, W), w (Co, Ci, KH, KW)) + bias (Co)
  * (bias may be NULL), Ho = (H + 2 pad - KH) / stride + 1.
@@ -245,7 +248,7 @@ typedef struct emu_conv_opts {
  * ((n*Ho+oh)*Wo+ow)*Co+co for y, ((n*H+ih)*W+iw)*Ci+ci for dx, the flat
  * index for dw, co for dbias (committed as the next op, site
  * "<site>.dbias").  alpha multiplies each accumulator result (exactly)
- * before the output rounding; it must be 0 or a power of two. */
+ * before the output rounding (0 means 1; any positive value, without error). */
 int emu_t_conv2d(emu_ctx *ctx, const char *site, emu_tensor *y, const emu_tensor *x, const emu_tensor *w, const emu_tensor *bias, const emu_conv_opts *o);
 /* dx = d loss / d x from dy. */
 int emu_t_conv2d_backward_data(emu_ctx *ctx, const char *site, emu_tensor *dx, const emu_tensor *dy, const emu_tensor *w, const emu_conv_opts *o);

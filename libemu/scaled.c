@@ -1,0 +1,1041 @@
+/*
+ * scaled.c — block-scaled formats: specs, quantization, packed storage and
+ * per-tensor scaling recipes (emu/scaled.h has the definitions).
+ *
+ * Quantization has one definition and two implementations.  The
+ * definition (slow path): per block, the scale from the block's amax, then
+ * every element rounded once by the choke point from the exact quotient
+ * x / (s g), given as hi + lo (hi = fl(x / d), lo from the exact
+ * remainder, as arith.c divides).  The fast path applies where that
+ * quotient needs no care: power-of-two block scales, no tensor scale, and
+ * a rounding mode that only looks at the value (rne, rna, rz) into an
+ * element format whose smallest value is at least 2^-124.  Then x * 2^-k
+ * in binary32 is exact except below 2^-126, where every such mode gives
+ * zero anyway, and the whole tensor goes through the array rounding in
+ * one call.  The tests check both paths against MPFR.
+ */
+#include "emu/scaled.h"
+
+#include <float.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "emu/bits.h"
+#include "emu/rng.h"
+#include "internal.h"
+
+/* ---- formats ---------------------------------------------------------------- */
+
+typedef struct preset {
+    const char *name, *elem, *scale;
+    size_t block;
+    emu_scale_rule rule;
+    bool tensor, int_elem;
+} preset;
+
+static const preset presets[] = {
+    { "mxfp8", "e4m3", "e8m0", 32, EMU_SCALE_RULE_FLOOR, false, false },
+    { "mxfp8-e5m2", "e5m2", "e8m0", 32, EMU_SCALE_RULE_FLOOR, false, false },
+    { "mxfp6-e2m3", "e2m3", "e8m0", 32, EMU_SCALE_RULE_FLOOR, false, false },
+    { "mxfp6-e3m2", "e3m2", "e8m0", 32, EMU_SCALE_RULE_FLOOR, false, false },
+    { "mxfp4", "e2m1", "e8m0", 32, EMU_SCALE_RULE_FLOOR, false, false },
+    { "mxint8", "int8", "e8m0", 32, EMU_SCALE_RULE_FLOOR, false, true },
+    { "nvfp4", "e2m1", "e4m3", 16, EMU_SCALE_RULE_AMAX, true, false },
+};
+enum { N_PRESETS = sizeof presets / sizeof presets[0] };
+
+const char *const *emu_scaled_preset_names(void)
+{
+    static const char *names[N_PRESETS + 1];
+    for (int i = 0; i < N_PRESETS; i++)
+        names[i] = presets[i].name;
+    names[N_PRESETS] = NULL;
+    return names;
+}
+
+static const char *const rule_names[EMU_SCALE_RULE_COUNT] = { "floor", "ceil",
+                                                              "amax" };
+
+const char *emu_scale_rule_name(emu_scale_rule r)
+{
+    return (unsigned)r < EMU_SCALE_RULE_COUNT ? rule_names[r] : "?";
+}
+
+static int set_format(emu_format *f, const char *name, const char *where,
+                      const char *key, emu_error *err)
+{
+    const emu_format *g = emu_format_find(name);
+    if (!g)
+        return emu_fail(err, where, key, "unknown format '%s' (a registered "
+                        "name: see `emu formats`)", name);
+    *f = *g;
+    return 0;
+}
+
+static int parse_size(const char *v, size_t *out)
+{
+    char *end;
+    if (!*v || *v == '-' || *v == '+')
+        return -1;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (*end || x == 0 || x > (1u << 20))
+        return -1;
+    *out = (size_t)x;
+    return 0;
+}
+
+static int parse_bool(const char *v, bool *out)
+{
+    if (!strcmp(v, "yes") || !strcmp(v, "true") || !strcmp(v, "1"))
+        return *out = true, 0;
+    if (!strcmp(v, "no") || !strcmp(v, "false") || !strcmp(v, "0"))
+        return *out = false, 0;
+    return -1;
+}
+
+static void from_preset(emu_scaled_format *sf, const preset *p)
+{
+    memset(sf, 0, sizeof *sf);
+    snprintf(sf->name, sizeof sf->name, "%s", p->name);
+    sf->elem = *emu_format_find(p->elem);
+    sf->int_elem = p->int_elem;
+    sf->block_scaled = true;
+    sf->scale = *emu_format_find(p->scale);
+    sf->block[0] = p->block;
+    sf->block[1] = 1;
+    sf->rule = p->rule;
+    sf->scale_mode = EMU_RNE;
+    sf->tensor_scale = p->tensor;
+    sf->pad = true;
+}
+
+int emu_scaled_format_parse(emu_scaled_format *sf, const char *spec,
+                            emu_error *err)
+{
+    char where[200];
+    snprintf(where, sizeof where, "scaled format '%.170s'", spec ? spec : "");
+    if (!spec || !*spec)
+        return emu_fail(err, where, "", "empty spec");
+    char buf[512];
+    if (strlen(spec) >= sizeof buf)
+        return emu_fail(err, where, "", "spec longer than %zu characters",
+                        sizeof buf - 1);
+    strcpy(buf, spec);
+    char *cur = buf, *tok = emu_next_token(&cur, ",");
+    bool have_elem = false;
+    if (tok && !strchr(tok, '=')) {
+        const preset *p = NULL;
+        for (int i = 0; i < N_PRESETS; i++)
+            if (!strcmp(tok, presets[i].name))
+                p = &presets[i];
+        if (!p) {
+            char names[256] = "";
+            for (int i = 0; i < N_PRESETS; i++)
+                snprintf(names + strlen(names), sizeof names - strlen(names),
+                         "%s%s", i ? ", " : "", presets[i].name);
+            return emu_fail(err, where, "", "unknown preset '%s' (known: %s; "
+                            "or keys elem=, scale=, block=, rule=)", tok, names);
+        }
+        from_preset(sf, p);
+        have_elem = true;
+        tok = emu_next_token(&cur, ",");
+    } else {
+        memset(sf, 0, sizeof *sf);
+        snprintf(sf->name, sizeof sf->name, "custom");
+        sf->block[0] = 32;
+        sf->block[1] = 1;
+        sf->rule = EMU_SCALE_RULE_FLOOR;
+        sf->scale_mode = EMU_RNE;
+        sf->pad = true;
+        sf->block_scaled = true;
+        if (set_format(&sf->scale, "e8m0", where, "scale", err))
+            return -1;
+    }
+    bool custom = false;
+    for (; tok; tok = emu_next_token(&cur, ",")) {
+        char *eq = strchr(tok, '=');
+        if (!eq)
+            return emu_fail(err, where, tok, "expected key=value");
+        *eq = '\0';
+        const char *key = tok, *v = eq + 1;
+        custom = true;
+        if (!strcmp(key, "elem")) {
+            if (set_format(&sf->elem, v, where, key, err))
+                return -1;
+            sf->int_elem = !strcmp(sf->elem.name, "int8");
+            have_elem = true;
+        } else if (!strcmp(key, "scale")) {
+            if (!strcmp(v, "none"))
+                sf->block_scaled = false;
+            else if (set_format(&sf->scale, v, where, key, err))
+                return -1;
+            else
+                sf->block_scaled = true;
+        } else if (!strcmp(key, "block")) {
+            char tmp[64];
+            snprintf(tmp, sizeof tmp, "%s", v);
+            char *x = strchr(tmp, 'x');
+            if (x)
+                *x = '\0';
+            if (parse_size(tmp, &sf->block[0]) ||
+                (x ? parse_size(x + 1, &sf->block[1]) : (sf->block[1] = 1, 0)))
+                return emu_fail(err, where, key, "'%s' is not N or NxM with "
+                                "sizes 1..1048576", v);
+        } else if (!strcmp(key, "rule")) {
+            int r = -1;
+            for (int i = 0; i < EMU_SCALE_RULE_COUNT; i++)
+                if (!strcmp(v, rule_names[i]))
+                    r = i;
+            if (r < 0)
+                return emu_fail(err, where, key, "'%s' is not floor, ceil or "
+                                "amax", v);
+            sf->rule = (emu_scale_rule)r;
+        } else if (!strcmp(key, "scale_mode")) {
+            unsigned bits;
+            if (emu_rnd_parse(v, &sf->scale_mode, &bits) ||
+                emu_rnd_is_stochastic(sf->scale_mode))
+                return emu_fail(err, where, key, "'%s' is not a deterministic "
+                                "rounding mode (rne, rna, rz, ru, rd, ro)", v);
+        } else if (!strcmp(key, "tensor")) {
+            if (parse_bool(v, &sf->tensor_scale))
+                return emu_fail(err, where, key, "'%s' is not yes or no", v);
+        } else if (!strcmp(key, "pad")) {
+            if (parse_bool(v, &sf->pad))
+                return emu_fail(err, where, key, "'%s' is not yes or no", v);
+        } else {
+            return emu_fail(err, where, key, "unknown key (elem, scale, "
+                            "block, rule, scale_mode, tensor, pad)");
+        }
+    }
+    if (!have_elem)
+        return emu_fail(err, where, "elem", "no element format (elem=FMT or "
+                        "a preset)");
+    if (custom && strcmp(sf->name, "custom")) {
+        /* A preset with overrides is no longer the preset. */
+        char base[EMU_NAME_MAX];
+        snprintf(base, sizeof base, "%s", sf->name);
+        snprintf(sf->name, sizeof sf->name, "%.40s+", base);
+    }
+    if (emu_scaled_format_validate(sf, err)) {
+        snprintf(err->where, sizeof err->where, "%s", where);
+        return -1;
+    }
+    return 0;
+}
+
+int emu_scaled_format_validate(const emu_scaled_format *sf, emu_error *err)
+{
+    const char *w = "scaled format";
+    const emu_format *e = &sf->elem;
+    if (!e->fits_carrier || !e->is_signed || !e->has_zero)
+        return emu_fail(err, w, "elem", "element format %s must be signed, "
+                        "have a zero and fit binary32", e->name);
+    if (sf->int_elem && (e->ebits != 1 || e->bits != 8 ||
+                         e->specials != EMU_SPECIALS_FINITE))
+        return emu_fail(err, w, "elem", "integer elements need a sign-"
+                        "magnitude format with one exponent bit and no "
+                        "specials (formats/int8.fmt)");
+    if (!sf->block_scaled && !sf->tensor_scale)
+        return emu_fail(err, w, "scale", "neither block scales nor a tensor "
+                        "scale: that is the plain format %s", e->name);
+    if (sf->block_scaled) {
+        const emu_format *s = &sf->scale;
+        if (!s->fits_carrier)
+            return emu_fail(err, w, "scale", "scale format %s does not fit "
+                            "binary32", s->name);
+        if (sf->block[0] < 1 || sf->block[1] < 1)
+            return emu_fail(err, w, "block", "block sizes must be at least 1");
+        if ((sf->rule == EMU_SCALE_RULE_FLOOR || sf->rule == EMU_SCALE_RULE_CEIL) &&
+            (s->max < 1.0 || s->min_value > 1.0))
+            return emu_fail(err, w, "scale", "a power-of-two rule needs a "
+                            "scale format that holds 1 (%s holds %g..%g)",
+                            s->name, s->min_value, s->max);
+        if ((unsigned)sf->rule >= EMU_SCALE_RULE_COUNT)
+            return emu_fail(err, w, "rule", "unknown rule");
+        if (emu_rnd_is_stochastic(sf->scale_mode) ||
+            (unsigned)sf->scale_mode >= EMU_RND_COUNT)
+            return emu_fail(err, w, "scale_mode", "the scale is rounded "
+                            "deterministically");
+    }
+    int bits = e->p + (sf->block_scaled ? sf->scale.p : 0) +
+               (sf->tensor_scale ? 24 : 0);
+    if (bits > 53)
+        return emu_fail(err, w, "elem", "element (%d bits), scale (%d) and "
+                        "tensor scale (%d) significands exceed binary64's 53: "
+                        "values would not be exact", e->p,
+                        sf->block_scaled ? sf->scale.p : 0,
+                        sf->tensor_scale ? 24 : 0);
+    return 0;
+}
+
+void emu_scaled_format_string(const emu_scaled_format *sf, char *buf,
+                              size_t size)
+{
+    char block[48] = "";
+    if (sf->block[1] > 1)
+        snprintf(block, sizeof block, "%zux%zu", sf->block[0], sf->block[1]);
+    else
+        snprintf(block, sizeof block, "%zu", sf->block[0]);
+    if (!sf->block_scaled) {
+        snprintf(buf, size, "elem=%s,scale=none,tensor=%s", sf->elem.name,
+                 sf->tensor_scale ? "yes" : "no");
+        return;
+    }
+    snprintf(buf, size, "elem=%s,scale=%s,block=%s,rule=%s,scale_mode=%s,"
+             "tensor=%s,pad=%s", sf->elem.name, sf->scale.name, block,
+             emu_scale_rule_name(sf->rule), emu_rnd_name(sf->scale_mode),
+             sf->tensor_scale ? "yes" : "no", sf->pad ? "yes" : "no");
+}
+
+double emu_scaled_bits_per_element(const emu_scaled_format *sf)
+{
+    double b = sf->elem.bits;
+    if (sf->block_scaled)
+        b += (double)sf->scale.bits / ((double)sf->block[0] * (double)sf->block[1]);
+    return b;
+}
+
+/* ---- geometry ----------------------------------------------------------------
+ * A block is a 2-d strided set of elements: nr rows of nc elements, from
+ * `base`, rows `rs` apart and elements `cs` apart.  1-d blocks along axis a
+ * of a tensor seen as (outer, len, inner): nr = 1, cs = inner.  Tiles of a
+ * matrix (R, C): rows of a tile are matrix rows. */
+
+typedef struct geom {
+    bool tile;
+    size_t outer, len, inner, nb;   /* 1-d: nb blocks along the axis      */
+    size_t R, C, tr, tc, nbr, nbc;  /* tiles: tr x tc, nbr x nbc of them  */
+} geom;
+
+typedef struct block_ref {
+    size_t base, nr, nc, rs, cs;
+} block_ref;
+
+static size_t ceil_div(size_t a, size_t b)
+{
+    return a / b + (a % b != 0);
+}
+
+static void geometry(const emu_scaled_tensor *q, geom *g)
+{
+    memset(g, 0, sizeof *g);
+    const emu_scaled_format *sf = &q->sf;
+    if (!sf->block_scaled)
+        return;
+    if (sf->block[1] > 1) {
+        g->tile = true;
+        g->R = q->shape[0];
+        g->C = q->shape[1];
+        g->tr = q->axis == 1 ? sf->block[1] : sf->block[0];
+        g->tc = q->axis == 1 ? sf->block[0] : sf->block[1];
+        g->nbr = ceil_div(g->R, g->tr);
+        g->nbc = ceil_div(g->C, g->tc);
+        return;
+    }
+    g->outer = g->inner = 1;
+    for (int d = 0; d < q->axis; d++)
+        g->outer *= q->shape[d];
+    for (int d = q->axis + 1; d < q->ndim; d++)
+        g->inner *= q->shape[d];
+    g->len = q->shape[q->axis];
+    g->nb = ceil_div(g->len, sf->block[0]);
+}
+
+static block_ref block_at(const emu_scaled_tensor *q, const geom *g, size_t b)
+{
+    block_ref r;
+    if (!q->sf.block_scaled) {
+        r.base = 0;
+        r.nr = 1;
+        r.nc = q->n;
+        r.rs = 0;
+        r.cs = 1;
+    } else if (g->tile) {
+        size_t br = b / g->nbc, bc = b % g->nbc;
+        r.base = br * g->tr * g->C + bc * g->tc;
+        r.nr = br + 1 < g->nbr ? g->tr : g->R - br * g->tr;
+        r.nc = bc + 1 < g->nbc ? g->tc : g->C - bc * g->tc;
+        r.rs = g->C;
+        r.cs = 1;
+    } else {
+        size_t in = b % g->inner, t = b / g->inner;
+        size_t lb = t % g->nb, o = t / g->nb;
+        size_t b0 = q->sf.block[0];
+        r.base = (o * g->len + lb * b0) * g->inner + in;
+        r.nr = 1;
+        r.nc = lb + 1 < g->nb ? b0 : g->len - lb * b0;
+        r.rs = 0;
+        r.cs = g->inner;
+    }
+    return r;
+}
+
+size_t emu_scaled_block_of(const emu_scaled_tensor *q, size_t i)
+{
+    geom g;
+    if (!q->sf.block_scaled)
+        return 0;
+    geometry(q, &g);
+    if (g.tile) {
+        size_t r = i / g.C, c = i % g.C;
+        return (r / g.tr) * g.nbc + c / g.tc;
+    }
+    size_t in = i % g.inner, t = i / g.inner;
+    size_t l = t % g.len, o = t / g.len;
+    return (o * g.nb + l / q->sf.block[0]) * g.inner + in;
+}
+
+/* Visits a block's elements: for (r) for (c) idx = base + r*rs + c*cs. */
+#define FOR_BLOCK(ref, idx, ...)                                               \
+    for (size_t r_ = 0; r_ < (ref).nr; r_++)                                   \
+        for (size_t c_ = 0; c_ < (ref).nc; c_++) {                             \
+            const size_t idx = (ref).base + r_ * (ref).rs + c_ * (ref).cs;     \
+            __VA_ARGS__                                                        \
+        }
+
+int emu_scaled_alloc(emu_scaled_tensor *q, const emu_scaled_format *sf,
+                     int ndim, const size_t *shape, int axis, emu_error *err)
+{
+    memset(q, 0, sizeof *q);
+    const char *w = "scaled tensor";
+    if (emu_scaled_format_validate(sf, err))
+        return -1;
+    if (ndim < 1 || ndim > EMU_SCALED_MAX_DIMS)
+        return emu_fail(err, w, "shape", "%d dimensions (1..%d)", ndim,
+                        EMU_SCALED_MAX_DIMS);
+    if (axis < 0)
+        axis += ndim;
+    if (axis < 0 || axis >= ndim)
+        return emu_fail(err, w, "axis", "axis out of range for %d dimensions",
+                        ndim);
+    size_t n = 1;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] == 0)
+            return emu_fail(err, w, "shape", "dimension %d is zero", d);
+        if (n > SIZE_MAX / sizeof(float) / shape[d])
+            return emu_fail(err, w, "shape", "too many elements");
+        n *= shape[d];
+    }
+    if (sf->block_scaled) {
+        if (sf->block[1] > 1 && ndim != 2)
+            return emu_fail(err, w, "block", "a %zux%zu tile needs a matrix, "
+                            "not %d dimensions", sf->block[0], sf->block[1],
+                            ndim);
+        if (!sf->pad) {
+            size_t along = shape[axis];
+            size_t across = ndim == 2 ? shape[1 - axis] : 1;
+            if (along % sf->block[0] || (sf->block[1] > 1 && across % sf->block[1]))
+                return emu_fail(err, w, "block", "the block %zux%zu does not "
+                                "divide the dimensions (%zu along the axis, "
+                                "%zu across) and the format says pad=no",
+                                sf->block[0], sf->block[1], along, across);
+        }
+    }
+    q->sf = *sf;
+    q->ndim = ndim;
+    for (int d = 0; d < ndim; d++)
+        q->shape[d] = shape[d];
+    q->n = n;
+    q->axis = axis;
+    geom g;
+    geometry(q, &g);
+    q->nblocks = !sf->block_scaled ? 1 : g.tile ? g.nbr * g.nbc
+                                                : g.outer * g.nb * g.inner;
+    q->elem = calloc(n, sizeof *q->elem);
+    q->scale = malloc(q->nblocks * sizeof *q->scale);
+    q->tensor_scale = 1.0f;
+    if (!q->elem || !q->scale) {
+        emu_scaled_free(q);
+        return emu_fail(err, w, "", "out of memory for %zu elements", n);
+    }
+    for (size_t b = 0; b < q->nblocks; b++)
+        q->scale[b] = 1.0f;
+    return 0;
+}
+
+void emu_scaled_free(emu_scaled_tensor *q)
+{
+    if (!q)
+        return;
+    free(q->elem);
+    free(q->scale);
+    q->elem = q->scale = NULL;
+}
+
+/* ---- scales ------------------------------------------------------------------ */
+
+double emu_amax(const float *x, size_t n)
+{
+    float m = 0.0f;
+    bool nan = false;
+    for (size_t i = 0; i < n; i++) {
+        float a = fabsf(x[i]);
+        nan |= a != a;
+        m = a > m ? a : m;
+    }
+    return nan ? NAN : (double)m;
+}
+
+/* floor(log2(a / d)) exactly, a and d positive finite doubles. */
+static int floor_log2_ratio(double a, double d)
+{
+    int ea, ed;
+    double ma = frexp(a, &ea), md = frexp(d, &ed);
+    return ea - ed - (ma < md);
+}
+
+/* The power-of-two exponents a scale format holds: [lo, hi]. */
+static void pow2_range(const emu_format *s, int *lo, int *hi)
+{
+    *hi = (int)floor(log2(s->max));
+    *lo = (int)ceil(log2(s->min_value));
+}
+
+/* The block scale for amax a (finite, >= 0) with tensor scale g.  Sets
+ * *clamped when the ideal scale lay outside the scale format. */
+static double block_scale(const emu_scaled_format *sf, double a, double g,
+                          bool *clamped)
+{
+    const emu_format *e = &sf->elem, *s = &sf->scale;
+    *clamped = false;
+    if (sf->rule == EMU_SCALE_RULE_AMAX) {
+        if (a == 0.0)
+            return s->min_value;
+        double d = e->max * g; /* exact: p_elem + 24 <= 53 */
+        double hi = a / d, lo = fma(-hi, d, a) / d;
+        emu_rounding r = { .mode = sf->scale_mode, .saturate = true };
+        emu_status st;
+        double v = emu_round2(s, hi, lo, &r, &st);
+        if (st.flags & EMU_FLAG_OVERFLOW)
+            *clamped = true;
+        if (v <= 0.0) {
+            *clamped = true;
+            v = s->min_value;
+        }
+        return v;
+    }
+    int lo, hi;
+    pow2_range(s, &lo, &hi);
+    if (a == 0.0) {
+        return ldexp(1.0, lo);
+    }
+    int k;
+    if (sf->rule == EMU_SCALE_RULE_FLOOR) {
+        k = floor_log2_ratio(a, g) - e->emax;
+    } else {
+        /* The smallest k with a <= max_elem * g * 2^k. */
+        double d = e->max * g;
+        k = floor_log2_ratio(a, d);
+        if (ldexp(d, k) < a)
+            k++;
+    }
+    if (k < lo || k > hi) {
+        *clamped = true;
+        k = k < lo ? lo : hi;
+    }
+    return ldexp(1.0, k);
+}
+
+/* RN_binary32(a / d), a >= 0 and d > 0 finite, from the exact quotient;
+ * never 0 and never above FLT_MAX (the tensor scale must be usable). */
+static double div_to_f32(double a, double d)
+{
+    double hi = a / d, lo = isfinite(hi) && hi != 0.0 ? fma(-hi, d, a) / d : 0.0;
+    emu_rounding r = { .mode = EMU_RNE, .saturate = true };
+    double g = emu_round2(emu_format_find("binary32"), hi, lo, &r, NULL);
+    return g == 0.0 ? FLT_TRUE_MIN : g;
+}
+
+/* ---- quantization ------------------------------------------------------------ */
+
+typedef struct qrun {
+    emu_scaled_tensor *q;
+    const float *x;
+    const emu_quant_opts *o;
+    emu_rounding rnd;           /* elements: saturating                      */
+    double g;
+    geom geo;
+} qrun;
+
+static int tensor_scale_of(qrun *R, emu_error *err)
+{
+    const emu_scaled_format *sf = &R->q->sf;
+    R->g = 1.0;
+    if (!sf->tensor_scale)
+        return 0;
+    double g = R->o->tensor_scale;
+    if (g == 0.0) {
+        double a = emu_amax(R->x, R->q->n);
+        double ms = sf->block_scaled ? sf->scale.max : 1.0;
+        g = isfinite(a) && a > 0.0 ? div_to_f32(a, sf->elem.max * ms) : 1.0;
+    }
+    if (!(g > 0.0) || !isfinite(g) || (double)(float)g != g)
+        return emu_fail(err, "quantize", "tensor_scale", "%g is not a positive "
+                        "finite binary32 value", g);
+    R->g = g;
+    return 0;
+}
+
+/* Adds one element's outcome to a block's statistics. */
+static void note_element(emu_block_stats *bs, double x, double v, double e,
+                         double emax_elem_value, double scaled_hi,
+                         double scaled_lo, double *relmax)
+{
+    double fs = fabs(scaled_hi);
+    if (fs > emax_elem_value ||
+        (fs == emax_elem_value && scaled_lo != 0.0 &&
+         (scaled_lo > 0.0) == (scaled_hi > 0.0)))
+        bs->clipped++;
+    if (x != 0.0 && e == 0.0)
+        bs->flushed++;
+    double d, dl;
+    emu_two_sum(v, -x, &d, &dl);
+    if (d != 0.0 || dl != 0.0)
+        bs->inexact++;
+    bs->err_sq += d * d;
+    bs->ref_sq += x * x;
+    if (x != 0.0) {
+        double rel = fabs(d) / fabs(x);
+        if (rel > *relmax)
+            *relmax = rel;
+    }
+}
+
+static void block_amax(const qrun *R, const block_ref *br, double *amax)
+{
+    float m = 0.0f;
+    bool nonfinite = false;
+    bool nan = false;
+    FOR_BLOCK(*br, i, {
+        float a = fabsf(R->x[i]);
+        nan |= a != a;
+        nonfinite |= !(a <= FLT_MAX);
+        m = a > m ? a : m;
+    })
+    *amax = nan ? NAN : nonfinite ? INFINITY : (double)m;
+}
+
+int emu_scaled_quantize(emu_scaled_tensor *q, const float *x,
+                        const emu_quant_opts *opts, emu_quant_counts *counts,
+                        emu_block_stats *blocks, emu_error *err)
+{
+    static const emu_quant_opts none;
+    const emu_quant_opts *o = opts ? opts : &none;
+    const emu_scaled_format *sf = &q->sf;
+    const emu_format *ef = &sf->elem;
+    if (!q->elem || !q->scale)
+        return emu_fail(err, "quantize", "", "scaled tensor not allocated");
+    if ((unsigned)o->mode >= EMU_RND_COUNT)
+        return emu_fail(err, "quantize", "mode", "unknown rounding mode");
+    if (o->mode == EMU_RS_BITS && (o->sr_bits < 1 || o->sr_bits > 64))
+        return emu_fail(err, "quantize", "sr_bits", "%u random bits (1..64)",
+                        o->sr_bits);
+    qrun R = { .q = q, .x = x, .o = o };
+    R.rnd.mode = o->mode;
+    R.rnd.sr_bits = o->sr_bits;
+    R.rnd.saturate = true;
+    if (tensor_scale_of(&R, err))
+        return -1;
+    geometry(q, &R.geo);
+
+    /* Scales first: they decide which path the elements take. */
+    bool all_pow2 = true;
+    for (size_t b = 0; b < q->nblocks; b++) {
+        block_ref br = block_at(q, &R.geo, b);
+        double a;
+        block_amax(&R, &br, &a);
+        if (blocks) {
+            memset(&blocks[b], 0, sizeof blocks[b]);
+            blocks[b].amax = (float)a;
+        }
+        double s = 1.0;
+        bool clamped = false;
+        if (!isfinite(a)) {
+            if (sf->block_scaled && !sf->scale.has_nan) {
+                size_t bad = br.base;
+                FOR_BLOCK(br, i, { if (!isfinite(x[i])) { bad = i; goto found; } })
+            found:
+                return emu_fail(err, "quantize", "data", "element %zu is %s "
+                                "and the scale format %s has no NaN to mark "
+                                "its block", bad, isnan(x[bad]) ? "NaN" : "inf",
+                                sf->scale.name);
+            }
+            s = NAN;
+            if (!sf->block_scaled) {
+                /* A per-tensor format: inf and NaN go through the element
+                 * rounding (saturating inf, NaN where the format has it). */
+                s = 1.0;
+            }
+        } else if (sf->block_scaled) {
+            s = block_scale(sf, a, R.g, &clamped);
+        }
+        q->scale[b] = (float)s;
+        all_pow2 &= isnan(s) || emu_is_pow2(s);
+        if (counts) {
+            counts->blocks++;
+            counts->scale_clamped += clamped;
+            counts->nonfinite_blocks += isnan(s);
+            if (!isnan(s) && sf->block_scaled)
+                counts->scale_hist[emu_hist_bin(s)]++;
+        }
+    }
+    q->tensor_scale = (float)R.g;
+
+    const bool fast = all_pow2 && R.g == 1.0 &&
+                      (o->mode == EMU_RNE || o->mode == EMU_RNA ||
+                       o->mode == EMU_RZ) &&
+                      ef->min_value >= 0x1p-124;
+    float *tmp = NULL;
+    if (fast) {
+        tmp = malloc(q->n * sizeof *tmp);
+        if (!tmp)
+            return emu_fail(err, "quantize", "", "out of memory for %zu "
+                            "values", q->n);
+        for (size_t b = 0; b < q->nblocks; b++) {
+            block_ref br = block_at(q, &R.geo, b);
+            const float s = q->scale[b];
+            if (isnan(s)) {
+                FOR_BLOCK(br, i, { tmp[i] = 0.0f; })
+            } else {
+                int k;
+                frexpf(s, &k);
+                k -= 1; /* s = 2^k */
+                FOR_BLOCK(br, i, { tmp[i] = ldexpf(x[i], -k); })
+            }
+        }
+        emu_array_rounding ar = { .rnd = R.rnd, .seed = o->seed,
+                                  .stream = o->stream };
+        emu_round_array_f32(ef, q->elem, tmp, q->n, &ar, NULL);
+    }
+
+    /* Elements (slow path) and statistics (both paths), block by block. */
+    double relmax = counts ? counts->err_max : 0.0;
+    const bool want_stats = counts || blocks;
+    for (size_t b = 0; b < q->nblocks && (want_stats || !fast); b++) {
+        block_ref br = block_at(q, &R.geo, b);
+        const double s = q->scale[b];
+        emu_block_stats bs;
+        memset(&bs, 0, sizeof bs);
+        if (isnan(s)) {
+            FOR_BLOCK(br, i, { q->elem[i] = 0.0f; })
+            if (counts)
+                counts->n += br.nr * br.nc;
+            continue;
+        }
+        const double d = s * R.g; /* exact */
+        const bool pow2 = emu_is_pow2(d);
+        FOR_BLOCK(br, i, {
+            const double xi = x[i];
+            double hi, lo = 0.0, e;
+            if (fast) {
+                e = q->elem[i];
+                hi = tmp[i]; /* the exact quotient, or a tiny stand-in */
+            } else {
+                hi = xi / d; /* exact if d is a power of two */
+                if (!pow2 && isfinite(hi) && hi != 0.0)
+                    lo = fma(-hi, d, xi) / d;
+                uint64_t w = emu_rnd_is_stochastic(o->mode)
+                                 ? emu_random64(o->seed, o->stream, i) : 0;
+                e = emu_round2_word(ef, hi, lo, &R.rnd, w, NULL);
+                q->elem[i] = (float)e;
+            }
+            if (want_stats && isfinite(xi))
+                note_element(&bs, xi, e * d, e, ef->max, hi, lo, &relmax);
+        })
+        if (blocks) {
+            float amax = blocks[b].amax;
+            blocks[b] = bs;
+            blocks[b].amax = amax;
+        }
+        if (counts) {
+            counts->n += br.nr * br.nc;
+            counts->clipped += bs.clipped;
+            counts->flushed += bs.flushed;
+            counts->inexact += bs.inexact;
+            counts->err_sq += bs.err_sq;
+            counts->ref_sq += bs.ref_sq;
+        }
+    }
+    if (counts)
+        counts->err_max = relmax;
+    free(tmp);
+    return 0;
+}
+
+double emu_scaled_value(const emu_scaled_tensor *q, size_t i)
+{
+    double s = q->sf.block_scaled ? q->scale[emu_scaled_block_of(q, i)] : 1.0;
+    return (double)q->elem[i] * s * (double)q->tensor_scale; /* exact */
+}
+
+int emu_scaled_dequantize(const emu_scaled_tensor *q, float *out,
+                          bool with_tensor_scale, emu_error *err)
+{
+    geom g;
+    geometry(q, &g);
+    const double gs = with_tensor_scale ? q->tensor_scale : 1.0;
+    for (size_t b = 0; b < q->nblocks; b++) {
+        block_ref br = block_at(q, &g, b);
+        const double s = q->sf.block_scaled ? q->scale[b] : 1.0;
+        FOR_BLOCK(br, i, {
+            double v = isnan(s) ? NAN : (double)q->elem[i] * s * gs;
+            float f = (float)v;
+            if ((double)f != v && !isnan(v))
+                return emu_fail(err, "dequantize", "", "element %zu is %.17g, "
+                                "not a binary32 value (%s)", i, v,
+                                fabs(v) > FLT_MAX ? "beyond binary32's range"
+                                                  : "more bits than binary32 "
+                                                    "holds");
+            out[i] = f;
+        })
+    }
+    return 0;
+}
+
+/* ---- packed storage -------------------------------------------------------------- */
+
+static size_t code_bytes(const emu_format *f, size_t n)
+{
+    return emu_packed_size(f, n);
+}
+
+size_t emu_scaled_packed_size(const emu_scaled_tensor *q)
+{
+    size_t e = code_bytes(&q->sf.elem, q->n);
+    size_t s = q->sf.block_scaled ? code_bytes(&q->sf.scale, q->nblocks) : 0;
+    size_t t = q->sf.tensor_scale ? 4 : 0;
+    if (!e || (q->sf.block_scaled && !s) || e > SIZE_MAX - s - t)
+        return 0;
+    return e + s + t;
+}
+
+/* Element codes through a scratch tensor, so the layout is emu_tensor's. */
+static int codes_via_tensor(const emu_format *f, float *vals, size_t n,
+                            uint8_t *buf, size_t size, bool unpack,
+                            emu_error *err)
+{
+    emu_tensor t;
+    memset(&t, 0, sizeof t);
+    snprintf(t.name, sizeof t.name, "scaled");
+    t.fmt = *f;
+    t.ndim = 1;
+    t.shape[0] = n;
+    t.n = n;
+    t.data = vals;
+    return unpack ? emu_tensor_unpack(&t, buf, size, err)
+                  : emu_tensor_pack(&t, buf, size, err);
+}
+
+/* MXINT8: sign-magnitude codes <-> two's complement bytes. */
+static void int_codes(uint8_t *buf, size_t n, int bits, bool to_twos)
+{
+    const unsigned sign = 1u << (bits - 1), mag = sign - 1;
+    for (size_t i = 0; i < n; i++) {
+        unsigned c = buf[i];
+        if (to_twos)
+            c = (c & sign) ? (unsigned)(-(int)(c & mag)) & 0xffu : c;
+        else
+            c = (c & 0x80u) ? sign | ((unsigned)(-(int)(int8_t)c) & mag) : c;
+        buf[i] = (uint8_t)c;
+    }
+}
+
+int emu_scaled_pack(const emu_scaled_tensor *q, uint8_t *buf, size_t size,
+                    emu_error *err)
+{
+    size_t need = emu_scaled_packed_size(q);
+    if (!need || size < need)
+        return emu_fail(err, "pack", "", "buffer of %zu bytes, %zu needed",
+                        size, need);
+    size_t eb = code_bytes(&q->sf.elem, q->n);
+    if (codes_via_tensor(&q->sf.elem, q->elem, q->n, buf, eb, false, err))
+        return -1;
+    if (q->sf.int_elem)
+        int_codes(buf, q->n, q->sf.elem.bits, true);
+    size_t off = eb;
+    if (q->sf.block_scaled) {
+        size_t sb = code_bytes(&q->sf.scale, q->nblocks);
+        if (codes_via_tensor(&q->sf.scale, q->scale, q->nblocks, buf + off, sb,
+                             false, err))
+            return -1;
+        off += sb;
+    }
+    if (q->sf.tensor_scale) {
+        uint32_t u;
+        memcpy(&u, &q->tensor_scale, 4);
+        for (int k = 0; k < 4; k++)
+            buf[off + (size_t)k] = (uint8_t)(u >> (8 * k));
+    }
+    return 0;
+}
+
+int emu_scaled_unpack(emu_scaled_tensor *q, const uint8_t *buf, size_t size,
+                      emu_error *err)
+{
+    size_t need = emu_scaled_packed_size(q);
+    if (!need || size < need)
+        return emu_fail(err, "unpack", "", "buffer of %zu bytes, %zu needed",
+                        size, need);
+    size_t eb = code_bytes(&q->sf.elem, q->n);
+    uint8_t *tmp = NULL;
+    const uint8_t *ebuf = buf;
+    if (q->sf.int_elem) {
+        tmp = malloc(eb);
+        if (!tmp)
+            return emu_fail(err, "unpack", "", "out of memory");
+        memcpy(tmp, buf, eb);
+        for (size_t i = 0; i < eb; i++)
+            if (tmp[i] == 0x80u) {
+                free(tmp);
+                return emu_fail(err, "unpack", "data", "element %zu is -128, "
+                                "which MXINT8 leaves unused here (symmetric "
+                                "range)", i);
+            }
+        int_codes(tmp, q->n, q->sf.elem.bits, false);
+        ebuf = tmp;
+    }
+    int rc = codes_via_tensor(&q->sf.elem, q->elem, q->n, (uint8_t *)ebuf, eb,
+                              true, err);
+    free(tmp);
+    if (rc)
+        return -1;
+    size_t off = eb;
+    if (q->sf.block_scaled) {
+        size_t sb = code_bytes(&q->sf.scale, q->nblocks);
+        if (codes_via_tensor(&q->sf.scale, q->scale, q->nblocks,
+                             (uint8_t *)buf + off, sb, true, err))
+            return -1;
+        for (size_t b = 0; b < q->nblocks; b++)
+            if (!(q->scale[b] > 0.0f) && !isnan(q->scale[b]))
+                return emu_fail(err, "unpack", "data", "block %zu has scale "
+                                "%g: scales are positive", b,
+                                (double)q->scale[b]);
+        off += sb;
+    }
+    q->tensor_scale = 1.0f;
+    if (q->sf.tensor_scale) {
+        uint32_t u = 0;
+        for (int k = 0; k < 4; k++)
+            u |= (uint32_t)buf[off + (size_t)k] << (8 * k);
+        float g;
+        memcpy(&g, &u, 4);
+        if (!(g > 0.0f) || !isfinite(g))
+            return emu_fail(err, "unpack", "data", "tensor scale %g is not a "
+                            "positive finite binary32", (double)g);
+        q->tensor_scale = g;
+    }
+    return 0;
+}
+
+/* ---- per-tensor scaling recipes --------------------------------------------------- */
+
+void emu_amax_record(emu_amax_history *h, int history, double amax)
+{
+    if (history < 1)
+        history = 1;
+    if (history > EMU_AMAX_HISTORY_MAX)
+        history = EMU_AMAX_HISTORY_MAX;
+    if (!isfinite(amax)) {
+        h->rejected++;
+        return;
+    }
+    if (h->pos >= history)
+        h->pos = 0;
+    h->amax[h->pos] = (float)amax;
+    h->pos = (h->pos + 1) % history;
+    if (h->len < history)
+        h->len++;
+}
+
+double emu_tensor_scale(const emu_tensor_scaling *t,
+                        const emu_amax_history *h, double amax_now,
+                        double previous, const emu_scaled_format *sf)
+{
+    double a = 0.0;
+    if (t->kind == EMU_TSCALE_DELAYED && h && h->len > 0) {
+        if (t->algo == EMU_AMAX_RECENT) {
+            int hist = t->history < 1 ? 1 : t->history;
+            int last = (h->pos + hist - 1) % hist;
+            a = h->amax[last < h->len ? last : h->len - 1];
+        } else {
+            for (int i = 0; i < h->len; i++)
+                a = h->amax[i] > a ? h->amax[i] : a;
+        }
+    }
+    if (!(a > 0.0) || !isfinite(a))
+        a = amax_now; /* current scaling, or a delayed one with no history */
+    if (!(a > 0.0) || !isfinite(a))
+        return previous > 0.0 && isfinite(previous) &&
+                       (double)(float)previous == previous
+                   ? previous
+                   : 1.0;
+    double ms = sf->block_scaled ? sf->scale.max : 1.0;
+    return div_to_f32(ldexp(a, t->margin), sf->elem.max * ms);
+}
+
+int emu_tensor_scaling_parse(emu_tensor_scaling *t, const char *spec,
+                             emu_error *err)
+{
+    char where[200];
+    snprintf(where, sizeof where, "tensor scaling '%.170s'", spec ? spec : "");
+    memset(t, 0, sizeof *t);
+    t->history = 16;
+    char buf[256];
+    if (!spec || strlen(spec) >= sizeof buf)
+        return emu_fail(err, where, "", "missing or too long");
+    strcpy(buf, spec);
+    char *cur = buf, *tok = emu_next_token(&cur, ",");
+    if (!tok)
+        return emu_fail(err, where, "", "empty spec (current or delayed)");
+    if (!strcmp(tok, "current"))
+        t->kind = EMU_TSCALE_CURRENT;
+    else if (!strcmp(tok, "delayed"))
+        t->kind = EMU_TSCALE_DELAYED;
+    else
+        return emu_fail(err, where, "", "'%s' is not current or delayed", tok);
+    while ((tok = emu_next_token(&cur, ","))) {
+        char *eq = strchr(tok, '=');
+        if (!eq)
+            return emu_fail(err, where, tok, "expected key=value");
+        *eq = '\0';
+        const char *v = eq + 1;
+        char *end;
+        if (!strcmp(tok, "history")) {
+            long h = strtol(v, &end, 10);
+            if (*end || !*v || h < 1 || h > EMU_AMAX_HISTORY_MAX)
+                return emu_fail(err, where, tok, "'%s' is not 1..%d", v,
+                                EMU_AMAX_HISTORY_MAX);
+            t->history = (int)h;
+        } else if (!strcmp(tok, "algo")) {
+            if (!strcmp(v, "max"))
+                t->algo = EMU_AMAX_MAX;
+            else if (!strcmp(v, "recent"))
+                t->algo = EMU_AMAX_RECENT;
+            else
+                return emu_fail(err, where, tok, "'%s' is not max or recent", v);
+        } else if (!strcmp(tok, "margin")) {
+            long m = strtol(v, &end, 10);
+            if (*end || !*v || m < -64 || m > 64)
+                return emu_fail(err, where, tok, "'%s' is not an integer in "
+                                "-64..64", v);
+            t->margin = (int)m;
+        } else {
+            return emu_fail(err, where, tok, "unknown key (history, algo, "
+                            "margin)");
+        }
+    }
+    return 0;
+}
+
+void emu_tensor_scaling_string(const emu_tensor_scaling *t, char *buf,
+                               size_t size)
+{
+    if (t->kind == EMU_TSCALE_CURRENT)
+        snprintf(buf, size, "current,margin=%d", t->margin);
+    else
+        snprintf(buf, size, "delayed,history=%d,algo=%s,margin=%d", t->history,
+                 t->algo == EMU_AMAX_RECENT ? "recent" : "max", t->margin);
+}
