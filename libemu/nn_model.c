@@ -12,6 +12,20 @@
  *
  * Sites are named "<layer>.<what>": fc1.matmul, fc1.bias, fc1.dweight,
  * fc1.dbias, fc1.dinput, relu1, relu1.dinput, conv1.conv, pool1, loss.
+ *
+ * Scaled GEMM operands (policy q_weight, q_activation, q_act_grad): each
+ * matmul or convolution quantizes the operands the policy names right
+ * before it reads them, block formats along its own reduction axis, and
+ * applies their tensor scales as its alpha (sites fc1.q.x, fc1.q.w,
+ * fc1.q.dy.dw, fc1.q.x.dw, fc1.q.dy, fc1.q.w.dx).  Reduction axes:
+ * linear forward K = input features (x axis 1, W axis 1), weight gradient
+ * K = batch (dY and x axis 0), input gradient K = output features (dY axis
+ * 1, W axis 0); convolutions block activations and gradients along
+ * channels (axis 1; along the batch, axis 0, for the weight gradient) and
+ * weights as the matrix (C_out, C_in k k), along its rows or columns as
+ * the reduction runs.  A convolution whose operands carry tensor scales
+ * adds its bias after the product (the scales must not multiply it), and
+ * its bias gradient is then the sum of the unquantized dY.
  */
 #include "emu/nn.h"
 
@@ -37,6 +51,84 @@ static const emu_role_prec *prec_of(const emu_policy *p, const emu_layer *l,
     case EMU_ROLE_OPT_STATE: return &p->opt_state;
     default: return &p->activation;
     }
+}
+
+/* ---- scaled GEMM operands ------------------------------------------------------ */
+
+static const emu_operand_quant *operand_quant(const emu_policy *p,
+                                              const emu_layer *l, int which)
+{
+    if (l->exempt)
+        return NULL;
+    const emu_operand_quant *q = which == EMU_QT_W   ? &p->q_weight
+                               : which == EMU_QT_X   ? &p->q_activation
+                                                     : &p->q_act_grad;
+    return q->on ? q : NULL;
+}
+
+/* Operand t of one of layer l's GEMMs as that GEMM reads it: t itself, or,
+ * if the policy quantizes it, its values without the tensor scale in
+ * l->qbuf[slot], blocked along `axis` (of t, or of t seen as the matrix
+ * (shape[0], rest) if `matrix`).  *g receives the tensor scale (1 if
+ * none).  `fresh` marks the first use of t in the step: the tensor scale
+ * is chosen then (and a delayed recipe records t's amax), and reused by
+ * the other GEMMs that read t. */
+static int gemm_operand(emu_ctx *ctx, const emu_policy *p, emu_layer *l,
+                        int which, int slot, const emu_tensor *t, int axis,
+                        bool matrix, bool fresh, const emu_tensor **out,
+                        double *g)
+{
+    static const char *const tags[EMU_QB_COUNT] = { "q.x", "q.w", "q.dy.dw",
+                                                    "q.x.dw", "q.dy", "q.w.dx" };
+    *out = t;
+    *g = 1.0;
+    const emu_operand_quant *oq = operand_quant(p, l, which);
+    if (!oq)
+        return 0;
+    char site[64];
+    snprintf(site, sizeof site, "%s.%s", l->name, tags[slot]);
+    emu_error e;
+    emu_tensor *buf = &l->qbuf[slot];
+    if (!buf->data && emu_tensor_alloc(buf, site, t->role,
+                                       emu_format_find("binary32"), t->ndim,
+                                       t->shape, &e))
+        return emu_ctx_fail(ctx, site, "%s", e.message);
+    emu_tensor view = *t;
+    view.owns_data = false;
+    if (matrix) {
+        view.ndim = 2;
+        view.shape[1] = t->n / t->shape[0];
+    }
+    emu_scaled_tensor q;
+    if (emu_scaled_alloc(&q, &oq->fmt, view.ndim, view.shape, axis, &e))
+        return emu_ctx_fail(ctx, site, "%s%s%s", e.key, e.key[0] ? ": " : "",
+                            e.message);
+    emu_quant_opts qo;
+    memset(&qo, 0, sizeof qo);
+    if (oq->fmt.tensor_scale) {
+        if (fresh) {
+            double amax = emu_amax(t->data, t->n);
+            l->tscale[which] = emu_tensor_scale(&p->tscale,
+                                                &l->amax_hist[which], amax,
+                                                l->tscale[which], &oq->fmt);
+            if (p->tscale.kind == EMU_TSCALE_DELAYED)
+                emu_amax_record(&l->amax_hist[which], p->tscale.history, amax);
+        }
+        qo.tensor_scale = l->tscale[which];
+    }
+    const emu_rounding saved = ctx->rnd;
+    ctx->rnd.mode = oq->mode;
+    ctx->rnd.sr_bits = oq->sr_bits;
+    int rc = emu_t_quantize_scaled(ctx, site, &q, &view, &qo, NULL);
+    ctx->rnd = saved;
+    if (!rc && emu_scaled_dequantize(&q, buf->data, false, &e))
+        rc = emu_ctx_fail(ctx, site, "%s", e.message);
+    *g = q.tensor_scale;
+    emu_scaled_free(&q);
+    if (rc)
+        return -1;
+    *out = buf;
+    return 0;
 }
 
 /* ---- architecture specs ---------------------------------------------------- */
@@ -277,6 +369,9 @@ void emu_model_free(emu_model *m)
         param_free(&l->weight);
         param_free(&l->bias);
         emu_tensor_free(&l->xq);
+        for (int k = 0; k < EMU_QB_COUNT; k++)
+            emu_tensor_free(&l->qbuf[k]);
+        emu_tensor_free(&l->qsum);
         if (l->kind != EMU_LAYER_FLATTEN) {
             emu_tensor_free(&l->y);
             emu_tensor_free(&l->dx);
@@ -515,21 +610,43 @@ int emu_model_forward(emu_model *m, emu_ctx *ctx, const emu_policy *p)
         int rc = 0;
         switch (l->kind) {
         case EMU_LAYER_LINEAR: {
-            emu_matmul_opts o = { .trans_b = true,
-                                  .a_src = l->has_xq ? in : NULL,
-                                  .b_src = p->use_master ? &l->weight.master
-                                                         : NULL };
+            const emu_tensor *xa, *wa;
+            double gx, gw;
+            if (gemm_operand(ctx, p, l, EMU_QT_X, EMU_QB_FWD_X, x, 1, false,
+                             true, &xa, &gx) ||
+                gemm_operand(ctx, p, l, EMU_QT_W, EMU_QB_FWD_W, &l->weight.w,
+                             1, false, true, &wa, &gw))
+                return -1;
+            emu_matmul_opts o = {
+                .trans_b = true,
+                .a_src = l->has_xq ? in : xa != x ? x : NULL,
+                .b_src = p->use_master ? &l->weight.master
+                         : wa != &l->weight.w ? &l->weight.w : NULL,
+                .alpha = gx * gw };
             site_of(site, sizeof site, l, "matmul");
-            rc = emu_t_matmul(ctx, site, &l->y, x, &l->weight.w, &o);
+            rc = emu_t_matmul(ctx, site, &l->y, xa, wa, &o);
             site_of(site, sizeof site, l, "bias");
             if (!rc)
                 rc = emu_t_add_bias(ctx, site, &l->y, &l->y, &l->bias.w, 1);
             break;
         }
         case EMU_LAYER_CONV: {
-            emu_conv_opts o = { .stride = l->stride, .pad = l->pad };
+            const emu_tensor *xa, *wa;
+            double gx, gw;
+            if (gemm_operand(ctx, p, l, EMU_QT_X, EMU_QB_FWD_X, x, 1, false,
+                             true, &xa, &gx) ||
+                gemm_operand(ctx, p, l, EMU_QT_W, EMU_QB_FWD_W, &l->weight.w,
+                             1, true, true, &wa, &gw))
+                return -1;
+            const bool apart = gx * gw != 1.0; /* the bias is not scaled */
+            emu_conv_opts o = { .stride = l->stride, .pad = l->pad,
+                                .alpha = gx * gw };
             site_of(site, sizeof site, l, "conv");
-            rc = emu_t_conv2d(ctx, site, &l->y, x, &l->weight.w, &l->bias.w, &o);
+            rc = emu_t_conv2d(ctx, site, &l->y, xa, wa,
+                              apart ? NULL : &l->bias.w, &o);
+            site_of(site, sizeof site, l, "bias");
+            if (!rc && apart)
+                rc = emu_t_add_bias(ctx, site, &l->y, &l->y, &l->bias.w, 1);
             break;
         }
         case EMU_LAYER_MAXPOOL: {
@@ -559,6 +676,28 @@ int emu_model_forward(emu_model *m, emu_ctx *ctx, const emu_policy *p)
     return 0;
 }
 
+/* dbias of a convolution = dY summed over the batch and the image, in two
+ * reductions (over space into l->qsum (B, C), then over the batch): the
+ * path when the weight gradient's scales must not touch it. */
+static int conv_bias_grad(emu_ctx *ctx, emu_layer *l, const emu_tensor *dy)
+{
+    char site[64];
+    site_of(site, sizeof site, l, "dbias.space");
+    emu_error e;
+    if (!l->qsum.data &&
+        emu_tensor_alloc4(&l->qsum, site, EMU_ROLE_WEIGHT_GRAD, &l->bias.g.fmt,
+                          dy->shape[0], dy->shape[1], 0, 0, &e))
+        return emu_ctx_fail(ctx, site, "%s", e.message);
+    emu_tensor v = *dy;
+    v.owns_data = false;
+    v.ndim = 3;
+    v.shape[2] = dy->shape[2] * dy->shape[3];
+    if (emu_t_reduce(ctx, site, &l->qsum, &v, EMU_REDUCE_SUM, 2))
+        return -1;
+    site_of(site, sizeof site, l, "dbias");
+    return emu_t_reduce(ctx, site, &l->bias.g, &l->qsum, EMU_REDUCE_SUM, 0);
+}
+
 int emu_model_backward(emu_model *m, emu_ctx *ctx, const emu_policy *p,
                        const int *labels, float scale)
 {
@@ -581,34 +720,72 @@ int emu_model_backward(emu_model *m, emu_ctx *ctx, const emu_policy *p,
         int rc = 0;
         switch (l->kind) {
         case EMU_LAYER_LINEAR: {
+            const emu_tensor *dya, *xa;
+            double gdy, gx;
+            if (gemm_operand(ctx, p, l, EMU_QT_DY, EMU_QB_DW_DY, dy, 0, false,
+                             true, &dya, &gdy) ||
+                gemm_operand(ctx, p, l, EMU_QT_X, EMU_QB_DW_X, l->in, 0, false,
+                             false, &xa, &gx))
+                return -1;
             ctx->rnd = wgrad_rnd;
-            emu_matmul_opts o = { .trans_a = true };
+            emu_matmul_opts o = { .trans_a = true, .alpha = gdy * gx,
+                                  .a_src = dya != dy ? dy : NULL,
+                                  .b_src = xa != l->in ? l->in : NULL };
             site_of(site, sizeof site, l, "dweight");
-            rc = emu_t_matmul(ctx, site, &l->weight.g, dy, l->in, &o);
+            rc = emu_t_matmul(ctx, site, &l->weight.g, dya, xa, &o);
             site_of(site, sizeof site, l, "dbias");
             if (!rc)
                 rc = emu_t_reduce(ctx, site, &l->bias.g, dy, EMU_REDUCE_SUM, 0);
             if (!rc && need_dx) {
+                const emu_tensor *wa;
+                double gw;
+                if (gemm_operand(ctx, p, l, EMU_QT_DY, EMU_QB_DX_DY, dy, 1,
+                                 false, false, &dya, &gdy) ||
+                    gemm_operand(ctx, p, l, EMU_QT_W, EMU_QB_DX_W,
+                                 &l->weight.w, 0, false, false, &wa, &gw))
+                    return -1;
                 ctx->rnd = grad_rnd;
-                emu_matmul_opts d = { .alpha = (float)l->scale };
+                emu_matmul_opts d = { .alpha = l->scale * gdy * gw,
+                                      .a_src = dya != dy ? dy : NULL,
+                                      .b_src = wa != &l->weight.w
+                                                   ? &l->weight.w : NULL };
                 site_of(site, sizeof site, l, "dinput");
-                rc = emu_t_matmul(ctx, site, &l->dx, dy, &l->weight.w, &d);
+                rc = emu_t_matmul(ctx, site, &l->dx, dya, wa, &d);
             }
             break;
         }
         case EMU_LAYER_CONV: {
+            const emu_tensor *dya, *xa;
+            double gdy, gx;
+            if (gemm_operand(ctx, p, l, EMU_QT_DY, EMU_QB_DW_DY, dy, 0, false,
+                             true, &dya, &gdy) ||
+                gemm_operand(ctx, p, l, EMU_QT_X, EMU_QB_DW_X, l->in, 0, false,
+                             false, &xa, &gx))
+                return -1;
             emu_conv_opts o = { .stride = l->stride, .pad = l->pad };
+            emu_conv_opts ow = o;
+            ow.alpha = gdy * gx;
+            const bool apart = ow.alpha != 1.0;
             ctx->rnd = wgrad_rnd;
             site_of(site, sizeof site, l, "dweight");
             rc = emu_t_conv2d_backward_weights(ctx, site, &l->weight.g,
-                                               &l->bias.g, dy, l->in, &o);
+                                               apart ? NULL : &l->bias.g, dya,
+                                               xa, &ow);
+            if (!rc && apart)
+                rc = conv_bias_grad(ctx, l, dy);
             if (!rc && need_dx) {
+                const emu_tensor *wa;
+                double gw;
+                if (gemm_operand(ctx, p, l, EMU_QT_DY, EMU_QB_DX_DY, dy, 1,
+                                 false, false, &dya, &gdy) ||
+                    gemm_operand(ctx, p, l, EMU_QT_W, EMU_QB_DX_W,
+                                 &l->weight.w, 0, true, false, &wa, &gw))
+                    return -1;
                 ctx->rnd = grad_rnd;
                 emu_conv_opts d = o;
-                d.alpha = (float)l->scale;
+                d.alpha = l->scale * gdy * gw;
                 site_of(site, sizeof site, l, "dinput");
-                rc = emu_t_conv2d_backward_data(ctx, site, &l->dx, dy,
-                                                &l->weight.w, &d);
+                rc = emu_t_conv2d_backward_data(ctx, site, &l->dx, dya, wa, &d);
             }
             break;
         }

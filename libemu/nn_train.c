@@ -837,7 +837,7 @@ static int evaluate(run *r, int epoch, double *acc_out)
 
 /* ---- checkpoint ----------------------------------------------------------------- */
 
-static const char CKPT_MAGIC[8] = { 'E', 'M', 'U', 'C', 'K', 'P', 'T', '1' };
+static const char CKPT_MAGIC[8] = { 'E', 'M', 'U', 'C', 'K', 'P', 'T', '2' };
 
 typedef struct ckpt_head {
     char magic[8];
@@ -900,9 +900,14 @@ static int write_ckpt(FILE *fp, const void *arg)
         fwrite(r->trace, sizeof *r->trace, (size_t)r->m.n_layers + 1, fp) !=
             (size_t)r->m.n_layers + 1)
         return -1;
-    for (int i = 0; i < r->m.n_layers; i++)
-        if (fwrite(&r->m.layers[i].scale, sizeof(double), 1, fp) != 1)
+    for (int i = 0; i < r->m.n_layers; i++) {
+        const emu_layer *l = &r->m.layers[i];
+        /* The scaled-operand recipes' state: amax histories, tensor scales. */
+        if (fwrite(&l->scale, sizeof(double), 1, fp) != 1 ||
+            fwrite(l->amax_hist, sizeof l->amax_hist, 1, fp) != 1 ||
+            fwrite(l->tscale, sizeof l->tscale, 1, fp) != 1)
             return -1;
+    }
     for (int i = 0; i < nt; i++) {
         uint64_t n = ts[i]->n;
         if (fwrite(&n, sizeof n, 1, fp) != 1 ||
@@ -949,9 +954,13 @@ static int read_ckpt(run *r, emu_error *err)
     if (fread(r->trace, sizeof *r->trace, (size_t)r->m.n_layers + 1, fp) !=
         (size_t)r->m.n_layers + 1)
         goto truncated;
-    for (int i = 0; i < r->m.n_layers; i++)
-        if (fread(&r->m.layers[i].scale, sizeof(double), 1, fp) != 1)
+    for (int i = 0; i < r->m.n_layers; i++) {
+        emu_layer *l = &r->m.layers[i];
+        if (fread(&l->scale, sizeof(double), 1, fp) != 1 ||
+            fread(l->amax_hist, sizeof l->amax_hist, 1, fp) != 1 ||
+            fread(l->tscale, sizeof l->tscale, 1, fp) != 1)
             goto truncated;
+    }
     for (int i = 0; i < nt; i++) {
         uint64_t n;
         if (fread(&n, sizeof n, 1, fp) != 1 || n != ts[i]->n) {

@@ -84,8 +84,12 @@ int emu_t_quantize_scaled(emu_ctx *ctx, const char *site,
     }
     if (!ctx->stats || !(ctx->measure & EMU_MEASURE_ALL))
         return 0;
+    /* The site shows the scaled format's name ("mxfp8"), not the
+     * element format's. */
+    emu_format named = q->sf.elem;
+    snprintf(named.name, sizeof named.name, "%s", q->sf.name);
     emu_site *st = emu_stats_site(ctx->stats, site, "quantize", x->role,
-                                  &q->sf.elem);
+                                  &named);
     if (!st)
         return emu_ctx_fail(ctx, site, "out of memory for statistics");
     emu_site_stats s;

@@ -52,6 +52,17 @@ static void base(emu_policy *p, const char *name, const char *paper)
     p->scaling.floor_every = 0;
     p->scaling.target = 1e-3;
     p->scaling.max = 16777216.0; /* 2^24 */
+    p->tscale.kind = EMU_TSCALE_DELAYED;
+    p->tscale.history = 16;
+    p->tscale.algo = EMU_AMAX_MAX;
+}
+
+static void quant(emu_operand_quant *q, const char *spec, emu_rnd mode)
+{
+    emu_error err;
+    q->on = emu_scaled_format_parse(&q->fmt, spec, &err) == 0;
+    q->mode = mode;
+    q->sr_bits = 64;
 }
 
 static void dynamic(emu_policy *p)
@@ -67,7 +78,7 @@ static void dynamic(emu_policy *p)
 static const char *const preset_names[] = {
     "fp32", "fp16-mpt", "fp16-no-master", "fp16-no-scaling", "bf16-nearest",
     "bf16-sr", "bf16-kahan", "bf16-fp32w", "fp8-e5m2", "fp8-hybrid",
-    "adaptive", NULL,
+    "adaptive", "fp8-delayed", "fp8-current", "mxfp8", "mxfp4", "nvfp4", NULL,
 };
 
 const char *const *emu_policy_preset_names(void)
@@ -143,6 +154,38 @@ int emu_policy_preset(emu_policy *p, const char *name, emu_error *err)
         p->scaling.floor = 256.0;
         p->scaling.floor_growth = 2.0;
         p->scaling.floor_every = 0;
+    } else if (!strcmp(name, "fp8-delayed") || !strcmp(name, "fp8-current")) {
+        /* Binary32 everywhere but the GEMM inputs, which are FP8 with one
+         * binary32 scale per tensor: E4M3 forward, E5M2 backward.  Delayed:
+         * the scale from the largest amax of the last 16 steps, as
+         * production FP8 training does; current: from the tensor itself. */
+        base(p, name, "Micikevicius et al., FP8 Formats for Deep Learning, "
+             "2022; per-tensor delayed scaling as in NVIDIA Transformer Engine");
+        quant(&p->q_weight, "elem=e4m3,scale=none,tensor=yes", EMU_RNE);
+        quant(&p->q_activation, "elem=e4m3,scale=none,tensor=yes", EMU_RNE);
+        quant(&p->q_act_grad, "elem=e5m2,scale=none,tensor=yes", EMU_RNE);
+        if (!strcmp(name, "fp8-current"))
+            p->tscale.kind = EMU_TSCALE_CURRENT;
+    } else if (!strcmp(name, "mxfp8") || !strcmp(name, "mxfp4") ||
+               !strcmp(name, "nvfp4")) {
+        /* Block-scaled GEMM inputs, binary32 elsewhere.  MXFP8: E4M3 for
+         * every operand.  MXFP4 and NVFP4 round gradients stochastically
+         * (their training recipes); NVFP4 scales weights in 16 x 16 tiles,
+         * so that W and its transpose share one quantization. */
+        const bool fp4 = strcmp(name, "mxfp8") != 0;
+        base(p, name, !strcmp(name, "nvfp4")
+                          ? "NVIDIA, Pretraining Large Language Models with "
+                            "NVFP4, 2025 (no Hadamard transform here)"
+                      : fp4 ? "Tseng et al., Training LLMs with MXFP4, 2025"
+                            : "OCP Microscaling Formats (MX) v1.0; Rouhani et "
+                              "al., Microscaling Data Formats for Deep "
+                              "Learning, 2023");
+        const char *spec = !strcmp(name, "nvfp4") ? "nvfp4" : name;
+        quant(&p->q_weight, !strcmp(name, "nvfp4") ? "nvfp4,block=16x16" : spec,
+              EMU_RNE);
+        quant(&p->q_activation, spec, EMU_RNE);
+        quant(&p->q_act_grad, spec, fp4 ? EMU_RS : EMU_RNE);
+        p->tscale.kind = EMU_TSCALE_CURRENT;
     } else {
         char list[256] = "";
         for (int i = 0; preset_names[i]; i++) {
@@ -247,6 +290,56 @@ int emu_policy_set(emu_policy *p, const char *assignment, emu_error *err)
             p->use_master = true;
         return 0;
     }
+    if (!strncmp(key, "q.", 2)) {
+        /* q.<operand>=SPEC|none, q.<operand>.mode=MODE, q.all=... */
+        char op[32];
+        snprintf(op, sizeof op, "%.31s", key + 2);
+        char *d2 = strchr(op, '.');
+        if (d2)
+            *d2 = '\0';
+        emu_operand_quant *all[3] = { &p->q_weight, &p->q_activation,
+                                      &p->q_act_grad };
+        int lo = 0, hi = 3;
+        if (!strcmp(op, "weight")) lo = 0, hi = 1;
+        else if (!strcmp(op, "activation")) lo = 1, hi = 2;
+        else if (!strcmp(op, "act_grad")) lo = 2, hi = 3;
+        else if (strcmp(op, "all"))
+            return emu_fail(err, "policy", key, "'%s' is not a GEMM operand "
+                            "(weight, activation, act_grad, all)", op);
+        if (d2 && strcmp(d2 + 1, "mode"))
+            return emu_fail(err, "policy", key, "expected q.%s or q.%s.mode",
+                            op, op);
+        for (int i = lo; i < hi; i++) {
+            if (d2) {
+                if (emu_rnd_parse(val, &all[i]->mode, &all[i]->sr_bits))
+                    return emu_fail(err, "policy", key, "'%s' is not a "
+                                    "rounding mode (rne rna rz ru rd ro sr "
+                                    "srN)", val);
+                if (all[i]->mode == EMU_RS)
+                    all[i]->sr_bits = 64;
+            } else if (!strcmp(val, "none")) {
+                all[i]->on = false;
+            } else {
+                emu_error ferr;
+                if (emu_scaled_format_parse(&all[i]->fmt, val, &ferr)) {
+                    char msg[600];
+                    emu_error_format(&ferr, msg, sizeof msg);
+                    return emu_fail(err, "policy", key, "%s", msg);
+                }
+                all[i]->on = true;
+            }
+        }
+        return 0;
+    }
+    if (!strcmp(key, "tensor_scaling")) {
+        emu_error terr;
+        if (emu_tensor_scaling_parse(&p->tscale, val, &terr)) {
+            char msg[600];
+            emu_error_format(&terr, msg, sizeof msg);
+            return emu_fail(err, "policy", key, "%s", msg);
+        }
+        return 0;
+    }
     if (!strcmp(key, "accum"))
         return emu_accum_parse(&p->accum, val, err);
     if (!strcmp(key, "update")) {
@@ -294,7 +387,8 @@ int emu_policy_set(emu_policy *p, const char *assignment, emu_error *err)
                     "activation, act_grad, weight_grad, opt_state, "
                     "<role>.mode, accum, exempt, exempt_format, update, "
                     "scaling, scale, growth, backoff, interval, floor, "
-                    "floor_growth, floor_every, target, max_scale)");
+                    "floor_growth, floor_every, target, max_scale, "
+                    "q.<operand>, q.<operand>.mode, tensor_scaling)");
 }
 
 /* ---- validation ------------------------------------------------------------- */
@@ -366,6 +460,25 @@ int emu_policy_validate(const emu_policy *p, emu_error *err)
     if (!is_power_of_two(s->max))
         return emu_fail(err, "policy", "max_scale", "must be a power of two "
                         "(got %g)", s->max);
+    const emu_operand_quant *qs[3] = { &p->q_weight, &p->q_activation,
+                                       &p->q_act_grad };
+    static const char *const qnames[3] = { "q.weight", "q.activation",
+                                           "q.act_grad" };
+    for (int i = 0; i < 3; i++) {
+        if (!qs[i]->on)
+            continue;
+        if (emu_scaled_format_validate(&qs[i]->fmt, err)) {
+            snprintf(err->key, sizeof err->key, "%s", qnames[i]);
+            return -1;
+        }
+        if ((unsigned)qs[i]->mode >= EMU_RND_COUNT ||
+            (qs[i]->mode == EMU_RS_BITS &&
+             (qs[i]->sr_bits < 1 || qs[i]->sr_bits > 64)))
+            return emu_fail(err, "policy", qnames[i], "bad rounding mode");
+    }
+    if (p->tscale.history < 1 || p->tscale.history > EMU_AMAX_HISTORY_MAX)
+        return emu_fail(err, "policy", "tensor_scaling", "history %d outside "
+                        "1..%d", p->tscale.history, EMU_AMAX_HISTORY_MAX);
     return 0;
 }
 
@@ -418,8 +531,28 @@ void emu_policy_write_json(const emu_policy *p, FILE *fp, int indent)
     fprintf(fp, "%s\"scaling\": {\"kind\": \"%s\", \"init\": %.17g, \"growth\": "
             "%.17g, \"backoff\": %.17g, \"interval\": %d, \"floor\": %.17g, "
             "\"floor_growth\": %.17g, \"floor_every\": %d, \"target\": %.17g, "
-            "\"max\": %.17g}\n", pad2, scalings[s->kind], s->init, s->growth,
+            "\"max\": %.17g}", pad2, scalings[s->kind], s->init, s->growth,
             s->backoff, s->interval, s->floor, s->floor_growth, s->floor_every,
             s->target, s->max);
+    const emu_operand_quant *qs[3] = { &p->q_weight, &p->q_activation,
+                                       &p->q_act_grad };
+    static const char *const qnames[3] = { "weight", "activation", "act_grad" };
+    char ts[128];
+    emu_tensor_scaling_string(&p->tscale, ts, sizeof ts);
+    fprintf(fp, ",\n%s\"gemm_operands\": {", pad2);
+    for (int i = 0; i < 3; i++) {
+        char spec[256] = "none";
+        if (qs[i]->on)
+            emu_scaled_format_string(&qs[i]->fmt, spec, sizeof spec);
+        const char *mode = emu_rnd_name(qs[i]->mode);
+        char modebuf[16];
+        if (qs[i]->mode == EMU_RS_BITS) {
+            snprintf(modebuf, sizeof modebuf, "sr%u", qs[i]->sr_bits);
+            mode = modebuf;
+        }
+        fprintf(fp, "%s\"%s\": {\"format\": \"%s\", \"mode\": \"%s\"}",
+                i ? ", " : "", qnames[i], spec, mode);
+    }
+    fprintf(fp, ", \"tensor_scaling\": \"%s\"}\n", ts);
     fprintf(fp, "%s}", pad);
 }

@@ -23,6 +23,7 @@
 #include "emu/format.h"
 #include "emu/ops.h"
 #include "emu/round.h"
+#include "emu/scaled.h"
 #include "emu/stats.h"
 #include "emu/tensor.h"
 
@@ -70,6 +71,18 @@ typedef struct emu_loss_scaling {
     double max;              /* cap on any scale (2^24)                      */
 } emu_loss_scaling;
 
+/* A GEMM operand in a scaled format: quantized right before each matmul or
+ * convolution that reads it, block formats along that op's reduction axis
+ * (so a weight is quantized along its input features for the forward
+ * product and along its output features for the input gradient), from the
+ * tensor as the other roles left it. */
+typedef struct emu_operand_quant {
+    bool on;
+    emu_scaled_format fmt;
+    emu_rnd mode;            /* element rounding (EMU_RS: gradients, SR)   */
+    unsigned sr_bits;
+} emu_operand_quant;
+
 /* Which layers keep the exempt precision (FP8 recipe: first and last). */
 enum { EMU_EXEMPT_FIRST = 1u << 0, EMU_EXEMPT_LAST = 1u << 1 };
 
@@ -88,11 +101,16 @@ typedef struct emu_policy {
     emu_role_prec exempt_prec;  /* every role of an exempt layer            */
     emu_update_rule update;
     emu_loss_scaling scaling;
+    /* Scaled GEMM operands (off in the plain-format presets), and the
+     * recipe for formats with a tensor scale. */
+    emu_operand_quant q_weight, q_activation, q_act_grad;
+    emu_tensor_scaling tscale;
 } emu_policy;
 
 /* The presets, by name: fp32, fp16-mpt, fp16-no-master, fp16-no-scaling,
  * bf16-nearest, bf16-sr, bf16-kahan, bf16-fp32w, fp8-e5m2, fp8-hybrid,
- * adaptive.  Returns 0, or -1 with err listing the known names. */
+ * adaptive, and the scaled-format recipes fp8-delayed, fp8-current, mxfp8,
+ * mxfp4, nvfp4.  Returns 0, or -1 with err listing the known names. */
 int emu_policy_preset(emu_policy *p, const char *name, emu_error *err);
 /* Names of the presets, NULL-terminated. */
 const char *const *emu_policy_preset_names(void);
@@ -102,7 +120,10 @@ const char *const *emu_policy_preset_names(void);
  * <role>.mode=MODE (or weight_mode=...), accum=SPEC (emu_accum_parse),
  * exempt=none|first|last|first+last, exempt_format=FMT, update=plain|sr|kahan,
  * scaling=none|static|dynamic|enhanced|adaptive, scale=S, growth=, backoff=,
- * interval=, floor=, floor_growth=, floor_every=, target=, max_scale=.
+ * interval=, floor=, floor_growth=, floor_every=, target=, max_scale=,
+ * q.weight=SPEC|none, q.activation=, q.act_grad=, q.all= (scaled formats,
+ * emu_scaled_format_parse), q.<operand>.mode=MODE, tensor_scaling=SPEC
+ * (emu_tensor_scaling_parse).
  * Returns 0 or -1 with err naming the key. */
 int emu_policy_set(emu_policy *p, const char *assignment, emu_error *err);
 
@@ -158,7 +179,19 @@ typedef struct emu_layer {
                                  is produced; 1 otherwise                  */
     double grad_scale;        /* the total scale its weight gradient carries
                                  (loss scale times the factors above it)   */
+    /* Scaled GEMM operands (policy q_*), indexed EMU_QT_*: the amax
+     * history and the tensor scale in use this step of W, X and dY; the
+     * operands' dequantized values (binary32, tensor scale left out) as
+     * each GEMM reads them, EMU_QB_*. */
+    emu_amax_history amax_hist[3];
+    double tscale[3];
+    emu_tensor qbuf[6];
+    emu_tensor qsum;          /* conv: dY summed over space, for dbias    */
 } emu_layer;
+
+enum { EMU_QT_W, EMU_QT_X, EMU_QT_DY };
+enum { EMU_QB_FWD_X, EMU_QB_FWD_W, EMU_QB_DW_DY, EMU_QB_DW_X, EMU_QB_DX_DY,
+       EMU_QB_DX_W, EMU_QB_COUNT };
 
 typedef struct emu_model {
     char arch[128];           /* the spec it was built from                 */
