@@ -144,5 +144,6 @@ int cmd_verify(int argc, char **argv);
 int cmd_version(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_dot(int argc, char **argv);
+int cmd_scaled(int argc, char **argv);
 
 #endif

@@ -23,6 +23,7 @@ static const struct command {
     { "gen", cmd_gen, "generate test vectors (Berkeley TestFloat line format)" },
     { "verify", cmd_verify, "check test vectors against the emulator" },
     { "dot", cmd_dot, "test vectors of a dot-product unit (gen, verify)" },
+    { "scaled", cmd_scaled, "block-scaled formats (MX, NVFP4): quantize, pack, unpack" },
     { "train", cmd_train, "train a model in an emulated precision policy" },
     { "version", cmd_version, "print the version" },
 };

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stddef.h>
 #include <string.h>
 
 /* A word for stochastic rounding when the caller gave no generator: the
@@ -62,5 +63,19 @@ static inline bool emu_ends_with(const char *s, const char *suffix)
     size_t n = strlen(s), k = strlen(suffix);
     return n >= k && !strcmp(s + n - k, suffix);
 }
+
+/* Nearest-even rounding with saturation of binary32 values into a format
+ * with subnormals and a signed zero (round_array.c): the lean kernel of
+ * block-scaled quantization, for finite inputs only (NaN and inf give
+ * unspecified results; the caller keeps them out).  Bit-identical to
+ * emu_round2 with EMU_RNE and saturate on those inputs.  _make returns
+ * false if the format does not qualify. */
+typedef struct emu_rne_sat_plan {
+    uint32_t min_normal, max, shift, half_minus_1;
+    float magic;            /* 2^(qmin + 23): adding it rounds to 2^qmin   */
+} emu_rne_sat_plan;
+bool emu_rne_sat_plan_make(emu_rne_sat_plan *k, const emu_format *f);
+void emu_rne_sat_f32(const emu_rne_sat_plan *k, float *out, const float *in,
+                     size_t n);
 
 #endif

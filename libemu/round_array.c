@@ -52,6 +52,7 @@
  * integers, so the results and counts equal the sequential ones exactly.
  */
 #include "emu/round.h"
+#include "internal.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -885,4 +886,66 @@ int emu_round_array_f64(const emu_format *fmt, double *out, const double *in,
         counts_merge(counts, &sum);
     }
     return 0;
+}
+
+/* ---- the lean nearest-even kernel (internal.h) ---------------------------
+ * Block-scaled quantization's hot loop with its default mode: what
+ * tile_f32 does for EMU_RNE with saturation, without counts, flags, NaN
+ * and inf, on the bit patterns.  The scaled-format tests check it against
+ * MPFR. */
+bool emu_rne_sat_plan_make(emu_rne_sat_plan *k, const emu_format *f)
+{
+    if (!f->fits_carrier || !f->is_signed ||
+        !f->subnormals || !f->has_zero || f->specials == EMU_SPECIALS_FNUZ ||
+        f->mbits > 22 || f->qmin + 23 > 127 || f->qmin + 23 < -126)
+        return false;
+    float mn = (float)f->min_normal, mx = (float)f->max;
+    memcpy(&k->min_normal, &mn, 4);
+    memcpy(&k->max, &mx, 4);
+    k->shift = (uint32_t)(23 - f->mbits);
+    k->half_minus_1 = (1u << (k->shift - 1)) - 1;
+    k->magic = ldexpf(1.0f, f->qmin + 23);
+    return true;
+}
+
+enum { KTILE = 64 };
+
+/* One element, branch-free, from constants in locals (loads through the
+ * plan inside the loop would keep compilers from vectorizing it). */
+static inline void rne_kernel_one(uint32_t min_normal, uint32_t max,
+                                  uint32_t shift, uint32_t half_minus_1,
+                                  float magic, float *out, const float *in)
+{
+    uint32_t u;
+    memcpy(&u, in, 4);
+    const uint32_t sign = u & 0x80000000u, a = u ^ sign;
+    /* normal in the element format: round the pattern's low bits */
+    const uint32_t rn =
+        (a + half_minus_1 + ((a >> shift) & 1u)) & ~((1u << shift) - 1);
+    /* subnormal: binary32's own addition rounds to the quantum */
+    float fa, fs;
+    memcpy(&fa, &a, 4);
+    fs = (fa + magic) - magic;
+    uint32_t rs;
+    memcpy(&rs, &fs, 4);
+    const uint32_t normal = 0u - (uint32_t)(a >= min_normal);
+    const uint32_t v = (rn & normal) | (rs & ~normal);
+    const uint32_t over = 0u - (uint32_t)(v > max);
+    const uint32_t r = ((max & over) | (v & ~over)) | sign;
+    memcpy(out, &r, 4);
+}
+
+/* Tiles of fixed length, so that compilers vectorize the loop. */
+void emu_rne_sat_f32(const emu_rne_sat_plan *k, float *restrict out,
+                     const float *restrict in, size_t n)
+{
+    const uint32_t mn = k->min_normal, mx = k->max, sh = k->shift,
+                   h = k->half_minus_1;
+    const float mg = k->magic;
+    size_t i = 0;
+    for (; i + KTILE <= n; i += KTILE)
+        for (int j = 0; j < KTILE; j++)
+            rne_kernel_one(mn, mx, sh, h, mg, out + i + j, in + i + j);
+    for (; i < n; i++)
+        rne_kernel_one(mn, mx, sh, h, mg, out + i, in + i);
 }

@@ -494,10 +494,11 @@ static void pow2_range(const emu_format *s, int *lo, int *hi)
     *lo = (int)ceil(log2(s->min_value));
 }
 
-/* The block scale for amax a (finite, >= 0) with tensor scale g.  Sets
- * *clamped when the ideal scale lay outside the scale format. */
+/* The block scale for amax a (finite, >= 0) with tensor scale g; [lo, hi]
+ * the scale format's power-of-two exponents (pow2_range).  Sets *clamped
+ * when the ideal scale lay outside the scale format. */
 static double block_scale(const emu_scaled_format *sf, double a, double g,
-                          bool *clamped)
+                          int lo, int hi, bool *clamped)
 {
     const emu_format *e = &sf->elem, *s = &sf->scale;
     *clamped = false;
@@ -505,10 +506,10 @@ static double block_scale(const emu_scaled_format *sf, double a, double g,
         if (a == 0.0)
             return s->min_value;
         double d = e->max * g; /* exact: p_elem + 24 <= 53 */
-        double hi = a / d, lo = fma(-hi, d, a) / d;
+        double qh = a / d, ql = fma(-qh, d, a) / d;
         emu_rounding r = { .mode = sf->scale_mode, .saturate = true };
         emu_status st;
-        double v = emu_round2(s, hi, lo, &r, &st);
+        double v = emu_round2(s, qh, ql, &r, &st);
         if (st.flags & EMU_FLAG_OVERFLOW)
             *clamped = true;
         if (v <= 0.0) {
@@ -517,11 +518,8 @@ static double block_scale(const emu_scaled_format *sf, double a, double g,
         }
         return v;
     }
-    int lo, hi;
-    pow2_range(s, &lo, &hi);
-    if (a == 0.0) {
+    if (a == 0.0)
         return ldexp(1.0, lo);
-    }
     int k;
     if (sf->rule == EMU_SCALE_RULE_FLOOR) {
         k = floor_log2_ratio(a, g) - e->emax;
@@ -539,14 +537,24 @@ static double block_scale(const emu_scaled_format *sf, double a, double g,
     return ldexp(1.0, k);
 }
 
-/* RN_binary32(a / d), a >= 0 and d > 0 finite, from the exact quotient;
- * never 0 and never above FLT_MAX (the tensor scale must be usable). */
-static double div_to_f32(double a, double d)
+/* a / d rounded into binary32 with mode m, from the exact quotient (a >= 0
+ * and d > 0 finite); never 0 and never above FLT_MAX (the tensor scale
+ * must be usable). */
+static double div_to_f32(double a, double d, emu_rnd m)
 {
     double hi = a / d, lo = isfinite(hi) && hi != 0.0 ? fma(-hi, d, a) / d : 0.0;
-    emu_rounding r = { .mode = EMU_RNE, .saturate = true };
+    emu_rounding r = { .mode = m, .saturate = true };
     double g = emu_round2(emu_format_find("binary32"), hi, lo, &r, NULL);
     return g == 0.0 ? FLT_TRUE_MIN : g;
+}
+
+/* The tensor scale is rounded like the block scales (the AMAX rule's
+ * scale_mode), so that ru keeps its promise to clip nothing; nearest-even
+ * otherwise. */
+static emu_rnd tensor_scale_mode(const emu_scaled_format *sf)
+{
+    return sf->block_scaled && sf->rule == EMU_SCALE_RULE_AMAX ? sf->scale_mode
+                                                              : EMU_RNE;
 }
 
 /* ---- quantization ------------------------------------------------------------ */
@@ -558,6 +566,9 @@ typedef struct qrun {
     emu_rounding rnd;           /* elements: saturating                      */
     double g;
     geom geo;
+    int scale_lo, scale_hi;     /* pow2_range of the scale format           */
+    bool kernel_ok;             /* the nearest-even kernel applies          */
+    emu_rne_sat_plan kernel;
 } qrun;
 
 static int tensor_scale_of(qrun *R, emu_error *err)
@@ -570,7 +581,9 @@ static int tensor_scale_of(qrun *R, emu_error *err)
     if (g == 0.0) {
         double a = emu_amax(R->x, R->q->n);
         double ms = sf->block_scaled ? sf->scale.max : 1.0;
-        g = isfinite(a) && a > 0.0 ? div_to_f32(a, sf->elem.max * ms) : 1.0;
+        g = isfinite(a) && a > 0.0
+                ? div_to_f32(a, sf->elem.max * ms, tensor_scale_mode(sf))
+                : 1.0;
     }
     if (!(g > 0.0) || !isfinite(g) || (double)(float)g != g)
         return emu_fail(err, "quantize", "tensor_scale", "%g is not a positive "
@@ -604,18 +617,303 @@ static void note_element(emu_block_stats *bs, double x, double v, double e,
     }
 }
 
+/* The block's amax: NaN if it holds a NaN, inf if an inf.  On the bit
+ * patterns, where the largest |x| is the largest integer, a loop that
+ * compilers vectorize. */
 static void block_amax(const qrun *R, const block_ref *br, double *amax)
 {
-    float m = 0.0f;
-    bool nonfinite = false;
-    bool nan = false;
-    FOR_BLOCK(*br, i, {
-        float a = fabsf(R->x[i]);
-        nan |= a != a;
-        nonfinite |= !(a <= FLT_MAX);
-        m = a > m ? a : m;
-    })
-    *amax = nan ? NAN : nonfinite ? INFINITY : (double)m;
+    uint32_t m = 0;
+    for (size_t r = 0; r < br->nr; r++) {
+        const float *row = R->x + br->base + r * br->rs;
+        size_t c = 0;
+        if (br->cs == 1)
+            for (; c + 16 <= br->nc; c += 16) {
+                /* fixed trip count: vectorized */
+                uint32_t u[16];
+                memcpy(u, row + c, sizeof u);
+                for (int j = 0; j < 16; j++) {
+                    uint32_t a = u[j] & 0x7fffffffu;
+                    m = a > m ? a : m;
+                }
+            }
+        for (; c < br->nc; c++) {
+            uint32_t u;
+            memcpy(&u, &row[c * br->cs], sizeof u);
+            u &= 0x7fffffffu;
+            m = u > m ? u : m;
+        }
+    }
+    float f;
+    memcpy(&f, &m, sizeof f);
+    *amax = m > 0x7f800000u ? NAN : (double)f;
+}
+
+/* Blocks are quantized a chunk at a time: a run of consecutive blocks
+ * covering about CHUNK contiguous elements when blocks are contiguous runs
+ * (1-d blocks along the last axis, the usual layout), so that the data
+ * stays in cache between the passes; otherwise the whole tensor. */
+enum { CHUNK = 4096 };
+
+/* The quotient x / d of one element, as hi + lo for the choke point. */
+static void quotient(double x, double d, bool pow2, double *hi, double *lo)
+{
+    *hi = x / d; /* exact if d is a power of two */
+    *lo = 0.0;
+    if (!pow2 && isfinite(*hi) && *hi != 0.0)
+        *lo = fma(-*hi, d, x) / d;
+}
+
+/* Rounds the elements of blocks [b0, b1), which cover flat indices
+ * [e0, e0 + len) (every one if !contig), into q->elem.  See the top of the
+ * file: power-of-two divisors go through the binary32 array rounding
+ * (exact quotients, but below 2^-126, where the element is redone by the
+ * choke point); other divisors through the binary64 array rounding of
+ * hi = fl(x / d), redoing the elements whose hi could be a rounding
+ * boundary while the remainder is not zero (only there can hi alone round
+ * differently from the exact quotient).  Stochastic modes with such
+ * divisors take the choke point for every inexact quotient. */
+static void round_chunk(const qrun *R, size_t b0, size_t b1, size_t e0,
+                        size_t len, float *tmp, double *tmp64)
+{
+    emu_scaled_tensor *q = R->q;
+    const emu_format *ef = &q->sf.elem;
+    const float *x = R->x;
+    const emu_quant_opts *o = R->o;
+    const bool sr = emu_rnd_is_stochastic(o->mode);
+    bool pow2 = true;
+    for (size_t b = b0; b < b1 && pow2; b++) {
+        const double d = (double)q->scale[b] * R->g;
+        /* 1/d must be a binary32 too: x * (1/d) is then the quotient. */
+        pow2 = isnan(d) ||
+               (emu_is_pow2(d) && (double)(float)(1.0 / d) == 1.0 / d);
+    }
+    emu_array_rounding ar = { .rnd = R->rnd, .seed = o->seed,
+                              .stream = o->stream, .first_index = e0 };
+    if (pow2) {
+        for (size_t b = b0; b < b1; b++) {
+            block_ref br = block_at(q, &R->geo, b);
+            const double d = (double)q->scale[b] * R->g;
+            const float inv = isnan(d) ? 0.0f : (float)(1.0 / d); /* 2^-k */
+            FOR_BLOCK(br, i, { tmp[i - e0] = x[i] * inv; })
+        }
+        emu_round_array_f32(ef, q->elem + e0, tmp, len, &ar, NULL);
+        for (size_t b = b0; b < b1; b++) {
+            block_ref br = block_at(q, &R->geo, b);
+            const double d = (double)q->scale[b] * R->g;
+            if (isnan(d)) {
+                FOR_BLOCK(br, i, { q->elem[i] = 0.0f; })
+                continue;
+            }
+            FOR_BLOCK(br, i, {
+                const float t = fabsf(tmp[i - e0]);
+                if ((t < FLT_MIN && x[i] != 0.0f) ||
+                    (t > FLT_MAX && isfinite(x[i]))) {
+                    uint64_t w = sr ? emu_random64(o->seed, o->stream, i) : 0;
+                    q->elem[i] = (float)emu_round2_word(ef, x[i] / d, 0.0,
+                                                        &R->rnd, w, NULL);
+                }
+            })
+        }
+        return;
+    }
+    /* Significand bits below the element precision plus one: a boundary
+     * (grid point or midpoint) has none of them set. */
+    const uint64_t mask = ((uint64_t)1 << (52 - ef->p)) - 1;
+    for (size_t b = b0; b < b1; b++) {
+        block_ref br = block_at(q, &R->geo, b);
+        const double d = (double)q->scale[b] * R->g;
+        if (isnan(d)) {
+            FOR_BLOCK(br, i, { tmp64[i - e0] = 0.0; })
+        } else if (sr) {
+            FOR_BLOCK(br, i, {
+                double hi, lo;
+                quotient(x[i], d, false, &hi, &lo);
+                uint64_t w = emu_random64(o->seed, o->stream, i);
+                tmp64[i - e0] = emu_round2_word(ef, hi, lo, &R->rnd, w, NULL);
+            })
+        } else {
+            FOR_BLOCK(br, i, { tmp64[i - e0] = x[i] / d; })
+        }
+    }
+    if (!sr)
+        emu_round_array_f64(ef, tmp64, tmp64, len, &ar, NULL);
+    for (size_t b = b0; b < b1; b++) {
+        block_ref br = block_at(q, &R->geo, b);
+        const double d = (double)q->scale[b] * R->g;
+        FOR_BLOCK(br, i, {
+            double e = tmp64[i - e0];
+            if (!sr && !isnan(d)) {
+                double hi = x[i] / d;
+                uint64_t u;
+                memcpy(&u, &hi, sizeof u);
+                if ((u & mask) == 0 && isfinite(hi) && hi != 0.0 &&
+                    fma(-hi, d, x[i]) != 0.0) {
+                    double h2, lo;
+                    quotient(x[i], d, false, &h2, &lo);
+                    e = emu_round2_word(ef, h2, lo, &R->rnd, 0, NULL);
+                }
+            }
+            q->elem[i] = (float)e;
+        })
+    }
+}
+
+/* Statistics of blocks [b0, b1) once their elements are in q->elem. */
+static void chunk_stats(const qrun *R, size_t b0, size_t b1,
+                        emu_quant_counts *counts, emu_block_stats *blocks)
+{
+    const emu_scaled_tensor *q = R->q;
+    const emu_format *ef = &q->sf.elem;
+    double relmax = counts ? counts->err_max : 0.0;
+    for (size_t b = b0; b < b1; b++) {
+        block_ref br = block_at(q, &R->geo, b);
+        const double d = (double)q->scale[b] * R->g;
+        emu_block_stats bs;
+        memset(&bs, 0, sizeof bs);
+        if (!isnan(d)) {
+            const bool pow2 = emu_is_pow2(d);
+            FOR_BLOCK(br, i, {
+                const double xi = R->x[i];
+                if (isfinite(xi)) {
+                    double hi, lo;
+                    quotient(xi, d, pow2, &hi, &lo);
+                    const double e = q->elem[i];
+                    note_element(&bs, xi, e * d, e, ef->max, hi, lo, &relmax);
+                }
+            })
+        }
+        if (blocks) {
+            bs.amax = blocks[b].amax;
+            blocks[b] = bs;
+        }
+        if (counts) {
+            counts->n += br.nr * br.nc;
+            counts->clipped += bs.clipped;
+            counts->flushed += bs.flushed;
+            counts->inexact += bs.inexact;
+            counts->err_sq += bs.err_sq;
+            counts->ref_sq += bs.ref_sq;
+        }
+    }
+    if (counts)
+        counts->err_max = relmax;
+}
+
+/* Chooses block b's scale from its amax (NaN for a block with inf or NaN;
+ * the caller has refused those where the scale format has no NaN). */
+static double set_scale(const qrun *R, size_t b, block_ref br,
+                        emu_quant_counts *counts, emu_block_stats *blocks)
+{
+    const emu_scaled_format *sf = &R->q->sf;
+    double a;
+    block_amax(R, &br, &a);
+    if (blocks)
+        blocks[b].amax = (float)a;
+    double s = 1.0;
+    bool clamped = false;
+    /* A per-tensor format's inf and NaN go through the element rounding
+     * (saturating inf; NaN where the element format has it). */
+    if (sf->block_scaled)
+        s = isfinite(a) ? block_scale(sf, a, R->g, R->scale_lo, R->scale_hi,
+                                      &clamped)
+                        : NAN;
+    R->q->scale[b] = (float)s;
+    if (counts) {
+        counts->blocks++;
+        counts->scale_clamped += clamped;
+        counts->nonfinite_blocks += isnan(s);
+        if (!isnan(s) && sf->block_scaled)
+            counts->scale_hist[emu_hist_bin(s)]++;
+    }
+    return s;
+}
+
+/* The usual layout, fused: rows [r0, r1) of a tensor blocked along its
+ * last axis, 1-d blocks, contiguous.  Scales, the scaled values and the
+ * rounding of each chunk of rows while it is in cache. */
+static void quantize_rows(const qrun *R, size_t r0, size_t r1, float *tmp,
+                          double *tmp64, emu_quant_counts *counts,
+                          emu_block_stats *blocks)
+{
+    emu_scaled_tensor *q = R->q;
+    const emu_format *ef = &q->sf.elem;
+    const size_t len = R->geo.len, nb = R->geo.nb, bs = q->sf.block[0];
+    const size_t e0 = r0 * len, n = (r1 - r0) * len;
+    const float *x = R->x;
+    bool pow2 = true;
+    for (size_t r = r0; r < r1; r++)
+        for (size_t j = 0; j < nb; j++) {
+            const size_t b = r * nb + j, start = r * len + j * bs;
+            const size_t cnt = len - j * bs < bs ? len - j * bs : bs;
+            block_ref br = { start, 1, cnt, 0, 1 };
+            const double d = set_scale(R, b, br, counts, blocks) * R->g;
+            const float inv = (float)(1.0 / d);
+            if (!isnan(d) && !(emu_is_pow2(d) && (double)inv == 1.0 / d))
+                pow2 = false;
+            if (!pow2)
+                continue;
+            float *t = tmp + (start - e0);
+            const float *xs = x + start;
+            const float f = isnan(d) ? 0.0f : inv;
+            size_t k = 0;
+            for (; k + 16 <= cnt; k += 16)
+                for (int jj = 0; jj < 16; jj++) /* vectorized */
+                    t[k + (size_t)jj] = xs[k + (size_t)jj] * f;
+            for (; k < cnt; k++)
+                t[k] = xs[k] * f;
+        }
+    if (!pow2) {
+        round_chunk(R, r0 * nb, r1 * nb, e0, n, tmp, tmp64);
+        return;
+    }
+    const emu_quant_opts *o = R->o;
+    if (R->kernel_ok) {
+        emu_rne_sat_f32(&R->kernel, q->elem + e0, tmp, n);
+    } else {
+        emu_array_rounding ar = { .rnd = R->rnd, .seed = o->seed,
+                                  .stream = o->stream, .first_index = e0 };
+        emu_round_array_f32(ef, q->elem + e0, tmp, n, &ar, NULL);
+    }
+    /* Elements of NaN blocks are 0 (their data was set to 0 above, x is
+     * NaN or inf there); quotients that binary32 could not hold exactly
+     * (below 2^-126, or beyond its range) are redone from the exact one.
+     * Both are rare: a branch-free scan of each tile finds them. */
+    enum { KTILE = 64 };
+    for (size_t k0 = 0; k0 < n; k0 += KTILE) {
+        const size_t len2 = n - k0 < KTILE ? n - k0 : KTILE;
+        uint32_t any = 0;
+        if (len2 == KTILE)
+            for (int j = 0; j < KTILE; j++) {
+                uint32_t t, xa;
+                memcpy(&t, tmp + k0 + (size_t)j, 4);
+                memcpy(&xa, x + e0 + k0 + (size_t)j, 4);
+                t &= 0x7fffffffu;
+                xa &= 0x7fffffffu;
+                any |= (uint32_t)(t < 0x00800000u && xa != 0) |
+                       (uint32_t)(t >= 0x7f800000u) |
+                       (uint32_t)(xa >= 0x7f800000u);
+            }
+        else
+            any = 1;
+        if (!any)
+            continue;
+        for (size_t k = k0; k < k0 + len2; k++) {
+            const float t = fabsf(tmp[k]), xi = x[e0 + k];
+            if (!((t < FLT_MIN && xi != 0.0f) || !(t <= FLT_MAX) ||
+                  !isfinite(xi)))
+                continue;
+            const size_t i = e0 + k, r = i / len, b = r * nb + (i - r * len) / bs;
+            const double d = (double)q->scale[b] * R->g;
+            if (isnan(d)) {
+                q->elem[i] = 0.0f;
+                continue;
+            }
+            const bool sr = emu_rnd_is_stochastic(o->mode);
+            uint64_t w = sr ? emu_random64(o->seed, o->stream, i) : 0;
+            q->elem[i] = (float)emu_round2_word(ef, (double)xi / d, 0.0,
+                                                &R->rnd, w, NULL);
+        }
+    }
 }
 
 int emu_scaled_quantize(emu_scaled_tensor *q, const float *x,
@@ -625,7 +923,6 @@ int emu_scaled_quantize(emu_scaled_tensor *q, const float *x,
     static const emu_quant_opts none;
     const emu_quant_opts *o = opts ? opts : &none;
     const emu_scaled_format *sf = &q->sf;
-    const emu_format *ef = &sf->elem;
     if (!q->elem || !q->scale)
         return emu_fail(err, "quantize", "", "scaled tensor not allocated");
     if ((unsigned)o->mode >= EMU_RND_COUNT)
@@ -640,128 +937,57 @@ int emu_scaled_quantize(emu_scaled_tensor *q, const float *x,
     if (tensor_scale_of(&R, err))
         return -1;
     geometry(q, &R.geo);
+    if (sf->block_scaled)
+        pow2_range(&sf->scale, &R.scale_lo, &R.scale_hi);
+    R.kernel_ok = o->mode == EMU_RNE &&
+                  emu_rne_sat_plan_make(&R.kernel, &sf->elem);
 
-    /* Scales first: they decide which path the elements take. */
-    bool all_pow2 = true;
-    for (size_t b = 0; b < q->nblocks; b++) {
-        block_ref br = block_at(q, &R.geo, b);
-        double a;
-        block_amax(&R, &br, &a);
-        if (blocks) {
-            memset(&blocks[b], 0, sizeof blocks[b]);
-            blocks[b].amax = (float)a;
-        }
-        double s = 1.0;
-        bool clamped = false;
-        if (!isfinite(a)) {
-            if (sf->block_scaled && !sf->scale.has_nan) {
-                size_t bad = br.base;
-                FOR_BLOCK(br, i, { if (!isfinite(x[i])) { bad = i; goto found; } })
-            found:
+    /* A block holding inf or NaN gets a NaN scale: refuse up front (before
+     * any element is written) if the scale format has no NaN. */
+    if (sf->block_scaled && !sf->scale.has_nan)
+        for (size_t i = 0; i < q->n; i++)
+            if (!isfinite(x[i]))
                 return emu_fail(err, "quantize", "data", "element %zu is %s "
                                 "and the scale format %s has no NaN to mark "
-                                "its block", bad, isnan(x[bad]) ? "NaN" : "inf",
+                                "its block", i, isnan(x[i]) ? "NaN" : "inf",
                                 sf->scale.name);
-            }
-            s = NAN;
-            if (!sf->block_scaled) {
-                /* A per-tensor format: inf and NaN go through the element
-                 * rounding (saturating inf, NaN where the format has it). */
-                s = 1.0;
-            }
-        } else if (sf->block_scaled) {
-            s = block_scale(sf, a, R.g, &clamped);
-        }
-        q->scale[b] = (float)s;
-        all_pow2 &= isnan(s) || emu_is_pow2(s);
-        if (counts) {
-            counts->blocks++;
-            counts->scale_clamped += clamped;
-            counts->nonfinite_blocks += isnan(s);
-            if (!isnan(s) && sf->block_scaled)
-                counts->scale_hist[emu_hist_bin(s)]++;
-        }
-    }
     q->tensor_scale = (float)R.g;
 
-    const bool fast = all_pow2 && R.g == 1.0 &&
-                      (o->mode == EMU_RNE || o->mode == EMU_RNA ||
-                       o->mode == EMU_RZ) &&
-                      ef->min_value >= 0x1p-124;
-    float *tmp = NULL;
-    if (fast) {
-        tmp = malloc(q->n * sizeof *tmp);
-        if (!tmp)
-            return emu_fail(err, "quantize", "", "out of memory for %zu "
-                            "values", q->n);
-        for (size_t b = 0; b < q->nblocks; b++) {
-            block_ref br = block_at(q, &R.geo, b);
-            const float s = q->scale[b];
-            if (isnan(s)) {
-                FOR_BLOCK(br, i, { tmp[i] = 0.0f; })
-            } else {
-                int k;
-                frexpf(s, &k);
-                k -= 1; /* s = 2^k */
-                FOR_BLOCK(br, i, { tmp[i] = ldexpf(x[i], -k); })
-            }
-        }
-        emu_array_rounding ar = { .rnd = R.rnd, .seed = o->seed,
-                                  .stream = o->stream };
-        emu_round_array_f32(ef, q->elem, tmp, q->n, &ar, NULL);
+    const bool contig = sf->block_scaled && !R.geo.tile && R.geo.inner == 1;
+    const size_t rows_per = contig ? (R.geo.len < CHUNK ? CHUNK / R.geo.len : 1)
+                                   : 0;
+    const size_t cap = contig ? rows_per * R.geo.len : q->n;
+    float *tmp = malloc((cap ? cap : 1) * sizeof *tmp);
+    double *tmp64 = malloc((cap ? cap : 1) * sizeof *tmp64);
+    if (!tmp || !tmp64) {
+        free(tmp);
+        free(tmp64);
+        return emu_fail(err, "quantize", "", "out of memory for %zu values",
+                        cap);
     }
-
-    /* Elements (slow path) and statistics (both paths), block by block. */
-    double relmax = counts ? counts->err_max : 0.0;
     const bool want_stats = counts || blocks;
-    for (size_t b = 0; b < q->nblocks && (want_stats || !fast); b++) {
-        block_ref br = block_at(q, &R.geo, b);
-        const double s = q->scale[b];
-        emu_block_stats bs;
-        memset(&bs, 0, sizeof bs);
-        if (isnan(s)) {
-            FOR_BLOCK(br, i, { q->elem[i] = 0.0f; })
-            if (counts)
-                counts->n += br.nr * br.nc;
-            continue;
-        }
-        const double d = s * R.g; /* exact */
-        const bool pow2 = emu_is_pow2(d);
-        FOR_BLOCK(br, i, {
-            const double xi = x[i];
-            double hi, lo = 0.0, e;
-            if (fast) {
-                e = q->elem[i];
-                hi = tmp[i]; /* the exact quotient, or a tiny stand-in */
-            } else {
-                hi = xi / d; /* exact if d is a power of two */
-                if (!pow2 && isfinite(hi) && hi != 0.0)
-                    lo = fma(-hi, d, xi) / d;
-                uint64_t w = emu_rnd_is_stochastic(o->mode)
-                                 ? emu_random64(o->seed, o->stream, i) : 0;
-                e = emu_round2_word(ef, hi, lo, &R.rnd, w, NULL);
-                q->elem[i] = (float)e;
-            }
-            if (want_stats && isfinite(xi))
-                note_element(&bs, xi, e * d, e, ef->max, hi, lo, &relmax);
-        })
-        if (blocks) {
-            float amax = blocks[b].amax;
-            blocks[b] = bs;
-            blocks[b].amax = amax;
-        }
-        if (counts) {
-            counts->n += br.nr * br.nc;
-            counts->clipped += bs.clipped;
-            counts->flushed += bs.flushed;
-            counts->inexact += bs.inexact;
-            counts->err_sq += bs.err_sq;
-            counts->ref_sq += bs.ref_sq;
+    if (!contig) {
+        for (size_t b = 0; b < q->nblocks; b++)
+            set_scale(&R, b, block_at(q, &R.geo, b), counts, blocks);
+        round_chunk(&R, 0, q->nblocks, 0, q->n, tmp, tmp64);
+        if (want_stats)
+            chunk_stats(&R, 0, q->nblocks, counts, blocks);
+    } else {
+        const size_t rows = R.geo.outer;
+        for (size_t r0 = 0; r0 < rows; r0 += rows_per) {
+            size_t r1 = r0 + rows_per < rows ? r0 + rows_per : rows;
+            quantize_rows(&R, r0, r1, tmp, tmp64, counts, blocks);
+            if (want_stats)
+                chunk_stats(&R, r0 * R.geo.nb, r1 * R.geo.nb, counts, blocks);
         }
     }
-    if (counts)
-        counts->err_max = relmax;
     free(tmp);
+    free(tmp64);
+    /* Integer elements have no -0 (two's complement): x + 0 turns -0 into
+     * +0 and leaves every other value alone. */
+    if (sf->int_elem)
+        for (size_t i = 0; i < q->n; i++)
+            q->elem[i] += 0.0f;
     return 0;
 }
 
@@ -973,7 +1199,8 @@ double emu_tensor_scale(const emu_tensor_scaling *t,
                    ? previous
                    : 1.0;
     double ms = sf->block_scaled ? sf->scale.max : 1.0;
-    return div_to_f32(ldexp(a, t->margin), sf->elem.max * ms);
+    return div_to_f32(ldexp(a, t->margin), sf->elem.max * ms,
+                      tensor_scale_mode(sf));
 }
 
 int emu_tensor_scaling_parse(emu_tensor_scaling *t, const char *spec,

@@ -124,6 +124,12 @@ static const shipped shipped_formats[] = {
     { "e2m1", "fp4", 2, 1, 1, true, true, true, false, false,
       EMU_SPECIALS_FINITE, EMU_OVERFLOW_SATURATE, 2, 0, 2,
       6.0, 1.0, 0.5, 0.5, 0.25, 16, true, 0, 0 },
+    /* OCP MX v1.0, section 5.3.4, MXINT8 element: 8-bit integers with an
+     * implicit scale of 2^-6, here as sign-magnitude e1m6 with bias 1
+     * (formats/int8.fmt): max 127/64, smallest step 2^-6, no specials. */
+    { "int8", "mxint8_elem", 1, 6, 1, true, true, true, false, false,
+      EMU_SPECIALS_FINITE, EMU_OVERFLOW_SATURATE, 7, 0, 0,
+      0x1.fcp0, 1.0, 0x1p-6, 0x1p-6, 0x1p-7, 256, true, 0, 0 },
     /* OCP MX v1.0, section 5.4, E8M0 scale: unsigned, bias 127, values
      * 2^-127 .. 2^127, NaN 0xFF, no zero, no infinities.  Precision 1:
      * the gap after 1 is 1. */

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "testutil.h"
+#include "internal.h" /* the lean nearest-even kernel of scaled formats */
 
 /* Test first, call into Check only to fail (ck_assert writes a record per
  * passing check, which over millions of cases is most of the run time). */
@@ -542,6 +543,56 @@ START_TEST(test_f64)
 }
 END_TEST
 
+/* The lean kernel block-scaled quantization uses (emu_rne_sat_f32) is the
+ * choke point with EMU_RNE and saturation, on finite inputs: every
+ * binary32 value whose exponent lies within two binades of the format's
+ * range is tried with its fraction's top 9 bits exhaustive and the rest
+ * random, plus zeros, the smallest subnormals and the largest finite
+ * values (the whole range, so rounding into saturation is covered). */
+START_TEST(test_rne_sat_kernel)
+{
+    const emu_format *f = carrier[_i];
+    emu_rne_sat_plan k;
+    if (!emu_rne_sat_plan_make(&k, f))
+        return; /* no subnormals, unsigned, fnuz...: the general path */
+    test_rng g = test_rng_make(0x5a7 + (uint64_t)_i);
+    enum { M = 1 << 9 };
+    float in[2 * M], out[2 * M];
+    const emu_rounding sat = { .mode = EMU_RNE, .saturate = true };
+    const int e_lo = f->qmin - 2 < -149 ? -149 : f->qmin - 2;
+    const int e_hi = f->emax + 2 > 127 ? 127 : f->emax + 2;
+    uint64_t checked = 0;
+    for (int e = e_lo; e <= e_hi; e++)
+        for (int rep = 0; rep < 2; rep++) {
+            for (int j = 0; j < 2 * M; j++) {
+                uint32_t frac = ((uint32_t)(j % M) << 14) |
+                                (uint32_t)(test_next(&g) & 0x3fffu);
+                if (rep == 0 && j < 8)
+                    frac &= ~0x3fffu; /* exact grid and tie points */
+                float v = ldexpf(1.0f + (float)frac * 0x1p-23f, e);
+                in[j] = j >= M ? -v : v;
+            }
+            emu_rne_sat_f32(&k, out, in, 2 * M);
+            for (int j = 0; j < 2 * M; j++) {
+                double want = emu_round(f, in[j], &sat, NULL);
+                EXPECT(test_same(out[j], want), "%s: rne,saturate of %a: "
+                       "kernel %a, choke point %a", f->name, (double)in[j],
+                       (double)out[j], want);
+                checked++;
+            }
+        }
+    const float edge[] = { 0.0f, -0.0f, 0x1p-149f, -0x1p-149f, 0x1p-126f,
+                           0x1.fffffep127f, -0x1.fffffep127f, 0x1p-100f };
+    float eo[8];
+    emu_rne_sat_f32(&k, eo, edge, 8);
+    for (int j = 0; j < 8; j++)
+        EXPECT(test_same(eo[j], emu_round(f, edge[j], &sat, NULL)),
+               "%s: rne,saturate of %a: kernel %a", f->name, (double)edge[j],
+               (double)eo[j]);
+    ck_assert(checked > 0);
+}
+END_TEST
+
 static Suite *round_array_suite(void)
 {
     Suite *s = suite_create("round_array");
@@ -557,6 +608,7 @@ static Suite *round_array_suite(void)
     tcase_add_test(tc, test_refuses_wide_formats);
     tcase_add_test(tc, test_user_formats);
     tcase_add_loop_test(tc, test_f64, 0, (int)emu_format_count());
+    tcase_add_loop_test(tc, test_rne_sat_kernel, 0, n_carrier);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -22,7 +22,7 @@ for f in "$ROOT"/formats/*.fmt; do
     got=$(echo "$row" | sed 's/"[^"]*"/A/' | cut -d, -f4,5)
     [ "$got" = "$e,$m" ] || fail "$name: CSV says e,m = $got, $f says $e,$m"
 done
-[ "$nfiles" -eq 16 ] || fail "expected 16 shipped formats, found $nfiles files"
+[ "$nfiles" -eq 17 ] || fail "expected 17 shipped formats, found $nfiles files"
 rows=$(echo "$csv" | tail -n +2 | wc -l)
 [ "$rows" -eq "$nfiles" ] || fail "CSV has $rows rows for $nfiles spec files"
 trows=$(echo "$table" | tail -n +2 | wc -l)

@@ -76,7 +76,8 @@ typedef struct emu_scaled_format {
     bool int_elem;            /* packed elements are two's complement
                                  integers (MXINT8): the element format is
                                  then e1m6-style sign-magnitude with the
-                                 same values, and -2^(bits-1) is unused  */
+                                 same values, -2^(bits-1) is unused, and
+                                 quantization gives +0, never -0          */
     bool block_scaled;        /* false: a per-tensor format only          */
     emu_format scale;         /* block scale format (if block_scaled)     */
     size_t block[2];          /* [0] along the axis, [1] across it (1: a
@@ -153,9 +154,11 @@ typedef struct emu_quant_opts {
     uint64_t seed, stream;    /* stochastic: element i takes the word
                                  emu_random64(seed, stream, i)            */
     /* The tensor scale g, for formats with one: 0 means "current scaling",
-     * g = RN_binary32(amax(x) / (max_elem * max_scale)) (max_scale = 1
-     * without block scales: g = amax / max_elem), or 1 if amax is 0; a
-     * positive finite value is used as given (delayed scaling). */
+     * g = amax(x) / (max_elem * max_scale) rounded into binary32 (max_scale
+     * = 1 without block scales: g = amax / max_elem), or 1 if amax is 0; a
+     * positive finite value is used as given (delayed scaling).  The
+     * rounding is the AMAX rule's scale_mode (so that ru clips nothing),
+     * nearest-even for other formats. */
     double tensor_scale;
 } emu_quant_opts;
 
@@ -254,7 +257,8 @@ typedef struct emu_amax_history {
  *   CURRENT: from amax_now;
  *   DELAYED: from the history (max or most recent); an empty history, or
  *            one holding only zeros, falls back to amax_now;
- * then g = RN_binary32(a * 2^margin / (max_elem * max_scale)).  The
+ * then g = a * 2^margin / (max_elem * max_scale) rounded into binary32
+ * as emu_quant_opts says.  The
  * guards: an amax of 0, inf or NaN never makes a scale; if nothing usable
  * is left, g is `previous` (1 if that is not a positive finite value), so
  * g is always positive and finite.  Returns g. */
@@ -281,11 +285,11 @@ void emu_tensor_scaling_string(const emu_tensor_scaling *t, char *buf,
  * op's stream (seed ctx->seed, stream emu_ctx_stream(ctx)), the element
  * mode ctx->rnd.mode (and sr_bits); o may be NULL (current scaling) or give
  * tensor_scale.  If ctx->stats is set, site `site` (kind "quantize", x's
- * role, the element format) records: results, inexact, to_zero (flushed),
- * overflow (clipped), NaN, the histograms of x and of the values, and the
- * relative error of every non-zero element (computed exactly, so
- * ref_samples counts them all).  counts may be NULL.  Advances
- * ctx->op_index like any op. */
+ * role, the scaled format's name in the format column) records: results,
+ * inexact, to_zero (flushed), overflow (clipped), NaN, the histograms of x
+ * and of the values, and the relative error of every non-zero element
+ * (computed exactly, so ref_samples counts them all).  counts may be NULL.
+ * Advances ctx->op_index like any op. */
 int emu_t_quantize_scaled(emu_ctx *ctx, const char *site,
                           emu_scaled_tensor *q, const emu_tensor *x,
                           const emu_quant_opts *o, emu_quant_counts *counts);

@@ -1,0 +1,168 @@
+/*
+ * bench_quant.c — throughput of block-scaled quantization (MX, NVFP4,
+ * per-tensor FP8) against memcpy of the same array, measured in the same
+ * run.
+ *
+ * Data: 2^22 binary32 values as a (rows, 1024) matrix, activations-like
+ * (normal, standard deviation 1, with one block in 64 carrying outliers
+ * 100 times larger).  Every row quantizes the whole matrix along its last
+ * axis (the layout of an activation before a GEMM), single-threaded, best
+ * of several repetitions; "stats" rows also collect the per-block
+ * counts and exact errors the training statistics use.  memcpy of the
+ * array is the reference (its best time over the whole run).
+ *
+ * Usage: bench_quant [--csv] [--log2n N] [--reps R] [--only SPEC]
+ * A program, not a test: it is never registered with CTest.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <emu/emu.h>
+
+static double now(void)
+{
+    struct timespec t;
+    timespec_get(&t, TIME_UTC);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static double uniform(uint64_t i)
+{
+    return ((double)(emu_random64(0x9a47, 2, i) >> 11) + 0.5) * 0x1p-53;
+}
+
+static void make_data(float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        double z = sqrt(-2.0 * log(uniform(2 * i))) *
+                   cos(6.283185307179586 * uniform(2 * i + 1));
+        x[i] = (float)((i / 32) % 64 == 7 ? 100.0 * z : z);
+    }
+}
+
+static double best_memcpy(float *dst, const float *src, size_t n, int reps)
+{
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        double t = now();
+        memcpy(dst, src, n * sizeof *src);
+        t = now() - t;
+        best = t < best ? t : best;
+    }
+    return best;
+}
+
+typedef struct row {
+    const char *spec, *mode;
+    bool stats;
+    double melem;
+} row;
+
+int main(int argc, char **argv)
+{
+    int csv = 0, log2n = 22, reps = 5;
+    const char *only = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--csv"))
+            csv = 1;
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+            only = argv[++i];
+        else if (!strcmp(argv[i], "--log2n") && i + 1 < argc)
+            log2n = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+            reps = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "usage: bench_quant [--csv] [--log2n N] [--reps R] "
+                            "[--only SPEC]\n");
+            return 2;
+        }
+    }
+    if (log2n < 12 || log2n > 26 || reps < 1) {
+        fprintf(stderr, "bench_quant: --log2n in 12..26, --reps >= 1\n");
+        return 2;
+    }
+    const size_t n = (size_t)1 << log2n, cols = 1024;
+    const size_t shape[2] = { n / cols, cols };
+    float *src = malloc(n * sizeof *src), *dst = malloc(n * sizeof *dst);
+    if (!src || !dst) {
+        fprintf(stderr, "bench_quant: out of memory\n");
+        return 1;
+    }
+    make_data(src, n);
+    memset(dst, 0, n * sizeof *dst);
+
+    static const char *const specs[] = { "mxfp8", "mxfp8-e5m2", "mxfp6-e3m2",
+                                         "mxfp4", "mxint8", "nvfp4",
+                                         "elem=e4m3,scale=none,tensor=yes" };
+    static const char *const modes[] = { "rne", "sr" };
+    enum { NS = sizeof specs / sizeof specs[0], NM = 2 };
+    row rows[NS * NM * 2];
+    size_t nrows = 0;
+    double t_copy = best_memcpy(dst, src, n, reps);
+    for (size_t si = 0; si < NS; si++) {
+        emu_scaled_format sf;
+        emu_error err;
+        if (only && strcmp(only, specs[si]))
+            continue;
+        if (emu_scaled_format_parse(&sf, specs[si], &err)) {
+            fprintf(stderr, "bench_quant: %s: %s\n", specs[si], err.message);
+            return 1;
+        }
+        emu_scaled_tensor q;
+        if (emu_scaled_alloc(&q, &sf, 2, shape, 1, &err)) {
+            fprintf(stderr, "bench_quant: %s\n", err.message);
+            return 1;
+        }
+        for (int mi = 0; mi < NM; mi++)
+            for (int st = 0; st < 2; st++) {
+                emu_quant_opts o;
+                memset(&o, 0, sizeof o);
+                unsigned bits;
+                emu_rnd_parse(modes[mi], &o.mode, &bits);
+                o.sr_bits = bits;
+                o.seed = 7;
+                double best = 1e30;
+                for (int r = 0; r < reps; r++) {
+                    emu_quant_counts c;
+                    memset(&c, 0, sizeof c);
+                    double t = now();
+                    int rc = emu_scaled_quantize(&q, src, &o, st ? &c : NULL,
+                                                 NULL, &err);
+                    t = now() - t;
+                    if (rc) {
+                        fprintf(stderr, "bench_quant: %s\n", err.message);
+                        return 1;
+                    }
+                    best = t < best ? t : best;
+                }
+                rows[nrows++] = (row){ specs[si], modes[mi], st != 0,
+                                       (double)n / best * 1e-6 };
+            }
+        emu_scaled_free(&q);
+        double t = best_memcpy(dst, src, n, reps);
+        t_copy = t < t_copy ? t : t_copy;
+    }
+    const double copy = (double)n / t_copy * 1e-6;
+    if (csv)
+        printf("format,mode,stats,melem_per_s,pct_of_memcpy,memcpy_melem_per_s\n");
+    else
+        printf("n = 2^%d binary32 values as (%zu, %zu), blocks along the last "
+               "axis, best of %d, single thread\nmemcpy: %.0f Melem/s\n\n"
+               "%-32s %-4s %-5s %9s %8s\n", log2n, shape[0], shape[1], reps,
+               copy, "format", "mode", "stats", "Melem/s", "%memcpy");
+    for (size_t i = 0; i < nrows; i++) {
+        const row *r = &rows[i];
+        if (csv)
+            printf("\"%s\",%s,%d,%.1f,%.2f,%.1f\n", r->spec, r->mode, r->stats,
+                   r->melem, 100.0 * r->melem / copy, copy);
+        else
+            printf("%-32s %-4s %-5s %9.1f %7.1f%%\n", r->spec, r->mode,
+                   r->stats ? "yes" : "no", r->melem, 100.0 * r->melem / copy);
+    }
+    free(src);
+    free(dst);
+    return 0;
+}
