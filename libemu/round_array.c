@@ -935,7 +935,14 @@ static inline void rne_kernel_one(uint32_t min_normal, uint32_t max,
     memcpy(out, &r, 4);
 }
 
-/* Tiles of fixed length, so that compilers vectorize the loop. */
+/* Tiles of fixed length, so that compilers vectorize the loop; compiled
+ * also for AVX2 and AVX-512 and chosen at load time (x86-64 Linux, GCC), as
+ * the GEMM kernels are: the same integer and IEEE operations, so the same
+ * results. */
+#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && \
+    !defined(EMU_NO_TARGET_CLONES)
+__attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+#endif
 void emu_rne_sat_f32(const emu_rne_sat_plan *k, float *restrict out,
                      const float *restrict in, size_t n)
 {

@@ -479,12 +479,35 @@ double emu_amax(const float *x, size_t n)
     return nan ? NAN : (double)m;
 }
 
-/* floor(log2(a / d)) exactly, a and d positive finite doubles. */
+/* Exponent and fraction bits of a positive normal double (every binary32
+ * value and every product of two is one), and 2^k for a normal k: bit
+ * operations, as these run once per block. */
+static inline int exp_of(double v)
+{
+    uint64_t u;
+    memcpy(&u, &v, sizeof u);
+    return (int)((u >> 52) & 0x7ff) - 1023;
+}
+
+static inline uint64_t frac_of(double v)
+{
+    uint64_t u;
+    memcpy(&u, &v, sizeof u);
+    return u & (((uint64_t)1 << 52) - 1);
+}
+
+static inline double pow2i(int k)
+{
+    uint64_t u = (uint64_t)(k + 1023) << 52;
+    double d;
+    memcpy(&d, &u, sizeof d);
+    return d;
+}
+
+/* floor(log2(a / d)) exactly, a and d positive normal doubles. */
 static int floor_log2_ratio(double a, double d)
 {
-    int ea, ed;
-    double ma = frexp(a, &ea), md = frexp(d, &ed);
-    return ea - ed - (ma < md);
+    return exp_of(a) - exp_of(d) - (frac_of(a) < frac_of(d));
 }
 
 /* The power-of-two exponents a scale format holds: [lo, hi]. */
@@ -519,7 +542,7 @@ static double block_scale(const emu_scaled_format *sf, double a, double g,
         return v;
     }
     if (a == 0.0)
-        return ldexp(1.0, lo);
+        return pow2i(lo);
     int k;
     if (sf->rule == EMU_SCALE_RULE_FLOOR) {
         k = floor_log2_ratio(a, g) - e->emax;
@@ -527,14 +550,14 @@ static double block_scale(const emu_scaled_format *sf, double a, double g,
         /* The smallest k with a <= max_elem * g * 2^k. */
         double d = e->max * g;
         k = floor_log2_ratio(a, d);
-        if (ldexp(d, k) < a)
+        if (d * pow2i(k) < a) /* exact: a power of two times d */
             k++;
     }
     if (k < lo || k > hi) {
         *clamped = true;
         k = k < lo ? lo : hi;
     }
-    return ldexp(1.0, k);
+    return pow2i(k);
 }
 
 /* a / d rounded into binary32 with mode m, from the exact quotient (a >= 0
@@ -568,6 +591,8 @@ typedef struct qrun {
     geom geo;
     int scale_lo, scale_hi;     /* pow2_range of the scale format           */
     bool kernel_ok;             /* the nearest-even kernel applies          */
+    bool pow2_scales;           /* every s g is a power of two whose
+                                   reciprocal is a binary32 (known ahead) */
     emu_rne_sat_plan kernel;
 } qrun;
 
@@ -622,30 +647,27 @@ static void note_element(emu_block_stats *bs, double x, double v, double e,
  * compilers vectorize. */
 static void block_amax(const qrun *R, const block_ref *br, double *amax)
 {
-    uint32_t m = 0;
+    /* a > m ? a : m is exactly SSE's maxps, so this vectorizes; it skips
+     * NaN, which the flag catches. */
+    float m = 0.0f;
+    int nan = 0;
     for (size_t r = 0; r < br->nr; r++) {
         const float *row = R->x + br->base + r * br->rs;
         size_t c = 0;
         if (br->cs == 1)
-            for (; c + 16 <= br->nc; c += 16) {
-                /* fixed trip count: vectorized */
-                uint32_t u[16];
-                memcpy(u, row + c, sizeof u);
-                for (int j = 0; j < 16; j++) {
-                    uint32_t a = u[j] & 0x7fffffffu;
+            for (; c + 16 <= br->nc; c += 16)
+                for (int j = 0; j < 16; j++) { /* fixed trip: vectorized */
+                    const float a = fabsf(row[c + (size_t)j]);
+                    nan |= a != a;
                     m = a > m ? a : m;
                 }
-            }
         for (; c < br->nc; c++) {
-            uint32_t u;
-            memcpy(&u, &row[c * br->cs], sizeof u);
-            u &= 0x7fffffffu;
-            m = u > m ? u : m;
+            const float a = fabsf(row[c * br->cs]);
+            nan |= a != a;
+            m = a > m ? a : m;
         }
     }
-    float f;
-    memcpy(&f, &m, sizeof f);
-    *amax = m > 0x7f800000u ? NAN : (double)f;
+    *amax = nan ? NAN : (double)m;
 }
 
 /* Blocks are quantized a chunk at a time: a run of consecutive blocks
@@ -830,7 +852,12 @@ static double set_scale(const qrun *R, size_t b, block_ref br,
 
 /* The usual layout, fused: rows [r0, r1) of a tensor blocked along its
  * last axis, 1-d blocks, contiguous.  Scales, the scaled values and the
- * rounding of each chunk of rows while it is in cache. */
+ * rounding of each chunk of rows while it is in cache.  Its loops are
+ * compiled also for AVX2 and AVX-512 (as round_array.c's kernel is). */
+#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && \
+    !defined(EMU_NO_TARGET_CLONES)
+__attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+#endif
 static void quantize_rows(const qrun *R, size_t r0, size_t r1, float *tmp,
                           double *tmp64, emu_quant_counts *counts,
                           emu_block_stats *blocks)
@@ -848,7 +875,8 @@ static void quantize_rows(const qrun *R, size_t r0, size_t r1, float *tmp,
             block_ref br = { start, 1, cnt, 0, 1 };
             const double d = set_scale(R, b, br, counts, blocks) * R->g;
             const float inv = (float)(1.0 / d);
-            if (!isnan(d) && !(emu_is_pow2(d) && (double)inv == 1.0 / d))
+            if (!R->pow2_scales && !isnan(d) &&
+                !(emu_is_pow2(d) && (double)inv == 1.0 / d))
                 pow2 = false;
             if (!pow2)
                 continue;
@@ -941,6 +969,12 @@ int emu_scaled_quantize(emu_scaled_tensor *q, const float *x,
         pow2_range(&sf->scale, &R.scale_lo, &R.scale_hi);
     R.kernel_ok = o->mode == EMU_RNE &&
                   emu_rne_sat_plan_make(&R.kernel, &sf->elem);
+    /* Power-of-two rules give 2^k with k in the scale format's range; with
+     * g = 1 and that range inside binary32's normal one, 1 / s is a
+     * binary32 too. */
+    R.pow2_scales = sf->block_scaled && R.g == 1.0 &&
+                    sf->rule != EMU_SCALE_RULE_AMAX && R.scale_lo >= -126 &&
+                    R.scale_hi <= 126;
 
     /* A block holding inf or NaN gets a NaN scale: refuse up front (before
      * any element is written) if the scale format has no NaN. */
