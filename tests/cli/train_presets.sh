@@ -177,6 +177,40 @@ grep -q '"name": "fc2", "exempt": false, "activation_format": "e5m2", "weight_fo
 grep -q '"act_grad": {"format": "e5m2", [^}]*"mode": "sr' "$m" ||
     fail "fp8-e5m2: errors not rounded stochastically: $(grep '"act_grad"' "$m")"
 
+# ---- scaled GEMM operands ------------------------------------------------------------
+# Each GEMM input is a quantize site; what a format promises shows there:
+# the ceil rule clips nothing, MXFP4 loses more than MXFP8 on the same
+# tensors, and fp8-delayed records its recipe.
+
+# qcol RUN SITE COLUMN: a column of ops.csv's row for SITE, by header name.
+qcol() {
+    awk -F, -v s="\"$2\"" -v c="$3" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == c) k = i }
+        NR > 1 && $1 == s { print $k }' "$tmp/$1/ops.csv"
+}
+# (fc2: the first layer computes no input gradient, so has no q.dy, q.w.dx)
+for q in x w dy dy.dw x.dw w.dx; do
+    r=$(qcol learn_mxfp8 "fc2.q.$q" results)
+    [ -n "$r" ] && [ "$r" -gt 0 ] || fail "mxfp8: no quantize site fc2.q.$q in ops.csv"
+done
+run ceil --preset mxfp4 --set 'q.all=mxfp4,rule=ceil' $MLP --train-examples 256 \
+    --test-examples 64 --steps 4
+clipped=$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "overflow") k = i }
+    NR > 1 && $2 == "\"quantize\"" { s += $k } END { print s + 0 }' "$tmp/ceil/ops.csv")
+[ "$clipped" -eq 0 ] || fail "mxfp4 with rule=ceil clipped $clipped elements"
+floor=$(qcol learn_mxfp4 fc1.q.x overflow)
+[ "${floor:-0}" -gt 0 ] || fail "mxfp4 (floor rule) clipped nothing in fc1.q.x: the test above proves nothing"
+e8=$(qcol learn_mxfp8 fc1.q.x rel_mean)
+e4=$(qcol learn_mxfp4 fc1.q.x rel_mean)
+less "$e8" "$e4" || fail "fc1.q.x: mxfp8's quantization error $e8 is not below mxfp4's $e4"
+grep -q '"tensor_scaling": "delayed,history=16,algo=max,margin=0"' "$tmp/learn_fp8-delayed/meta.json" ||
+    fail "fp8-delayed: recipe not recorded: $(grep tensor_scaling "$tmp/learn_fp8-delayed/meta.json")"
+grep -q '"act_grad": {"format": "elem=e2m1,scale=e4m3,block=16,[^}]*"mode": "sr"' \
+    "$tmp/learn_nvfp4/meta.json" ||
+    fail "nvfp4: gradients not quantized with SR: $(grep gemm_operands "$tmp/learn_nvfp4/meta.json")"
+"$EMU" train --preset mxfp8 --set q.all=mxfp9 --steps 1 --out "$tmp/bad" > /dev/null 2> "$tmp/err" &&
+    fail "an unknown scaled format was accepted"
+grep -q "q.all.*unknown preset 'mxfp9'" "$tmp/err" || fail "bad q.all: message '$(cat "$tmp/err")'"
+
 # ---- overrides: --set and config files; the log ------------------------------------
 
 printf '# a config file\npreset = bf16-nearest\nlr = 0.02\nact_grad.mode = sr\nupdate = sr\nseed = 5\n' \

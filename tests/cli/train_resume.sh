@@ -62,6 +62,9 @@ resume_case mpt --preset fp16-mpt --model mlp:784-32-16-10 --set interval=3
 # rounding of the errors (the op counter carries over), a cosine schedule.
 resume_case adaptive --preset adaptive --model mlp:784-16x4-10 \
     --loss-mult 0.0000152587890625 --set act_grad.mode=sr --schedule cosine
+# Delayed FP8 scaling: the amax histories and tensor scales carry over.
+resume_case fp8delayed --preset fp8-delayed --model mlp:784-32-16-10 \
+    --set tensor_scaling=delayed,history=4
 
 # ---- refusals ------------------------------------------------------------
 
