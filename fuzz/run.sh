@@ -19,13 +19,14 @@ cc=${CC:-clang}
 CC=$cc cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DEMU_BUILD_FUZZ=ON -DEMU_BUILD_TESTS=OFF -DEMU_BUILD_BENCH=OFF > "$build.cmake.log" 2>&1 ||
     { cat "$build.cmake.log" >&2; exit 2; }
-cmake --build "$build" -j2 --target fuzz_format_spec fuzz_vectors > "$build.build.log" 2>&1 ||
+cmake --build "$build" -j2 --target fuzz_format_spec fuzz_vectors fuzz_scaled > "$build.build.log" 2>&1 ||
     { tail -n 40 "$build.build.log" >&2; exit 2; }
 
 seeds=$build/seeds
 rm -rf "$seeds"
-mkdir -p "$seeds/fuzz_format_spec" "$seeds/fuzz_vectors" \
-    "$build/corpus/fuzz_format_spec" "$build/corpus/fuzz_vectors" "$build/artifacts"
+mkdir -p "$seeds/fuzz_format_spec" "$seeds/fuzz_vectors" "$seeds/fuzz_scaled" \
+    "$build/corpus/fuzz_format_spec" "$build/corpus/fuzz_vectors" \
+    "$build/corpus/fuzz_scaled" "$build/artifacts"
 
 # Spec seeds: every shipped spec file and a few inline specs.
 cp "$root"/formats/*.fmt "$seeds/fuzz_format_spec/"
@@ -50,8 +51,19 @@ for f in "$root"/tests/data/*.tv; do
     { printf "$layout"; head -n 40 "$f"; } > "$seeds/fuzz_vectors/$base"
 done
 
+# Scaled-format seeds: a spec line, three layout bytes (rows, columns,
+# axis and mode), then binary32 data: 1.0, -3.5, 1e-40, inf, NaN, 448...
+i=0
+for s in mxfp8 mxfp4 nvfp4 mxint8 'mxfp6-e3m2,block=7' 'mxfp8,block=4x3' \
+         'elem=e4m3,scale=none,tensor=yes' 'elem=e5m2,scale=e4m3,block=5,rule=amax,scale_mode=ru'; do
+    i=$((i + 1))
+    { printf '%s\n\003\040\005' "$s"
+      printf '\000\000\200\077\000\000\140\300\131\131\021\000\000\000\200\177\000\000\300\177\000\000\340\103'
+    } > "$seeds/fuzz_scaled/seed$i"
+done
+
 status=0
-for h in fuzz_format_spec fuzz_vectors; do
+for h in fuzz_format_spec fuzz_vectors fuzz_scaled; do
     echo "== $h: $secs s"
     if ! "$build/fuzz/$h" -max_total_time="$secs" -print_final_stats=1 \
             -artifact_prefix="$build/artifacts/$h-" \

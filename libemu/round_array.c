@@ -943,8 +943,8 @@ static inline void rne_kernel_one(uint32_t min_normal, uint32_t max,
     !defined(EMU_NO_TARGET_CLONES)
 __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 #endif
-void emu_rne_sat_f32(const emu_rne_sat_plan *k, float *restrict out,
-                     const float *restrict in, size_t n)
+static void rne_sat_run(const emu_rne_sat_plan *k, float *restrict out,
+                        const float *restrict in, size_t n)
 {
     const uint32_t mn = k->min_normal, mx = k->max, sh = k->shift,
                    h = k->half_minus_1;
@@ -955,4 +955,12 @@ void emu_rne_sat_f32(const emu_rne_sat_plan *k, float *restrict out,
             rne_kernel_one(mn, mx, sh, h, mg, out + i + j, in + i + j);
     for (; i < n; i++)
         rne_kernel_one(mn, mx, sh, h, mg, out + i, in + i);
+}
+
+/* The clones are static (as the GEMM kernels are): compilers disagree on
+ * multiversioned functions with external linkage. */
+void emu_rne_sat_f32(const emu_rne_sat_plan *k, float *out, const float *in,
+                     size_t n)
+{
+    rne_sat_run(k, out, in, n);
 }

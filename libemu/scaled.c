@@ -604,7 +604,14 @@ static int tensor_scale_of(qrun *R, emu_error *err)
         return 0;
     double g = R->o->tensor_scale;
     if (g == 0.0) {
-        double a = emu_amax(R->x, R->q->n);
+        /* The largest finite |x|: one inf must not decide the scale of
+         * every other element (it saturates on its own). */
+        double a = 0.0;
+        for (size_t i = 0; i < R->q->n; i++) {
+            double v = fabs((double)R->x[i]);
+            if (v > a && v <= FLT_MAX)
+                a = v;
+        }
         double ms = sf->block_scaled ? sf->scale.max : 1.0;
         g = isfinite(a) && a > 0.0
                 ? div_to_f32(a, sf->elem.max * ms, tensor_scale_mode(sf))
@@ -976,6 +983,14 @@ int emu_scaled_quantize(emu_scaled_tensor *q, const float *x,
                     sf->rule != EMU_SCALE_RULE_AMAX && R.scale_lo >= -126 &&
                     R.scale_hi <= 126;
 
+    /* A per-tensor format rounds NaN into the element format: refuse it
+     * if that has no NaN (inf saturates). */
+    if (!sf->block_scaled && !sf->elem.has_nan)
+        for (size_t i = 0; i < q->n; i++)
+            if (isnan(x[i]))
+                return emu_fail(err, "quantize", "data", "element %zu is NaN "
+                                "and the element format %s has no NaN", i,
+                                sf->elem.name);
     /* A block holding inf or NaN gets a NaN scale: refuse up front (before
      * any element is written) if the scale format has no NaN. */
     if (sf->block_scaled && !sf->scale.has_nan)

@@ -31,7 +31,11 @@
  * the scale format's NaN (E8M0 0xFF), and every element of that block then
  * decodes as NaN — the spec's rule for a NaN scale.  A scale format with no
  * NaN cannot mark such a block, so quantization refuses the data, naming
- * the element.
+ * the element.  A format with no block scales rounds each value on its own:
+ * inf stays inf where the element format has one and saturates to ±max
+ * otherwise; NaN stays NaN, or is refused (naming the element) if the
+ * element format has no NaN; current scaling takes g from the largest
+ * finite |x|.
  */
 #ifndef EMU_SCALED_H
 #define EMU_SCALED_H
@@ -154,8 +158,9 @@ typedef struct emu_quant_opts {
     uint64_t seed, stream;    /* stochastic: element i takes the word
                                  emu_random64(seed, stream, i)            */
     /* The tensor scale g, for formats with one: 0 means "current scaling",
-     * g = amax(x) / (max_elem * max_scale) rounded into binary32 (max_scale
-     * = 1 without block scales: g = amax / max_elem), or 1 if amax is 0; a
+     * g = amax(x) / (max_elem * max_scale) rounded into binary32 (amax over
+     * the finite values; max_scale = 1 without block scales: g = amax /
+     * max_elem), or 1 if amax is 0; a
      * positive finite value is used as given (delayed scaling).  The
      * rounding is the AMAX rule's scale_mode (so that ru clips nothing),
      * nearest-even for other formats. */
