@@ -745,6 +745,42 @@ static void round_chunk(const qrun *R, size_t b0, size_t b1, size_t e0,
         }
         return;
     }
+    if (R->kernel_ok && !sr && ef->qmin - 1 >= -149) {
+        /* Nearest-even through the binary32 kernel: f = RN32(x / d).  Every
+         * rounding boundary of the element format (grid point or midpoint:
+         * at most p + 1 significant bits, at or above 2^(qmin-1)) is a
+         * binary32, and RN32 is monotonic, so f rounds like the exact
+         * quotient unless f itself has the shape of a boundary (its
+         * fraction bits below p + 1 clear) while differing from the
+         * quotient: those few are redone by the choke point. */
+        const uint32_t fmask = (1u << (23 - ef->p)) - 1;
+        for (size_t b = b0; b < b1; b++) {
+            block_ref br = block_at(q, &R->geo, b);
+            const double d = (double)q->scale[b] * R->g;
+            FOR_BLOCK(br, i, { tmp[i - e0] = isnan(d) ? 0.0f : (float)(x[i] / d); })
+        }
+        emu_rne_sat_f32(&R->kernel, q->elem + e0, tmp, len);
+        for (size_t b = b0; b < b1; b++) {
+            block_ref br = block_at(q, &R->geo, b);
+            const double d = (double)q->scale[b] * R->g;
+            if (isnan(d)) {
+                FOR_BLOCK(br, i, { q->elem[i] = 0.0f; })
+                continue;
+            }
+            FOR_BLOCK(br, i, {
+                uint32_t u;
+                memcpy(&u, &tmp[i - e0], sizeof u);
+                if ((u & fmask) == 0 && x[i] != 0.0f) {
+                    double hi, lo;
+                    quotient(x[i], d, false, &hi, &lo);
+                    if (lo != 0.0 || hi != (double)tmp[i - e0] || !isfinite(hi))
+                        q->elem[i] = (float)emu_round2_word(ef, hi, lo, &R->rnd,
+                                                            0, NULL);
+                }
+            })
+        }
+        return;
+    }
     /* Significand bits below the element precision plus one: a boundary
      * (grid point or midpoint) has none of them set. */
     const uint64_t mask = ((uint64_t)1 << (52 - ef->p)) - 1;

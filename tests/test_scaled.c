@@ -2307,6 +2307,66 @@ START_TEST(quantize_site_stats)
 }
 END_TEST
 
+/* Quotients next to a rounding boundary.  With a tensor scale g that is
+ * not a power of two, x / g is rounded to binary32 first on the fast path,
+ * and can land exactly on a grid point or midpoint of the element format
+ * while the true quotient lies just beside it: x = RN32(B g) for a
+ * boundary B with g in (1, 2) gives |x / g - B| < ulp(B) / 2.  Those
+ * elements must be redone from the exact quotient; here every boundary of
+ * three element formats, both signs and the neighbouring binary32 values,
+ * in every deterministic mode, against MPFR. */
+START_TEST(near_boundaries)
+{
+    unsigned long long before = begin_test();
+    static const char *const specs[] = { "elem=e2m1,scale=none,tensor=yes",
+                                         "elem=e3m2,scale=none,tensor=yes",
+                                         "elem=e4m3,scale=none,tensor=yes" };
+    static const float gs[] = { 0x1.3c0ca4p+0f, 0x1.fffffep+0f, 0x1.000002p+0f };
+    for (size_t si = 0; si < sizeof specs / sizeof specs[0]; si++) {
+        emu_scaled_format sf = sfmt(specs[si]);
+        const emu_format *ef = &sf.elem;
+        /* the positive values of the element format, then the midpoints */
+        double vals[512];
+        int nv = 0;
+        for (double v = ef->min_value; v <= ef->max && nv < 255;
+             v = emu_next_up(ef, v))
+            vals[nv++] = v;
+        int nb = nv;
+        for (int i = 0; i + 1 < nv && nb < 510; i++)
+            vals[nb++] = (vals[i] + vals[i + 1]) / 2;
+        vals[nb++] = ef->min_value / 2;
+        for (size_t gi = 0; gi < sizeof gs / sizeof gs[0]; gi++) {
+            const double g = gs[gi];
+            float *x = malloc((size_t)nb * 6 * sizeof *x);
+            ck_assert(x);
+            size_t n = 0;
+            for (int i = 0; i < nb; i++) {
+                float c = (float)(vals[i] * g);
+                const float cand[3] = { nextafterf(c, 0.0f), c,
+                                        nextafterf(c, INFINITY) };
+                for (int k = 0; k < 3; k++) {
+                    x[n++] = cand[k];
+                    x[n++] = -cand[k];
+                }
+            }
+            for (int m = 0; m < TEST_DET_MODES; m++) {
+                emu_quant_opts o;
+                memset(&o, 0, sizeof o);
+                o.mode = (emu_rnd)m;
+                o.tensor_scale = g;
+                char desc[300];
+                snprintf(desc, sizeof desc, "near boundaries: %s, g %a, mode %s",
+                         specs[si], g, emu_rnd_name(o.mode));
+                size_t shape[1] = { n };
+                check_quantization(&sf, desc, 1, shape, 0, x, &o);
+            }
+            free(x);
+        }
+    }
+    FINISH("quotients next to rounding boundaries", before);
+}
+END_TEST
+
 static Suite *scaled_suite(void)
 {
     Suite *s = suite_create("scaled");
@@ -2328,6 +2388,7 @@ static Suite *scaled_suite(void)
     tcase_add_test(tc, spec_parsing);
     tcase_add_test(tc, quantize_site_stats);
     tcase_add_test(tc, nvfp4_ru_current_clips_nothing);
+    tcase_add_test(tc, near_boundaries);
     suite_add_tcase(s, tc);
     return s;
 }
