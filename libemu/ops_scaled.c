@@ -101,6 +101,12 @@ int emu_t_quantize_scaled(emu_ctx *ctx, const char *site,
     const bool hist = ctx->measure & EMU_MEASURE_HIST;
     const bool ref = ctx->measure & EMU_MEASURE_REF;
     const double g = q->tensor_scale;
+    if (hist)
+        for (size_t b = 0; b < q->nblocks; b++) {
+            const double sb = q->sf.block_scaled ? q->scale[b] : 1.0;
+            if (!isnan(sb))
+                s.hist_scale[emu_hist_bin(sb * g)]++; /* exact */
+        }
     for (size_t i = 0; i < q->n; i++) {
         const double xi = x->data[i];
         const double v = emu_scaled_value(q, i);

@@ -97,6 +97,7 @@ void emu_site_stats_merge(emu_site_stats *a, const emu_site_stats *b)
     for (int i = 0; i < EMU_HIST_BINS; i++) {
         a->hist_exact[i] += b->hist_exact[i];
         a->hist_rounded[i] += b->hist_rounded[i];
+        a->hist_scale[i] += b->hist_scale[i];
     }
     a->ref_samples += b->ref_samples;
     a->ulp_sum += b->ulp_sum;
@@ -282,6 +283,7 @@ static int write_hist_csv(FILE *fp, const void *arg)
     for (size_t i = 0; i < s->count; i++) {
         hist_rows(fp, &s->sites[i], "exact", s->sites[i].total.hist_exact);
         hist_rows(fp, &s->sites[i], "rounded", s->sites[i].total.hist_rounded);
+        hist_rows(fp, &s->sites[i], "scale", s->sites[i].total.hist_scale);
     }
     return 0;
 }
@@ -389,6 +391,8 @@ static int write_json(FILE *fp, const void *arg)
         json_array(fp, t->hist_exact, EMU_HIST_BINS);
         fprintf(fp, ",\n     \"hist_rounded\": ");
         json_array(fp, t->hist_rounded, EMU_HIST_BINS);
+        fprintf(fp, ",\n     \"hist_scale\": ");
+        json_array(fp, t->hist_scale, EMU_HIST_BINS);
         fputc('}', fp);
     }
     fprintf(fp, "\n  ]\n}\n");

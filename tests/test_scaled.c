@@ -2246,6 +2246,20 @@ START_TEST(quantize_site_stats)
                 diff += !test_same(q.elem[i], q2.elem[i]);
             CHECK(diff == 0, "%s %s: %zu elements differ from emu_scaled_quantize"
                   " with seed 31, stream 7", specs[s], emu_rnd_name(o.mode), diff);
+            /* the scale histogram: one count per block, in the bin of the
+             * block's scale times the tensor scale (from the scales by hand) */
+            uint64_t want_hist[EMU_HIST_BINS] = { 0 };
+            for (size_t b = 0; b < q2.nblocks; b++)
+                if (!isnan(q2.scale[b]))
+                    want_hist[emu_hist_bin((double)q2.scale[b] *
+                                           (double)q2.tensor_scale)]++;
+            const emu_site *hs = NULL;
+            for (size_t k = 0; k < st.count; k++)
+                if (!strcmp(st.sites[k].name, "q.w"))
+                    hs = &st.sites[k];
+            CHECK(hs && !memcmp(hs->total.hist_scale, want_hist, sizeof want_hist),
+                  "%s %s: the site's scale histogram differs from the blocks' "
+                  "scales", specs[s], emu_rnd_name(o.mode));
             /* the oracle's counts */
             ref_q r;
             ref_quantize(&r, &sf, 2, shape, 1, x.data, &o);

@@ -291,8 +291,9 @@ void emu_tensor_scaling_string(const emu_tensor_scaling *t, char *buf,
  * mode ctx->rnd.mode (and sr_bits); o may be NULL (current scaling) or give
  * tensor_scale.  If ctx->stats is set, site `site` (kind "quantize", x's
  * role, the scaled format's name in the format column) records: results,
- * inexact, to_zero (flushed), overflow (clipped), NaN, the histograms of x
- * and of the values, and the relative error of every non-zero element
+ * inexact, to_zero (flushed), overflow (clipped), NaN, the histograms of x,
+ * of the values and of the scales (s_b g per block, hist_scale), and the
+ * relative error of every non-zero element
  * (computed exactly, so ref_samples counts them all).  counts may be NULL.
  * Advances ctx->op_index like any op. */
 int emu_t_quantize_scaled(emu_ctx *ctx, const char *site,

@@ -72,6 +72,8 @@ typedef struct emu_site_stats {
     /* magnitudes */
     uint64_t hist_exact[EMU_HIST_BINS];   /* value before output rounding */
     uint64_t hist_rounded[EMU_HIST_BINS]; /* value written                */
+    uint64_t hist_scale[EMU_HIST_BINS];   /* quantize sites: each block's
+                                             scale times the tensor scale */
     /* error against MPFR, on sampled outputs */
     uint64_t ref_samples;
     double ulp_sum, ulp_max;   /* |out - exact| in ulps of the output format */
@@ -120,7 +122,7 @@ int emu_stats_write_step_rows(const emu_stats *s, FILE *fp, bool header);
 
 /* Whole-run exports, each written atomically to `path`:
  *   sites CSV: one row per (site, role) with every counter and derived rates;
- *   histogram CSV (long form): site, role, which (exact|rounded), bin label,
+ *   histogram CSV (long form): site, role, which (exact|rounded|scale), bin label,
  *     log2 lower edge (empty for special bins), count — only non-zero bins;
  *   JSON: the same as one document.
  * Return 0 or -1 with err naming the path and the system error. */
