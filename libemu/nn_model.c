@@ -622,7 +622,7 @@ int emu_model_forward(emu_model *m, emu_ctx *ctx, const emu_policy *p)
                 .a_src = l->has_xq ? in : xa != x ? x : NULL,
                 .b_src = p->use_master ? &l->weight.master
                          : wa != &l->weight.w ? &l->weight.w : NULL,
-                .alpha = gx * gw };
+                .alpha = gx * gw, .src_alpha = 1.0 };
             site_of(site, sizeof site, l, "matmul");
             rc = emu_t_matmul(ctx, site, &l->y, xa, wa, &o);
             site_of(site, sizeof site, l, "bias");
@@ -729,6 +729,7 @@ int emu_model_backward(emu_model *m, emu_ctx *ctx, const emu_policy *p,
                 return -1;
             ctx->rnd = wgrad_rnd;
             emu_matmul_opts o = { .trans_a = true, .alpha = gdy * gx,
+                                  .src_alpha = 1.0,
                                   .a_src = dya != dy ? dy : NULL,
                                   .b_src = xa != l->in ? l->in : NULL };
             site_of(site, sizeof site, l, "dweight");
@@ -746,6 +747,7 @@ int emu_model_backward(emu_model *m, emu_ctx *ctx, const emu_policy *p,
                     return -1;
                 ctx->rnd = grad_rnd;
                 emu_matmul_opts d = { .alpha = l->scale * gdy * gw,
+                                      .src_alpha = l->scale,
                                       .a_src = dya != dy ? dy : NULL,
                                       .b_src = wa != &l->weight.w
                                                    ? &l->weight.w : NULL };

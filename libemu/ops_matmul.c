@@ -29,6 +29,7 @@ typedef struct mm_op {
     const float *a, *b, *as, *bs;   /* inputs and sources (as/bs may be a/b) */
     const float *c;                 /* old output values, or NULL            */
     double alpha;                   /* output scale (emu_scale_pairs)        */
+    double src_alpha;               /* the sources' reference scale          */
     ptrdiff_t a_rs, a_cs, b_rs, b_cs;
     mpfr_t *xa, *xb;                /* K + 1 terms each, binary32-exact     */
     mpfr_ptr *pa, *pb;
@@ -48,7 +49,7 @@ static const float *b_elem(const mm_op *m, const float *b, size_t bt, size_t k,
 
 /* alpha (row i of A . column j of B) + c[o], from a and b. */
 static void mm_dot(const mm_op *m, size_t o, const float *a, const float *b,
-                   mpfr_ptr out)
+                   double alpha, mpfr_ptr out)
 {
     size_t bt = o / (m->M * m->N), ij = o % (m->M * m->N);
     size_t i = ij / m->N, j = ij % m->N;
@@ -57,7 +58,7 @@ static void mm_dot(const mm_op *m, size_t o, const float *a, const float *b,
         mpfr_set_flt(m->xb[k], *b_elem(m, b, bt, k, j), MPFR_RNDN);
     }
     mpfr_dot(out, m->pa, m->pb, m->K, MPFR_RNDN);
-    mpfr_mul_d(out, out, m->alpha, MPFR_RNDN); /* exact, or 2^-256 close */
+    mpfr_mul_d(out, out, alpha, MPFR_RNDN); /* exact, or 2^-256 close */
     if (m->c)
         mpfr_add_d(out, out, m->c[o], MPFR_RNDN);
 }
@@ -65,11 +66,11 @@ static void mm_dot(const mm_op *m, size_t o, const float *a, const float *b,
 static int mm_ref(const void *op, size_t o, mpfr_ptr exact, mpfr_ptr exact_src)
 {
     const mm_op *m = op;
-    mm_dot(m, o, m->a, m->b, exact);
-    if (m->as == m->a && m->bs == m->b)
+    mm_dot(m, o, m->a, m->b, m->alpha, exact);
+    if (m->as == m->a && m->bs == m->b && m->src_alpha == m->alpha)
         mpfr_set(exact_src, exact, MPFR_RNDN);
     else
-        mm_dot(m, o, m->as, m->bs, exact_src);
+        mm_dot(m, o, m->as, m->bs, m->src_alpha, exact_src);
     return 1;
 }
 
@@ -142,8 +143,12 @@ static int mm_check(emu_ctx *ctx, const char *site, int nd, emu_tensor *out,
         return emu_ctx_fail(ctx, site, "alpha %g with accumulate: the old "
                             "output would be divided by it inexactly (a power "
                             "of two only)", o->alpha);
+    if (!(o->src_alpha >= 0.0) || !isfinite(o->src_alpha))
+        return emu_ctx_fail(ctx, site, "src_alpha %g is not 0 or positive "
+                            "and finite", o->src_alpha);
     memset(m, 0, sizeof *m);
     m->alpha = alpha;
+    m->src_alpha = o->src_alpha == 0.0 ? alpha : o->src_alpha;
     m->batch = batch;
     m->M = M;
     m->N = N;

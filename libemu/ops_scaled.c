@@ -205,6 +205,7 @@ int emu_t_matmul_scaled(emu_ctx *ctx, const char *site, emu_tensor *out,
     }
     emu_matmul_opts mo = *o;
     mo.alpha = alpha * (double)a->tensor_scale * (double)b->tensor_scale;
+    mo.src_alpha = alpha; /* the sources carry their scales themselves */
     int rc = emu_t_matmul(ctx, site, out, &ta, &tb, &mo);
     emu_tensor_free(&ta);
     emu_tensor_free(&tb);

@@ -171,7 +171,10 @@ int emu_policy_preset(emu_policy *p, const char *name, emu_error *err)
         /* Block-scaled GEMM inputs, binary32 elsewhere.  MXFP8: E4M3 for
          * every operand.  MXFP4 and NVFP4 round gradients stochastically
          * (their training recipes); NVFP4 scales weights in 16 x 16 tiles,
-         * so that W and its transpose share one quantization. */
+         * so that W and its transpose share one quantization.  Stochastic
+         * rounding is unbiased only where nothing clips, and the OCP floor
+         * rule clips FP4's top binade: MXFP4's gradients take the clip-free
+         * ceil rule (Tseng et al. scale by 3/4 for the same reason). */
         const bool fp4 = strcmp(name, "mxfp8") != 0;
         base(p, name, !strcmp(name, "nvfp4")
                           ? "NVIDIA, Pretraining Large Language Models with "
@@ -184,7 +187,8 @@ int emu_policy_preset(emu_policy *p, const char *name, emu_error *err)
         quant(&p->q_weight, !strcmp(name, "nvfp4") ? "nvfp4,block=16x16" : spec,
               EMU_RNE);
         quant(&p->q_activation, spec, EMU_RNE);
-        quant(&p->q_act_grad, spec, fp4 ? EMU_RS : EMU_RNE);
+        quant(&p->q_act_grad, !strcmp(name, "mxfp4") ? "mxfp4,rule=ceil" : spec,
+              fp4 ? EMU_RS : EMU_RNE);
         p->tscale.kind = EMU_TSCALE_CURRENT;
     } else {
         char list[256] = "";

@@ -2381,6 +2381,95 @@ START_TEST(near_boundaries)
 }
 END_TEST
 
+/* The error split of a scaled matmul: with the unquantized sources given,
+ * the quantization error is measured against the sources' own product
+ * (alpha alone, not the tensor scales the dequantized operands leave out).
+ * Positive data, so no cancellation: the relative quantization error of
+ * each dot product is bounded by the elements' (below 1/2 for E2M1 with
+ * its scale; 2^-4 for E4M3), and its mean is checked against an MPFR
+ * recomputation from the sources. */
+START_TEST(matmul_error_split)
+{
+    unsigned long long before = begin_test();
+    static const char *const specs[] = { "nvfp4", "elem=e4m3,scale=none,tensor=yes",
+                                         "mxfp4" };
+    static const double bound[] = { 0.5, 0.0625, 0.5 };
+    test_rng g = test_rng_make(0x5b1);
+    for (size_t si = 0; si < 3; si++) {
+        emu_scaled_format sf = sfmt(specs[si]);
+        const size_t M = 5, K = 48, N = 6;
+        emu_error err;
+        emu_tensor a, b, out;
+        ck_assert(emu_tensor_alloc4(&a, "a", EMU_ROLE_ACTIVATION,
+                                    test_format("binary32"), M, K, 0, 0, &err) == 0);
+        ck_assert(emu_tensor_alloc4(&b, "b", EMU_ROLE_WEIGHT,
+                                    test_format("binary32"), K, N, 0, 0, &err) == 0);
+        ck_assert(emu_tensor_alloc4(&out, "out", EMU_ROLE_OTHER,
+                                    test_format("binary32"), M, N, 0, 0, &err) == 0);
+        for (size_t i = 0; i < a.n; i++)
+            a.data[i] = (float)ldexp(1.0 + (double)test_below(&g, 1000) / 1000.0,
+                                     (int)test_below(&g, 8) + 3);
+        for (size_t i = 0; i < b.n; i++)
+            b.data[i] = (float)ldexp(1.0 + (double)test_below(&g, 1000) / 1000.0,
+                                     -(int)test_below(&g, 8) - 5);
+        emu_scaled_tensor qa, qb;
+        size_t sa[2] = { M, K }, sb[2] = { K, N };
+        sq_alloc(&qa, &sf, 2, sa, 1);
+        sq_alloc(&qb, &sf, 2, sb, 0);
+        ck_assert(emu_scaled_quantize(&qa, a.data, NULL, NULL, NULL, &err) == 0);
+        ck_assert(emu_scaled_quantize(&qb, b.data, NULL, NULL, NULL, &err) == 0);
+        emu_ctx ctx;
+        emu_ctx_init(&ctx, 3);
+        emu_stats st;
+        emu_stats_init(&st);
+        ctx.stats = &st;
+        ctx.measure = EMU_MEASURE_ALL;
+        ctx.ref_rate = 1.0;
+        emu_matmul_opts o = { .a_src = &a, .b_src = &b, .alpha = 0.5 };
+        int rc = emu_t_matmul_scaled(&ctx, "mm", &out, &qa, &qb, &o);
+        CHECK(rc == 0, "%s: matmul failed: %s", specs[si], ctx.err.message);
+        /* the mean quantization error, from MPFR: |dot(values) - dot(x)| / dot(x) */
+        double want = 0.0;
+        mpfr_t dv, dx, t;
+        mpfr_inits2(256, dv, dx, t, (mpfr_ptr)0);
+        for (size_t i = 0; i < M; i++)
+            for (size_t j = 0; j < N; j++) {
+                mpfr_set_zero(dv, 1);
+                mpfr_set_zero(dx, 1);
+                for (size_t k = 0; k < K; k++) {
+                    mpfr_set_d(t, emu_scaled_value(&qa, i * K + k), MPFR_RNDN);
+                    mpfr_mul_d(t, t, emu_scaled_value(&qb, k * N + j), MPFR_RNDN);
+                    mpfr_add(dv, dv, t, MPFR_RNDN);
+                    mpfr_set_flt(t, a.data[i * K + k], MPFR_RNDN);
+                    mpfr_mul_d(t, t, (double)b.data[k * N + j], MPFR_RNDN);
+                    mpfr_add(dx, dx, t, MPFR_RNDN);
+                }
+                mpfr_sub(t, dv, dx, MPFR_RNDN);
+                mpfr_div(t, t, dx, MPFR_RNDN);
+                want += fabs(mpfr_get_d(t, MPFR_RNDN));
+            }
+        mpfr_clears(dv, dx, t, (mpfr_ptr)0);
+        want /= (double)(M * N);
+        const emu_site *site = st.count ? &st.sites[0] : NULL;
+        double got = site && site->total.dot_samples
+                         ? site->total.quant_sum / (double)site->total.dot_samples
+                         : -1.0;
+        CHECK(site && site->total.dot_samples == M * N &&
+              got <= bound[si] && fabs(got - want) <= 1e-9 * want,
+              "%s: mean quantization error %.10g over %" PRIu64 " dot products, "
+              "MPFR from the sources %.10g (bound %g)", specs[si], got,
+              site ? site->total.dot_samples : 0, want, bound[si]);
+        emu_stats_free(&st);
+        emu_scaled_free(&qa);
+        emu_scaled_free(&qb);
+        emu_tensor_free(&a);
+        emu_tensor_free(&b);
+        emu_tensor_free(&out);
+    }
+    FINISH("error split of a scaled matmul", before);
+}
+END_TEST
+
 static Suite *scaled_suite(void)
 {
     Suite *s = suite_create("scaled");
@@ -2403,6 +2492,7 @@ static Suite *scaled_suite(void)
     tcase_add_test(tc, quantize_site_stats);
     tcase_add_test(tc, nvfp4_ru_current_clips_nothing);
     tcase_add_test(tc, near_boundaries);
+    tcase_add_test(tc, matmul_error_split);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -207,6 +207,11 @@ typedef struct emu_matmul_opts {
                           tensor scales (any positive value, then the
                           product is formed exactly and rounded once).
                           With accumulate, a power of two only. */
+    double src_alpha;  /* the scale of the sources' product in the reference
+                          (0 means alpha): when the inputs are the sources
+                          divided by tensor scales that alpha puts back, the
+                          sources' own product needs only the rest of alpha
+                          (scaled formats set it; see emu/scaled.h) */
 } emu_matmul_opts;
 int emu_t_matmul(emu_ctx *ctx, const char *site, emu_tensor *out, const emu_tensor *a, const emu_tensor *b, const emu_matmul_opts *opts);
 /* Batched: 3-d tensors (batch, M, K) x (batch, K, N). */

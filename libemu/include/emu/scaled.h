@@ -313,8 +313,9 @@ int emu_t_quantize_scaled(emu_ctx *ctx, const char *site,
  * 1 (axis 0 if trans_a: A stored (K, M)); B (K, N) along axis 0 (axis 1 if
  * trans_b), and when both have block scales their extents along K must
  * match, so that each block of A meets exactly one block of B.  opts may
- * be NULL; a_src/b_src (binary32 sources, the shapes of A and B) give the
- * error decomposition; accumulate is refused (its start value would be
+ * be NULL; a_src/b_src (binary32 sources, the shapes of A and B, in their
+ * own scale: the reference from them is multiplied by alpha alone) give
+ * the error decomposition; accumulate is refused (its start value would be
  * divided by alpha g_a g_b, not exactly).  Every value of A and B must
  * dequantize to a binary32 exactly (emu_scaled_dequantize). */
 int emu_t_matmul_scaled(emu_ctx *ctx, const char *site, emu_tensor *out,
