@@ -652,29 +652,88 @@ static void note_element(emu_block_stats *bs, double x, double v, double e,
 /* The block's amax: NaN if it holds a NaN, inf if an inf.  On the bit
  * patterns, where the largest |x| is the largest integer, a loop that
  * compilers vectorize. */
+/* The largest |x| of n contiguous values (NaN if one is NaN), on the bit
+ * patterns, where |x| orders as an unsigned integer and NaN lies above
+ * inf: sixteen independent lanes (elementwise maxima, which vectorize),
+ * folded in halves at the end. */
+static inline double amax_run(const float *xs, size_t n)
+{
+    uint32_t lane[16] = { 0 };
+    size_t k = 0;
+    for (; k + 16 <= n; k += 16)
+        for (int j = 0; j < 16; j++) {
+            uint32_t u;
+            memcpy(&u, &xs[k + (size_t)j], sizeof u);
+            u &= 0x7fffffffu;
+            lane[j] = u > lane[j] ? u : lane[j];
+        }
+    for (int j = 0; j < 8; j++) /* fixed trip counts: a few vector ops */
+        lane[j] = lane[j + 8] > lane[j] ? lane[j + 8] : lane[j];
+    for (int j = 0; j < 4; j++)
+        lane[j] = lane[j + 4] > lane[j] ? lane[j + 4] : lane[j];
+    uint32_t m = 0;
+    for (int j = 0; j < 4; j++)
+        m = lane[j] > m ? lane[j] : m;
+    for (; k < n; k++) {
+        uint32_t u;
+        memcpy(&u, &xs[k], sizeof u);
+        u &= 0x7fffffffu;
+        m = u > m ? u : m;
+    }
+    float f;
+    memcpy(&f, &m, sizeof f);
+    return m > 0x7f800000u ? NAN : (double)f;
+}
+
+/* t = x * f for n contiguous values (f a power of two: exact but below
+ * 2^-126), in fixed-length runs that vectorize.  tmp is the caller's
+ * scratch, never the data: restrict. */
+static inline void scale_run(float *restrict t, const float *restrict x,
+                             float f, size_t n)
+{
+    size_t k = 0;
+    for (; k + 16 <= n; k += 16) {
+        float v[16];
+        memcpy(v, x + k, sizeof v);
+        for (int j = 0; j < 16; j++)
+            v[j] *= f;
+        memcpy(t + k, v, sizeof v);
+    }
+    for (; k < n; k++)
+        t[k] = x[k] * f;
+}
+
 static void block_amax(const qrun *R, const block_ref *br, double *amax)
 {
-    /* a > m ? a : m is exactly SSE's maxps, so this vectorizes; it skips
-     * NaN, which the flag catches. */
-    float m = 0.0f;
-    int nan = 0;
+    double m = 0.0;
+    bool nan = false;
     for (size_t r = 0; r < br->nr; r++) {
         const float *row = R->x + br->base + r * br->rs;
-        size_t c = 0;
-        if (br->cs == 1)
-            for (; c + 16 <= br->nc; c += 16)
-                for (int j = 0; j < 16; j++) { /* fixed trip: vectorized */
-                    const float a = fabsf(row[c + (size_t)j]);
-                    nan |= a != a;
-                    m = a > m ? a : m;
-                }
-        for (; c < br->nc; c++) {
-            const float a = fabsf(row[c * br->cs]);
-            nan |= a != a;
+        if (br->cs == 1) {
+            const double a = amax_run(row, br->nc);
+            nan |= isnan(a);
+            m = a > m ? a : m;
+            continue;
+        }
+        for (size_t c = 0; c < br->nc; c++) {
+            const double a = fabs((double)row[c * br->cs]);
+            nan |= isnan(a);
             m = a > m ? a : m;
         }
     }
-    *amax = nan ? NAN : (double)m;
+    *amax = nan ? NAN : m;
+}
+
+/* Integer elements have no -0 (two's complement): x + 0 turns -0 into +0
+ * and leaves every other value alone.  Run on each chunk while it is in
+ * cache. */
+static void no_negative_zero(const qrun *R, size_t e0, size_t n)
+{
+    if (!R->q->sf.int_elem)
+        return;
+    float *e = R->q->elem + e0;
+    for (size_t i = 0; i < n; i++)
+        e[i] += 0.0f;
 }
 
 /* Blocks are quantized a chunk at a time: a run of consecutive blocks
@@ -866,18 +925,18 @@ static void chunk_stats(const qrun *R, size_t b0, size_t b1,
 
 /* Chooses block b's scale from its amax (NaN for a block with inf or NaN;
  * the caller has refused those where the scale format has no NaN). */
-static double set_scale(const qrun *R, size_t b, block_ref br,
-                        emu_quant_counts *counts, emu_block_stats *blocks)
+/* Block b's scale from its amax a (NaN for a block with inf or NaN; the
+ * caller has refused those where the scale format has no NaN). */
+static double scale_of_amax(const qrun *R, size_t b, double a,
+                            emu_quant_counts *counts, emu_block_stats *blocks)
 {
     const emu_scaled_format *sf = &R->q->sf;
-    double a;
-    block_amax(R, &br, &a);
     if (blocks)
         blocks[b].amax = (float)a;
     double s = 1.0;
     bool clamped = false;
     /* A per-tensor format's inf and NaN go through the element rounding
-     * (saturating inf; NaN where the element format has it). */
+     * (inf stays or saturates; NaN where the element format has it). */
     if (sf->block_scaled)
         s = isfinite(a) ? block_scale(sf, a, R->g, R->scale_lo, R->scale_hi,
                                       &clamped)
@@ -891,6 +950,14 @@ static double set_scale(const qrun *R, size_t b, block_ref br,
             counts->scale_hist[emu_hist_bin(s)]++;
     }
     return s;
+}
+
+static double set_scale(const qrun *R, size_t b, block_ref br,
+                        emu_quant_counts *counts, emu_block_stats *blocks)
+{
+    double a;
+    block_amax(R, &br, &a);
+    return scale_of_amax(R, b, a, counts, blocks);
 }
 
 /* The usual layout, fused: rows [r0, r1) of a tensor blocked along its
@@ -915,23 +982,17 @@ static void quantize_rows(const qrun *R, size_t r0, size_t r1, float *tmp,
         for (size_t j = 0; j < nb; j++) {
             const size_t b = r * nb + j, start = r * len + j * bs;
             const size_t cnt = len - j * bs < bs ? len - j * bs : bs;
-            block_ref br = { start, 1, cnt, 0, 1 };
-            const double d = set_scale(R, b, br, counts, blocks) * R->g;
+            /* amax inline, so that it is compiled into the AVX clones */
+            const float *xs = x + start;
+            const double m = amax_run(xs, cnt);
+            const double d = scale_of_amax(R, b, m, counts, blocks) * R->g;
             const float inv = (float)(1.0 / d);
             if (!R->pow2_scales && !isnan(d) &&
                 !(emu_is_pow2(d) && (double)inv == 1.0 / d))
                 pow2 = false;
             if (!pow2)
                 continue;
-            float *t = tmp + (start - e0);
-            const float *xs = x + start;
-            const float f = isnan(d) ? 0.0f : inv;
-            size_t k = 0;
-            for (; k + 16 <= cnt; k += 16)
-                for (int jj = 0; jj < 16; jj++) /* vectorized */
-                    t[k + (size_t)jj] = xs[k + (size_t)jj] * f;
-            for (; k < cnt; k++)
-                t[k] = xs[k] * f;
+            scale_run(tmp + (start - e0), xs, isnan(d) ? 0.0f : inv, cnt);
         }
     if (!pow2) {
         round_chunk(R, r0 * nb, r1 * nb, e0, n, tmp, tmp64);
@@ -1055,6 +1116,7 @@ int emu_scaled_quantize(emu_scaled_tensor *q, const float *x,
         for (size_t b = 0; b < q->nblocks; b++)
             set_scale(&R, b, block_at(q, &R.geo, b), counts, blocks);
         round_chunk(&R, 0, q->nblocks, 0, q->n, tmp, tmp64);
+        no_negative_zero(&R, 0, q->n);
         if (want_stats)
             chunk_stats(&R, 0, q->nblocks, counts, blocks);
     } else {
@@ -1062,17 +1124,13 @@ int emu_scaled_quantize(emu_scaled_tensor *q, const float *x,
         for (size_t r0 = 0; r0 < rows; r0 += rows_per) {
             size_t r1 = r0 + rows_per < rows ? r0 + rows_per : rows;
             quantize_rows(&R, r0, r1, tmp, tmp64, counts, blocks);
+            no_negative_zero(&R, r0 * R.geo.len, (r1 - r0) * R.geo.len);
             if (want_stats)
                 chunk_stats(&R, r0 * R.geo.nb, r1 * R.geo.nb, counts, blocks);
         }
     }
     free(tmp);
     free(tmp64);
-    /* Integer elements have no -0 (two's complement): x + 0 turns -0 into
-     * +0 and leaves every other value alone. */
-    if (sf->int_elem)
-        for (size_t i = 0; i < q->n; i++)
-            q->elem[i] += 0.0f;
     return 0;
 }
 
