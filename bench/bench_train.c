@@ -1,6 +1,7 @@
 /*
  * bench_train.c — what a training step costs under each precision policy:
- * time per step of the CNN for fp32, fp16-mpt and bf16-sr with
+ * time per step of the CNN for fp32, fp16-mpt, bf16-sr and the scaled
+ * presets (fp8-delayed, mxfp8, nvfp4: every GEMM operand quantized) with
  * the fast accumulator and for fp16-mpt with the emulated sequential
  * binary32 accumulator, as ratios to fp32 in the same run; peak resident
  * memory per model and policy; the time of one epoch of the CNN on
@@ -66,6 +67,9 @@ static const config configs[] = {
     { "cnn fp16-mpt", "cnn", "fp16-mpt", NULL, true },
     { "cnn bf16-sr", "cnn", "bf16-sr", NULL, true },
     { "cnn fp16-mpt seq-b32", "cnn", "fp16-mpt", "accum=sequential,acc=binary32", true },
+    { "cnn fp8-delayed", "cnn", "fp8-delayed", NULL, true },
+    { "cnn mxfp8", "cnn", "mxfp8", NULL, true },
+    { "cnn nvfp4", "cnn", "nvfp4", NULL, true },
     { "mlp fp32", "mlp:784-256-128-10", "fp32", NULL, false },
     { "mlp fp16-mpt", "mlp:784-256-128-10", "fp16-mpt", NULL, false },
     { "deep-mlp adaptive", "mlp:784-128x8-10", "adaptive", NULL, false },

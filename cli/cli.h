@@ -74,6 +74,9 @@ void cli_bits_fields(const emu_format *fmt, uint64_t v, char *buf, size_t size);
 void cli_decimal(double x, char *buf, size_t size);
 /* %a, with "inf"/"nan" spelled as in cli_decimal. */
 void cli_hexfloat(double x, char *buf, size_t size);
+/* Writes s to stdout as one CSV field: as is, or quoted (quotes doubled)
+ * if it holds a comma, a quote or a newline. */
+void cli_csv_text(const char *s);
 /* Class of a pattern in words: "zero", "subnormal", "normal", "inf",
  * "qnan", "snan" (IEEE formats), "nan". */
 const char *cli_pattern_class(const emu_format *fmt, emu_bits b);

@@ -71,21 +71,6 @@ static void print_table(void)
     }
 }
 
-static void csv_text(const char *s)
-{
-    if (!strpbrk(s, ",\"\n")) {
-        fputs(s, stdout);
-        return;
-    }
-    putchar('"');
-    for (; *s; s++) {
-        if (*s == '"')
-            putchar('"');
-        putchar(*s);
-    }
-    putchar('"');
-}
-
 static void print_csv(void)
 {
     puts("name,aliases,bits,ebits,mbits,bias,specials,overflow,subnormals,"
@@ -93,9 +78,9 @@ static void print_csv(void)
          "finite_count");
     for (size_t i = 0; i < emu_format_count(); i++) {
         const emu_format *f = emu_format_at(i);
-        csv_text(f->name);
+        cli_csv_text(f->name);
         putchar(',');
-        csv_text(f->aliases);
+        cli_csv_text(f->aliases);
         printf(",%d,%d,%d,%d,%s,%s,%s,%s,%s,%d,%d,%d,%.17g,%.17g,",
                f->bits, f->ebits, f->mbits, f->bias,
                emu_specials_name(f->specials), emu_overflow_name(f->overflow),

@@ -268,33 +268,18 @@ typedef struct table {
     const void *ctx;
 } table;
 
-static void csv_cell(const char *s)
-{
-    if (!strpbrk(s, ",\"\n")) {
-        fputs(s, stdout);
-        return;
-    }
-    putchar('"');
-    for (; *s; s++) {
-        if (*s == '"')
-            putchar('"');
-        putchar(*s);
-    }
-    putchar('"');
-}
-
 static void print_table(const table *t, bool csv)
 {
     char cell[MAXCOLS][CELL];
     if (csv) {
         for (int c = 0; c < t->ncols; c++) {
-            csv_cell(t->head[c]);
+            cli_csv_text(t->head[c]);
             putchar(c + 1 < t->ncols ? ',' : '\n');
         }
         for (size_t r = 0; r < t->nrows; r++) {
             t->row(t->ctx, r, cell);
             for (int c = 0; c < t->ncols; c++) {
-                csv_cell(cell[c]);
+                cli_csv_text(cell[c]);
                 putchar(c + 1 < t->ncols ? ',' : '\n');
             }
         }

@@ -240,3 +240,18 @@ const char *cli_pattern_class(const emu_format *fmt, emu_bits b)
         return emu_is_signaling(fmt, b) ? "snan" : "qnan";
     return emu_class_name(c);
 }
+
+void cli_csv_text(const char *s)
+{
+    if (!strpbrk(s, ",\"\n")) {
+        fputs(s, stdout);
+        return;
+    }
+    putchar('"');
+    for (; *s; s++) {
+        if (*s == '"')
+            putchar('"');
+        putchar(*s);
+    }
+    putchar('"');
+}

@@ -131,6 +131,56 @@ static int gemm_operand(emu_ctx *ctx, const emu_policy *p, emu_layer *l,
     return 0;
 }
 
+/* The operand pairs of a layer's three products, with the product of
+ * their tensor scales in *g: forward x . W (both along the input
+ * features), weight gradient dY^T . x (both along the batch), input
+ * gradient dY . W (both along the output features).  A convolution's
+ * weight is blocked as the matrix (C_out, C_in k k).  dY's tensor scale
+ * is chosen at its first use, the weight gradient. */
+static int forward_operands(emu_ctx *ctx, const emu_policy *p, emu_layer *l,
+                            const emu_tensor *x, const emu_tensor **xa,
+                            const emu_tensor **wa, double *g)
+{
+    const bool conv = l->kind == EMU_LAYER_CONV;
+    double gx, gw;
+    if (gemm_operand(ctx, p, l, EMU_QT_X, EMU_QB_FWD_X, x, 1, false, true,
+                     xa, &gx) ||
+        gemm_operand(ctx, p, l, EMU_QT_W, EMU_QB_FWD_W, &l->weight.w, 1, conv,
+                     true, wa, &gw))
+        return -1;
+    *g = gx * gw;
+    return 0;
+}
+
+static int dweight_operands(emu_ctx *ctx, const emu_policy *p, emu_layer *l,
+                            const emu_tensor *dy, const emu_tensor **dya,
+                            const emu_tensor **xa, double *g)
+{
+    double gdy, gx;
+    if (gemm_operand(ctx, p, l, EMU_QT_DY, EMU_QB_DW_DY, dy, 0, false, true,
+                     dya, &gdy) ||
+        gemm_operand(ctx, p, l, EMU_QT_X, EMU_QB_DW_X, l->in, 0, false, false,
+                     xa, &gx))
+        return -1;
+    *g = gdy * gx;
+    return 0;
+}
+
+static int dinput_operands(emu_ctx *ctx, const emu_policy *p, emu_layer *l,
+                           const emu_tensor *dy, const emu_tensor **dya,
+                           const emu_tensor **wa, double *g)
+{
+    const bool conv = l->kind == EMU_LAYER_CONV;
+    double gdy, gw;
+    if (gemm_operand(ctx, p, l, EMU_QT_DY, EMU_QB_DX_DY, dy, 1, false, false,
+                     dya, &gdy) ||
+        gemm_operand(ctx, p, l, EMU_QT_W, EMU_QB_DX_W, &l->weight.w, 0, conv,
+                     false, wa, &gw))
+        return -1;
+    *g = gdy * gw;
+    return 0;
+}
+
 /* ---- architecture specs ---------------------------------------------------- */
 
 typedef struct layer_spec {
@@ -611,18 +661,15 @@ int emu_model_forward(emu_model *m, emu_ctx *ctx, const emu_policy *p)
         switch (l->kind) {
         case EMU_LAYER_LINEAR: {
             const emu_tensor *xa, *wa;
-            double gx, gw;
-            if (gemm_operand(ctx, p, l, EMU_QT_X, EMU_QB_FWD_X, x, 1, false,
-                             true, &xa, &gx) ||
-                gemm_operand(ctx, p, l, EMU_QT_W, EMU_QB_FWD_W, &l->weight.w,
-                             1, false, true, &wa, &gw))
+            double g;
+            if (forward_operands(ctx, p, l, x, &xa, &wa, &g))
                 return -1;
             emu_matmul_opts o = {
                 .trans_b = true,
                 .a_src = l->has_xq ? in : xa != x ? x : NULL,
                 .b_src = p->use_master ? &l->weight.master
                          : wa != &l->weight.w ? &l->weight.w : NULL,
-                .alpha = gx * gw, .src_alpha = 1.0 };
+                .alpha = g, .src_alpha = 1.0 };
             site_of(site, sizeof site, l, "matmul");
             rc = emu_t_matmul(ctx, site, &l->y, xa, wa, &o);
             site_of(site, sizeof site, l, "bias");
@@ -632,15 +679,12 @@ int emu_model_forward(emu_model *m, emu_ctx *ctx, const emu_policy *p)
         }
         case EMU_LAYER_CONV: {
             const emu_tensor *xa, *wa;
-            double gx, gw;
-            if (gemm_operand(ctx, p, l, EMU_QT_X, EMU_QB_FWD_X, x, 1, false,
-                             true, &xa, &gx) ||
-                gemm_operand(ctx, p, l, EMU_QT_W, EMU_QB_FWD_W, &l->weight.w,
-                             1, true, true, &wa, &gw))
+            double g;
+            if (forward_operands(ctx, p, l, x, &xa, &wa, &g))
                 return -1;
-            const bool apart = gx * gw != 1.0; /* the bias is not scaled */
+            const bool apart = g != 1.0; /* the bias is not scaled */
             emu_conv_opts o = { .stride = l->stride, .pad = l->pad,
-                                .alpha = gx * gw };
+                                .alpha = g };
             site_of(site, sizeof site, l, "conv");
             rc = emu_t_conv2d(ctx, site, &l->y, xa, wa,
                               apart ? NULL : &l->bias.w, &o);
@@ -720,15 +764,12 @@ int emu_model_backward(emu_model *m, emu_ctx *ctx, const emu_policy *p,
         int rc = 0;
         switch (l->kind) {
         case EMU_LAYER_LINEAR: {
-            const emu_tensor *dya, *xa;
-            double gdy, gx;
-            if (gemm_operand(ctx, p, l, EMU_QT_DY, EMU_QB_DW_DY, dy, 0, false,
-                             true, &dya, &gdy) ||
-                gemm_operand(ctx, p, l, EMU_QT_X, EMU_QB_DW_X, l->in, 0, false,
-                             false, &xa, &gx))
+            const emu_tensor *dya, *xa, *wa;
+            double g;
+            if (dweight_operands(ctx, p, l, dy, &dya, &xa, &g))
                 return -1;
             ctx->rnd = wgrad_rnd;
-            emu_matmul_opts o = { .trans_a = true, .alpha = gdy * gx,
+            emu_matmul_opts o = { .trans_a = true, .alpha = g,
                                   .src_alpha = 1.0,
                                   .a_src = dya != dy ? dy : NULL,
                                   .b_src = xa != l->in ? l->in : NULL };
@@ -738,15 +779,10 @@ int emu_model_backward(emu_model *m, emu_ctx *ctx, const emu_policy *p,
             if (!rc)
                 rc = emu_t_reduce(ctx, site, &l->bias.g, dy, EMU_REDUCE_SUM, 0);
             if (!rc && need_dx) {
-                const emu_tensor *wa;
-                double gw;
-                if (gemm_operand(ctx, p, l, EMU_QT_DY, EMU_QB_DX_DY, dy, 1,
-                                 false, false, &dya, &gdy) ||
-                    gemm_operand(ctx, p, l, EMU_QT_W, EMU_QB_DX_W,
-                                 &l->weight.w, 0, false, false, &wa, &gw))
+                if (dinput_operands(ctx, p, l, dy, &dya, &wa, &g))
                     return -1;
                 ctx->rnd = grad_rnd;
-                emu_matmul_opts d = { .alpha = l->scale * gdy * gw,
+                emu_matmul_opts d = { .alpha = l->scale * g,
                                       .src_alpha = l->scale,
                                       .a_src = dya != dy ? dy : NULL,
                                       .b_src = wa != &l->weight.w
@@ -757,17 +793,14 @@ int emu_model_backward(emu_model *m, emu_ctx *ctx, const emu_policy *p,
             break;
         }
         case EMU_LAYER_CONV: {
-            const emu_tensor *dya, *xa;
-            double gdy, gx;
-            if (gemm_operand(ctx, p, l, EMU_QT_DY, EMU_QB_DW_DY, dy, 0, false,
-                             true, &dya, &gdy) ||
-                gemm_operand(ctx, p, l, EMU_QT_X, EMU_QB_DW_X, l->in, 0, false,
-                             false, &xa, &gx))
+            const emu_tensor *dya, *xa, *wa;
+            double g;
+            if (dweight_operands(ctx, p, l, dy, &dya, &xa, &g))
                 return -1;
             emu_conv_opts o = { .stride = l->stride, .pad = l->pad };
             emu_conv_opts ow = o;
-            ow.alpha = gdy * gx;
-            const bool apart = ow.alpha != 1.0;
+            ow.alpha = g;
+            const bool apart = g != 1.0;
             ctx->rnd = wgrad_rnd;
             site_of(site, sizeof site, l, "dweight");
             rc = emu_t_conv2d_backward_weights(ctx, site, &l->weight.g,
@@ -776,16 +809,11 @@ int emu_model_backward(emu_model *m, emu_ctx *ctx, const emu_policy *p,
             if (!rc && apart)
                 rc = conv_bias_grad(ctx, l, dy);
             if (!rc && need_dx) {
-                const emu_tensor *wa;
-                double gw;
-                if (gemm_operand(ctx, p, l, EMU_QT_DY, EMU_QB_DX_DY, dy, 1,
-                                 false, false, &dya, &gdy) ||
-                    gemm_operand(ctx, p, l, EMU_QT_W, EMU_QB_DX_W,
-                                 &l->weight.w, 0, true, false, &wa, &gw))
+                if (dinput_operands(ctx, p, l, dy, &dya, &wa, &g))
                     return -1;
                 ctx->rnd = grad_rnd;
                 emu_conv_opts d = o;
-                d.alpha = l->scale * gdy * gw;
+                d.alpha = l->scale * g;
                 site_of(site, sizeof site, l, "dinput");
                 rc = emu_t_conv2d_backward_data(ctx, site, &l->dx, dya, wa, &d);
             }
