@@ -2,28 +2,32 @@
  * scaled.c — block-scaled formats: specs, quantization, packed storage and
  * per-tensor scaling recipes (emu/scaled.h has the definitions).
  *
- * Quantization has one definition and two implementations.  The
- * definition (slow path): per block, the scale from the block's amax, then
- * every element rounded once by the choke point from the exact quotient
- * x / (s g), given as hi + lo (hi = fl(x / d), lo from the exact
- * remainder, as arith.c divides).  The fast path applies where that
- * quotient needs no care: power-of-two block scales, no tensor scale, and
- * a rounding mode that only looks at the value (rne, rna, rz) into an
- * element format whose smallest value is at least 2^-124.  Then x * 2^-k
- * in binary32 is exact except below 2^-126, where every such mode gives
- * zero anyway, and the whole tensor goes through the array rounding in
- * one call.  The tests check both paths against MPFR.
+ * Quantization has one definition and faster paths tested against it (and
+ * against MPFR).  The definition: per block, the scale from the block's
+ * amax; then every element rounded once by the choke point from the exact
+ * quotient x / (s g), given as hi + lo (hi = fl(x / d), lo from the exact
+ * remainder, as arith.c divides).  The paths:
+ *   - power-of-two divisors (the MX formats): x * 2^-k in binary32 is the
+ *     quotient except below 2^-126 or beyond binary32's range, so the array
+ *     rounding (any mode), or for nearest-even a lean kernel, rounds the
+ *     whole chunk, and those few exceptions are redone by the choke point;
+ *   - other divisors (NVFP4's E4M3 scales, tensor scales), nearest-even:
+ *     RN32(x / d) through the same kernel, redoing the quotients whose
+ *     binary32 lands on a rounding boundary (see round_chunk);
+ *   - other divisors, other deterministic modes: fl(x / d) in binary64
+ *     through the binary64 array rounding, likewise redoing boundary cases;
+ *   - other divisors, stochastic modes: the choke point for every element.
+ * The usual layout (1-d blocks along the last axis) runs fused, a chunk of
+ * rows at a time, while the chunk is in cache.
  */
 #include "emu/scaled.h"
 
 #include <float.h>
-#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "emu/bits.h"
 #include "emu/rng.h"
 #include "internal.h"
 
