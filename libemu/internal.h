@@ -64,6 +64,11 @@ static inline bool emu_ends_with(const char *s, const char *suffix)
     return n >= k && !strcmp(s + n - k, suffix);
 }
 
+/* Each element's block scale (1 without block scales), in one pass over
+ * the blocks (scaled.c; for ops that visit every element). */
+struct emu_scaled_tensor;
+void emu_scaled_element_scales(const struct emu_scaled_tensor *q, float *out);
+
 /* Nearest-even rounding with saturation of binary32 values into a format
  * with subnormals and a signed zero (round_array.c): the lean kernel of
  * block-scaled quantization, for finite inputs only (NaN and inf give

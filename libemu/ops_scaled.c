@@ -28,17 +28,22 @@ static int same_shape(const emu_scaled_tensor *q, const emu_tensor *x)
     return 1;
 }
 
-/* The unit in the last place of the element format at scaled value y. */
+/* The unit in the last place of the element format at scaled value y:
+ * 2^(max(emin, min(emax, floor(log2 |y|))) - mbits), by exponent bits
+ * (y is a normal binary64, or zero). */
 static double elem_ulp(const emu_format *f, double y)
 {
-    int e;
-    frexp(y, &e); /* |y| in [2^(e-1), 2^e) */
-    int x = e - 1;
+    uint64_t u;
+    memcpy(&u, &y, sizeof u);
+    int x = (int)((u >> 52) & 0x7ff) - 1023;
     if (y == 0.0 || x < f->emin)
         x = f->emin;
     if (x > f->emax)
         x = f->emax;
-    return ldexp(1.0, x - f->mbits);
+    const uint64_t p = (uint64_t)(x - f->mbits + 1023) << 52;
+    double d;
+    memcpy(&d, &p, sizeof d);
+    return d;
 }
 
 int emu_t_quantize_scaled(emu_ctx *ctx, const char *site,
@@ -107,9 +112,14 @@ int emu_t_quantize_scaled(emu_ctx *ctx, const char *site,
             if (!isnan(sb))
                 s.hist_scale[emu_hist_bin(sb * g)]++; /* exact */
         }
+    float *sc = malloc(q->n * sizeof *sc);
+    if (!sc)
+        return emu_ctx_fail(ctx, site, "out of memory for %zu scales", q->n);
+    emu_scaled_element_scales(q, sc);
     for (size_t i = 0; i < q->n; i++) {
         const double xi = x->data[i];
-        const double v = emu_scaled_value(q, i);
+        const double sb = sc[i];
+        const double v = isnan(sb) ? NAN : (double)q->elem[i] * sb * g;
         s.nan += isnan(v);
         if (hist) {
             s.hist_exact[emu_hist_bin(xi)]++;
@@ -120,8 +130,6 @@ int emu_t_quantize_scaled(emu_ctx *ctx, const char *site,
         /* The exact error v - x, rounded once (TwoSum). */
         double d, dl;
         emu_two_sum(v, -xi, &d, &dl);
-        const double sb = q->sf.block_scaled
-                              ? q->scale[emu_scaled_block_of(q, i)] : 1.0;
         const double scale = sb * g;
         const double ulps = fabs(d) / (elem_ulp(&q->sf.elem, xi / scale) * scale);
         const double rel = fabs(d) / fabs(xi);
@@ -133,6 +141,7 @@ int emu_t_quantize_scaled(emu_ctx *ctx, const char *site,
         s.rel_max = rel > s.rel_max ? rel : s.rel_max;
         s.rel_hist[emu_relerr_bin(rel)]++;
     }
+    free(sc);
     emu_site_stats_merge(&st->total, &s);
     emu_site_stats_merge(&st->step, &s);
     st->active = true;

@@ -847,6 +847,11 @@ static void round_chunk(const qrun *R, size_t b0, size_t b1, size_t e0,
     /* Significand bits below the element precision plus one: a boundary
      * (grid point or midpoint) has none of them set. */
     const uint64_t mask = ((uint64_t)1 << (52 - ef->p)) - 1;
+    /* Stochastic: every element's word, in bulk (the words of a chunk are
+     * consecutive: element i takes word i). */
+    uint64_t *words = (uint64_t *)tmp64 + len;
+    if (sr)
+        emu_random_fill(o->seed, o->stream, e0, words, len);
     for (size_t b = b0; b < b1; b++) {
         block_ref br = block_at(q, &R->geo, b);
         const double d = (double)q->scale[b] * R->g;
@@ -856,8 +861,8 @@ static void round_chunk(const qrun *R, size_t b0, size_t b1, size_t e0,
             FOR_BLOCK(br, i, {
                 double hi, lo;
                 quotient(x[i], d, false, &hi, &lo);
-                uint64_t w = emu_random64(o->seed, o->stream, i);
-                tmp64[i - e0] = emu_round2_word(ef, hi, lo, &R->rnd, w, NULL);
+                tmp64[i - e0] = emu_round2_word(ef, hi, lo, &R->rnd,
+                                                words[i - e0], NULL);
             })
         } else {
             FOR_BLOCK(br, i, { tmp64[i - e0] = x[i] / d; })
@@ -1108,7 +1113,8 @@ int emu_scaled_quantize(emu_scaled_tensor *q, const float *x,
                                    : 0;
     const size_t cap = contig ? rows_per * R.geo.len : q->n;
     float *tmp = malloc((cap ? cap : 1) * sizeof *tmp);
-    double *tmp64 = malloc((cap ? cap : 1) * sizeof *tmp64);
+    /* binary64 quotients, then as many random words (round_chunk) */
+    double *tmp64 = cap <= SIZE_MAX / 16 ? malloc((cap ? 2 * cap : 1) * 8) : NULL;
     if (!tmp || !tmp64) {
         free(tmp);
         free(tmp64);
@@ -1136,6 +1142,17 @@ int emu_scaled_quantize(emu_scaled_tensor *q, const float *x,
     free(tmp);
     free(tmp64);
     return 0;
+}
+
+void emu_scaled_element_scales(const emu_scaled_tensor *q, float *out)
+{
+    geom g;
+    geometry(q, &g);
+    for (size_t b = 0; b < q->nblocks; b++) {
+        block_ref br = block_at(q, &g, b);
+        const float s = q->sf.block_scaled ? q->scale[b] : 1.0f;
+        FOR_BLOCK(br, i, { out[i] = s; })
+    }
 }
 
 double emu_scaled_value(const emu_scaled_tensor *q, size_t i)
