@@ -105,9 +105,14 @@ typedef struct emu_scaled_format {
 int emu_scaled_format_parse(emu_scaled_format *sf, const char *spec,
                             emu_error *err);
 
-/* Checks a format built by hand: formats fit the carrier, a scale format
- * is unsigned-positive (every value > 0 or the format is signed and only
- * its positive half is used), block sizes >= 1, a 2-D block ... */
+/* Checks a format built by hand: a signed element format with a zero that
+ * fits the carrier (integer elements: 8 bits, one exponent bit, no
+ * specials); block scales, a tensor scale or both; a scale format that
+ * fits the carrier and, for the power-of-two rules, holds 1; block sizes
+ * >= 1; a deterministic scale_mode; element, scale and tensor-scale
+ * significands of 53 bits at most together, so that every value is a
+ * binary64.  (2-D blocks are checked against the shape when a tensor is
+ * allocated.)  Returns 0 or -1 with err naming the key. */
 int emu_scaled_format_validate(const emu_scaled_format *sf, emu_error *err);
 
 /* The canonical spec (parses back to the same format). */
@@ -132,7 +137,7 @@ typedef struct emu_scaled_tensor {
     int axis;                 /* blocks run along this axis                */
     size_t nblocks;           /* 1 if the format has no block scales       */
     float *elem;              /* n element values (NaN only where the
-                                 element format has NaN, or in NaN blocks) */
+                                 element format has NaN; 0 in NaN blocks) */
     float *scale;             /* nblocks block scales (1 without them; NaN
                                  marks a block holding inf or NaN)         */
     float tensor_scale;       /* g: a positive binary32 value, 1 if none   */
@@ -160,17 +165,18 @@ typedef struct emu_quant_opts {
     /* The tensor scale g, for formats with one: 0 means "current scaling",
      * g = amax(x) / (max_elem * max_scale) rounded into binary32 (amax over
      * the finite values; max_scale = 1 without block scales: g = amax /
-     * max_elem), or 1 if amax is 0; a
-     * positive finite value is used as given (delayed scaling).  The
-     * rounding is the AMAX rule's scale_mode (so that ru clips nothing),
-     * nearest-even for other formats. */
+     * max_elem), or 1 if amax is 0; a positive finite value is used as
+     * given (delayed scaling).  The rounding is the AMAX rule's scale_mode
+     * (so that ru clips nothing), nearest-even for other formats. */
     double tensor_scale;
 } emu_quant_opts;
 
 /* What quantization did to one block. */
 typedef struct emu_block_stats {
-    float amax;               /* largest |x| in the block (NaN if any NaN) */
-    uint32_t clipped;         /* elements that overflowed and saturated    */
+    float amax;               /* largest |x| in the block (NaN if any NaN,
+                                 else inf if any inf)                     */
+    uint32_t clipped;         /* elements whose exact x / (s g) lies beyond
+                                 ±max_elem (saturated to it)              */
     uint32_t flushed;         /* non-zero x whose element is zero          */
     uint32_t inexact;
     double err_sq;            /* sum of (v_i - x_i)^2, the exact
