@@ -209,9 +209,13 @@ int emu_scaled_format_parse(emu_scaled_format *sf, const char *spec,
         } else if (!strcmp(key, "pad")) {
             if (parse_bool(v, &sf->pad))
                 return emu_fail(err, where, key, "'%s' is not yes or no", v);
+        } else if (!strcmp(key, "range")) {
+            if (strcmp(v, "clamp") && strcmp(v, "error"))
+                return emu_fail(err, where, key, "'%s' is not clamp or error", v);
+            sf->strict_range = !strcmp(v, "error");
         } else {
             return emu_fail(err, where, key, "unknown key (elem, scale, "
-                            "block, rule, scale_mode, tensor, pad)");
+                            "block, rule, scale_mode, tensor, pad, range)");
         }
     }
     if (!have_elem)
@@ -289,9 +293,10 @@ void emu_scaled_format_string(const emu_scaled_format *sf, char *buf,
         return;
     }
     snprintf(buf, size, "elem=%s,scale=%s,block=%s,rule=%s,scale_mode=%s,"
-             "tensor=%s,pad=%s", sf->elem.name, sf->scale.name, block,
+             "tensor=%s,pad=%s%s", sf->elem.name, sf->scale.name, block,
              emu_scale_rule_name(sf->rule), emu_rnd_name(sf->scale_mode),
-             sf->tensor_scale ? "yes" : "no", sf->pad ? "yes" : "no");
+             sf->tensor_scale ? "yes" : "no", sf->pad ? "yes" : "no",
+             sf->strict_range ? ",range=error" : "");
 }
 
 double emu_scaled_bits_per_element(const emu_scaled_format *sf)
@@ -1107,6 +1112,25 @@ int emu_scaled_quantize(emu_scaled_tensor *q, const float *x,
                                 "its block", i, isnan(x[i]) ? "NaN" : "inf",
                                 sf->scale.name);
     q->tensor_scale = (float)R.g;
+    /* range=error: a block whose scale would be clamped is refused, before
+     * any element is written. */
+    if (sf->block_scaled && sf->strict_range)
+        for (size_t b = 0; b < q->nblocks; b++) {
+            double a;
+            block_ref br = block_at(q, &R.geo, b);
+            block_amax(&R, &br, &a);
+            bool clamped = false;
+            if (isfinite(a))
+                block_scale(sf, a, R.g, R.scale_lo, R.scale_hi, &clamped);
+            if (clamped)
+                return emu_fail(err, "quantize", "range", "block %zu (amax %g"
+                                "%s) needs a scale outside the range of %s "
+                                "(%g .. %g); range=clamp would clamp it and "
+                                "clip or flush its elements", b, a,
+                                R.g != 1.0 ? ", divided by the tensor scale" : "",
+                                sf->scale.name, sf->scale.min_value,
+                                sf->scale.max);
+        }
 
     const bool contig = sf->block_scaled && !R.geo.tile && R.geo.inner == 1;
     const size_t rows_per = contig ? (R.geo.len < CHUNK ? CHUNK / R.geo.len : 1)

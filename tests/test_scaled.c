@@ -2470,6 +2470,52 @@ START_TEST(matmul_error_split)
 }
 END_TEST
 
+/* range=error: data that needs a scale the scale format cannot hold is
+ * refused, naming the block, before anything is written; data within the
+ * range quantizes exactly as with range=clamp; a block of zeros is fine.
+ * E8M0 holds 2^-127 .. 2^127, so with E4M3 elements (emax 8) a block whose
+ * amax is below 2^-119 needs a clamped scale (2^-127 - 8 < -127). */
+START_TEST(range_error)
+{
+    unsigned long long before = begin_test();
+    emu_scaled_format strict = sfmt("mxfp8,block=4,range=error");
+    emu_scaled_format loose = sfmt("mxfp8,block=4");
+    char canon[256];
+    emu_scaled_format_string(&strict, canon, sizeof canon);
+    CHECK(strstr(canon, "range=error") != NULL && strict.strict_range,
+          "range=error is lost in the canonical spec '%s'", canon);
+    emu_scaled_format back = sfmt(canon);
+    CHECK(back.strict_range, "'%s' does not parse back with range=error", canon);
+    float ok[8] = { 1.0f, -3.0f, 0.5f, 100.0f, 0.0f, 0.0f, 0.0f, 0.0f };
+    float bad[8] = { 1.0f, 2.0f, 3.0f, 4.0f, 0x1p-121f, 0x1p-125f, 0.0f, 0.0f };
+    size_t shape[1] = { 8 };
+    emu_scaled_tensor qs, ql;
+    sq_alloc(&qs, &strict, 1, shape, 0);
+    sq_alloc(&ql, &loose, 1, shape, 0);
+    emu_error err;
+    CHECK(emu_scaled_quantize(&qs, ok, NULL, NULL, NULL, &err) == 0 &&
+          emu_scaled_quantize(&ql, ok, NULL, NULL, NULL, &err) == 0,
+          "in-range data refused: %s", err.message);
+    for (size_t i = 0; i < 8; i++)
+        CHECK(test_same(emu_scaled_value(&qs, i), emu_scaled_value(&ql, i)),
+              "element %zu: range=error %a, range=clamp %a", i,
+              emu_scaled_value(&qs, i), emu_scaled_value(&ql, i));
+    memset(&err, 0, sizeof err);
+    int rc = emu_scaled_quantize(&qs, bad, NULL, NULL, NULL, &err);
+    CHECK(rc == -1 && !strcmp(err.key, "range") && strstr(err.message, "block 1"),
+          "amax 2^-121 with E8M0 scales: rc %d, key '%s', message '%s'", rc,
+          err.key, err.message);
+    emu_quant_counts c;
+    memset(&c, 0, sizeof c);
+    CHECK(emu_scaled_quantize(&ql, bad, NULL, &c, NULL, &err) == 0 &&
+          c.scale_clamped == 1, "range=clamp: %" PRIu64 " blocks clamped, "
+          "expected 1", c.scale_clamped);
+    emu_scaled_free(&qs);
+    emu_scaled_free(&ql);
+    FINISH("range=error", before);
+}
+END_TEST
+
 static Suite *scaled_suite(void)
 {
     Suite *s = suite_create("scaled");
@@ -2493,6 +2539,7 @@ static Suite *scaled_suite(void)
     tcase_add_test(tc, nvfp4_ru_current_clips_nothing);
     tcase_add_test(tc, near_boundaries);
     tcase_add_test(tc, matmul_error_split);
+    tcase_add_test(tc, range_error);
     suite_add_tcase(s, tc);
     return s;
 }

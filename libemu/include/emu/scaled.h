@@ -72,7 +72,10 @@ typedef enum emu_scale_rule {
 /* A power-of-two rule's exponent is clamped into the scale format's range
  * (a block of zeros, or of values too small for any scale, gets the
  * smallest scale; its elements then flush).  An AMAX scale is rounded with
- * saturation, and an amax of 0 gives the smallest positive scale. */
+ * saturation, and an amax of 0 gives the smallest positive scale.  Clamped
+ * blocks are counted (scale_clamped); with range=error, quantizing data
+ * that needs a clamped scale fails instead, naming the block and its amax
+ * (a block of zeros is never an error). */
 
 typedef struct emu_scaled_format {
     char name[EMU_NAME_MAX];  /* "mxfp8", "nvfp4", or "custom"            */
@@ -90,6 +93,9 @@ typedef struct emu_scaled_format {
     emu_rnd scale_mode;       /* AMAX rule: rounding of the scale         */
     bool tensor_scale;        /* a binary32 tensor scale g as well        */
     bool pad;                 /* partial blocks at the edges (else refuse) */
+    bool strict_range;        /* range=error: refuse data whose block scale
+                                 the scale format cannot hold, rather than
+                                 clamp it (the spec's E8M0 behaviour)     */
 } emu_scaled_format;
 
 /* Parses a scaled-format spec:
@@ -98,7 +104,7 @@ typedef struct emu_scaled_format {
  *              nvfp4 (E2M1, blocks of 16, E4M3 scales by the AMAX rule with
  *              rne, binary32 tensor scale);
  *   or keys    elem=FMT, scale=FMT|none, block=N|NxM, rule=floor|ceil|amax,
- *              scale_mode=MODE, tensor=yes|no, pad=yes|no
+ *              scale_mode=MODE, tensor=yes|no, pad=yes|no, range=clamp|error
  * a preset may be followed by keys that override it: "mxfp8,block=16x16".
  * FMT is a registered format name.  "elem=e4m3,scale=none,tensor=yes" is
  * FP8 with a per-tensor scale.  Returns 0 or -1 with err naming the key. */
@@ -198,9 +204,11 @@ typedef struct emu_quant_counts {
 
 /* Quantizes the q->n binary32 values x (row-major, q's shape) into q.
  * counts and blocks (q->nblocks entries) may be NULL.  Fails, leaving q's
- * contents unspecified, on: a stochastic mode without sr_bits in range, a
- * tensor scale that is not a positive finite binary32 value, non-finite
- * data where the scale format has no NaN.  Returns 0 or -1 with err. */
+ * contents unspecified, on: a block whose scale the scale format cannot
+ * hold when the format says range=error, a stochastic mode without sr_bits
+ * in range, a tensor scale that is not a positive finite binary32 value,
+ * non-finite data where the scale format has no NaN.  Returns 0 or -1
+ * with err. */
 int emu_scaled_quantize(emu_scaled_tensor *q, const float *x,
                         const emu_quant_opts *o, emu_quant_counts *counts,
                         emu_block_stats *blocks, emu_error *err);
