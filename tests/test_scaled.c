@@ -6,16 +6,20 @@
  * block membership from the documented geometry (row-major over the block
  * grid), amax per block, the scale by the documented rule (floor/ceil of
  * an exact log2 from MPFR quotients, or an MPFR rounding into the scale
- * format), the tensor scale RN_binary32(amax / (max_elem * max_scale)),
- * then every element as the exact quotient x / (s g) rounded by MPFR into
- * the element format with saturation (emu_ref_round: MPFR's own rounding,
- * no code shared with round.c).  Counts (clipped, flushed, inexact) and
- * the squared errors are recomputed from exact MPFR differences.
+ * format), the tensor scale amax / (max_elem * max_scale) rounded into
+ * binary32 (nearest, or the amax rule's scale_mode), then every element as
+ * the exact quotient x / (s g) rounded by MPFR into the element format
+ * with saturation (emu_ref_round: MPFR's own rounding, no code shared with
+ * round.c).  Counts (clipped, flushed, inexact) and the squared errors are
+ * recomputed from exact MPFR differences.
  *
- * Both implementations of quantization are exercised: rne/rna/rz with
- * power-of-two scales and no tensor scale take the fast path; directed
- * modes, round-to-odd, stochastic modes, non-power-of-two scales (nvfp4,
- * e4m3 scales by the amax rule) and tensor scales take the slow one.
+ * Every path of scaled.c is exercised: power-of-two scales (nearest-even
+ * through the lean kernel, the other modes through the array rounding,
+ * stochastic ones too), other divisors (nvfp4's e4m3 scales, tensor
+ * scales: nearest-even through binary32 with boundary cases redone, the
+ * other deterministic modes in binary64, stochastic ones through the
+ * choke point), and near_boundaries puts quotients next to every rounding
+ * boundary, the cases the fast paths must redo.
  *
  * Then: stochastic rounding (reproducibility and a binomial test), packed
  * storage (round trips and hand-written byte layouts), the scaled matmul
