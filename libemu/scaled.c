@@ -760,6 +760,28 @@ static void quotient(double x, double d, bool pow2, double *hi, double *lo)
         *lo = fma(-*hi, d, x) / d;
 }
 
+/* Element i by the definition: the exact quotient x_i / d rounded once by
+ * the choke point, with word i for stochastic modes.  The fast paths call
+ * it for the few elements they cannot round themselves. */
+static float elem_by_definition(const qrun *R, size_t i, double d)
+{
+    double hi, lo;
+    quotient(R->x[i], d, emu_is_pow2(d), &hi, &lo);
+    const emu_quant_opts *o = R->o;
+    const uint64_t w = emu_rnd_is_stochastic(o->mode)
+                           ? emu_random64(o->seed, o->stream, i) : 0;
+    return (float)emu_round2_word(&R->q->sf.elem, hi, lo, &R->rnd, w, NULL);
+}
+
+/* Whether t = x * 2^-k in binary32 may differ from the exact quotient:
+ * below 2^-126 (binary32 subnormals lose bits) or beyond binary32's range.
+ * Non-finite x (the data of a NaN block) is flagged too. */
+static inline bool pow2_quotient_suspect(float t, float x)
+{
+    t = fabsf(t);
+    return (t < FLT_MIN && x != 0.0f) || !(t <= FLT_MAX) || !isfinite(x);
+}
+
 /* Rounds the elements of blocks [b0, b1), which cover flat indices
  * [e0, e0 + len) (every one if !contig), into q->elem.  See the top of the
  * file: power-of-two divisors go through the binary32 array rounding
@@ -802,13 +824,8 @@ static void round_chunk(const qrun *R, size_t b0, size_t b1, size_t e0,
                 continue;
             }
             FOR_BLOCK(br, i, {
-                const float t = fabsf(tmp[i - e0]);
-                if ((t < FLT_MIN && x[i] != 0.0f) ||
-                    (t > FLT_MAX && isfinite(x[i]))) {
-                    uint64_t w = sr ? emu_random64(o->seed, o->stream, i) : 0;
-                    q->elem[i] = (float)emu_round2_word(ef, x[i] / d, 0.0,
-                                                        &R->rnd, w, NULL);
-                }
+                if (pow2_quotient_suspect(tmp[i - e0], x[i]))
+                    q->elem[i] = elem_by_definition(R, i, d);
             })
         }
         return;
@@ -838,13 +855,9 @@ static void round_chunk(const qrun *R, size_t b0, size_t b1, size_t e0,
             FOR_BLOCK(br, i, {
                 uint32_t u;
                 memcpy(&u, &tmp[i - e0], sizeof u);
-                if ((u & fmask) == 0 && x[i] != 0.0f) {
-                    double hi, lo;
-                    quotient(x[i], d, false, &hi, &lo);
-                    if (lo != 0.0 || hi != (double)tmp[i - e0] || !isfinite(hi))
-                        q->elem[i] = (float)emu_round2_word(ef, hi, lo, &R->rnd,
-                                                            0, NULL);
-                }
+                /* boundary-shaped: redo (exact ones come out the same) */
+                if ((u & fmask) == 0 && x[i] != 0.0f)
+                    q->elem[i] = elem_by_definition(R, i, d);
             })
         }
         return;
@@ -885,11 +898,8 @@ static void round_chunk(const qrun *R, size_t b0, size_t b1, size_t e0,
                 uint64_t u;
                 memcpy(&u, &hi, sizeof u);
                 if ((u & mask) == 0 && isfinite(hi) && hi != 0.0 &&
-                    fma(-hi, d, x[i]) != 0.0) {
-                    double h2, lo;
-                    quotient(x[i], d, false, &h2, &lo);
-                    e = emu_round2_word(ef, h2, lo, &R->rnd, 0, NULL);
-                }
+                    fma(-hi, d, x[i]) != 0.0)
+                    e = elem_by_definition(R, i, d);
             }
             q->elem[i] = (float)e;
         })
@@ -1044,20 +1054,11 @@ static void quantize_rows(const qrun *R, size_t r0, size_t r1, float *tmp,
         if (!any)
             continue;
         for (size_t k = k0; k < k0 + len2; k++) {
-            const float t = fabsf(tmp[k]), xi = x[e0 + k];
-            if (!((t < FLT_MIN && xi != 0.0f) || !(t <= FLT_MAX) ||
-                  !isfinite(xi)))
+            if (!pow2_quotient_suspect(tmp[k], x[e0 + k]))
                 continue;
             const size_t i = e0 + k, r = i / len, b = r * nb + (i - r * len) / bs;
             const double d = (double)q->scale[b] * R->g;
-            if (isnan(d)) {
-                q->elem[i] = 0.0f;
-                continue;
-            }
-            const bool sr = emu_rnd_is_stochastic(o->mode);
-            uint64_t w = sr ? emu_random64(o->seed, o->stream, i) : 0;
-            q->elem[i] = (float)emu_round2_word(ef, (double)xi / d, 0.0,
-                                                &R->rnd, w, NULL);
+            q->elem[i] = isnan(d) ? 0.0f : elem_by_definition(R, i, d);
         }
     }
 }
