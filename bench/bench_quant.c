@@ -22,37 +22,15 @@
 
 #include <emu/emu.h>
 
-static double now(void)
-{
-    struct timespec t;
-    timespec_get(&t, TIME_UTC);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static double uniform(uint64_t i)
-{
-    return ((double)(emu_random64(0x9a47, 2, i) >> 11) + 0.5) * 0x1p-53;
-}
+#include "bench_util.h"
 
 static void make_data(float *x, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        double z = sqrt(-2.0 * log(uniform(2 * i))) *
-                   cos(6.283185307179586 * uniform(2 * i + 1));
+        double z = sqrt(-2.0 * log(bench_uniform(0x9a47, 2, 2 * i))) *
+                   cos(6.283185307179586 * bench_uniform(0x9a47, 2, 2 * i + 1));
         x[i] = (float)((i / 32) % 64 == 7 ? 100.0 * z : z);
     }
-}
-
-static double best_memcpy(float *dst, const float *src, size_t n, int reps)
-{
-    double best = 1e30;
-    for (int r = 0; r < reps; r++) {
-        double t = now();
-        memcpy(dst, src, n * sizeof *src);
-        t = now() - t;
-        best = t < best ? t : best;
-    }
-    return best;
 }
 
 typedef struct row {
@@ -101,7 +79,7 @@ int main(int argc, char **argv)
     enum { NS = sizeof specs / sizeof specs[0], NM = 2 };
     row rows[NS * NM * 2];
     size_t nrows = 0;
-    double t_copy = best_memcpy(dst, src, n, reps);
+    double t_copy = bench_best_memcpy(dst, src, n, reps);
     for (size_t si = 0; si < NS; si++) {
         emu_scaled_format sf;
         emu_error err;
@@ -128,10 +106,10 @@ int main(int argc, char **argv)
                 for (int r = 0; r < reps; r++) {
                     emu_quant_counts c;
                     memset(&c, 0, sizeof c);
-                    double t = now();
+                    double t = bench_now();
                     int rc = emu_scaled_quantize(&q, src, &o, st ? &c : NULL,
                                                  NULL, &err);
-                    t = now() - t;
+                    t = bench_now() - t;
                     if (rc) {
                         fprintf(stderr, "bench_quant: %s\n", err.message);
                         return 1;
@@ -142,7 +120,7 @@ int main(int argc, char **argv)
                                        (double)n / best * 1e-6 };
             }
         emu_scaled_free(&q);
-        double t = best_memcpy(dst, src, n, reps);
+        double t = bench_best_memcpy(dst, src, n, reps);
         t_copy = t < t_copy ? t : t_copy;
     }
     const double copy = (double)n / t_copy * 1e-6;

@@ -25,24 +25,14 @@
 
 #include <emu/emu.h>
 
-static double now(void)
-{
-    struct timespec t;
-    timespec_get(&t, TIME_UTC);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-/* Uniform in (0, 1) from the library's own generator (reproducible data). */
-static double uniform(uint64_t i)
-{
-    return ((double)(emu_random64(0xbe7c4, 1, i) >> 11) + 0.5) * 0x1p-53;
-}
+#include "bench_util.h"
 
 static void make_data(float *x, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        double u1 = uniform(3 * i), u2 = uniform(3 * i + 1);
-        double sel = uniform(3 * i + 2);
+        double u1 = bench_uniform(0xbe7c4, 1, 3 * i);
+        double u2 = bench_uniform(0xbe7c4, 1, 3 * i + 1);
+        double sel = bench_uniform(0xbe7c4, 1, 3 * i + 2);
         if (sel < 0.05) {
             x[i] = 0.0f;
             continue;
@@ -59,28 +49,15 @@ typedef struct row {
     double melem;
 } row;
 
-static double best_memcpy(float *dst, const float *src, size_t n, int reps)
-{
-    double best = 1e30;
-    for (int r = 0; r < reps; r++) {
-        double t = now();
-        memcpy(dst, src, n * sizeof *src);
-        t = now() - t;
-        if (t < best)
-            best = t;
-    }
-    return best;
-}
-
 static double best_round(const emu_format *f, const emu_array_rounding *a,
                          float *dst, const float *src, size_t n, int reps)
 {
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
         emu_round_counts c = { 0 };
-        double t = now();
+        double t = bench_now();
         emu_round_array_f32(f, dst, src, n, a, &c);
-        t = now() - t;
+        t = bench_now() - t;
         if (t < best)
             best = t;
         if (c.n != n) {
@@ -102,7 +79,7 @@ static double mpfr_recipe(const emu_format *f, float *dst, const float *src,
     mpfr_init2(m, f->p);
     const mpfr_exp_t emin0 = mpfr_get_emin(), emax0 = mpfr_get_emax();
     const mpfr_exp_t emin = f->emin - f->p + 2, emax = f->emax + 1;
-    double t = now();
+    double t = bench_now();
     for (size_t i = 0; i < n; i++) {
         int ter = mpfr_set_flt(m, src[i], MPFR_RNDN);
         mpfr_set_emin(emin);
@@ -113,7 +90,7 @@ static double mpfr_recipe(const emu_format *f, float *dst, const float *src,
         mpfr_set_emin(emin0);
         mpfr_set_emax(emax0);
     }
-    t = now() - t;
+    t = bench_now() - t;
     mpfr_clear(m);
     return t;
 }
@@ -163,7 +140,7 @@ int main(int argc, char **argv)
     /* The machine may be shared: memcpy is timed between the format
      * groups too, and its best time over the whole run is the reference
      * (so a quiet moment for memcpy only makes the ratios smaller). */
-    double t_copy = best_memcpy(dst, src, n, reps);
+    double t_copy = bench_best_memcpy(dst, src, n, reps);
     for (size_t fi = 0; fi < NF; fi++) {
         const emu_format *f = emu_format_find(formats[fi]);
         if (!f) {
@@ -182,7 +159,7 @@ int main(int argc, char **argv)
             rows[fi * NM + mi] = (row){ formats[fi], modes[mi],
                                         (double)n / t * 1e-6 };
         }
-        double t = best_memcpy(dst, src, n, reps);
+        double t = bench_best_memcpy(dst, src, n, reps);
         if (t < t_copy)
             t_copy = t;
     }
