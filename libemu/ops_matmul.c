@@ -87,6 +87,47 @@ static bool mm_inputs_had_nan(const void *op, size_t o)
     return false;
 }
 
+/* The MPFR terms of the sampled references: nt binary32-exact values for
+ * each operand (m->xa, m->xb) and the pointer arrays mpfr_dot takes. */
+static void ref_terms_free(mm_op *m, size_t nt)
+{
+    for (size_t k = 0; m->xa && m->xb && k < nt; k++) {
+        mpfr_clear(m->xa[k]);
+        mpfr_clear(m->xb[k]);
+    }
+    free(m->xa);
+    free(m->xb);
+    free(m->pa);
+    free(m->pb);
+    m->xa = m->xb = NULL;
+    m->pa = m->pb = NULL;
+}
+
+/* Returns 0, or -1 with nothing left allocated. */
+static int ref_terms_alloc(mm_op *m, size_t nt)
+{
+    m->xa = malloc(nt * sizeof *m->xa);
+    m->xb = malloc(nt * sizeof *m->xb);
+    m->pa = malloc(nt * sizeof *m->pa);
+    m->pb = malloc(nt * sizeof *m->pb);
+    if (!m->xa || !m->xb || !m->pa || !m->pb) {
+        free(m->xa);
+        free(m->xb);
+        free(m->pa);
+        free(m->pb);
+        m->xa = m->xb = NULL;
+        m->pa = m->pb = NULL;
+        return -1;
+    }
+    for (size_t k = 0; k < nt; k++) {
+        mpfr_init2(m->xa[k], 24); /* binary32 values are exact */
+        mpfr_init2(m->xb[k], 24);
+        m->pa[k] = m->xa[k];
+        m->pb[k] = m->xb[k];
+    }
+    return 0;
+}
+
 /* Checks and shapes common to matmul (nd = 2) and bmm (nd = 3). */
 static int mm_check(emu_ctx *ctx, const char *site, int nd, emu_tensor *out,
                     const emu_tensor *a, const emu_tensor *b,
@@ -227,28 +268,12 @@ static int mm_run(emu_ctx *ctx, const char *site, const char *kind, int nd,
     /* MPFR terms for the sampled references, only if sampling is on. */
     const bool ref = ctx->stats && (ctx->measure & EMU_MEASURE_REF) &&
                      ctx->ref_rate > 0.0;
-    size_t nt = m.K + 1;
-    if (ref) {
-        m.xa = malloc(nt * sizeof *m.xa);
-        m.xb = malloc(nt * sizeof *m.xb);
-        m.pa = malloc(nt * sizeof *m.pa);
-        m.pb = malloc(nt * sizeof *m.pb);
-        if (!m.xa || !m.xb || !m.pa || !m.pb) {
-            free(m.xa);
-            free(m.xb);
-            free(m.pa);
-            free(m.pb);
-            free(hi);
-            free(lo);
-            free(c);
-            return emu_ctx_fail(ctx, site, "out of memory for the reference");
-        }
-        for (size_t k = 0; k < nt; k++) {
-            mpfr_init2(m.xa[k], 24); /* binary32 values are exact */
-            mpfr_init2(m.xb[k], 24);
-            m.pa[k] = m.xa[k];
-            m.pb[k] = m.xb[k];
-        }
+    const size_t nt = m.K + 1;
+    if (ref && ref_terms_alloc(&m, nt)) {
+        free(hi);
+        free(lo);
+        free(c);
+        return emu_ctx_fail(ctx, site, "out of memory for the reference");
     }
 
     emu_op_out oo = { .site = site, .kind = kind, .out = out, .hi = hi,
@@ -256,16 +281,8 @@ static int mm_run(emu_ctx *ctx, const char *site, const char *kind, int nd,
                       .ref = mm_ref, .inputs_had_nan = mm_inputs_had_nan };
     rc = emu_commit(ctx, &oo);
 
-    if (ref) {
-        for (size_t k = 0; k < nt; k++) {
-            mpfr_clear(m.xa[k]);
-            mpfr_clear(m.xb[k]);
-        }
-        free(m.xa);
-        free(m.xb);
-        free(m.pa);
-        free(m.pb);
-    }
+    if (ref)
+        ref_terms_free(&m, nt);
     free(hi);
     free(lo);
     free(c);
