@@ -64,14 +64,20 @@ int emu_t_quantize_scaled(emu_ctx *ctx, const char *site,
     qo.sr_bits = ctx->rnd.sr_bits;
     qo.seed = ctx->seed;
     qo.stream = emu_ctx_stream(ctx);
+    /* The per-element statistics cost as much as the quantization: taken
+     * only for a statistics site or a caller who asks.  The site needs this
+     * call's counts alone; the caller's accumulate. */
+    const bool site_stats = ctx->stats && (ctx->measure & EMU_MEASURE_ALL);
     emu_quant_counts c;
     memset(&c, 0, sizeof c);
     emu_error e;
-    if (emu_scaled_quantize(q, x->data, &qo, &c, NULL, &e))
+    if (emu_scaled_quantize(q, x->data, &qo, site_stats ? &c : counts, NULL,
+                            &e))
         return emu_ctx_fail(ctx, site, "%s%s%s", e.key, e.key[0] ? ": " : "",
                             e.message);
     ctx->op_index++;
-
+    if (!site_stats)
+        return 0;
     if (counts) {
         counts->n += c.n;
         counts->blocks += c.blocks;
@@ -87,8 +93,6 @@ int emu_t_quantize_scaled(emu_ctx *ctx, const char *site,
         for (int b = 0; b < EMU_HIST_BINS; b++)
             counts->scale_hist[b] += c.scale_hist[b];
     }
-    if (!ctx->stats || !(ctx->measure & EMU_MEASURE_ALL))
-        return 0;
     /* The site shows the scaled format's name ("mxfp8"), not the
      * element format's. */
     emu_format named = q->sf.elem;
