@@ -57,12 +57,15 @@ static void base(emu_policy *p, const char *name, const char *paper)
     p->tscale.algo = EMU_AMAX_MAX;
 }
 
-static void quant(emu_operand_quant *q, const char *spec, emu_rnd mode)
+/* A preset's scaled operand.  Its spec is the library's own: a refusal is
+ * a bug, reported (not an operand quietly left unquantized). */
+static int quant(emu_operand_quant *q, const char *spec, emu_rnd mode,
+                 emu_error *err)
 {
-    emu_error err;
-    q->on = emu_scaled_format_parse(&q->fmt, spec, &err) == 0;
+    q->on = true;
     q->mode = mode;
     q->sr_bits = 64;
+    return emu_scaled_format_parse(&q->fmt, spec, err);
 }
 
 static void dynamic(emu_policy *p)
@@ -161,9 +164,11 @@ int emu_policy_preset(emu_policy *p, const char *name, emu_error *err)
          * production FP8 training does; current: from the tensor itself. */
         base(p, name, "Micikevicius et al., FP8 Formats for Deep Learning, "
              "2022; per-tensor delayed scaling as in NVIDIA Transformer Engine");
-        quant(&p->q_weight, "elem=e4m3,scale=none,tensor=yes", EMU_RNE);
-        quant(&p->q_activation, "elem=e4m3,scale=none,tensor=yes", EMU_RNE);
-        quant(&p->q_act_grad, "elem=e5m2,scale=none,tensor=yes", EMU_RNE);
+        if (quant(&p->q_weight, "elem=e4m3,scale=none,tensor=yes", EMU_RNE, err) ||
+            quant(&p->q_activation, "elem=e4m3,scale=none,tensor=yes", EMU_RNE,
+                  err) ||
+            quant(&p->q_act_grad, "elem=e5m2,scale=none,tensor=yes", EMU_RNE, err))
+            return -1;
         if (!strcmp(name, "fp8-current"))
             p->tscale.kind = EMU_TSCALE_CURRENT;
     } else if (!strcmp(name, "mxfp8") || !strcmp(name, "mxfp4") ||
@@ -184,11 +189,14 @@ int emu_policy_preset(emu_policy *p, const char *name, emu_error *err)
                               "al., Microscaling Data Formats for Deep "
                               "Learning, 2023");
         const char *spec = !strcmp(name, "nvfp4") ? "nvfp4" : name;
-        quant(&p->q_weight, !strcmp(name, "nvfp4") ? "nvfp4,block=16x16" : spec,
-              EMU_RNE);
-        quant(&p->q_activation, spec, EMU_RNE);
-        quant(&p->q_act_grad, !strcmp(name, "mxfp4") ? "mxfp4,rule=ceil" : spec,
-              fp4 ? EMU_RS : EMU_RNE);
+        if (quant(&p->q_weight,
+                  !strcmp(name, "nvfp4") ? "nvfp4,block=16x16" : spec, EMU_RNE,
+                  err) ||
+            quant(&p->q_activation, spec, EMU_RNE, err) ||
+            quant(&p->q_act_grad,
+                  !strcmp(name, "mxfp4") ? "mxfp4,rule=ceil" : spec,
+                  fp4 ? EMU_RS : EMU_RNE, err))
+            return -1;
         p->tscale.kind = EMU_TSCALE_CURRENT;
     } else {
         char list[256] = "";

@@ -476,18 +476,6 @@ void emu_scaled_free(emu_scaled_tensor *q)
 
 /* ---- scales ------------------------------------------------------------------ */
 
-double emu_amax(const float *x, size_t n)
-{
-    float m = 0.0f;
-    bool nan = false;
-    for (size_t i = 0; i < n; i++) {
-        float a = fabsf(x[i]);
-        nan |= a != a;
-        m = a > m ? a : m;
-    }
-    return nan ? NAN : (double)m;
-}
-
 /* Exponent and fraction bits of a positive normal double (every binary32
  * value and every product of two is one), and 2^k for a normal k: bit
  * operations, as these run once per block. */
@@ -692,6 +680,11 @@ static inline double amax_run(const float *xs, size_t n)
     float f;
     memcpy(&f, &m, sizeof f);
     return m > 0x7f800000u ? NAN : (double)f;
+}
+
+double emu_amax(const float *x, size_t n)
+{
+    return amax_run(x, n);
 }
 
 /* t = x * f for n contiguous values (f a power of two: exact but below
