@@ -1,8 +1,11 @@
 /* mpfr_check.c — see mpfr_check.h. */
 #include "mpfr_check.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
+
+#include <emu/ref.h>
 
 #include "testutil.h"
 
@@ -59,4 +62,70 @@ bool check_one(const char *op, const emu_format *in,
             fprintf(stderr, "(further mismatches are counted, not printed)\n");
     }
     return false;
+}
+
+bool ref_sr_away(mpfr_srcptr F, const emu_rounding *r, uint64_t word)
+{
+    /* fq = floor(F 2^64), as two 32-bit halves (exact scalings). */
+    mpfr_t t;
+    mpfr_init2(t, mpfr_get_prec(F) + 64);
+    mpfr_mul_2ui(t, F, 32, MPFR_RNDN);
+    uint64_t top = mpfr_get_ui(t, MPFR_RNDZ);
+    mpfr_sub_ui(t, t, (unsigned long)top, MPFR_RNDN);
+    mpfr_mul_2ui(t, t, 32, MPFR_RNDN);
+    uint64_t fq = top << 32 | mpfr_get_ui(t, MPFR_RNDZ);
+    mpfr_clear(t);
+    unsigned n = r->mode == EMU_RS || r->sr_bits == 0 || r->sr_bits > 64
+               ? 64 : r->sr_bits;
+    if (n == 64)
+        return word >= ~(uint64_t)0 - fq + 1 && fq != 0;
+    uint64_t fn = fq >> (64 - n), wn = word >> (64 - n);
+    return fn + wn >= (uint64_t)1 << n;
+}
+
+/* Quantum exponent at |z| (z a nonzero value of f): the spacing of f's
+ * grid just above |z|, from MPFR's exponent. */
+static long quantum_at(const emu_format *f, mpfr_srcptr z)
+{
+    long e = (long)mpfr_get_exp(z) - 1; /* 2^e <= |z| < 2^(e+1) */
+    if (e >= f->emin)
+        return e - f->p + 1;
+    return f->subnormals ? f->emin - f->p + 1 : f->emin;
+}
+
+double ref_sr_round(const emu_format *f, mpfr_srcptr x, const emu_rounding *r,
+                    uint64_t word, emu_status *st)
+{
+    emu_rounding d = *r;
+    d.mode = EMU_RZ;
+    double z = emu_ref_round(f, x, &d, st);
+    if (st->ternary == 0 || !isfinite(z))
+        return z; /* exact, NaN, or no neighbours to choose between */
+    /* The away neighbour on the grid with an unbounded exponent; below
+     * 2^emin the grid is the subnormal one, or {0, 2^emin} without. */
+    mpfr_t zm, gap, F;
+    mpfr_inits2(64, zm, gap, (mpfr_ptr)0);
+    mpfr_set_d(zm, z, MPFR_RNDN);
+    long q = z != 0.0 ? quantum_at(f, zm)
+           : f->subnormals ? f->emin - f->p + 1 : f->emin;
+    /* Enough bits for x - z exactly: from x's top bit down to the lower
+     * of the quantum and x's last bit. */
+    long ex = (long)mpfr_get_exp(x), low = ex - (long)mpfr_get_prec(x);
+    mpfr_init2(F, (mpfr_prec_t)(ex - (low < q ? low : q) + 2));
+    mpfr_set_ui_2exp(gap, 1, q, MPFR_RNDN);
+    mpfr_sub(F, x, zm, MPFR_RNDN);  /* exact at 4096 bits */
+    mpfr_abs(F, F, MPFR_RNDN);
+    mpfr_div(F, F, gap, MPFR_RNDN); /* exact: a power of two */
+    bool away;
+    if (mpfr_cmp_ui(F, 1) >= 0) {
+        /* Beyond the neighbour: only past max, where every word overflows. */
+        away = true;
+    } else {
+        away = ref_sr_away(F, r, word);
+    }
+    mpfr_clears(zm, gap, F, (mpfr_ptr)0);
+    if (!away)
+        return z;
+    d.mode = mpfr_signbit(x) ? EMU_RD : EMU_RU;
+    return emu_ref_round(f, x, &d, st);
 }
