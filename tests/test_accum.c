@@ -7,8 +7,9 @@
  * from its definition in MPFR (truncation by mpfr_prec_round toward zero,
  * exact sum, one emu_ref_round), the exact model from mpfr_dot.  The swamping
  * counts are recomputed from their definition with MPFR exponents.
- * Stochastic accumulation is checked against emu_round2_word with the words
- * the documented index rule names.
+ * Stochastic accumulation is checked against stochastic rounding built from
+ * its definition in MPFR (ref_sr_round, mpfr_check.h) with the words the
+ * documented index rule names.
  *
  * Then the fast paths: the inline rounding of one accumulator step against
  * the choke point emu_round2_word on random and edge-case pairs, and the
@@ -24,6 +25,7 @@
 
 #include <mpfr.h>
 
+#include "mpfr_check.h"
 #include "testutil.h"
 
 /* Library-private: the engine and the step rounding under test. */
@@ -697,6 +699,20 @@ START_TEST(exact_vs_mpfr_dot)
 }
 END_TEST
 
+/* u + v, exact in MPFR, rounded into f by stochastic mode r with word. */
+static double ref_sr_sum(const emu_format *f, double u, double v,
+                         const emu_rounding *r, uint64_t word)
+{
+    mpfr_t x;
+    mpfr_init2(x, 2200); /* any sum of two doubles exactly */
+    mpfr_set_d(x, u, MPFR_RNDN);
+    mpfr_add_d(x, x, v, MPFR_RNDN);
+    emu_status st;
+    double res = ref_sr_round(f, x, r, word, &st);
+    mpfr_clear(x);
+    return res;
+}
+
 /* Stochastic accumulation: each step rounds with the word the index rule
  * names (product i: word i; accumulator rounding r: word n + r). */
 START_TEST(stochastic_words)
@@ -722,14 +738,12 @@ START_TEST(stochastic_words)
                 uint64_t base = dot * EMU_ACCUM_WORDS_PER_DOT;
                 double s = 0.0;
                 for (size_t i = 0; i < n; i++) {
-                    double t = (double)x[i] * y[i];
+                    double t = (double)x[i] * y[i]; /* exact */
                     if (rp)
-                        t = emu_round2_word(&a.prod, t, 0.0, &a.rnd,
-                                            emu_random64(seed, stream, base + i), NULL);
-                    double hi = s + t, bv = hi - s, av = hi - bv;
-                    double lo = isfinite(hi) ? (s - av) + (t - bv) : 0.0;
-                    s = emu_round2_word(acc, hi, lo, &a.rnd,
-                                        emu_random64(seed, stream, base + n + i), NULL);
+                        t = ref_sr_sum(&a.prod, t, 0.0, &a.rnd,
+                                       emu_random64(seed, stream, base + i));
+                    s = ref_sr_sum(acc, s, t, &a.rnd,
+                                   emu_random64(seed, stream, base + n + i));
                 }
                 EXPECT(test_same(v, s), "sr%u prod %d case %" PRIu64 ": got %a, "
                        "expected %a", a.rnd.sr_bits, rp, c, v, s);
