@@ -9,7 +9,10 @@
  *               and both histograms checked against hand-computed values;
  *   sampling    MPFR at rate 1 on several ops, formats and modes: every
  *               finite output sampled, errors <= 1/2 ulp in the nearest
- *               modes and < 1 ulp in the others; a deliberately wrong
+ *               modes and < 1 ulp in the others, each output on the side
+ *               of its exact value that its mode demands (the neighbour
+ *               at ties: even or away; odd under round-to-odd), and the
+ *               sampled errors equal to those; a deliberately wrong
  *               op is caught; partial rates sample deterministically;
  *   observer    sees every op once, in order, with its pre-rounding values;
  *   SR          element i of op k rounds with word i of stream k: same
@@ -312,6 +315,87 @@ static double tame_value(test_rng *g, const emu_format *f, bool for_exp)
     }
 }
 
+/* Output i's exact value in MPFR (ex at 600 bits: add, mul and axpy
+ * exactly; div, sqrt and exp correctly rounded there, and exact only where
+ * the true value is a short binary number). */
+static void exact_of(s_op op, mpfr_ptr ex, double x, double z, double e)
+{
+    mpfr_t t;
+    mpfr_init2(t, 600);
+    switch (op) {
+    case S_ADD:
+        mpfr_set_d(ex, x, MPFR_RNDN);
+        mpfr_add_d(ex, ex, z, MPFR_RNDN);
+        break;
+    case S_MUL:
+        mpfr_set_d(ex, x, MPFR_RNDN);
+        mpfr_mul_d(ex, ex, z, MPFR_RNDN);
+        break;
+    case S_DIV:
+        mpfr_set_d(ex, x, MPFR_RNDN);
+        mpfr_div_d(ex, ex, z, MPFR_RNDN);
+        break;
+    case S_SQRT:
+        mpfr_set_d(t, x, MPFR_RNDN);
+        mpfr_sqrt(ex, t, MPFR_RNDN);
+        break;
+    case S_EXP:
+        mpfr_set_d(t, e, MPFR_RNDN);
+        mpfr_exp(ex, t, MPFR_RNDN);
+        break;
+    default:
+        mpfr_set_flt(ex, 0.7f, MPFR_RNDN);
+        mpfr_mul_d(ex, ex, x, MPFR_RNDN);
+        mpfr_add_d(ex, ex, z, MPFR_RNDN);
+        break;
+    }
+    mpfr_clear(t);
+}
+
+/* One output y of f under mode m against its exact value: the side it
+ * lies on, and at an exact tie the neighbour chosen, as the mode defines
+ * them.  An error bound alone cannot tell RNE from RNA or RZ from RU; this
+ * can.  Returns |y - exact| in ulps at |exact| (the choke point's unit)
+ * and counts the ties met. */
+static double check_side(const emu_format *f, emu_rnd m, const char *site,
+                         size_t i, double y, mpfr_srcptr ex, unsigned *ties)
+{
+    mpfr_t d;
+    mpfr_init2(d, 1300);
+    mpfr_set_d(d, y, MPFR_RNDN);
+    mpfr_sub(d, d, ex, MPFR_RNDN); /* exact: y - exact, signed */
+    long e = (long)mpfr_get_exp(ex) - 1;
+    if (mpfr_zero_p(ex) || e < f->emin)
+        e = f->emin;
+    const long q = e - f->p + 1; /* the quantum at |exact| */
+    const int side = mpfr_sgn(d); /* > 0: y above the exact value */
+    const int away = mpfr_signbit(ex) ? -side : side;
+    emu_bits b;
+    ck_assert(emu_encode(f, y, &b));
+    const bool odd = b.v & 1; /* the significand's last bit */
+    mpfr_abs(d, d, MPFR_RNDN);
+    const bool tie = side != 0 && mpfr_cmp_ui_2exp(d, 1, q - 1) == 0;
+    *ties += tie;
+    bool ok;
+    switch (m) {
+    case EMU_RNE: ok = !tie || !odd; break;
+    case EMU_RNA: ok = !tie || away > 0; break;
+    case EMU_RZ:  ok = away <= 0; break;
+    case EMU_RU:  ok = side >= 0; break;
+    case EMU_RD:  ok = side <= 0; break;
+    case EMU_RO:  ok = side == 0 || odd; break;
+    default:      ok = mpfr_cmp_ui_2exp(d, 1, q) < 0; break; /* a neighbour */
+    }
+    EXPECT(ok, "%s (mode %s) output %zu: %a is %s the exact value%s, its "
+           "last bit %s", site, emu_rnd_name(m), i, y, side > 0 ? "above"
+           : side < 0 ? "below" : "on", tie ? " at a tie" : "",
+           odd ? "odd" : "even");
+    mpfr_div_2si(d, d, q, MPFR_RNDN);
+    double ulps = mpfr_get_d(d, MPFR_RNDZ);
+    mpfr_clear(d);
+    return ulps;
+}
+
 START_TEST(test_sampling_rate1)
 {
     const char *fmts[] = { "binary16", "bfloat16", "e4m3", "e5m2", "e3m4" };
@@ -319,6 +403,8 @@ START_TEST(test_sampling_rate1)
     emu_stats stats;
     emu_stats_init(&stats);
     test_rng g = test_rng_make(0x5a);
+    mpfr_t ex;
+    mpfr_init2(ex, 600);
     for (size_t k = 0; k < sizeof fmts / sizeof fmts[0]; k++) {
         const emu_format *f = test_format(fmts[k]);
         emu_tensor a, b, y, e;
@@ -331,6 +417,7 @@ START_TEST(test_sampling_rate1)
             b.data[i] = (float)tame_value(&g, f, false);
             e.data[i] = (float)tame_value(&g, f, true);
         }
+        unsigned ties[EMU_RS + 1] = { 0 };
         for (int m = 0; m <= EMU_RS; m++) {
             for (int op = 0; op < S_COUNT; op++) {
                 emu_ctx ctx;
@@ -343,21 +430,29 @@ START_TEST(test_sampling_rate1)
                 snprintf(site, sizeof site, "%s.%d.%d", f->name, m, op);
                 ck_assert_int_eq(run((s_op)op, &ctx, site, &y,
                                      op == S_EXP ? &e : &a, &b), 0);
-                /* expected samples: finite outputs of finite exact values */
+                /* Expected samples: finite outputs of finite exact values;
+                 * each one's side of the exact value checked, and the
+                 * magnitudes summed as the choke point sums its samples. */
                 uint64_t want = 0;
+                double sum = 0.0, max = 0.0;
                 for (size_t i = 0; i < n; i++) {
-                    double x = a.data[i], z = b.data[i];
-                    double ex = op == S_ADD ? x + z : op == S_MUL ? x * z
-                              : op == S_DIV ? x / z : op == S_SQRT ? sqrt(x)
-                              : op == S_EXP ? exp(e.data[i])
-                                            : 0.7f * x + z;
-                    want += isfinite(y.data[i]) && isfinite(ex);
+                    exact_of((s_op)op, ex, a.data[i], b.data[i], e.data[i]);
+                    if (!isfinite(y.data[i]) || !mpfr_number_p(ex))
+                        continue;
+                    want++;
+                    double u = check_side(f, (emu_rnd)m, site, i, y.data[i],
+                                          ex, &ties[m]);
+                    sum += u;
+                    max = fmax(max, u);
                 }
                 const emu_site_stats *t = &find_site(&stats, site,
                                                      EMU_ROLE_OTHER)->total;
                 ck_assert_msg(t->ref_samples == want, "%s: %llu samples, want "
                               "%llu", site, (unsigned long long)t->ref_samples,
                               (unsigned long long)want);
+                ck_assert_msg(t->ulp_max == max && fabs(t->ulp_sum - sum) <= 1e-9 * sum,
+                              "%s: sampled errors max %g sum %g ulp, the outputs' "
+                              "%g and %g", site, t->ulp_max, t->ulp_sum, max, sum);
                 /* Directed errors are < 1 ulp, but one of 1 - 2^-74 ulp
                  * reaches the statistics as the double 1.0 (ops_core.c
                  * converts |out - exact| to double to nearest). */
@@ -378,11 +473,16 @@ START_TEST(test_sampling_rate1)
                 ck_assert_uint_eq(t->dot_samples, 0);
             }
         }
+        /* The nearest modes differ only at ties: they must have been met. */
+        ck_assert_msg(ties[EMU_RNE] > 0 && ties[EMU_RNA] > 0, "%s: no ties "
+                      "(%u under rne, %u under rna)", f->name, ties[EMU_RNE],
+                      ties[EMU_RNA]);
         emu_tensor_free(&a);
         emu_tensor_free(&b);
         emu_tensor_free(&e);
         emu_tensor_free(&y);
     }
+    mpfr_clear(ex);
     emu_stats_free(&stats);
 }
 END_TEST
