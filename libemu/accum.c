@@ -169,8 +169,8 @@ static inline bool fast_round(const fast_plan *pl, double hi, double lo,
  * and lo give floor(F 2^64) = R 2^(64-d) + floor(lo' 2^(64-q)), lo'
  * measured away from zero, borrowing one quantum when R = 0 and lo' < 0
  * (the value then lies just under hi's grid point).  The decision is then
- * semantics.md's: a carry out of word + floor(F 2^64), or of the top r
- * bits of each. */
+ * README's (Rounding): a carry out of word + floor(F 2^64), or of the
+ * top r bits of each. */
 static inline bool fast_round_sr(const fast_plan *pl, double hi, double lo,
                                  uint64_t word, double *out)
 {
@@ -340,7 +340,7 @@ static int exponent_of(double x)
     return e - 1023;
 }
 
-/* Exponent of the quantum of fmt at |x| (x finite): semantics.md's q. */
+/* Exponent of the quantum of fmt at |x| (x finite): round.c's q. */
 static int quantum_exp(const emu_format *f, double x)
 {
     int e = x == 0.0 ? INT32_MIN : exponent_of(x);

@@ -21,7 +21,7 @@
 #include "ops_internal.h"
 
 /* Stream of the accumulator roundings of the op about to commit: apart
- * from the output roundings' stream (tensor-design.md). */
+ * from the output roundings' stream (README: the choke point, item 1). */
 #define ACCUM_STREAM_TAG ((uint64_t)1 << 63)
 
 typedef struct mm_op {

@@ -22,7 +22,7 @@
  *
  * The library's policies on top of the rounded value (overflow rule,
  * tininess, flags, formats without zero, sign or infinity) follow
- * notes/semantics.md rule by rule.  MPFR's own underflow flag is not used:
+ * README's Formats and Rounding sections rule by rule.  MPFR's own underflow flag is not used:
  * it is raised for exact subnormals too, while ours means tiny AND inexact.
  *
  * Exact inputs: sums, products and fma of doubles are computed exactly at
@@ -211,7 +211,7 @@ static int round_mode(mpfr_ptr y, mpfr_srcptr x, const emu_format *f,
     }
 }
 
-/* ---- the policies of notes/semantics.md -------------------------------- */
+/* ---- the policies of README's Rounding section ----------------------- */
 
 static bool saturates(const emu_format *f, const emu_rounding *r)
 {

@@ -277,7 +277,7 @@ static double ref_term(const emu_accum *a, const float *x, const float *y,
     return (double)x[i] * y[i];
 }
 
-/* Quantum exponent of f at |v| (semantics.md's q), from MPFR's exponent. */
+/* Quantum exponent of f at |v| (libemu/round.c's q), from MPFR's exponent. */
 static long ref_quantum(const emu_format *f, double v)
 {
     mpfr_t t;

@@ -9,7 +9,7 @@
  * for these formats (the subtraction is exact by Sterbenz's lemma or
  * because near is 0, the division is by a power of two).  With r random
  * bits the probability is quantized: floor(F 2^r) / 2^r
- * (notes/semantics.md, rule 5).
+ * (README, Rounding: the srN row).
  *
  * The frequency tests are binomial hypothesis tests with a stated size:
  * see freq_draws().

@@ -147,7 +147,7 @@ double emu_accum_dot(const emu_accum *a, const float *x, ptrdiff_t incx,
  *  - else t zero, inf or NaN, or s_new inf or NaN: lost_bits[0];
  *  - else lost_bits[n], n = the number of bit positions of t below
  *    ulp(s_new) = 2^q, q the quantum exponent of acc at |s_new|
- *    (semantics.md; a zero s_new counts as below 2^emin): from t's lowest
+ *    (as in round.c; a zero s_new counts as below 2^emin): from t's lowest
  *    set bit up to the lower of t's leading bit and 2^(q-1), 0 if t lies
  *    on acc's grid at s_new.
  * So the lost_bits bins always add up to adds. */

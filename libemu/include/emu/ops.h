@@ -93,8 +93,9 @@ void emu_ctx_init(emu_ctx *ctx, uint64_t seed);
  *
  * ref (may be NULL: the op is not sampled) recomputes output i exactly: it
  * sets `exact` to the exact value of output i from the op's own inputs
- * (the choke point gives it 256 bits; use MPFR's exact operations, or a
- * correctly rounded function or mpfr_dot at that precision).  A dot
+ * (the choke point gives it 600 bits, REF_PREC in ops_core.c; use MPFR's
+ * exact operations, or a correctly rounded function or mpfr_dot at that
+ * precision).  A dot
  * product also sets `exact_src` to the exact value from the unquantized
  * sources (or from its inputs if it has none) and returns 1; other ops
  * return 0 and leave exact_src alone; -1 means "cannot" (not counted).
