@@ -1,6 +1,10 @@
 #!/bin/sh
 # The whole test suite, as CI runs it (README.md's test command):
 #   1. a RelWithDebInfo build and every CTest at full sample sizes;
+#   1b. a baseline build without the CPU clones (-DEMU_NO_TARGET_CLONES)
+#      and the suites that hold each fast path bit-identical to its scalar
+#      reference, so the code a machine without AVX2/AVX-512 runs is
+#      checked too (the release build runs only this machine's clone);
 #   2. the same suite under AddressSanitizer + UndefinedBehaviorSanitizer,
 #      with random samples scaled down (EMU_TEST_SCALE) — exhaustive loops
 #      are never scaled, so every rounding path still runs instrumented;
@@ -20,6 +24,16 @@ step "release build and tests"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build build -j"$jobs"
 ctest --test-dir build -j"$jobs" --output-on-failure
+
+step "baseline build (no target clones): fast paths against their scalar references"
+base_suites="test_round_array test_accum test_matmul test_rng test_scaled"
+cmake -S . -B build-base -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DCMAKE_C_FLAGS=-DEMU_NO_TARGET_CLONES -DEMU_BUILD_BENCH=OFF \
+      -DEMU_BUILD_EXPERIMENTS=OFF
+# shellcheck disable=SC2086 # one target per word
+cmake --build build-base -j"$jobs" --target $base_suites
+EMU_TEST_SCALE=0.1 ctest --test-dir build-base -j"$jobs" --output-on-failure --no-tests=error \
+    -R "^($(echo $base_suites | tr ' ' '|'))\$"
 
 step "ASan + UBSan build and tests (EMU_TEST_SCALE=0.05, without the slow label)"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEMU_SANITIZE=ON \
