@@ -8,6 +8,11 @@
 set -u
 EMU=${1:?usage: train_determinism_blas.sh /path/to/emu}
 case $EMU in /*) ;; *) EMU=$(pwd)/$EMU ;; esac
+# Without OpenBLAS there is no BLAS thread count to vary: skipped (77).
+if command -v ldd > /dev/null 2>&1 && ! ldd "$EMU" 2>/dev/null | grep -q openblas; then
+    echo "train_determinism_blas: skipped: $EMU does not use OpenBLAS"
+    exit 77
+fi
 fails=0
 fail() { echo "FAIL train_determinism_blas: $*" >&2; fails=$((fails + 1)); }
 tmp=$(mktemp -d ./train_determinism_blas.XXXXXX) || exit 1
