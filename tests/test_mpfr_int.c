@@ -7,9 +7,10 @@
  * (mpfr_rint in the directed modes and nearest-even, mpfr_round for ties
  * away, mpfr_trunc plus the odd bit for round-to-odd, the stochastic
  * definition of mpfr_check.h), then applies the contract of emu/arith.h:
- * out of range or NaN gives invalid alone (no inexact, ternary 0) and the
- * saturated value, NaN the most negative (signed) or the largest
- * (unsigned).  Inputs: every pattern of every shipped format of at most 16
+ * out of range or NaN gives invalid and the saturated value, NaN the most
+ * negative (signed) or the largest (unsigned); where arith.h is silent,
+ * IEEE 754 (7.2: invalid alone, no inexact) and round.h (ternary 0 when
+ * there is no rounded value to compare).  Inputs: every pattern of every shipped format of at most 16
  * bits, and random doubles about every width's boundaries and the ties.
  *
  * From an integer: the exact integer in MPFR, then the oracle's rounding
