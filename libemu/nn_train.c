@@ -29,6 +29,7 @@
 #include "emu/rng.h"
 #include "emu/version.h"
 #include "internal.h"
+#include "nn_ckpt.h"
 
 void emu_train_config_default(emu_train_config *c)
 {
@@ -837,17 +838,7 @@ static int evaluate(run *r, int epoch, double *acc_out)
 
 /* ---- checkpoint ----------------------------------------------------------------- */
 
-static const char CKPT_MAGIC[8] = { 'E', 'M', 'U', 'C', 'K', 'P', 'T', '2' };
-
-typedef struct ckpt_head {
-    char magic[8];
-    uint64_t fingerprint;
-    int64_t step, skipped;
-    uint64_t op_index;
-    double scale, floor, adaptive_cut, elapsed;
-    int32_t good, n_layers;
-    uint64_t n_sites, n_params;
-} ckpt_head;
+/* The layout is nn_ckpt.h's; what each section holds is decided here. */
 
 /* Every tensor that carries state from step to step, in a fixed order. */
 static int state_tensors(emu_model *m, emu_tensor **out, int max)
@@ -871,135 +862,251 @@ static int state_tensors(emu_model *m, emu_tensor **out, int max)
 
 enum { MAX_STATE = 1024 };
 
-static int write_ckpt(FILE *fp, const void *arg)
+static void put_amax(ckpt_out *o, const emu_amax_history *h)
 {
-    run *r = (run *)arg;
-    emu_tensor *ts[MAX_STATE];
-    int nt = state_tensors(&r->m, ts, MAX_STATE);
-    ckpt_head h;
-    memset(&h, 0, sizeof h);
-    memcpy(h.magic, CKPT_MAGIC, sizeof h.magic);
-    h.fingerprint = r->fingerprint;
-    h.step = r->step;
-    h.skipped = r->skipped;
-    h.op_index = r->ctx.op_index;
-    h.scale = r->scale;
-    h.floor = r->floor;
-    h.adaptive_cut = r->adaptive_cut;
-    h.elapsed = r->elapsed_before + (now() - r->t0);
-    h.good = r->good;
-    h.n_layers = r->m.n_layers;
-    h.n_sites = r->stats.count;
-    h.n_params = (uint64_t)nt;
+    ckpt_u32(o, (uint32_t)h->len);
+    ckpt_u32(o, (uint32_t)h->pos);
+    ckpt_u64(o, h->rejected);
+    /* Entries at len and beyond are never written (emu_amax_record). */
+    ckpt_f32s(o, h->amax, (size_t)h->len);
+}
+
+static void get_amax(ckpt_in *in, emu_amax_history *h)
+{
+    memset(h, 0, sizeof *h);
+    size_t at = in->pos;
+    uint32_t len = ckpt_get_u32(in), pos = ckpt_get_u32(in);
+    if (!in->failed && (len > EMU_AMAX_HISTORY_MAX || pos >= EMU_AMAX_HISTORY_MAX)) {
+        in->pos = at;
+        ckpt_bad(in, "an amax history of %u values at %u (at most %d)", len,
+                 pos, EMU_AMAX_HISTORY_MAX);
+        return;
+    }
+    h->len = (int)len;
+    h->pos = (int)pos;
+    h->rejected = ckpt_get_u64(in);
+    ckpt_get_f32s(in, h->amax, len);
+}
+
+static void ckpt_image(run *r, ckpt_out *o)
+{
+    ckpt_begin(o);
     /* The configuration and policy ride along, so that a run resumes from
      * its folder alone (emu_train_resume). */
-    emu_train_config cfg = *r->cfg;
-    cfg.resume = cfg.force = false;
-    if (fwrite(&h, sizeof h, 1, fp) != 1 || fwrite(&cfg, sizeof cfg, 1, fp) != 1 ||
-        fwrite(r->p, sizeof *r->p, 1, fp) != 1 ||
-        fwrite(r->trace, sizeof *r->trace, (size_t)r->m.n_layers + 1, fp) !=
-            (size_t)r->m.n_layers + 1)
-        return -1;
+    ckpt_section(o, CKPT_CONF);
+    ckpt_put_config(o, r->cfg);
+    ckpt_section(o, CKPT_POLI);
+    ckpt_put_policy(o, r->p);
+    ckpt_section(o, CKPT_STAT);
+    ckpt_u64(o, r->fingerprint);
+    ckpt_u64(o, (uint64_t)r->step);
+    ckpt_u64(o, (uint64_t)r->skipped);
+    ckpt_u64(o, r->ctx.op_index);
+    ckpt_f64(o, r->scale);
+    ckpt_f64(o, r->floor);
+    ckpt_f64(o, r->adaptive_cut);
+    ckpt_u32(o, (uint32_t)r->good);
+    ckpt_section(o, CKPT_LAYR);
+    ckpt_u32(o, (uint32_t)r->m.n_layers);
+    for (int i = 0; i <= r->m.n_layers; i++) {
+        ckpt_f64(o, r->trace[i].sigma);
+        ckpt_f64(o, r->trace[i].amax);
+        ckpt_f64(o, r->trace[i].corr);
+    }
     for (int i = 0; i < r->m.n_layers; i++) {
         const emu_layer *l = &r->m.layers[i];
         /* The scaled-operand recipes' state: amax histories, tensor scales. */
-        if (fwrite(&l->scale, sizeof(double), 1, fp) != 1 ||
-            fwrite(l->amax_hist, sizeof l->amax_hist, 1, fp) != 1 ||
-            fwrite(l->tscale, sizeof l->tscale, 1, fp) != 1)
-            return -1;
+        ckpt_f64(o, l->scale);
+        for (int k = 0; k < 3; k++)
+            put_amax(o, &l->amax_hist[k]);
+        for (int k = 0; k < 3; k++)
+            ckpt_f64(o, l->tscale[k]);
     }
+    ckpt_section(o, CKPT_TENS);
+    emu_tensor *ts[MAX_STATE];
+    int nt = state_tensors(&r->m, ts, MAX_STATE);
+    ckpt_u64(o, (uint64_t)nt);
     for (int i = 0; i < nt; i++) {
-        uint64_t n = ts[i]->n;
-        if (fwrite(&n, sizeof n, 1, fp) != 1 ||
-            fwrite(ts[i]->data, sizeof(float), ts[i]->n, fp) != ts[i]->n)
-            return -1;
+        ckpt_str(o, ts[i]->name);
+        ckpt_u64(o, ts[i]->n);
+        ckpt_f32s(o, ts[i]->data, ts[i]->n);
     }
-    if (r->stats.count &&
-        fwrite(r->stats.sites, sizeof *r->stats.sites, r->stats.count, fp) !=
-            r->stats.count)
+    ckpt_section(o, CKPT_SITE);
+    ckpt_put_stats(o, &r->stats);
+    ckpt_section(o, CKPT_TIME);
+    ckpt_f64(o, r->elapsed_before + (now() - r->t0));
+    ckpt_finish(o);
+}
+
+static int write_ckpt(FILE *fp, const void *arg)
+{
+    const ckpt_out *o = arg;
+    return o->oom || fwrite(o->p, 1, o->len, fp) != o->len ? -1 : 0;
+}
+
+static int save_ckpt(run *r, emu_error *err)
+{
+    ckpt_out o;
+    ckpt_image(r, &o);
+    int rc = o.oom ? emu_fail(err, path_in(r, "checkpoint.bin"), "",
+                              "out of memory")
+                   : emu_write_atomic(path_in(r, "checkpoint.bin"), write_ckpt,
+                                      &o, err);
+    ckpt_out_free(&o);
+    return rc;
+}
+
+/* The loop's scalars; r NULL: only checked. */
+static int get_scalars(ckpt_in *in, run *r)
+{
+    uint64_t fp = ckpt_get_u64(in);
+    int64_t step = (int64_t)ckpt_get_u64(in);
+    int64_t skipped = (int64_t)ckpt_get_u64(in);
+    uint64_t op_index = ckpt_get_u64(in);
+    double scale = ckpt_get_f64(in), floor = ckpt_get_f64(in);
+    double cut = ckpt_get_f64(in);
+    int good = (int)(int32_t)ckpt_get_u32(in);
+    if (!in->failed && (step < 0 || skipped < 0 || skipped > step || good < 0))
+        ckpt_bad(in, "step %lld with %lld skipped and %d clean: not a run's "
+                 "state", (long long)step, (long long)skipped, good);
+    if (ckpt_done(in))
         return -1;
+    if (!r)
+        return 0;
+    if (fp != r->fingerprint)
+        return emu_fail(in->err, in->path, "", "the checkpoint is from another "
+                        "configuration: resume with the options the run "
+                        "started with (see its meta.json)");
+    r->step = step;
+    r->skipped = skipped;
+    r->ctx.op_index = op_index;
+    r->scale = scale;
+    r->floor = floor;
+    r->adaptive_cut = cut;
+    r->good = good;
     return 0;
 }
+
+/* Per-layer state; m and trace NULL: only checked. */
+static int get_layers(ckpt_in *in, emu_model *m, layer_trace *trace)
+{
+    size_t at = in->pos;
+    uint32_t n = ckpt_get_u32(in);
+    /* 3 reals of trace and 64 bytes of layer at the least */
+    if (!in->failed && ((m && n != (uint32_t)m->n_layers) ||
+                        n > (in->end - in->pos) / 64)) {
+        in->pos = at;
+        ckpt_bad(in, "%u layers; the model has %d", n, m ? m->n_layers : -1);
+        return -1;
+    }
+    for (uint32_t i = 0; i <= n && !in->failed; i++) {
+        layer_trace t;
+        t.sigma = ckpt_get_f64(in);
+        t.amax = ckpt_get_f64(in);
+        t.corr = ckpt_get_f64(in);
+        if (trace)
+            trace[i] = t;
+    }
+    for (uint32_t i = 0; i < n && !in->failed; i++) {
+        emu_layer scratch, *l = m ? &m->layers[i] : &scratch;
+        l->scale = ckpt_get_f64(in);
+        for (int k = 0; k < 3; k++)
+            get_amax(in, &l->amax_hist[k]);
+        for (int k = 0; k < 3; k++)
+            l->tscale[k] = ckpt_get_f64(in);
+    }
+    return ckpt_done(in);
+}
+
+/* The state tensors, into m's (which must match them); m NULL: only
+ * checked. */
+static int get_tensors(ckpt_in *in, emu_model *m)
+{
+    emu_tensor *ts[MAX_STATE];
+    int nt = m ? state_tensors(m, ts, MAX_STATE) : 0;
+    size_t at = in->pos;
+    size_t n = ckpt_get_count(in, 12, "tensors");
+    if (!in->failed && m && n != (size_t)nt) {
+        in->pos = at;
+        ckpt_bad(in, "%zu state tensors; the model has %d", n, nt);
+    }
+    for (size_t i = 0; i < n && !in->failed; i++) {
+        char name[EMU_TENSOR_NAME_MAX];
+        ckpt_get_str(in, name, sizeof name);
+        at = in->pos;
+        size_t count = ckpt_get_count(in, 4, "values");
+        if (in->failed)
+            break;
+        if (m && (strcmp(name, ts[i]->name) || count != ts[i]->n)) {
+            in->pos = at;
+            ckpt_bad(in, "tensor '%s' of %zu values where the model has '%s' "
+                     "of %zu", name, count, ts[i]->name, ts[i]->n);
+            break;
+        }
+        if (m)
+            ckpt_get_f32s(in, ts[i]->data, count);
+        else
+            in->pos += 4 * count;
+    }
+    return ckpt_done(in);
+}
+
+static int get_time(ckpt_in *in, double *elapsed)
+{
+    *elapsed = ckpt_get_f64(in);
+    return ckpt_done(in);
+}
+
+enum { CKPT_LIMIT = 1 << 30 }; /* far above any model this library trains */
 
 static int read_ckpt(run *r, emu_error *err)
 {
     const char *path = path_in(r, "checkpoint.bin");
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return emu_fail(err, path, "", "cannot open: %s", strerror(errno));
-    ckpt_head h;
-    int rc = -1;
-    emu_tensor *ts[MAX_STATE];
-    int nt = state_tensors(&r->m, ts, MAX_STATE);
-    if (fread(&h, sizeof h, 1, fp) != 1 ||
-        memcmp(h.magic, CKPT_MAGIC, sizeof h.magic)) {
-        emu_fail(err, path, "", "not a libemu checkpoint (or from another "
-                 "version)");
-        goto done;
-    }
-    if (h.fingerprint != r->fingerprint) {
-        emu_fail(err, path, "", "the checkpoint is from another configuration: "
-                 "resume with the options the run started with (see its "
-                 "meta.json)");
-        goto done;
-    }
-    if (h.n_layers != r->m.n_layers || h.n_params != (uint64_t)nt ||
-        h.n_sites > 1000000) {
-        emu_fail(err, path, "", "the checkpoint does not match the model");
-        goto done;
-    }
-    if (fseek(fp, (long)(sizeof(emu_train_config) + sizeof(emu_policy)),
-              SEEK_CUR))
-        goto truncated;
-    if (fread(r->trace, sizeof *r->trace, (size_t)r->m.n_layers + 1, fp) !=
-        (size_t)r->m.n_layers + 1)
-        goto truncated;
-    for (int i = 0; i < r->m.n_layers; i++) {
-        emu_layer *l = &r->m.layers[i];
-        if (fread(&l->scale, sizeof(double), 1, fp) != 1 ||
-            fread(l->amax_hist, sizeof l->amax_hist, 1, fp) != 1 ||
-            fread(l->tscale, sizeof l->tscale, 1, fp) != 1)
-            goto truncated;
-    }
-    for (int i = 0; i < nt; i++) {
-        uint64_t n;
-        if (fread(&n, sizeof n, 1, fp) != 1 || n != ts[i]->n) {
-            emu_fail(err, path, "", "tensor %s: size mismatch", ts[i]->name);
-            goto done;
-        }
-        if (fread(ts[i]->data, sizeof(float), ts[i]->n, fp) != ts[i]->n)
-            goto truncated;
-    }
-    emu_stats_free(&r->stats);
-    emu_stats_init(&r->stats);
-    if (h.n_sites) {
-        r->stats.sites = malloc(h.n_sites * sizeof *r->stats.sites);
-        if (!r->stats.sites) {
-            emu_fail(err, path, "", "out of memory");
-            goto done;
-        }
-        r->stats.cap = r->stats.count = h.n_sites;
-        if (fread(r->stats.sites, sizeof *r->stats.sites, h.n_sites, fp) !=
-            h.n_sites)
-            goto truncated;
-    }
-    r->step = h.step;
-    r->skipped = h.skipped;
-    r->ctx.op_index = h.op_index;
-    r->scale = h.scale;
-    r->floor = h.floor;
-    r->adaptive_cut = h.adaptive_cut;
-    r->elapsed_before = h.elapsed;
-    r->good = h.good;
-    rc = 0;
-    goto done;
-truncated:
-    emu_fail(err, path, "", "truncated checkpoint");
-done:
-    fclose(fp);
+    size_t size;
+    unsigned char *img = ckpt_slurp(path, CKPT_LIMIT, &size, err);
+    if (!img)
+        return -1;
+    ckpt_span span[CKPT_SECTIONS];
+    ckpt_in in[CKPT_SECTIONS];
+    int rc = ckpt_open(img, size, path, span, err);
+    for (int s = 0; !rc && s < CKPT_SECTIONS; s++)
+        ckpt_in_init(&in[s], img, span, (ckpt_tag)s, path, err);
+    /* The configuration and policy were checked against this run's by the
+     * fingerprint (in STAT and meta.json); the rest is the state. */
+    rc = rc || get_scalars(&in[CKPT_STAT], r) ||
+         get_layers(&in[CKPT_LAYR], &r->m, r->trace) ||
+         get_tensors(&in[CKPT_TENS], &r->m) ||
+         ckpt_get_stats(&in[CKPT_SITE], &r->stats) ||
+         get_time(&in[CKPT_TIME], &r->elapsed_before) ? -1 : 0;
+    free(img);
     return rc;
 }
 
+/* Every section decoded, nothing applied: the fuzzers' entry point. */
+int emu_checkpoint_check(const void *data, size_t size, emu_train_config *cfg,
+                         emu_policy *p, emu_error *err)
+{
+    const unsigned char *img = data;
+    const char *path = "checkpoint";
+    ckpt_span span[CKPT_SECTIONS];
+    ckpt_in in[CKPT_SECTIONS];
+    if (ckpt_open(img, size, path, span, err))
+        return -1;
+    for (int s = 0; s < CKPT_SECTIONS; s++)
+        ckpt_in_init(&in[s], img, span, (ckpt_tag)s, path, err);
+    emu_stats st;
+    emu_stats_init(&st);
+    double elapsed;
+    int rc = ckpt_get_config(&in[CKPT_CONF], cfg) ||
+             ckpt_get_policy(&in[CKPT_POLI], p) ||
+             get_scalars(&in[CKPT_STAT], NULL) ||
+             get_layers(&in[CKPT_LAYR], NULL, NULL) ||
+             get_tensors(&in[CKPT_TENS], NULL) ||
+             ckpt_get_stats(&in[CKPT_SITE], &st) ||
+             get_time(&in[CKPT_TIME], &elapsed) ? -1 : 0;
+    emu_stats_free(&st);
+    return rc;
+}
 /* ---- results ------------------------------------------------------------------- */
 
 static int write_meta(run *r, bool completed, double test_acc, emu_error *err)
@@ -1083,7 +1190,7 @@ static int save_all(run *r, bool final, double test_acc, emu_error *err)
         return -1;
     /* The checkpoint last but one and meta last: a reader that sees
      * "completed" sees every other file of the finished run. */
-    if (emu_write_atomic(path_in(r, "checkpoint.bin"), write_ckpt, r, err))
+    if (save_ckpt(r, err))
         return -1;
     return write_meta(r, final, test_acc, err);
 }
@@ -1459,19 +1566,23 @@ int emu_train_resume(const char *dir, int threads, bool quiet, FILE *log,
 {
     char path[640];
     snprintf(path, sizeof path, "%s/checkpoint.bin", dir);
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return emu_fail(err, path, "", "cannot open: %s", strerror(errno));
-    ckpt_head h;
+    size_t size;
+    unsigned char *img = ckpt_slurp(path, CKPT_LIMIT, &size, err);
+    if (!img)
+        return -1;
+    ckpt_span span[CKPT_SECTIONS];
+    ckpt_in in[2];
     emu_train_config cfg;
     emu_policy p;
-    bool ok = fread(&h, sizeof h, 1, fp) == 1 &&
-              !memcmp(h.magic, CKPT_MAGIC, sizeof h.magic) &&
-              fread(&cfg, sizeof cfg, 1, fp) == 1 && fread(&p, sizeof p, 1, fp) == 1;
-    fclose(fp);
-    if (!ok)
-        return emu_fail(err, path, "", "not a libemu checkpoint (or from "
-                        "another version, or truncated)");
+    int rc = ckpt_open(img, size, path, span, err);
+    if (!rc) {
+        ckpt_in_init(&in[0], img, span, CKPT_CONF, path, err);
+        ckpt_in_init(&in[1], img, span, CKPT_POLI, path, err);
+        rc = ckpt_get_config(&in[0], &cfg) || ckpt_get_policy(&in[1], &p) ? -1 : 0;
+    }
+    free(img);
+    if (rc)
+        return -1;
     /* Settings that do not change the numbers may differ. */
     snprintf(cfg.out_dir, sizeof cfg.out_dir, "%s", dir);
     cfg.resume = true;

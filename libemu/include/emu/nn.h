@@ -281,6 +281,13 @@ int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
 int emu_train_resume(const char *dir, int threads, bool quiet, FILE *log,
                      emu_error *err);
 
+/* Checks a checkpoint image (the bytes of a checkpoint.bin): its frame,
+ * every checksum, and every section decoded (the configuration and policy
+ * into cfg and p).  Returns 0, or -1 with err naming the offset that is
+ * wrong.  The layout is documented in README.md ("Checkpoints"). */
+int emu_checkpoint_check(const void *data, size_t size, emu_train_config *cfg,
+                         emu_policy *p, emu_error *err);
+
 #ifdef __cplusplus
 }
 #endif
