@@ -2,10 +2,13 @@
  * cmd_train.c — `emu train`: a training run in any precision policy, with
  * every op measured, written to a results folder.
  */
+#define _POSIX_C_SOURCE 200809L
+
 #include "cli.h"
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -231,6 +234,28 @@ static void read_config(settings *s, const char *path)
     fclose(fp);
 }
 
+/* The first SIGINT or SIGTERM asks the run to stop after its step, with a
+ * checkpoint; a second one (the handler is reset) ends the process at
+ * once, as the user asked twice. */
+static volatile sig_atomic_t caught;
+
+static void on_signal(int sig)
+{
+    caught = sig;
+    emu_train_stop(sig);
+}
+
+static void catch_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
 int cmd_train(int argc, char **argv)
 {
     settings s;
@@ -275,6 +300,7 @@ int cmd_train(int argc, char **argv)
     emu_error err;
     char msg[700];
     int rc;
+    catch_signals();
     if (resume) {
         if (others || config)
             cli_usage_error("train", "--resume takes the run's settings from its "
@@ -299,6 +325,13 @@ int cmd_train(int argc, char **argv)
     }
     for (int i = 0; i < s.nowned; i++)
         free(s.owned[i]);
+    if (rc == EMU_TRAIN_STOPPED) {
+        /* The shell's convention for a death by signal, 128 + its number
+         * (the test hook EMU_TRAIN_STOP_AFTER acts as SIGTERM). */
+        emu_error_format(&err, msg, sizeof msg);
+        fprintf(stderr, "emu train: %s\n", msg);
+        return 128 + (caught ? (int)caught : SIGTERM);
+    }
     if (rc) {
         emu_error_format(&err, msg, sizeof msg);
         cli_error("train", "%s", msg);

@@ -18,7 +18,9 @@
 #include "emu/nn.h"
 
 #include <errno.h>
+#include <dirent.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -277,7 +279,38 @@ static const char *const run_files[] = {
     "ops.csv", "hist.csv", "ops.json", "summary.txt", "checkpoint.bin", NULL,
 };
 
-/* Whether the run may use its folder; nothing is changed yet. */
+/* Whether path is a run's record: libemu's meta.json begins so. */
+static bool is_meta(const char *path)
+{
+    static const char head[] = "{\n  \"libemu_version\": ";
+    char buf[sizeof head - 1];
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        return false;
+    bool ok = fread(buf, 1, sizeof buf, fp) == sizeof buf &&
+              !memcmp(buf, head, sizeof buf);
+    fclose(fp);
+    return ok;
+}
+
+/* The name of one entry of dir other than . and .. into name ("" if none). */
+static void some_entry(const char *dir, char *name, size_t size)
+{
+    name[0] = '\0';
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    for (struct dirent *e; (e = readdir(d));)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+            snprintf(name, size, "%s", e->d_name);
+            break;
+        }
+    closedir(d);
+}
+
+/* Whether the run may use its folder; nothing is changed yet.  A folder
+ * that is not a run's is never written into, --force or not: it may hold
+ * a user's own steps.csv or summary.txt. */
 static int check_dir(run *r, emu_error *err)
 {
     const emu_train_config *c = r->cfg;
@@ -289,11 +322,26 @@ static int check_dir(run *r, emu_error *err)
         if (!exists || stat(path_in(r, "checkpoint.bin"), &st) != 0)
             return emu_fail(err, r->dir, "", "no checkpoint.bin to resume "
                             "from");
+        if (stat(path_in(r, "meta.json"), &st) != 0)
+            return emu_fail(err, r->dir, "", "no meta.json beside "
+                            "checkpoint.bin: the run's record is missing, so "
+                            "the checkpoint cannot be checked against it");
         return 0;
     }
-    if (exists && stat(path_in(r, "meta.json"), &st) == 0 && !c->force)
-        return emu_fail(err, r->dir, "", "holds a run already: use --resume to "
-                    "continue it or --force to replace it");
+    if (!exists)
+        return 0;
+    if (is_meta(path_in(r, "meta.json"))) {
+        if (!c->force)
+            return emu_fail(err, r->dir, "", "holds a run already: use "
+                            "--resume to continue it or --force to replace it");
+        return 0;
+    }
+    char name[256];
+    some_entry(r->dir, name, sizeof name);
+    if (name[0])
+        return emu_fail(err, r->dir, "", "is not empty and holds no run "
+                        "(no libemu meta.json; it holds '%s'): give --out a "
+                        "new or empty folder; --force replaces only a run", name);
     return 0;
 }
 
@@ -1264,6 +1312,26 @@ static void role_summary(const emu_stats *st, FILE *log)
 
 /* ---- the loop ----------------------------------------------------------------- */
 
+/* The signal that asked the run to stop (0: none).  Set from a signal
+ * handler, so nothing but a store of a sig_atomic_t. */
+static volatile sig_atomic_t stop_signal;
+
+void emu_train_stop(int sig)
+{
+    stop_signal = sig > 0 ? sig : SIGTERM;
+}
+
+/* Whether to stop after the step just done: a signal came, or the test
+ * hook EMU_TRAIN_STOP_AFTER=N (steps of this session) says so, acting as
+ * SIGTERM, so that the tests of a stopped run need no timing. */
+static int stop_requested(int64_t done)
+{
+    const char *hook = getenv("EMU_TRAIN_STOP_AFTER");
+    if (hook && *hook && done >= strtoll(hook, NULL, 10))
+        emu_train_stop(SIGTERM);
+    return stop_signal;
+}
+
 static int load_data(run *r, emu_error *err)
 {
     const emu_train_config *c = r->cfg;
@@ -1304,6 +1372,7 @@ static int train_epochs(run *r, FILE *log, double *final_acc, emu_error *err)
     const emu_train_config *c = r->cfg;
     const size_t b = (size_t)c->batch;
     double acc = NAN;
+    int64_t session = 0; /* steps taken by this process */
     for (;;) {
         if (r->step >= r->total_steps)
             break;
@@ -1381,6 +1450,17 @@ static int train_epochs(run *r, FILE *log, double *final_acc, emu_error *err)
             if (c->checkpoint_every > 0 && r->step % c->checkpoint_every == 0 &&
                 r->step < r->total_steps && save_all(r, false, NAN, err))
                 return -1;
+            if (r->step < r->total_steps && stop_requested(++session)) {
+                int sig = stop_signal;
+                stop_signal = 0;
+                if (save_all(r, false, NAN, err))
+                    return -1;
+                emu_fail(err, r->dir, "", "stopped by signal %d after step "
+                         "%lld of %lld; its checkpoint is saved: continue "
+                         "with emu train --resume %s", sig,
+                         (long long)r->step, (long long)r->total_steps, r->dir);
+                return 1;
+            }
         }
     }
     *final_acc = acc;
@@ -1491,8 +1571,13 @@ int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
         char want[64];
         snprintf(want, sizeof want, "\"fingerprint\": \"%016llx\"",
                  (unsigned long long)r->fingerprint);
-        bool same = sb_from_file(&meta, path_in(r, "meta.json")) == 0 &&
-                    meta.p && strstr(meta.p, want);
+        if (sb_from_file(&meta, path_in(r, "meta.json"))) {
+            emu_fail(err, path_in(r, "meta.json"), "", "cannot read: %s",
+                     strerror(errno));
+            sb_free(&meta);
+            goto done;
+        }
+        bool same = meta.p && strstr(meta.p, want);
         sb_free(&meta);
         if (!same) {
             emu_fail(err, r->dir, "", "checkpoint.bin is from another "
@@ -1529,12 +1614,18 @@ int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
         if (log && !cfg->quiet)
             fprintf(log, "resuming at step %lld of %lld\n", (long long)r->step,
                     (long long)r->total_steps);
-    } else if (write_meta(r, false, NAN, err)) {
+    } else if (save_all(r, false, NAN, err)) {
+        /* A checkpoint at step 0: a run killed before its first periodic
+         * one resumes like any other. */
         goto done;
     }
     r->t0 = now();
-    if (train_epochs(r, log, &acc, err))
+    rc = train_epochs(r, log, &acc, err);
+    if (rc) {
+        rc = rc > 0 ? EMU_TRAIN_STOPPED : -1;
         goto done;
+    }
+    rc = -1;
     if (save_all(r, true, acc, err))
         goto done;
     if (log && !cfg->quiet) {
