@@ -218,8 +218,8 @@ int ckpt_open(const unsigned char *img, size_t size, const char *path,
                         "(offset 16) gives the file %llu bytes", size,
                         (unsigned long long)want);
     if (want < size)
-        return emu_fail(err, path, "", "offset %llu: %llu bytes after the end "
-                        "the header (offset 16) gives", (unsigned long long)want,
+        return emu_fail(err, path, "", "offset %llu: the file goes on for %llu "
+                        "bytes past the end the header (offset 16) gives", (unsigned long long)want,
                         (unsigned long long)(size - want));
     const size_t tail = size - CKPT_TRAILER;
     size_t pos = CKPT_HEADER;
@@ -232,19 +232,21 @@ int ckpt_open(const unsigned char *img, size_t size, const char *path,
         uint64_t len = rd64(h + 4);
         if (len > tail - pos - CKPT_SECTION_HEAD)
             return emu_fail(err, path, "", "damaged at offset %zu..%zu "
-                            "(section '%.4s' header): a body of %llu bytes "
-                            "runs past the trailer at %zu", pos,
-                            pos + CKPT_SECTION_HEAD - 1, h,
+                            "(header of section %d, '%s'): a body of %llu "
+                            "bytes runs past the trailer at %zu", pos,
+                            pos + CKPT_SECTION_HEAD - 1, s + 1, TAGS[s],
                             (unsigned long long)len, tail);
         uint32_t c = crc(crc_of(h, 12), h + CKPT_SECTION_HEAD, (size_t)len);
         size_t last = pos + CKPT_SECTION_HEAD + (size_t)len - 1;
         if (c != rd32(h + 12))
             return emu_fail(err, path, "", "damaged at offset %zu..%zu "
-                            "(section '%.4s'): crc32 0x%08x, the bytes give "
-                            "0x%08x", pos, last, h, rd32(h + 12), c);
+                            "(section %d, '%s'): crc32 0x%08x, the bytes "
+                            "give 0x%08x", pos, last, s + 1, TAGS[s],
+                            rd32(h + 12), c);
         if (memcmp(h, TAGS[s], 4))
-            return emu_fail(err, path, "", "offset %zu: section '%.4s' where "
-                            "'%s' belongs", pos, h, TAGS[s]);
+            return emu_fail(err, path, "", "offset %zu: section %d is not "
+                            "'%s' (tag %02x %02x %02x %02x)", pos, s + 1,
+                            TAGS[s], h[0], h[1], h[2], h[3]);
         span[s].off = pos + CKPT_SECTION_HEAD;
         span[s].len = (size_t)len;
         pos = last + 1;

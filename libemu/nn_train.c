@@ -321,7 +321,9 @@ static int check_dir(run *r, emu_error *err)
     if (c->resume) {
         if (!exists || stat(path_in(r, "checkpoint.bin"), &st) != 0)
             return emu_fail(err, r->dir, "", "no checkpoint.bin to resume "
-                            "from");
+                            "from%s", is_meta(path_in(r, "meta.json")) ?
+                            " (the run ended before its first one: start it "
+                            "again with --force)" : "");
         if (stat(path_in(r, "meta.json"), &st) != 0)
             return emu_fail(err, r->dir, "", "no meta.json beside "
                             "checkpoint.bin: the run's record is missing, so "
@@ -1614,9 +1616,10 @@ int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
         if (log && !cfg->quiet)
             fprintf(log, "resuming at step %lld of %lld\n", (long long)r->step,
                     (long long)r->total_steps);
-    } else if (save_all(r, false, NAN, err)) {
-        /* A checkpoint at step 0: a run killed before its first periodic
-         * one resumes like any other. */
+    } else if (write_meta(r, false, NAN, err) || save_all(r, false, NAN, err)) {
+        /* meta.json first, so that any folder with a run's files is seen
+         * as a run; then a checkpoint at step 0, so that a run killed
+         * before its first periodic one resumes like any other. */
         goto done;
     }
     r->t0 = now();
