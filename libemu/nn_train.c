@@ -1469,16 +1469,60 @@ static int train_epochs(run *r, FILE *log, double *final_acc, emu_error *err)
     return 0;
 }
 
+/* Each setting on its own, so that a message names the one that is wrong
+ * and the rule it breaks. */
+static int check_config(const emu_train_config *c, const emu_policy *p,
+                        emu_error *err)
+{
+    const struct { const char *key; double v; double lo; bool lo_open;
+                   double hi; bool hi_open; } reals[] = {
+        { "lr", c->lr, 0.0, true, INFINITY, true },
+        { "momentum", c->momentum, 0.0, false, 1.0, true },
+        { "weight_decay", c->weight_decay, 0.0, false, INFINITY, true },
+        { "beta1", c->beta1, 0.0, false, 1.0, true },
+        { "beta2", c->beta2, 0.0, false, 1.0, true },
+        { "eps", c->eps, 0.0, true, INFINITY, true },
+        { "lr_final", c->lr_final, 0.0, false, INFINITY, true },
+        { "loss_mult", c->loss_mult, 0.0, true, INFINITY, true },
+        { "ref_rate", c->ref_rate, 0.0, false, 1.0, false },
+    };
+    for (size_t i = 0; i < sizeof reals / sizeof *reals; i++) {
+        double v = reals[i].v;
+        bool ok = (reals[i].lo_open ? v > reals[i].lo : v >= reals[i].lo) &&
+                  (reals[i].hi_open ? v < reals[i].hi : v <= reals[i].hi);
+        if (!ok)
+            return emu_fail(err, "config", reals[i].key, "%g is outside "
+                            "%c%g, %g%c", v, reals[i].lo_open ? '(' : '[',
+                            reals[i].lo, reals[i].hi, reals[i].hi_open ? ')' : ']');
+    }
+    const struct { const char *key; long long v, lo; } counts[] = {
+        { "batch", c->batch, 1 }, { "epochs", c->epochs, 1 },
+        { "max_steps", c->max_steps, 0 }, { "threads", c->threads, 1 },
+        { "stats_every", c->stats_every, 0 },
+        { "checkpoint_every", c->checkpoint_every, 0 },
+    };
+    for (size_t i = 0; i < sizeof counts / sizeof *counts; i++)
+        if (counts[i].v < counts[i].lo)
+            return emu_fail(err, "config", counts[i].key, "%lld is below %lld",
+                            counts[i].v, counts[i].lo);
+    /* The loss is binary32, and so is the factor it is multiplied by. */
+    const emu_loss_scaling *s = &p->scaling;
+    double top = s->kind == EMU_SCALE_NONE ? 1.0
+                 : s->kind == EMU_SCALE_STATIC ? s->init : fmax(s->init, s->max);
+    if (top * c->loss_mult >= 0x1p128)
+        return emu_fail(err, "config", "loss_mult", "%g times a loss scale of "
+                        "up to %g reaches 2^128: the product multiplies the "
+                        "binary32 loss, where it overflows", c->loss_mult, top);
+    return 0;
+}
+
 int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
               emu_error *err)
 {
     if (emu_policy_validate(p, err))
         return -1;
-    if (cfg->batch < 1 || cfg->epochs < 1 || !(cfg->lr > 0.0) ||
-        !isfinite(cfg->lr) || cfg->max_steps < 0 || !(cfg->loss_mult > 0.0) ||
-        !(cfg->ref_rate >= 0.0 && cfg->ref_rate <= 1.0) || cfg->threads < 1)
-        return emu_fail(err, "config", "", "batch and epochs must be >= 1, lr "
-                        "> 0, loss_mult > 0, ref_rate in [0, 1], threads >= 1");
+    if (check_config(cfg, p, err))
+        return -1;
     if (p->update == EMU_UPDATE_KAHAN && cfg->opt != EMU_OPT_SGD)
         return emu_fail(err, "config", "", "Kahan-compensated updates are "
                         "defined for SGD (its buffers reuse the Adam moments); "

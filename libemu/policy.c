@@ -442,6 +442,12 @@ int emu_policy_validate(const emu_policy *p, emu_error *err)
     if (!(s->init > 0.0) || !isfinite(s->init))
         return emu_fail(err, "policy", "scale", "the loss scale must be "
                         "positive and finite (got %g)", s->init);
+    /* The scale multiplies a binary32 loss: 2^128 and above would be
+     * infinite there, every gradient with it. */
+    if (s->init >= 0x1p128)
+        return emu_fail(err, "policy", "scale", "%g is 2^128 or more: the "
+                        "scale multiplies the binary32 loss, whose largest "
+                        "power of two is 2^127", s->init);
     if (s->kind != EMU_SCALE_NONE && s->kind != EMU_SCALE_ADAPTIVE &&
         !is_power_of_two(s->init))
         return emu_fail(err, "policy", "scale", "%g is not a power of two: "
@@ -472,6 +478,10 @@ int emu_policy_validate(const emu_policy *p, emu_error *err)
     if (!is_power_of_two(s->max))
         return emu_fail(err, "policy", "max_scale", "must be a power of two "
                         "(got %g)", s->max);
+    if (s->max >= 0x1p128)
+        return emu_fail(err, "policy", "max_scale", "%g is 2^128 or more: the "
+                        "scale multiplies the binary32 loss, whose largest "
+                        "power of two is 2^127", s->max);
     const emu_operand_quant *qs[3] = { &p->q_weight, &p->q_activation,
                                        &p->q_act_grad };
     static const char *const qnames[3] = { "q.weight", "q.activation",
