@@ -171,6 +171,20 @@ if command -v gzip > /dev/null 2>&1; then
     { gzip -dc "$tmp/good/$TI.gz"; printf 'xyz'; } | gzip > "$tmp/long_idx/$TI.gz"
     expect_error "IDX file with trailing bytes" "$TI.gz.*trailing" $FM --data-dir "$tmp/long_idx" --out "$o"
 
+    # A gzip bomb: a good file followed by 300 MB of zeros, 1.4 MB on
+    # disk.  Refused at the first byte beyond the data the header promises,
+    # without inflating the rest: the peak memory stays far below 300 MB.
+    dataset bomb
+    { gzip -dc "$tmp/good/$TI.gz"; head -c 300000000 /dev/zero; } | gzip -1 > "$tmp/bomb/$TI.gz"
+    expect_error "gzip bomb" "$TI.gz: byte 50192: data beyond the 50176 bytes the header promises" \
+        $FM --data-dir "$tmp/bomb" --out "$o"
+    if /usr/bin/time -v true > /dev/null 2>&1; then
+        /usr/bin/time -v "$EMU" train $FM --data-dir "$tmp/bomb" --out "$o" > /dev/null 2> "$tmp/time"
+        kb=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$tmp/time")
+        echo "train_errors: the gzip bomb ($(wc -c < "$tmp/bomb/$TI.gz") bytes) peaked at $kb KB"
+        [ "$kb" -lt 100000 ] || fail "the gzip bomb cost $kb KB of memory"
+    fi
+
     dataset count # 60 labels for 64 images
     labels "$tmp/count/$TL" 60
     gzip -f "$tmp/count/$TL"
