@@ -695,8 +695,51 @@ int ckpt_get_policy(ckpt_in *in, emu_policy *p)
 
 /* ---- op-site statistics ------------------------------------------------------------ */
 
-/* The counters of one emu_site_stats, in this order; the arrays are
- * written with their lengths, so that a change of bins is caught. */
+/* A histogram: its number of bins (so that a change of bins is caught),
+ * then only its non-zero bins, as (index, count) in increasing index:
+ * most bins of most sites are empty. */
+static void put_bins(ckpt_out *o, const uint64_t *v, size_t n)
+{
+    uint32_t nz = 0;
+    for (size_t i = 0; i < n; i++)
+        nz += v[i] != 0;
+    ckpt_u32(o, (uint32_t)n);
+    ckpt_u32(o, nz);
+    for (size_t i = 0; i < n; i++)
+        if (v[i]) {
+            ckpt_u32(o, (uint32_t)i);
+            ckpt_u64(o, v[i]);
+        }
+}
+
+static void get_bins(ckpt_in *in, uint64_t *v, size_t n)
+{
+    memset(v, 0, n * sizeof *v);
+    size_t at = in->pos;
+    uint32_t bins = ckpt_get_u32(in), nz = ckpt_get_u32(in);
+    if (!in->failed && (bins != n || nz > n)) {
+        in->pos = at;
+        ckpt_bad(in, "a histogram of %u bins (%u used); this libemu has %zu",
+                 bins, nz, n);
+        return;
+    }
+    for (uint32_t k = 0, next = 0; k < nz && !in->failed; k++) {
+        at = in->pos;
+        uint32_t i = ckpt_get_u32(in);
+        uint64_t c = ckpt_get_u64(in);
+        if (!in->failed && (i < next || i >= n || c == 0)) {
+            in->pos = at;
+            ckpt_bad(in, "histogram bin %u (count %llu) out of order or range",
+                     i, (unsigned long long)c);
+            return;
+        }
+        v[i] = c;
+        next = i + 1;
+    }
+}
+
+/* The counters of one emu_site_stats, in this order, then its
+ * histograms. */
 static void put_site_stats(ckpt_out *o, const emu_site_stats *t)
 {
     const uint64_t counts[] = { t->results, t->inexact, t->underflow,
@@ -710,16 +753,12 @@ static void put_site_stats(ckpt_out *o, const emu_site_stats *t)
                              t->accum_max, t->round_sum, t->round_max };
     for (size_t i = 0; i < sizeof reals / sizeof *reals; i++)
         ckpt_f64(o, reals[i]);
-    const struct { const uint64_t *v; size_t n; } arrays[] = {
-        { t->lost_bits, EMU_LOST_BINS }, { t->hist_exact, EMU_HIST_BINS },
-        { t->hist_rounded, EMU_HIST_BINS }, { t->hist_scale, EMU_HIST_BINS },
-        { t->ulp_hist, EMU_ULPERR_BINS }, { t->rel_hist, EMU_RELERR_BINS },
-    };
-    for (size_t a = 0; a < sizeof arrays / sizeof *arrays; a++) {
-        ckpt_u32(o, (uint32_t)arrays[a].n);
-        for (size_t i = 0; i < arrays[a].n; i++)
-            ckpt_u64(o, arrays[a].v[i]);
-    }
+    put_bins(o, t->lost_bits, EMU_LOST_BINS);
+    put_bins(o, t->hist_exact, EMU_HIST_BINS);
+    put_bins(o, t->hist_rounded, EMU_HIST_BINS);
+    put_bins(o, t->hist_scale, EMU_HIST_BINS);
+    put_bins(o, t->ulp_hist, EMU_ULPERR_BINS);
+    put_bins(o, t->rel_hist, EMU_RELERR_BINS);
 }
 
 static void get_site_stats(ckpt_in *in, emu_site_stats *t)
@@ -735,22 +774,12 @@ static void get_site_stats(ckpt_in *in, emu_site_stats *t)
                         &t->accum_max, &t->round_sum, &t->round_max };
     for (size_t i = 0; i < sizeof reals / sizeof *reals; i++)
         *reals[i] = ckpt_get_f64(in);
-    const struct { uint64_t *v; size_t n; } arrays[] = {
-        { t->lost_bits, EMU_LOST_BINS }, { t->hist_exact, EMU_HIST_BINS },
-        { t->hist_rounded, EMU_HIST_BINS }, { t->hist_scale, EMU_HIST_BINS },
-        { t->ulp_hist, EMU_ULPERR_BINS }, { t->rel_hist, EMU_RELERR_BINS },
-    };
-    for (size_t a = 0; a < sizeof arrays / sizeof *arrays; a++) {
-        size_t at = in->pos;
-        uint32_t n = ckpt_get_u32(in);
-        if (!in->failed && n != arrays[a].n) {
-            in->pos = at;
-            ckpt_bad(in, "a histogram of %u bins; this libemu has %zu", n,
-                     arrays[a].n);
-        }
-        for (size_t i = 0; i < arrays[a].n; i++)
-            arrays[a].v[i] = ckpt_get_u64(in);
-    }
+    get_bins(in, t->lost_bits, EMU_LOST_BINS);
+    get_bins(in, t->hist_exact, EMU_HIST_BINS);
+    get_bins(in, t->hist_rounded, EMU_HIST_BINS);
+    get_bins(in, t->hist_scale, EMU_HIST_BINS);
+    get_bins(in, t->ulp_hist, EMU_ULPERR_BINS);
+    get_bins(in, t->rel_hist, EMU_RELERR_BINS);
 }
 
 void ckpt_put_stats(ckpt_out *o, const emu_stats *st)
