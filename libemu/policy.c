@@ -244,6 +244,27 @@ static int parse_int(const char *s, long lo, long hi, int *out)
     return 0;
 }
 
+/* A spec value ("sequential,acc=binary16", "delayed,history=16",
+ * "e3m4,bias=5") holds each key=value item once: its parsers would
+ * silently take the first or the last.  Returns the repeated key's length
+ * (its text at *dup), or 0. */
+static size_t repeated_key(const char *val, const char **dup)
+{
+    for (const char *a = val; a; a = strchr(a, ',') ? strchr(a, ',') + 1 : NULL) {
+        size_t la = strcspn(a, ",=");
+        if (a[la] != '=')
+            continue;
+        for (const char *b = strchr(a, ','); b; b = strchr(b + 1, ',')) {
+            const char *k = b + 1;
+            if (strcspn(k, ",=") == la && k[la] == '=' && !strncmp(a, k, la)) {
+                *dup = a;
+                return la;
+            }
+        }
+    }
+    return 0;
+}
+
 int emu_policy_set(emu_policy *p, const char *assignment, emu_error *err)
 {
     char buf[256];
@@ -257,6 +278,11 @@ int emu_policy_set(emu_policy *p, const char *assignment, emu_error *err)
     const char *key = buf, *val = eq + 1;
     if (!*val)
         return emu_fail(err, "policy", key, "missing value");
+    const char *dup;
+    size_t dlen = repeated_key(val, &dup);
+    if (dlen)
+        return emu_fail(err, "policy", key, "'%.*s' is given twice in '%s'",
+                        (int)dlen, dup, val);
 
     if (!strcmp(key, "exempt")) {
         unsigned e = 0;

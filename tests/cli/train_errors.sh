@@ -54,6 +54,12 @@ expect_error "interval 0" "interval" --preset fp16-mpt --set interval=0 --out "$
 expect_error "adaptive target 0" "target" --preset adaptive --set target=0 --out "$o"
 expect_error "Kahan with a master copy" "kahan.*master" --preset fp16-mpt --set update=kahan --out "$o"
 expect_error "Kahan with Adam" "kahan.*sgd" --preset bf16-kahan --optimizer adam --out "$o"
+expect_error "accumulator key twice" "'acc' is given twice in 'sequential,acc=binary16,acc=binary32'" \
+    --set accum=sequential,acc=binary16,acc=binary32 --out "$o"
+expect_error "scaled-format key twice" "'block' is given twice" --set q.all=mxfp8,block=4,block=8 --out "$o"
+expect_error "tensor-scaling key twice" "'history' is given twice" --preset fp8-delayed \
+    --set tensor_scaling=delayed,history=4,history=8 --out "$o"
+expect_error "format key twice" "'bias' is given twice" --set weight=e3m4,bias=5,bias=6 --out "$o"
 expect_error "unknown exempt layers" "exempt.*first" --set exempt=middle --out "$o"
 expect_error "loss multiplier 3" "loss_mult.*power of two" --loss-mult 3 --out "$o"
 expect_error "loss multiplier 0" "--loss-mult: '0' must be > 0" --loss-mult 0 --out "$o"
