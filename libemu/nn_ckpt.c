@@ -799,9 +799,10 @@ void ckpt_put_stats(ckpt_out *o, const emu_stats *st)
 
 int ckpt_get_stats(ckpt_in *in, emu_stats *st)
 {
-    /* A site takes far more than 64 bytes: a damaged count cannot make
-     * this allocate more than the file's size. */
-    size_t n = ckpt_get_count(in, 64, "op sites");
+    /* A site takes at least 468 bytes (three empty strings, a role, two
+     * sets of 22 scalars and 6 empty histograms, a flag): a count that
+     * claims more sites than fit is refused before it allocates. */
+    size_t n = ckpt_get_count(in, 468, "op sites");
     emu_stats_free(st);
     emu_stats_init(st);
     if (n) {
