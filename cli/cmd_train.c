@@ -2,10 +2,14 @@
  * cmd_train.c — `emu train`: a training run in any precision policy, with
  * every op measured, written to a results folder.
  */
+#define _POSIX_C_SOURCE 200809L
+
 #include "cli.h"
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,8 +34,9 @@ static void help(void)
         "                       scale=1024  exempt=first+last  update=kahan\n"
         "                       q.all=mxfp6-e3m2  q.act_grad.mode=sr\n"
         "                       tensor_scaling=delayed,history=64,margin=1\n"
-        "  --config FILE        'key = value' lines: any option below (without\n"
-        "                       --) or policy key; command-line options win\n"
+        "  --config FILE        'key = value' lines, each key once: any option\n"
+        "                       below (without --) or policy key; command-line\n"
+        "                       options win\n"
         "Model and data:\n"
         "  --model ARCH         mlp:784-256-128-10 (default), mlp:784-128x8-10,\n"
         "                       cnn (LeNet-style), cnn:6-16-120-84, mlp-gelu:...\n"
@@ -51,8 +56,11 @@ static void help(void)
         "Measurement and output:\n"
         "  --seed N (1)  --ref-rate X (fraction of outputs checked with MPFR, 0)\n"
         "  --stats-every N (50)  --checkpoint-every N (500)  --threads N (1)\n"
-        "  --out DIR (runs/latest)  --force (replace a finished run)\n"
-        "  --resume DIR         continue a run from its checkpoint\n"
+        "  --out DIR (runs/latest): a new or empty folder, or a run's\n"
+        "  --force              replace the run in --out (never other files)\n"
+        "  --resume DIR         continue a run from its checkpoint (written\n"
+        "                       at the start, every --checkpoint-every steps\n"
+        "                       and on Ctrl-C or SIGTERM, exit 130 or 143)\n"
         "  --quiet              no progress output\n"
         "\n"
         "Example: emu train --preset bf16-sr --model cnn --epochs 2 --out runs/sr\n");
@@ -82,86 +90,130 @@ enum {
     O_CKPT_EVERY, O_THREADS, O_OUT, O_FORCE, O_RESUME, O_QUIET, O_HELP
 };
 
-static double parse_real(const char *opt, const char *s)
+/* What a real option must satisfy. */
+typedef enum real_rule { R_POSITIVE, R_NONNEG, R_UNIT, R_BELOW_ONE } real_rule;
+
+/* `where` names the value for messages: "--lr" on the command line,
+ * "run.cfg:3: lr" in a config file. */
+static double parse_real(const char *where, const char *s, real_rule rule)
 {
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (!*s || *end || errno || !isfinite(v))
-        cli_usage_error("train", "--%s: '%s' is not a number", opt, s);
+    if (!*s || *end || isnan(v))
+        cli_usage_error("train", "%s: '%s' is not a number", where, s);
+    if (isinf(v) || (errno == ERANGE && fabs(v) > 1.0))
+        cli_usage_error("train", "%s: '%s' is not finite", where, s);
+    if (errno == ERANGE)
+        cli_usage_error("train", "%s: '%s' underflows binary64", where, s);
+    static const char *const rules[] = {
+        [R_POSITIVE] = "must be > 0", [R_NONNEG] = "must be >= 0",
+        [R_UNIT] = "must lie in [0, 1]", [R_BELOW_ONE] = "must lie in [0, 1)",
+    };
+    bool ok = rule == R_POSITIVE ? v > 0.0
+              : rule == R_NONNEG ? v >= 0.0
+              : rule == R_UNIT   ? v >= 0.0 && v <= 1.0
+                                 : v >= 0.0 && v < 1.0;
+    if (!ok)
+        cli_usage_error("train", "%s: '%s' %s", where, s, rules[rule]);
     return v;
 }
 
-static long parse_count(const char *opt, const char *s, long lo, long hi)
+static long parse_count(const char *where, const char *s, long lo, long hi)
 {
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
     if (!*s || *end || errno || v < lo || v > hi)
-        cli_usage_error("train", "--%s: '%s' is not a whole number in %ld..%ld",
-                        opt, s, lo, hi);
+        cli_usage_error("train", "%s: '%s' is not a whole number in %ld..%ld",
+                        where, s, lo, hi);
     return v;
 }
 
+enum { MAX_SETTINGS = 64 };
+
 typedef struct settings {
     emu_train_config cfg;
-    const char *sets[64];     /* policy overrides, in order              */
-    char *owned[64];          /* copies of config-file values            */
+    const char *sets[MAX_SETTINGS];    /* policy overrides, in order          */
+    const char *set_where[MAX_SETTINGS]; /* "--set" or "run.cfg:3"          */
+    char *owned[3 * MAX_SETTINGS];     /* copies of config-file text          */
     int nsets, nowned;
     bool have_preset;
 } settings;
 
-/* Applies one option (by index) to s. */
-static void apply(settings *s, int o, const char *val)
+static char *own(settings *s, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+static char *own(settings *s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    char *p = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (!p || s->nowned == 3 * MAX_SETTINGS)
+        cli_usage_error("train", "out of memory");
+    va_start(ap, fmt);
+    vsnprintf(p, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    return s->owned[s->nowned++] = p;
+}
+
+/* Applies one option (by index) to s; where names it for messages. */
+static void apply(settings *s, int o, const char *val, const char *where)
 {
     emu_train_config *c = &s->cfg;
-    const char *name = opts[o].name;
     switch (o) {
     case O_PRESET:
         snprintf(c->preset, sizeof c->preset, "%s", val);
         s->have_preset = true;
         break;
     case O_SET:
-        if (s->nsets == 64)
-            cli_usage_error("train", "more than 64 --set options");
+        if (s->nsets == MAX_SETTINGS)
+            cli_usage_error("train", "%s: more than %d policy settings", where,
+                            MAX_SETTINGS);
+        s->set_where[s->nsets] = where;
         s->sets[s->nsets++] = val;
         break;
     case O_MODEL: snprintf(c->arch, sizeof c->arch, "%s", val); break;
     case O_DATA:
         if (strcmp(val, "synthetic") && strcmp(val, "fashion-mnist"))
-            cli_usage_error("train", "--data: '%s' is not synthetic or "
-                            "fashion-mnist", val);
+            cli_usage_error("train", "%s: '%s' is not synthetic or "
+                            "fashion-mnist", where, val);
         snprintf(c->data, sizeof c->data, "%s", val);
         break;
     case O_DATA_DIR: snprintf(c->data_dir, sizeof c->data_dir, "%s", val); break;
-    case O_TRAIN_N: c->train_examples = (size_t)parse_count(name, val, 1, 10000000); break;
-    case O_TEST_N: c->test_examples = (size_t)parse_count(name, val, 1, 10000000); break;
-    case O_EPOCHS: c->epochs = (int)parse_count(name, val, 1, 100000); break;
-    case O_STEPS: c->max_steps = parse_count(name, val, 1, 1L << 40); break;
-    case O_BATCH: c->batch = (int)parse_count(name, val, 1, 65536); break;
+    case O_TRAIN_N: c->train_examples = (size_t)parse_count(where, val, 1, 10000000); break;
+    case O_TEST_N: c->test_examples = (size_t)parse_count(where, val, 1, 10000000); break;
+    case O_EPOCHS: c->epochs = (int)parse_count(where, val, 1, 100000); break;
+    case O_STEPS: c->max_steps = parse_count(where, val, 1, 1L << 40); break;
+    case O_BATCH: c->batch = (int)parse_count(where, val, 1, 65536); break;
     case O_OPT:
         if (!strcmp(val, "sgd")) c->opt = EMU_OPT_SGD;
         else if (!strcmp(val, "adam")) c->opt = EMU_OPT_ADAM;
-        else cli_usage_error("train", "--optimizer: '%s' is not sgd or adam", val);
+        else cli_usage_error("train", "%s: '%s' is not sgd or adam", where, val);
         break;
-    case O_LR: c->lr = parse_real(name, val); break;
-    case O_MOMENTUM: c->momentum = parse_real(name, val); break;
-    case O_WD: c->weight_decay = parse_real(name, val); break;
+    case O_LR: c->lr = parse_real(where, val, R_POSITIVE); break;
+    case O_MOMENTUM: c->momentum = parse_real(where, val, R_BELOW_ONE); break;
+    case O_WD: c->weight_decay = parse_real(where, val, R_NONNEG); break;
     case O_SCHEDULE:
         if (!strcmp(val, "constant")) c->schedule = EMU_LR_CONSTANT;
         else if (!strcmp(val, "step")) c->schedule = EMU_LR_STEP;
         else if (!strcmp(val, "cosine")) c->schedule = EMU_LR_COSINE;
-        else cli_usage_error("train", "--schedule: '%s' is not constant, step or "
-                             "cosine", val);
+        else cli_usage_error("train", "%s: '%s' is not constant, step or "
+                             "cosine", where, val);
         break;
-    case O_LR_FINAL: c->lr_final = parse_real(name, val); break;
-    case O_LR_STEP: c->lr_step = parse_count(name, val, 1, 1L << 40); break;
-    case O_LOSS_MULT: c->loss_mult = parse_real(name, val); break;
-    case O_SEED: c->seed = cli_parse_u64("train", "--seed", val); break;
-    case O_REF_RATE: c->ref_rate = parse_real(name, val); break;
-    case O_STATS_EVERY: c->stats_every = (int)parse_count(name, val, 0, 1 << 30); break;
-    case O_CKPT_EVERY: c->checkpoint_every = (int)parse_count(name, val, 0, 1 << 30); break;
-    case O_THREADS: c->threads = (int)parse_count(name, val, 1, 256); break;
+    case O_LR_FINAL: c->lr_final = parse_real(where, val, R_NONNEG); break;
+    case O_LR_STEP: c->lr_step = parse_count(where, val, 1, 1L << 40); break;
+    case O_LOSS_MULT: c->loss_mult = parse_real(where, val, R_POSITIVE); break;
+    case O_SEED: c->seed = cli_parse_u64("train", where, val); break;
+    case O_REF_RATE: c->ref_rate = parse_real(where, val, R_UNIT); break;
+    case O_STATS_EVERY: c->stats_every = (int)parse_count(where, val, 0, 1 << 30); break;
+    case O_CKPT_EVERY: c->checkpoint_every = (int)parse_count(where, val, 0, 1 << 30); break;
+    case O_THREADS: c->threads = (int)parse_count(where, val, 1, 256); break;
     case O_OUT: snprintf(c->out_dir, sizeof c->out_dir, "%s", val); break;
     case O_FORCE: c->force = true; break;
     case O_QUIET: c->quiet = true; break;
@@ -180,14 +232,16 @@ static char *trim(char *s)
 }
 
 /* A config file: "key = value" lines, '#' comments.  Keys are the long
- * options (without --) or policy keys (as --set takes them). */
+ * options (without --) or policy keys (as --set takes them), each at most
+ * once; messages name the file and line. */
 static void read_config(settings *s, const char *path)
 {
     FILE *fp = fopen(path, "r");
     if (!fp)
         cli_usage_error("train", "--config %s: %s", path, strerror(errno));
     char line[1024];
-    int lineno = 0;
+    int lineno = 0, nkeys = 0;
+    struct { char *key; int line; } seen[MAX_SETTINGS];
     while (fgets(line, sizeof line, fp)) {
         lineno++;
         if (!strchr(line, '\n') && !feof(fp))
@@ -210,25 +264,53 @@ static void read_config(settings *s, const char *path)
         if (o == O_CONFIG || o == O_RESUME || o == O_HELP)
             cli_usage_error("train", "%s:%d: '%s' cannot be set in a config file",
                             path, lineno, key);
-        if (s->nowned == 64)
-            cli_usage_error("train", "%s: more than 64 settings", path);
-        size_t n = strlen(key) + strlen(val) + 2;
-        char *copy = malloc(n);
-        if (!copy)
-            cli_usage_error("train", "out of memory");
-        s->owned[s->nowned++] = copy;
+        for (int i = 0; i < nkeys; i++)
+            if (!strcmp(seen[i].key, key))
+                cli_usage_error("train", "%s:%d: '%s' is set again (first at "
+                                "%s:%d)", path, lineno, key, path, seen[i].line);
+        if (nkeys == MAX_SETTINGS)
+            cli_usage_error("train", "%s:%d: more than %d settings", path,
+                            lineno, MAX_SETTINGS);
+        seen[nkeys].key = own(s, "%s", key);
+        seen[nkeys++].line = lineno;
         if (o >= 0) {
-            snprintf(copy, n, "%s", val);
             if (!opts[o].takes_value && strcmp(val, "yes") && strcmp(val, "true"))
                 continue; /* "force = no" */
-            apply(s, o, copy);
+            apply(s, o, own(s, "%s", val), own(s, "%s:%d: %s", path, lineno, key));
         } else {
             /* A policy key: checked when the policy is built. */
-            snprintf(copy, n, "%s=%s", key, val);
-            apply(s, O_SET, copy);
+            apply(s, O_SET, own(s, "%s=%s", key, val),
+                  own(s, "%s:%d:", path, lineno));
         }
     }
+    /* fgets fails on a folder (EISDIR), which would otherwise read as an
+     * empty file. */
+    if (ferror(fp))
+        cli_usage_error("train", "--config %s: cannot read: %s", path,
+                        strerror(errno));
     fclose(fp);
+}
+
+/* The first SIGINT or SIGTERM asks the run to stop after its step, with a
+ * checkpoint; a second one (the handler is reset) ends the process at
+ * once, as the user asked twice. */
+static volatile sig_atomic_t caught;
+
+static void on_signal(int sig)
+{
+    caught = sig;
+    emu_train_stop(sig);
+}
+
+static void catch_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
 }
 
 int cmd_train(int argc, char **argv)
@@ -263,18 +345,21 @@ int cmd_train(int argc, char **argv)
             resume = val;
             continue;
         }
+        char where[64];
+        snprintf(where, sizeof where, "--%s", opts[o].name);
         if (o == O_THREADS)
-            threads = (int)parse_count("threads", val, 1, 256);
+            threads = (int)parse_count(where, val, 1, 256);
         else if (o == O_QUIET)
             quiet = true;
         else
             others = true;
-        apply(&s, o, val);
+        apply(&s, o, val, o == O_SET ? "--set" : where);
     }
 
     emu_error err;
     char msg[700];
     int rc;
+    catch_signals();
     if (resume) {
         if (others || config)
             cli_usage_error("train", "--resume takes the run's settings from its "
@@ -289,7 +374,8 @@ int cmd_train(int argc, char **argv)
         for (int i = 0; i < s.nsets; i++)
             if (emu_policy_set(&policy, s.sets[i], &err)) {
                 emu_error_format(&err, msg, sizeof msg);
-                cli_usage_error("train", "--set %s: %s", s.sets[i], msg);
+                cli_usage_error("train", "%s %s: %s", s.set_where[i],
+                                s.sets[i], msg);
             }
         if (emu_policy_validate(&policy, &err)) {
             emu_error_format(&err, msg, sizeof msg);
@@ -299,6 +385,13 @@ int cmd_train(int argc, char **argv)
     }
     for (int i = 0; i < s.nowned; i++)
         free(s.owned[i]);
+    if (rc == EMU_TRAIN_STOPPED) {
+        /* The shell's convention for a death by signal, 128 + its number
+         * (the test hook EMU_TRAIN_STOP_AFTER acts as SIGTERM). */
+        emu_error_format(&err, msg, sizeof msg);
+        fprintf(stderr, "emu train: %s\n", msg);
+        return 128 + (caught ? (int)caught : SIGTERM);
+    }
     if (rc) {
         emu_error_format(&err, msg, sizeof msg);
         cli_error("train", "%s", msg);

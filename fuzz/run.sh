@@ -1,7 +1,7 @@
 #!/bin/sh
 # Builds the libFuzzer harnesses with clang (-fsanitize=fuzzer,address,
 # undefined) and runs each for SECONDS (default 30), seeded from
-# formats/*.fmt and tests/data/*.
+# formats/*.fmt, tests/data/* and checkpoints of short runs.
 #
 #   fuzz/run.sh [SECONDS]
 #   EMU_FUZZ_BUILD=dir  build directory (default build-fuzz in the repo)
@@ -20,6 +20,9 @@ CC=$cc cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DEMU_BUILD_FUZZ=ON -DEMU_BUILD_TESTS=OFF -DEMU_BUILD_BENCH=OFF > "$build.cmake.log" 2>&1 ||
     { cat "$build.cmake.log" >&2; exit 2; }
 cmake --build "$build" -j2 --target fuzz_format_spec fuzz_vectors fuzz_scaled > "$build.build.log" 2>&1 ||
+    { tail -n 40 "$build.build.log" >&2; exit 2; }
+# fuzz_checkpoint, and emu to write its seeds.
+cmake --build "$build" -j2 --target fuzz_checkpoint emu >> "$build.build.log" 2>&1 ||
     { tail -n 40 "$build.build.log" >&2; exit 2; }
 
 seeds=$build/seeds
@@ -62,8 +65,23 @@ for s in mxfp8 mxfp4 nvfp4 mxint8 'mxfp6-e3m2,block=7' 'mxfp8,block=4x3' \
     } > "$seeds/fuzz_scaled/seed$i"
 done
 
+# Checkpoint seeds: short runs of small models under policies with
+# different state (master weights and a dynamic scale; delayed FP8
+# scaling with its amax histories; MX operands; Kahan buffers).
+mkdir -p "$seeds/fuzz_checkpoint" "$build/corpus/fuzz_checkpoint"
+i=0
+for pol in fp16-mpt fp8-delayed mxfp4 bf16-kahan; do
+    i=$((i + 1))
+    "$build/cli/emu" train --quiet --preset $pol --model mlp:784-4-10 --train-examples 32 \
+        --test-examples 16 --batch 16 --steps 1 --stats-every 0 --out "$seeds/run$i" > /dev/null 2>&1 &&
+        cp "$seeds/run$i/checkpoint.bin" "$seeds/fuzz_checkpoint/seed$i"
+    rm -rf "$seeds/run$i"
+done
+
 status=0
-for h in fuzz_format_spec fuzz_vectors fuzz_scaled; do
+harnesses="fuzz_format_spec fuzz_vectors fuzz_scaled"
+harnesses="$harnesses fuzz_checkpoint"
+for h in $harnesses; do
     echo "== $h: $secs s"
     if ! "$build/fuzz/$h" -max_total_time="$secs" -print_final_stats=1 \
             -artifact_prefix="$build/artifacts/$h-" \

@@ -4,9 +4,10 @@
  *
  * IDX (LeCun's format): a 4-byte big-endian magic 0x0000TTDD (TT the
  * element type, 0x08 for unsigned bytes; DD the number of dimensions),
- * DD big-endian uint32 sizes, then the elements.  Files are read whole
- * through zlib, which also reads uncompressed files transparently; every
- * check names the file and the byte offset that is wrong.
+ * DD big-endian uint32 sizes, then the elements.  Files are read through
+ * zlib, which also reads uncompressed files transparently, no further than
+ * their header promises; every check names the file and the byte offset
+ * that is wrong.
  */
 #include "emu/data.h"
 
@@ -28,85 +29,42 @@ void emu_dataset_free(emu_dataset *d)
     memset(d, 0, sizeof *d);
 }
 
-/* The whole decompressed file, at most `limit` bytes (a larger file is not
- * one of ours). */
-static unsigned char *read_gz(const char *path, size_t limit, size_t *len,
-                              emu_error *err)
-{
-    gzFile gz = gzopen(path, "rb");
-    if (!gz) {
-        emu_fail(err, path, "", "cannot open: %s", errno ? strerror(errno)
-                                                 : "out of memory");
-        return NULL;
-    }
-    size_t cap = 1 << 20, n = 0;
-    unsigned char *buf = malloc(cap);
-    for (;;) {
-        if (!buf) {
-            emu_fail(err, path, "", "out of memory");
-            break;
-        }
-        if (n == cap) {
-            if (cap >= limit) {
-                emu_fail(err, path, "", "larger than %zu bytes: not an IDX "
-                         "file of this data set", limit);
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            cap *= 2;
-            unsigned char *p = realloc(buf, cap);
-            if (!p) {
-                free(buf);
-                buf = NULL;
-                continue;
-            }
-            buf = p;
-        }
-        unsigned want = cap - n > (1u << 30) ? 1u << 30 : (unsigned)(cap - n);
-        int got = gzread(gz, buf + n, want);
-        if (got < 0) {
-            int code;
-            const char *msg = gzerror(gz, &code);
-            emu_fail(err, path, "", "corrupt compressed data after %zu bytes: "
-                     "%s", n, msg);
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        n += (size_t)got;
-        if (got == 0) {
-            int code;
-            const char *msg = gzerror(gz, &code);
-            if (code != Z_OK) {
-                /* zlib reports a truncated stream here, not in gzread. */
-                emu_fail(err, path, "", "truncated or corrupt after %zu bytes: "
-                         "%s", n, msg);
-                free(buf);
-                buf = NULL;
-            }
-            break;
-        }
-    }
-    gzclose(gz);
-    *len = n;
-    return buf;
-}
-
 static uint32_t be32(const unsigned char *p)
 {
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 |
            p[3];
 }
 
-/* Checks an IDX header of `dims` unsigned-byte dimensions; sizes out. */
-static int idx_header(const unsigned char *buf, size_t len, int dims,
-                      uint32_t *size, const char *path, emu_error *err)
+/* Up to `want` more decompressed bytes into buf; the count read, or -1
+ * with err (`at`: the bytes read before, for the message). */
+static long long gz_fill(gzFile gz, unsigned char *buf, size_t want,
+                         size_t at, const char *path, emu_error *err)
 {
-    size_t hdr = 4 + 4 * (size_t)dims;
-    if (len < hdr)
-        return emu_fail(err, path, "", "%zu bytes: too short for an IDX header "
-                        "of %d dimensions (%zu bytes)", len, dims, hdr);
+    size_t n = 0;
+    while (n < want) {
+        unsigned ask = want - n > (1u << 30) ? 1u << 30 : (unsigned)(want - n);
+        int got = gzread(gz, buf + n, ask);
+        int code = Z_OK;
+        const char *msg = got <= 0 ? gzerror(gz, &code) : NULL;
+        if (got < 0 || (got == 0 && code != Z_OK)) {
+            /* zlib reports a truncated stream at the end, not in gzread. */
+            emu_fail(err, path, "", "%s after %zu bytes: %s", got < 0 ?
+                     "corrupt compressed data" : "truncated or corrupt",
+                     at + n, msg);
+            return -1;
+        }
+        if (got == 0)
+            break;
+        n += (size_t)got;
+    }
+    return (long long)n;
+}
+
+/* Checks an IDX header of `dims` unsigned-byte dimensions (hdr bytes);
+ * sizes out, and the number of data bytes it promises. */
+static int idx_header(const unsigned char *buf, int dims, uint32_t *size,
+                      uint64_t *count_out, const char *path, emu_error *err)
+{
     uint32_t magic = be32(buf);
     uint32_t want = 0x0800u | (uint32_t)dims;
     if (magic != want)
@@ -125,12 +83,85 @@ static int idx_header(const unsigned char *buf, size_t len, int dims,
                             "than this reader accepts", 4 + 4 * d,
                             (unsigned long long)count);
     }
-    if (len - hdr != count)
-        return emu_fail(err, path, "", "%zu data bytes after the header, the "
-                        "header promises %llu (file %s)", len - hdr,
-                        (unsigned long long)count,
-                        len - hdr < count ? "truncated" : "has trailing bytes");
+    *count_out = count;
     return 0;
+}
+
+/* An IDX file of `dims` dimensions, through zlib (which reads plain files
+ * too): the header, then exactly the data bytes it promises, the buffer
+ * growing as they arrive, so that a header that lies costs no more memory
+ * than the data present, and a file that goes on (a gzip bomb: a few MB
+ * that inflate to GB) is refused at the first byte too many, without
+ * inflating the rest.  Returns the header and data, *len bytes. */
+static unsigned char *read_idx(const char *path, int dims, uint32_t *size,
+                               size_t *len, emu_error *err)
+{
+    gzFile gz = gzopen(path, "rb");
+    if (!gz) {
+        emu_fail(err, path, "", "cannot open: %s", errno ? strerror(errno)
+                                                 : "out of memory");
+        return NULL;
+    }
+    const size_t hdr = 4 + 4 * (size_t)dims;
+    unsigned char head[16], extra;
+    uint64_t count = 0;
+    unsigned char *buf = NULL;
+    long long got = gz_fill(gz, head, hdr, 0, path, err);
+    if (got < 0)
+        goto fail;
+    if ((size_t)got < hdr) {
+        emu_fail(err, path, "", "%lld bytes: too short for an IDX header of "
+                 "%d dimensions (%zu bytes)", got, dims, hdr);
+        goto fail;
+    }
+    if (idx_header(head, dims, size, &count, path, err))
+        goto fail;
+    const size_t total = hdr + (size_t)count;
+    size_t cap = total < ((size_t)1 << 20) ? total : (size_t)1 << 20, n = hdr;
+    buf = malloc(cap);
+    if (!buf) {
+        emu_fail(err, path, "", "out of memory");
+        goto fail;
+    }
+    memcpy(buf, head, hdr);
+    for (;;) {
+        got = gz_fill(gz, buf + n, cap - n, n, path, err);
+        if (got < 0)
+            goto fail;
+        n += (size_t)got;
+        if (n < cap || cap == total)
+            break;
+        size_t grown = cap > total / 2 ? total : 2 * cap;
+        unsigned char *p = realloc(buf, grown);
+        if (!p) {
+            emu_fail(err, path, "", "out of memory for %zu bytes", grown);
+            goto fail;
+        }
+        buf = p;
+        cap = grown;
+    }
+    if (n < total) {
+        emu_fail(err, path, "", "%zu data bytes after the header, the header "
+                 "promises %llu (file truncated)", n - hdr,
+                 (unsigned long long)count);
+        goto fail;
+    }
+    got = gz_fill(gz, &extra, 1, n, path, err);
+    if (got < 0)
+        goto fail;
+    if (got) {
+        emu_fail(err, path, "", "byte %zu: data beyond the %llu bytes the "
+                 "header promises (file has trailing bytes)", n,
+                 (unsigned long long)count);
+        goto fail;
+    }
+    gzclose(gz);
+    *len = n;
+    return buf;
+fail:
+    free(buf);
+    gzclose(gz);
+    return NULL;
 }
 
 int emu_dataset_load_idx(emu_dataset *d, const char *images_path,
@@ -139,19 +170,16 @@ int emu_dataset_load_idx(emu_dataset *d, const char *images_path,
 {
     memset(d, 0, sizeof *d);
     size_t ilen = 0, llen = 0;
-    unsigned char *img = read_gz(images_path, (size_t)1 << 31, &ilen, err);
+    uint32_t isz[3], lsz[1];
+    unsigned char *img = read_idx(images_path, 3, isz, &ilen, err);
     if (!img)
         return -1;
-    unsigned char *lab = read_gz(labels_path, (size_t)1 << 28, &llen, err);
+    unsigned char *lab = read_idx(labels_path, 1, lsz, &llen, err);
     if (!lab) {
         free(img);
         return -1;
     }
-    uint32_t isz[3], lsz[1];
     int rc = -1;
-    if (idx_header(img, ilen, 3, isz, images_path, err) ||
-        idx_header(lab, llen, 1, lsz, labels_path, err))
-        goto done;
     if (isz[0] != lsz[0]) {
         emu_fail(err, labels_path, "", "%u labels for %u images in %s", lsz[0],
                  isz[0], images_path);

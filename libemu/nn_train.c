@@ -18,7 +18,9 @@
 #include "emu/nn.h"
 
 #include <errno.h>
+#include <dirent.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +31,7 @@
 #include "emu/rng.h"
 #include "emu/version.h"
 #include "internal.h"
+#include "nn_ckpt.h"
 
 void emu_train_config_default(emu_train_config *c)
 {
@@ -276,7 +279,38 @@ static const char *const run_files[] = {
     "ops.csv", "hist.csv", "ops.json", "summary.txt", "checkpoint.bin", NULL,
 };
 
-/* Whether the run may use its folder; nothing is changed yet. */
+/* Whether path is a run's record: libemu's meta.json begins so. */
+static bool is_meta(const char *path)
+{
+    static const char head[] = "{\n  \"libemu_version\": ";
+    char buf[sizeof head - 1];
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        return false;
+    bool ok = fread(buf, 1, sizeof buf, fp) == sizeof buf &&
+              !memcmp(buf, head, sizeof buf);
+    fclose(fp);
+    return ok;
+}
+
+/* The name of one entry of dir other than . and .. into name ("" if none). */
+static void some_entry(const char *dir, char *name, size_t size)
+{
+    name[0] = '\0';
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    for (struct dirent *e; (e = readdir(d));)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+            snprintf(name, size, "%s", e->d_name);
+            break;
+        }
+    closedir(d);
+}
+
+/* Whether the run may use its folder; nothing is changed yet.  A folder
+ * that is not a run's is never written into, --force or not: it may hold
+ * a user's own steps.csv or summary.txt. */
 static int check_dir(run *r, emu_error *err)
 {
     const emu_train_config *c = r->cfg;
@@ -287,12 +321,29 @@ static int check_dir(run *r, emu_error *err)
     if (c->resume) {
         if (!exists || stat(path_in(r, "checkpoint.bin"), &st) != 0)
             return emu_fail(err, r->dir, "", "no checkpoint.bin to resume "
-                            "from");
+                            "from%s", is_meta(path_in(r, "meta.json")) ?
+                            " (the run ended before its first one: start it "
+                            "again with --force)" : "");
+        if (stat(path_in(r, "meta.json"), &st) != 0)
+            return emu_fail(err, r->dir, "", "no meta.json beside "
+                            "checkpoint.bin: the run's record is missing, so "
+                            "the checkpoint cannot be checked against it");
         return 0;
     }
-    if (exists && stat(path_in(r, "meta.json"), &st) == 0 && !c->force)
-        return emu_fail(err, r->dir, "", "holds a run already: use --resume to "
-                    "continue it or --force to replace it");
+    if (!exists)
+        return 0;
+    if (is_meta(path_in(r, "meta.json"))) {
+        if (!c->force)
+            return emu_fail(err, r->dir, "", "holds a run already: use "
+                            "--resume to continue it or --force to replace it");
+        return 0;
+    }
+    char name[256];
+    some_entry(r->dir, name, sizeof name);
+    if (name[0])
+        return emu_fail(err, r->dir, "", "is not empty and holds no run "
+                        "(no libemu meta.json; it holds '%s'): give --out a "
+                        "new or empty folder; --force replaces only a run", name);
     return 0;
 }
 
@@ -837,17 +888,7 @@ static int evaluate(run *r, int epoch, double *acc_out)
 
 /* ---- checkpoint ----------------------------------------------------------------- */
 
-static const char CKPT_MAGIC[8] = { 'E', 'M', 'U', 'C', 'K', 'P', 'T', '2' };
-
-typedef struct ckpt_head {
-    char magic[8];
-    uint64_t fingerprint;
-    int64_t step, skipped;
-    uint64_t op_index;
-    double scale, floor, adaptive_cut, elapsed;
-    int32_t good, n_layers;
-    uint64_t n_sites, n_params;
-} ckpt_head;
+/* The layout is nn_ckpt.h's; what each section holds is decided here. */
 
 /* Every tensor that carries state from step to step, in a fixed order. */
 static int state_tensors(emu_model *m, emu_tensor **out, int max)
@@ -871,135 +912,251 @@ static int state_tensors(emu_model *m, emu_tensor **out, int max)
 
 enum { MAX_STATE = 1024 };
 
-static int write_ckpt(FILE *fp, const void *arg)
+static void put_amax(ckpt_out *o, const emu_amax_history *h)
 {
-    run *r = (run *)arg;
-    emu_tensor *ts[MAX_STATE];
-    int nt = state_tensors(&r->m, ts, MAX_STATE);
-    ckpt_head h;
-    memset(&h, 0, sizeof h);
-    memcpy(h.magic, CKPT_MAGIC, sizeof h.magic);
-    h.fingerprint = r->fingerprint;
-    h.step = r->step;
-    h.skipped = r->skipped;
-    h.op_index = r->ctx.op_index;
-    h.scale = r->scale;
-    h.floor = r->floor;
-    h.adaptive_cut = r->adaptive_cut;
-    h.elapsed = r->elapsed_before + (now() - r->t0);
-    h.good = r->good;
-    h.n_layers = r->m.n_layers;
-    h.n_sites = r->stats.count;
-    h.n_params = (uint64_t)nt;
+    ckpt_u32(o, (uint32_t)h->len);
+    ckpt_u32(o, (uint32_t)h->pos);
+    ckpt_u64(o, h->rejected);
+    /* Entries at len and beyond are never written (emu_amax_record). */
+    ckpt_f32s(o, h->amax, (size_t)h->len);
+}
+
+static void get_amax(ckpt_in *in, emu_amax_history *h)
+{
+    memset(h, 0, sizeof *h);
+    size_t at = in->pos;
+    uint32_t len = ckpt_get_u32(in), pos = ckpt_get_u32(in);
+    if (!in->failed && (len > EMU_AMAX_HISTORY_MAX || pos >= EMU_AMAX_HISTORY_MAX)) {
+        in->pos = at;
+        ckpt_bad(in, "an amax history of %u values at %u (at most %d)", len,
+                 pos, EMU_AMAX_HISTORY_MAX);
+        return;
+    }
+    h->len = (int)len;
+    h->pos = (int)pos;
+    h->rejected = ckpt_get_u64(in);
+    ckpt_get_f32s(in, h->amax, len);
+}
+
+static void ckpt_image(run *r, ckpt_out *o)
+{
+    ckpt_begin(o);
     /* The configuration and policy ride along, so that a run resumes from
      * its folder alone (emu_train_resume). */
-    emu_train_config cfg = *r->cfg;
-    cfg.resume = cfg.force = false;
-    if (fwrite(&h, sizeof h, 1, fp) != 1 || fwrite(&cfg, sizeof cfg, 1, fp) != 1 ||
-        fwrite(r->p, sizeof *r->p, 1, fp) != 1 ||
-        fwrite(r->trace, sizeof *r->trace, (size_t)r->m.n_layers + 1, fp) !=
-            (size_t)r->m.n_layers + 1)
-        return -1;
+    ckpt_section(o, CKPT_CONF);
+    ckpt_put_config(o, r->cfg);
+    ckpt_section(o, CKPT_POLI);
+    ckpt_put_policy(o, r->p);
+    ckpt_section(o, CKPT_STAT);
+    ckpt_u64(o, r->fingerprint);
+    ckpt_u64(o, (uint64_t)r->step);
+    ckpt_u64(o, (uint64_t)r->skipped);
+    ckpt_u64(o, r->ctx.op_index);
+    ckpt_f64(o, r->scale);
+    ckpt_f64(o, r->floor);
+    ckpt_f64(o, r->adaptive_cut);
+    ckpt_u32(o, (uint32_t)r->good);
+    ckpt_section(o, CKPT_LAYR);
+    ckpt_u32(o, (uint32_t)r->m.n_layers);
+    for (int i = 0; i <= r->m.n_layers; i++) {
+        ckpt_f64(o, r->trace[i].sigma);
+        ckpt_f64(o, r->trace[i].amax);
+        ckpt_f64(o, r->trace[i].corr);
+    }
     for (int i = 0; i < r->m.n_layers; i++) {
         const emu_layer *l = &r->m.layers[i];
         /* The scaled-operand recipes' state: amax histories, tensor scales. */
-        if (fwrite(&l->scale, sizeof(double), 1, fp) != 1 ||
-            fwrite(l->amax_hist, sizeof l->amax_hist, 1, fp) != 1 ||
-            fwrite(l->tscale, sizeof l->tscale, 1, fp) != 1)
-            return -1;
+        ckpt_f64(o, l->scale);
+        for (int k = 0; k < 3; k++)
+            put_amax(o, &l->amax_hist[k]);
+        for (int k = 0; k < 3; k++)
+            ckpt_f64(o, l->tscale[k]);
     }
+    ckpt_section(o, CKPT_TENS);
+    emu_tensor *ts[MAX_STATE];
+    int nt = state_tensors(&r->m, ts, MAX_STATE);
+    ckpt_u64(o, (uint64_t)nt);
     for (int i = 0; i < nt; i++) {
-        uint64_t n = ts[i]->n;
-        if (fwrite(&n, sizeof n, 1, fp) != 1 ||
-            fwrite(ts[i]->data, sizeof(float), ts[i]->n, fp) != ts[i]->n)
-            return -1;
+        ckpt_str(o, ts[i]->name);
+        ckpt_u64(o, ts[i]->n);
+        ckpt_f32s(o, ts[i]->data, ts[i]->n);
     }
-    if (r->stats.count &&
-        fwrite(r->stats.sites, sizeof *r->stats.sites, r->stats.count, fp) !=
-            r->stats.count)
+    ckpt_section(o, CKPT_SITE);
+    ckpt_put_stats(o, &r->stats);
+    ckpt_section(o, CKPT_TIME);
+    ckpt_f64(o, r->elapsed_before + (now() - r->t0));
+    ckpt_finish(o);
+}
+
+static int write_ckpt(FILE *fp, const void *arg)
+{
+    const ckpt_out *o = arg;
+    return o->oom || fwrite(o->p, 1, o->len, fp) != o->len ? -1 : 0;
+}
+
+static int save_ckpt(run *r, emu_error *err)
+{
+    ckpt_out o;
+    ckpt_image(r, &o);
+    int rc = o.oom ? emu_fail(err, path_in(r, "checkpoint.bin"), "",
+                              "out of memory")
+                   : emu_write_atomic(path_in(r, "checkpoint.bin"), write_ckpt,
+                                      &o, err);
+    ckpt_out_free(&o);
+    return rc;
+}
+
+/* The loop's scalars; r NULL: only checked. */
+static int get_scalars(ckpt_in *in, run *r)
+{
+    uint64_t fp = ckpt_get_u64(in);
+    int64_t step = (int64_t)ckpt_get_u64(in);
+    int64_t skipped = (int64_t)ckpt_get_u64(in);
+    uint64_t op_index = ckpt_get_u64(in);
+    double scale = ckpt_get_f64(in), floor = ckpt_get_f64(in);
+    double cut = ckpt_get_f64(in);
+    int good = (int)(int32_t)ckpt_get_u32(in);
+    if (!in->failed && (step < 0 || skipped < 0 || skipped > step || good < 0))
+        ckpt_bad(in, "step %lld with %lld skipped and %d clean: not a run's "
+                 "state", (long long)step, (long long)skipped, good);
+    if (ckpt_done(in))
         return -1;
+    if (!r)
+        return 0;
+    if (fp != r->fingerprint)
+        return emu_fail(in->err, in->path, "", "the checkpoint is from another "
+                        "configuration: resume with the options the run "
+                        "started with (see its meta.json)");
+    r->step = step;
+    r->skipped = skipped;
+    r->ctx.op_index = op_index;
+    r->scale = scale;
+    r->floor = floor;
+    r->adaptive_cut = cut;
+    r->good = good;
     return 0;
 }
+
+/* Per-layer state; m and trace NULL: only checked. */
+static int get_layers(ckpt_in *in, emu_model *m, layer_trace *trace)
+{
+    size_t at = in->pos;
+    uint32_t n = ckpt_get_u32(in);
+    /* 3 reals of trace and 64 bytes of layer at the least */
+    if (!in->failed && ((m && n != (uint32_t)m->n_layers) ||
+                        n > (in->end - in->pos) / 64)) {
+        in->pos = at;
+        ckpt_bad(in, "%u layers; the model has %d", n, m ? m->n_layers : -1);
+        return -1;
+    }
+    for (uint32_t i = 0; i <= n && !in->failed; i++) {
+        layer_trace t;
+        t.sigma = ckpt_get_f64(in);
+        t.amax = ckpt_get_f64(in);
+        t.corr = ckpt_get_f64(in);
+        if (trace)
+            trace[i] = t;
+    }
+    for (uint32_t i = 0; i < n && !in->failed; i++) {
+        emu_layer scratch, *l = m ? &m->layers[i] : &scratch;
+        l->scale = ckpt_get_f64(in);
+        for (int k = 0; k < 3; k++)
+            get_amax(in, &l->amax_hist[k]);
+        for (int k = 0; k < 3; k++)
+            l->tscale[k] = ckpt_get_f64(in);
+    }
+    return ckpt_done(in);
+}
+
+/* The state tensors, into m's (which must match them); m NULL: only
+ * checked. */
+static int get_tensors(ckpt_in *in, emu_model *m)
+{
+    emu_tensor *ts[MAX_STATE];
+    int nt = m ? state_tensors(m, ts, MAX_STATE) : 0;
+    size_t at = in->pos;
+    size_t n = ckpt_get_count(in, 12, "tensors");
+    if (!in->failed && m && n != (size_t)nt) {
+        in->pos = at;
+        ckpt_bad(in, "%zu state tensors; the model has %d", n, nt);
+    }
+    for (size_t i = 0; i < n && !in->failed; i++) {
+        char name[EMU_TENSOR_NAME_MAX];
+        ckpt_get_str(in, name, sizeof name);
+        at = in->pos;
+        size_t count = ckpt_get_count(in, 4, "values");
+        if (in->failed)
+            break;
+        if (m && (strcmp(name, ts[i]->name) || count != ts[i]->n)) {
+            in->pos = at;
+            ckpt_bad(in, "tensor '%s' of %zu values where the model has '%s' "
+                     "of %zu", name, count, ts[i]->name, ts[i]->n);
+            break;
+        }
+        if (m)
+            ckpt_get_f32s(in, ts[i]->data, count);
+        else
+            in->pos += 4 * count;
+    }
+    return ckpt_done(in);
+}
+
+static int get_time(ckpt_in *in, double *elapsed)
+{
+    *elapsed = ckpt_get_f64(in);
+    return ckpt_done(in);
+}
+
+enum { CKPT_LIMIT = 1 << 30 }; /* far above any model this library trains */
 
 static int read_ckpt(run *r, emu_error *err)
 {
     const char *path = path_in(r, "checkpoint.bin");
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return emu_fail(err, path, "", "cannot open: %s", strerror(errno));
-    ckpt_head h;
-    int rc = -1;
-    emu_tensor *ts[MAX_STATE];
-    int nt = state_tensors(&r->m, ts, MAX_STATE);
-    if (fread(&h, sizeof h, 1, fp) != 1 ||
-        memcmp(h.magic, CKPT_MAGIC, sizeof h.magic)) {
-        emu_fail(err, path, "", "not a libemu checkpoint (or from another "
-                 "version)");
-        goto done;
-    }
-    if (h.fingerprint != r->fingerprint) {
-        emu_fail(err, path, "", "the checkpoint is from another configuration: "
-                 "resume with the options the run started with (see its "
-                 "meta.json)");
-        goto done;
-    }
-    if (h.n_layers != r->m.n_layers || h.n_params != (uint64_t)nt ||
-        h.n_sites > 1000000) {
-        emu_fail(err, path, "", "the checkpoint does not match the model");
-        goto done;
-    }
-    if (fseek(fp, (long)(sizeof(emu_train_config) + sizeof(emu_policy)),
-              SEEK_CUR))
-        goto truncated;
-    if (fread(r->trace, sizeof *r->trace, (size_t)r->m.n_layers + 1, fp) !=
-        (size_t)r->m.n_layers + 1)
-        goto truncated;
-    for (int i = 0; i < r->m.n_layers; i++) {
-        emu_layer *l = &r->m.layers[i];
-        if (fread(&l->scale, sizeof(double), 1, fp) != 1 ||
-            fread(l->amax_hist, sizeof l->amax_hist, 1, fp) != 1 ||
-            fread(l->tscale, sizeof l->tscale, 1, fp) != 1)
-            goto truncated;
-    }
-    for (int i = 0; i < nt; i++) {
-        uint64_t n;
-        if (fread(&n, sizeof n, 1, fp) != 1 || n != ts[i]->n) {
-            emu_fail(err, path, "", "tensor %s: size mismatch", ts[i]->name);
-            goto done;
-        }
-        if (fread(ts[i]->data, sizeof(float), ts[i]->n, fp) != ts[i]->n)
-            goto truncated;
-    }
-    emu_stats_free(&r->stats);
-    emu_stats_init(&r->stats);
-    if (h.n_sites) {
-        r->stats.sites = malloc(h.n_sites * sizeof *r->stats.sites);
-        if (!r->stats.sites) {
-            emu_fail(err, path, "", "out of memory");
-            goto done;
-        }
-        r->stats.cap = r->stats.count = h.n_sites;
-        if (fread(r->stats.sites, sizeof *r->stats.sites, h.n_sites, fp) !=
-            h.n_sites)
-            goto truncated;
-    }
-    r->step = h.step;
-    r->skipped = h.skipped;
-    r->ctx.op_index = h.op_index;
-    r->scale = h.scale;
-    r->floor = h.floor;
-    r->adaptive_cut = h.adaptive_cut;
-    r->elapsed_before = h.elapsed;
-    r->good = h.good;
-    rc = 0;
-    goto done;
-truncated:
-    emu_fail(err, path, "", "truncated checkpoint");
-done:
-    fclose(fp);
+    size_t size;
+    unsigned char *img = ckpt_slurp(path, CKPT_LIMIT, &size, err);
+    if (!img)
+        return -1;
+    ckpt_span span[CKPT_SECTIONS];
+    ckpt_in in[CKPT_SECTIONS];
+    int rc = ckpt_open(img, size, path, span, err);
+    for (int s = 0; !rc && s < CKPT_SECTIONS; s++)
+        ckpt_in_init(&in[s], img, span, (ckpt_tag)s, path, err);
+    /* The configuration and policy were checked against this run's by the
+     * fingerprint (in STAT and meta.json); the rest is the state. */
+    rc = rc || get_scalars(&in[CKPT_STAT], r) ||
+         get_layers(&in[CKPT_LAYR], &r->m, r->trace) ||
+         get_tensors(&in[CKPT_TENS], &r->m) ||
+         ckpt_get_stats(&in[CKPT_SITE], &r->stats) ||
+         get_time(&in[CKPT_TIME], &r->elapsed_before) ? -1 : 0;
+    free(img);
     return rc;
 }
 
+/* Every section decoded, nothing applied: the fuzzers' entry point. */
+int emu_checkpoint_check(const void *data, size_t size, emu_train_config *cfg,
+                         emu_policy *p, emu_error *err)
+{
+    const unsigned char *img = data;
+    const char *path = "checkpoint";
+    ckpt_span span[CKPT_SECTIONS];
+    ckpt_in in[CKPT_SECTIONS];
+    if (ckpt_open(img, size, path, span, err))
+        return -1;
+    for (int s = 0; s < CKPT_SECTIONS; s++)
+        ckpt_in_init(&in[s], img, span, (ckpt_tag)s, path, err);
+    emu_stats st;
+    emu_stats_init(&st);
+    double elapsed;
+    int rc = ckpt_get_config(&in[CKPT_CONF], cfg) ||
+             ckpt_get_policy(&in[CKPT_POLI], p) ||
+             get_scalars(&in[CKPT_STAT], NULL) ||
+             get_layers(&in[CKPT_LAYR], NULL, NULL) ||
+             get_tensors(&in[CKPT_TENS], NULL) ||
+             ckpt_get_stats(&in[CKPT_SITE], &st) ||
+             get_time(&in[CKPT_TIME], &elapsed) ? -1 : 0;
+    emu_stats_free(&st);
+    return rc;
+}
 /* ---- results ------------------------------------------------------------------- */
 
 static int write_meta(run *r, bool completed, double test_acc, emu_error *err)
@@ -1083,7 +1240,7 @@ static int save_all(run *r, bool final, double test_acc, emu_error *err)
         return -1;
     /* The checkpoint last but one and meta last: a reader that sees
      * "completed" sees every other file of the finished run. */
-    if (emu_write_atomic(path_in(r, "checkpoint.bin"), write_ckpt, r, err))
+    if (save_ckpt(r, err))
         return -1;
     return write_meta(r, final, test_acc, err);
 }
@@ -1157,6 +1314,26 @@ static void role_summary(const emu_stats *st, FILE *log)
 
 /* ---- the loop ----------------------------------------------------------------- */
 
+/* The signal that asked the run to stop (0: none).  Set from a signal
+ * handler, so nothing but a store of a sig_atomic_t. */
+static volatile sig_atomic_t stop_signal;
+
+void emu_train_stop(int sig)
+{
+    stop_signal = sig > 0 ? sig : SIGTERM;
+}
+
+/* Whether to stop after the step just done: a signal came, or the test
+ * hook EMU_TRAIN_STOP_AFTER=N (steps of this session) says so, acting as
+ * SIGTERM, so that the tests of a stopped run need no timing. */
+static int stop_requested(int64_t done)
+{
+    const char *hook = getenv("EMU_TRAIN_STOP_AFTER");
+    if (hook && *hook && done >= strtoll(hook, NULL, 10))
+        emu_train_stop(SIGTERM);
+    return stop_signal;
+}
+
 static int load_data(run *r, emu_error *err)
 {
     const emu_train_config *c = r->cfg;
@@ -1197,6 +1374,7 @@ static int train_epochs(run *r, FILE *log, double *final_acc, emu_error *err)
     const emu_train_config *c = r->cfg;
     const size_t b = (size_t)c->batch;
     double acc = NAN;
+    int64_t session = 0; /* steps taken by this process */
     for (;;) {
         if (r->step >= r->total_steps)
             break;
@@ -1274,9 +1452,67 @@ static int train_epochs(run *r, FILE *log, double *final_acc, emu_error *err)
             if (c->checkpoint_every > 0 && r->step % c->checkpoint_every == 0 &&
                 r->step < r->total_steps && save_all(r, false, NAN, err))
                 return -1;
+            if (r->step < r->total_steps && stop_requested(++session)) {
+                int sig = stop_signal;
+                stop_signal = 0;
+                if (save_all(r, false, NAN, err))
+                    return -1;
+                emu_fail(err, r->dir, "", "stopped by signal %d after step "
+                         "%lld of %lld; its checkpoint is saved: continue "
+                         "with emu train --resume %s", sig,
+                         (long long)r->step, (long long)r->total_steps, r->dir);
+                return 1;
+            }
         }
     }
     *final_acc = acc;
+    return 0;
+}
+
+/* Each setting on its own, so that a message names the one that is wrong
+ * and the rule it breaks. */
+static int check_config(const emu_train_config *c, const emu_policy *p,
+                        emu_error *err)
+{
+    const struct { const char *key; double v; double lo; bool lo_open;
+                   double hi; bool hi_open; } reals[] = {
+        { "lr", c->lr, 0.0, true, INFINITY, true },
+        { "momentum", c->momentum, 0.0, false, 1.0, true },
+        { "weight_decay", c->weight_decay, 0.0, false, INFINITY, true },
+        { "beta1", c->beta1, 0.0, false, 1.0, true },
+        { "beta2", c->beta2, 0.0, false, 1.0, true },
+        { "eps", c->eps, 0.0, true, INFINITY, true },
+        { "lr_final", c->lr_final, 0.0, false, INFINITY, true },
+        { "loss_mult", c->loss_mult, 0.0, true, INFINITY, true },
+        { "ref_rate", c->ref_rate, 0.0, false, 1.0, false },
+    };
+    for (size_t i = 0; i < sizeof reals / sizeof *reals; i++) {
+        double v = reals[i].v;
+        bool ok = (reals[i].lo_open ? v > reals[i].lo : v >= reals[i].lo) &&
+                  (reals[i].hi_open ? v < reals[i].hi : v <= reals[i].hi);
+        if (!ok)
+            return emu_fail(err, "config", reals[i].key, "%g is outside "
+                            "%c%g, %g%c", v, reals[i].lo_open ? '(' : '[',
+                            reals[i].lo, reals[i].hi, reals[i].hi_open ? ')' : ']');
+    }
+    const struct { const char *key; long long v, lo; } counts[] = {
+        { "batch", c->batch, 1 }, { "epochs", c->epochs, 1 },
+        { "max_steps", c->max_steps, 0 }, { "threads", c->threads, 1 },
+        { "stats_every", c->stats_every, 0 },
+        { "checkpoint_every", c->checkpoint_every, 0 },
+    };
+    for (size_t i = 0; i < sizeof counts / sizeof *counts; i++)
+        if (counts[i].v < counts[i].lo)
+            return emu_fail(err, "config", counts[i].key, "%lld is below %lld",
+                            counts[i].v, counts[i].lo);
+    /* The loss is binary32, and so is the factor it is multiplied by. */
+    const emu_loss_scaling *s = &p->scaling;
+    double top = s->kind == EMU_SCALE_NONE ? 1.0
+                 : s->kind == EMU_SCALE_STATIC ? s->init : fmax(s->init, s->max);
+    if (top * c->loss_mult >= 0x1p128)
+        return emu_fail(err, "config", "loss_mult", "%g times a loss scale of "
+                        "up to %g reaches 2^128: the product multiplies the "
+                        "binary32 loss, where it overflows", c->loss_mult, top);
     return 0;
 }
 
@@ -1285,11 +1521,8 @@ int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
 {
     if (emu_policy_validate(p, err))
         return -1;
-    if (cfg->batch < 1 || cfg->epochs < 1 || !(cfg->lr > 0.0) ||
-        !isfinite(cfg->lr) || cfg->max_steps < 0 || !(cfg->loss_mult > 0.0) ||
-        !(cfg->ref_rate >= 0.0 && cfg->ref_rate <= 1.0) || cfg->threads < 1)
-        return emu_fail(err, "config", "", "batch and epochs must be >= 1, lr "
-                        "> 0, loss_mult > 0, ref_rate in [0, 1], threads >= 1");
+    if (check_config(cfg, p, err))
+        return -1;
     if (p->update == EMU_UPDATE_KAHAN && cfg->opt != EMU_OPT_SGD)
         return emu_fail(err, "config", "", "Kahan-compensated updates are "
                         "defined for SGD (its buffers reuse the Adam moments); "
@@ -1384,8 +1617,13 @@ int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
         char want[64];
         snprintf(want, sizeof want, "\"fingerprint\": \"%016llx\"",
                  (unsigned long long)r->fingerprint);
-        bool same = sb_from_file(&meta, path_in(r, "meta.json")) == 0 &&
-                    meta.p && strstr(meta.p, want);
+        if (sb_from_file(&meta, path_in(r, "meta.json"))) {
+            emu_fail(err, path_in(r, "meta.json"), "", "cannot read: %s",
+                     strerror(errno));
+            sb_free(&meta);
+            goto done;
+        }
+        bool same = meta.p && strstr(meta.p, want);
         sb_free(&meta);
         if (!same) {
             emu_fail(err, r->dir, "", "checkpoint.bin is from another "
@@ -1422,12 +1660,19 @@ int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
         if (log && !cfg->quiet)
             fprintf(log, "resuming at step %lld of %lld\n", (long long)r->step,
                     (long long)r->total_steps);
-    } else if (write_meta(r, false, NAN, err)) {
+    } else if (write_meta(r, false, NAN, err) || save_all(r, false, NAN, err)) {
+        /* meta.json first, so that any folder with a run's files is seen
+         * as a run; then a checkpoint at step 0, so that a run killed
+         * before its first periodic one resumes like any other. */
         goto done;
     }
     r->t0 = now();
-    if (train_epochs(r, log, &acc, err))
+    rc = train_epochs(r, log, &acc, err);
+    if (rc) {
+        rc = rc > 0 ? EMU_TRAIN_STOPPED : -1;
         goto done;
+    }
+    rc = -1;
     if (save_all(r, true, acc, err))
         goto done;
     if (log && !cfg->quiet) {
@@ -1459,19 +1704,23 @@ int emu_train_resume(const char *dir, int threads, bool quiet, FILE *log,
 {
     char path[640];
     snprintf(path, sizeof path, "%s/checkpoint.bin", dir);
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return emu_fail(err, path, "", "cannot open: %s", strerror(errno));
-    ckpt_head h;
+    size_t size;
+    unsigned char *img = ckpt_slurp(path, CKPT_LIMIT, &size, err);
+    if (!img)
+        return -1;
+    ckpt_span span[CKPT_SECTIONS];
+    ckpt_in in[2];
     emu_train_config cfg;
     emu_policy p;
-    bool ok = fread(&h, sizeof h, 1, fp) == 1 &&
-              !memcmp(h.magic, CKPT_MAGIC, sizeof h.magic) &&
-              fread(&cfg, sizeof cfg, 1, fp) == 1 && fread(&p, sizeof p, 1, fp) == 1;
-    fclose(fp);
-    if (!ok)
-        return emu_fail(err, path, "", "not a libemu checkpoint (or from "
-                        "another version, or truncated)");
+    int rc = ckpt_open(img, size, path, span, err);
+    if (!rc) {
+        ckpt_in_init(&in[0], img, span, CKPT_CONF, path, err);
+        ckpt_in_init(&in[1], img, span, CKPT_POLI, path, err);
+        rc = ckpt_get_config(&in[0], &cfg) || ckpt_get_policy(&in[1], &p) ? -1 : 0;
+    }
+    free(img);
+    if (rc)
+        return -1;
     /* Settings that do not change the numbers may differ. */
     snprintf(cfg.out_dir, sizeof cfg.out_dir, "%s", dir);
     cfg.resume = true;

@@ -244,6 +244,27 @@ static int parse_int(const char *s, long lo, long hi, int *out)
     return 0;
 }
 
+/* A spec value ("sequential,acc=binary16", "delayed,history=16",
+ * "e3m4,bias=5") holds each key=value item once: its parsers would
+ * silently take the first or the last.  Returns the repeated key's length
+ * (its text at *dup), or 0. */
+static size_t repeated_key(const char *val, const char **dup)
+{
+    for (const char *a = val; a; a = strchr(a, ',') ? strchr(a, ',') + 1 : NULL) {
+        size_t la = strcspn(a, ",=");
+        if (a[la] != '=')
+            continue;
+        for (const char *b = strchr(a, ','); b; b = strchr(b + 1, ',')) {
+            const char *k = b + 1;
+            if (strcspn(k, ",=") == la && k[la] == '=' && !strncmp(a, k, la)) {
+                *dup = a;
+                return la;
+            }
+        }
+    }
+    return 0;
+}
+
 int emu_policy_set(emu_policy *p, const char *assignment, emu_error *err)
 {
     char buf[256];
@@ -257,6 +278,11 @@ int emu_policy_set(emu_policy *p, const char *assignment, emu_error *err)
     const char *key = buf, *val = eq + 1;
     if (!*val)
         return emu_fail(err, "policy", key, "missing value");
+    const char *dup;
+    size_t dlen = repeated_key(val, &dup);
+    if (dlen)
+        return emu_fail(err, "policy", key, "'%.*s' is given twice in '%s'",
+                        (int)dlen, dup, val);
 
     if (!strcmp(key, "exempt")) {
         unsigned e = 0;
@@ -442,6 +468,12 @@ int emu_policy_validate(const emu_policy *p, emu_error *err)
     if (!(s->init > 0.0) || !isfinite(s->init))
         return emu_fail(err, "policy", "scale", "the loss scale must be "
                         "positive and finite (got %g)", s->init);
+    /* The scale multiplies a binary32 loss: 2^128 and above would be
+     * infinite there, every gradient with it. */
+    if (s->init >= 0x1p128)
+        return emu_fail(err, "policy", "scale", "%g is 2^128 or more: the "
+                        "scale multiplies the binary32 loss, whose largest "
+                        "power of two is 2^127", s->init);
     if (s->kind != EMU_SCALE_NONE && s->kind != EMU_SCALE_ADAPTIVE &&
         !is_power_of_two(s->init))
         return emu_fail(err, "policy", "scale", "%g is not a power of two: "
@@ -472,6 +504,10 @@ int emu_policy_validate(const emu_policy *p, emu_error *err)
     if (!is_power_of_two(s->max))
         return emu_fail(err, "policy", "max_scale", "must be a power of two "
                         "(got %g)", s->max);
+    if (s->max >= 0x1p128)
+        return emu_fail(err, "policy", "max_scale", "%g is 2^128 or more: the "
+                        "scale multiplies the binary32 loss, whose largest "
+                        "power of two is 2^127", s->max);
     const emu_operand_quant *qs[3] = { &p->q_weight, &p->q_activation,
                                        &p->q_act_grad };
     static const char *const qnames[3] = { "q.weight", "q.activation",

@@ -879,6 +879,111 @@ START_TEST(resume_other_configuration)
 }
 END_TEST
 
+/* The policy as JSON, for comparing two policies field by field. */
+static char *policy_json(const emu_policy *p)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *fp = open_memstream(&text, &len);
+    ck_assert_ptr_nonnull(fp);
+    emu_policy_write_json(p, fp, 0);
+    fclose(fp);
+    return text;
+}
+
+/* A checkpoint decodes to the configuration and policy it was written
+ * with; with any byte flipped (every byte of the first and last 256, one
+ * in 61 elsewhere) or cut short it is refused, naming an offset; each
+ * bad setting is refused by name. */
+START_TEST(checkpoint_integrity)
+{
+    char dir[] = "./test_nn.XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    emu_train_config c;
+    emu_train_config_default(&c);
+    snprintf(c.preset, sizeof c.preset, "fp8-delayed");
+    snprintf(c.arch, sizeof c.arch, "mlp:784-4-10");
+    snprintf(c.out_dir, sizeof c.out_dir, "%s/run", dir);
+    c.train_examples = 64;
+    c.test_examples = 16;
+    c.batch = 16;
+    c.max_steps = 2;
+    c.lr = 0.0625;
+    c.seed = 7;
+    c.quiet = true;
+    emu_policy p;
+    emu_error err;
+    if (emu_policy_preset(&p, "fp8-delayed", &err) ||
+        emu_policy_set(&p, "tensor_scaling=delayed,history=3", &err) ||
+        emu_train(&c, &p, NULL, &err))
+        ck_abort_msg("the run: %s: %s", err.where, err.message);
+    char path[600];
+    snprintf(path, sizeof path, "%s/checkpoint.bin", c.out_dir);
+    size_t n;
+    unsigned char *img = (unsigned char *)slurp(path, &n);
+
+    emu_train_config c2;
+    emu_policy p2;
+    if (emu_checkpoint_check(img, n, &c2, &p2, &err))
+        ck_abort_msg("the intact checkpoint: %s", err.message);
+    EXPECT(!strcmp(c2.arch, c.arch) && c2.lr == c.lr && c2.seed == c.seed &&
+           c2.max_steps == c.max_steps && c2.batch == c.batch,
+           "the configuration does not come back");
+    char *a = policy_json(&p), *b = policy_json(&p2);
+    EXPECT(!strcmp(a, b), "the policy does not come back:\n%s\n%s", a, b);
+    free(a);
+    free(b);
+
+    size_t flips = 0, cuts = 0;
+    for (size_t i = 0; i < n; i += i < 256 || i + 256 >= n ? 1 : 61) {
+        img[i] ^= 0x10;
+        memset(&err, 0, sizeof err);
+        EXPECT(emu_checkpoint_check(img, n, &c2, &p2, &err) == -1 &&
+               strstr(err.message, "offset"),
+               "byte %zu flipped: %s", i, err.message[0] ? err.message : "accepted");
+        img[i] ^= 0x10;
+        flips++;
+    }
+    for (size_t k = 0; k < n; k += 997) {
+        memset(&err, 0, sizeof err);
+        EXPECT(emu_checkpoint_check(img, k, &c2, &p2, &err) == -1 &&
+               strstr(err.message, "truncated at offset"),
+               "cut to %zu bytes: %s", k, err.message[0] ? err.message : "accepted");
+        cuts++;
+    }
+    EXPECT(flips > 500 && cuts > 10, "%zu flips, %zu cuts", flips, cuts);
+    free(img);
+
+    /* Each bad setting by its own name. */
+    static const struct { const char *key; double lr, momentum, ref_rate; } bad[] = {
+        { "lr", -1.0, 0.9, 0.0 }, { "lr", 0.0, 0.9, 0.0 },
+        { "momentum", 0.02, 5.0, 0.0 }, { "momentum", 0.02, -1.0, 0.0 },
+        { "ref_rate", 0.02, 0.9, 2.0 },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        emu_train_config r = c;
+        r.lr = bad[i].lr;
+        r.momentum = bad[i].momentum;
+        r.ref_rate = bad[i].ref_rate;
+        snprintf(r.out_dir, sizeof r.out_dir, "%s/never", dir);
+        memset(&err, 0, sizeof err);
+        EXPECT(emu_train(&r, &p, NULL, &err) == -1 && !strcmp(err.key, bad[i].key),
+               "bad %s: key '%s', message '%s'", bad[i].key, err.key, err.message);
+    }
+
+    static const char *const files[] = {
+        "meta.json", "steps.csv", "ops_steps.csv", "layers_steps.csv", "eval.csv",
+        "ops.csv", "hist.csv", "ops.json", "summary.txt", "checkpoint.bin",
+    };
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", c.out_dir, files[i]);
+        remove(path);
+    }
+    rmdir(c.out_dir);
+    rmdir(dir);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("nn");
@@ -896,6 +1001,7 @@ static Suite *suite(void)
     tcase_add_test(tm, model_refusals);
     tcase_add_test(tm, presets_and_policies);
     tcase_add_test(tm, resume_other_configuration);
+    tcase_add_test(tm, checkpoint_integrity);
     suite_add_tcase(s, tm);
     return s;
 }

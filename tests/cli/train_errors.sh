@@ -54,14 +54,36 @@ expect_error "interval 0" "interval" --preset fp16-mpt --set interval=0 --out "$
 expect_error "adaptive target 0" "target" --preset adaptive --set target=0 --out "$o"
 expect_error "Kahan with a master copy" "kahan.*master" --preset fp16-mpt --set update=kahan --out "$o"
 expect_error "Kahan with Adam" "kahan.*sgd" --preset bf16-kahan --optimizer adam --out "$o"
+expect_error "accumulator key twice" "'acc' is given twice in 'sequential,acc=binary16,acc=binary32'" \
+    --set accum=sequential,acc=binary16,acc=binary32 --out "$o"
+expect_error "scaled-format key twice" "'block' is given twice" --set q.all=mxfp8,block=4,block=8 --out "$o"
+expect_error "tensor-scaling key twice" "'history' is given twice" --preset fp8-delayed \
+    --set tensor_scaling=delayed,history=4,history=8 --out "$o"
+expect_error "format key twice" "'bias' is given twice" --set weight=e3m4,bias=5,bias=6 --out "$o"
 expect_error "unknown exempt layers" "exempt.*first" --set exempt=middle --out "$o"
 expect_error "loss multiplier 3" "loss_mult.*power of two" --loss-mult 3 --out "$o"
-expect_error "loss multiplier 0" "loss_mult" --loss-mult 0 --out "$o"
-expect_error "negative learning rate" "lr" --lr -0.1 --out "$o"
-expect_error "learning rate not a number" "--lr" --lr fast --out "$o"
+expect_error "loss multiplier 0" "--loss-mult: '0' must be > 0" --loss-mult 0 --out "$o"
+expect_error "negative learning rate" "--lr: '-0.1' must be > 0" --lr -0.1 --out "$o"
+expect_error "learning rate -1" "^emu train: --lr: '-1' must be > 0$" --lr -1 --out "$o"
+expect_error "learning rate 0" "--lr: '0' must be > 0" --lr 0 --out "$o"
+expect_error "learning rate not a number" "--lr: 'fast' is not a number" --lr fast --out "$o"
+expect_error "learning rate infinite" "--lr: 'inf' is not finite" --lr inf --out "$o"
+expect_error "learning rate overflowing" "--lr: '1e999' is not finite" --lr 1e999 --out "$o"
+expect_error "momentum -1" "--momentum: '-1' must lie in \[0, 1\)" --momentum -1 --out "$o"
+expect_error "momentum 5" "--momentum: '5' must lie in \[0, 1\)" --momentum 5 --out "$o"
+expect_error "weight decay -1" "--weight-decay: '-1' must be >= 0" --weight-decay -1 --out "$o"
 expect_error "batch 0" "batch" --batch 0 --out "$o"
 expect_error "threads 0" "threads" --threads 0 --out "$o"
-expect_error "ref rate 2" "ref_rate" --ref-rate 2 --out "$o"
+expect_error "ref rate 2" "^emu train: --ref-rate: '2' must lie in \[0, 1\]$" --ref-rate 2 --out "$o"
+# A scale multiplies the binary32 loss: 2^128 is beyond it.
+expect_error "static loss scale 2^128" "scale.*2\^128 or more" \
+    --set scaling=static --set scale=0x1p128 --out "$o"
+expect_error "static loss scale 2^200" "scale.*2\^128 or more" \
+    --set scaling=static --set scale=0x1p200 --out "$o"
+expect_error "maximal loss scale 2^128" "max_scale.*2\^128 or more" \
+    --preset fp16-mpt --set max_scale=0x1p128 --out "$o"
+expect_error "loss scale 2^127 times loss_mult 2" "loss_mult.*2\^128" \
+    --set scaling=static --set scale=0x1p127 --loss-mult 2 --out "$o"
 expect_error "unknown optimizer" "optimizer" --optimizer rmsprop --out "$o"
 expect_error "unknown schedule" "schedule" --schedule linear --out "$o"
 expect_error "unknown data set" "--data" --data cifar --out "$o"
@@ -74,6 +96,19 @@ expect_error "fewer examples than a batch" "batch" --train-examples 8 --batch 16
 printf 'lr = 0.1\nsideways = 3\n' > "$tmp/bad.cfg"
 expect_error "unknown key in a config file" "sideways" --config "$tmp/bad.cfg" --out "$o"
 expect_error "missing config file" "nonexistent.cfg" --config "$tmp/nonexistent.cfg" --out "$o"
+mkdir -p "$tmp/cfgdir"
+expect_error "config file that is a folder" "--config .*cfgdir: cannot read" --config "$tmp/cfgdir" --out "$o"
+printf '# rate\nlr = -1\n' > "$tmp/neg.cfg"
+expect_error "bad value in a config file" "neg.cfg:2: lr: '-1' must be > 0" --config "$tmp/neg.cfg" --out "$o"
+printf 'lr = 0.1\nbatch = 16\nlr = 0.2\n' > "$tmp/dup.cfg"
+expect_error "option twice in a config file" "dup.cfg:3: 'lr' is set again \(first at .*dup.cfg:1\)" \
+    --config "$tmp/dup.cfg" --out "$o"
+printf 'weight = bfloat16\n\nweight = binary16\n' > "$tmp/dup2.cfg"
+expect_error "policy key twice in a config file" "dup2.cfg:3: 'weight' is set again \(first at .*dup2.cfg:1\)" \
+    --config "$tmp/dup2.cfg" --out "$o"
+printf 'lr = 0.1\nweight = e9m9m9\n' > "$tmp/fmt.cfg"
+expect_error "bad policy value in a config file" "fmt.cfg:2: weight=e9m9m9" --config "$tmp/fmt.cfg" --out "$o"
+grep -q -- "--set" "$tmp/err" && fail "a config-file error is reported as --set: $(cat "$tmp/err")"
 
 # ---- Fashion-MNIST files -----------------------------------------------------------
 
@@ -142,6 +177,20 @@ if command -v gzip > /dev/null 2>&1; then
     { gzip -dc "$tmp/good/$TI.gz"; printf 'xyz'; } | gzip > "$tmp/long_idx/$TI.gz"
     expect_error "IDX file with trailing bytes" "$TI.gz.*trailing" $FM --data-dir "$tmp/long_idx" --out "$o"
 
+    # A gzip bomb: a good file followed by 300 MB of zeros, 1.4 MB on
+    # disk.  Refused at the first byte beyond the data the header promises,
+    # without inflating the rest: the peak memory stays far below 300 MB.
+    dataset bomb
+    { gzip -dc "$tmp/good/$TI.gz"; head -c 300000000 /dev/zero; } | gzip -1 > "$tmp/bomb/$TI.gz"
+    expect_error "gzip bomb" "$TI.gz: byte 50192: data beyond the 50176 bytes the header promises" \
+        $FM --data-dir "$tmp/bomb" --out "$o"
+    if /usr/bin/time -v true > /dev/null 2>&1; then
+        /usr/bin/time -v "$EMU" train $FM --data-dir "$tmp/bomb" --out "$o" > /dev/null 2> "$tmp/time"
+        kb=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$tmp/time")
+        echo "train_errors: the gzip bomb ($(wc -c < "$tmp/bomb/$TI.gz") bytes) peaked at $kb KB"
+        [ "$kb" -lt 100000 ] || fail "the gzip bomb cost $kb KB of memory"
+    fi
+
     dataset count # 60 labels for 64 images
     labels "$tmp/count/$TL" 60
     gzip -f "$tmp/count/$TL"
@@ -189,6 +238,31 @@ expect_error "--force with missing data" "cannot open" $QUICK --data fashion-mni
 grep -q '"seed": 2' "$r/meta.json" || fail "--force: meta.json is not the new run's"
 touch "$tmp/file"
 expect_error "output path is a file" "not a folder" $QUICK --out "$tmp/file"
+
+# A folder that is not a run (no libemu meta.json) but holds files is
+# never written into, --force or not: they may be a user's own.
+u=$tmp/user
+mkdir -p "$u"
+echo "my own numbers" > "$u/steps.csv"
+echo "my notes" > "$u/summary.txt"
+before=$(cd "$u" && cksum ./*)
+o=$tmp/never
+expect_error "a folder of other files" "user: is not empty and holds no run.*(steps.csv|summary.txt)" \
+    $QUICK --out "$u"
+expect_error "a folder of other files, --force" "user: is not empty and holds no run" \
+    $QUICK --out "$u" --force
+echo '{"not": "libemu"}' > "$u/meta.json"
+expect_error "a folder with another program's meta.json" "user: is not empty and holds no run" \
+    $QUICK --out "$u" --force
+rm "$u/meta.json"
+[ "$before" = "$(cd "$u" && cksum ./*)" ] || fail "a refused run changed the user's files in $u"
+mkdir -p "$tmp/emptydir"
+"$EMU" train $QUICK --out "$tmp/emptydir" > "$tmp/out" 2>&1 ||
+    fail "an empty folder is refused: $(cat "$tmp/out")"
+
+# A resume without the run's meta.json says that, not "another configuration".
+rm "$r/meta.json"
+expect_error "resume without meta.json" "no meta.json" --resume "$r"
 
 [ "$fails" -eq 0 ] || exit 1
 echo "train_errors: ok"

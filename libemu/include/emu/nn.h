@@ -270,16 +270,36 @@ void emu_train_config_default(emu_train_config *c);
  *   layers_steps.csv per layer and step: gradient underflow rates and scales
  *   eval.csv         test accuracy and loss per epoch
  *   checkpoint.bin   the state to resume from
- * Every file is written atomically.  Progress goes to `log` (a compact
- * updating line on a terminal, plain lines otherwise). */
+ * Every file is written atomically, the checkpoint first at step 0.
+ * out_dir must be new, empty, or hold a run (replaced only with force;
+ * a folder that holds other files is refused).  Progress goes to `log` (a
+ * compact updating line on a terminal, plain lines otherwise).  Returns
+ * 0, EMU_TRAIN_STOPPED, or -1 with err. */
 int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
               emu_error *err);
+
+/* emu_train's (and emu_train_resume's) value when emu_train_stop asked it
+ * to stop: the step under way was finished and checkpointed, and err says
+ * where the run stands and how to resume it. */
+enum { EMU_TRAIN_STOPPED = 1 };
+
+/* Asks the running (or the next) emu_train to stop after its current step
+ * with a checkpoint; sig names the cause (SIGINT, SIGTERM) in the message.
+ * Async-signal-safe: meant to be called from a signal handler. */
+void emu_train_stop(int sig);
 
 /* Continues the run in `dir` from its checkpoint, with the configuration
  * and policy saved there (threads > 0 and quiet may differ: they do not
  * change the numbers).  The finished run equals an uninterrupted one. */
 int emu_train_resume(const char *dir, int threads, bool quiet, FILE *log,
                      emu_error *err);
+
+/* Checks a checkpoint image (the bytes of a checkpoint.bin): its frame,
+ * every checksum, and every section decoded (the configuration and policy
+ * into cfg and p).  Returns 0, or -1 with err naming the offset that is
+ * wrong.  The layout is documented in README.md ("Checkpoints"). */
+int emu_checkpoint_check(const void *data, size_t size, emu_train_config *cfg,
+                         emu_policy *p, emu_error *err);
 
 #ifdef __cplusplus
 }
