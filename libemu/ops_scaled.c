@@ -1,6 +1,7 @@
 /*
- * ops_scaled.c — scaled formats as ops: quantization that reports to the
- * statistics, and matmul with block-scaled operands.
+ * ops_scaled.c — scaled formats as ops: quantization through the choke
+ * point (emu_commit rounds the exact quotients and measures them like any
+ * op's results), and matmul with block-scaled operands.
  *
  * The matmul needs no engine of its own.  Without their tensor scales, the
  * operands' values e * s are binary32 numbers (emu_scaled_dequantize
