@@ -8,8 +8,12 @@
  * 100 times larger).  Every row quantizes the whole matrix along its last
  * axis (the layout of an activation before a GEMM), single-threaded, best
  * of several repetitions; "stats" rows also collect the per-block
- * counts and exact errors the training statistics use.  memcpy of the
- * array is the reference (its best time over the whole run).
+ * counts and exact errors.  Rows "fn" call emu_scaled_quantize, rows "op"
+ * the op emu_t_quantize_scaled: without statistics (its fast paths and
+ * the choke point's bookkeeping) and with a statistics site (the choke
+ * point rounding, counting and binning every element; ref_rate 0, as in
+ * training).  memcpy of the array is the reference (its best time over
+ * the whole run).
  *
  * Usage: bench_quant [--csv] [--log2n N] [--reps R] [--only SPEC]
  * A program, not a test: it is never registered with CTest.
@@ -34,10 +38,28 @@ static void make_data(float *x, size_t n)
 }
 
 typedef struct row {
-    const char *spec, *mode;
+    const char *spec, *mode, *via;
     bool stats;
     double melem;
 } row;
+
+/* One quantization through the op, with a statistics site if st. */
+static int quantize_op(emu_scaled_tensor *q, emu_tensor *x,
+                       const emu_quant_opts *o, bool st, emu_error *err)
+{
+    emu_ctx ctx;
+    emu_ctx_init(&ctx, o->seed);
+    ctx.rnd.mode = o->mode;
+    ctx.rnd.sr_bits = o->sr_bits;
+    emu_stats stats;
+    emu_stats_init(&stats);
+    ctx.stats = st ? &stats : NULL;
+    int rc = emu_t_quantize_scaled(&ctx, "q", q, x, NULL, NULL);
+    if (rc)
+        *err = ctx.err;
+    emu_stats_free(&stats);
+    return rc;
+}
 
 int main(int argc, char **argv)
 {
@@ -77,7 +99,10 @@ int main(int argc, char **argv)
                                          "elem=e4m3,scale=none,tensor=yes" };
     static const char *const modes[] = { "rne", "sr" };
     enum { NS = sizeof specs / sizeof specs[0], NM = 2 };
-    row rows[NS * NM * 2];
+    row rows[NS * NM * 4];
+    emu_tensor xt = { .role = EMU_ROLE_ACTIVATION, .ndim = 2,
+                      .shape = { shape[0], shape[1] }, .n = n, .data = src };
+    xt.fmt = *emu_format_find("binary32");
     size_t nrows = 0;
     double t_copy = bench_best_memcpy(dst, src, n, reps);
     for (size_t si = 0; si < NS; si++) {
@@ -95,7 +120,8 @@ int main(int argc, char **argv)
             return 1;
         }
         for (int mi = 0; mi < NM; mi++)
-            for (int st = 0; st < 2; st++) {
+            for (int st = 0; st < 4; st++) {
+                const bool op = st >= 2, stats = st & 1;
                 emu_quant_opts o;
                 memset(&o, 0, sizeof o);
                 unsigned bits;
@@ -107,8 +133,10 @@ int main(int argc, char **argv)
                     emu_quant_counts c;
                     memset(&c, 0, sizeof c);
                     double t = bench_now();
-                    int rc = emu_scaled_quantize(&q, src, &o, st ? &c : NULL,
-                                                 NULL, &err);
+                    int rc = op ? quantize_op(&q, &xt, &o, stats, &err)
+                                : emu_scaled_quantize(&q, src, &o,
+                                                      stats ? &c : NULL, NULL,
+                                                      &err);
                     t = bench_now() - t;
                     if (rc) {
                         fprintf(stderr, "bench_quant: %s\n", err.message);
@@ -116,7 +144,8 @@ int main(int argc, char **argv)
                     }
                     best = t < best ? t : best;
                 }
-                rows[nrows++] = (row){ specs[si], modes[mi], st != 0,
+                rows[nrows++] = (row){ specs[si], modes[mi],
+                                       op ? "op" : "fn", stats,
                                        (double)n / best * 1e-6 };
             }
         emu_scaled_free(&q);
@@ -125,20 +154,22 @@ int main(int argc, char **argv)
     }
     const double copy = (double)n / t_copy * 1e-6;
     if (csv)
-        printf("format,mode,stats,melem_per_s,pct_of_memcpy,memcpy_melem_per_s\n");
+        printf("format,mode,via,stats,melem_per_s,pct_of_memcpy,memcpy_melem_per_s\n");
     else
         printf("n = 2^%d binary32 values as (%zu, %zu), blocks along the last "
                "axis, best of %d, single thread\nmemcpy: %.0f Melem/s\n\n"
-               "%-32s %-4s %-5s %9s %8s\n", log2n, shape[0], shape[1], reps,
-               copy, "format", "mode", "stats", "Melem/s", "%memcpy");
+               "%-32s %-4s %-3s %-5s %9s %8s\n", log2n, shape[0], shape[1],
+               reps, copy, "format", "mode", "via", "stats", "Melem/s",
+               "%memcpy");
     for (size_t i = 0; i < nrows; i++) {
         const row *r = &rows[i];
         if (csv)
-            printf("\"%s\",%s,%d,%.1f,%.2f,%.1f\n", r->spec, r->mode, r->stats,
-                   r->melem, 100.0 * r->melem / copy, copy);
+            printf("\"%s\",%s,%s,%d,%.1f,%.2f,%.1f\n", r->spec, r->mode,
+                   r->via, r->stats, r->melem, 100.0 * r->melem / copy, copy);
         else
-            printf("%-32s %-4s %-5s %9.1f %7.1f%%\n", r->spec, r->mode,
-                   r->stats ? "yes" : "no", r->melem, 100.0 * r->melem / copy);
+            printf("%-32s %-4s %-3s %-5s %9.1f %7.1f%%\n", r->spec, r->mode,
+                   r->via, r->stats ? "yes" : "no", r->melem,
+                   100.0 * r->melem / copy);
     }
     free(src);
     free(dst);

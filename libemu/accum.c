@@ -35,9 +35,11 @@
  *     on the thread count.
  *
  * Stochastic accumulator roundings: in dot product `dot`, the rounding of
- * product i takes word dot * EMU_ACCUM_WORDS_PER_DOT + i, and the r-th
- * accumulator rounding (counted from 0 in the order the model performs
- * them) takes word dot * EMU_ACCUM_WORDS_PER_DOT + n + r.
+ * product i takes word base + i, and the r-th accumulator rounding
+ * (counted from 0 in the order the model performs them) takes word
+ * base + n + r, base = dot * EMU_ACCUM_WORDS_PER_DOT for the dot products
+ * short enough (accum.h), a range in a stream of their own for longer
+ * ones, so that no two dot products share a word.
  */
 #include "emu/accum.h"
 
@@ -243,16 +245,34 @@ typedef struct stepper {
     word_cache *wc;          /* stochastic modes */
 } stepper;
 
+/* The words of a dot product of n terms (accum.h): its own range of
+ * EMU_ACCUM_WORDS_PER_DOT words in the op's stream while 5n + 1 fit,
+ * else a range of 2^c words in the stream of size class c. */
+static void dot_words(const emu_accum_rng *rng, size_t n, uint64_t *stream,
+                      uint64_t *base)
+{
+    *stream = rng ? rng->stream : 0;
+    const uint64_t dot = rng ? rng->dot : 0;
+    if (n <= EMU_ACCUM_SHORT_DOT) {
+        *base = dot * EMU_ACCUM_WORDS_PER_DOT;
+        return;
+    }
+    unsigned c = 25;
+    while (c < 64 && ((uint64_t)1 << c) < 5 * (uint64_t)n + 1)
+        c++;
+    *stream ^= EMU_ACCUM_LONG_STREAM(c);
+    *base = c < 64 ? dot << c : 0;
+}
+
 static void stepper_init(stepper *s, const emu_format *f, const emu_rounding *r,
-                         const emu_accum_rng *rng, word_cache *wc)
+                         const emu_accum_rng *rng, size_t n, word_cache *wc)
 {
     s->f = f;
     s->r = r;
     plan_init(&s->pl, f, r);
     s->sr = emu_rnd_is_stochastic(r->mode);
     s->seed = rng ? rng->seed : 0;
-    s->stream = rng ? rng->stream : 0;
-    s->base = rng ? rng->dot * EMU_ACCUM_WORDS_PER_DOT : 0;
+    dot_words(rng, n, &s->stream, &s->base);
     s->wc = wc;
     if (wc)
         wc->n = 0;
@@ -737,9 +757,9 @@ static double dot_init(const emu_accum *a, const float *x, ptrdiff_t incx,
                   .counts = counts };
     word_cache wc[3];
     bool sr = emu_rnd_is_stochastic(a->rnd.mode);
-    stepper_init(&j.acc, &a->acc, &a->rnd, rng, sr ? &wc[0] : NULL);
-    stepper_init(&j.prod, &a->prod, &a->rnd, rng, sr ? &wc[1] : NULL);
-    stepper_init(&j.wide, &a->wide, &a->rnd, rng, sr ? &wc[2] : NULL);
+    stepper_init(&j.acc, &a->acc, &a->rnd, rng, n, sr ? &wc[0] : NULL);
+    stepper_init(&j.prod, &a->prod, &a->rnd, rng, n, sr ? &wc[1] : NULL);
+    stepper_init(&j.wide, &a->wide, &a->rnd, rng, n, sr ? &wc[2] : NULL);
     double lo_local = 0.0;
     if (!lo)
         lo = &lo_local;
@@ -1546,8 +1566,8 @@ int emu_gemm_accum_ex(const emu_accum *model, size_t M, size_t N, size_t K,
         seq_ctx *sc = &sh.seq;
         sc->g = &g;
         plan_init(&sc->pl, &model->acc, &model->rnd);
-        stepper_init(&sc->acc, &model->acc, &model->rnd, NULL, NULL);
-        stepper_init(&sc->wide, &model->wide, &model->rnd, NULL, NULL);
+        stepper_init(&sc->acc, &model->acc, &model->rnd, NULL, 0, NULL);
+        stepper_init(&sc->wide, &model->wide, &model->rnd, NULL, 0, NULL);
         sc->blocked = model->kind == EMU_ACCUM_BLOCKED;
         sc->kind = model->kind;
         sc->block = sc->blocked ? (model->block ? model->block : 1) : K;

@@ -162,14 +162,169 @@ static bool lo_harmless(const double *hi, const double *lo, size_t m, int p)
     return bad == 0;
 }
 
+bool emu_commit_measures(const emu_ctx *ctx)
+{
+    return (ctx->stats && (ctx->measure & EMU_MEASURE_ALL)) || ctx->observer;
+}
+
+/* Output i's value before rounding, for the histogram: hi + lo, or the
+ * source of a scaled output. */
+static int exact_bin_of(const emu_op_out *o, size_t i)
+{
+    if (o->scale)
+        return emu_hist_bin(o->src[i]);
+    return o->lo ? exact_bin(o->hi[i], o->lo[i]) : emu_hist_bin(o->hi[i]);
+}
+
+/* Output i's value after rounding: the element times its scales (exact:
+ * the scaled formats keep every such product a binary64). */
+static double value_of(const emu_op_out *o, const float *res, size_t i)
+{
+    return o->scale ? (double)res[i] * (double)o->scale[i] * o->scale_g
+                    : (double)res[i];
+}
+
+/* NaN results, and those made from numbers rather than passed on. */
+static void count_nans(const emu_op_out *o, const float *res, size_t n,
+                       emu_site_stats *s)
+{
+    if (!o->scale && !s->nan)
+        return;
+    uint64_t nan = 0; /* of the values: a scaled element's scale may be NaN */
+    for (size_t i = 0; i < n; i++) {
+        if (!isnan(value_of(o, res, i)))
+            continue;
+        nan++;
+        const bool nan_in = isnan(o->hi[i]) || (o->scale && isnan(o->scale[i]));
+        if (!nan_in || (o->inputs_had_nan && !o->inputs_had_nan(o->op, i)))
+            s->nan_produced++;
+    }
+    s->nan = nan;
+}
+
+/* Swamping of an accumulation out = acc_old + addend, from the results. */
+static void count_swamp(const emu_op_out *o, const float *res, size_t n,
+                        emu_accum_counts *c)
+{
+    for (size_t i = 0; i < n; i++) {
+        const double t = o->addend[i];
+        if (t == 0.0 || !isfinite(t) || !isfinite(o->acc_old[i]))
+            continue;
+        emu_accum_count_add(c, &o->out->fmt, o->acc_old[i], t, res[i]);
+    }
+}
+
+/* Steps 2 to 4 of emu_commit: everything measured about the results. */
+static void measure_results(const emu_ctx *ctx, const emu_op_out *o,
+                            const float *res, const emu_round_counts *counts,
+                            uint64_t stream, emu_site_stats *s)
+{
+    const size_t n = o->out->n;
+    memset(s, 0, sizeof *s);
+    s->results = counts->n;
+    s->inexact = counts->inexact;
+    s->underflow = counts->underflow;
+    s->to_zero = counts->to_zero;
+    s->subnormal = counts->subnormal;
+    s->overflow = counts->overflow;
+    s->nan = counts->nan;
+    count_nans(o, res, n, s);
+    if ((o->swamp || o->addend) && (ctx->measure & EMU_MEASURE_SWAMP)) {
+        emu_accum_counts c;
+        memset(&c, 0, sizeof c);
+        if (o->swamp)
+            c = *o->swamp;
+        if (o->addend)
+            count_swamp(o, res, n, &c);
+        s->adds = c.adds;
+        s->absorbed = c.absorbed;
+        memcpy(s->lost_bits, c.lost_bits, sizeof s->lost_bits);
+    }
+    if (ctx->measure & EMU_MEASURE_HIST) {
+        for (size_t i = 0; i < n; i++) {
+            s->hist_exact[exact_bin_of(o, i)]++;
+            s->hist_rounded[emu_hist_bin(value_of(o, res, i))]++;
+        }
+        if (o->hist_scale)
+            for (int b = 0; b < EMU_HIST_BINS; b++)
+                s->hist_scale[b] += o->hist_scale[b];
+    }
+    if ((ctx->measure & EMU_MEASURE_REF) && o->ref && ctx->ref_rate > 0.0) {
+        /* Threshold on a 64-bit word; rate 1 samples every output. */
+        const bool all = ctx->ref_rate >= 1.0;
+        const uint64_t cut = all ? 0 : (uint64_t)ldexp(ctx->ref_rate, 64);
+        ref_work w;
+        mpfr_inits2(REF_PREC, w.exact, w.src, w.pre, w.out, w.t, (mpfr_ptr)0);
+        for (size_t i = 0; i < n; i++)
+            if (all || emu_random64(ctx->seed, stream ^ SAMPLE_TAG, i) < cut)
+                sample(o, i, res[i], &w, s);
+        mpfr_clears(w.exact, w.src, w.pre, w.out, w.t, (mpfr_ptr)0);
+    }
+}
+
+/* Step 1 of emu_commit: rounds o's values into res.  The array path where
+ * the values are plain doubles, the scalar choke point where a low part
+ * must be seen. */
+static void round_results(const emu_ctx *ctx, const emu_op_out *o,
+                          uint64_t stream, float *res,
+                          emu_round_counts *counts)
+{
+    const emu_tensor *out = o->out;
+    const size_t n = out->n;
+    emu_array_rounding ar = { .rnd = o->rnd ? *o->rnd : ctx->rnd,
+                              .seed = ctx->seed, .stream = stream,
+                              .first_index = 0 };
+    ar.rnd.rng = NULL;
+    const bool sr = emu_rnd_is_stochastic(ar.rnd.mode);
+    double buf[CHUNK];
+    for (size_t i0 = 0; i0 < n; i0 += CHUNK) {
+        size_t m = n - i0 < CHUNK ? n - i0 : CHUNK;
+        if (!o->lo ||
+            (!sr && lo_harmless(o->hi + i0, o->lo + i0, m, out->fmt.p))) {
+            ar.first_index = i0;
+            /* Most ops' values are binary32 values already (a fast-model
+             * GEMM, sums of 16-bit values, casts): then the binary32 array
+             * path, several times faster, rounds them the same way. */
+            float fin[CHUNK];
+            bool narrow = true;
+            for (size_t j = 0; j < m; j++) {
+                fin[j] = (float)o->hi[i0 + j];
+                narrow &= (double)fin[j] == o->hi[i0 + j] || isnan(fin[j]);
+            }
+            if (narrow) {
+                emu_round_array_f32(&out->fmt, res + i0, fin, m, &ar, counts);
+                continue;
+            }
+            emu_round_array_f64(&out->fmt, buf, o->hi + i0, m, &ar, counts);
+        } else {
+            for (size_t j = 0; j < m; j++) {
+                size_t i = i0 + j;
+                uint64_t word = sr ? emu_random64(ctx->seed, stream, i) : 0;
+                emu_status st;
+                buf[j] = emu_round2_word(&out->fmt, o->hi[i], o->lo[i],
+                                         &ar.rnd, word, &st);
+                emu_round_counts_add(counts, o->hi[i], buf[j], st.flags);
+            }
+        }
+        for (size_t j = 0; j < m; j++)
+            res[i0 + j] = (float)buf[j]; /* exact: a carrier value */
+    }
+}
+
 int emu_commit(emu_ctx *ctx, const emu_op_out *o)
 {
     emu_tensor *out = o->out;
     const size_t n = out->n;
+    if (!o->hi) {
+        /* The op rounded its results itself: legal only when nothing here
+         * would have looked at them. */
+        if (emu_commit_measures(ctx))
+            return emu_ctx_fail(ctx, o->site, "internal: results committed "
+                                "without their values while measuring");
+        ctx->op_index++;
+        return 0;
+    }
     const uint64_t stream = ctx->op_index++;
-    emu_array_rounding ar = { .rnd = ctx->rnd, .seed = ctx->seed,
-                              .stream = stream, .first_index = 0 };
-    ar.rnd.rng = NULL;
     emu_round_counts counts = { 0 };
 
     const bool measure = ctx->stats && (ctx->measure & EMU_MEASURE_ALL);
@@ -182,90 +337,16 @@ int emu_commit(emu_ctx *ctx, const emu_op_out *o)
     }
 
     /* The results go to a private array first: the measurements below read
-     * the op's inputs (MPFR reference, NaN provenance), and an in-place op's
-     * output is one of them. */
+     * the op's inputs (MPFR reference, NaN provenance, old values of an
+     * accumulation), and an in-place op's output is one of them. */
     float *res = malloc(n * sizeof *res);
     if (!res)
         return emu_ctx_fail(ctx, o->site, "out of memory for %zu results", n);
-
-    /* 1. Round: the array path where the values are plain doubles, the
-     *    scalar choke point where a low part must be seen. */
-    double buf[CHUNK];
-    for (size_t i0 = 0; i0 < n; i0 += CHUNK) {
-        size_t m = n - i0 < CHUNK ? n - i0 : CHUNK;
-        if (!o->lo || (!emu_rnd_is_stochastic(ar.rnd.mode) &&
-                       lo_harmless(o->hi + i0, o->lo + i0, m, out->fmt.p))) {
-            ar.first_index = i0;
-            /* Most ops' values are binary32 values already (a fast-model
-             * GEMM, sums of 16-bit values, casts): then the binary32 array
-             * path, several times faster, rounds them the same way. */
-            float fin[CHUNK];
-            bool narrow = true;
-            for (size_t j = 0; j < m; j++) {
-                fin[j] = (float)o->hi[i0 + j];
-                narrow &= (double)fin[j] == o->hi[i0 + j] || isnan(fin[j]);
-            }
-            if (narrow) {
-                emu_round_array_f32(&out->fmt, res + i0, fin, m, &ar, &counts);
-                continue;
-            }
-            emu_round_array_f64(&out->fmt, buf, o->hi + i0, m, &ar, &counts);
-        } else {
-            for (size_t j = 0; j < m; j++) {
-                size_t i = i0 + j;
-                uint64_t word = emu_rnd_is_stochastic(ar.rnd.mode)
-                              ? emu_random64(ctx->seed, stream, i) : 0;
-                emu_status st;
-                buf[j] = emu_round2_word(&out->fmt, o->hi[i], o->lo[i],
-                                         &ar.rnd, word, &st);
-                emu_round_counts_add(&counts, o->hi[i], buf[j], st.flags);
-            }
-        }
-        for (size_t j = 0; j < m; j++)
-            res[i0 + j] = (float)buf[j]; /* exact: a carrier value */
-    }
+    round_results(ctx, o, stream, res, &counts);
 
     if (measure) {
         emu_site_stats s;
-        memset(&s, 0, sizeof s);
-        s.results = counts.n;
-        s.inexact = counts.inexact;
-        s.underflow = counts.underflow;
-        s.to_zero = counts.to_zero;
-        s.subnormal = counts.subnormal;
-        s.overflow = counts.overflow;
-        s.nan = counts.nan;
-        if (counts.nan) {
-            for (size_t i = 0; i < n; i++)
-                if (isnan(res[i]) &&
-                    (!isnan(o->hi[i]) ||
-                     (o->inputs_had_nan && !o->inputs_had_nan(o->op, i))))
-                    s.nan_produced++;
-        }
-        if (o->swamp && (ctx->measure & EMU_MEASURE_SWAMP)) {
-            s.adds = o->swamp->adds;
-            s.absorbed = o->swamp->absorbed;
-            memcpy(s.lost_bits, o->swamp->lost_bits, sizeof s.lost_bits);
-        }
-        if (ctx->measure & EMU_MEASURE_HIST) {
-            for (size_t i = 0; i < n; i++) {
-                s.hist_exact[o->lo ? exact_bin(o->hi[i], o->lo[i])
-                                   : emu_hist_bin(o->hi[i])]++;
-                s.hist_rounded[emu_hist_bin(res[i])]++;
-            }
-        }
-        if ((ctx->measure & EMU_MEASURE_REF) && o->ref && ctx->ref_rate > 0.0) {
-            /* Threshold on a 64-bit word; rate 1 samples every output. */
-            const bool all = ctx->ref_rate >= 1.0;
-            const uint64_t cut = all ? 0 : (uint64_t)ldexp(ctx->ref_rate, 64);
-            ref_work w;
-            mpfr_inits2(REF_PREC, w.exact, w.src, w.pre, w.out, w.t,
-                        (mpfr_ptr)0);
-            for (size_t i = 0; i < n; i++)
-                if (all || emu_random64(ctx->seed, stream ^ SAMPLE_TAG, i) < cut)
-                    sample(o, i, res[i], &w, &s);
-            mpfr_clears(w.exact, w.src, w.pre, w.out, w.t, (mpfr_ptr)0);
-        }
+        measure_results(ctx, o, res, &counts, stream, &s);
         emu_site_stats_merge(&site->total, &s);
         emu_site_stats_merge(&site->step, &s);
         site->active = true;

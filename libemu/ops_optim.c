@@ -24,10 +24,9 @@
  * papers measure (an update below half an ulp of w vanishes).  Every
  * weight whose update t is non-zero counts one add; an update that left
  * w unchanged counts as absorbed; the bits lost are counted by
- * emu_accum_count_add against the weights' format.  The counts need the
- * rounded weights before emu_commit() records them, so they are derived
- * from emu_round2_word() with the very word the choke point will use
- * (the choke point's rounding of hi + lo pairs is exactly that call).
+ * emu_accum_count_add against the weights' format.  The choke point
+ * counts them from the weights it rounds: the update hands it the old
+ * weights and t (emu_op_out's acc_old and addend).
  *
  * A zero hyper-parameter (momentum, weight decay, beta) omits its term
  * rather than multiplying: 0 * inf would otherwise make NaN.
@@ -40,7 +39,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "emu/rng.h"
 #include "ops_internal.h"
 
 /* ---- exact sums of a few doubles -------------------------------------- */
@@ -156,33 +154,6 @@ static void sub_site(char *buf, size_t size, const char *site,
                      const char *name)
 {
     snprintf(buf, size, "%s.%s", site ? site : "op", name);
-}
-
-static bool swamp_measured(const emu_ctx *ctx)
-{
-    return ctx->stats && (ctx->measure & EMU_MEASURE_SWAMP);
-}
-
-/* Swamping of the weight update w_new = round(hi + lo), t = hi + lo - w
- * (as a double: only its zeroness and magnitude are used).  The rounded
- * values are those the choke point is about to produce: the same call,
- * the same word (stream = the next op's, element i = word i). */
-static void count_update_swamp(const emu_ctx *ctx, const emu_tensor *w,
-                               const float *w_old, const double *hi,
-                               const double *lo, const double *t,
-                               emu_accum_counts *c)
-{
-    emu_rounding r = ctx->rnd;
-    r.rng = NULL;
-    const bool sr = emu_rnd_is_stochastic(r.mode);
-    const uint64_t stream = emu_ctx_stream(ctx);
-    for (size_t i = 0; i < w->n; i++) {
-        if (t[i] == 0.0 || !isfinite(t[i]) || !isfinite(w_old[i]))
-            continue;
-        uint64_t word = sr ? emu_random64(ctx->seed, stream, i) : 0;
-        double w_new = emu_round2_word(&w->fmt, hi[i], lo[i], &r, word, NULL);
-        emu_accum_count_add(c, &w->fmt, w_old[i], t[i], w_new);
-    }
 }
 
 /* Commits an optimizer-state output under its own rounding (state_rnd,
@@ -336,14 +307,10 @@ int emu_t_sgd_update(emu_ctx *ctx, const char *site, emu_tensor *w,
         }
     }
 
-    emu_accum_counts swamp;
-    memset(&swamp, 0, sizeof swamp);
-    if (rc == 0 && swamp_measured(ctx))
-        count_update_swamp(ctx, w, w0, hi, lo, t, &swamp);
     if (rc == 0)
         rc = emu_commit(ctx, &(emu_op_out){
             .site = site, .kind = "sgd", .out = w, .hi = hi, .lo = lo,
-            .swamp = &swamp, .op = &op, .ref = sgd_w_ref,
+            .acc_old = w0, .addend = t, .op = &op, .ref = sgd_w_ref,
             .inputs_had_nan = sgd_had_nan });
     free(buf);
     free(v0);
@@ -523,13 +490,9 @@ int emu_t_adam_update(emu_ctx *ctx, const char *site, emu_tensor *w,
             t[i] = -u;
             emu_two_sum(w0[i], -u, &hi[i], &lo[i]);
         }
-        emu_accum_counts swamp;
-        memset(&swamp, 0, sizeof swamp);
-        if (swamp_measured(ctx))
-            count_update_swamp(ctx, w, w0, hi, lo, t, &swamp);
         rc = emu_commit(ctx, &(emu_op_out){
             .site = site, .kind = "adam", .out = w, .hi = hi, .lo = lo,
-            .swamp = &swamp, .op = &op, .ref = adam_w_ref,
+            .acc_old = w0, .addend = t, .op = &op, .ref = adam_w_ref,
             .inputs_had_nan = adam_had_nan });
     }
     free(buf);

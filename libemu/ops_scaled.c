@@ -1,6 +1,7 @@
 /*
- * ops_scaled.c — scaled formats as ops: quantization that reports to the
- * statistics, and matmul with block-scaled operands.
+ * ops_scaled.c — scaled formats as ops: quantization through the choke
+ * point (emu_commit rounds the exact quotients and measures them like any
+ * op's results), and matmul with block-scaled operands.
  *
  * The matmul needs no engine of its own.  Without their tensor scales, the
  * operands' values e * s are binary32 numbers (emu_scaled_dequantize
@@ -28,22 +29,125 @@ static int same_shape(const emu_scaled_tensor *q, const emu_tensor *x)
     return 1;
 }
 
-/* The unit in the last place of the element format at scaled value y:
- * 2^(max(emin, min(emax, floor(log2 |y|))) - mbits), by exponent bits
- * (y is a normal binary64, or zero). */
-static double elem_ulp(const emu_format *f, double y)
+/* What the choke point's callbacks need to know about a quantization. */
+typedef struct quant_op {
+    const emu_scaled_tensor *q;
+    const float *x;          /* the sources                               */
+    const float *scale;      /* s_b(i) per element                        */
+    double g;
+    const bool *block_nan;   /* per block: it held a NaN (NULL: none did)  */
+} quant_op;
+
+/* The exact quotient x_i / (s_b(i) g): the value the element rounds. */
+static int quant_ref(const void *opv, size_t i, mpfr_ptr exact, mpfr_ptr src)
 {
-    uint64_t u;
-    memcpy(&u, &y, sizeof u);
-    int x = (int)((u >> 52) & 0x7ff) - 1023;
-    if (y == 0.0 || x < f->emin)
-        x = f->emin;
-    if (x > f->emax)
-        x = f->emax;
-    const uint64_t p = (uint64_t)(x - f->mbits + 1023) << 52;
-    double d;
-    memcpy(&d, &p, sizeof d);
-    return d;
+    (void)src;
+    const quant_op *op = opv;
+    const double d = (double)op->scale[i] * op->g; /* exact */
+    if (isnan(d))
+        return -1; /* a NaN block: its elements stand for nothing */
+    mpfr_set_flt(exact, op->x[i], MPFR_RNDN);
+    mpfr_div_d(exact, exact, d, MPFR_RNDN);
+    return 0;
+}
+
+/* A NaN value propagates a NaN when the element or its block held one;
+ * one made from an infinity is produced. */
+static bool quant_had_nan(const void *opv, size_t i)
+{
+    const quant_op *op = opv;
+    return isnan(op->x[i]) ||
+           (op->block_nan && op->block_nan[emu_scaled_block_of(op->q, i)]);
+}
+
+/* The blocks holding a NaN, or NULL if none does (or out of memory: the
+ * NaNs then count as produced). */
+static bool *nan_blocks(const emu_scaled_tensor *q, const float *x)
+{
+    bool *nb = NULL;
+    for (size_t i = 0; i < q->n; i++) {
+        if (!isnan(x[i]))
+            continue;
+        if (!nb && !(nb = calloc(q->nblocks, sizeof *nb)))
+            return NULL;
+        nb[emu_scaled_block_of(q, i)] = true;
+    }
+    return nb;
+}
+
+/* Commits a quantization that emu_scaled_quantize has written into q:
+ * the choke point rounds every quotient x_i / (s_b g) again, by the same
+ * map and words (the quantizer's fast paths are tested bit-identical to
+ * it), counts, bins, samples and shows the op like any other. */
+static int commit_quantized(emu_ctx *ctx, const char *site,
+                            emu_scaled_tensor *q, const emu_tensor *x)
+{
+    const size_t n = q->n;
+    /* The output: the elements, in the element format named after the
+     * scaled format ("mxfp8": the site's format column). */
+    emu_tensor view;
+    memset(&view, 0, sizeof view);
+    snprintf(view.name, sizeof view.name, "%s", x->name);
+    view.role = x->role;
+    view.fmt = q->sf.elem;
+    snprintf(view.fmt.name, sizeof view.fmt.name, "%s", q->sf.name);
+    view.ndim = q->ndim;
+    memcpy(view.shape, q->shape, sizeof view.shape);
+    view.n = n;
+    view.data = q->elem;
+
+    const double g = q->tensor_scale;
+    /* Power-of-two divisors (MX's scales, no tensor scale) give exact
+     * quotients: no low parts to compute, store or look at. */
+    bool pow2 = true;
+    for (size_t b = 0; b < q->nblocks && pow2; b++) {
+        const double d = (q->sf.block_scaled ? (double)q->scale[b] : 1.0) * g;
+        pow2 = isnan(d) || emu_is_pow2(d);
+    }
+    float *sc = malloc(n * sizeof *sc);
+    double *hi = emu_scratch(ctx, site, pow2 ? n
+                                      : n > SIZE_MAX / 2 ? SIZE_MAX : 2 * n);
+    if (!sc || !hi) {
+        free(sc);
+        free(hi);
+        return hi ? emu_ctx_fail(ctx, site, "out of memory for %zu scales", n)
+                  : -1;
+    }
+    double *lo = pow2 ? NULL : hi + n;
+    emu_scaled_element_scales(q, sc);
+    for (size_t i = 0; i < n; i++) {
+        const double xi = x->data[i], d = (double)sc[i] * g; /* exact */
+        /* a NaN block's elements are zero */
+        hi[i] = isnan(d) ? 0.0 : xi / d; /* exact if d is a power of two */
+        if (!lo)
+            continue;
+        lo[i] = 0.0;
+        if (!isnan(d) && isfinite(hi[i]) && hi[i] != 0.0)
+            lo[i] = fma(-hi[i], d, xi) / d; /* the remainder's sign exact */
+    }
+    uint64_t hist[EMU_HIST_BINS] = { 0 };
+    for (size_t b = 0; b < q->nblocks; b++) {
+        const double sb = q->sf.block_scaled ? q->scale[b] : 1.0;
+        if (!isnan(sb))
+            hist[emu_hist_bin(sb * g)]++; /* exact */
+    }
+    bool *block_nan = nan_blocks(q, x->data);
+    quant_op op = { .q = q, .x = x->data, .scale = sc, .g = g,
+                    .block_nan = block_nan };
+    emu_rounding rnd = ctx->rnd;
+    rnd.saturate = true; /* the OCP MX rule: elements clamp to ±max */
+    int rc = emu_commit(ctx, &(emu_op_out){
+        .site = site, .kind = "quantize", .out = &view, .hi = hi, .lo = lo,
+        .op = &op, .ref = quant_ref, .inputs_had_nan = quant_had_nan,
+        .rnd = &rnd, .scale = sc, .scale_g = g, .src = x->data,
+        .hist_scale = hist });
+    if (q->sf.int_elem) /* two's complement integers have no -0 */
+        for (size_t i = 0; i < n; i++)
+            q->elem[i] += 0.0f;
+    free(block_nan);
+    free(hi);
+    free(sc);
+    return rc;
 }
 
 int emu_t_quantize_scaled(emu_ctx *ctx, const char *site,
@@ -64,92 +168,19 @@ int emu_t_quantize_scaled(emu_ctx *ctx, const char *site,
     qo.sr_bits = ctx->rnd.sr_bits;
     qo.seed = ctx->seed;
     qo.stream = emu_ctx_stream(ctx);
-    /* The per-element statistics cost as much as the quantization: taken
-     * only for a statistics site or a caller who asks.  The site needs this
-     * call's counts alone; the caller's accumulate. */
-    const bool site_stats = ctx->stats && (ctx->measure & EMU_MEASURE_ALL);
-    emu_quant_counts c;
-    memset(&c, 0, sizeof c);
+    /* The scales, and the elements by the fast paths: all that is needed
+     * when nothing is measured. */
     emu_error e;
-    if (emu_scaled_quantize(q, x->data, &qo, site_stats ? &c : counts, NULL,
-                            &e))
+    if (emu_scaled_quantize(q, x->data, &qo, counts, NULL, &e))
         return emu_ctx_fail(ctx, site, "%s%s%s", e.key, e.key[0] ? ": " : "",
                             e.message);
-    ctx->op_index++;
-    if (!site_stats)
-        return 0;
-    if (counts) {
-        counts->n += c.n;
-        counts->blocks += c.blocks;
-        counts->clipped += c.clipped;
-        counts->flushed += c.flushed;
-        counts->inexact += c.inexact;
-        counts->nonfinite_blocks += c.nonfinite_blocks;
-        counts->scale_clamped += c.scale_clamped;
-        counts->err_sq += c.err_sq;
-        counts->ref_sq += c.ref_sq;
-        counts->err_max = c.err_max > counts->err_max ? c.err_max
-                                                      : counts->err_max;
-        for (int b = 0; b < EMU_HIST_BINS; b++)
-            counts->scale_hist[b] += c.scale_hist[b];
+    if (!emu_commit_measures(ctx)) {
+        emu_tensor none = { .n = q->n };
+        return emu_commit(ctx, &(emu_op_out){ .site = site,
+                                              .kind = "quantize",
+                                              .out = &none });
     }
-    /* The site shows the scaled format's name ("mxfp8"), not the
-     * element format's. */
-    emu_format named = q->sf.elem;
-    snprintf(named.name, sizeof named.name, "%s", q->sf.name);
-    emu_site *st = emu_stats_site(ctx->stats, site, "quantize", x->role,
-                                  &named);
-    if (!st)
-        return emu_ctx_fail(ctx, site, "out of memory for statistics");
-    emu_site_stats s;
-    memset(&s, 0, sizeof s);
-    s.results = c.n;
-    s.inexact = c.inexact;
-    s.to_zero = c.flushed;
-    s.overflow = c.clipped;
-    const bool hist = ctx->measure & EMU_MEASURE_HIST;
-    const bool ref = ctx->measure & EMU_MEASURE_REF;
-    const double g = q->tensor_scale;
-    if (hist)
-        for (size_t b = 0; b < q->nblocks; b++) {
-            const double sb = q->sf.block_scaled ? q->scale[b] : 1.0;
-            if (!isnan(sb))
-                s.hist_scale[emu_hist_bin(sb * g)]++; /* exact */
-        }
-    float *sc = malloc(q->n * sizeof *sc);
-    if (!sc)
-        return emu_ctx_fail(ctx, site, "out of memory for %zu scales", q->n);
-    emu_scaled_element_scales(q, sc);
-    for (size_t i = 0; i < q->n; i++) {
-        const double xi = x->data[i];
-        const double sb = sc[i];
-        const double v = isnan(sb) ? NAN : (double)q->elem[i] * sb * g;
-        s.nan += isnan(v);
-        if (hist) {
-            s.hist_exact[emu_hist_bin(xi)]++;
-            s.hist_rounded[emu_hist_bin(v)]++;
-        }
-        if (!ref || xi == 0.0 || !isfinite(xi) || isnan(v))
-            continue;
-        /* The exact error v - x, rounded once (TwoSum). */
-        double d, dl;
-        emu_two_sum(v, -xi, &d, &dl);
-        const double scale = sb * g;
-        const double ulps = fabs(d) / (elem_ulp(&q->sf.elem, xi / scale) * scale);
-        const double rel = fabs(d) / fabs(xi);
-        s.ref_samples++;
-        s.ulp_sum += ulps;
-        s.ulp_max = ulps > s.ulp_max ? ulps : s.ulp_max;
-        s.ulp_hist[emu_ulperr_bin(ulps)]++;
-        s.rel_sum += rel;
-        s.rel_max = rel > s.rel_max ? rel : s.rel_max;
-        s.rel_hist[emu_relerr_bin(rel)]++;
-    }
-    free(sc);
-    emu_site_stats_merge(&st->total, &s);
-    emu_site_stats_merge(&st->step, &s);
-    st->active = true;
-    return 0;
+    return commit_quantized(ctx, site, q, x);
 }
 
 /* Checks that a block-scaled operand runs its blocks along K. */

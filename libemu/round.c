@@ -204,13 +204,25 @@ double emu_round2_word(const emu_format *f, double hi, double lo,
         return NAN;
     }
     if (lo != 0.0) {
-        /* Normalise a pair whose parts overlap (Fast2Sum: |hi| >= |lo|
-         * holds when they do, and the result is exact). */
-        double s = hi + lo;
-        if (isfinite(s) && s != hi) {
-            lo = lo - (s - hi);
+        /* Any pair is normalised: hi = RN(hi + lo) and lo the exact rest
+         * (TwoSum, exact whatever the order of magnitudes: Fast2Sum's
+         * |hi| >= |lo| need not hold, as in (1, 2^60)).  A sum that
+         * overflows binary64 is at least 2^1024 - 2^970.  Unless the pair
+         * is normalised already (hi in the top binade, |lo| within half
+         * its ulp), that lies beyond every format whose binades stop
+         * below 2^1023, whatever the mode; for the others (binary64) it is
+         * refused, see round.h. */
+        if (isinf(lo))
+            return emu_round2_word(f, lo, 0.0, r, word, st);
+        double s = hi + lo, bb = s - hi;
+        if (isfinite(s)) {
+            lo = (hi - (s - bb)) + (lo - bb);
             hi = s;
             neg = signbit(hi) != 0;
+        } else if (!(fabs(hi) >= 0x1p1023 && fabs(lo) <= 0x1p970)) {
+            if (f->emax >= 1023 || (signbit(s) && !f->is_signed))
+                return invalid_result(f, st);
+            return overflow_result(f, signbit(s) != 0, r, st);
         }
     }
     if (hi == 0.0) {

@@ -1109,6 +1109,68 @@ START_TEST(gemm_fast_threads)
 }
 END_TEST
 
+/* The sequential model's stochastic dot product recomputed from the
+ * words (stream, base + i) for product i and (stream, base + n + i) for
+ * accumulator rounding i, as stochastic_words does. */
+static double seq_sr_dot(const emu_accum *a, const float *x, const float *y,
+                         size_t n, uint64_t seed, uint64_t stream,
+                         uint64_t base)
+{
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double t = emu_round2_word(&a->prod, (double)x[i] * y[i], 0.0, &a->rnd,
+                                   emu_random64(seed, stream, base + i), NULL);
+        double hi = s + t, bv = hi - s, av = hi - bv;
+        double lo = isfinite(hi) ? (s - av) + (t - bv) : 0.0;
+        s = emu_round2_word(&a->acc, hi, lo, &a->rnd,
+                            emu_random64(seed, stream, base + n + i), NULL);
+    }
+    return s;
+}
+
+/* A dot product longer than EMU_ACCUM_SHORT_DOT terms needs more than
+ * EMU_ACCUM_WORDS_PER_DOT words: it takes them from its size class's
+ * stream (accum.h), where dot d's range [d 2^25, (d + 1) 2^25) meets no
+ * other dot product's, instead of running into dot d + 1's range of the
+ * op's stream.  Checked against the words recomputed by hand, and against
+ * the old overlapping rule (whose result must differ: the test can tell
+ * the two apart).  The longest short dot keeps the op-stream rule. */
+START_TEST(long_dot_own_words)
+{
+    test_rng g = test_rng_make(0x10d0);
+    const uint64_t seed = 5, stream = 9, dot = 3;
+    const size_t n = EMU_ACCUM_SHORT_DOT + 1 + (size_t)test_below(&g, 1000);
+    ck_assert(5 * (uint64_t)n + 1 > EMU_ACCUM_WORDS_PER_DOT &&
+              5 * (uint64_t)n + 1 <= (uint64_t)1 << 25);
+    float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+    ck_assert(x && y);
+    /* products below binary16's max, sums far below binary32's */
+    rand_vec(&g, fmt_named("binary16"), x, n, -4, 4, false);
+    rand_vec(&g, fmt_named("binary16"), y, n, -4, 4, false);
+    emu_accum a = model_of(EMU_ACCUM_SEQUENTIAL, fmt_named("binary32"), EMU_RS);
+    a.rnd.sr_bits = 64;
+    a.round_products = true;
+    a.prod = *fmt_named("binary16");
+    emu_accum_rng rng = { seed, stream, dot };
+    double v = emu_accum_dot(&a, x, 1, y, 1, n, &rng, NULL, NULL);
+    double own = seq_sr_dot(&a, x, y, n, seed,
+                            stream ^ EMU_ACCUM_LONG_STREAM(25), dot << 25);
+    double old = seq_sr_dot(&a, x, y, n, seed, stream,
+                            dot * EMU_ACCUM_WORDS_PER_DOT);
+    EXPECT(test_same(v, own) && !test_same(own, old),
+           "dot of %zu terms: got %a, from its own words %a, from the old "
+           "overlapping ones %a", n, v, own, old);
+    /* the longest short dot: the op's stream, as before */
+    const size_t m = EMU_ACCUM_SHORT_DOT;
+    v = emu_accum_dot(&a, x, 1, y, 1, m, &rng, NULL, NULL);
+    old = seq_sr_dot(&a, x, y, m, seed, stream, dot * EMU_ACCUM_WORDS_PER_DOT);
+    EXPECT(test_same(v, old), "dot of %zu terms: got %a, want %a from the "
+           "op's stream", m, v, old);
+    free(x);
+    free(y);
+}
+END_TEST
+
 static Suite *accum_suite(void)
 {
     Suite *s = suite_create("accum");
@@ -1134,6 +1196,10 @@ static Suite *accum_suite(void)
     tcase_add_test(tc, gemm_double_rounding_traps);
     tcase_add_test(tc, gemm_fast);
     tcase_add_test(tc, gemm_fast_threads);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("streams");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, long_dot_own_words);
     suite_add_tcase(s, tc);
     return s;
 }

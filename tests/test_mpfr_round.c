@@ -15,7 +15,9 @@
  *    exact tie), just inside it, and tiny; at the overflow threshold too;
  *  - values just below 2^emin, where tininess before and after rounding
  *    disagree: such cases must be found for every format, and differ by
- *    the underflow flag alone.
+ *    the underflow flag alone;
+ *  - pairs whose parts overlap (lo up to 2^60 times hi), which emu_round2
+ *    normalises, and sums beyond binary64's range.
  *
  * Every shipped format and a few user formats (flush to zero, saturation,
  * shifted bias, unsigned, wider than binary32), every deterministic mode,
@@ -325,6 +327,116 @@ START_TEST(test_tininess_rules)
 }
 END_TEST
 
+/* Pairs whose parts overlap (|lo| above ulp(hi)/2, often above |hi|):
+ * emu_round2 normalises them (round.h), so every deterministic mode must
+ * give MPFR's rounding of the exact sum; stochastic modes, with the same
+ * word, what the pair normalised by MPFR (hi' = RN(hi + lo), lo' the exact
+ * rest) gives.  Then the issue's case, binary32 (1, 2^60) toward +inf, and
+ * sums beyond binary64's range: an overflow where the format stops below
+ * 2^1023, refused (invalid) for binary64. */
+START_TEST(test_overlapping_pairs)
+{
+    const emu_format *f = formats[_i];
+    const uint64_t n = test_scaled(20000, 300);
+    test_rng g = test_rng_make(0x0e1a + (uint64_t)_i);
+    unsigned long long before = n_mismatch, checked = n_checked;
+    mpfr_t h2;
+    mpfr_init2(h2, 53);
+    for (uint64_t k = 0; k < n; k++) {
+        uint64_t w = test_next(&g);
+        long lo_e = (f->subnormals ? f->qmin : f->emin) - 3;
+        long span = f->emax + 3 - lo_e;
+        long eh = lo_e + (long)((w >> 8) % (uint64_t)span);
+        double hi = random_double(test_next(&g), eh);
+        /* lo from 60 binades below hi's to 60 above: most overlap */
+        double lo = random_double(test_next(&g), eh - 60 + (long)((w >> 20) % 121));
+        if ((w & 7) == 0)
+            hi = 0.0; /* a zero hi with a non-zero lo */
+        emu_rounding r;
+        memset(&r, 0, sizeof r);
+        r.tininess = (w >> 63) ? EMU_TINY_BEFORE : EMU_TINY_AFTER;
+        r.saturate = ((w >> 60) & 3) == 3;
+        if (f->emax >= 1023 && !isfinite(hi + lo) &&
+            !(fabs(hi) >= 0x1p1023 && fabs(lo) <= 0x1p970)) {
+            /* beyond binary64 in a format reaching 2^1023: refused */
+            emu_status st;
+            double v = emu_round2(f, hi, lo, &r, &st);
+            n_checked++;
+            if (!(st.flags & EMU_FLAG_INVALID) || !isnan(v)) {
+                n_mismatch++;
+                fprintf(stderr, "%s: (%a, %a): %a flags %#x, want the "
+                        "refusal\n", f->name, hi, lo, v, st.flags);
+            }
+            continue;
+        }
+        for (int m = 0; m < TEST_DET_MODES; m++) {
+            r.mode = (emu_rnd)m;
+            check_pair(f, hi, lo, &r, NULL);
+        }
+        /* stochastic: against the pair normalised by MPFR */
+        mpfr_set_d(exact, hi, MPFR_RNDN);
+        mpfr_add_d(exact, exact, lo, MPFR_RNDN);          /* exact */
+        mpfr_set(h2, exact, MPFR_RNDN);
+        const double nh = mpfr_get_d(h2, MPFR_RNDN);
+        mpfr_sub_d(exact, exact, nh, MPFR_RNDN);          /* exact */
+        const double nl = mpfr_get_d(exact, MPFR_RNDN);   /* exact */
+        const uint64_t word = test_next(&g);
+        r.mode = (w >> 40) & 1 ? EMU_RS : EMU_RS_BITS;
+        r.sr_bits = 1 + (unsigned)((w >> 41) % 64);
+        emu_status sa, sb;
+        const double a = emu_round2_word(f, hi, lo, &r, word, &sa);
+        const double b = emu_round2_word(f, nh, nl, &r, word, &sb);
+        n_checked++;
+        if (!((a == b && signbit(a) == signbit(b)) || (isnan(a) && isnan(b))) ||
+            sa.flags != sb.flags || sa.ternary != sb.ternary) {
+            n_mismatch++;
+            fprintf(stderr, "%s: %s (%a, %a) word %#llx: %a flags %#x, "
+                    "normalised (%a, %a): %a flags %#x\n", f->name,
+                    emu_rnd_name(r.mode), hi, lo, (unsigned long long)word, a,
+                    sa.flags, nh, nl, b, sb.flags);
+        }
+    }
+    mpfr_clear(h2);
+    EXPECT_NO_NEW_MISMATCH(before, checked, f->name);
+}
+END_TEST
+
+START_TEST(test_overlap_cases)
+{
+    unsigned long long before = n_mismatch, checked = n_checked;
+    const emu_format *b32 = test_format("binary32");
+    emu_rounding r;
+    memset(&r, 0, sizeof r);
+    r.mode = EMU_RU;
+    emu_status st;
+    double v = emu_round2(b32, 1.0, 0x1p60, &r, &st);
+    ck_assert_msg(v == 0x1.000002p60 && (st.flags & EMU_FLAG_INEXACT) &&
+                  st.ternary > 0, "binary32 (1, 2^60) ru: %a flags %#x "
+                  "ternary %d, want 0x1.000002p60, inexact, above", v,
+                  st.flags, st.ternary);
+    /* sums beyond binary64: MPFR's overflow for every format below 2^1023 */
+    const double big[][2] = { { DBL_MAX, DBL_MAX }, { -DBL_MAX, -0x1p1000 },
+                              { 0x1p1000, DBL_MAX } };
+    for (size_t i = 0; i < n_formats; i++)
+        for (size_t k = 0; k < 3; k++)
+            for (int m = 0; m < TEST_DET_MODES; m++) {
+                const emu_format *f = formats[i];
+                r.mode = (emu_rnd)m;
+                if (f->emax < 1023) {
+                    check_pair(f, big[k][0], big[k][1], &r, NULL);
+                    continue;
+                }
+                v = emu_round2(f, big[k][0], big[k][1], &r, &st);
+                ck_assert_msg((st.flags & EMU_FLAG_INVALID) &&
+                              (f->has_nan ? isnan(v) : v == 0.0),
+                              "%s: (%a, %a) %s: %a flags %#x, want the "
+                              "refusal (invalid)", f->name, big[k][0],
+                              big[k][1], emu_rnd_name(r.mode), v, st.flags);
+            }
+    EXPECT_NO_NEW_MISMATCH(before, checked, "sums beyond binary64");
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("mpfr_round");
@@ -333,6 +445,8 @@ static Suite *suite(void)
     tcase_add_loop_test(tc, test_random_pairs, 0, (int)n_formats);
     tcase_add_test(tc, test_binary64);
     tcase_add_loop_test(tc, test_tininess_rules, 0, (int)n_formats);
+    tcase_add_loop_test(tc, test_overlapping_pairs, 0, (int)n_formats);
+    tcase_add_test(tc, test_overlap_cases);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -524,6 +524,119 @@ START_TEST(absorbed_random)
 }
 END_TEST
 
+/* The lost-bits bin of one weight update s -> s_new by t (binary16
+ * weights), from emu/accum.h's words with frexp: the bits of t from its
+ * lowest set bit up to the lower of its leading bit and 2^(q-1), q the
+ * quantum exponent of binary16 at |s_new|; an absorbed update in the last
+ * bin. */
+static int lost_bin(double s, double t, double s_new)
+{
+    if (t != 0.0 && s_new == s)
+        return EMU_LOST_BINS - 1;
+    if (t == 0.0 || !isfinite(t) || !isfinite(s_new))
+        return 0;
+    int et;
+    double m = frexp(fabs(t), &et);          /* |t| = m 2^et, m in [1/2, 1) */
+    uint64_t M = (uint64_t)ldexp(m, 53);     /* t = M 2^(et - 53)           */
+    int lsb = et - 53;
+    while (!(M & 1)) {
+        M >>= 1;
+        lsb++;
+    }
+    int es = 0;
+    if (s_new != 0.0)
+        frexp(s_new, &es);
+    const int q = s_new != 0.0 && es - 1 >= -14 ? es - 1 - 10 : -24;
+    const int top = et - 1 < q - 1 ? et - 1 : q - 1;
+    const int n = top - lsb + 1;
+    return n < 0 ? 0 : n > 64 ? 64 : n;
+}
+
+/* The choke point counts the swamping of a weight update from the weights
+ * it rounds: adds, absorbed and every lost-bits bin equal a recomputation
+ * from the old weights, the stored new ones and the update lr * v' (exact
+ * in binary64), in every mode; and Adam's absorbed updates are the
+ * weights that did not move although m' != 0. */
+START_TEST(swamp_from_commit)
+{
+    test_rng g = test_rng_make(0x5a3b);
+    const size_t n = 2000;
+    const emu_rnd modes[] = { EMU_RNE, EMU_RZ, EMU_RD, EMU_RS, EMU_RS_BITS };
+    for (int mi = 0; mi < 5; mi++) {
+        emu_tensor w = mk("w", "binary16", n), v = mk("v", "binary32", n);
+        emu_tensor gr = mk("g", "binary32", n), m = mk("m", "binary32", n);
+        emu_tensor v2 = mk("v2", "binary32", n);
+        for (size_t i = 0; i < n; i++) {
+            w.data[i] = i % 7 ? rand_val(&g, &w.fmt, -16, 3) : 0.0f;
+            v.data[i] = i % 5 ? rand_val(&g, &v.fmt, -20, 0) : 0.0f;
+            gr.data[i] = i % 5 ? rand_val(&g, &gr.fmt, -24, -2) : 0.0f;
+        }
+        float *w0 = malloc(n * sizeof *w0);
+        ck_assert(w0);
+        memcpy(w0, w.data, n * sizeof *w0);
+        emu_stats st;
+        emu_stats_init(&st);
+        emu_ctx ctx;
+        emu_ctx_init(&ctx, 91);
+        ctx.stats = &st;
+        ctx.rnd.mode = modes[mi];
+        ctx.rnd.sr_bits = 7;
+        const float lr = 0x1.8p-5f;
+        emu_sgd_opts o = { .lr = lr, .momentum = 0.9f };
+        ck_assert_int_eq(emu_t_sgd_update(&ctx, "s", &w, &v, &gr, &o), 0);
+        uint64_t adds = 0, absorbed = 0, lost[EMU_LOST_BINS] = { 0 };
+        for (size_t i = 0; i < n; i++) {
+            const double t = -((double)lr * v.data[i]); /* exact */
+            if (t == 0.0)
+                continue;
+            adds++;
+            absorbed += w.data[i] == w0[i];
+            lost[lost_bin(w0[i], t, w.data[i])]++;
+        }
+        const emu_site *s = find_site(&st, "s");
+        EXPECT(s->total.adds == adds && s->total.absorbed == absorbed &&
+               !memcmp(s->total.lost_bits, lost, sizeof lost),
+               "SGD, mode %s: counted adds %llu absorbed %llu, actual %llu "
+               "%llu%s", emu_rnd_name(modes[mi]),
+               (unsigned long long)s->total.adds,
+               (unsigned long long)s->total.absorbed, (unsigned long long)adds,
+               (unsigned long long)absorbed,
+               memcmp(s->total.lost_bits, lost, sizeof lost)
+                   ? "; lost-bits bins differ" : "");
+        EXPECT(absorbed > 0 && absorbed < adds, "mode %s: degenerate data "
+               "(%llu of %llu absorbed)", emu_rnd_name(modes[mi]),
+               (unsigned long long)absorbed, (unsigned long long)adds);
+
+        /* Adam on the same weights */
+        memcpy(w0, w.data, n * sizeof *w0);
+        emu_adam_opts ao = { .lr = 0x1p-10f, .beta1 = 0.9f, .beta2 = 0.999f,
+                             .eps = 1e-8f, .t = 1 };
+        ck_assert_int_eq(emu_t_adam_update(&ctx, "a", &w, &m, &v2, &gr, &ao), 0);
+        adds = absorbed = 0;
+        for (size_t i = 0; i < n; i++)
+            if (m.data[i] != 0.0f) {
+                adds++;
+                absorbed += w.data[i] == w0[i];
+            }
+        s = find_site(&st, "a");
+        EXPECT(s->total.adds == adds && s->total.absorbed == absorbed &&
+               absorbed > 0 && absorbed < adds,
+               "Adam, mode %s: counted adds %llu absorbed %llu, actual %llu "
+               "%llu", emu_rnd_name(modes[mi]),
+               (unsigned long long)s->total.adds,
+               (unsigned long long)s->total.absorbed, (unsigned long long)adds,
+               (unsigned long long)absorbed);
+        free(w0);
+        emu_stats_free(&st);
+        emu_tensor_free(&w);
+        emu_tensor_free(&v);
+        emu_tensor_free(&gr);
+        emu_tensor_free(&m);
+        emu_tensor_free(&v2);
+    }
+}
+END_TEST
+
 /* NaN: a NaN gradient propagates; inf - inf is produced. */
 START_TEST(nan_accounting)
 {
@@ -625,6 +738,7 @@ static Suite *suite(void)
     tcase_add_test(tc, absorbed_hand_made);
     tcase_add_test(tc, absorbed_stochastic);
     tcase_add_test(tc, absorbed_random);
+    tcase_add_test(tc, swamp_from_commit);
     tcase_add_test(tc, nan_accounting);
     tcase_add_test(tc, bad_input);
     suite_add_tcase(s, tc);

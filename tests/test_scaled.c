@@ -2204,17 +2204,120 @@ END_TEST
 
 /* ---- 7. the statistics site of emu_t_quantize_scaled ----------------------- */
 
+/* Elements whose exact quotient x / (s g), rounded to the element
+ * precision with an unbounded exponent (MPFR at p bits in its own huge
+ * range) in deterministic mode m, lies beyond ±max: IEEE overflow, what
+ * the choke point counts.  Scales from q (checked against the oracle by
+ * the tests above). */
+static uint64_t mpfr_overflows(const emu_scaled_tensor *q, const float *x,
+                               emu_rnd m)
+{
+    static const mpfr_rnd_t mr[] = { [EMU_RNE] = MPFR_RNDN, [EMU_RZ] = MPFR_RNDZ,
+                                     [EMU_RU] = MPFR_RNDU, [EMU_RD] = MPFR_RNDD };
+    mpfr_t t;
+    mpfr_init2(t, 600);
+    uint64_t k = 0;
+    for (size_t i = 0; i < q->n; i++) {
+        const double sb = q->sf.block_scaled ? q->scale[emu_scaled_block_of(q, i)]
+                                             : 1.0;
+        if (isnan(sb) || !isfinite(x[i]))
+            continue;
+        mpfr_set_prec(t, 600); /* prec_round below narrowed it */
+        mpfr_set_flt(t, x[i], MPFR_RNDN);
+        mpfr_div_d(t, t, sb, MPFR_RNDN);               /* exact: 2^k or   */
+        mpfr_div_d(t, t, q->tensor_scale, MPFR_RNDN);  /* 600 bits, far   */
+        mpfr_prec_round(t, q->sf.elem.p, mr[m]);       /* below any tie   */
+        mpfr_abs(t, t, MPFR_RNDN);
+        k += mpfr_cmp_d(t, q->sf.elem.max) > 0;
+    }
+    mpfr_clear(t);
+    return k;
+}
+
+/* The errors a quantize site must report at ref_rate 1, recomputed with
+ * MPFR from the sources and the scales: every element's exact quotient
+ * x / (s g), its error in ulps of the element format at the quotient (the
+ * quantum of its binade, 2^(max(e, emin) - mbits)) truncated as the
+ * choke point documents, and its relative error. */
+typedef struct err_ref {
+    uint64_t samples;
+    double ulp_sum, ulp_max, rel_sum, rel_max;
+    uint64_t ulp_hist[EMU_ULPERR_BINS], rel_hist[EMU_RELERR_BINS];
+} err_ref;
+
+static void mpfr_quant_errors(const emu_scaled_tensor *q, const float *x,
+                              err_ref *r)
+{
+    memset(r, 0, sizeof *r);
+    mpfr_t ex, d, t;
+    mpfr_inits2(700, ex, d, t, (mpfr_ptr)0);
+    const emu_format *ef = &q->sf.elem;
+    for (size_t i = 0; i < q->n; i++) {
+        const double sb = q->sf.block_scaled ? q->scale[emu_scaled_block_of(q, i)]
+                                             : 1.0;
+        if (isnan(sb) || !isfinite(x[i]))
+            continue;
+        mpfr_set_d(d, sb, MPFR_RNDN);
+        mpfr_mul_d(d, d, q->tensor_scale, MPFR_RNDN); /* exact */
+        mpfr_set_flt(ex, x[i], MPFR_RNDN);
+        mpfr_div(ex, ex, d, MPFR_RNDN);
+        mpfr_set_flt(t, q->elem[i], MPFR_RNDN);
+        mpfr_sub(t, t, ex, MPFR_RNDN);
+        mpfr_abs(t, t, MPFR_RNDN);
+        double rel;
+        if (mpfr_zero_p(ex)) {
+            rel = mpfr_zero_p(t) ? 0.0 : INFINITY;
+        } else {
+            mpfr_t u;
+            mpfr_init2(u, 700);
+            mpfr_div(u, t, ex, MPFR_RNDN);
+            rel = fabs(mpfr_get_d(u, MPFR_RNDN));
+            mpfr_clear(u);
+        }
+        long e = mpfr_zero_p(ex) ? ef->emin : mpfr_get_exp(ex) - 1;
+        if (e < ef->emin)
+            e = ef->emin;
+        mpfr_div_2si(t, t, e - ef->mbits, MPFR_RNDN); /* exact */
+        const double ulps = mpfr_get_d(t, MPFR_RNDZ);
+        r->samples++;
+        r->ulp_sum += ulps;
+        r->ulp_max = fmax(r->ulp_max, ulps);
+        r->ulp_hist[emu_ulperr_bin(ulps)]++;
+        if (isfinite(rel)) {
+            r->rel_sum += rel;
+            r->rel_max = fmax(r->rel_max, rel);
+        }
+        r->rel_hist[emu_relerr_bin(rel)]++;
+    }
+    mpfr_clears(ex, d, t, (mpfr_ptr)0);
+}
+
+/* Whether a site's error statistics equal the MPFR recomputation (sums to
+ * a relative 1e-12: the same terms, added in the same order). */
+static bool errors_match(const emu_site_stats *t, const err_ref *r)
+{
+    return t->ref_samples == r->samples && t->ulp_max == r->ulp_max &&
+           t->rel_max == r->rel_max &&
+           fabs(t->ulp_sum - r->ulp_sum) <= 1e-12 * r->ulp_sum &&
+           fabs(t->rel_sum - r->rel_sum) <= 1e-12 * r->rel_sum &&
+           !memcmp(t->ulp_hist, r->ulp_hist, sizeof r->ulp_hist) &&
+           !memcmp(t->rel_hist, r->rel_hist, sizeof r->rel_hist);
+}
+
+
 START_TEST(quantize_site_stats)
 {
     unsigned long long before = begin_test(), cases = 0;
     test_rng g = test_rng_make(0x57a7);
-    static const char *const specs[] = { "mxfp4", "nvfp4", "mxfp8,block=4x3" };
-    for (size_t s = 0; s < 3; s++)
+    static const char *const specs[] = { "mxfp4", "nvfp4", "mxfp8,block=4x3",
+                                         "elem=e4m3,scale=none,tensor=yes" };
+    for (size_t s = 0; s < 4; s++)
         for (int m = 0; m < 3; m++) {
             emu_scaled_format sf = sfmt(specs[s]);
             emu_ctx ctx;
             emu_ctx_init(&ctx, 31);
             ctx.measure = EMU_MEASURE_ALL;
+            ctx.ref_rate = 1.0;
             ctx.op_index = 7;
             ctx.rnd.mode = m == 0 ? EMU_RNE : m == 1 ? EMU_RD : EMU_RS;
             emu_stats st;
@@ -2272,9 +2375,6 @@ START_TEST(quantize_site_stats)
             for (size_t i = 0; i < x.n; i++)
                 e[i] = q.elem[i];
             ref_stats(&r, &sf, x.data, e);
-            uint64_t nz = 0;
-            for (size_t i = 0; i < x.n; i++)
-                nz += x.data[i] != 0.0f;
             const emu_site *site = NULL;
             for (size_t k = 0; k < st.count; k++)
                 if (!strcmp(st.sites[k].name, "q.w"))
@@ -2290,16 +2390,33 @@ START_TEST(quantize_site_stats)
                 CHECK(!strcmp(site->format, sf.name), "%s: site format "
                       "'%s', expected the scaled format's name '%s'",
                       specs[s], site->format, sf.name);
+                /* overflow is IEEE's (the rounding with an unbounded
+                 * exponent lies beyond max), as for every op: at most the
+                 * clipped elements; exactly MPFR's count in the
+                 * deterministic modes */
+                const uint64_t ovf = o.mode == EMU_RS
+                                         ? t->overflow
+                                         : mpfr_overflows(&q, x.data, o.mode);
                 CHECK(t->results == x.n && t->to_zero == r.flushed &&
-                      t->overflow == r.clipped && t->inexact == r.inexact &&
-                      t->ref_samples == nz && t->nan == 0,
+                      t->overflow == ovf && t->overflow <= r.clipped &&
+                      t->inexact == r.inexact && t->nan == 0 &&
+                      t->nan_produced == 0,
                       "%s %s: results %" PRIu64 " (want %zu), to_zero %" PRIu64
                       " (MPFR flushed %" PRIu64 "), overflow %" PRIu64 " (MPFR "
-                      "clipped %" PRIu64 "), inexact %" PRIu64 " (%" PRIu64
-                      "), ref_samples %" PRIu64 " (non-zero inputs %" PRIu64
-                      ")", specs[s], emu_rnd_name(o.mode), t->results, x.n,
-                      t->to_zero, r.flushed, t->overflow, r.clipped,
-                      t->inexact, r.inexact, t->ref_samples, nz);
+                      "%" PRIu64 ", clipped %" PRIu64 "), inexact %" PRIu64
+                      " (%" PRIu64 ")", specs[s], emu_rnd_name(o.mode),
+                      t->results, x.n, t->to_zero, r.flushed, t->overflow,
+                      ovf, r.clipped, t->inexact, r.inexact);
+                /* the errors, every element sampled, against MPFR */
+                err_ref er;
+                mpfr_quant_errors(&q, x.data, &er);
+                CHECK(errors_match(t, &er) && er.samples == x.n,
+                      "%s %s: errors: samples %" PRIu64 " (MPFR %" PRIu64 "), "
+                      "ulp sum %.17g max %.17g (MPFR %.17g %.17g), rel sum "
+                      "%.17g max %.17g (MPFR %.17g %.17g)", specs[s],
+                      emu_rnd_name(o.mode), t->ref_samples, er.samples,
+                      t->ulp_sum, t->ulp_max, er.ulp_sum, er.ulp_max,
+                      t->rel_sum, t->rel_max, er.rel_sum, er.rel_max);
                 CHECK(c.n == x.n && c.flushed == r.flushed &&
                       c.clipped == r.clipped, "%s: counts from the op differ",
                       specs[s]);
@@ -2322,6 +2439,84 @@ START_TEST(quantize_site_stats)
         }
     tally("quantize statistics sites", cases);
     FINISH("quantize site statistics", before);
+}
+END_TEST
+
+/* What an observer saw of one op. */
+typedef struct seen_op {
+    int calls;
+    char kind[32];
+    size_t n;
+    uint64_t inexact;
+    bool values_match;        /* ev->hi[i] is x_i / (s g)                  */
+    const emu_scaled_tensor *q;
+    const float *x;
+} seen_op;
+
+static void observe(void *user, const emu_op_event *ev)
+{
+    seen_op *s = user;
+    s->calls++;
+    snprintf(s->kind, sizeof s->kind, "%s", ev->kind);
+    s->n = ev->out->n;
+    s->inexact = ev->counts->inexact;
+    s->values_match = true;
+    for (size_t i = 0; i < ev->out->n; i++) {
+        const double sb = s->q->scale[emu_scaled_block_of(s->q, i)];
+        if (!isnan(sb) && isfinite(s->x[i]))
+            s->values_match &= ev->hi[i] == s->x[i] / (sb * s->q->tensor_scale) &&
+                               ev->out->data[i] == s->q->elem[i];
+    }
+}
+
+/* NaN in the statistics of a quantize site, and its observer event: a
+ * block holding an inf turns every value of the block into NaN (produced:
+ * from a number), a block holding a NaN too (propagated). */
+START_TEST(quantize_site_nan_observer)
+{
+    unsigned long long before = begin_test();
+    emu_scaled_format sf = sfmt("mxfp8");
+    emu_ctx ctx;
+    emu_ctx_init(&ctx, 5);
+    ctx.measure = EMU_MEASURE_ALL;
+    ctx.ref_rate = 1.0;
+    emu_stats st;
+    emu_stats_init(&st);
+    ctx.stats = &st;
+    emu_error err;
+    emu_tensor x;
+    ck_assert(emu_tensor_alloc4(&x, "x", EMU_ROLE_ACTIVATION,
+                                test_format("binary32"), 3, 32, 0, 0, &err) == 0);
+    for (size_t i = 0; i < x.n; i++)
+        x.data[i] = (float)(0.3 * (double)i - 4.0);
+    x.data[5] = INFINITY;  /* block 0: produced NaNs */
+    x.data[40] = NAN;      /* block 1: propagated     */
+    x.data[41] = -INFINITY;
+    emu_scaled_tensor q;
+    size_t shape[2] = { 3, 32 };
+    sq_alloc(&q, &sf, 2, shape, 1);
+    seen_op seen = { .q = &q, .x = x.data };
+    ctx.observer = observe;
+    ctx.observer_user = &seen;
+    int rc = emu_t_quantize_scaled(&ctx, "q.x", &q, &x, NULL, NULL);
+    CHECK(rc == 0, "quantize: %s", ctx.err.message);
+    const emu_site *site = st.count == 1 ? &st.sites[0] : NULL;
+    CHECK(site && site->total.nan == 64 && site->total.nan_produced == 32 &&
+          site->total.results == 96 && site->total.ref_samples == 32,
+          "nan %" PRIu64 " (want 64), nan_produced %" PRIu64 " (want 32), "
+          "results %" PRIu64 ", ref_samples %" PRIu64 " (want the 32 of the "
+          "finite block)", site ? site->total.nan : 0,
+          site ? site->total.nan_produced : 0, site ? site->total.results : 0,
+          site ? site->total.ref_samples : 0);
+    CHECK(seen.calls == 1 && !strcmp(seen.kind, "quantize") && seen.n == 96 &&
+          site && seen.inexact == site->total.inexact && seen.values_match,
+          "observer: %d calls, kind '%s', %zu outputs, inexact %" PRIu64
+          ", values %s", seen.calls, seen.kind, seen.n, seen.inexact,
+          seen.values_match ? "match" : "differ");
+    emu_scaled_free(&q);
+    emu_tensor_free(&x);
+    emu_stats_free(&st);
+    FINISH("quantize site: NaN and observer", before);
 }
 END_TEST
 
@@ -2540,6 +2735,7 @@ static Suite *scaled_suite(void)
     tcase_add_test(tc, tensor_recipes);
     tcase_add_test(tc, spec_parsing);
     tcase_add_test(tc, quantize_site_stats);
+    tcase_add_test(tc, quantize_site_nan_observer);
     tcase_add_test(tc, nvfp4_ru_current_clips_nothing);
     tcase_add_test(tc, near_boundaries);
     tcase_add_test(tc, matmul_error_split);

@@ -199,8 +199,13 @@ clipped=$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "overflow") k =
 [ "$clipped" -eq 0 ] || fail "mxfp4 with rule=ceil clipped $clipped elements"
 floor=$(qcol learn_mxfp4 fc1.q.x overflow)
 [ "${floor:-0}" -gt 0 ] || fail "mxfp4 (floor rule) clipped nothing in fc1.q.x: the test above proves nothing"
-e8=$(qcol learn_mxfp8 fc1.q.x rel_mean)
-e4=$(qcol learn_mxfp4 fc1.q.x rel_mean)
+# (errors are MPFR-sampled at --ref-rate, as for every op)
+for f in mxfp8 mxfp4; do
+    run "err_$f" --preset $f $MLP --train-examples 256 --test-examples 64 \
+        --steps 4 --ref-rate 0.05
+done
+e8=$(qcol err_mxfp8 fc1.q.x rel_mean)
+e4=$(qcol err_mxfp4 fc1.q.x rel_mean)
 less "$e8" "$e4" || fail "fc1.q.x: mxfp8's quantization error $e8 is not below mxfp4's $e4"
 grep -q '"tensor_scaling": "delayed,history=16,algo=max,margin=0"' "$tmp/learn_fp8-delayed/meta.json" ||
     fail "fp8-delayed: recipe not recorded: $(grep tensor_scaling "$tmp/learn_fp8-delayed/meta.json")"

@@ -120,10 +120,20 @@ typedef struct emu_accum_counts {
  * word base + i, and the r-th rounding into acc or wide (r from 0, in the
  * order the model's definition performs them: pairwise in post-order,
  * Kahan four per term, blocked's promotion after its block, fused one per
- * group) takes word base + n + r.  A dot product needing more than
- * EMU_ACCUM_WORDS_PER_DOT words shares the next one's (still
- * reproducible).  rng NULL means seed 0, stream 0, dot 0. */
+ * group) takes word base + n + r.  A dot product of n terms uses at most
+ * 5n + 1 words (Kahan's four roundings per term after the n products).
+ * Up to EMU_ACCUM_SHORT_DOT terms, those fit in EMU_ACCUM_WORDS_PER_DOT:
+ * base = dot * EMU_ACCUM_WORDS_PER_DOT in `stream`.  A longer dot product
+ * takes them from the stream of its size class c, the least c >= 25 with
+ * 2^c >= 5n + 1: base = dot * 2^c in stream ^ EMU_ACCUM_LONG_STREAM(c).
+ * So no two dot products of a stream share a word, whatever their
+ * lengths, as long as the ranges stay below 2^64 (dot < 2^40 for short
+ * ones, dot < 2^(64-c) for long ones: more outputs than memory holds).
+ * Streams with bit 61 set are reserved for this; the library's own are op
+ * indices.  rng NULL means seed 0, stream 0, dot 0. */
 #define EMU_ACCUM_WORDS_PER_DOT ((uint64_t)1 << 24)
+#define EMU_ACCUM_SHORT_DOT ((EMU_ACCUM_WORDS_PER_DOT - 1) / 5)
+#define EMU_ACCUM_LONG_STREAM(c) (((uint64_t)1 << 61) | ((uint64_t)(c) << 54))
 typedef struct emu_accum_rng {
     uint64_t seed, stream, dot;
 } emu_accum_rng;

@@ -103,7 +103,32 @@ void emu_ctx_init(emu_ctx *ctx, uint64_t seed);
  * inputs_had_nan (may be NULL) answers, for a NaN output whose hi is NaN,
  * whether its inputs held a NaN; NULL means they did.  Ops that make NaN
  * from numbers (inf - inf, 0 * inf) provide it, so that the statistics
- * tell produced NaNs from propagated ones. */
+ * tell produced NaNs from propagated ones.
+ *
+ * rnd (may be NULL: ctx->rnd) is the op's own rounding, e.g. a quantizer
+ * that saturates whatever the context says.
+ *
+ * An accumulation out = acc_old + addend (an optimizer's weight update)
+ * gives acc_old and addend (out->n each, or NULL): the choke point counts
+ * its swamping from the values it rounds, with emu_accum_count_add in
+ * out's format, over the outputs whose addend is non-zero and finite and
+ * whose acc_old is finite; swamp, if also given, is added.
+ *
+ * Scaled outputs (block-scaled formats, emu/scaled.h): scale (or NULL)
+ * holds out->n binary32 factors and scale_g one more, and output i is an
+ * element standing for the value out[i] * scale[i] * scale_g, hi[i] +
+ * lo[i] being the quotient src[i] / (scale[i] * scale_g) of the op's
+ * binary32 source values src.  Counts and errors are the elements' (ulps
+ * of out's format, relative errors: the same as the values', the scale
+ * being exact); NaN counts values (a NaN scale makes the value NaN,
+ * produced unless inputs_had_nan says the inputs held one); the
+ * histograms bin values: src[i] before rounding, the element times its
+ * scales after; hist_scale (or NULL) is added to the site's.
+ *
+ * hi NULL means the op wrote out->data itself, with a fast path tested
+ * bit-identical to this rounding of its values, because nothing is to be
+ * measured: allowed only when emu_commit_measures(ctx) is false; the
+ * choke point then only advances the op index. */
 typedef struct emu_op_out {
     const char *site;
     const char *kind;
@@ -114,12 +139,24 @@ typedef struct emu_op_out {
     const void *op;                    /* passed to the callbacks          */
     int (*ref)(const void *op, size_t i, mpfr_ptr exact, mpfr_ptr exact_src);
     bool (*inputs_had_nan)(const void *op, size_t i);
+    const emu_rounding *rnd;           /* NULL: ctx->rnd                   */
+    const float *acc_old;              /* accumulation: old values, or NULL */
+    const double *addend;              /* and what was added to them        */
+    const float *scale;                /* scaled outputs (see above)        */
+    double scale_g;
+    const float *src;
+    const uint64_t *hist_scale;        /* EMU_HIST_BINS counts, or NULL     */
 } emu_op_out;
 
 /* Rounds, measures and writes o->out.  Advances ctx->op_index.  The
  * callbacks (ref, inputs_had_nan) run before o->out is written, so an op
  * whose output is one of its inputs needs no copy of it. */
 int emu_commit(emu_ctx *ctx, const emu_op_out *o);
+
+/* Whether emu_commit measures or shows anything (statistics or an
+ * observer): if not, an op may round with its own fast path and commit
+ * with hi NULL. */
+bool emu_commit_measures(const emu_ctx *ctx);
 
 /* The RNG stream of the op about to commit (for accumulators that round
  * stochastically before the choke point). */

@@ -72,9 +72,19 @@ typedef struct emu_status {
     unsigned flags;
 } emu_status;
 
-/* Round hi + lo into fmt.  Requires |lo| <= ulp(hi)/2, i.e. hi is the
- * double nearest the exact value (TwoSum, the fma product residual and the
- * division/sqrt residual all give this); lo = 0 for a plain double.
+/* Round the exact value hi + lo into fmt; lo = 0 for a plain double.
+ * Any pair of doubles is accepted: one whose parts overlap (|lo| above
+ * ulp(hi)/2, even |lo| > |hi|, as in (1, 2^60)) is first normalised
+ * without error by TwoSum, so the result is that of the exact sum.  The
+ * outputs of TwoSum, of the fma product residual and of the division and
+ * square-root residuals are already normalised.  Exceptions: an infinite
+ * lo with a finite hi is that infinity; an overlapping pair whose sum
+ * exceeds binary64's range (|hi + lo| >= 2^1024 - 2^970) is an overflow
+ * for a format whose binades stop below 2^1023, and is refused (NaN if
+ * the format has one, else 0, with EMU_FLAG_INVALID) for a format
+ * reaching 2^1023 (binary64: its rounding there would need a wider
+ * exponent) and for a negative one in an unsigned format.  (A normalised
+ * pair such as (DBL_MAX, 2^970) is rounded as always.)
  * For stochastic modes a random word is taken from r->rng (required).
  * `st` may be NULL. */
 double emu_round2(const emu_format *fmt, double hi, double lo,

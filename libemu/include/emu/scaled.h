@@ -302,14 +302,27 @@ void emu_tensor_scaling_string(const emu_tensor_scaling *t, char *buf,
 
 /* Quantizes tensor x into q through the context: stochastic words from the
  * op's stream (seed ctx->seed, stream emu_ctx_stream(ctx)), the element
- * mode ctx->rnd.mode (and sr_bits); o may be NULL (current scaling) or give
- * tensor_scale.  If ctx->stats is set, site `site` (kind "quantize", x's
- * role, the scaled format's name in the format column) records: results,
- * inexact, to_zero (flushed), overflow (clipped), NaN, the histograms of x,
- * of the values and of the scales (s_b g per block, hist_scale), and the
- * relative error of every non-zero element
- * (computed exactly, so ref_samples counts them all).  counts may be NULL.
- * Advances ctx->op_index like any op. */
+ * mode ctx->rnd.mode (and sr_bits), saturating; o may be NULL (current
+ * scaling) or give tensor_scale.  counts (may be NULL) adds this call's.
+ *
+ * The op commits through emu_commit like any other (emu/ops.h): the
+ * choke point rounds each exact quotient x_i / (s_b(i) g) into the
+ * element format (the same map and words as emu_scaled_quantize's fast
+ * paths, tested bit-identical), so site `site` (kind "quantize", x's role,
+ * the scaled format's name in the format column) records what every op
+ * records, for the elements: results, inexact, underflow, to_zero,
+ * subnormal, overflow (IEEE's: the rounding with an unbounded exponent
+ * lies beyond ±max_elem; a clipped element that rounds to max_elem within
+ * its binade is not one — emu_quant_counts' clipped counts those too),
+ * NaN and nan_produced of the values (every value of a block holding inf
+ * or NaN is NaN; produced unless the block held a NaN), the histograms of
+ * x and of the values e_i s_b(i) g, the scales (s_b g per block,
+ * hist_scale), and on a sample of ctx->ref_rate the error of the element
+ * against the exact quotient computed by MPFR from x_i, s_b(i) and g (in
+ * ulps of the element format at the quotient, and relative: the same as
+ * the value's error against x_i).  ctx->observer sees the elements, and
+ * the quotients as hi + lo.  With neither statistics nor an observer the
+ * fast paths alone run.  Advances ctx->op_index like any op. */
 int emu_t_quantize_scaled(emu_ctx *ctx, const char *site,
                           emu_scaled_tensor *q, const emu_tensor *x,
                           const emu_quant_opts *o, emu_quant_counts *counts);
