@@ -105,7 +105,8 @@ static void help(void)
         "settings, e.g. testfloat_gen -rnear_even f16_mul:\n"
         "  emu verify --op mul --format binary16 --mode rne f16_mul.tv\n"
         "\n"
-        "  --op, --format, --in, --out, --mode, --tiny, --saturate, --seed\n"
+        "  --op, --format, --in, --out, --mode, --tiny, --saturate, --seed,\n"
+        "  --profile\n"
         "                     as for emu gen (stochastic modes: line k of\n"
         "                     data uses stream k of --seed, as gen does)\n"
         "  --exact-nan        NaN results must match bit for bit (default:\n"
@@ -129,7 +130,7 @@ int cmd_verify(int argc, char **argv)
         { "op", 0, true },     { "format", 0, true },  { "in", 0, true },
         { "out", 0, true },    { "mode", 0, true },    { "tiny", 0, true },
         { "saturate", 0, false }, { "seed", 0, true },
-        { "exact-nan", 0, false }, { "no-flags", 0, false },
+        { "profile", 0, true },   { "exact-nan", 0, false }, { "no-flags", 0, false },
         { "max-errors", 0, true }, { "help", 'h', false },
         { NULL, 0, false },
     };
