@@ -102,7 +102,8 @@ double emu_add(const emu_format *f, double a, double b, const emu_rounding *r,
 double emu_sub(const emu_format *f, double a, double b, const emu_rounding *r,
                emu_status *st)
 {
-    return emu_add(f, a, -b, r, st);
+    /* A NaN subtrahend propagates as it is: negation is for numbers. */
+    return emu_add(f, a, isnan(b) ? b : -b, r, st);
 }
 
 double emu_mul(const emu_format *f, double a, double b, const emu_rounding *r,
