@@ -192,9 +192,8 @@ static double inf_result(const emu_format *f, bool neg, const emu_rounding *r,
         st->ternary = neg ? 1 : -1;
         return neg ? -f->max : f->max;
     }
-    /* No infinity and no saturation: the format's NaN, or nothing (a
-     * format without NaN gets NaN here too, as the caller's sign of an
-     * unrepresentable result). */
+    /* No infinity and no saturation: NaN.  A format without NaN gets it
+     * too; the bit layer writes that as +0, with the invalid flag. */
     return emu_nan_result(f, &r->profile, neg ? -1.0 : 1.0);
 }
 

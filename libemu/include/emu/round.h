@@ -187,7 +187,8 @@ const char *emu_profile_names(void);
 
 /* The NaN result of an operation into fmt under profile p, as a double:
  * `in` is the NaN operand it propagates (sign and payload, if p keeps
- * them), or 0.0 when the NaN is new (inf - inf, 0/0, overflow to NaN). */
+ * them); for a new NaN, the signed value it stands for (-inf into E4M3:
+ * its sign, if p keeps signs), or 0.0 when it has no sign (inf - inf). */
 double emu_nan_result(const emu_format *fmt, const emu_profile *p, double in);
 
 /* Writes "inexact|underflow" etc. into buf ("none" for 0). */
