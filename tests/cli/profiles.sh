@@ -68,6 +68,10 @@ grep -q " 0 mismatches" "$tmp/out" || fail "riscv round trip: $(cat "$tmp/out")"
 rc=$?
 [ $rc -eq 1 ] || fail "verify --profile ieee of riscv vectors exited $rc"
 grep -q " 2 mismatches" "$tmp/out" || fail "ieee over riscv: $(cat "$tmp/out")"
+# Mismatch reports name the NaN class under the profile in force.
+grep -q "convert 7D (snan)" "$tmp/out" || fail "ieee: 0x7D not reported snan"
+"$EMU" verify --profile riscv "$tmp/ieee.tv" > "$tmp/out" 2>&1
+grep -q "convert 7D (qnan)" "$tmp/out" || fail "riscv: 0x7D not reported qnan"
 # A header without the key predates profiles: ieee.
 sed 's/ profile=ieee$//' "$tmp/ieee.tv" > "$tmp/old.tv"
 "$EMU" verify "$tmp/old.tv" > "$tmp/out" 2>&1 ||
