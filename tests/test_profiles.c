@@ -171,6 +171,7 @@ static void check_convert(const emu_format *in, const emu_format *out,
         emu_rounding r = rounding(m, sat, (emu_profile_id)id);
         uint64_t exp_bits;
         unsigned exp_flags;
+        int exp_ternary = nan_in ? 0 : (ws.ternary > 0) - (ws.ternary < 0);
         if (nan_in) {
             exp_bits = out->has_nan
                      ? model_propagated(out, (emu_profile_id)id, in, b) : 0;
@@ -184,13 +185,16 @@ static void check_convert(const emu_format *in, const emu_format *out,
         emu_status st;
         int rc = emu_bits_op(EMU_OP_CONVERT, in, out, &(emu_bits){ b }, &r,
                              &res, &st);
-        EXPECT(rc == 0 && res.v == exp_bits && st.flags == exp_flags,
+        int ternary = (st.ternary > 0) - (st.ternary < 0);
+        EXPECT(rc == 0 && res.v == exp_bits && st.flags == exp_flags &&
+               ternary == exp_ternary,
                "convert %s 0x%llx (%a) -> %s, %s%s, profile %s: got 0x%llx "
-               "flags %#x (rc %d), expected 0x%llx flags %#x", in->name,
-               (unsigned long long)b, x, out->name, emu_rnd_name(m),
-               sat ? " saturate" : "", pname((emu_profile_id)id),
-               (unsigned long long)res.v, st.flags, rc,
-               (unsigned long long)exp_bits, exp_flags);
+               "flags %#x ternary %d (rc %d), expected 0x%llx flags %#x "
+               "ternary %d", in->name, (unsigned long long)b, x, out->name,
+               emu_rnd_name(m), sat ? " saturate" : "",
+               pname((emu_profile_id)id), (unsigned long long)res.v, st.flags,
+               ternary, rc, (unsigned long long)exp_bits, exp_flags,
+               exp_ternary);
     }
 }
 
