@@ -205,12 +205,13 @@ bool emu_encode_in(const emu_format *fmt, const emu_profile *p, double x,
         return false;
     if (fmt->specials == EMU_SPECIALS_FNUZ || !fmt->is_signed)
         return true;
-    /* The value layer decided the sign and cut the payload
-     * (emu_nan_result): take both from x. */
+    /* Where the profile keeps them, the value layer has put the operand's
+     * sign and payload (cut to this format) into x: emu_nan_result. */
     fields n = split(fmt, *out);
     uint64_t u;
     memcpy(&u, &x, sizeof u);
-    n.sign = (unsigned)(u >> 63);
+    if (p->nan_keep_sign)
+        n.sign = (unsigned)(u >> 63);
     if (fmt->specials == EMU_SPECIALS_IEEE && p->nan_keep_payload)
         n.f = (u & ((1ull << 52) - 1)) >> (52 - fmt->mbits);
     *out = join(fmt, n.sign, n.e, n.f);
