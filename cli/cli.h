@@ -103,7 +103,7 @@ int cli_stdout_status(const char *cmd);
 /* ---- test-vector settings shared by gen and verify --------------------
  * The same options mean the same thing in both commands, and emu gen
  * writes them into a header line that emu verify reads back:
- *   #! emu-vectors op=add in=SPEC out=SPEC mode=rne tiny=after saturate=no seed=0
+ *   #! emu-vectors op=add in=SPEC out=SPEC mode=rne tiny=after saturate=no seed=0 profile=ieee
  * Options given on the command line win over the header. */
 typedef struct cli_vecopts {
     emu_op op;
@@ -111,13 +111,14 @@ typedef struct cli_vecopts {
     const char *in_spec, *out_spec;   /* ... --in / --out say otherwise */
     emu_rounding rnd;
     uint64_t seed;
-    bool have_op, have_mode, have_tiny, have_saturate, have_seed;
+    bool have_op, have_mode, have_tiny, have_saturate, have_seed,
+         have_profile;
     emu_format in, out;               /* resolved by cli_vecopts_finish */
     char header_in[256], header_out[256]; /* specs read from a header */
 } cli_vecopts;
 
 /* Handles one of --op --format --in --out --mode --tiny --saturate --seed
- * (by long name); returns false if `name` is none of them. */
+ * --profile (by long name); returns false if `name` is none of them. */
 bool cli_vecopts_option(cli_vecopts *v, const char *cmd, const char *name,
                         const char *value);
 /* Takes from a "#! emu-vectors" line what the command line left open;
@@ -127,6 +128,11 @@ bool cli_vecopts_header(cli_vecopts *v, const char *cmd, const char *line);
 void cli_vecopts_finish(cli_vecopts *v, const char *cmd);
 /* Writes the header line (with its newline). */
 void cli_vecopts_write_header(const cli_vecopts *v, FILE *fp);
+/* --profile NAME (ieee ocp riscv) into r->profile; exits 2 naming the
+ * profiles if NAME is none of them. */
+void cli_parse_profile(const char *cmd, const char *s, emu_rounding *r);
+/* The name of r's profile ("ieee" ...). */
+const char *cli_profile_name(const emu_rounding *r);
 /* "rne", "sr", "sr13". */
 void cli_mode_name(const emu_rounding *r, char *buf, size_t size);
 

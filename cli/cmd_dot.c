@@ -29,7 +29,7 @@ enum { DOT_MAX_K = 256 };
 #define OUTPUT_STREAM ((uint64_t)0xd08 << 40)
 
 typedef struct dot_opts {
-    const char *in_spec, *out_spec, *accum_spec, *mode_spec;
+    const char *in_spec, *out_spec, *accum_spec, *mode_spec, *profile_spec;
     uint64_t seed;
     unsigned k;
     bool have_seed, have_k;
@@ -55,7 +55,7 @@ static uint64_t evaluate(const dot_opts *d, const uint64_t *ab, uint64_t k,
     double r = emu_round2_word(&d->out, hi, lo, &d->rnd,
                                emu_random64(d->seed, OUTPUT_STREAM, k), &st);
     emu_bits res;
-    if (!emu_encode(&d->out, r, &res) && !isnan(r)) {
+    if (!emu_encode_in(&d->out, &d->rnd.profile, r, &res) && !isnan(r)) {
         cli_error("dot", "a result the output format cannot hold (%a): a bug",
                   r);
         exit(CLI_EXIT_USAGE);
@@ -101,6 +101,8 @@ static void finish(dot_opts *d)
         d->out = d->model.acc;
     memset(&d->rnd, 0, sizeof d->rnd);
     cli_parse_mode("dot", d->mode_spec ? d->mode_spec : "rne", &d->rnd);
+    cli_parse_profile("dot", d->profile_spec ? d->profile_spec : "ieee",
+                      &d->rnd);
     if (!d->have_k)
         d->k = 16;
 }
@@ -112,14 +114,15 @@ static void write_header(const dot_opts *d, FILE *fp)
     emu_format_spec_string(&d->out, out, sizeof out);
     emu_accum_string(&d->model, accum, sizeof accum);
     cli_mode_name(&d->rnd, mode, sizeof mode);
-    fprintf(fp, "#! emu-dot in=%s out=%s accum=%s mode=%s k=%u seed=%llu\n",
-            in, out, accum, mode, d->k, (unsigned long long)d->seed);
+    fprintf(fp, "#! emu-dot in=%s out=%s accum=%s mode=%s k=%u seed=%llu "
+            "profile=%s\n", in, out, accum, mode, d->k,
+            (unsigned long long)d->seed, cli_profile_name(&d->rnd));
 }
 
 /* Takes from a '#! emu-dot' line what the command line left open. */
 static void read_header(dot_opts *d, char *line)
 {
-    static char keep[6][256];
+    static char keep[5][256];
     char *cursor = line + strlen("#! emu-dot");
     for (char *tok = strtok(cursor, " \t"); tok; tok = strtok(NULL, " \t")) {
         char *eq = strchr(tok, '=');
@@ -130,9 +133,10 @@ static void read_header(dot_opts *d, char *line)
         const char **slot = !strcmp(key, "in") ? &d->in_spec
                           : !strcmp(key, "out") ? &d->out_spec
                           : !strcmp(key, "accum") ? &d->accum_spec
-                          : !strcmp(key, "mode") ? &d->mode_spec : NULL;
+                          : !strcmp(key, "mode") ? &d->mode_spec
+                          : !strcmp(key, "profile") ? &d->profile_spec : NULL;
         int i = !strcmp(key, "in") ? 0 : !strcmp(key, "out") ? 1
-              : !strcmp(key, "accum") ? 2 : 3;
+              : !strcmp(key, "accum") ? 2 : !strcmp(key, "mode") ? 3 : 4;
         if (slot && !*slot) {
             snprintf(keep[i], sizeof keep[i], "%s", val);
             *slot = keep[i];
@@ -374,6 +378,8 @@ static void help(void)
         "                    wide=binary32,block=128  kahan,acc=bfloat16  exact\n"
         "  --out FMT         output format (default: the accumulator's)\n"
         "  --mode MODE       output rounding (default rne)\n"
+        "  --profile P       special values as ieee (default), ocp or riscv\n"
+        "                    define them (default NaN, NaN sign and payload)\n"
         "  --k K             products per case, 1..%d (default 16)\n"
         "  --count N         gen: cases (default 1000); they cycle through\n"
         "                    random, swamping, cancelling and same-exponent\n"
@@ -398,10 +404,11 @@ int cmd_dot(int argc, char **argv)
         { "in", 0, true },     { "out", 0, true },     { "accum", 0, true },
         { "mode", 0, true },   { "k", 0, true },       { "count", 0, true },
         { "seed", 0, true },   { "output", 'o', true }, { "exact-nan", 0, false },
-        { "max-errors", 0, true }, { "help", 'h', false }, { NULL, 0, false },
+        { "max-errors", 0, true }, { "help", 'h', false },
+        { "profile", 0, true },    { NULL, 0, false },
     };
     enum { O_IN, O_OUT, O_ACCUM, O_MODE, O_K, O_COUNT, O_SEED, O_OUTPUT,
-           O_EXACT_NAN, O_MAX_ERRORS, O_HELP };
+           O_EXACT_NAN, O_MAX_ERRORS, O_HELP, O_PROFILE };
     dot_opts d;
     memset(&d, 0, sizeof d);
     uint64_t count = 1000, max_errors = 20;
@@ -416,6 +423,7 @@ int cmd_dot(int argc, char **argv)
         case O_OUT: d.out_spec = val; break;
         case O_ACCUM: d.accum_spec = val; break;
         case O_MODE: d.mode_spec = val; break;
+        case O_PROFILE: d.profile_spec = val; break;
         case O_K: parse_k(&d, val); break;
         case O_COUNT: count = cli_parse_u64("dot", "--count", val); break;
         case O_SEED:

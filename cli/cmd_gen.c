@@ -205,7 +205,8 @@ static void help(void)
         "format, the result pattern of the output format (0/1 for\n"
         "comparisons), flags as two hex digits: inexact 01, underflow 02,\n"
         "overflow 04, infinite 08, invalid 10.  NaN results are the output\n"
-        "format's canonical NaN; a format without NaN gives +0 and invalid.\n"
+        "format's default NaN, or carry the NaN operand's sign and payload,\n"
+        "as --profile says; a format without NaN gives +0 and invalid.\n"
         "A first line '#! emu-vectors ...' records the settings, so that\n"
         "'emu verify FILE' needs no options.\n"
         "\n"
@@ -214,7 +215,10 @@ static void help(void)
         "  --in F, --out G    input and output formats (convert, mixed precision)\n"
         "  --mode M           rne (default) rna rz ru rd ro sr srN\n"
         "  --tiny before|after  tininess detection (default after)\n"
-        "  --saturate         overflow gives +-max\n"
+        "  --saturate         overflow and +-inf give +-max (OCP saturation)\n"
+        "  --profile P        special values as ieee (default), ocp or riscv\n"
+        "                     define them: signalling NaNs, default NaN, NaN\n"
+        "                     sign and payload (see README: profiles)\n"
         "  --level 1|2        structured cases (default 1): a cross product of\n"
         "                     exponent fields (0, 1, 2, bias-1..bias+1, top-1,\n"
         "                     top) and fractions (0, 1, top bit, all ones, ...)\n"
@@ -238,6 +242,7 @@ int cmd_gen(int argc, char **argv)
         { "op", 0, true },     { "format", 0, true },  { "in", 0, true },
         { "out", 0, true },    { "mode", 0, true },    { "tiny", 0, true },
         { "saturate", 0, false }, { "seed", 0, true }, { "level", 0, true },
+        { "profile", 0, true },
         { "count", 0, true },  { "exhaustive", 0, false },
         { "output", 'o', true }, { "help", 'h', false }, { NULL, 0, false },
     };
@@ -288,10 +293,10 @@ int cmd_gen(int argc, char **argv)
     char mode[16];
     cli_mode_name(&v.rnd, mode, sizeof mode);
     fprintf(g.fp, "# emu gen (libemu %s): %s, %s -> %s, mode %s, tininess "
-            "%s%s, %s, seed %llu\n", EMU_VERSION_STRING, emu_op_name(v.op),
-            v.in.name, v.out.name, mode,
+            "%s%s, profile %s, %s, seed %llu\n", EMU_VERSION_STRING,
+            emu_op_name(v.op), v.in.name, v.out.name, mode,
             v.rnd.tininess == EMU_TINY_BEFORE ? "before" : "after",
-            v.rnd.saturate ? ", saturate" : "",
+            v.rnd.saturate ? ", saturate" : "", cli_profile_name(&v.rnd),
             exhaustive ? "exhaustive" : level == 1 ? "level 1" : "level 2",
             (unsigned long long)v.seed);
     cli_vecopts_write_header(&v, g.fp);

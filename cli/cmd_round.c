@@ -107,7 +107,10 @@ static void help(void)
         "  --seed N            stochastic modes: the random stream (default 0);\n"
         "                      value i uses word i of stream 0 under seed N\n"
         "  --tiny before|after tininess detection for underflow (default after)\n"
-        "  --saturate          overflow gives +-max whatever the format says\n"
+        "  --saturate          overflow and +-inf give +-max whatever the format\n"
+        "                      says (OCP OFP8 saturation mode)\n"
+        "  --profile P         special values as ieee (default), ocp or riscv\n"
+        "                      define them (default NaN, NaN sign and payload)\n"
         "\n"
         "Examples: emu round binary16 rne 1.00048828125\n"
         "          emu round e4m3 rne 470 1e6 --saturate\n"
@@ -118,9 +121,9 @@ int cmd_round(int argc, char **argv)
 {
     static const cli_opt opts[] = {
         { "seed", 0, true }, { "tiny", 0, true }, { "saturate", 0, false },
-        { "help", 'h', false }, { NULL, 0, false },
+        { "help", 'h', false }, { "profile", 0, true }, { NULL, 0, false },
     };
-    enum { OPT_SEED, OPT_TINY, OPT_SATURATE, OPT_HELP };
+    enum { OPT_SEED, OPT_TINY, OPT_SATURATE, OPT_HELP, OPT_PROFILE };
     emu_rounding r = { 0 };
     uint64_t seed = 0;
     const char *spec = NULL, *mode = NULL, *val;
@@ -142,6 +145,9 @@ int cmd_round(int argc, char **argv)
             break;
         case OPT_SATURATE:
             r.saturate = true;
+            break;
+        case OPT_PROFILE:
+            cli_parse_profile("round", val, &r);
             break;
         default:
             if (!spec)
@@ -189,7 +195,7 @@ int cmd_round(int argc, char **argv)
         emu_bits b;
         char bits[CLI_NUM_MAX] = "-", dec[CLI_NUM_MAX], hf[CLI_NUM_MAX];
         char flags[128];
-        if (emu_encode(&f, x, &b))
+        if (emu_encode_in(&f, &r.profile, x, &b))
             cli_bits_hex(&f, b.v, bits, sizeof bits);
         cli_decimal(x, dec, sizeof dec);
         cli_hexfloat(x, hf, sizeof hf);

@@ -19,9 +19,10 @@ typedef struct checker {
     uint64_t checked, mismatches, malformed;
 } checker;
 
-/* "3C00 (0x1p+0)": a pattern with the value it encodes. */
-static void describe(const emu_format *f, uint64_t v, bool is_bool, char *buf,
-                     size_t size)
+/* "3C00 (0x1p+0)": a pattern with the value it encodes; NaNs say whether
+ * they signal under the profile p. */
+static void describe(const emu_format *f, const emu_profile *p, uint64_t v,
+                     bool is_bool, char *buf, size_t size)
 {
     if (is_bool) {
         snprintf(buf, size, "%llu", (unsigned long long)v);
@@ -31,7 +32,8 @@ static void describe(const emu_format *f, uint64_t v, bool is_bool, char *buf,
     char hf[CLI_NUM_MAX];
     cli_hexfloat(emu_decode(f, b), hf, sizeof hf);
     if (emu_classify_bits(f, b) == EMU_CLASS_NAN)
-        snprintf(hf, sizeof hf, "%s", cli_pattern_class(f, b));
+        snprintf(hf, sizeof hf, "%s", f->specials != EMU_SPECIALS_IEEE ? "nan"
+                 : emu_is_signaling_in(f, p, b) ? "snan" : "qnan");
     snprintf(buf, size, "%0*llX (%s)", cli_hex_digits(f->bits),
              (unsigned long long)v, hf);
 }
@@ -80,9 +82,10 @@ static void check_case(checker *c, const char *name, unsigned long lineno,
     bool is_bool = emu_op_is_compare(v->op);
     char text[3][80], want[80], got[80], wf[128], gf[128];
     for (int i = 0; i < n; i++)
-        describe(&v->in, vc->operand[i], false, text[i], sizeof text[i]);
-    describe(&v->out, vc->result, is_bool, want, sizeof want);
-    describe(&v->out, res.v, is_bool, got, sizeof got);
+        describe(&v->in, &v->rnd.profile, vc->operand[i], false, text[i],
+                 sizeof text[i]);
+    describe(&v->out, &v->rnd.profile, vc->result, is_bool, want, sizeof want);
+    describe(&v->out, &v->rnd.profile, res.v, is_bool, got, sizeof got);
     emu_flags_string(want_flags, wf, sizeof wf);
     emu_flags_string(got_flags, gf, sizeof gf);
     printf("%s:%lu: %s", name, lineno, emu_op_name(v->op));
@@ -105,7 +108,8 @@ static void help(void)
         "settings, e.g. testfloat_gen -rnear_even f16_mul:\n"
         "  emu verify --op mul --format binary16 --mode rne f16_mul.tv\n"
         "\n"
-        "  --op, --format, --in, --out, --mode, --tiny, --saturate, --seed\n"
+        "  --op, --format, --in, --out, --mode, --tiny, --saturate, --seed,\n"
+        "  --profile\n"
         "                     as for emu gen (stochastic modes: line k of\n"
         "                     data uses stream k of --seed, as gen does)\n"
         "  --exact-nan        NaN results must match bit for bit (default:\n"
@@ -129,7 +133,7 @@ int cmd_verify(int argc, char **argv)
         { "op", 0, true },     { "format", 0, true },  { "in", 0, true },
         { "out", 0, true },    { "mode", 0, true },    { "tiny", 0, true },
         { "saturate", 0, false }, { "seed", 0, true },
-        { "exact-nan", 0, false }, { "no-flags", 0, false },
+        { "profile", 0, true },   { "exact-nan", 0, false }, { "no-flags", 0, false },
         { "max-errors", 0, true }, { "help", 'h', false },
         { NULL, 0, false },
     };

@@ -27,6 +27,19 @@ static void set_saturate(cli_vecopts *v, const char *cmd, const char *s)
     v->have_saturate = true;
 }
 
+void cli_parse_profile(const char *cmd, const char *s, emu_rounding *r)
+{
+    if (emu_profile_parse(s, &r->profile, NULL))
+        cli_usage_error(cmd, "--profile: '%s' is not a profile (%s)", s,
+                        emu_profile_names());
+}
+
+const char *cli_profile_name(const emu_rounding *r)
+{
+    /* Only named profiles reach the CLI's settings. */
+    return emu_profile_name(emu_profile_id_of(&r->profile));
+}
+
 bool cli_vecopts_option(cli_vecopts *v, const char *cmd, const char *name,
                         const char *value)
 {
@@ -49,6 +62,9 @@ bool cli_vecopts_option(cli_vecopts *v, const char *cmd, const char *name,
     } else if (!strcmp(name, "seed")) {
         v->seed = cli_parse_u64(cmd, "--seed", value);
         v->have_seed = true;
+    } else if (!strcmp(name, "profile")) {
+        cli_parse_profile(cmd, value, &v->rnd);
+        v->have_profile = true;
     } else {
         return false;
     }
@@ -109,6 +125,13 @@ bool cli_vecopts_header(cli_vecopts *v, const char *cmd, const char *line)
             if (!v->have_seed)
                 v->seed = cli_parse_u64(cmd, "header seed", val);
             v->have_seed = true;
+        } else if (!strcmp(key, "profile")) {
+            /* A file without the key was made before profiles: ieee. */
+            if (!v->have_profile &&
+                emu_profile_parse(val, &v->rnd.profile, NULL))
+                cli_usage_error(cmd, "header profile: '%s' is not a profile "
+                                "(%s)", val, emu_profile_names());
+            v->have_profile = true;
         }
         /* Unknown keys are left for later versions to define. */
     }
@@ -168,7 +191,8 @@ void cli_vecopts_write_header(const cli_vecopts *v, FILE *fp)
     full_spec(&v->out, out, sizeof out);
     cli_mode_name(&v->rnd, mode, sizeof mode);
     fprintf(fp, "%s op=%s in=%s out=%s mode=%s tiny=%s saturate=%s "
-            "seed=%llu\n", header_tag, emu_op_name(v->op), in, out, mode,
-            v->rnd.tininess == EMU_TINY_BEFORE ? "before" : "after",
-            v->rnd.saturate ? "yes" : "no", (unsigned long long)v->seed);
+            "seed=%llu profile=%s\n", header_tag, emu_op_name(v->op), in, out,
+            mode, v->rnd.tininess == EMU_TINY_BEFORE ? "before" : "after",
+            v->rnd.saturate ? "yes" : "no", (unsigned long long)v->seed,
+            cli_profile_name(&v->rnd));
 }

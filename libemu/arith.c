@@ -45,13 +45,22 @@ static const emu_rounding *rounding_or_default(const emu_rounding *r)
     return r ? r : &rne;
 }
 
-/* A NaN result that the operands made invalid (inf - inf, 0 * inf, ...). */
+/* A NaN result that the operands made invalid (inf - inf, 0 * inf, ...):
+ * a new NaN, the profile's default. */
 static double invalid(const emu_format *f, const emu_rounding *r,
                       emu_status *st)
 {
-    double v = emu_round(f, NAN, r, st);
-    st->flags |= EMU_FLAG_INVALID;
-    return v;
+    st->ternary = 0;
+    st->flags = EMU_FLAG_INVALID;
+    return emu_nan_result(f, &r->profile, 0.0);
+}
+
+/* The NaN operand a NaN result propagates: the first in argument order,
+ * as x86's SSE does (the profile decides whether its sign and payload
+ * survive, emu_nan_result). */
+static double first_nan(double a, double b, double c)
+{
+    return isnan(a) ? a : isnan(b) ? b : c;
 }
 
 /* The zero that an exact zero sum of x and y gets (IEEE 754 6.3): the
@@ -81,7 +90,7 @@ double emu_add(const emu_format *f, double a, double b, const emu_rounding *r,
     st = status_or(st, &local);
     r = rounding_or_default(r);
     if (isnan(a) || isnan(b))
-        return emu_round(f, NAN, r, st);
+        return emu_round(f, first_nan(a, b, NAN), r, st);
     if (isinf(a) || isinf(b)) {
         if (isinf(a) && isinf(b) && signbit(a) != signbit(b))
             return invalid(f, r, st);
@@ -93,7 +102,8 @@ double emu_add(const emu_format *f, double a, double b, const emu_rounding *r,
 double emu_sub(const emu_format *f, double a, double b, const emu_rounding *r,
                emu_status *st)
 {
-    return emu_add(f, a, -b, r, st);
+    /* A NaN subtrahend propagates as it is: negation is for numbers. */
+    return emu_add(f, a, isnan(b) ? b : -b, r, st);
 }
 
 double emu_mul(const emu_format *f, double a, double b, const emu_rounding *r,
@@ -103,7 +113,7 @@ double emu_mul(const emu_format *f, double a, double b, const emu_rounding *r,
     st = status_or(st, &local);
     r = rounding_or_default(r);
     if (isnan(a) || isnan(b))
-        return emu_round(f, NAN, r, st);
+        return emu_round(f, first_nan(a, b, NAN), r, st);
     if ((isinf(a) && b == 0.0) || (a == 0.0 && isinf(b)))
         return invalid(f, r, st);
     return emu_round(f, a * b, r, st); /* exact, zeros and infinities too */
@@ -116,7 +126,7 @@ double emu_div(const emu_format *f, double a, double b, const emu_rounding *r,
     st = status_or(st, &local);
     r = rounding_or_default(r);
     if (isnan(a) || isnan(b))
-        return emu_round(f, NAN, r, st);
+        return emu_round(f, first_nan(a, b, NAN), r, st);
     if ((a == 0.0 && b == 0.0) || (isinf(a) && isinf(b)))
         return invalid(f, r, st);
     if (b == 0.0 && isfinite(a)) {
@@ -141,7 +151,7 @@ double emu_sqrt(const emu_format *f, double a, const emu_rounding *r,
     st = status_or(st, &local);
     r = rounding_or_default(r);
     if (isnan(a))
-        return emu_round(f, NAN, r, st);
+        return emu_round(f, a, r, st);
     if (a < 0.0)
         return invalid(f, r, st);
     if (a == 0.0 || isinf(a))
@@ -161,7 +171,7 @@ double emu_fma(const emu_format *f, double a, double b, double c,
     if ((isinf(a) && b == 0.0) || (a == 0.0 && isinf(b)))
         return invalid(f, r, st);
     if (isnan(a) || isnan(b) || isnan(c))
-        return emu_round(f, NAN, r, st);
+        return emu_round(f, first_nan(a, b, c), r, st);
     double p = a * b; /* exact (binary32 operands) */
     if (isinf(p) || isinf(c)) {
         if (isinf(p) && isinf(c) && signbit(p) != signbit(c))

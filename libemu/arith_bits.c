@@ -4,8 +4,9 @@
  * This is what test vectors are made of (emu gen / emu verify): operands
  * and results as patterns, flags as TestFloat numbers them.  It adds to the
  * value layer what values cannot carry: signaling NaNs (an operand that is
- * one raises invalid) and the particular NaN pattern a result gets (the
- * output format's canonical NaN).
+ * one raises invalid, unless the profile makes narrow NaNs quiet) and the
+ * particular NaN pattern a result gets (the profile's default NaN, or the
+ * NaN operand's sign and payload where the profile keeps them).
  */
 #include "emu/arith.h"
 
@@ -65,6 +66,8 @@ int emu_bits_op(emu_op op, const emu_format *in, const emu_format *out,
         !emu_arith_supported(in))
         return -1;
 
+    static const emu_rounding ieee;
+    const emu_profile *prof = &(r ? r : &ieee)->profile;
     const int n = emu_op_arity(op);
     double v[3] = { 0.0, 0.0, 0.0 };
     bool signaling = false;
@@ -72,7 +75,7 @@ int emu_bits_op(emu_op op, const emu_format *in, const emu_format *out,
         if (in->bits < 64 && operands[i].v >> in->bits)
             return -1;
         v[i] = emu_decode(in, operands[i]);
-        signaling |= emu_is_signaling(in, operands[i]);
+        signaling |= emu_is_signaling_in(in, prof, operands[i]);
     }
 
     double x;
@@ -98,8 +101,9 @@ int emu_bits_op(emu_op op, const emu_format *in, const emu_format *out,
         st->flags |= EMU_FLAG_INVALID;
     if (isnan(x)) {
         /* A format without NaN has no pattern for this result: +0, and
-         * the invalid flag says the value is not a number. */
-        if (!emu_nan_bits(out, res))
+         * the invalid flag says the value is not a number (unless the
+         * profile keeps quiet about it). */
+        if (!emu_encode_in(out, prof, x, res) && !prof->quiet_unrepresentable)
             st->flags |= EMU_FLAG_INVALID;
         return 0;
     }

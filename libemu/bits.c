@@ -18,6 +18,7 @@
 #include "emu/bits.h"
 
 #include <math.h>
+#include <string.h>
 
 typedef struct fields {
     unsigned sign;
@@ -75,6 +76,20 @@ static bool is_inf_fields(const emu_format *fmt, fields x)
            x.f == 0;
 }
 
+/* A quiet double NaN carrying an IEEE-specials pattern's fraction in its
+ * top fraction bits (mbits <= 52 always holds: formats fit a double). */
+static double nan_with_fraction(const emu_format *fmt, fields x)
+{
+    double v = NAN;
+    if (fmt->specials != EMU_SPECIALS_IEEE)
+        return v;
+    uint64_t u;
+    memcpy(&u, &v, sizeof u);
+    u |= x.f << (52 - fmt->mbits);
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
+
 emu_class emu_classify_bits(const emu_format *fmt, emu_bits b)
 {
     fields x = split(fmt, b);
@@ -96,7 +111,7 @@ double emu_decode(const emu_format *fmt, emu_bits b)
     double v;
     switch (emu_classify_bits(fmt, b)) {
     case EMU_CLASS_NAN:
-        v = NAN;
+        v = nan_with_fraction(fmt, x);
         break;
     case EMU_CLASS_INF:
         v = INFINITY;
@@ -143,6 +158,64 @@ bool emu_is_signaling(const emu_format *fmt, emu_bits b)
         return false;
     fields x = split(fmt, b);
     return is_nan_fields(fmt, x) && !(x.f >> (fmt->mbits - 1) & 1);
+}
+
+/* ---- under a profile ---------------------------------------------------- */
+
+static bool is_narrow(const emu_format *fmt)
+{
+    return fmt->bits <= 8;
+}
+
+bool emu_is_signaling_in(const emu_format *fmt, const emu_profile *p,
+                         emu_bits b)
+{
+    if (p && p->narrow_nans_quiet && is_narrow(fmt))
+        return false;
+    return emu_is_signaling(fmt, b);
+}
+
+bool emu_nan_bits_in(const emu_format *fmt, const emu_profile *p,
+                     emu_bits *out)
+{
+    if (!emu_nan_bits(fmt, out))
+        return false;
+    if (!p)
+        return true;
+    fields x = split(fmt, *out);
+    if (fmt->specials == EMU_SPECIALS_IEEE && p->narrow_nan_all_ones &&
+        is_narrow(fmt))
+        x.f = low_mask(fmt->mbits);
+    /* fnuz's one NaN is the sign bit itself. */
+    if (fmt->specials != EMU_SPECIALS_FNUZ && fmt->is_signed)
+        x.sign = p->nan_negative;
+    *out = join(fmt, x.sign, x.e, x.f);
+    return true;
+}
+
+bool emu_encode_in(const emu_format *fmt, const emu_profile *p, double x,
+                   emu_bits *out)
+{
+    if (!isnan(x))
+        return emu_encode(fmt, x, out);
+    static const emu_profile ieee;
+    if (!p)
+        p = &ieee;
+    if (!emu_nan_bits_in(fmt, p, out))
+        return false;
+    if (fmt->specials == EMU_SPECIALS_FNUZ || !fmt->is_signed)
+        return true;
+    /* Where the profile keeps them, the value layer has put the operand's
+     * sign and payload (cut to this format) into x: emu_nan_result. */
+    fields n = split(fmt, *out);
+    uint64_t u;
+    memcpy(&u, &x, sizeof u);
+    if (p->nan_keep_sign)
+        n.sign = (unsigned)(u >> 63);
+    if (fmt->specials == EMU_SPECIALS_IEEE && p->nan_keep_payload)
+        n.f = (u & ((1ull << 52) - 1)) >> (52 - fmt->mbits);
+    *out = join(fmt, n.sign, n.e, n.f);
+    return true;
 }
 
 bool emu_encode(const emu_format *fmt, double x, emu_bits *out)

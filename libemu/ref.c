@@ -276,20 +276,27 @@ static double round_in(const emu_format *f, mpfr_srcptr x,
 {
     st->ternary = 0;
     st->flags = 0;
+    /* Rule 1 under the profile: NaN, or ±inf, into a format that cannot
+     * hold it is invalid unless the profile keeps quiet about it. */
+    const unsigned unheld = r->profile.quiet_unrepresentable ? 0
+                                                             : EMU_FLAG_INVALID;
     if (mpfr_nan_p(x)) {
-        st->flags |= f->has_nan ? 0 : EMU_FLAG_INVALID;
+        st->flags |= f->has_nan ? 0 : unheld;
         return NAN;
     }
     bool neg = mpfr_signbit(x) != 0;
     if (mpfr_inf_p(x)) {
         if (neg && !f->is_signed)
             return invalid(f, st);
-        if (f->has_inf)
+        /* Saturation is OCP OFP8's: infinities saturate too (unless the
+         * profile keeps them). */
+        bool sat = saturates(f, r) && !r->profile.saturate_keeps_inf;
+        if (f->has_inf && !sat)
             return neg ? -INFINITY : INFINITY;
-        if (!saturates(f, r))
-            return invalid(f, st);
+        st->flags |= f->has_inf ? 0 : unheld;
+        if (!sat)
+            return f->has_nan ? NAN : 0.0;
         /* ±max stands below +inf (above -inf): the ternary says so. */
-        st->flags |= EMU_FLAG_INVALID;
         st->ternary = neg ? 1 : -1;
         return neg ? -f->max : f->max;
     }
@@ -400,10 +407,12 @@ static double finish(const emu_format *f, mpfr_srcptr z, const emu_rounding *r,
 }
 
 /* Rule 1 for operations: a NaN operand gives NaN. */
-static double nan_operand(const emu_format *f, emu_status *st)
+static double nan_operand(const emu_format *f, const emu_rounding *r,
+                          emu_status *st)
 {
     st->ternary = 0;
-    st->flags = f->has_nan ? 0 : EMU_FLAG_INVALID;
+    st->flags = f->has_nan || r->profile.quiet_unrepresentable
+              ? 0 : EMU_FLAG_INVALID;
     return NAN;
 }
 
@@ -435,7 +444,7 @@ static double binary(enum ref_op op, const emu_format *f, double a, double b,
     if (!st)
         st = &local;
     if (isnan(a) || isnan(b))
-        return nan_operand(f, st);
+        return nan_operand(f, r, st);
 
     ref_saved s = ref_enter();
     ref_small ma, mb;
@@ -510,7 +519,7 @@ double emu_ref_sqrt(const emu_format *f, double a, const emu_rounding *r,
     if (!st)
         st = &local;
     if (isnan(a))
-        return nan_operand(f, st);
+        return nan_operand(f, r, st);
     ref_saved s = ref_enter();
     ref_small ma;
     REF_INIT(ma, 53);
@@ -542,7 +551,7 @@ double emu_ref_fma(const emu_format *f, double a, double b, double c,
         return NAN;
     }
     if (isnan(a) || isnan(b) || isnan(c))
-        return nan_operand(f, st);
+        return nan_operand(f, r, st);
     ref_saved s = ref_enter();
     ref_small ma, mb, mc;
     REF_INIT(ma, 53);
@@ -577,7 +586,7 @@ double emu_ref_convert(const emu_format *f, double a, const emu_rounding *r,
     if (!st)
         st = &local;
     if (isnan(a))
-        return nan_operand(f, st);
+        return nan_operand(f, r, st);
     ref_saved s = ref_enter();
     ref_small ma;
     REF_INIT(ma, 53);

@@ -144,29 +144,57 @@ static double overflow_result(const emu_format *f, bool neg,
     }
     if (rule == EMU_OVERFLOW_NAN) {
         st->ternary = 0;
-        return neg ? -NAN : NAN;
+        return emu_nan_result(f, &r->profile, neg ? -1.0 : 1.0);
     }
     st->ternary = neg ? -1 : 1;
     return neg ? -INFINITY : INFINITY;
 }
 
-static double nan_result(const emu_format *f, emu_status *st)
+/* A NaN operand (or hi + lo with a NaN part) into f. */
+static double nan_result(const emu_format *f, const emu_rounding *r, double x,
+                         emu_status *st)
 {
     st->ternary = 0;
-    st->flags |= f->has_nan ? 0 : EMU_FLAG_INVALID;
-    return NAN;
+    if (!f->has_nan && !r->profile.quiet_unrepresentable)
+        st->flags |= EMU_FLAG_INVALID;
+    return emu_nan_result(f, &r->profile, x);
 }
 
 /* Values a format cannot hold at all: negative numbers in an unsigned
  * format, zero in a format without one. */
-static double invalid_result(const emu_format *f, emu_status *st)
+static double invalid_result(const emu_format *f, const emu_rounding *r,
+                             emu_status *st)
 {
     st->flags |= EMU_FLAG_INVALID;
     st->ternary = 0;
     if (f->has_nan)
-        return NAN;
-    st->ternary = 0;
+        return emu_nan_result(f, &r->profile, 0.0);
     return 0.0;
+}
+
+/* ±inf into f.  Saturation is OCP OFP8's saturation mode: infinities
+ * become ±max like the finite values beyond it (unless the profile keeps
+ * them); the result lies inside ±inf, which the ternary says.  A format
+ * that cannot hold the infinity raises invalid, unless the profile says
+ * otherwise. */
+static double inf_result(const emu_format *f, bool neg, const emu_rounding *r,
+                         emu_status *st)
+{
+    if (neg && !f->is_signed)
+        return invalid_result(f, r, st);
+    bool sat = (r->saturate || f->overflow == EMU_OVERFLOW_SATURATE) &&
+               !r->profile.saturate_keeps_inf;
+    if (f->has_inf && !sat)
+        return neg ? -INFINITY : INFINITY;
+    if (!f->has_inf && !r->profile.quiet_unrepresentable)
+        st->flags |= EMU_FLAG_INVALID;
+    if (sat) {
+        st->ternary = neg ? 1 : -1;
+        return neg ? -f->max : f->max;
+    }
+    /* No infinity and no saturation: NaN.  A format without NaN gets it
+     * too; the bit layer writes that as +0, with the invalid flag. */
+    return emu_nan_result(f, &r->profile, neg ? -1.0 : 1.0);
 }
 
 static double signed_zero(const emu_format *f, bool neg)
@@ -188,21 +216,10 @@ double emu_round2_word(const emu_format *f, double hi, double lo,
     st->flags = 0;
 
     if (isnan(hi) || isnan(lo))
-        return nan_result(f, st);
+        return nan_result(f, r, isnan(hi) ? hi : lo, st);
     bool neg = signbit(hi) != 0;
-    if (isinf(hi)) {
-        if (neg && !f->is_signed)
-            return invalid_result(f, st);
-        if (f->has_inf)
-            return hi;
-        st->flags |= EMU_FLAG_INVALID;
-        if (r->saturate || f->overflow == EMU_OVERFLOW_SATURATE) {
-            /* ±max lies inside ±inf: the result is below +inf, above -inf. */
-            st->ternary = neg ? 1 : -1;
-            return neg ? -f->max : f->max;
-        }
-        return NAN;
-    }
+    if (isinf(hi))
+        return inf_result(f, neg, r, st);
     if (lo != 0.0) {
         /* Any pair is normalised: hi = RN(hi + lo) and lo the exact rest
          * (TwoSum, exact whatever the order of magnitudes: Fast2Sum's
@@ -227,14 +244,14 @@ double emu_round2_word(const emu_format *f, double hi, double lo,
     }
     if (hi == 0.0) {
         if (!f->has_zero)
-            return invalid_result(f, st);
+            return invalid_result(f, r, st);
         return signed_zero(f, neg);
     }
     if (neg && !f->is_signed) {
         /* Only a negative value that rounds to zero is representable
          * (as +0), as with conversions to unsigned integers. */
         if (!f->has_zero)
-            return invalid_result(f, st);
+            return invalid_result(f, r, st);
         emu_rounding mag = *r;
         if (r->mode == EMU_RU)
             mag.mode = EMU_RZ;
@@ -257,7 +274,7 @@ double emu_round2_word(const emu_format *f, double hi, double lo,
             st->ternary = 1;
             return 0.0;
         }
-        return invalid_result(f, st);
+        return invalid_result(f, r, st);
     }
 
     double ah = fabs(hi);
@@ -384,6 +401,93 @@ int emu_rnd_parse(const char *s, emu_rnd *mode, unsigned *sr_bits)
         return 0;
     }
     return -1;
+}
+
+/* ---- profiles ---------------------------------------------------------- */
+
+/* The sources of each row are in README.md's profile table. */
+static const struct {
+    const char *name;
+    emu_profile p;
+} profiles[EMU_PROFILE_COUNT] = {
+    [EMU_PROFILE_IEEE] = { "ieee", { 0 } },
+    [EMU_PROFILE_OCP] = { "ocp", { .nan_keep_sign = true,
+                                   .nan_keep_payload = true } },
+    [EMU_PROFILE_RISCV] = { "riscv", { .narrow_nans_quiet = true,
+                                       .narrow_nan_all_ones = true } },
+};
+
+emu_profile emu_profile_preset(emu_profile_id id)
+{
+    static const emu_profile none;
+    return (unsigned)id < EMU_PROFILE_COUNT ? profiles[id].p : none;
+}
+
+const char *emu_profile_name(emu_profile_id id)
+{
+    return (unsigned)id < EMU_PROFILE_COUNT ? profiles[id].name : "?";
+}
+
+const char *emu_profile_names(void)
+{
+    return "ieee, ocp, riscv";
+}
+
+int emu_profile_parse(const char *s, emu_profile *out, emu_profile_id *id)
+{
+    for (int i = 0; s && i < EMU_PROFILE_COUNT; i++)
+        if (!strcmp(s, profiles[i].name)) {
+            if (out)
+                *out = profiles[i].p;
+            if (id)
+                *id = (emu_profile_id)i;
+            return 0;
+        }
+    return -1;
+}
+
+emu_profile_id emu_profile_id_of(const emu_profile *p)
+{
+    for (int i = 0; i < EMU_PROFILE_COUNT; i++) {
+        const emu_profile *q = &profiles[i].p;
+        if (p->narrow_nans_quiet == q->narrow_nans_quiet &&
+            p->quiet_unrepresentable == q->quiet_unrepresentable &&
+            p->saturate_keeps_inf == q->saturate_keeps_inf &&
+            p->narrow_nan_all_ones == q->narrow_nan_all_ones &&
+            p->nan_negative == q->nan_negative &&
+            p->nan_keep_sign == q->nan_keep_sign &&
+            p->nan_keep_payload == q->nan_keep_payload)
+            return (emu_profile_id)i;
+    }
+    return EMU_PROFILE_COUNT;
+}
+
+/* Without a kept payload a NaN result is the plain quiet NaN of the
+ * host (its payload empty); the bit layer turns it into the format's
+ * default pattern.  A kept payload is cut to the fraction bits the format
+ * holds, so that the value layer and the bit layer agree on it.  Only
+ * bits are moved: no host arithmetic touches the NaN. */
+double emu_nan_result(const emu_format *f, const emu_profile *p, double in)
+{
+    const bool propagate = isnan(in) != 0;
+    /* A new NaN standing for a signed value (-inf into E4M3) may keep
+     * that sign too; in = 0.0 has none to give. */
+    const bool neg = p->nan_keep_sign && in != 0.0 ? signbit(in) != 0
+                                                    : p->nan_negative;
+    double x = NAN;
+    uint64_t u;
+    memcpy(&u, &x, sizeof u);
+    if (propagate && p->nan_keep_payload) {
+        const int held = f->specials == EMU_SPECIALS_IEEE ? f->mbits : 0;
+        const uint64_t frac_mask = (1ull << 52) - 1;
+        uint64_t keep = held >= 52 ? frac_mask
+                      : frac_mask & ~((1ull << (52 - held)) - 1);
+        memcpy(&u, &in, sizeof u);
+        u = (0x7ffull << 52) | (u & keep) | (1ull << 51);
+    }
+    u = (u & ~(1ull << 63)) | ((uint64_t)neg << 63);
+    memcpy(&x, &u, sizeof x);
+    return x;
 }
 
 void emu_flags_string(unsigned flags, char *buf, size_t size)

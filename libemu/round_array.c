@@ -789,7 +789,9 @@ static bool is_binary32(const emu_format *f, const emu_rounding *r)
 {
     return f->ebits == 8 && f->mbits == 23 && f->bias == 127 && f->is_signed &&
            f->subnormals && f->has_zero && f->specials == EMU_SPECIALS_IEEE &&
-           f->overflow == EMU_OVERFLOW_INF && !r->saturate;
+           f->overflow == EMU_OVERFLOW_INF && !r->saturate &&
+           !r->profile.nan_keep_sign && !r->profile.nan_keep_payload &&
+           !r->profile.nan_negative; /* NaNs other than the canonical one */
 }
 
 static void identity_f32(float *out, const float *in, size_t n,

@@ -345,6 +345,50 @@ START_TEST(test_signaling)
 }
 END_TEST
 
+/* A NaN pattern's sign and fraction survive decoding (quieted: the quiet
+ * bit set, the rest of the fraction top-aligned in the double), and a
+ * profile that keeps payloads encodes them back; the IEEE profile gives
+ * the canonical NaN, as emu_encode does. */
+START_TEST(test_nan_payload_round_trip)
+{
+    static const char *const names[] = { "binary16", "bfloat16", "e5m2",
+                                         "e3m4", "binary32", "tf32" };
+    const emu_profile ocp = emu_profile_preset(EMU_PROFILE_OCP);
+    const emu_profile ieee = emu_profile_preset(EMU_PROFILE_IEEE);
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const emu_format *f = test_format(names[i]);
+        const uint64_t quiet = 1ull << (f->mbits - 1);
+        const uint64_t all = (1ull << f->mbits) - 1;
+        const uint64_t top = ((1ull << f->ebits) - 1) << f->mbits;
+        const uint64_t sign = 1ull << (f->bits - 1);
+        /* Every fraction of formats up to 10 bits; ends and single bits
+         * of the wider ones. */
+        for (uint64_t fr = 1; fr <= all; fr = f->mbits <= 10 ? fr + 1
+                                               : fr == all ? all + 1
+                                               : fr * 2 > all ? all : fr * 2)
+            for (int s = 0; s < 2; s++) {
+                const uint64_t p = (s ? sign : 0) | top | fr;
+                double d = emu_decode(f, (emu_bits){ p });
+                uint64_t u;
+                memcpy(&u, &d, sizeof u);
+                const uint64_t dfrac = u & ((1ull << 52) - 1);
+                EXPECT(isnan(d) && (signbit(d) != 0) == s &&
+                       dfrac == (fr | quiet) << (52 - f->mbits),
+                       "%s decode %#" PRIx64 ": double %#" PRIx64, f->name, p,
+                       u);
+                emu_bits b, canon;
+                EXPECT(emu_encode_in(f, &ocp, d, &b) && b.v == (p | quiet),
+                       "%s ocp encode of decode %#" PRIx64 ": %#" PRIx64,
+                       f->name, p, b.v);
+                emu_nan_bits(f, &canon);
+                EXPECT(emu_encode_in(f, &ieee, d, &b) && b.v == canon.v,
+                       "%s ieee encode of decode %#" PRIx64 ": %#" PRIx64,
+                       f->name, p, b.v);
+            }
+    }
+}
+END_TEST
+
 /* e4m3: the value table at a few landmarks, straight from OFP8 v1.0. */
 START_TEST(test_landmarks)
 {
@@ -478,6 +522,7 @@ static Suite *bits_suite(void)
     tc = tcase_create("named");
     tcase_add_test(tc, test_canonical_nans);
     tcase_add_test(tc, test_signaling);
+    tcase_add_test(tc, test_nan_payload_round_trip);
     tcase_add_test(tc, test_landmarks);
     suite_add_tcase(s, tc);
 

@@ -370,6 +370,32 @@ START_TEST(overflow_beyond_max_binade_is_inf)
 }
 END_TEST
 
+/* Saturation that clamped overflowing finite values but let ±inf through
+ * into E5M2: OCP OFP8's saturation mode (and NVIDIA's satfinite, and
+ * RISC-V's vfncvt.sat) maps infinities to ±max too.  E4M3, which has no
+ * infinity, always did; both are checked, in every mode. */
+START_TEST(saturation_maps_infinity_to_max)
+{
+    static const struct { const char *fmt; double max; } cases[] = {
+        { "e5m2", 57344.0 }, { "e4m3", 448.0 }, { "binary16", 65504.0 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int m = 0; m < TEST_DET_MODES; m++) {
+            emu_rounding sat = mode((emu_rnd)m);
+            sat.saturate = true;
+            const emu_format *f = test_format(cases[i].fmt);
+            round_checked("+inf saturated", f, INFINITY, &sat, cases[i].max);
+            round_checked("-inf saturated", f, -INFINITY, &sat, -cases[i].max);
+            /* An exact infinite result saturates as well: the choke
+             * point sees only the infinity. */
+            emu_status gs, rs;
+            double got = emu_div(f, 1.0, 0.0, &sat, &gs);
+            double ref = emu_ref_div(f, 1.0, 0.0, &sat, &rs);
+            agree("1/0 saturated", &sat, got, gs, ref, rs, cases[i].max);
+        }
+}
+END_TEST
+
 /* ---- tininess --------------------------------------------------------- */
 
 /* Underflow raised for a result that rounds up to the smallest normal:
@@ -422,6 +448,7 @@ static Suite *regressions_suite(void)
     tcase_add_test(tc, e4m3_above_half_min_subnormal_rounds_up);
     tcase_add_test(tc, stochastic_rounding_is_not_truncation);
     tcase_add_test(tc, overflow_beyond_max_binade_is_inf);
+    tcase_add_test(tc, saturation_maps_infinity_to_max);
     tcase_add_test(tc, tininess_after_rounding);
     suite_add_tcase(s, tc);
     return s;

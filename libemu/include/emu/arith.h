@@ -75,7 +75,9 @@ bool emu_op_is_compare(emu_op op);
 
 /* Applies op to patterns of `in` and writes the pattern of the result in
  * `out` (for comparisons *res is 0 or 1).  NaN operands: a signaling NaN
- * raises invalid; any NaN result is the output format's canonical NaN.
+ * raises invalid (r->profile says which patterns signal); a NaN result is
+ * the profile's default NaN of the output format, or carries the first
+ * NaN operand's sign and payload where the profile keeps them.
  * Returns 0, or -1 if an operand is not a pattern of `in`'s width or out
  * is not supported by the arithmetic. */
 int emu_bits_op(emu_op op, const emu_format *in, const emu_format *out,

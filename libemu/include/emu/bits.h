@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "emu/format.h"
+#include "emu/round.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -30,8 +31,11 @@ typedef enum emu_class {
     EMU_CLASS_COUNT
 } emu_class;
 
-/* The value a pattern encodes (NaN patterns give a quiet double NaN with
- * the pattern's sign).  Bits above fmt->bits are ignored. */
+/* The value a pattern encodes.  A NaN pattern gives a quiet double NaN
+ * with the pattern's sign and, in formats with IEEE specials, its
+ * fraction top-aligned in the double's (so that a profile that keeps
+ * payloads can propagate it; the quiet bit is set, as quieting does).
+ * Bits above fmt->bits are ignored. */
 double emu_decode(const emu_format *fmt, emu_bits b);
 
 /* Class of a pattern. */
@@ -51,6 +55,17 @@ bool emu_nan_bits(const emu_format *fmt, emu_bits *out);
 
 /* IEEE formats only: a NaN pattern with the quiet bit clear. */
 bool emu_is_signaling(const emu_format *fmt, emu_bits b);
+
+/* The same three under a profile (emu/round.h): which patterns signal,
+ * which pattern a new NaN gets, and how a NaN result's sign and payload
+ * (a double from the value layer, emu_nan_result) become a pattern.  With
+ * the IEEE profile they agree with the three above. */
+bool emu_is_signaling_in(const emu_format *fmt, const emu_profile *p,
+                         emu_bits b);
+bool emu_nan_bits_in(const emu_format *fmt, const emu_profile *p,
+                     emu_bits *out);
+bool emu_encode_in(const emu_format *fmt, const emu_profile *p, double x,
+                   emu_bits *out);
 
 /* True if x is exactly a value of fmt (NaN/inf only where the format has them). */
 bool emu_representable(const emu_format *fmt, double x);

@@ -55,14 +55,48 @@ typedef enum emu_tininess {
     EMU_TINY_BEFORE  /* before rounding (ARM, some hardware)               */
 } emu_tininess;
 
+/* The choices IEEE 754 and the OCP OFP8 specification leave to an
+ * implementation, one field each, so that a hardware designer can match
+ * the unit under test.  Zero-initialised it is EMU_PROFILE_IEEE: the
+ * library's behaviour before profiles existed.  "Narrow" means a format
+ * of at most 8 bits.  NaN results at the value level are doubles whose
+ * sign and fraction bits carry the format NaN's sign and payload (the
+ * payload top-aligned below the quiet bit, as hardware widens it). */
+typedef struct emu_profile {
+    bool narrow_nans_quiet;   /* no signalling NaN in narrow formats: every
+                                 NaN pattern is quiet (RISC-V Zvfofp8min)  */
+    bool quiet_unrepresentable; /* inf or NaN into a format without them
+                                 raises no invalid                         */
+    bool saturate_keeps_inf;  /* saturation leaves ±inf as ±inf instead of
+                                 ±max (not OCP's saturation mode)          */
+    bool narrow_nan_all_ones; /* default NaN of a narrow format with IEEE
+                                 specials: every fraction bit set (0x7F in
+                                 E5M2) rather than the quiet bit alone     */
+    bool nan_negative;        /* the default NaN has its sign bit set      */
+    bool nan_keep_sign;       /* a NaN result takes its NaN operand's sign */
+    bool nan_keep_payload;    /* ... and its payload, truncated to the top
+                                 bits the format holds, quiet bit set      */
+} emu_profile;
+
+/* Named profiles (tabulated in README.md, tested in test_profiles.c). */
+typedef enum emu_profile_id {
+    EMU_PROFILE_IEEE,  /* IEEE 754: sNaN everywhere, default NaN           */
+    EMU_PROFILE_OCP,   /* OCP OFP8 1.0 + IEEE 754 6.2.3: NaNs propagate   */
+    EMU_PROFILE_RISCV, /* RISC-V F/V + Zvfofp8min: canonical NaN, OFP8
+                          NaNs quiet, 0x7F                                */
+    EMU_PROFILE_COUNT
+} emu_profile_id;
+
 /* How to round.  Zero-initialised it means: nearest-even, tininess after
- * rounding, the format's own overflow rule. */
+ * rounding, the format's own overflow rule, the IEEE profile. */
 typedef struct emu_rounding {
     emu_rnd mode;
     unsigned sr_bits;       /* r for EMU_RS_BITS, 1..64                  */
     emu_tininess tininess;
-    bool saturate;          /* overrides the format: overflow gives ±max */
+    bool saturate;          /* overrides the format: overflow and ±inf
+                               give ±max (OCP OFP8 saturation mode)      */
     emu_rng *rng;           /* word source for EMU_RS / EMU_RS_BITS       */
+    emu_profile profile;    /* special values: NaN and invalid choices    */
 } emu_rounding;
 
 /* What rounding did: ternary > 0 if the result is above the exact value,
@@ -148,6 +182,24 @@ const char *emu_rnd_name(emu_rnd m);
 /* Parses a mode name; "sr13" means EMU_RS_BITS with 13 bits.  Returns 0 or -1. */
 int emu_rnd_parse(const char *s, emu_rnd *mode, unsigned *sr_bits);
 bool emu_rnd_is_stochastic(emu_rnd m);
+
+/* The choices of a named profile (all false for an unknown id). */
+emu_profile emu_profile_preset(emu_profile_id id);
+/* "ieee", "ocp", "riscv"; "?" for an unknown id. */
+const char *emu_profile_name(emu_profile_id id);
+/* Parses a profile name into *out.  Returns 0 or -1. */
+int emu_profile_parse(const char *s, emu_profile *out, emu_profile_id *id);
+/* The id of a named profile with exactly these choices, or
+ * EMU_PROFILE_COUNT if the choices were set one by one. */
+emu_profile_id emu_profile_id_of(const emu_profile *p);
+/* The names, for messages: "ieee, ocp, riscv". */
+const char *emu_profile_names(void);
+
+/* The NaN result of an operation into fmt under profile p, as a double:
+ * `in` is the NaN operand it propagates (sign and payload, if p keeps
+ * them); for a new NaN, the signed value it stands for (-inf into E4M3:
+ * its sign, if p keeps signs), or 0.0 when it has no sign (inf - inf). */
+double emu_nan_result(const emu_format *fmt, const emu_profile *p, double in);
 
 /* Writes "inexact|underflow" etc. into buf ("none" for 0). */
 void emu_flags_string(unsigned flags, char *buf, size_t size);
