@@ -238,7 +238,7 @@ double emu_round2_word(const emu_format *f, double hi, double lo,
             neg = signbit(hi) != 0;
         } else if (!(fabs(hi) >= 0x1p1023 && fabs(lo) <= 0x1p970)) {
             if (f->emax >= 1023 || (signbit(s) && !f->is_signed))
-                return invalid_result(f, st);
+                return invalid_result(f, r, st);
             return overflow_result(f, signbit(s) != 0, r, st);
         }
     }
