@@ -17,6 +17,8 @@
 
 #include "emu/emu.h"
 
+#include "atomic_file.h" /* libemu-internal: the one atomic writer */
+
 enum { CLI_EXIT_OK = 0, CLI_EXIT_MISMATCH = 1, CLI_EXIT_USAGE = 2 };
 
 /* ---- options ------------------------------------------------------------
@@ -82,17 +84,21 @@ void cli_csv_text(const char *s);
 const char *cli_pattern_class(const emu_format *fmt, emu_bits b);
 
 /* ---- atomic output ------------------------------------------------------
- * Writes go to a temporary file beside the target, renamed over it by
- * cli_output_commit(); a killed run leaves the old file (or none), never
- * half of a new one.  Path NULL or "-" means standard output. */
+ * A file named on the command line is written through the library's
+ * atomic writer (atomic_file.h): a temporary beside a regular target,
+ * renamed over it by cli_output_commit(), so that a killed run leaves the
+ * old file (or none), never half of a new one; a device or FIFO is
+ * written in place; a symlink's target is replaced, the link kept.  Path
+ * NULL or "-" means standard output. */
 typedef struct cli_output {
     FILE *fp;
-    char *path;   /* NULL for stdout */
-    char *tmp;
+    bool to_file;          /* false: standard output */
+    emu_atomic_file file;
 } cli_output;
 
 int cli_output_open(cli_output *o, const char *cmd, const char *path);
-/* Flushes, syncs and renames; returns 0, or -1 after printing why. */
+/* Flushes, syncs and renames; returns 0, or -1 after printing why (the
+ * temporary is then removed). */
 int cli_output_commit(cli_output *o, const char *cmd);
 /* Removes the temporary file (on error paths). */
 void cli_output_abort(cli_output *o);
