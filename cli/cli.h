@@ -18,6 +18,7 @@
 #include "emu/emu.h"
 
 #include "atomic_file.h" /* libemu-internal: the one atomic writer */
+#include "header.h"
 
 enum { CLI_EXIT_OK = 0, CLI_EXIT_MISMATCH = 1, CLI_EXIT_USAGE = 2 };
 
@@ -83,6 +84,12 @@ void cli_csv_text(const char *s);
  * "qnan", "snan" (IEEE formats), "nan". */
 const char *cli_pattern_class(const emu_format *fmt, emu_bits b);
 
+/* ---- input files ---------------------------------------------------------
+ * FILE or "-" (standard input) for reading; *name is what messages call
+ * it ("<stdin>").  NULL after reporting why (missing, unreadable, a
+ * directory). */
+FILE *cli_open_input(const char *cmd, const char *path, const char **name);
+
 /* ---- atomic output ------------------------------------------------------
  * A file named on the command line is written through the library's
  * atomic writer (atomic_file.h): a temporary beside a regular target,
@@ -120,21 +127,54 @@ typedef struct cli_vecopts {
     bool have_op, have_mode, have_tiny, have_saturate, have_seed;
     emu_format in, out;               /* resolved by cli_vecopts_finish */
     char header_in[256], header_out[256]; /* specs read from a header */
+    char in_where[300], out_where[300];   /* "FILE:LINE: header key 'in'" */
 } cli_vecopts;
 
 /* Handles one of --op --format --in --out --mode --tiny --saturate --seed
  * (by long name); returns false if `name` is none of them. */
 bool cli_vecopts_option(cli_vecopts *v, const char *cmd, const char *name,
                         const char *value);
-/* Takes from a "#! emu-vectors" line what the command line left open;
- * returns false if the line is not such a header. */
-bool cli_vecopts_header(cli_vecopts *v, const char *cmd, const char *line);
+/* The header's tag and keys (header.h reads it). */
+#define CLI_VECTORS_TAG "#! emu-vectors"
+extern const char *const cli_vecopts_header_keys[];
+/* Takes from a header what the command line left open; returns false
+ * with why ("FILE:LINE: header key 'mode': ...") if a value is unusable.
+ * Format specs are checked by cli_vecopts_finish, which names their line. */
+bool cli_vecopts_from_header(cli_vecopts *v, const cli_header *h, char *why,
+                             size_t size);
 /* Resolves the formats and checks the combination; exits 2 if unusable. */
 void cli_vecopts_finish(cli_vecopts *v, const char *cmd);
 /* Writes the header line (with its newline). */
 void cli_vecopts_write_header(const cli_vecopts *v, FILE *fp);
 /* "rne", "sr", "sr13". */
 void cli_mode_name(const emu_rounding *r, char *buf, size_t size);
+
+/* ---- emu dot settings, shared by dot gen and dot verify ------------------
+ * The specs come from the options, else from the file's header:
+ *   #! emu-dot in=SPEC out=SPEC accum=SPEC mode=rne k=16 seed=0 */
+enum { CLI_DOT_MAX_K = 256, CLI_DOT_SPECS = 4 };
+#define CLI_DOT_TAG "#! emu-dot"
+typedef struct cli_dotopts {
+    const char *in_spec, *out_spec, *accum_spec, *mode_spec;
+    uint64_t seed;
+    unsigned k;
+    bool have_seed, have_k;
+    emu_format in, out;
+    emu_accum model;
+    emu_rounding rnd;
+    /* For the specs read from a header (in, out, accum, mode): the text,
+     * and "FILE:LINE: header key 'in'" for messages ("" if not). */
+    char header_spec[CLI_DOT_SPECS][256];
+    char where[CLI_DOT_SPECS][300];
+} cli_dotopts;
+
+extern const char *const cli_dot_header_keys[]; /* in out accum mode first */
+/* K from 1 to CLI_DOT_MAX_K; false if s is not one. */
+bool cli_dot_k(const char *s, unsigned *k);
+/* Takes from a header what the command line left open; returns false
+ * with why ("FILE:LINE: header key 'k': ...") if k or seed is unusable. */
+bool cli_dot_from_header(cli_dotopts *d, const cli_header *h, char *why,
+                         size_t size);
 
 /* A random operand pattern of f, the i-th of stream `stream`: half uniform
  * patterns, half a random exponent field with a structured or random

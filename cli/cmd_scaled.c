@@ -804,11 +804,10 @@ static int scaled_quant(quant_args *a)
 
 static uint8_t *read_file(const char *path, size_t *size)
 {
-    FILE *fp = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-    if (!fp) {
-        cli_error(CMD, "%s: %s", path, strerror(errno));
+    const char *name;
+    FILE *fp = cli_open_input(CMD, path, &name);
+    if (!fp)
         exit(CLI_EXIT_USAGE);
-    }
     size_t n = 0, cap = 4096;
     uint8_t *buf = malloc(cap);
     for (size_t got; buf; n += got) {
@@ -830,7 +829,7 @@ static uint8_t *read_file(const char *path, size_t *size)
     if (fp != stdin)
         fclose(fp);
     if (bad) {
-        cli_error(CMD, "%s: %s", path, buf ? "read error" : "out of memory");
+        cli_error(CMD, "%s: %s", name, buf ? "read error" : "out of memory");
         exit(CLI_EXIT_USAGE);
     }
     *size = n;
