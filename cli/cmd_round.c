@@ -30,13 +30,12 @@
  */
 #include "cli.h"
 
-#include <float.h>
 #include <math.h>
 #include <mpfr.h>
-
-#include "emu/ref.h"
 #include <stdlib.h>
 #include <string.h>
+
+#include "emu/ref.h"
 
 enum { PARSE_OK, PARSE_OUT_OF_PAIR_RANGE, PARSE_BAD };
 
@@ -82,6 +81,8 @@ static int parse_value(const char *s, mpfr_ptr y, double *hi, double *lo)
                          MPFR_RNDN);
     make_odd(y, t);
     *hi = mpfr_get_d(y, MPFR_RNDN);
+    if (mpfr_nan_p(y))
+        *hi = s[0] == '-' ? -NAN : NAN; /* the sign MPFR's NaN lacks */
     if (!mpfr_number_p(y) || mpfr_zero_p(y))
         return PARSE_OK;
     if (isinf(*hi))
