@@ -58,9 +58,11 @@ static void install_handlers(void)
 {
     if (atomic_flag_test_and_set(&handlers_installed))
         return;
-    for (size_t i = 0; i < sizeof cleanup_signals / sizeof *cleanup_signals; i++) {
+    const size_t n = sizeof cleanup_signals / sizeof *cleanup_signals;
+    for (size_t i = 0; i < n; i++) {
         struct sigaction old, sa;
-        if (sigaction(cleanup_signals[i], NULL, &old) || old.sa_handler != SIG_DFL)
+        if (sigaction(cleanup_signals[i], NULL, &old) ||
+            old.sa_handler != SIG_DFL)
             continue;
         memset(&sa, 0, sizeof sa);
         sa.sa_handler = remove_pending_and_reraise;
