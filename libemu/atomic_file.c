@@ -156,8 +156,7 @@ static int open_in_place(emu_atomic_file *f, emu_error *err)
         int e = errno;
         if (fd >= 0)
             close(fd);
-        return emu_fail(err, f->path, "", "cannot open for writing: %s",
-                        strerror(e));
+        return emu_fail(err, f->path, "", "cannot write: %s", strerror(e));
     }
     return 0;
 }
@@ -183,8 +182,8 @@ static int open_temporary(emu_atomic_file *f, const struct stat *old,
             unregister_pending(f);
             if (e == EEXIST)
                 continue;
-            return emu_fail(err, f->path, "", "cannot create a temporary "
-                            "file beside it: %s", strerror(e));
+            return emu_fail(err, f->path, "", "cannot write: no temporary "
+                            "file can be made beside it (%s)", strerror(e));
         }
         if ((old && fchmod(fd, old->st_mode & 07777)) ||
             !(f->fp = fdopen(fd, "w"))) {
@@ -203,23 +202,27 @@ static int open_temporary(emu_atomic_file *f, const struct stat *old,
 int emu_atomic_open(emu_atomic_file *f, const char *path, emu_error *err)
 {
     f->fp = NULL;
-    f->tmp = NULL;
+    f->path = f->tmp = NULL;
     f->slot = -1;
-    if (!(f->path = follow_links(path, err)))
-        return -1;
+    /* What the path leads to, as the kernel follows it: a device or FIFO
+     * is opened by the path given, because links such as /dev/stdout ->
+     * /proc/self/fd/1 -> "pipe:[1234]" only the kernel can follow. */
     struct stat st;
+    bool exists = stat(path, &st) == 0;
+    if (!exists && errno != ENOENT)
+        return emu_fail(err, path, "", "%s", strerror(errno));
     int rc;
-    if (stat(f->path, &st) == 0) {
-        if (S_ISDIR(st.st_mode))
-            rc = emu_fail(err, f->path, "", "is a directory");
-        else if (S_ISREG(st.st_mode))
-            rc = open_temporary(f, &st, err);
-        else
-            rc = open_in_place(f, err);
-    } else if (errno == ENOENT) {
-        rc = open_temporary(f, NULL, err);
+    if (exists && S_ISDIR(st.st_mode)) {
+        rc = emu_fail(err, path, "", "is a directory");
+    } else if (exists && !S_ISREG(st.st_mode)) {
+        f->path = dup_string(path);
+        rc = f->path ? open_in_place(f, err)
+                     : emu_fail(err, path, "", "out of memory");
+    } else if (!(f->path = follow_links(path, err))) {
+        rc = -1;
     } else {
-        rc = emu_fail(err, f->path, "", "%s", strerror(errno));
+        /* The temporary goes beside the file the links end at. */
+        rc = open_temporary(f, exists ? &st : NULL, err);
     }
     if (rc)
         emu_atomic_abort(f);

@@ -42,6 +42,11 @@ wait $reader
 cmp -s from_fifo want.tv || fail "fifo: the reader did not get the vectors"
 no_leftovers fifo.tmp-*
 
+# /dev/fd/1 onto a pipe: a chain of links only the kernel can follow
+# (to "pipe:[N]"), written in place.
+$GEN -o /dev/fd/1 2> err | cat > from_pipe
+cmp -s from_pipe want.tv || fail "-o /dev/fd/1 into a pipe: $(cat err)"
+
 # A symlink (relative, from another directory): the link stays, its
 # target is replaced.
 mkdir sub

@@ -360,6 +360,6 @@ cmp -s "$tmp/pk/old.bin" "$tmp/i8.bin" || fail "--pack did not replace the file"
 left=$(ls "$tmp/pk" | grep -v '^old\.bin$')
 [ -z "$left" ] || fail "--pack left files behind: $left"
 # A directory that does not exist: an error, nothing written.
-refuse "cannot create a temporary file" quant mxfp4 --pack "$tmp/nodir/x.bin" 1
+refuse "no temporary file can be made beside it" quant mxfp4 --pack "$tmp/nodir/x.bin" 1
 
 echo "scaled: all cases agree"
