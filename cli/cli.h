@@ -17,6 +17,9 @@
 
 #include "emu/emu.h"
 
+#include "atomic_file.h" /* libemu-internal: the one atomic writer */
+#include "header.h"
+
 enum { CLI_EXIT_OK = 0, CLI_EXIT_MISMATCH = 1, CLI_EXIT_USAGE = 2 };
 
 /* ---- options ------------------------------------------------------------
@@ -81,18 +84,28 @@ void cli_csv_text(const char *s);
  * "qnan", "snan" (IEEE formats), "nan". */
 const char *cli_pattern_class(const emu_format *fmt, emu_bits b);
 
+/* ---- input files ---------------------------------------------------------
+ * FILE or "-" (standard input) for reading; *name is what messages call
+ * it ("<stdin>").  NULL after reporting why (missing, unreadable, a
+ * directory). */
+FILE *cli_open_input(const char *cmd, const char *path, const char **name);
+
 /* ---- atomic output ------------------------------------------------------
- * Writes go to a temporary file beside the target, renamed over it by
- * cli_output_commit(); a killed run leaves the old file (or none), never
- * half of a new one.  Path NULL or "-" means standard output. */
+ * A file named on the command line is written through the library's
+ * atomic writer (atomic_file.h): a temporary beside a regular target,
+ * renamed over it by cli_output_commit(), so that a killed run leaves the
+ * old file (or none), never half of a new one; a device or FIFO is
+ * written in place; a symlink's target is replaced, the link kept.  Path
+ * NULL or "-" means standard output. */
 typedef struct cli_output {
     FILE *fp;
-    char *path;   /* NULL for stdout */
-    char *tmp;
+    bool to_file;          /* false: standard output */
+    emu_atomic_file file;
 } cli_output;
 
 int cli_output_open(cli_output *o, const char *cmd, const char *path);
-/* Flushes, syncs and renames; returns 0, or -1 after printing why. */
+/* Flushes, syncs and renames; returns 0, or -1 after printing why (the
+ * temporary is then removed). */
 int cli_output_commit(cli_output *o, const char *cmd);
 /* Removes the temporary file (on error paths). */
 void cli_output_abort(cli_output *o);
@@ -115,15 +128,21 @@ typedef struct cli_vecopts {
          have_profile;
     emu_format in, out;               /* resolved by cli_vecopts_finish */
     char header_in[256], header_out[256]; /* specs read from a header */
+    char in_where[300], out_where[300];   /* "FILE:LINE: header key 'in'" */
 } cli_vecopts;
 
 /* Handles one of --op --format --in --out --mode --tiny --saturate --seed
  * --profile (by long name); returns false if `name` is none of them. */
 bool cli_vecopts_option(cli_vecopts *v, const char *cmd, const char *name,
                         const char *value);
-/* Takes from a "#! emu-vectors" line what the command line left open;
- * returns false if the line is not such a header. */
-bool cli_vecopts_header(cli_vecopts *v, const char *cmd, const char *line);
+/* The header's tag and keys (header.h reads it). */
+#define CLI_VECTORS_TAG "#! emu-vectors"
+extern const char *const cli_vecopts_header_keys[];
+/* Takes from a header what the command line left open; returns false
+ * with why ("FILE:LINE: header key 'mode': ...") if a value is unusable.
+ * Format specs are checked by cli_vecopts_finish, which names their line. */
+bool cli_vecopts_from_header(cli_vecopts *v, const cli_header *h, char *why,
+                             size_t size);
 /* Resolves the formats and checks the combination; exits 2 if unusable. */
 void cli_vecopts_finish(cli_vecopts *v, const char *cmd);
 /* Writes the header line (with its newline). */
@@ -135,6 +154,33 @@ void cli_parse_profile(const char *cmd, const char *s, emu_rounding *r);
 const char *cli_profile_name(const emu_rounding *r);
 /* "rne", "sr", "sr13". */
 void cli_mode_name(const emu_rounding *r, char *buf, size_t size);
+
+/* ---- emu dot settings, shared by dot gen and dot verify ------------------
+ * The specs come from the options, else from the file's header:
+ *   #! emu-dot in=SPEC out=SPEC accum=SPEC mode=rne k=16 seed=0 */
+enum { CLI_DOT_MAX_K = 256, CLI_DOT_SPECS = 5 };
+#define CLI_DOT_TAG "#! emu-dot"
+typedef struct cli_dotopts {
+    const char *in_spec, *out_spec, *accum_spec, *mode_spec, *profile_spec;
+    uint64_t seed;
+    unsigned k;
+    bool have_seed, have_k;
+    emu_format in, out;
+    emu_accum model;
+    emu_rounding rnd;
+    /* For the specs read from a header (in, out, accum, mode): the text,
+     * and "FILE:LINE: header key 'in'" for messages ("" if not). */
+    char header_spec[CLI_DOT_SPECS][256];
+    char where[CLI_DOT_SPECS][300];
+} cli_dotopts;
+
+extern const char *const cli_dot_header_keys[]; /* in out accum mode profile first */
+/* K from 1 to CLI_DOT_MAX_K; false if s is not one. */
+bool cli_dot_k(const char *s, unsigned *k);
+/* Takes from a header what the command line left open; returns false
+ * with why ("FILE:LINE: header key 'k': ...") if k or seed is unusable. */
+bool cli_dot_from_header(cli_dotopts *d, const cli_header *h, char *why,
+                         size_t size);
 
 /* A random operand pattern of f, the i-th of stream `stream`: half uniform
  * patterns, half a random exponent field with a structured or random

@@ -22,28 +22,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { DOT_MAX_K = 256 };
-
 /* Operand streams, apart from the rounding streams of the cases. */
 #define OPERAND_STREAM ((uint64_t)0xd07 << 40)
 #define OUTPUT_STREAM ((uint64_t)0xd08 << 40)
 
-typedef struct dot_opts {
-    const char *in_spec, *out_spec, *accum_spec, *mode_spec, *profile_spec;
-    uint64_t seed;
-    unsigned k;
-    bool have_seed, have_k;
-    emu_format in, out;
-    emu_accum model;
-    emu_rounding rnd;
-} dot_opts;
-
 /* The unit on one case: the accumulator model over the K products, then
  * the output rounding.  Returns the result pattern; *flags its flags. */
-static uint64_t evaluate(const dot_opts *d, const uint64_t *ab, uint64_t k,
+static uint64_t evaluate(const cli_dotopts *d, const uint64_t *ab, uint64_t k,
                          unsigned *flags)
 {
-    float a[DOT_MAX_K], b[DOT_MAX_K];
+    float a[CLI_DOT_MAX_K], b[CLI_DOT_MAX_K];
     for (unsigned i = 0; i < d->k; i++) {
         a[i] = (float)emu_decode(&d->in, (emu_bits){ ab[2 * i] });
         b[i] = (float)emu_decode(&d->in, (emu_bits){ ab[2 * i + 1] });
@@ -64,89 +52,73 @@ static uint64_t evaluate(const dot_opts *d, const uint64_t *ab, uint64_t k,
     return res.v;
 }
 
-static void parse_k(dot_opts *d, const char *val)
+static void parse_k(cli_dotopts *d, const char *val)
 {
-    char *end;
-    errno = 0;
-    unsigned long k = strtoul(val, &end, 10);
-    if (!*val || *end || errno || k < 1 || k > DOT_MAX_K)
+    if (!cli_dot_k(val, &d->k))
         cli_usage_error("dot", "--k: '%s' is not a length from 1 to %d", val,
-                        DOT_MAX_K);
-    d->k = (unsigned)k;
+                        CLI_DOT_MAX_K);
     d->have_k = true;
 }
 
+/* Who gave spec i: its header line, or the option. */
+static const char *origin(const cli_dotopts *d, int i, const char *option)
+{
+    return d->where[i][0] ? d->where[i] : option;
+}
+
 /* Resolves the specs (defaults: output in the accumulator's format, mode
- * rne, K 16); exits 2 naming what is wrong. */
-static void finish(dot_opts *d)
+ * rne, K 16); exits 2 naming what is wrong and where it came from. */
+static void finish(cli_dotopts *d)
 {
     if (!d->in_spec)
         cli_usage_error("dot", "missing --in FORMAT (the operands' format)");
     if (!d->accum_spec)
         cli_usage_error("dot", "missing --accum SPEC (e.g. "
                         "fused,k=4,w=14,acc=binary32)");
-    cli_resolve_format("dot", "--in", d->in_spec, &d->in);
-    if (!d->in.fits_carrier)
-        cli_usage_error("dot", "--in: %s is not held by binary32, which the "
-                        "accumulator models read", d->in.name);
+    cli_resolve_format("dot", origin(d, 0, "--in"), d->in_spec, &d->in);
+    if (!d->in.fits_carrier) {
+        cli_error("dot", "%s: %s is not held by binary32, which the "
+                  "accumulator models read", origin(d, 0, "--in"), d->in.name);
+        exit(CLI_EXIT_USAGE);
+    }
     emu_error err;
     if (emu_accum_parse(&d->model, d->accum_spec, &err)) {
         char msg[700];
         emu_error_format(&err, msg, sizeof msg);
-        cli_usage_error("dot", "--accum: %s", msg);
+        cli_error("dot", "%s: %s", origin(d, 2, "--accum"), msg);
+        exit(CLI_EXIT_USAGE);
     }
     if (d->out_spec)
-        cli_resolve_format("dot", "--out", d->out_spec, &d->out);
+        cli_resolve_format("dot", origin(d, 1, "--out"), d->out_spec, &d->out);
     else
         d->out = d->model.acc;
     memset(&d->rnd, 0, sizeof d->rnd);
-    cli_parse_mode("dot", d->mode_spec ? d->mode_spec : "rne", &d->rnd);
-    cli_parse_profile("dot", d->profile_spec ? d->profile_spec : "ieee",
-                      &d->rnd);
+    const char *mode = d->mode_spec ? d->mode_spec : "rne";
+    if (emu_rnd_parse(mode, &d->rnd.mode, &d->rnd.sr_bits)) {
+        cli_error("dot", "%s: '%s' is not a rounding mode (rne rna rz ru rd "
+                  "ro sr srN with N = 1..64)", origin(d, 3, "--mode"), mode);
+        exit(CLI_EXIT_USAGE);
+    }
+    const char *profile = d->profile_spec ? d->profile_spec : "ieee";
+    if (emu_profile_parse(profile, &d->rnd.profile, NULL)) {
+        cli_error("dot", "%s: '%s' is not a profile (%s)",
+                  origin(d, 4, "--profile"), profile, emu_profile_names());
+        exit(CLI_EXIT_USAGE);
+    }
     if (!d->have_k)
         d->k = 16;
 }
 
-static void write_header(const dot_opts *d, FILE *fp)
+static void write_header(const cli_dotopts *d, FILE *fp)
 {
     char in[256], out[256], accum[256], mode[16];
     emu_format_spec_string(&d->in, in, sizeof in);
     emu_format_spec_string(&d->out, out, sizeof out);
     emu_accum_string(&d->model, accum, sizeof accum);
     cli_mode_name(&d->rnd, mode, sizeof mode);
-    fprintf(fp, "#! emu-dot in=%s out=%s accum=%s mode=%s k=%u seed=%llu "
-            "profile=%s\n", in, out, accum, mode, d->k,
-            (unsigned long long)d->seed, cli_profile_name(&d->rnd));
-}
-
-/* Takes from a '#! emu-dot' line what the command line left open. */
-static void read_header(dot_opts *d, char *line)
-{
-    static char keep[5][256];
-    char *cursor = line + strlen("#! emu-dot");
-    for (char *tok = strtok(cursor, " \t"); tok; tok = strtok(NULL, " \t")) {
-        char *eq = strchr(tok, '=');
-        if (!eq)
-            continue;
-        *eq = '\0';
-        const char *key = tok, *val = eq + 1;
-        const char **slot = !strcmp(key, "in") ? &d->in_spec
-                          : !strcmp(key, "out") ? &d->out_spec
-                          : !strcmp(key, "accum") ? &d->accum_spec
-                          : !strcmp(key, "mode") ? &d->mode_spec
-                          : !strcmp(key, "profile") ? &d->profile_spec : NULL;
-        int i = !strcmp(key, "in") ? 0 : !strcmp(key, "out") ? 1
-              : !strcmp(key, "accum") ? 2 : !strcmp(key, "mode") ? 3 : 4;
-        if (slot && !*slot) {
-            snprintf(keep[i], sizeof keep[i], "%s", val);
-            *slot = keep[i];
-        } else if (!strcmp(key, "k") && !d->have_k) {
-            parse_k(d, val);
-        } else if (!strcmp(key, "seed") && !d->have_seed) {
-            d->seed = cli_parse_u64("dot", "seed (header)", val);
-            d->have_seed = true;
-        }
-    }
+    fprintf(fp, "%s in=%s out=%s accum=%s mode=%s k=%u seed=%llu profile=%s\n",
+            CLI_DOT_TAG, in, out, accum, mode, d->k, (unsigned long long)d->seed,
+            cli_profile_name(&d->rnd));
 }
 
 /* ---- gen --------------------------------------------------------------- */
@@ -156,7 +128,7 @@ static void read_header(dot_opts *d, char *line)
  * of any class; (1) one large product and small ones (swamping); (2)
  * products cancelling in pairs but for the last (cancellation); (3)
  * random patterns of one exponent field (dense ties and carries). */
-static void make_case(const dot_opts *d, uint64_t k, uint64_t *ab)
+static void make_case(const cli_dotopts *d, uint64_t k, uint64_t *ab)
 {
     const emu_format *f = &d->in;
     const unsigned n = 2 * d->k;
@@ -191,7 +163,7 @@ static void make_case(const dot_opts *d, uint64_t k, uint64_t *ab)
     }
 }
 
-static int dot_gen(dot_opts *d, uint64_t count, const char *path)
+static int dot_gen(cli_dotopts *d, uint64_t count, const char *path)
 {
     finish(d);
     cli_output out;
@@ -204,7 +176,7 @@ static int dot_gen(dot_opts *d, uint64_t count, const char *path)
             "FLAGS\n", EMU_VERSION_STRING, d->k, d->in.name, accum,
             d->out.name, d->k - 1, d->k - 1);
     write_header(d, out.fp);
-    uint64_t ab[2 * DOT_MAX_K];
+    uint64_t ab[2 * CLI_DOT_MAX_K];
     const int dig_in = cli_hex_digits(d->in.bits);
     const int dig_out = cli_hex_digits(d->out.bits);
     for (uint64_t k = 0; k < count; k++) {
@@ -228,7 +200,7 @@ static int dot_gen(dot_opts *d, uint64_t count, const char *path)
 
 /* Hex fields of a line: 2K operands, the result, the flags.  Returns NULL
  * or why the line is malformed. */
-static const char *parse_line(const dot_opts *d, char *line, uint64_t *ab,
+static const char *parse_line(const cli_dotopts *d, char *line, uint64_t *ab,
                               uint64_t *result, unsigned *flags)
 {
     static char why[160];
@@ -272,7 +244,7 @@ static const char *parse_line(const dot_opts *d, char *line, uint64_t *ab,
     return NULL;
 }
 
-static bool same(const dot_opts *d, uint64_t want, uint64_t got, bool exact_nan)
+static bool same(const cli_dotopts *d, uint64_t want, uint64_t got, bool exact_nan)
 {
     if (want == got)
         return true;
@@ -281,34 +253,47 @@ static bool same(const dot_opts *d, uint64_t want, uint64_t got, bool exact_nan)
            emu_classify_bits(&d->out, (emu_bits){ got }) == EMU_CLASS_NAN;
 }
 
-static int dot_verify(dot_opts *d, const char *path, bool exact_nan,
+_Noreturn static void header_error(const char *why)
+{
+    cli_error("dot", "%s", why);
+    exit(CLI_EXIT_USAGE);
+}
+
+static int dot_verify(cli_dotopts *d, const char *path, bool exact_nan,
                       uint64_t max_errors)
 {
-    FILE *fp = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-    if (!fp) {
-        cli_error("dot", "%s: %s", path, strerror(errno));
+    const char *name;
+    FILE *fp = cli_open_input("dot", path, &name);
+    if (!fp)
         return CLI_EXIT_USAGE;
-    }
-    const char *name = fp == stdin ? "<stdin>" : path;
+    cli_header h;
+    cli_header_init(&h, CLI_DOT_TAG, cli_dot_header_keys, name);
+    char header_why[400];
     char *line = NULL;
     size_t cap = 0, len = 0;
     unsigned long lineno = 0;
     uint64_t checked = 0, mismatches = 0, malformed = 0;
     bool ready = false;
-    uint64_t ab[2 * DOT_MAX_K];
+    uint64_t ab[2 * CLI_DOT_MAX_K];
     int rc;
     while ((rc = vec_read_line(fp, &line, &cap, &len)) > 0) {
         lineno++;
         char *t = line;
         while (*t == ' ' || *t == '\t')
             t++;
-        if (rc == 1 && !ready && !strncmp(t, "#! emu-dot", 10)) {
-            read_header(d, t);
-            continue;
+        if (rc == 1 && !ready) {
+            int hr = cli_header_read(&h, line, len, lineno, header_why,
+                                     sizeof header_why);
+            if (hr < 0)
+                header_error(header_why);
+            if (hr > 0)
+                continue;
         }
         if (rc == 1 && (!*t || *t == '#'))
             continue;
         if (!ready) {
+            if (!cli_dot_from_header(d, &h, header_why, sizeof header_why))
+                header_error(header_why);
             finish(d);
             ready = true;
         }
@@ -339,10 +324,12 @@ static int dot_verify(dot_opts *d, const char *path, bool exact_nan,
     }
     free(line);
     bool read_error = rc < 0 || ferror(fp);
+    int read_errno = errno;
     if (fp != stdin)
         fclose(fp);
     if (read_error) {
-        cli_error("dot", "%s: read error after line %lu", name, lineno);
+        cli_error("dot", "%s: read error after line %lu: %s", name, lineno,
+                  strerror(read_errno));
         return CLI_EXIT_USAGE;
     }
     if (!ready && !malformed)
@@ -385,7 +372,8 @@ static void help(void)
         "                    random, swamping, cancelling and same-exponent\n"
         "                    operands\n"
         "  --seed N          operands and stochastic rounding (default 0)\n"
-        "  -o FILE           gen: write FILE atomically (default stdout)\n"
+        "  -o FILE           gen: write FILE atomically (default stdout; a\n"
+        "                    device or FIFO is written in place)\n"
         "  --exact-nan       verify: NaN results must match bit for bit\n"
         "  --max-errors N    verify: print at most N mismatches (default 20)\n"
         "\n"
@@ -395,7 +383,7 @@ static void help(void)
         "Example:\n"
         "  emu dot gen --in e4m3 --accum fused,k=4,w=14,acc=binary32 --k 32 \\\n"
         "      --count 10000 -o fp8_dot.tv\n"
-        "  emu dot verify rtl_output.tv\n", DOT_MAX_K);
+        "  emu dot verify rtl_output.tv\n", CLI_DOT_MAX_K);
 }
 
 int cmd_dot(int argc, char **argv)
@@ -409,7 +397,7 @@ int cmd_dot(int argc, char **argv)
     };
     enum { O_IN, O_OUT, O_ACCUM, O_MODE, O_K, O_COUNT, O_SEED, O_OUTPUT,
            O_EXACT_NAN, O_MAX_ERRORS, O_HELP, O_PROFILE };
-    dot_opts d;
+    cli_dotopts d;
     memset(&d, 0, sizeof d);
     uint64_t count = 1000, max_errors = 20;
     bool exact_nan = false;

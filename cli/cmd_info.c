@@ -158,6 +158,31 @@ static void special_values(const emu_format *f)
         value_row(f, "NaN", NAN);
 }
 
+/* The first line: the format's name, or for a .fmt file its path and the
+ * name it declares (which may be a registered name for another format:
+ * the title must not pass the file off as the built-in). */
+static void title(const emu_format *f, const char *spec, const char *canon)
+{
+    /* The rule of emu_format_resolve for "this is a file". */
+    size_t n = strlen(spec);
+    bool file = (n > 4 && !strcmp(spec + n - 4, ".fmt")) || strchr(spec, '/');
+    if (file)
+        printf("%s: declares '%s'", spec, f->name);
+    else
+        printf("%s", f->name);
+    if (f->aliases[0])
+        printf("  (aliases: %s)", f->aliases);
+    putchar('\n');
+    const emu_format *reg = file ? emu_format_find(f->name) : NULL;
+    char reg_canon[256];
+    if (reg) {
+        emu_format_spec_string(reg, reg_canon, sizeof reg_canon);
+        if (strcmp(reg_canon, canon))
+            printf("(not the registered %s, which is %s)\n", reg->name,
+                   reg_canon);
+    }
+}
+
 static void help(void)
 {
     printf(
@@ -204,10 +229,7 @@ int cmd_info(int argc, char **argv)
 
     char canon[256];
     emu_format_spec_string(&f, canon, sizeof canon);
-    printf("%s", f.name);
-    if (f.aliases[0])
-        printf("  (aliases: %s)", f.aliases);
-    putchar('\n');
+    title(&f, spec, canon);
     if (f.description[0])
         printf("%s\n", f.description);
     printf("\n%-16s%s\n", "spec", canon);

@@ -18,10 +18,15 @@
  * one.  So hi + lo compares with every point at which any format (p <= 53)
  * changes its decision — grid points, midpoints, zero — exactly as the
  * input does, and every deterministic mode rounds it as it would the exact
- * decimal.  Stochastic modes see the input to about 106 bits.  The pair
- * cannot be formed below 2^-1022, where binary64 itself has fewer bits:
- * there the input is first rounded to binary64's subnormal grid, and a
- * note says so.
+ * decimal.  Stochastic modes see the input to about 106 bits.
+ *
+ * The pair cannot be formed outside binary64's normal range: below
+ * 2^-1022 binary64 has fewer than 53 bits, beyond its max there is no
+ * double at all.  There the deterministic modes round y itself through
+ * the MPFR oracle (emu_ref_round: same answers, ternary and flags as the
+ * choke point, and y carries all it needs for p <= 108).  Stochastic
+ * modes, which only the choke point implements: see
+ * round_stochastic_out_of_range().
  */
 #include "cli.h"
 
@@ -30,7 +35,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { PARSE_OK, PARSE_COARSE, PARSE_BAD, PARSE_HUGE };
+#include "emu/ref.h"
+
+enum { PARSE_OK, PARSE_OUT_OF_PAIR_RANGE, PARSE_BAD };
 
 static void make_odd(mpfr_ptr x, int ternary)
 {
@@ -45,40 +52,109 @@ static void make_odd(mpfr_ptr x, int ternary)
     }
 }
 
-/* The input as hi + lo (see the header comment). */
-static int parse_value(const char *s, double *hi, double *lo)
+/* y rounded to odd into a double (fewer than 53 bits on the subnormal
+ * grid): on the right side of every double. */
+static double odd_double(mpfr_srcptr y, bool *inexact)
 {
-    mpfr_t y, d, l;
-    mpfr_init2(y, 110);
-    mpfr_init2(d, 128);
-    mpfr_init2(l, 53);
+    double d = mpfr_get_d(y, MPFR_RNDZ);
+    *inexact = mpfr_cmp_d(y, d) != 0;
+    uint64_t u;
+    memcpy(&u, &d, sizeof u);
+    if (*inexact && !(u & 1))
+        d = nextafter(d, mpfr_sgn(y) > 0 ? INFINITY : -INFINITY);
+    return d;
+}
+
+/* The input rounded to odd at 110 bits into y (see the header comment),
+ * and as hi + lo: exact unless PARSE_OUT_OF_PAIR_RANGE, where hi + lo is
+ * within 2^-1074 of y (or hi is inf). */
+static int parse_value(const char *s, mpfr_ptr y, double *hi, double *lo)
+{
     char *end;
     int t = mpfr_strtofr(y, s, &end, 0, MPFR_RNDZ);
-    int rc = PARSE_OK;
-    *lo = 0.0;
-    if (end == s || *end) {
-        rc = PARSE_BAD;
-    } else if (mpfr_nan_p(y)) {
-        *hi = s[0] == '-' ? -NAN : NAN;
-    } else if (mpfr_inf_p(y)) {
-        *hi = mpfr_sgn(y) > 0 ? INFINITY : -INFINITY;
-    } else {
-        make_odd(y, t);
-        *hi = mpfr_get_d(y, MPFR_RNDN);
-        if (isinf(*hi)) {
-            rc = PARSE_HUGE;
-        } else {
-            mpfr_sub_d(d, y, *hi, MPFR_RNDN); /* exact: y is within 57 bits of hi */
-            make_odd(l, mpfr_set(l, d, MPFR_RNDZ));
-            *lo = mpfr_get_d(l, MPFR_RNDZ);
-            if (mpfr_cmp_d(l, *lo) != 0)
-                rc = PARSE_COARSE;
-            if (*hi == 0.0 && *lo == 0.0 && !mpfr_zero_p(y))
-                rc = PARSE_COARSE;
-        }
+    *hi = *lo = 0.0;
+    if (end == s || *end)
+        return PARSE_BAD;
+    /* Below MPFR's own range (1e-999999999999): still not zero. */
+    if (mpfr_zero_p(y) && t != 0)
+        mpfr_set_si_2exp(y, s[0] == '-' ? -1 : 1, mpfr_get_emin() - 1,
+                         MPFR_RNDN);
+    make_odd(y, t);
+    *hi = mpfr_get_d(y, MPFR_RNDN);
+    if (mpfr_nan_p(y))
+        *hi = s[0] == '-' ? -NAN : NAN; /* the sign MPFR's NaN lacks */
+    if (!mpfr_number_p(y) || mpfr_zero_p(y))
+        return PARSE_OK;
+    if (isinf(*hi))
+        return PARSE_OUT_OF_PAIR_RANGE;
+    mpfr_t d, l;
+    mpfr_init2(d, 128);
+    mpfr_init2(l, 53);
+    mpfr_sub_d(d, y, *hi, MPFR_RNDN); /* exact: y is within 57 bits of hi */
+    make_odd(l, mpfr_set(l, d, MPFR_RNDZ));
+    /* Inexact only where lo falls below 2^-1022 and loses bits. */
+    bool inexact;
+    *lo = odd_double(l, &inexact);
+    mpfr_clears(d, l, (mpfr_ptr)0);
+    return inexact ? PARSE_OUT_OF_PAIR_RANGE : PARSE_OK;
+}
+
+/* Stochastic rounding of a y the pair cannot hold exactly; only the choke
+ * point implements it.  Beyond binary64's max (and so beyond every
+ * format's) overflow is certain, and the stochastic modes overflow as
+ * nearest does.  Otherwise hi + lo is y rounded to odd on binary64's
+ * grid (2^-1074): for a format with nothing below 2^-1000 that moves the
+ * probability of rounding up by less than 2^-74, beneath the resolution
+ * of the 64-bit random word; binary64 (and wider) would need more, and
+ * the value is refused.  Returns false after saying so. */
+static bool round_stochastic_out_of_range(const emu_format *f,
+                                          const emu_rounding *r, const char *s,
+                                          mpfr_srcptr y, double hi, double lo,
+                                          double *x, emu_status *st)
+{
+    if (isinf(hi)) {
+        emu_rounding nearest = *r;
+        nearest.mode = EMU_RNE;
+        (void)emu_rng_next(r->rng); /* value i keeps word i */
+        *x = emu_ref_round(f, y, &nearest, st);
+        return true;
     }
-    mpfr_clears(y, d, l, (mpfr_ptr)0);
-    return rc;
+    if (f->min_value < 0x1p-1000) {
+        cli_error("round", "VALUE '%s': stochastic rounding into %s needs it "
+                  "finer than binary64's subnormal grid (2^-1074): refused",
+                  s, f->name);
+        return false;
+    }
+    *x = emu_round2(f, hi, lo, r, st);
+    return true;
+}
+
+/* VALUE rounded into f: through the pair, or (see the header comment)
+ * from its exact value.  Returns false after reporting a refused VALUE. */
+static bool round_value(const emu_format *f, const emu_rounding *r,
+                        const char *s, double *x, emu_status *st)
+{
+    mpfr_t y;
+    mpfr_init2(y, 110);
+    double hi, lo;
+    bool ok = true;
+    switch (parse_value(s, y, &hi, &lo)) {
+    case PARSE_BAD:
+        cli_error("round", "VALUE '%s' is not a number (decimal, hex "
+                  "float, inf or nan)", s);
+        ok = false;
+        break;
+    case PARSE_OUT_OF_PAIR_RANGE:
+        if (emu_rnd_is_stochastic(r->mode))
+            ok = round_stochastic_out_of_range(f, r, s, y, hi, lo, x, st);
+        else
+            *x = emu_ref_round(f, y, r, st);
+        break;
+    default:
+        *x = emu_round2(f, hi, lo, r, st);
+    }
+    mpfr_clear(y);
+    return ok;
 }
 
 static void help(void)
@@ -97,11 +173,10 @@ static void help(void)
         "VALUE: decimal or hex float in strtod syntax (1e-3, -0x1.8p-7), or\n"
         "inf, -inf, nan.  Decimal input is exact: it is read by MPFR and\n"
         "rounded once, never first converted to binary64 (0.1 rounds as the\n"
-        "real number 1/10, not as the double nearest it).  Caveats: values\n"
-        "below 2^-1022 in magnitude are first rounded to binary64's\n"
-        "subnormal grid (a note says when that lost anything); stochastic\n"
-        "modes see the input to about 106 bits; values that round to inf in\n"
-        "binary64 (about 1.8e308 and beyond) are refused.\n"
+        "real number 1/10, not as the double nearest it), also far outside\n"
+        "binary64's range (1e-400, 1e400).  Stochastic modes see the input\n"
+        "to about 106 bits, and no finer than 2^-1074: into binary64 (or a\n"
+        "wider format) they refuse values below about 2^-916.\n"
         "\n"
         "Options:\n"
         "  --seed N            stochastic modes: the random stream (default 0);\n"
@@ -171,27 +246,12 @@ int cmd_round(int argc, char **argv)
            "result (hex)", cli_hex_digits(f.bits) + 2, "bits", "ternary",
            "flags");
     for (int i = 0; i < nvalues; i++) {
-        double hi, lo;
-        switch (parse_value(values[i], &hi, &lo)) {
-        case PARSE_BAD:
-            cli_error("round", "VALUE '%s' is not a number (decimal, hex "
-                      "float, inf or nan)", values[i]);
-            status = CLI_EXIT_USAGE;
-            continue;
-        case PARSE_HUGE:
-            cli_error("round", "VALUE '%s' is beyond binary64's range "
-                      "(it rounds to inf in binary64): refused", values[i]);
-            status = CLI_EXIT_USAGE;
-            continue;
-        case PARSE_COARSE:
-            cli_error("round", "note: '%s' is below 2^-1022 and was first "
-                      "rounded to binary64's subnormal grid", values[i]);
-            break;
-        default:
-            break;
-        }
         emu_status st;
-        double x = emu_round2(&f, hi, lo, &r, &st);
+        double x;
+        if (!round_value(&f, &r, values[i], &x, &st)) {
+            status = CLI_EXIT_USAGE;
+            continue;
+        }
         emu_bits b;
         char bits[CLI_NUM_MAX] = "-", dec[CLI_NUM_MAX], hf[CLI_NUM_MAX];
         char flags[128];

@@ -231,6 +231,15 @@ static void parse_spec(const char *spec, emu_scaled_format *sf)
 /* The tensor for sh, blocked along `axis`.  The axis is checked here,
  * before the library sees it, so that the message names the option and
  * the valid range. */
+/* Elements of the shape; SIZE_MAX if that overflows. */
+static size_t shape_elements(const shape *sh)
+{
+    size_t n = 1;
+    for (int d = 0; d < sh->ndim; d++)
+        n = n > SIZE_MAX / sh->dim[d] ? SIZE_MAX : n * sh->dim[d];
+    return n;
+}
+
 static void alloc_tensor(emu_scaled_tensor *q, const emu_scaled_format *sf,
                          const shape *sh, int axis, const char *spec)
 {
@@ -709,9 +718,7 @@ static int scaled_quant(quant_args *a)
         sh.ndim = 1;
         sh.dim[0] = v.n;
     }
-    size_t want = 1;
-    for (int d = 0; d < sh.ndim; d++)
-        want = want > SIZE_MAX / sh.dim[d] ? SIZE_MAX : want * sh.dim[d];
+    size_t want = shape_elements(&sh);
     if (want != v.n) {
         char s[128];
         shape_string(&sh, s, sizeof s);
@@ -797,11 +804,10 @@ static int scaled_quant(quant_args *a)
 
 static uint8_t *read_file(const char *path, size_t *size)
 {
-    FILE *fp = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-    if (!fp) {
-        cli_error(CMD, "%s: %s", path, strerror(errno));
+    const char *name;
+    FILE *fp = cli_open_input(CMD, path, &name);
+    if (!fp)
         exit(CLI_EXIT_USAGE);
-    }
     size_t n = 0, cap = 4096;
     uint8_t *buf = malloc(cap);
     for (size_t got; buf; n += got) {
@@ -823,7 +829,7 @@ static uint8_t *read_file(const char *path, size_t *size)
     if (fp != stdin)
         fclose(fp);
     if (bad) {
-        cli_error(CMD, "%s: %s", path, buf ? "read error" : "out of memory");
+        cli_error(CMD, "%s: %s", name, buf ? "read error" : "out of memory");
         exit(CLI_EXIT_USAGE);
     }
     *size = n;
@@ -838,18 +844,34 @@ static int scaled_unpack(const char *spec, const shape *sh, bool have_axis,
     parse_spec(spec, &sf);
     if (!sh->given)
         cli_usage_error(CMD, "unpack needs --shape (the file holds no shape)");
-    emu_scaled_tensor q;
-    alloc_tensor(&q, &sf, sh, have_axis ? axis : -1, spec);
     size_t size;
     uint8_t *buf = read_file(path, &size);
     const char *name = strcmp(path, "-") ? path : "<stdin>";
+    /* The file's size bounds the shape before anything of the shape's
+     * size is allocated: a typo in --shape must not ask for terabytes.
+     * Within a KiB of the file's size (at one bit an element) the tensor
+     * is allocated, so that the message below can break the size down. */
+    size_t n = shape_elements(sh);
+    size_t eb = n == SIZE_MAX ? 0 : emu_packed_size(&sf.elem, n);
+    if (!eb || (eb > size && n / 8 > size + 1024)) {
+        char s[128];
+        shape_string(sh, s, sizeof s);
+        char need[32] = "more than SIZE_MAX";
+        if (eb)
+            snprintf(need, sizeof need, "%zu", eb);
+        cli_error(CMD, "%s: %zu bytes, but %s of shape %s needs %s bytes "
+                  "of element codes alone", name, size, sf.name, s, need);
+        free(buf);
+        return CLI_EXIT_USAGE;
+    }
+    emu_scaled_tensor q;
+    alloc_tensor(&q, &sf, sh, have_axis ? axis : -1, spec);
     size_t need = emu_scaled_packed_size(&q);
     if (size != need) {
         /* Say what the expected size is made of: a wrong --shape or
          * spec is the usual cause, and the parts show which. */
         char s[128];
         shape_string(sh, s, sizeof s);
-        size_t eb = emu_packed_size(&sf.elem, q.n);
         size_t sb = sf.block_scaled ? emu_packed_size(&sf.scale, q.nblocks)
                                     : 0;
         cli_error(CMD, "%s: %zu bytes, expected %zu for %s of shape %s "

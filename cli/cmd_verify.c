@@ -95,6 +95,12 @@ static void check_case(checker *c, const char *name, unsigned long lineno,
            want, want_flags, wf, got, got_flags, gf);
 }
 
+_Noreturn static void header_error(const char *why)
+{
+    cli_error("verify", "%s", why);
+    exit(CLI_EXIT_USAGE);
+}
+
 static void help(void)
 {
     printf(
@@ -167,12 +173,12 @@ int cmd_verify(int argc, char **argv)
     }
     if (!path)
         cli_usage_error("verify", "missing FILE (or - for standard input)");
-    FILE *fp = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-    if (!fp) {
-        cli_error("verify", "%s: %s", path, strerror(errno));
+    const char *name;
+    FILE *fp = cli_open_input("verify", path, &name);
+    if (!fp)
         return CLI_EXIT_USAGE;
-    }
-    const char *name = fp == stdin ? "<stdin>" : path;
+    cli_header h;
+    cli_header_init(&h, CLI_VECTORS_TAG, cli_vecopts_header_keys, name);
 
     char *line = NULL;
     size_t cap = 0, len = 0;
@@ -193,10 +199,12 @@ int cmd_verify(int argc, char **argv)
             while (skip < len && (line[skip] == ' ' || line[skip] == '\t'))
                 skip++;
             if (skip == len || line[skip] == '#') {
-                if (strlen(line) == len)
-                    cli_vecopts_header(&v, "verify", line + skip);
+                if (cli_header_read(&h, line, len, lineno, why, sizeof why) < 0)
+                    header_error(why);
                 continue;
             }
+            if (!cli_vecopts_from_header(&v, &h, why, sizeof why))
+                header_error(why);
             cli_vecopts_finish(&v, "verify");
             c.lay.operands = emu_op_arity(v.op);
             c.lay.operand_bits = v.in.bits;
@@ -217,10 +225,12 @@ int cmd_verify(int argc, char **argv)
     }
     free(line);
     bool read_error = rc < 0 || ferror(fp);
+    int read_errno = errno;
     if (fp != stdin)
         fclose(fp);
     if (read_error) {
-        cli_error("verify", "%s: read error after line %lu", name, lineno);
+        cli_error("verify", "%s: read error after line %lu: %s", name, lineno,
+                  strerror(read_errno));
         return CLI_EXIT_USAGE;
     }
     if (!ready && !c.malformed)

@@ -148,13 +148,8 @@ void cli_resolve_format(const char *cmd, const char *what, const char *spec,
 
 uint64_t cli_parse_u64(const char *cmd, const char *opt, const char *s)
 {
-    /* strtoull would accept "-1" as 2^64 - 1 and skip leading blanks. */
-    if (!isdigit((unsigned char)s[0]))
-        cli_usage_error(cmd, "%s: '%s' is not a non-negative integer", opt, s);
-    errno = 0;
-    char *end;
-    unsigned long long v = strtoull(s, &end, 0);
-    if (errno || *end)
+    unsigned long long v;
+    if (!cli_text_u64(s, &v))
         cli_usage_error(cmd, "%s: '%s' is not a non-negative integer below "
                         "2^64", opt, s);
     return (uint64_t)v;

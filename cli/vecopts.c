@@ -16,17 +16,6 @@ static void set_op(cli_vecopts *v, const char *cmd, const char *s)
     v->have_op = true;
 }
 
-static void set_saturate(cli_vecopts *v, const char *cmd, const char *s)
-{
-    if (!s || !strcmp(s, "yes"))
-        v->rnd.saturate = true;
-    else if (!strcmp(s, "no"))
-        v->rnd.saturate = false;
-    else
-        cli_usage_error(cmd, "saturate: '%s' is neither yes nor no", s);
-    v->have_saturate = true;
-}
-
 void cli_parse_profile(const char *cmd, const char *s, emu_rounding *r)
 {
     if (emu_profile_parse(s, &r->profile, NULL))
@@ -58,7 +47,8 @@ bool cli_vecopts_option(cli_vecopts *v, const char *cmd, const char *name,
         cli_parse_tininess(cmd, value, &v->rnd);
         v->have_tiny = true;
     } else if (!strcmp(name, "saturate")) {
-        set_saturate(v, cmd, NULL);
+        v->rnd.saturate = true;
+        v->have_saturate = true;
     } else if (!strcmp(name, "seed")) {
         v->seed = cli_parse_u64(cmd, "--seed", value);
         v->have_seed = true;
@@ -71,69 +61,84 @@ bool cli_vecopts_option(cli_vecopts *v, const char *cmd, const char *name,
     return true;
 }
 
-static const char header_tag[] = "#! emu-vectors";
+const char *const cli_vecopts_header_keys[] = {
+    "op", "in", "out", "mode", "tiny", "saturate", "seed", "profile", NULL,
+};
 
-bool cli_vecopts_header(cli_vecopts *v, const char *cmd, const char *line)
+/* One key of the header, if the command line left it open: false with
+ * why ("FILE:LINE: header key 'mode': 'rnx' is not ...") if unusable. */
+static bool header_value(cli_vecopts *v, const cli_header *h, const char *key,
+                         char *why, size_t size)
 {
-    if (strncmp(line, header_tag, sizeof header_tag - 1))
-        return false;
+    char where[300];
+    const char *val = cli_header_get(h, key, where, sizeof where);
+    if (!val)
+        return true;
+    const char *bad = NULL;
+    char profiles[128];
+    if (!strcmp(key, "op")) {
+        if (!v->have_op && emu_op_parse(val, &v->op))
+            bad = "is not an operation (add sub mul div sqrt fma convert eq "
+                  "lt le)";
+        v->have_op = true;
+    } else if (!strcmp(key, "mode")) {
+        if (!v->have_mode && emu_rnd_parse(val, &v->rnd.mode, &v->rnd.sr_bits))
+            bad = "is not a rounding mode (rne rna rz ru rd ro sr srN with "
+                  "N = 1..64)";
+        v->have_mode = true;
+    } else if (!strcmp(key, "tiny")) {
+        if (!v->have_tiny && strcmp(val, "after") && strcmp(val, "before"))
+            bad = "is neither 'before' nor 'after'";
+        else if (!v->have_tiny)
+            v->rnd.tininess = val[0] == 'b' ? EMU_TINY_BEFORE : EMU_TINY_AFTER;
+        v->have_tiny = true;
+    } else if (!strcmp(key, "saturate")) {
+        if (!v->have_saturate && !cli_text_yes_no(val, &v->rnd.saturate))
+            bad = "is neither yes nor no";
+        v->have_saturate = true;
+    } else if (!strcmp(key, "seed")) {
+        unsigned long long seed;
+        if (!v->have_seed && !cli_text_u64(val, &seed))
+            bad = "is not a non-negative integer below 2^64";
+        else if (!v->have_seed)
+            v->seed = seed;
+        v->have_seed = true;
+    } else if (!strcmp(key, "profile")) {
+        /* A file without the key was made before profiles: ieee. */
+        if (!v->have_profile && emu_profile_parse(val, &v->rnd.profile, NULL)) {
+            snprintf(profiles, sizeof profiles, "is not a profile (%s)",
+                     emu_profile_names());
+            bad = profiles;
+        }
+        v->have_profile = true;
+    } else {
+        /* in, out: resolved by cli_vecopts_finish, which blames `where`. */
+        bool in = key[0] == 'i';
+        snprintf(in ? v->header_in : v->header_out, sizeof v->header_in, "%s",
+                 val);
+        snprintf(in ? v->in_where : v->out_where, sizeof v->in_where, "%s",
+                 where);
+        if (in)
+            v->in_spec = v->header_in;
+        else
+            v->out_spec = v->header_out;
+    }
+    if (bad)
+        snprintf(why, size, "%s: '%s' %s", where, val, bad);
+    return !bad;
+}
+
+bool cli_vecopts_from_header(cli_vecopts *v, const cli_header *h, char *why,
+                             size_t size)
+{
     /* Formats come as a pair: any format option on the command line
      * overrides both. */
     bool take_formats = !v->format_spec && !v->in_spec && !v->out_spec;
-    char buf[1024];
-    snprintf(buf, sizeof buf, "%s", line + sizeof header_tag - 1);
-    char *cursor = buf;
-    for (;;) {
-        while (*cursor == ' ' || *cursor == '\t' || *cursor == '\r')
-            cursor++;
-        if (!*cursor)
-            break;
-        char *item = cursor;
-        while (*cursor && *cursor != ' ' && *cursor != '\t' && *cursor != '\r')
-            cursor++;
-        if (*cursor)
-            *cursor++ = '\0';
-        char *eq = strchr(item, '=');
-        if (!eq)
-            cli_usage_error(cmd, "header item '%s' is not key=value", item);
-        *eq = '\0';
-        const char *key = item, *val = eq + 1;
-        if (!strcmp(key, "op")) {
-            if (!v->have_op)
-                set_op(v, cmd, val);
-        } else if (!strcmp(key, "in") || !strcmp(key, "out")) {
-            if (!take_formats)
-                continue;
-            char *dst = key[0] == 'i' ? v->header_in : v->header_out;
-            snprintf(dst, sizeof v->header_in, "%s", val);
-            if (key[0] == 'i')
-                v->in_spec = dst;
-            else
-                v->out_spec = dst;
-        } else if (!strcmp(key, "mode")) {
-            if (!v->have_mode)
-                cli_parse_mode(cmd, val, &v->rnd);
-            v->have_mode = true;
-        } else if (!strcmp(key, "tiny")) {
-            if (!v->have_tiny)
-                cli_parse_tininess(cmd, val, &v->rnd);
-            v->have_tiny = true;
-        } else if (!strcmp(key, "saturate")) {
-            if (!v->have_saturate)
-                set_saturate(v, cmd, val);
-        } else if (!strcmp(key, "seed")) {
-            if (!v->have_seed)
-                v->seed = cli_parse_u64(cmd, "header seed", val);
-            v->have_seed = true;
-        } else if (!strcmp(key, "profile")) {
-            /* A file without the key was made before profiles: ieee. */
-            if (!v->have_profile &&
-                emu_profile_parse(val, &v->rnd.profile, NULL))
-                cli_usage_error(cmd, "header profile: '%s' is not a profile "
-                                "(%s)", val, emu_profile_names());
-            v->have_profile = true;
-        }
-        /* Unknown keys are left for later versions to define. */
+    for (int i = 0; cli_vecopts_header_keys[i]; i++) {
+        const char *key = cli_vecopts_header_keys[i];
+        bool format = !strcmp(key, "in") || !strcmp(key, "out");
+        if ((!format || take_formats) && !header_value(v, h, key, why, size))
+            return false;
     }
     return true;
 }
@@ -148,8 +153,10 @@ void cli_vecopts_finish(cli_vecopts *v, const char *cmd)
                     : v->format_spec ? v->format_spec : in;
     if (!in)
         cli_usage_error(cmd, "missing --format (or --in and --out)");
-    cli_resolve_format(cmd, "input format", in, &v->in);
-    cli_resolve_format(cmd, "output format", out, &v->out);
+    cli_resolve_format(cmd, v->in_where[0] ? v->in_where : "input format",
+                       in, &v->in);
+    cli_resolve_format(cmd, v->out_where[0] ? v->out_where : "output format",
+                       out, &v->out);
     if (emu_op_is_compare(v->op)) {
         v->out = v->in; /* the result is 0 or 1 */
         return;
@@ -191,8 +198,8 @@ void cli_vecopts_write_header(const cli_vecopts *v, FILE *fp)
     full_spec(&v->out, out, sizeof out);
     cli_mode_name(&v->rnd, mode, sizeof mode);
     fprintf(fp, "%s op=%s in=%s out=%s mode=%s tiny=%s saturate=%s "
-            "seed=%llu profile=%s\n", header_tag, emu_op_name(v->op), in, out,
-            mode, v->rnd.tininess == EMU_TINY_BEFORE ? "before" : "after",
+            "seed=%llu profile=%s\n", CLI_VECTORS_TAG, emu_op_name(v->op), in,
+            out, mode, v->rnd.tininess == EMU_TINY_BEFORE ? "before" : "after",
             v->rnd.saturate ? "yes" : "no", (unsigned long long)v->seed,
             cli_profile_name(&v->rnd));
 }

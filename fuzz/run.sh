@@ -19,7 +19,8 @@ cc=${CC:-clang}
 CC=$cc cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DEMU_BUILD_FUZZ=ON -DEMU_BUILD_TESTS=OFF -DEMU_BUILD_BENCH=OFF > "$build.cmake.log" 2>&1 ||
     { cat "$build.cmake.log" >&2; exit 2; }
-cmake --build "$build" -j2 --target fuzz_format_spec fuzz_vectors fuzz_scaled > "$build.build.log" 2>&1 ||
+cmake --build "$build" -j2 --target fuzz_format_spec fuzz_vectors fuzz_scaled \
+    fuzz_vec_header fuzz_dot_header > "$build.build.log" 2>&1 ||
     { tail -n 40 "$build.build.log" >&2; exit 2; }
 # fuzz_checkpoint, and emu to write its seeds.
 cmake --build "$build" -j2 --target fuzz_checkpoint emu >> "$build.build.log" 2>&1 ||
@@ -78,9 +79,25 @@ for pol in fp16-mpt fp8-delayed mxfp4 bf16-kahan; do
     rm -rf "$seeds/run$i"
 done
 
+
+# Header seeds: the headers emu gen and emu dot gen write.
+for h in fuzz_vec_header fuzz_dot_header; do
+    mkdir -p "$seeds/$h" "$build/corpus/$h"
+done
+cat > "$seeds/fuzz_vec_header/gen" <<'HDR'
+# emu gen (libemu 0.1.0): add, e4m3 -> e4m3, mode rne, tininess after, level 1, seed 0
+#! emu-vectors op=add in=e4m3,bias=7,specials=fn,overflow=nan,subnormals=yes,signed=yes,zero=yes out=e4m3,bias=7,specials=fn,overflow=nan,subnormals=yes,signed=yes,zero=yes mode=rne tiny=after saturate=no seed=0
+HDR
+printf '#! emu-vectors op=convert in=binary32 out=bf16 mode=sr13 tiny=before saturate=yes seed=5\n' \
+    > "$seeds/fuzz_vec_header/sr"
+cat > "$seeds/fuzz_dot_header/gen" <<'HDR'
+# emu dot gen: 3 products of e5m2
+#! emu-dot in=e5m2 out=binary16 accum=kahan,acc=binary16,prod=exact,mode=rne mode=rz k=3 seed=9
+HDR
+printf '#! emu-dot in=e4m3 accum=fused,k=4,w=14,acc=binary32 k=16\n' > "$seeds/fuzz_dot_header/fused"
+
 status=0
-harnesses="fuzz_format_spec fuzz_vectors fuzz_scaled"
-harnesses="$harnesses fuzz_checkpoint"
+harnesses="fuzz_format_spec fuzz_vectors fuzz_scaled fuzz_vec_header fuzz_dot_header fuzz_checkpoint"
 for h in $harnesses; do
     echo "== $h: $secs s"
     if ! "$build/fuzz/$h" -max_total_time="$secs" -print_final_stats=1 \

@@ -32,13 +32,8 @@ int emu_fail(emu_error *err, const char *where, const char *key,
 int emu_vfail(emu_error *err, const char *where, const char *key,
               const char *fmt, va_list ap);
 
-/* Writes a file atomically: `write` fills "<path>.tmp", which is then
- * renamed to path; on any failure the temporary is removed, path is left
- * as it was, and err names the path.  Returns 0 or -1. */
-#include <stdio.h>
-int emu_write_atomic(const char *path,
-                     int (*write)(FILE *fp, const void *arg), const void *arg,
-                     emu_error *err);
+/* emu_write_atomic and friends: atomic_file.h. */
+#include "atomic_file.h"
 
 /* Exact s + e = a + b (Knuth's TwoSum; no condition on the magnitudes):
  * the error-free sum behind every exact pre-rounding value. */

@@ -69,14 +69,18 @@ static const emu_format *lookup(const char *name)
     return NULL;
 }
 
-/* The first of fmt's names (name, then aliases) that is already taken. */
-static const emu_format *clash(const emu_format *fmt, char *taken, size_t size)
+/* The first of fmt's names (name, then aliases) that is already taken;
+ * *key says which key of the spec holds it. */
+static const emu_format *clash(const emu_format *fmt, char *taken, size_t size,
+                               const char **key)
 {
     const emu_format *other = lookup(fmt->name);
+    *key = "name";
     if (other) {
         snprintf(taken, size, "%s", fmt->name);
         return other;
     }
+    *key = "aliases";
     char buf[sizeof fmt->aliases];
     snprintf(buf, sizeof buf, "%s", fmt->aliases);
     char *save = buf;
@@ -86,6 +90,33 @@ static const emu_format *clash(const emu_format *fmt, char *taken, size_t size)
             return other;
         }
     return NULL;
+}
+
+/* "ORIGIN:LINE" of the line of text that gives `key` (the spec parsed
+ * without error, so the first "key =" line is the one), or ORIGIN. */
+static void key_where(const char *text, const char *origin, const char *key,
+                      char *where, size_t size)
+{
+    size_t klen = strlen(key);
+    int lineno = 1;
+    for (const char *s = text; *s; lineno++) {
+        while (*s == ' ' || *s == '\t')
+            s++;
+        const char *t = s + klen;
+        if (!strncmp(s, key, klen)) {
+            while (*t == ' ' || *t == '\t')
+                t++;
+            if (*t == '=') {
+                snprintf(where, size, "%s:%d", origin, lineno);
+                return;
+            }
+        }
+        s = strchr(s, '\n');
+        if (!s)
+            break;
+        s++;
+    }
+    snprintf(where, size, "%s", origin);
 }
 
 /* A name of the form eXmY is also inline-spec syntax: "e5m7,bias=3" starts
@@ -102,17 +133,25 @@ static bool widths_match_name(const emu_format *fmt)
     return e == fmt->ebits && m == fmt->mbits;
 }
 
-static int add(const emu_format *fmt, const char *origin, emu_error *err)
+/* Registers fmt, parsed from `text` (for the line of a refused name). */
+static int add(const emu_format *fmt, const char *text, const char *origin,
+               emu_error *err)
 {
-    if (!widths_match_name(fmt))
-        return emu_fail(err, origin, "name", "'%s' reads as an eXmY spec but "
+    char where[256];
+    if (!widths_match_name(fmt)) {
+        key_where(text, origin, "name", where, sizeof where);
+        return emu_fail(err, where, "name", "'%s' reads as an eXmY spec but "
                         "the format has %d exponent and %d fraction bits",
                         fmt->name, fmt->ebits, fmt->mbits);
+    }
     char taken[EMU_NAME_MAX];
-    const emu_format *other = clash(fmt, taken, sizeof taken);
-    if (other)
-        return emu_fail(err, origin, "name", "'%s' is already a registered "
+    const char *key;
+    const emu_format *other = clash(fmt, taken, sizeof taken, &key);
+    if (other) {
+        key_where(text, origin, key, where, sizeof where);
+        return emu_fail(err, where, key, "'%s' is already a registered "
                         "format (%s)", taken, other->name);
+    }
     if (registry_len == REGISTRY_MAX)
         return emu_fail(err, origin, "", "registry full (%d formats)",
                         REGISTRY_MAX);
@@ -128,7 +167,7 @@ static void load_embedded(void)
         emu_error err;
         if (emu_format_parse_file_text(&fmt, s->text, strlen(s->text), s->path,
                                        &err) == 0 &&
-            add(&fmt, s->path, &err) == 0)
+            add(&fmt, s->text, s->path, &err) == 0)
             continue;
         /* A broken embedded spec is a build defect: say so loudly; the
          * registry tests fail on the missing format. */
@@ -185,14 +224,20 @@ static char *read_spec_file(const char *path, size_t *len, emu_error *err)
     return buf;
 }
 
-static int parse_path(emu_format *out, const char *path, emu_error *err)
+/* Parses the spec file at path; its text in *text_out (to free) if not
+ * NULL. */
+static int parse_path(emu_format *out, const char *path, char **text_out,
+                      emu_error *err)
 {
     size_t len;
     char *text = read_spec_file(path, &len, err);
     if (!text)
         return -1;
     int rc = emu_format_parse_file_text(out, text, len, path, err);
-    free(text);
+    if (text_out && rc == 0)
+        *text_out = text;
+    else
+        free(text);
     return rc;
 }
 
@@ -200,14 +245,17 @@ int emu_format_load_file(const char *path, emu_error *err)
 {
     ensure_loaded();
     emu_format fmt;
-    if (parse_path(&fmt, path, err))
+    char *text;
+    if (parse_path(&fmt, path, &text, err))
         return -1;
-    return add(&fmt, path, err);
+    int rc = add(&fmt, text, path, err);
+    free(text);
+    return rc;
 }
 
 int emu_format_resolve(emu_format *out, const char *spec, emu_error *err)
 {
     if (spec && (emu_ends_with(spec, ".fmt") || strchr(spec, '/')))
-        return parse_path(out, spec, err);
+        return parse_path(out, spec, NULL, err);
     return emu_format_parse_inline(out, spec, err);
 }

@@ -3,12 +3,11 @@
  *
  * The choke point (ops_core.c) fills emu_site_stats; this file owns the
  * bins, the site table and every file the measurements are written to.
- * Files are written to "<path>.tmp" and renamed into place, so a
+ * Files are written through emu_write_atomic (atomic_file.c), so a
  * reader (or a killed run) never sees half a file.
  */
 #include "emu/stats.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -426,32 +425,4 @@ void emu_stats_print_summary(const emu_stats *s, FILE *fp)
         else
             fprintf(fp, "%9s\n", "-");
     }
-}
-
-/* ---- atomic files --------------------------------------------------------- */
-
-int emu_write_atomic(const char *path,
-                     int (*write)(FILE *fp, const void *arg), const void *arg,
-                     emu_error *err)
-{
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
-        return emu_fail(err, path, "", "path too long");
-    FILE *fp = fopen(tmp, "w");
-    int rc = fp ? write(fp, arg) : -1;
-    if (fp) {
-        if (fflush(fp) || ferror(fp))
-            rc = -1;
-        if (fclose(fp))
-            rc = -1;
-    }
-    if (rc == 0 && rename(tmp, path) != 0)
-        rc = -1;
-    if (rc != 0) {
-        int e = errno;
-        remove(tmp);
-        return emu_fail(err, path, "", "cannot write: %s",
-                        e ? strerror(e) : "write error");
-    }
-    return 0;
 }

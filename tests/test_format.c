@@ -966,12 +966,13 @@ END_TEST
 START_TEST(test_file_duplicate_names)
 {
     static const char fp16[] = "name = fp16\nexponent = 5\nmantissa = 10\n";
-    load_error("dup-alias-as-name", fp16, sizeof fp16 - 1, "", "name", "fp16");
+    load_error("dup-alias-as-name", fp16, sizeof fp16 - 1, ":1", "name", "fp16");
     static const char upper[] = "name = BINARY16\nexponent = 5\nmantissa = 10\n";
     load_error("dup-case", upper, sizeof upper - 1, "", "name", "BINARY16");
     static const char alias[] = "name = suites_alias_clash\naliases = mine, "
                                 "bf16\nexponent = 8\nmantissa = 7\n";
-    load_error("dup-alias", alias, sizeof alias - 1, "", "name", "bf16");
+    /* The clash is in the aliases, on line 2: the message says so. */
+    load_error("dup-alias", alias, sizeof alias - 1, ":2", "aliases", "bf16");
 
     /* A fresh name loads, answers to its name and alias, and a second
      * load of the same file is refused. */

@@ -85,4 +85,20 @@ refuse "accumulator 'fused,k=0'" gen --in e4m3 --accum fused,k=0
 refuse "binary64 is not held by binary32" gen --in binary64 --accum exact
 refuse "--k: '0'" gen --in e4m3 --accum exact --k 0
 refuse "neither gen nor verify" check --in e4m3 --accum exact
+
+# A bad header: exit 2, the file, line and key named (not an option).
+H="#! emu-dot in=e4m3 out=binary32 accum=exact mode=rne"
+hdr_refuse() { # PATTERN HEADER-LINE
+    { echo "# dot vectors"; echo "$2"; echo '38 38 38 38 40000000 00'; } > "$tmp/h.tv"
+    refuse "h.tv:$1" verify "$tmp/h.tv"
+}
+hdr_refuse "2: header key 'k': '0' is not a length from 1 to 256" "$H k=0"
+hdr_refuse "2: header key 'seed': 'x'" "$H k=2 seed=x"
+hdr_refuse "2: header key 'in': format spec 'e4m3x'" "#! emu-dot in=e4m3x accum=exact k=2"
+hdr_refuse "2: header key 'in': binary64 is not held by binary32" "#! emu-dot in=binary64 accum=exact k=2"
+hdr_refuse "2: header key 'accum':" "#! emu-dot in=e4m3 accum=fused,k=0 k=2"
+hdr_refuse "2: header key 'mode': 'rnx' is not a rounding mode" "#! emu-dot in=e4m3 accum=exact mode=rnx k=2"
+hdr_refuse "2: header key 'kk' is unknown" "$H kk=2"
+hdr_refuse "2: header key 'k' given twice on the line" "$H k=2 k=3"
+refuse "is a directory" verify "$tmp"
 exit 0

@@ -46,6 +46,9 @@ expect_error "no normal numbers" "nonormal.fmt" "no normal" -- info "$tmp/nonorm
 expect_error "key given twice" "twice.fmt:3" "exponent" -- info "$tmp/twice.fmt"
 expect_error "missing file" "missing.fmt" "cannot open" -- info "$tmp/missing.fmt"
 expect_error "duplicate name" "dup.fmt" "fp16" "already" -- --load "$tmp/dup.fmt" info binary16
+spec alias    'name = mine2\n# fp16 is taken\n  aliases = m2, fp16\nexponent = 5\nmantissa = 10\n'
+expect_error "alias taken" "alias.fmt:3: key 'aliases': 'fp16' is already" -- --load "$tmp/alias.fmt" info binary16
+expect_error "name taken, its line" "dup.fmt:1: key 'name'" -- --load "$tmp/dup.fmt" info binary16
 expect_error "garbage bytes" "garbage.fmt:2" "0x01" -- info "$tmp/garbage.fmt"
 expect_error "random bytes" "random.fmt" -- info "$tmp/random.fmt"
 expect_error "inline unknown key" "e4m3,colour=red" "colour" -- info 'e4m3,colour=red'
@@ -65,6 +68,15 @@ printf 'name = mine\nexponent = 3\nmantissa = 2\nspecials = fnuz\n' > "$tmp/mine
 "$EMU" info "$tmp/mine.fmt" > "$tmp/out" || fail "info FILE.fmt exited $?"
 grep -q "canonical NaN *0x20" "$tmp/out" || fail "fnuz e3m2 NaN should be 0x20"
 "$EMU" --load "$tmp/mine.fmt" info mine > /dev/null || fail "--load then name failed"
+head -n 1 "$tmp/out" | grep -q "mine.fmt: declares 'mine'" ||
+    fail "info FILE.fmt is not titled with the file: $(head -n 1 "$tmp/out")"
+# A file that claims a registered name is titled with its path, and said
+# not to be the registered format.
+printf 'name = e4m3\nexponent = 5\nmantissa = 2\n' > "$tmp/claims.fmt"
+"$EMU" info "$tmp/claims.fmt" > "$tmp/out" || fail "info claims.fmt exited $?"
+head -n 1 "$tmp/out" | grep -q "claims.fmt: declares 'e4m3'" ||
+    fail "a file claiming e4m3 is titled: $(head -n 1 "$tmp/out")"
+grep -q "not the registered e4m3" "$tmp/out" || fail "claims.fmt is not told apart from the built-in e4m3"
 for f in $("$EMU" formats --csv | tail -n +2 | cut -d, -f1); do
     "$EMU" info "$f" > /dev/null || fail "info $f exited $?"
 done

@@ -61,6 +61,14 @@ check binary16 rne 0x1.ff8p-15 0x03ff subnormal
 check binary16 rne 0x1.fffp-15 0x0400 inexact
 check binary16 rne 0x1.fffp-15 0x0400 'inexact|underflow' --tiny before
 
+# Outside binary64's range (deterministic modes: test_cli_round.c holds
+# them against MPFR).  Stochastic modes: beyond binary64's max overflow is
+# certain; 1e-400 is below e4m3's grid by 2^-1320 (rounds up with a
+# probability far beneath the random word's resolution) but not exact.
+check e4m3 sr 1e400 0x7f 'inexact|overflow'
+check e4m3 sr -1e-400 0x80 'inexact|underflow'
+check bf16 sr 1e-320 0x0000 'inexact|underflow'
+
 # Stochastic rounding: reproducible for a seed, both neighbours occur.
 a=$("$EMU" round bf16 sr --seed 7 0.1 0.1 0.1 0.1 0.1 0.1 0.1 0.1 | awk '{print $4}')
 b=$("$EMU" round bf16 sr --seed 7 0.1 0.1 0.1 0.1 0.1 0.1 0.1 0.1 | awk '{print $4}')
@@ -69,8 +77,10 @@ n=$(echo "$a" | tail -n +2 | sort -u | wc -l)
 [ "$n" -eq 2 ] || fail "sr of 0.1 into bf16 gave $n distinct results over 8 draws: $a"
 
 # Errors: exit 2 and a message naming the culprit.
+# Stochastic rounding into binary64 would need 1e-400 finer than
+# binary64's own grid.
 for args in "binary16 rnx 1" "binary16 rne 1x" "nosuch rne 1" "binary16 rne" \
-            "binary16 rne 1e999"; do
+            "binary64 sr 1e-400"; do
     # shellcheck disable=SC2086
     "$EMU" round $args > /dev/null 2> /tmp/emu_round_err.$$
     rc=$?

@@ -332,6 +332,12 @@ printf '\0' >> "$tmp/long.bin"
 refuse "long.bin: 4 bytes, expected 3" unpack mxfp4 --shape 4 "$tmp/long.bin"
 refuse "i8.bin: 5 bytes, expected 16 for nvfp4 of shape 19 (10 bytes of element codes + 2 of 2 block scales + 4 of tensor scale)" \
     unpack nvfp4 --shape 19 "$tmp/i8.bin"
+# A shape far larger than the file is refused before it is allocated
+# (4e13 bytes of elements: ASan used to abort on the allocation).
+refuse "fp4.bin: 3 bytes, but mxfp4 of shape 100000000x100000 needs 5000000000000 bytes of element codes alone" \
+    unpack mxfp4 --shape 100000000x100000 "$tmp/fp4.bin"
+refuse "needs more than SIZE_MAX bytes" \
+    unpack mxfp4 --shape 100000000000x1000000000000 "$tmp/fp4.bin"
 
 # ---- --pack is atomic ------------------------------------------------------
 # An existing file survives a failed run untouched; a new one is never
@@ -354,6 +360,6 @@ cmp -s "$tmp/pk/old.bin" "$tmp/i8.bin" || fail "--pack did not replace the file"
 left=$(ls "$tmp/pk" | grep -v '^old\.bin$')
 [ -z "$left" ] || fail "--pack left files behind: $left"
 # A directory that does not exist: an error, nothing written.
-refuse "cannot create a temporary file" quant mxfp4 --pack "$tmp/nodir/x.bin" 1
+refuse "no temporary file can be made beside it" quant mxfp4 --pack "$tmp/nodir/x.bin" 1
 
 echo "scaled: all cases agree"

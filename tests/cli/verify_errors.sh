@@ -76,4 +76,39 @@ grep -v '^#' "$tmp/good" > "$tmp/noheader"
 [ $? -eq 2 ] && grep -q -- "--op" "$tmp/err" || fail "no settings should exit 2 naming --op"
 "$EMU" verify "$tmp/nonexistent" > /dev/null 2>&1
 [ $? -eq 2 ] || fail "missing file should exit 2"
+# A bad header: exit 2, the file, line and key named (not a command-line
+# option), whatever is wrong with it.
+header_refused() { # PATTERN HEADER-LINE
+    { echo "# vectors"; echo "$2"; echo '3C00 3C00 4000 00'; } > "$tmp/hdr.tv"
+    "$EMU" verify "$tmp/hdr.tv" > /dev/null 2> "$tmp/err"
+    rc=$?
+    [ $rc -eq 2 ] || fail "header '$2': exit $rc, want 2"
+    grep -q -- "hdr.tv:$1" "$tmp/err" || fail "header '$2': message lacks 'hdr.tv:$1': $(cat "$tmp/err")"
+}
+H='#! emu-vectors op=add in=binary16 out=binary16'
+header_refused "2: header key 'mode': 'rnx' is not a rounding mode" "$H mode=rnx"
+header_refused "2: header key 'op': 'plus' is not an operation" "#! emu-vectors op=plus in=binary16"
+header_refused "2: header key 'tiny': 'later' is neither" "$H tiny=later"
+header_refused "2: header key 'saturate': 'maybe' is neither yes nor no" "$H saturate=maybe"
+header_refused "2: header key 'seed': '-1' is not a non-negative integer" "$H seed=-1"
+header_refused "2: header key 'in': format spec 'e4m3x'" "#! emu-vectors op=add in=e4m3x out=binary16"
+header_refused "2: header key 'mdoe' is unknown" "$H mdoe=rz"
+header_refused "2: header item 'rne' is not key=value" "$H rne"
+header_refused "2: header key 'mode': empty value" "$H mode="
+# A key given twice, on one line or on two: refused, both places named.
+header_refused "2: header key 'mode' given twice on the line" "$H mode=rz mode=rne"
+printf '#! emu-vectors op=add in=binary16 out=binary16 mode=rz\n#! emu-vectors mode=rne\n3C00 3C00 4000 00\n' > "$tmp/two.tv"
+"$EMU" verify "$tmp/two.tv" > /dev/null 2> "$tmp/err"
+[ $? -eq 2 ] && grep -q "two.tv:2: header key 'mode' given twice (first at line 1)" "$tmp/err" ||
+    fail "a key on two header lines: $(cat "$tmp/err")"
+# An option overrides a bad header value (the way to read such a file).
+"$EMU" verify --mode rne "$tmp/hdr.tv" > /dev/null 2>&1
+{ echo "$H mode=rnx"; echo '3C00 3C00 4000 00'; } > "$tmp/over.tv"
+"$EMU" verify --mode rne "$tmp/over.tv" > /dev/null ||
+    fail "--mode should override the header's bad mode"
+
+# A directory is not a vector file.
+"$EMU" verify "$tmp" > /dev/null 2> "$tmp/err"
+[ $? -eq 2 ] && grep -q "is a directory" "$tmp/err" ||
+    fail "verify DIR: $(cat "$tmp/err")"
 echo "verify_errors: mismatches and malformed lines reported"

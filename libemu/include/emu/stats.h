@@ -7,9 +7,9 @@
  * field is a plain count or a sum, so two threads' partial statistics
  * merge exactly and in a fixed order.
  *
- * Exports are written atomically ("<path>.tmp", then rename) and are
- * meant to be read by pandas with no options: one header line, comma
- * separated, no index column, numbers in C locale.
+ * Exports are written atomically ("<path>.tmp-PID-N", synced, renamed)
+ * and are meant to be read by pandas with no options: one header line,
+ * comma separated, no index column, numbers in C locale.
  */
 #ifndef EMU_STATS_H
 #define EMU_STATS_H
