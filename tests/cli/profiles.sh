@@ -81,7 +81,7 @@ sed 's/ profile=ieee$/ profile=arm/' "$tmp/ieee.tv" > "$tmp/bad.tv"
 "$EMU" verify "$tmp/bad.tv" > "$tmp/out" 2>&1
 rc=$?
 [ $rc -eq 2 ] || fail "verify of profile=arm exited $rc, want 2"
-grep -q "header profile: 'arm' is not a profile" "$tmp/out" ||
+grep -q "bad.tv:2: header key 'profile': 'arm' is not a profile" "$tmp/out" ||
     fail "profile=arm: $(cat "$tmp/out")"
 
 # ocp keeps NaN sign and payload through arithmetic: exact NaNs round-trip.
