@@ -7,7 +7,11 @@
  * one raises invalid) and the particular NaN pattern a result gets (the
  * output format's canonical NaN).
  */
+#include "hostfp.h" /* first: no contraction, no excess precision */
+
 #include "emu/arith.h"
+
+#include "internal.h"
 
 #include <math.h>
 #include <string.h>
@@ -52,6 +56,7 @@ int emu_bits_op(emu_op op, const emu_format *in, const emu_format *out,
                 const emu_bits *operands, const emu_rounding *r,
                 emu_bits *res, emu_status *st)
 {
+    EMU_HOSTFP_GUARD;
     emu_status local;
     if (!st)
         st = &local;
@@ -71,7 +76,7 @@ int emu_bits_op(emu_op op, const emu_format *in, const emu_format *out,
     for (int i = 0; i < n; i++) {
         if (in->bits < 64 && operands[i].v >> in->bits)
             return -1;
-        v[i] = emu_decode(in, operands[i]);
+        v[i] = emu_decode_unguarded(in, operands[i]);
         signaling |= emu_is_signaling(in, operands[i]);
     }
 
@@ -103,5 +108,5 @@ int emu_bits_op(emu_op op, const emu_format *in, const emu_format *out,
             st->flags |= EMU_FLAG_INVALID;
         return 0;
     }
-    return emu_encode(out, x, res) ? 0 : -1;
+    return emu_encode_unguarded(out, x, res) ? 0 : -1;
 }

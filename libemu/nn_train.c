@@ -15,6 +15,8 @@
  */
 #define _POSIX_C_SOURCE 200809L
 
+#include "hostfp.h" /* first: no contraction, no excess precision */
+
 #include "emu/nn.h"
 
 #include <errno.h>
@@ -1283,6 +1285,7 @@ static int train_epochs(run *r, FILE *log, double *final_acc, emu_error *err)
 int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
               emu_error *err)
 {
+    EMU_HOSTFP_GUARD;
     if (emu_policy_validate(p, err))
         return -1;
     if (cfg->batch < 1 || cfg->epochs < 1 || !(cfg->lr > 0.0) ||
@@ -1457,6 +1460,7 @@ done:
 int emu_train_resume(const char *dir, int threads, bool quiet, FILE *log,
                      emu_error *err)
 {
+    EMU_HOSTFP_GUARD;
     char path[640];
     snprintf(path, sizeof path, "%s/checkpoint.bin", dir);
     FILE *fp = fopen(path, "rb");

@@ -10,6 +10,8 @@
  * is sampled iff word i of the sampling stream of op k falls below
  * ref_rate * 2^64.
  */
+#include "hostfp.h" /* first: no contraction, no excess precision */
+
 #include "emu/ops.h"
 
 #include <math.h>
@@ -96,12 +98,12 @@ static void sample(const emu_op_out *o, size_t i, double out, ref_work *w,
                                        : rel_diff(w->out, w->exact, w->exact, w->t);
     st->ulp_sum += ulps;
     st->ulp_max = fmax(st->ulp_max, ulps);
-    st->ulp_hist[emu_ulperr_bin(ulps)]++;
+    st->ulp_hist[emu_ulperr_bin_unguarded(ulps)]++;
     if (isfinite(rel)) {
         st->rel_sum += rel;
         st->rel_max = fmax(st->rel_max, rel);
     }
-    st->rel_hist[emu_relerr_bin(rel)]++;
+    st->rel_hist[emu_relerr_bin_unguarded(rel)]++;
     if (dot != 1 || mpfr_zero_p(w->src))
         return;
     /* The accumulator's value before output rounding, exactly hi + lo. */
@@ -124,7 +126,7 @@ static void sample(const emu_op_out *o, size_t i, double out, ref_work *w,
  * of two and lo points toward zero. */
 static int exact_bin(double hi, double lo)
 {
-    int b = emu_hist_bin(hi);
+    int b = emu_hist_bin_unguarded(hi);
     if (lo != 0.0 && b > EMU_HIST_BELOW && b <= EMU_HIST_ABOVE &&
         (lo < 0.0) != (hi < 0.0)) {
         int e;
@@ -164,6 +166,7 @@ static bool lo_harmless(const double *hi, const double *lo, size_t m, int p)
 
 int emu_commit(emu_ctx *ctx, const emu_op_out *o)
 {
+    EMU_HOSTFP_GUARD;
     emu_tensor *out = o->out;
     const size_t n = out->n;
     const uint64_t stream = ctx->op_index++;
@@ -206,19 +209,22 @@ int emu_commit(emu_ctx *ctx, const emu_op_out *o)
                 narrow &= (double)fin[j] == o->hi[i0 + j] || isnan(fin[j]);
             }
             if (narrow) {
-                emu_round_array_f32(&out->fmt, res + i0, fin, m, &ar, &counts);
+                emu_round_array_f32_unguarded(&out->fmt, res + i0, fin, m,
+                                              &ar, &counts);
                 continue;
             }
-            emu_round_array_f64(&out->fmt, buf, o->hi + i0, m, &ar, &counts);
+            emu_round_array_f64_unguarded(&out->fmt, buf, o->hi + i0, m,
+                                          &ar, &counts);
         } else {
             for (size_t j = 0; j < m; j++) {
                 size_t i = i0 + j;
                 uint64_t word = emu_rnd_is_stochastic(ar.rnd.mode)
                               ? emu_random64(ctx->seed, stream, i) : 0;
                 emu_status st;
-                buf[j] = emu_round2_word(&out->fmt, o->hi[i], o->lo[i],
-                                         &ar.rnd, word, &st);
-                emu_round_counts_add(&counts, o->hi[i], buf[j], st.flags);
+                buf[j] = emu_round2_word_unguarded(&out->fmt, o->hi[i], o->lo[i],
+                                                   &ar.rnd, word, &st);
+                emu_round_counts_add_unguarded(&counts, o->hi[i], buf[j],
+                                               st.flags);
             }
         }
         for (size_t j = 0; j < m; j++)
@@ -250,8 +256,8 @@ int emu_commit(emu_ctx *ctx, const emu_op_out *o)
         if (ctx->measure & EMU_MEASURE_HIST) {
             for (size_t i = 0; i < n; i++) {
                 s.hist_exact[o->lo ? exact_bin(o->hi[i], o->lo[i])
-                                   : emu_hist_bin(o->hi[i])]++;
-                s.hist_rounded[emu_hist_bin(res[i])]++;
+                                   : emu_hist_bin_unguarded(o->hi[i])]++;
+                s.hist_rounded[emu_hist_bin_unguarded(res[i])]++;
             }
         }
         if ((ctx->measure & EMU_MEASURE_REF) && o->ref && ctx->ref_rate > 0.0) {

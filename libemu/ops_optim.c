@@ -34,6 +34,8 @@
  *
  * Called by the nn layer's optimizer step and the CLI.
  */
+#include "hostfp.h" /* first: no contraction, no excess precision */
+
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -180,8 +182,9 @@ static void count_update_swamp(const emu_ctx *ctx, const emu_tensor *w,
         if (t[i] == 0.0 || !isfinite(t[i]) || !isfinite(w_old[i]))
             continue;
         uint64_t word = sr ? emu_random64(ctx->seed, stream, i) : 0;
-        double w_new = emu_round2_word(&w->fmt, hi[i], lo[i], &r, word, NULL);
-        emu_accum_count_add(c, &w->fmt, w_old[i], t[i], w_new);
+        double w_new = emu_round2_word_unguarded(&w->fmt, hi[i], lo[i], &r,
+                                                 word, NULL);
+        emu_accum_count_add_unguarded(c, &w->fmt, w_old[i], t[i], w_new);
     }
 }
 
@@ -266,6 +269,7 @@ int emu_t_sgd_update(emu_ctx *ctx, const char *site, emu_tensor *w,
                      emu_tensor *v, const emu_tensor *g,
                      const emu_sgd_opts *o)
 {
+    EMU_HOSTFP_GUARD;
     if (!o)
         return emu_ctx_fail(ctx, site, "SGD options: NULL");
     if (emu_check_tensor(ctx, site, "w", w) ||
@@ -440,6 +444,7 @@ int emu_t_adam_update(emu_ctx *ctx, const char *site, emu_tensor *w,
                       emu_tensor *m, emu_tensor *v, const emu_tensor *g,
                       const emu_adam_opts *o)
 {
+    EMU_HOSTFP_GUARD;
     if (!o)
         return emu_ctx_fail(ctx, site, "Adam options: NULL");
     if (emu_check_tensor(ctx, site, "w", w) ||

@@ -10,6 +10,8 @@
  * rounding.  Every accumulator model, the swamping counts and the MPFR
  * error split then come from emu_t_matmul unchanged.
  */
+#include "hostfp.h" /* first: no contraction, no excess precision */
+
 #include "emu/scaled.h"
 
 #include <math.h>
@@ -50,6 +52,7 @@ int emu_t_quantize_scaled(emu_ctx *ctx, const char *site,
                           emu_scaled_tensor *q, const emu_tensor *x,
                           const emu_quant_opts *o, emu_quant_counts *counts)
 {
+    EMU_HOSTFP_GUARD;
     if (emu_check_tensor(ctx, site, "x", x))
         return -1;
     if (!q || !q->elem)
@@ -114,7 +117,7 @@ int emu_t_quantize_scaled(emu_ctx *ctx, const char *site,
         for (size_t b = 0; b < q->nblocks; b++) {
             const double sb = q->sf.block_scaled ? q->scale[b] : 1.0;
             if (!isnan(sb))
-                s.hist_scale[emu_hist_bin(sb * g)]++; /* exact */
+                s.hist_scale[emu_hist_bin_unguarded(sb * g)]++; /* exact */
         }
     float *sc = malloc(q->n * sizeof *sc);
     if (!sc)
@@ -126,8 +129,8 @@ int emu_t_quantize_scaled(emu_ctx *ctx, const char *site,
         const double v = isnan(sb) ? NAN : (double)q->elem[i] * sb * g;
         s.nan += isnan(v);
         if (hist) {
-            s.hist_exact[emu_hist_bin(xi)]++;
-            s.hist_rounded[emu_hist_bin(v)]++;
+            s.hist_exact[emu_hist_bin_unguarded(xi)]++;
+            s.hist_rounded[emu_hist_bin_unguarded(v)]++;
         }
         if (!ref || xi == 0.0 || !isfinite(xi) || isnan(v))
             continue;
@@ -140,10 +143,10 @@ int emu_t_quantize_scaled(emu_ctx *ctx, const char *site,
         s.ref_samples++;
         s.ulp_sum += ulps;
         s.ulp_max = ulps > s.ulp_max ? ulps : s.ulp_max;
-        s.ulp_hist[emu_ulperr_bin(ulps)]++;
+        s.ulp_hist[emu_ulperr_bin_unguarded(ulps)]++;
         s.rel_sum += rel;
         s.rel_max = rel > s.rel_max ? rel : s.rel_max;
-        s.rel_hist[emu_relerr_bin(rel)]++;
+        s.rel_hist[emu_relerr_bin_unguarded(rel)]++;
     }
     free(sc);
     emu_site_stats_merge(&st->total, &s);
@@ -184,6 +187,7 @@ int emu_t_matmul_scaled(emu_ctx *ctx, const char *site, emu_tensor *out,
                         const emu_scaled_tensor *a, const emu_scaled_tensor *b,
                         const emu_matmul_opts *opts)
 {
+    EMU_HOSTFP_GUARD;
     static const emu_matmul_opts none;
     const emu_matmul_opts *o = opts ? opts : &none;
     if (!a || !b || !a->elem || !b->elem)

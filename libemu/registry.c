@@ -7,6 +7,8 @@
  * thread-safe with respect to concurrent lookups; lookups among themselves
  * are.
  */
+#include "hostfp.h" /* first: no contraction, no excess precision */
+
 #include "emu/format.h"
 
 #include <errno.h>
@@ -122,6 +124,7 @@ static int add(const emu_format *fmt, const char *origin, emu_error *err)
 
 static void load_embedded(void)
 {
+    EMU_HOSTFP_GUARD; /* the first emu_format_find may come from anywhere */
     for (size_t i = 0; i < emu_embedded_spec_count; i++) {
         const emu_embedded_spec *s = &emu_embedded_specs[i];
         emu_format fmt;
@@ -198,6 +201,7 @@ static int parse_path(emu_format *out, const char *path, emu_error *err)
 
 int emu_format_load_file(const char *path, emu_error *err)
 {
+    EMU_HOSTFP_GUARD;
     ensure_loaded();
     emu_format fmt;
     if (parse_path(&fmt, path, err))
@@ -207,6 +211,7 @@ int emu_format_load_file(const char *path, emu_error *err)
 
 int emu_format_resolve(emu_format *out, const char *spec, emu_error *err)
 {
+    EMU_HOSTFP_GUARD;
     if (spec && (emu_ends_with(spec, ".fmt") || strchr(spec, '/')))
         return parse_path(out, spec, err);
     return emu_format_parse_inline(out, spec, err);
