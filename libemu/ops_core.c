@@ -51,6 +51,7 @@ uint64_t emu_ctx_stream(const emu_ctx *ctx)
 
 int emu_ctx_fail(emu_ctx *ctx, const char *site, const char *fmt, ...)
 {
+    EMU_HOSTFP_GUARD; /* the message may print a double */
     va_list ap;
     va_start(ap, fmt);
     emu_vfail(&ctx->err, site ? site : "op", "", fmt, ap);
