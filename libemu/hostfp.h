@@ -105,8 +105,7 @@ void emu_hostfp_restore(const emu_hostfp *h);
 
 static inline emu_hostfp emu_hostfp_enter(void)
 {
-    emu_hostfp h;
-    h.replaced = !emu_hostfp_is_default();
+    emu_hostfp h = { .replaced = !emu_hostfp_is_default() };
     if (h.replaced)
         emu_hostfp_replace(&h);
     return h;
