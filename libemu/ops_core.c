@@ -222,8 +222,9 @@ int emu_commit(emu_ctx *ctx, const emu_op_out *o)
                 uint64_t word = emu_rnd_is_stochastic(ar.rnd.mode)
                               ? emu_random64(ctx->seed, stream, i) : 0;
                 emu_status st;
-                buf[j] = emu_round2_word_unguarded(&out->fmt, o->hi[i], o->lo[i],
-                                                   &ar.rnd, word, &st);
+                buf[j] = emu_round2_word_unguarded(&out->fmt, o->hi[i],
+                                                   o->lo[i], &ar.rnd, word,
+                                                   &st);
                 emu_round_counts_add_unguarded(&counts, o->hi[i], buf[j],
                                                st.flags);
             }

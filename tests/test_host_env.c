@@ -43,7 +43,7 @@ enum {
 #define HAVE_MXCSR 0
 #endif
 
-/* ---- the environments ----------------------------------------------------- */
+/* ---- the environments ---------------------------------------------------- */
 
 enum {
     ENV_DEFAULT, ENV_UPWARD, ENV_DOWNWARD, ENV_TOWARDZERO, ENV_FTZ, ENV_DAZ,
@@ -108,7 +108,7 @@ static void env_leave(void)
     fesetenv(FE_DFL_ENV);
 }
 
-/* ---- records ---------------------------------------------------------------- */
+/* ---- records ------------------------------------------------------------- */
 
 typedef struct records {
     uint64_t *v;
@@ -195,7 +195,8 @@ static void fill_binary16(emu_tensor *t, uint16_t (*pat)(size_t i, void *),
         buf[2 * i] = (uint8_t)u, buf[2 * i + 1] = (uint8_t)(u >> 8);
     }
     emu_error err;
-    ck_assert_msg(!emu_tensor_unpack(t, buf, 2 * t->n, &err), "%s", err.message);
+    ck_assert_msg(!emu_tensor_unpack(t, buf, 2 * t->n, &err), "%s",
+                  err.message);
     free(buf);
 }
 
@@ -217,7 +218,7 @@ static double random_value(test_rng *g, const emu_format *f)
     }
 }
 
-/* ---- the workloads ----------------------------------------------------------- */
+/* ---- the workloads ------------------------------------------------------- */
 
 static const emu_rounding *mode_of(int m, emu_rounding *r, emu_rng *rng)
 {
@@ -311,7 +312,8 @@ static void work_array(records *out)
     for (uint32_t k = 0; k < 4096; k++) {
         in[k] = float_of_bits(k << 11 | (k * 2654435761u >> 21));
         in[4096 + k] = float_of_bits((uint32_t)test_next(&g));
-        in[8192 + k] = float_of_bits(0x3F800000u + (uint32_t)(test_next(&g) >> 40));
+        in[8192 + k] =
+            float_of_bits(0x3F800000u + (uint32_t)(test_next(&g) >> 40));
         in64[k] = double_of_bits(test_next(&g) >> 12); /* subnormal */
         in64[4096 + k] = double_of_bits(test_next(&g));
         in64[8192 + k] = in[8192 + k];
@@ -329,7 +331,8 @@ static void work_array(records *out)
             memset(&c32, 0, sizeof c32);
             memset(&c64, 0, sizeof c64);
             ck_assert_int_eq(emu_round_array_f32(f, res, in, N, &a, &c32), 0);
-            ck_assert_int_eq(emu_round_array_f64(f, res64, in64, N, &a, &c64), 0);
+            ck_assert_int_eq(emu_round_array_f64(f, res64, in64, N, &a, &c64),
+                             0);
             put_floats(out, res, N);
             for (size_t i = 0; i < N; i++)
                 put_double(out, res64[i]);
@@ -538,7 +541,7 @@ static void work_train(records *out)
     rmdir(dir);
 }
 
-/* ---- the comparison ----------------------------------------------------------- */
+/* ---- the comparison ------------------------------------------------------ */
 
 enum { W_SCALAR, W_ARRAY, W_UNARY, W_GEMM, W_SCALED, W_TRAIN, W_COUNT };
 static void (*const workloads[W_COUNT])(records *) = {
