@@ -254,7 +254,8 @@ static void scalar_op(records *out, const emu_format *f, int op, double a,
 /* add, sub, mul, div, fma, sqrt and conversions: every pair of e4m3
  * values, random binary16 and bfloat16 operands (subnormals included),
  * conversions of binary32 subnormals and of random binary32/64 patterns,
- * to and from integers; every deterministic mode and two SR modes. */
+ * to and from integers, comparisons, classes and histogram bins of
+ * subnormal doubles; every deterministic mode and two SR modes. */
 static void work_scalar(records *out)
 {
     const emu_format *e4m3 = test_format("e4m3");
@@ -293,6 +294,15 @@ static void work_scalar(records *out)
                 put(out, st.flags);
                 put_status(out, emu_from_int(f, (int64_t)test_next(&g) >> 20,
                                              &r, &st), &st);
+                /* decisions on a subnormal double, which DAZ reads as 0 */
+                double d = double_of_bits(test_next(&g) >> 13);
+                put(out, (uint64_t)emu_eq(d, 0.0, &st) |
+                         (uint64_t)emu_lt(0.0, d, &st) << 1 |
+                         (uint64_t)emu_classify(f, d) << 2 |
+                         (uint64_t)emu_representable(f, d) << 5 |
+                         (uint64_t)emu_hist_bin(d) << 8);
+                put_double(out, emu_max(d, -d));
+                put_double(out, emu_next_up(f, emu_decode(f, (emu_bits){ k })));
             }
         }
     }
