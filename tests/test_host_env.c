@@ -181,12 +181,12 @@ static float float_of_bits(uint32_t u)
     return f;
 }
 
-/* Fills binary16 tensor t with patterns pat(i), through the library's
- * unpacking (a conversion in the test would run under the hostile
- * environment: DAZ reads a subnormal binary32 as zero, traps fire on a
- * signaling NaN). */
-static void fill_binary16(emu_tensor *t, uint16_t (*pat)(size_t i, void *),
-                          void *arg)
+/* Fills a tensor of a 16-bit format with patterns pat(i), through the
+ * library's unpacking (a conversion in the test would run under the
+ * hostile environment: DAZ reads a subnormal binary32 as zero, traps fire
+ * on a signaling NaN). */
+static void fill_16bit(emu_tensor *t, uint16_t (*pat)(size_t i, void *),
+                       void *arg)
 {
     uint8_t *buf = malloc(2 * t->n);
     ck_assert_ptr_nonnull(buf);
@@ -381,7 +381,7 @@ static void work_unary(records *out)
                                        0, 0, 0, &err), 0);
     ck_assert_int_eq(emu_tensor_alloc4(&y, "y", EMU_ROLE_ACTIVATION, h, 65536,
                                        0, 0, 0, &err), 0);
-    fill_binary16(&x, every_pattern, NULL);
+    fill_16bit(&x, every_pattern, NULL);
     emu_ctx ctx;
     emu_stats stats;
     ctx_with_stats(&ctx, &stats, 0.01);
@@ -413,8 +413,17 @@ static uint16_t small_pattern(size_t i, void *g)
     return (uint16_t)(test_next(g) % 0x3C00 ^ (i & 1) << 15);
 }
 
-/* One matmul per accumulator model, binary16 in and out, two threads,
- * every statistic and MPFR samples. */
+/* bfloat16 values near 2^-70 (either sign): their binary32 products lie
+ * below 2^-126, where FTZ flushes host binary32 arithmetic. */
+static uint16_t tiny_pattern(size_t i, void *g)
+{
+    uint64_t w = test_next(g);
+    return (uint16_t)((57 + w % 4) << 7 | (w >> 8 & 0x7F) | (i & 1) << 15);
+}
+
+/* One matmul per accumulator model, two threads, every statistic and MPFR
+ * samples: binary16 over its whole range, and bfloat16 whose products are
+ * binary32 subnormals. */
 static void work_gemm(records *out)
 {
     const char *const models[] = {
@@ -423,33 +432,35 @@ static void work_gemm(records *out)
         "kahan,acc=binary16", "exact", "fast",
         "sequential,acc=binary16,mode=sr",
     };
-    const emu_format *h = test_format("binary16");
     enum { M = 24, K = 80, N = 20 };
-    emu_error err;
-    emu_tensor a, b, c;
-    ck_assert_int_eq(emu_tensor_alloc4(&a, "a", EMU_ROLE_ACTIVATION, h, M, K,
-                                       0, 0, &err), 0);
-    ck_assert_int_eq(emu_tensor_alloc4(&b, "b", EMU_ROLE_WEIGHT, h, K, N, 0,
-                                       0, &err), 0);
-    ck_assert_int_eq(emu_tensor_alloc4(&c, "c", EMU_ROLE_ACTIVATION, h, M, N,
-                                       0, 0, &err), 0);
-    test_rng g = test_rng_make(3);
-    fill_binary16(&a, finite_pattern, &g);
-    fill_binary16(&b, small_pattern, &g);
-    for (size_t k = 0; k < sizeof models / sizeof *models; k++) {
-        emu_ctx ctx;
-        emu_stats stats;
-        ctx_with_stats(&ctx, &stats, 0.1);
-        ctx.threads = 2;
-        ck_assert_msg(!emu_accum_parse(&ctx.accum, models[k], &err), "%s",
-                      err.message);
-        ck_assert_msg(!emu_t_matmul(&ctx, "mm", &c, &a, &b, NULL), "%s",
-                      ctx.err.message);
-        put_floats(out, c.data, c.n);
-        put_stats(out, &stats);
-        emu_stats_free(&stats);
+    for (int pass = 0; pass < 2; pass++) {
+        const emu_format *h = test_format(pass ? "bfloat16" : "binary16");
+        emu_error err;
+        emu_tensor a, b, c;
+        ck_assert_int_eq(emu_tensor_alloc4(&a, "a", EMU_ROLE_ACTIVATION, h, M,
+                                           K, 0, 0, &err), 0);
+        ck_assert_int_eq(emu_tensor_alloc4(&b, "b", EMU_ROLE_WEIGHT, h, K, N,
+                                           0, 0, &err), 0);
+        ck_assert_int_eq(emu_tensor_alloc4(&c, "c", EMU_ROLE_ACTIVATION, h, M,
+                                           N, 0, 0, &err), 0);
+        test_rng g = test_rng_make(3);
+        fill_16bit(&a, pass ? tiny_pattern : finite_pattern, &g);
+        fill_16bit(&b, pass ? tiny_pattern : small_pattern, &g);
+        for (size_t k = 0; k < sizeof models / sizeof *models; k++) {
+            emu_ctx ctx;
+            emu_stats stats;
+            ctx_with_stats(&ctx, &stats, 0.1);
+            ctx.threads = 2;
+            ck_assert_msg(!emu_accum_parse(&ctx.accum, models[k], &err), "%s",
+                          err.message);
+            ck_assert_msg(!emu_t_matmul(&ctx, "mm", &c, &a, &b, NULL), "%s",
+                          ctx.err.message);
+            put_floats(out, c.data, c.n);
+            put_stats(out, &stats);
+            emu_stats_free(&stats);
+        }
+        emu_tensor_free(&a), emu_tensor_free(&b), emu_tensor_free(&c);
     }
-    emu_tensor_free(&a), emu_tensor_free(&b), emu_tensor_free(&c);
 }
 
 /* MX and NVFP4 quantization of values down to binary32 subnormals. */
