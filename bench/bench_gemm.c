@@ -14,6 +14,8 @@
  *   --reps R            repetitions of the faster runs; the best is kept
  *   --ref-rate X        MPFR sampling rate of the "ref" column (default 1/1024)
  *   --quick             one size (256), binary16 only
+ *   --guard-sizes LIST  sizes of the host-guard rows (default 8,32,128;
+ *                       "none" leaves them out)
  *
  * Columns, in GMAC/s (M N K multiply-adds per second; CPU time of the
  * process, so that a loaded machine skews less; with threads > 1 it is
@@ -26,6 +28,13 @@
  * already rounded into their format; the output is binary32 or the input
  * format.  At the end, the measured cost of one MPFR-sampled output gives
  * the sampling rate that keeps the ref column within 2x of swamp.
+ *
+ * The host-guard rows time one model (seq-b16, counters and histograms
+ * on, binary16 in and out) with the calling thread in the default
+ * floating-point state (the guard's fast path) and in a hostile one
+ * (upward, FTZ, DAZ: the slow path, state saved, set and restored per
+ * call), small sizes first, where the per-call cost would show.  Build
+ * with -DEMU_HOSTFP_GUARD=OFF to compare with a library without the guard.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -36,6 +45,8 @@
 #include <time.h>
 
 #include <emu/emu.h>
+
+#include "bench_util.h"
 
 #ifdef BENCH_HAVE_CBLAS
 #include <cblas.h>
@@ -164,10 +175,51 @@ static void die_err(const emu_error *e)
     exit(1);
 }
 
+/* The guard's cost on a size-n seq-b16 matmul: best of reps in the default
+ * and in the hostile state, interleaved. */
+static void guard_row(bench *B, size_t n)
+{
+    const emu_format *h = emu_format_find("binary16");
+    emu_error err;
+    emu_tensor a, b, c;
+    if (emu_tensor_alloc4(&a, "A", EMU_ROLE_ACTIVATION, h, n, n, 0, 0, &err) ||
+        emu_tensor_alloc4(&b, "B", EMU_ROLE_WEIGHT, h, n, n, 0, 0, &err) ||
+        emu_tensor_alloc4(&c, "C", EMU_ROLE_ACTIVATION, h, n, n, 0, 0, &err))
+        die_err(&err);
+    float *x = malloc(n * n * sizeof *x);
+    normal_fill(x, n * n);
+    emu_ctx ctx;
+    emu_ctx_init(&ctx, 1);
+    if (emu_t_load(&ctx, "bench.a", &a, x, n * n) ||
+        emu_t_load(&ctx, "bench.b", &b, x, n * n))
+        die_err(&ctx.err);
+    emu_accum acc;
+    if (emu_accum_parse(&acc, "sequential,acc=binary16", &err))
+        die_err(&err);
+    /* enough calls per timing that the clock's resolution does not matter */
+    int calls = n >= 128 ? 1 : (int)(128 * 128 * 128 / (n * n * n));
+    double best[2] = { INFINITY, INFINITY };
+    for (int r = 0; r < B->reps + 2; r++)
+        for (int hostile = 0; hostile < 2; hostile++) {
+            if (hostile)
+                bench_host_hostile();
+            double t = 0.0;
+            for (int k = 0; k < calls; k++)
+                t += time_matmul(B, &acc, COL_ON, &c, &a, &b, 1);
+            bench_host_default();
+            best[hostile] = t < best[hostile] ? t : best[hostile];
+        }
+    const double macs = (double)n * (double)n * (double)n * calls;
+    printf("%-6zu %6d %12.3f %12.3f %8.3fx\n", n, calls, macs / best[0] * 1e-9,
+           macs / best[1] * 1e-9, best[1] / best[0]);
+    free(x);
+    emu_tensor_free(&a), emu_tensor_free(&b), emu_tensor_free(&c);
+}
+
 int main(int argc, char **argv)
 {
     const char *sizes = "256,512", *formats = "binary16,bfloat16,e4m3";
-    const char *model_list = NULL;
+    const char *model_list = NULL, *guard_sizes = "8,32,128";
     bench B = { .threads = 1, .reps = 3, .ref_rate = 1.0 / 1024 };
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -188,6 +240,8 @@ int main(int argc, char **argv)
             formats = v;
         else if (!strcmp(o, "--models"))
             model_list = v;
+        else if (!strcmp(o, "--guard-sizes"))
+            guard_sizes = v;
         else if (!strcmp(o, "--threads"))
             B.threads = atoi(v) > 0 ? atoi(v) : 1;
         else if (!strcmp(o, "--reps"))
@@ -362,6 +416,19 @@ int main(int argc, char **argv)
         printf("Sampling rates that keep a %zu^3 seq-bf16 matmul within 2x / "
                "1.2x of its unsampled time: %.2g / %.2g\n", sample_k,
                per_output / sample_cost, 0.2 * per_output / sample_cost);
+    }
+    if (strcmp(guard_sizes, "none")) {
+        printf("\nhost guard, seq-b16 binary16 -> binary16, counters on: "
+               "caller in the default state vs upward+FTZ+DAZ\n"
+               "%-6s %6s %12s %12s %9s\n", "n", "calls", "default GMAC",
+               "hostile GMAC", "ratio");
+        for (const char *sp = guard_sizes; *sp;) {
+            size_t n = (size_t)strtoul(sp, NULL, 10);
+            const char *comma = strchr(sp, ',');
+            sp = comma ? comma + 1 : sp + strlen(sp);
+            if (n)
+                guard_row(&B, n);
+        }
     }
     emu_stats_free(&B.stats);
     return 0;

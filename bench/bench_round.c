@@ -12,10 +12,20 @@
  * figure (the oracle's recipe, nearest-even) is measured on a slice of
  * --mpfr-n elements; its throughput stands for the whole array.
  *
+ * The host-guard rows time the same rounding with the calling thread in
+ * the default floating-point state (the guard's fast path: one MXCSR read
+ * per call) and in a hostile one (upward, FTZ, DAZ: every call saves,
+ * sets and restores the state), as one array per call, as 256 elements
+ * per call, and as one scalar emu_round per element; --no-guard-rows
+ * leaves them out.  Build with -DEMU_HOSTFP_GUARD=OFF to compare the
+ * default-state figures with a library without the guard.
+ *
  * Usage: bench_round [--csv] [--log2n N] [--reps R] [--mpfr-n N]
+ *                    [--no-guard-rows]
  * A program, not a test: it is never registered with CTest.
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,8 +105,68 @@ static double mpfr_recipe(const emu_format *f, float *dst, const float *src,
     return t;
 }
 
+/* Seconds for one pass over n elements: `chunk` elements per call of
+ * emu_round_array_f32, or (chunk 0) one emu_round per element. */
+static double guard_pass(const emu_format *f, const emu_array_rounding *a,
+                         float *dst, const float *src, size_t n, size_t chunk)
+{
+    double t = bench_now();
+    if (chunk == 0) {
+        for (size_t i = 0; i < n; i++)
+            dst[i] = (float)emu_round(f, src[i], &a->rnd, NULL);
+    } else {
+        for (size_t i = 0; i < n; i += chunk)
+            emu_round_array_f32(f, dst + i, src + i, n - i < chunk ? n - i
+                                : chunk, a, NULL);
+    }
+    return bench_now() - t;
+}
+
+/* The guard's cost: each call shape, best of reps in the default and in
+ * the hostile state, interleaved so that a busy moment hits both. */
+static void guard_rows(float *dst, const float *src, size_t n, int reps,
+                       int csv)
+{
+    const emu_format *f = emu_format_find("binary16");
+    emu_array_rounding a;
+    memset(&a, 0, sizeof a);
+    static const struct { const char *name; size_t chunk, n_max; } shapes[] = {
+        { "array/call", SIZE_MAX, SIZE_MAX },
+        { "256/call", 256, SIZE_MAX },
+        { "scalar", 0, (size_t)1 << 20 },
+    };
+    if (!csv)
+        printf("\nhost guard, binary16 rne: caller in the default state vs "
+               "upward+FTZ+DAZ\n%-11s %12s %12s %9s\n", "calls",
+               "default Me/s", "hostile Me/s", "ratio");
+    else
+        printf("\nguard_calls,default_melem_per_s,hostile_melem_per_s,"
+               "time_ratio\n");
+    for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
+        size_t m = n < shapes[k].n_max ? n : shapes[k].n_max;
+        size_t chunk = shapes[k].chunk == SIZE_MAX ? m : shapes[k].chunk;
+        double best[2] = { 1e30, 1e30 };
+        for (int r = 0; r < reps; r++)
+            for (int h = 0; h < 2; h++) {
+                if (h)
+                    bench_host_hostile();
+                double t = guard_pass(f, &a, dst, src, m, chunk);
+                bench_host_default();
+                best[h] = t < best[h] ? t : best[h];
+            }
+        double d = (double)m / best[0] * 1e-6, o = (double)m / best[1] * 1e-6;
+        if (csv)
+            printf("%s,%.1f,%.1f,%.3f\n", shapes[k].name, d, o,
+                   best[1] / best[0]);
+        else
+            printf("%-11s %12.1f %12.1f %8.3fx\n", shapes[k].name, d, o,
+                   best[1] / best[0]);
+    }
+}
+
 int main(int argc, char **argv)
 {
+    int guard = 1;
     int csv = 0, log2n = 24, reps = 5;
     size_t mpfr_n = (size_t)1 << 18;
     for (int i = 1; i < argc; i++) {
@@ -108,9 +178,11 @@ int main(int argc, char **argv)
             reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--mpfr-n") && i + 1 < argc)
             mpfr_n = (size_t)strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--no-guard-rows"))
+            guard = 0;
         else {
             fprintf(stderr, "usage: bench_round [--csv] [--log2n N] "
-                            "[--reps R] [--mpfr-n N]\n");
+                            "[--reps R] [--mpfr-n N] [--no-guard-rows]\n");
             return 2;
         }
     }
@@ -188,6 +260,8 @@ int main(int argc, char **argv)
                    rw->mode, rw->melem, 100.0 * rw->melem / copy_melem, mp,
                    rw->melem / mp);
     }
+    if (guard)
+        guard_rows(dst, src, n, reps, csv);
     free(src);
     free(dst);
     return 0;

@@ -7,12 +7,17 @@
 #ifndef EMU_BENCH_UTIL_H
 #define EMU_BENCH_UTIL_H
 
+#include <fenv.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
 
 #include <emu/rng.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
 
 /* Seconds of wall time (C11's clock: no POSIX needed). */
 static inline double bench_now(void)
@@ -40,6 +45,24 @@ static inline double bench_best_memcpy(float *dst, const float *src, size_t n,
         best = t < best ? t : best;
     }
     return best;
+}
+
+/* The caller's floating-point state for the host-guard rows.  A hostile
+ * caller (rounding upward and, on x86, flush-to-zero and
+ * denormals-are-zero, as -ffast-math code and torch.set_flush_denormal
+ * leave it) makes every library call take the guard's slow path: save,
+ * install the default state, restore on return. */
+static inline void bench_host_hostile(void)
+{
+    fesetround(FE_UPWARD);
+#if defined(__x86_64__) || defined(__i386__)
+    _mm_setcsr(_mm_getcsr() | 0x8040u); /* FTZ (bit 15), DAZ (bit 6) */
+#endif
+}
+
+static inline void bench_host_default(void)
+{
+    fesetenv(FE_DFL_ENV);
 }
 
 #endif

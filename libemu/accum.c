@@ -41,6 +41,8 @@
  * short enough (accum.h), a range in a stream of their own for longer
  * ones, so that no two dot products share a word.
  */
+#include "hostfp.h" /* first: no contraction, no excess precision */
+
 #include "emu/accum.h"
 
 #include <math.h>
@@ -223,7 +225,7 @@ double emu_accum_round_step(const emu_format *f, const emu_rounding *r,
     }
     if (fast)
         *fast = false;
-    return emu_round2_word(f, hi, lo, r, word, NULL);
+    return emu_round2_word_unguarded(f, hi, lo, r, word, NULL);
 }
 
 /* Random words of one dot product, drawn WORD_RUN at a time: the models
@@ -299,12 +301,12 @@ static double step_round(const stepper *s, double hi, double lo, uint64_t idx)
     if (!s->sr) {
         if (s->pl.ok && fast_round(&s->pl, hi, lo, &out))
             return out;
-        return emu_round2_word(s->f, hi, lo, s->r, 0, NULL);
+        return emu_round2_word_unguarded(s->f, hi, lo, s->r, 0, NULL);
     }
     uint64_t word = step_word(s, idx);
     if (s->pl.ok && fast_round_sr(&s->pl, hi, lo, word, &out))
         return out;
-    return emu_round2_word(s->f, hi, lo, s->r, word, NULL);
+    return emu_round2_word_unguarded(s->f, hi, lo, s->r, word, NULL);
 }
 
 /* round(a + b): the exact sum as a TwoSum pair, with IEEE 754's sign for
@@ -379,8 +381,8 @@ static int bits_below(double t, int q)
     return n < 0 ? 0 : n > 64 ? 64 : n;
 }
 
-void emu_accum_count_add(emu_accum_counts *c, const emu_format *acc, double s,
-                         double t, double s_new)
+void emu_accum_count_add_unguarded(emu_accum_counts *c, const emu_format *acc,
+                                   double s, double t, double s_new)
 {
     c->adds++;
     if (t != 0.0 && s_new == s) {
@@ -393,6 +395,13 @@ void emu_accum_count_add(emu_accum_counts *c, const emu_format *acc, double s,
         return;
     }
     c->lost_bits[bits_below(t, quantum_exp(acc, s_new))]++;
+}
+
+void emu_accum_count_add(emu_accum_counts *c, const emu_format *acc, double s,
+                         double t, double s_new)
+{
+    EMU_HOSTFP_GUARD;
+    emu_accum_count_add_unguarded(c, acc, s, t, s_new);
 }
 
 /* ---- 2. the models, one dot product at a time --------------------------- */
@@ -424,7 +433,7 @@ static void count(const dot_job *j, const emu_format *f, double s, double t,
                   double s_new)
 {
     if (j->counts)
-        emu_accum_count_add(j->counts, f, s, t, s_new);
+        emu_accum_count_add_unguarded(j->counts, f, s, t, s_new);
 }
 
 static double dot_sequential(const dot_job *j)
@@ -783,11 +792,20 @@ static double dot_init(const emu_accum *a, const float *x, ptrdiff_t incx,
     }
 }
 
+double emu_accum_dot_unguarded(const emu_accum *a, const float *x,
+                               ptrdiff_t incx, const float *y, ptrdiff_t incy,
+                               size_t n, const emu_accum_rng *rng,
+                               emu_accum_counts *counts, double *lo)
+{
+    return dot_init(a, x, incx, y, incy, n, NULL, rng, counts, lo);
+}
+
 double emu_accum_dot(const emu_accum *a, const float *x, ptrdiff_t incx,
                      const float *y, ptrdiff_t incy, size_t n,
                      const emu_accum_rng *rng, emu_accum_counts *counts,
                      double *lo)
 {
+    EMU_HOSTFP_GUARD;
     return dot_init(a, x, incx, y, incy, n, NULL, rng, counts, lo);
 }
 
@@ -936,8 +954,8 @@ static EMU_ALWAYS_INLINE void count_step(const seq_ctx *c, const double *s_old,
             hist[j][bin]++;
         } else {
             /* counted here in full; the caller's adds cover all lanes */
-            emu_accum_count_add(cnt, &c->g->model->acc, s_old[j], ak * b[j],
-                                s_new[j]);
+            emu_accum_count_add_unguarded(cnt, &c->g->model->acc, s_old[j],
+                                          ak * b[j], s_new[j]);
             cnt->adds--;
         }
     }
@@ -1171,7 +1189,8 @@ static EMU_ALWAYS_INLINE void seq_row_panel(const seq_ctx *c, emu_rnd mode,
             for (size_t j = 0; j < jn; j++) {
                 double w_new = add_round(&c->wide, w[j], s[j], 0);
                 if (cnt)
-                    emu_accum_count_add(cnt, &g->model->wide, w[j], s[j], w_new);
+                    emu_accum_count_add_unguarded(cnt, &g->model->wide, w[j],
+                                                  s[j], w_new);
                 w[j] = w_new;
                 s[j] = 0.0;
             }
@@ -1217,7 +1236,8 @@ static EMU_ALWAYS_INLINE void kahan_row_panel(const seq_ctx *c, emu_rnd mode,
         lanes_add(c, mode, d, neg, cc, jn);
         if (cnt)
             for (size_t j = 0; j < jn; j++)
-                emu_accum_count_add(cnt, &g->model->acc, s[j], y[j], t[j]);
+                emu_accum_count_add_unguarded(cnt, &g->model->acc, s[j], y[j],
+                                              t[j]);
         memcpy(s, t, sizeof s);
     }
     for (size_t j = 0; j < jn; j++)
@@ -1253,7 +1273,8 @@ static EMU_ALWAYS_INLINE void pw_row_panel(const seq_ctx *c, emu_rnd mode,
         lanes_add(c, mode, zero, t, res, jn);
         if (cnt)
             for (size_t j = 0; j < jn; j++)
-                emu_accum_count_add(cnt, &g->model->acc, 0.0, t[j], res[j]);
+                emu_accum_count_add_unguarded(cnt, &g->model->acc, 0.0, t[j],
+                                              res[j]);
     } else {
         enum { DEPTH = 130 };
         struct frame {
@@ -1290,9 +1311,10 @@ static EMU_ALWAYS_INLINE void pw_row_panel(const seq_ctx *c, emu_rnd mode,
                 if (cnt)
                     for (size_t j = 0; j < jn; j++) {
                         bool lbig = fabs(l[j]) >= fabs(r[j]);
-                        emu_accum_count_add(cnt, &g->model->acc,
-                                            lbig ? l[j] : r[j],
-                                            lbig ? r[j] : l[j], sum[j]);
+                        emu_accum_count_add_unguarded(cnt, &g->model->acc,
+                                                      lbig ? l[j] : r[j],
+                                                      lbig ? r[j] : l[j],
+                                                      sum[j]);
                     }
                 nv -= 2;
                 memcpy(v[nv++], sum, sizeof sum);
@@ -1384,6 +1406,7 @@ typedef struct shared {
 
 static int worker_main(void *arg)
 {
+    EMU_HOSTFP_GUARD; /* a new thread's state is the platform's choice */
     gemm_worker *w = arg;
     const shared *sh = w->sh;
     if (!sh->use_seq) {

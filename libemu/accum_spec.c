@@ -6,6 +6,8 @@
  *   "sequential,acc=binary16"          "blocked,acc=e5m2,wide=binary32,block=128"
  *   "fused,k=32,w=14,acc=binary32"     "kahan,acc=bfloat16"  "exact"  "fast"
  */
+#include "hostfp.h" /* first: no contraction, no excess precision */
+
 #include "emu/accum.h"
 
 #include <stdarg.h>

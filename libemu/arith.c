@@ -22,6 +22,8 @@
  * Each operation handles IEEE 754's special cases, then hands hi + lo to
  * emu_round2(): the result is rounded once, in one place.
  */
+#include "hostfp.h" /* first: no contraction, no excess precision */
+
 #include "emu/arith.h"
 
 #include <math.h>
@@ -80,21 +82,22 @@ static double round_sum(const emu_format *f, double x, double y,
     emu_two_sum(x, y, &hi, &lo);
     if (hi == 0.0 && lo == 0.0)
         hi = zero_sum(x, y, r);
-    return emu_round2(f, hi, lo, r, st);
+    return emu_round2_unguarded(f, hi, lo, r, st);
 }
 
 double emu_add(const emu_format *f, double a, double b, const emu_rounding *r,
                emu_status *st)
 {
+    EMU_HOSTFP_GUARD;
     emu_status local;
     st = status_or(st, &local);
     r = rounding_or_default(r);
     if (isnan(a) || isnan(b))
-        return emu_round(f, first_nan(a, b, NAN), r, st);
+        return emu_round_unguarded(f, first_nan(a, b, NAN), r, st);
     if (isinf(a) || isinf(b)) {
         if (isinf(a) && isinf(b) && signbit(a) != signbit(b))
             return invalid(f, r, st);
-        return emu_round(f, isinf(a) ? a : b, r, st);
+        return emu_round_unguarded(f, isinf(a) ? a : b, r, st);
     }
     return round_sum(f, a, b, r, st);
 }
@@ -102,6 +105,7 @@ double emu_add(const emu_format *f, double a, double b, const emu_rounding *r,
 double emu_sub(const emu_format *f, double a, double b, const emu_rounding *r,
                emu_status *st)
 {
+    EMU_HOSTFP_GUARD;
     /* A NaN subtrahend propagates as it is: negation is for numbers. */
     return emu_add(f, a, isnan(b) ? b : -b, r, st);
 }
@@ -109,61 +113,67 @@ double emu_sub(const emu_format *f, double a, double b, const emu_rounding *r,
 double emu_mul(const emu_format *f, double a, double b, const emu_rounding *r,
                emu_status *st)
 {
+    EMU_HOSTFP_GUARD;
     emu_status local;
     st = status_or(st, &local);
     r = rounding_or_default(r);
     if (isnan(a) || isnan(b))
-        return emu_round(f, first_nan(a, b, NAN), r, st);
+        return emu_round_unguarded(f, first_nan(a, b, NAN), r, st);
     if ((isinf(a) && b == 0.0) || (a == 0.0 && isinf(b)))
         return invalid(f, r, st);
-    return emu_round(f, a * b, r, st); /* exact, zeros and infinities too */
+    /* exact, zeros and infinities too */
+    return emu_round_unguarded(f, a * b, r, st);
 }
 
 double emu_div(const emu_format *f, double a, double b, const emu_rounding *r,
                emu_status *st)
 {
+    EMU_HOSTFP_GUARD;
     emu_status local;
     st = status_or(st, &local);
     r = rounding_or_default(r);
     if (isnan(a) || isnan(b))
-        return emu_round(f, first_nan(a, b, NAN), r, st);
+        return emu_round_unguarded(f, first_nan(a, b, NAN), r, st);
     if ((a == 0.0 && b == 0.0) || (isinf(a) && isinf(b)))
         return invalid(f, r, st);
     if (b == 0.0 && isfinite(a)) {
         /* Division by zero proper: an exact infinity from a finite
          * dividend (inf / 0 is just inf, with no flag). */
-        double v = emu_round(f, signbit(a) != signbit(b) ? -INFINITY : INFINITY,
-                             r, st);
+        double v = emu_round_unguarded(
+            f, signbit(a) != signbit(b) ? -INFINITY : INFINITY, r, st);
         st->flags |= EMU_FLAG_INFINITE;
         return v;
     }
     if (isinf(a) || isinf(b) || a == 0.0)
-        return emu_round(f, a / b, r, st); /* exact: inf or a signed zero */
+        /* exact: inf or a signed zero */
+        return emu_round_unguarded(f, a / b, r, st);
     double q = a / b;
     double rem = fma(-q, b, a); /* exact */
-    return emu_round2(f, q, rem / b, r, st);
+    return emu_round2_unguarded(f, q, rem / b, r, st);
 }
 
 double emu_sqrt(const emu_format *f, double a, const emu_rounding *r,
                 emu_status *st)
 {
+    EMU_HOSTFP_GUARD;
     emu_status local;
     st = status_or(st, &local);
     r = rounding_or_default(r);
     if (isnan(a))
-        return emu_round(f, a, r, st);
+        return emu_round_unguarded(f, a, r, st);
     if (a < 0.0)
         return invalid(f, r, st);
     if (a == 0.0 || isinf(a))
-        return emu_round(f, a, r, st); /* sqrt(-0) = -0 */
+        return emu_round_unguarded(f, a, r, st); /* sqrt(-0) = -0 */
     double s = sqrt(a);
     double rem = fma(-s, s, a); /* exact */
-    return emu_round2(f, s, rem / (2.0 * s), r, st);
+    return emu_round2_unguarded(f, s, rem / (2.0 * s), r, st);
 }
 
 double emu_fma(const emu_format *f, double a, double b, double c,
                const emu_rounding *r, emu_status *st)
 {
+    EMU_HOSTFP_GUARD;
     emu_status local;
     st = status_or(st, &local);
     r = rounding_or_default(r);
@@ -171,12 +181,12 @@ double emu_fma(const emu_format *f, double a, double b, double c,
     if ((isinf(a) && b == 0.0) || (a == 0.0 && isinf(b)))
         return invalid(f, r, st);
     if (isnan(a) || isnan(b) || isnan(c))
-        return emu_round(f, first_nan(a, b, c), r, st);
+        return emu_round_unguarded(f, first_nan(a, b, c), r, st);
     double p = a * b; /* exact (binary32 operands) */
     if (isinf(p) || isinf(c)) {
         if (isinf(p) && isinf(c) && signbit(p) != signbit(c))
             return invalid(f, r, st);
-        return emu_round(f, isinf(p) ? p : c, r, st);
+        return emu_round_unguarded(f, isinf(p) ? p : c, r, st);
     }
     return round_sum(f, p, c, r, st);
 }
@@ -184,7 +194,8 @@ double emu_fma(const emu_format *f, double a, double b, double c,
 double emu_convert(const emu_format *f, double a, const emu_rounding *r,
                    emu_status *st)
 {
-    return emu_round(f, a, rounding_or_default(r), st);
+    EMU_HOSTFP_GUARD;
+    return emu_round_unguarded(f, a, rounding_or_default(r), st);
 }
 
 /* ---- integers ---------------------------------------------------------- */
@@ -235,6 +246,7 @@ static double round_integral(double x, const emu_rounding *r, bool *inexact)
 
 int64_t emu_to_int(double a, int width, const emu_rounding *r, emu_status *st)
 {
+    EMU_HOSTFP_GUARD;
     emu_status local;
     st = status_or(st, &local);
     r = rounding_or_default(r);
@@ -265,6 +277,7 @@ int64_t emu_to_int(double a, int width, const emu_rounding *r, emu_status *st)
 uint64_t emu_to_uint(double a, int width, const emu_rounding *r,
                      emu_status *st)
 {
+    EMU_HOSTFP_GUARD;
     emu_status local;
     st = status_or(st, &local);
     r = rounding_or_default(r);
@@ -302,12 +315,13 @@ static double round_u64(const emu_format *f, uint64_t u, bool neg,
         h = -h, l = -l;
     double hi, lo;
     emu_two_sum(h, l, &hi, &lo);
-    return emu_round2(f, hi, lo, r, st);
+    return emu_round2_unguarded(f, hi, lo, r, st);
 }
 
 double emu_from_int(const emu_format *f, int64_t i, const emu_rounding *r,
                     emu_status *st)
 {
+    EMU_HOSTFP_GUARD;
     /* |i| as unsigned, without overflowing on INT64_MIN. */
     uint64_t m = i < 0 ? (uint64_t)0 - (uint64_t)i : (uint64_t)i;
     return round_u64(f, m, i < 0, rounding_or_default(r), st);
@@ -316,6 +330,7 @@ double emu_from_int(const emu_format *f, int64_t i, const emu_rounding *r,
 double emu_from_uint(const emu_format *f, uint64_t u, const emu_rounding *r,
                      emu_status *st)
 {
+    EMU_HOSTFP_GUARD;
     return round_u64(f, u, false, rounding_or_default(r), st);
 }
 
@@ -331,29 +346,34 @@ static void compare_status(emu_status *st, unsigned flags)
 
 bool emu_eq(double a, double b, emu_status *st)
 {
+    EMU_HOSTFP_GUARD;
     compare_status(st, 0);
     return a == b;
 }
 
 bool emu_lt(double a, double b, emu_status *st)
 {
+    EMU_HOSTFP_GUARD;
     compare_status(st, isnan(a) || isnan(b) ? EMU_FLAG_INVALID : 0);
     return a < b;
 }
 
 bool emu_le(double a, double b, emu_status *st)
 {
+    EMU_HOSTFP_GUARD;
     compare_status(st, isnan(a) || isnan(b) ? EMU_FLAG_INVALID : 0);
     return a <= b;
 }
 
 bool emu_unordered(double a, double b)
 {
+    EMU_HOSTFP_GUARD;
     return isnan(a) || isnan(b);
 }
 
 double emu_min(double a, double b)
 {
+    EMU_HOSTFP_GUARD;
     if (isnan(a) || isnan(b))
         return NAN;
     if (a == b)
@@ -363,6 +383,7 @@ double emu_min(double a, double b)
 
 double emu_max(double a, double b)
 {
+    EMU_HOSTFP_GUARD;
     if (isnan(a) || isnan(b))
         return NAN;
     if (a == b)

@@ -8,7 +8,11 @@
  * particular NaN pattern a result gets (the profile's default NaN, or the
  * NaN operand's sign and payload where the profile keeps them).
  */
+#include "hostfp.h" /* first: no contraction, no excess precision */
+
 #include "emu/arith.h"
+
+#include "internal.h"
 
 #include <math.h>
 #include <string.h>
@@ -53,6 +57,7 @@ int emu_bits_op(emu_op op, const emu_format *in, const emu_format *out,
                 const emu_bits *operands, const emu_rounding *r,
                 emu_bits *res, emu_status *st)
 {
+    EMU_HOSTFP_GUARD;
     emu_status local;
     if (!st)
         st = &local;
@@ -74,7 +79,7 @@ int emu_bits_op(emu_op op, const emu_format *in, const emu_format *out,
     for (int i = 0; i < n; i++) {
         if (in->bits < 64 && operands[i].v >> in->bits)
             return -1;
-        v[i] = emu_decode(in, operands[i]);
+        v[i] = emu_decode_unguarded(in, operands[i]);
         signaling |= emu_is_signaling_in(in, prof, operands[i]);
     }
 
@@ -107,5 +112,5 @@ int emu_bits_op(emu_op op, const emu_format *in, const emu_format *out,
             st->flags |= EMU_FLAG_INVALID;
         return 0;
     }
-    return emu_encode(out, x, res) ? 0 : -1;
+    return emu_encode_unguarded(out, x, res) ? 0 : -1;
 }

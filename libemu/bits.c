@@ -15,7 +15,11 @@
  * Called by the CLI (value tables, test vectors), the bit-level arithmetic
  * (arith_bits.c) and the tests; nothing here is on a hot path.
  */
+#include "hostfp.h" /* first: no contraction, no excess precision */
+
 #include "emu/bits.h"
+
+#include "internal.h"
 
 #include <math.h>
 #include <string.h>
@@ -105,7 +109,7 @@ emu_class emu_classify_bits(const emu_format *fmt, emu_bits b)
     return EMU_CLASS_NORMAL;
 }
 
-double emu_decode(const emu_format *fmt, emu_bits b)
+double emu_decode_unguarded(const emu_format *fmt, emu_bits b)
 {
     fields x = split(fmt, b);
     double v;
@@ -131,6 +135,12 @@ double emu_decode(const emu_format *fmt, emu_bits b)
         break;
     }
     return x.sign ? -v : v;
+}
+
+double emu_decode(const emu_format *fmt, emu_bits b)
+{
+    EMU_HOSTFP_GUARD;
+    return emu_decode_unguarded(fmt, b);
 }
 
 bool emu_nan_bits(const emu_format *fmt, emu_bits *out)
@@ -196,8 +206,9 @@ bool emu_nan_bits_in(const emu_format *fmt, const emu_profile *p,
 bool emu_encode_in(const emu_format *fmt, const emu_profile *p, double x,
                    emu_bits *out)
 {
+    EMU_HOSTFP_GUARD;
     if (!isnan(x))
-        return emu_encode(fmt, x, out);
+        return emu_encode_unguarded(fmt, x, out);
     static const emu_profile ieee;
     if (!p)
         p = &ieee;
@@ -218,7 +229,7 @@ bool emu_encode_in(const emu_format *fmt, const emu_profile *p, double x,
     return true;
 }
 
-bool emu_encode(const emu_format *fmt, double x, emu_bits *out)
+bool emu_encode_unguarded(const emu_format *fmt, double x, emu_bits *out)
 {
     out->v = 0;
     if (isnan(x))
@@ -263,14 +274,22 @@ bool emu_encode(const emu_format *fmt, double x, emu_bits *out)
     return true;
 }
 
+bool emu_encode(const emu_format *fmt, double x, emu_bits *out)
+{
+    EMU_HOSTFP_GUARD;
+    return emu_encode_unguarded(fmt, x, out);
+}
+
 bool emu_representable(const emu_format *fmt, double x)
 {
+    EMU_HOSTFP_GUARD;
     emu_bits b;
-    return emu_encode(fmt, x, &b);
+    return emu_encode_unguarded(fmt, x, &b);
 }
 
 emu_class emu_classify(const emu_format *fmt, double x)
 {
+    EMU_HOSTFP_GUARD;
     if (isnan(x))
         return EMU_CLASS_NAN;
     if (isinf(x))
@@ -297,9 +316,9 @@ static double mag_up(const emu_format *fmt, double a)
     if (a >= fmt->max)
         return INFINITY;
     emu_bits b;
-    emu_encode(fmt, a, &b);
+    emu_encode_unguarded(fmt, a, &b);
     b.v += 1; /* the fraction carries into the exponent field */
-    return fabs(emu_decode(fmt, b));
+    return fabs(emu_decode_unguarded(fmt, b));
 }
 
 /* The next magnitude below a (a > 0 representable); 0 below min_value, or
@@ -311,13 +330,14 @@ static double mag_down(const emu_format *fmt, double a)
     if (isinf(a))
         return fmt->max;
     emu_bits b;
-    emu_encode(fmt, a, &b);
+    emu_encode_unguarded(fmt, a, &b);
     b.v -= 1;
-    return fabs(emu_decode(fmt, b)); /* flushed patterns read as 0 */
+    return fabs(emu_decode_unguarded(fmt, b)); /* flushed patterns read as 0 */
 }
 
 double emu_next_up(const emu_format *fmt, double x)
 {
+    EMU_HOSTFP_GUARD;
     if (isnan(x) || x == INFINITY)
         return x;
     if (x == -INFINITY)
@@ -330,6 +350,7 @@ double emu_next_up(const emu_format *fmt, double x)
 
 double emu_next_down(const emu_format *fmt, double x)
 {
+    EMU_HOSTFP_GUARD;
     if (isnan(x) || x == -INFINITY)
         return x;
     if (x == INFINITY)

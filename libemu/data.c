@@ -9,6 +9,8 @@
  * their header promises; every check names the file and the byte offset
  * that is wrong.
  */
+#include "hostfp.h" /* first: no contraction, no excess precision */
+
 #include "emu/data.h"
 
 #include <errno.h>
@@ -168,6 +170,7 @@ int emu_dataset_load_idx(emu_dataset *d, const char *images_path,
                          const char *labels_path, const char *name,
                          emu_error *err)
 {
+    EMU_HOSTFP_GUARD;
     memset(d, 0, sizeof *d);
     size_t ilen = 0, llen = 0;
     uint32_t isz[3], lsz[1];
@@ -227,6 +230,7 @@ done:
 int emu_dataset_fashion_mnist(emu_dataset *train, emu_dataset *test,
                               const char *dir, emu_error *err)
 {
+    EMU_HOSTFP_GUARD;
     if (!dir)
         dir = EMU_FASHION_MNIST_DIR;
     char ip[512], lp[512];
@@ -349,6 +353,7 @@ int emu_dataset_synthetic(emu_dataset *train, emu_dataset *test,
                           uint64_t seed, size_t n_train, size_t n_test,
                           emu_error *err)
 {
+    EMU_HOSTFP_GUARD;
     if (synth_split(train, "synthetic/train", seed, 1, n_train, err))
         return -1;
     if (synth_split(test, "synthetic/test", seed, 2, n_test, err)) {

@@ -6,6 +6,8 @@
  * thing wherever it is written, and both go through emu_format_validate(),
  * the one place that decides whether a format can be emulated exactly.
  */
+#include "hostfp.h" /* first: no contraction, no excess precision */
+
 #include "emu/format.h"
 
 #include "internal.h"
@@ -285,6 +287,7 @@ static char *trim(char *s)
 int emu_format_parse_file_text(emu_format *out, const char *text, size_t len,
                                const char *origin, emu_error *err)
 {
+    EMU_HOSTFP_GUARD;
     emu_format f;
     format_defaults(&f);
     unsigned seen = 0;
@@ -385,6 +388,7 @@ const emu_format *emu_format_find(const char *name);
 
 int emu_format_parse_inline(emu_format *out, const char *spec, emu_error *err)
 {
+    EMU_HOSTFP_GUARD;
     char where[256];
     snprintf(where, sizeof where, "format spec '%.200s'", spec ? spec : "");
     if (!spec || !*spec) {
@@ -509,6 +513,7 @@ int emu_format_parse_inline(emu_format *out, const char *spec, emu_error *err)
 
 int emu_format_validate(emu_format *f, emu_error *err)
 {
+    EMU_HOSTFP_GUARD;
     const char *where = f->name[0] ? f->name : "format";
     if (f->ebits < 1 || f->ebits > 11) {
         emu_fail(err, where, "exponent", "%d is not a width from 1 to 11",
@@ -622,6 +627,7 @@ int emu_format_validate(emu_format *f, emu_error *err)
 
 void emu_format_spec_string(const emu_format *f, char *buf, size_t size)
 {
+    EMU_HOSTFP_GUARD;
     /* Every field explicit: "e4m3" alone would name the registered OCP
      * format, so the items must override whatever the base resolves to. */
     snprintf(buf, size, "e%dm%d,bias=%d,specials=%s,overflow=%s,"

@@ -2,6 +2,8 @@
 #ifndef EMU_INTERNAL_H
 #define EMU_INTERNAL_H
 
+#include "hostfp.h"
+
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -77,5 +79,44 @@ typedef struct emu_rne_sat_plan {
 bool emu_rne_sat_plan_make(emu_rne_sat_plan *k, const emu_format *f);
 void emu_rne_sat_f32(const emu_rne_sat_plan *k, float *out, const float *in,
                      size_t n);
+
+/* The hot public functions without the host floating-point guard, for
+ * callers inside the library (which already hold it: every path into the
+ * library goes through a guarded entry point).  Same contracts as the
+ * public versions. */
+#include "emu/accum.h"
+#include "emu/bits.h"
+#include "emu/round.h"
+double emu_round2_word_unguarded(const emu_format *fmt, double hi, double lo,
+                                 const emu_rounding *r, uint64_t word,
+                                 emu_status *st);
+double emu_round2_unguarded(const emu_format *fmt, double hi, double lo,
+                            const emu_rounding *r, emu_status *st);
+static inline double emu_round_unguarded(const emu_format *fmt, double x,
+                                         const emu_rounding *r, emu_status *st)
+{
+    return emu_round2_unguarded(fmt, x, 0.0, r, st);
+}
+int emu_round_array_f32_unguarded(const emu_format *fmt, float *out,
+                                  const float *in, size_t n,
+                                  const emu_array_rounding *a,
+                                  emu_round_counts *counts);
+int emu_round_array_f64_unguarded(const emu_format *fmt, double *out,
+                                  const double *in, size_t n,
+                                  const emu_array_rounding *a,
+                                  emu_round_counts *counts);
+void emu_round_counts_add_unguarded(emu_round_counts *counts, double in,
+                                    double out, unsigned flags);
+double emu_decode_unguarded(const emu_format *fmt, emu_bits b);
+bool emu_encode_unguarded(const emu_format *fmt, double x, emu_bits *out);
+int emu_hist_bin_unguarded(double x);
+int emu_ulperr_bin_unguarded(double ulps);
+int emu_relerr_bin_unguarded(double rel);
+void emu_accum_count_add_unguarded(emu_accum_counts *c, const emu_format *acc,
+                                   double s, double t, double s_new);
+double emu_accum_dot_unguarded(const emu_accum *a, const float *x,
+                               ptrdiff_t incx, const float *y, ptrdiff_t incy,
+                               size_t n, const emu_accum_rng *rng,
+                               emu_accum_counts *counts, double *lo);
 
 #endif

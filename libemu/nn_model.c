@@ -27,6 +27,8 @@
  * adds its bias after the product (the scales must not multiply it), and
  * its bias gradient is then the sum of the unquantized dY.
  */
+#include "hostfp.h" /* first: no contraction, no excess precision */
+
 #include "emu/nn.h"
 
 #include <math.h>
@@ -447,6 +449,7 @@ int emu_model_build(emu_model *m, const char *arch, const emu_policy *p,
                     int batch, int in_c, int in_h, int in_w, int classes,
                     uint64_t seed, emu_ctx *ctx, emu_error *err)
 {
+    EMU_HOSTFP_GUARD;
     memset(m, 0, sizeof *m);
     if (batch < 1 || batch > 1 << 16)
         return emu_fail(err, "model", "batch", "%d is not in 1..65536", batch);
@@ -644,6 +647,7 @@ static void site_of(char *buf, size_t size, const emu_layer *l, const char *what
 
 int emu_model_forward(emu_model *m, emu_ctx *ctx, const emu_policy *p)
 {
+    EMU_HOSTFP_GUARD;
     const emu_tensor *in = &m->x;
     char site[64];
     for (int i = 0; i < m->n_layers; i++) {
@@ -745,6 +749,7 @@ static int conv_bias_grad(emu_ctx *ctx, emu_layer *l, const emu_tensor *dy)
 int emu_model_backward(emu_model *m, emu_ctx *ctx, const emu_policy *p,
                        const int *labels, float scale)
 {
+    EMU_HOSTFP_GUARD;
     const emu_layer *last = &m->layers[m->n_layers - 1];
     ctx->rnd = prec_of(p, last, EMU_ROLE_ACT_GRAD)->rnd;
     if (emu_t_cross_entropy(ctx, "loss", &m->loss, &m->dlogits, &last->y,

@@ -15,6 +15,8 @@
  */
 #define _POSIX_C_SOURCE 200809L
 
+#include "hostfp.h" /* first: no contraction, no excess precision */
+
 #include "emu/nn.h"
 
 #include <errno.h>
@@ -1519,6 +1521,7 @@ static int check_config(const emu_train_config *c, const emu_policy *p,
 int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
               emu_error *err)
 {
+    EMU_HOSTFP_GUARD;
     if (emu_policy_validate(p, err))
         return -1;
     if (check_config(cfg, p, err))
@@ -1702,6 +1705,7 @@ done:
 int emu_train_resume(const char *dir, int threads, bool quiet, FILE *log,
                      emu_error *err)
 {
+    EMU_HOSTFP_GUARD;
     char path[640];
     snprintf(path, sizeof path, "%s/checkpoint.bin", dir);
     size_t size;

@@ -36,6 +36,8 @@
  *
  * Called by the nn layer's convolution layers and the CLI.
  */
+#include "hostfp.h" /* first: no contraction, no excess precision */
+
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -416,6 +418,7 @@ int emu_t_conv2d(emu_ctx *ctx, const char *site, emu_tensor *y,
                  const emu_tensor *x, const emu_tensor *w,
                  const emu_tensor *bias, const emu_conv_opts *o)
 {
+    EMU_HOSTFP_GUARD;
     conv_geom g;
     if (emu_check_tensor(ctx, site, "y", y) ||
         emu_check_tensor(ctx, site, "x", x) ||
@@ -479,6 +482,7 @@ int emu_t_conv2d_backward_data(emu_ctx *ctx, const char *site, emu_tensor *dx,
                                const emu_tensor *dy, const emu_tensor *w,
                                const emu_conv_opts *o)
 {
+    EMU_HOSTFP_GUARD;
     conv_geom g;
     if (emu_check_tensor(ctx, site, "dx", dx) ||
         emu_check_tensor(ctx, site, "dy", dy) ||
@@ -565,6 +569,7 @@ int emu_t_conv2d_backward_weights(emu_ctx *ctx, const char *site,
                                   const emu_tensor *dy, const emu_tensor *x,
                                   const emu_conv_opts *o)
 {
+    EMU_HOSTFP_GUARD;
     conv_geom g;
     if (emu_check_tensor(ctx, site, "dw", dw) ||
         emu_check_tensor(ctx, site, "dy", dy) ||
@@ -623,8 +628,9 @@ int emu_t_conv2d_backward_weights(emu_ctx *ctx, const char *site,
         const uint64_t stream = accum_stream(ctx);
         for (size_t co = 0; co < g.Co; co++) {
             emu_accum_rng rng = { ctx->seed, stream, co };
-            bh[co] = emu_accum_dot(&ctx->accum, dyp + co * T, 1, NULL, 0, T,
-                                   &rng, count ? &bswamp : NULL, &bl[co]);
+            bh[co] = emu_accum_dot_unguarded(&ctx->accum, dyp + co * T, 1,
+                                             NULL, 0, T, &rng,
+                                             count ? &bswamp : NULL, &bl[co]);
         }
         char sub[EMU_TENSOR_NAME_MAX + 16];
         snprintf(sub, sizeof sub, "%s.dbias", site ? site : "op");

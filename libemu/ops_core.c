@@ -10,6 +10,8 @@
  * is sampled iff word i of the sampling stream of op k falls below
  * ref_rate * 2^64.
  */
+#include "hostfp.h" /* first: no contraction, no excess precision */
+
 #include "emu/ops.h"
 
 #include <math.h>
@@ -49,6 +51,7 @@ uint64_t emu_ctx_stream(const emu_ctx *ctx)
 
 int emu_ctx_fail(emu_ctx *ctx, const char *site, const char *fmt, ...)
 {
+    EMU_HOSTFP_GUARD; /* the message may print a double */
     va_list ap;
     va_start(ap, fmt);
     emu_vfail(&ctx->err, site ? site : "op", "", fmt, ap);
@@ -96,12 +99,12 @@ static void sample(const emu_op_out *o, size_t i, double out, ref_work *w,
                                        : rel_diff(w->out, w->exact, w->exact, w->t);
     st->ulp_sum += ulps;
     st->ulp_max = fmax(st->ulp_max, ulps);
-    st->ulp_hist[emu_ulperr_bin(ulps)]++;
+    st->ulp_hist[emu_ulperr_bin_unguarded(ulps)]++;
     if (isfinite(rel)) {
         st->rel_sum += rel;
         st->rel_max = fmax(st->rel_max, rel);
     }
-    st->rel_hist[emu_relerr_bin(rel)]++;
+    st->rel_hist[emu_relerr_bin_unguarded(rel)]++;
     if (dot != 1 || mpfr_zero_p(w->src))
         return;
     /* The accumulator's value before output rounding, exactly hi + lo. */
@@ -124,7 +127,7 @@ static void sample(const emu_op_out *o, size_t i, double out, ref_work *w,
  * of two and lo points toward zero. */
 static int exact_bin(double hi, double lo)
 {
-    int b = emu_hist_bin(hi);
+    int b = emu_hist_bin_unguarded(hi);
     if (lo != 0.0 && b > EMU_HIST_BELOW && b <= EMU_HIST_ABOVE &&
         (lo < 0.0) != (hi < 0.0)) {
         int e;
@@ -172,8 +175,8 @@ bool emu_commit_measures(const emu_ctx *ctx)
 static int exact_bin_of(const emu_op_out *o, size_t i)
 {
     if (o->scale)
-        return emu_hist_bin(o->src[i]);
-    return o->lo ? exact_bin(o->hi[i], o->lo[i]) : emu_hist_bin(o->hi[i]);
+        return emu_hist_bin_unguarded(o->src[i]);
+    return o->lo ? exact_bin(o->hi[i], o->lo[i]) : emu_hist_bin_unguarded(o->hi[i]);
 }
 
 /* Output i's value after rounding: the element times its scales (exact:
@@ -210,7 +213,7 @@ static void count_swamp(const emu_op_out *o, const float *res, size_t n,
         const double t = o->addend[i];
         if (t == 0.0 || !isfinite(t) || !isfinite(o->acc_old[i]))
             continue;
-        emu_accum_count_add(c, &o->out->fmt, o->acc_old[i], t, res[i]);
+        emu_accum_count_add_unguarded(c, &o->out->fmt, o->acc_old[i], t, res[i]);
     }
 }
 
@@ -243,7 +246,7 @@ static void measure_results(const emu_ctx *ctx, const emu_op_out *o,
     if (ctx->measure & EMU_MEASURE_HIST) {
         for (size_t i = 0; i < n; i++) {
             s->hist_exact[exact_bin_of(o, i)]++;
-            s->hist_rounded[emu_hist_bin(value_of(o, res, i))]++;
+            s->hist_rounded[emu_hist_bin_unguarded(value_of(o, res, i))]++;
         }
         if (o->hist_scale)
             for (int b = 0; b < EMU_HIST_BINS; b++)
@@ -292,18 +295,18 @@ static void round_results(const emu_ctx *ctx, const emu_op_out *o,
                 narrow &= (double)fin[j] == o->hi[i0 + j] || isnan(fin[j]);
             }
             if (narrow) {
-                emu_round_array_f32(&out->fmt, res + i0, fin, m, &ar, counts);
+                emu_round_array_f32_unguarded(&out->fmt, res + i0, fin, m, &ar, counts);
                 continue;
             }
-            emu_round_array_f64(&out->fmt, buf, o->hi + i0, m, &ar, counts);
+            emu_round_array_f64_unguarded(&out->fmt, buf, o->hi + i0, m, &ar, counts);
         } else {
             for (size_t j = 0; j < m; j++) {
                 size_t i = i0 + j;
                 uint64_t word = sr ? emu_random64(ctx->seed, stream, i) : 0;
                 emu_status st;
-                buf[j] = emu_round2_word(&out->fmt, o->hi[i], o->lo[i],
+                buf[j] = emu_round2_word_unguarded(&out->fmt, o->hi[i], o->lo[i],
                                          &ar.rnd, word, &st);
-                emu_round_counts_add(counts, o->hi[i], buf[j], st.flags);
+                emu_round_counts_add_unguarded(counts, o->hi[i], buf[j], st.flags);
             }
         }
         for (size_t j = 0; j < m; j++)
@@ -313,6 +316,7 @@ static void round_results(const emu_ctx *ctx, const emu_op_out *o,
 
 int emu_commit(emu_ctx *ctx, const emu_op_out *o)
 {
+    EMU_HOSTFP_GUARD;
     emu_tensor *out = o->out;
     const size_t n = out->n;
     if (!o->hi) {

@@ -32,6 +32,8 @@
  * Outputs may alias inputs: emu_commit calls the MPFR reference and the
  * NaN classifier on the op's inputs before it writes the output.
  */
+#include "hostfp.h" /* first: no contraction, no excess precision */
+
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -839,30 +841,35 @@ static int binary(emu_ctx *ctx, const char *site, emu_tensor *out,
 int emu_t_add(emu_ctx *ctx, const char *site, emu_tensor *out,
               const emu_tensor *a, const emu_tensor *b)
 {
+    EMU_HOSTFP_GUARD;
     return binary(ctx, site, out, a, b, EW_ADD, "add");
 }
 
 int emu_t_sub(emu_ctx *ctx, const char *site, emu_tensor *out,
               const emu_tensor *a, const emu_tensor *b)
 {
+    EMU_HOSTFP_GUARD;
     return binary(ctx, site, out, a, b, EW_SUB, "sub");
 }
 
 int emu_t_mul(emu_ctx *ctx, const char *site, emu_tensor *out,
               const emu_tensor *a, const emu_tensor *b)
 {
+    EMU_HOSTFP_GUARD;
     return binary(ctx, site, out, a, b, EW_MUL, "mul");
 }
 
 int emu_t_div(emu_ctx *ctx, const char *site, emu_tensor *out,
               const emu_tensor *a, const emu_tensor *b)
 {
+    EMU_HOSTFP_GUARD;
     return binary(ctx, site, out, a, b, EW_DIV, "div");
 }
 
 int emu_t_scale(emu_ctx *ctx, const char *site, emu_tensor *out,
                 const emu_tensor *x, float alpha)
 {
+    EMU_HOSTFP_GUARD;
     site = site_or(site, "scale");
     if (emu_check_tensor(ctx, site, "out", out) ||
         emu_check_tensor(ctx, site, "x", x) ||
@@ -880,6 +887,7 @@ int emu_t_scale(emu_ctx *ctx, const char *site, emu_tensor *out,
 int emu_t_axpy(emu_ctx *ctx, const char *site, emu_tensor *out, float alpha,
                const emu_tensor *x, const emu_tensor *y)
 {
+    EMU_HOSTFP_GUARD;
     site = site_or(site, "axpy");
     if (emu_check_tensor(ctx, site, "out", out) ||
         emu_check_tensor(ctx, site, "x", x) ||
@@ -900,6 +908,7 @@ int emu_t_axpy(emu_ctx *ctx, const char *site, emu_tensor *out, float alpha,
 int emu_t_add_bias(emu_ctx *ctx, const char *site, emu_tensor *out,
                    const emu_tensor *x, const emu_tensor *bias, int axis)
 {
+    EMU_HOSTFP_GUARD;
     site = site_or(site, "add_bias");
     if (emu_check_tensor(ctx, site, "out", out) ||
         emu_check_tensor(ctx, site, "x", x) ||
@@ -960,6 +969,7 @@ static double unary_value(const emu_format *f, emu_unary fn, double x,
 int emu_t_unary(emu_ctx *ctx, const char *site, emu_tensor *out,
                 const emu_tensor *x, emu_unary f, float param, float param2)
 {
+    EMU_HOSTFP_GUARD;
     site = site_or(site, emu_unary_name(f));
     if ((unsigned)f >= EMU_UNARY_COUNT)
         return emu_ctx_fail(ctx, site, "unknown unary function %d", (int)f);
@@ -1020,6 +1030,7 @@ int emu_t_unary_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
                          const emu_tensor *dy, const emu_tensor *x_or_y,
                          emu_unary f, float param)
 {
+    EMU_HOSTFP_GUARD;
     const char *kind = (unsigned)f < EMU_UNARY_COUNT ? backward_kinds[f]
                                                      : NULL;
     site = site_or(site, kind ? kind : "unary_backward");
@@ -1058,6 +1069,7 @@ int emu_t_unary_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
 int emu_t_cast(emu_ctx *ctx, const char *site, emu_tensor *out,
                const emu_tensor *in)
 {
+    EMU_HOSTFP_GUARD;
     site = site_or(site, "cast");
     if (emu_check_tensor(ctx, site, "out", out) ||
         emu_check_tensor(ctx, site, "in", in) ||
@@ -1076,6 +1088,7 @@ int emu_t_cast(emu_ctx *ctx, const char *site, emu_tensor *out,
 int emu_t_load(emu_ctx *ctx, const char *site, emu_tensor *out,
                const float *src, size_t n)
 {
+    EMU_HOSTFP_GUARD;
     site = site_or(site, "load");
     if (emu_check_tensor(ctx, site, "out", out))
         return -1;

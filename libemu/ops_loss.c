@@ -14,6 +14,8 @@
  * Called by the nn layer (classifier heads, regression losses) and the CLI.
  * Shapes: logits and probabilities (B, C), one row per example.
  */
+#include "hostfp.h" /* first: no contraction, no excess precision */
+
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -203,12 +205,14 @@ static int softmax_common(emu_ctx *ctx, const char *site, emu_tensor *out,
 int emu_t_softmax(emu_ctx *ctx, const char *site, emu_tensor *out,
                   const emu_tensor *x)
 {
+    EMU_HOSTFP_GUARD;
     return softmax_common(ctx, site, out, x, false);
 }
 
 int emu_t_log_softmax(emu_ctx *ctx, const char *site, emu_tensor *out,
                       const emu_tensor *x)
 {
+    EMU_HOSTFP_GUARD;
     return softmax_common(ctx, site, out, x, true);
 }
 
@@ -289,6 +293,7 @@ int emu_t_cross_entropy(emu_ctx *ctx, const char *site, emu_tensor *loss,
                         emu_tensor *dlogits, const emu_tensor *logits,
                         const int *labels, float scale)
 {
+    EMU_HOSTFP_GUARD;
     if (emu_check_tensor(ctx, site, "loss", loss) ||
         emu_check_tensor(ctx, site, "logits", logits) ||
         check_rows(ctx, site, "logits", logits))
@@ -428,6 +433,7 @@ int emu_t_mse(emu_ctx *ctx, const char *site, emu_tensor *loss,
               emu_tensor *dpred, const emu_tensor *pred,
               const emu_tensor *target, float scale)
 {
+    EMU_HOSTFP_GUARD;
     if (emu_check_tensor(ctx, site, "loss", loss) ||
         emu_check_tensor(ctx, site, "pred", pred) ||
         emu_check_tensor(ctx, site, "target", target) ||

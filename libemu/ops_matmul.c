@@ -14,6 +14,8 @@
  * or (N, K) stored when trans_b; out is (M, N).  bmm prefixes a batch
  * dimension to all three.
  */
+#include "hostfp.h" /* first: no contraction, no excess precision */
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -293,6 +295,7 @@ int emu_t_matmul(emu_ctx *ctx, const char *site, emu_tensor *out,
                  const emu_tensor *a, const emu_tensor *b,
                  const emu_matmul_opts *opts)
 {
+    EMU_HOSTFP_GUARD;
     return mm_run(ctx, site, "matmul", 2, out, a, b, opts);
 }
 
@@ -300,5 +303,6 @@ int emu_t_bmm(emu_ctx *ctx, const char *site, emu_tensor *out,
               const emu_tensor *a, const emu_tensor *b,
               const emu_matmul_opts *opts)
 {
+    EMU_HOSTFP_GUARD;
     return mm_run(ctx, site, "bmm", 3, out, a, b, opts);
 }

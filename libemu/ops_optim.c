@@ -33,6 +33,8 @@
  *
  * Called by the nn layer's optimizer step and the CLI.
  */
+#include "hostfp.h" /* first: no contraction, no excess precision */
+
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -237,6 +239,7 @@ int emu_t_sgd_update(emu_ctx *ctx, const char *site, emu_tensor *w,
                      emu_tensor *v, const emu_tensor *g,
                      const emu_sgd_opts *o)
 {
+    EMU_HOSTFP_GUARD;
     if (!o)
         return emu_ctx_fail(ctx, site, "SGD options: NULL");
     if (emu_check_tensor(ctx, site, "w", w) ||
@@ -407,6 +410,7 @@ int emu_t_adam_update(emu_ctx *ctx, const char *site, emu_tensor *w,
                       emu_tensor *m, emu_tensor *v, const emu_tensor *g,
                       const emu_adam_opts *o)
 {
+    EMU_HOSTFP_GUARD;
     if (!o)
         return emu_ctx_fail(ctx, site, "Adam options: NULL");
     if (emu_check_tensor(ctx, site, "w", w) ||

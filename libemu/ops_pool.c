@@ -24,6 +24,8 @@
  *
  * Called by the nn layer's pooling layers and the CLI.
  */
+#include "hostfp.h" /* first: no contraction, no excess precision */
+
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -93,7 +95,7 @@ static double exact_sum(const emu_accum *exact, const float *v, size_t k,
         return 0.0;
     if (k == 1)
         return v[0];
-    return emu_accum_dot(exact, v, 1, NULL, 0, k, NULL, NULL, lo);
+    return emu_accum_dot_unguarded(exact, v, 1, NULL, 0, k, NULL, NULL, lo);
 }
 
 /* qh + ql represents (hi + lo) / S for an exact pair (|lo| <= ulp(hi)/2)
@@ -202,6 +204,7 @@ int emu_t_maxpool2d(emu_ctx *ctx, const char *site, emu_tensor *y,
                     size_t *argmax, const emu_tensor *x,
                     const emu_pool_opts *o)
 {
+    EMU_HOSTFP_GUARD;
     pool_geom g;
     if (emu_check_tensor(ctx, site, "y", y) ||
         emu_check_tensor(ctx, site, "x", x) ||
@@ -263,6 +266,7 @@ static int avgpool_ref(const void *opv, size_t i, mpfr_ptr exact,
 int emu_t_avgpool2d(emu_ctx *ctx, const char *site, emu_tensor *y,
                     const emu_tensor *x, const emu_pool_opts *o)
 {
+    EMU_HOSTFP_GUARD;
     pool_geom g;
     if (emu_check_tensor(ctx, site, "y", y) ||
         emu_check_tensor(ctx, site, "x", x) ||
@@ -393,6 +397,7 @@ int emu_t_maxpool2d_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
                              const emu_tensor *dy, const size_t *argmax,
                              const emu_pool_opts *o)
 {
+    EMU_HOSTFP_GUARD;
     pool_geom g;
     if (emu_check_tensor(ctx, site, "dx", dx) ||
         emu_check_tensor(ctx, site, "dy", dy) ||
@@ -440,6 +445,7 @@ int emu_t_maxpool2d_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
 int emu_t_avgpool2d_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
                              const emu_tensor *dy, const emu_pool_opts *o)
 {
+    EMU_HOSTFP_GUARD;
     pool_geom g;
     if (emu_check_tensor(ctx, site, "dx", dx) ||
         emu_check_tensor(ctx, site, "dy", dy) ||

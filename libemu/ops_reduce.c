@@ -17,6 +17,8 @@
  * Element k of output o lies at x[outer * (len * inner) + k * inner + in]
  * with o = outer * inner + in.
  */
+#include "hostfp.h" /* first: no contraction, no excess precision */
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,6 +116,7 @@ static void mean_pair(double *hi, double *lo, size_t n, mpfr_ptr s,
 int emu_t_reduce(emu_ctx *ctx, const char *site, emu_tensor *out,
                  const emu_tensor *x, emu_reduce r, int axis)
 {
+    EMU_HOSTFP_GUARD;
     if (emu_check_tensor(ctx, site, "out", out) ||
         emu_check_tensor(ctx, site, "x", x))
         return -1;
@@ -214,9 +217,10 @@ int emu_t_reduce(emu_ctx *ctx, const char *site, emu_tensor *out,
             continue;
         }
         emu_accum_rng rng = { ctx->seed, stream, o };
-        hi[o] = emu_accum_dot(&ctx->accum, p, inc,
-                              r == EMU_REDUCE_SUMSQ ? p : NULL, inc, len, &rng,
-                              swamp ? &counts : NULL, need_lo ? &lo[o] : NULL);
+        hi[o] = emu_accum_dot_unguarded(&ctx->accum, p, inc,
+                                        r == EMU_REDUCE_SUMSQ ? p : NULL, inc,
+                                        len, &rng, swamp ? &counts : NULL,
+                                        need_lo ? &lo[o] : NULL);
         if (r == EMU_REDUCE_MEAN)
             mean_pair(&hi[o], &lo[o], len, s, q, rem);
     }

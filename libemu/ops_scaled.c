@@ -11,6 +11,8 @@
  * rounding.  Every accumulator model, the swamping counts and the MPFR
  * error split then come from emu_t_matmul unchanged.
  */
+#include "hostfp.h" /* first: no contraction, no excess precision */
+
 #include "emu/scaled.h"
 
 #include <math.h>
@@ -129,7 +131,7 @@ static int commit_quantized(emu_ctx *ctx, const char *site,
     for (size_t b = 0; b < q->nblocks; b++) {
         const double sb = q->sf.block_scaled ? q->scale[b] : 1.0;
         if (!isnan(sb))
-            hist[emu_hist_bin(sb * g)]++; /* exact */
+            hist[emu_hist_bin_unguarded(sb * g)]++; /* exact */
     }
     bool *block_nan = nan_blocks(q, x->data);
     quant_op op = { .q = q, .x = x->data, .scale = sc, .g = g,
@@ -154,6 +156,7 @@ int emu_t_quantize_scaled(emu_ctx *ctx, const char *site,
                           emu_scaled_tensor *q, const emu_tensor *x,
                           const emu_quant_opts *o, emu_quant_counts *counts)
 {
+    EMU_HOSTFP_GUARD;
     if (emu_check_tensor(ctx, site, "x", x))
         return -1;
     if (!q || !q->elem)
@@ -215,6 +218,7 @@ int emu_t_matmul_scaled(emu_ctx *ctx, const char *site, emu_tensor *out,
                         const emu_scaled_tensor *a, const emu_scaled_tensor *b,
                         const emu_matmul_opts *opts)
 {
+    EMU_HOSTFP_GUARD;
     static const emu_matmul_opts none;
     const emu_matmul_opts *o = opts ? opts : &none;
     if (!a || !b || !a->elem || !b->elem)

@@ -1,4 +1,6 @@
 /* ops_util.c — argument checks and scratch memory shared by the op files. */
+#include "hostfp.h" /* first: no contraction, no excess precision */
+
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>

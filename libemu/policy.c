@@ -7,6 +7,8 @@
  * and the per-step emulated models are there for when the accumulator is
  * the question (--set accum=sequential,acc=binary16, ...).
  */
+#include "hostfp.h" /* first: no contraction, no excess precision */
+
 #include "emu/nn.h"
 
 #include <math.h>
@@ -96,6 +98,7 @@ static const char FP8[] = "Mellempudi et al., Mixed Precision Training With 8-bi
 
 int emu_policy_preset(emu_policy *p, const char *name, emu_error *err)
 {
+    EMU_HOSTFP_GUARD;
     if (!name)
         name = "";
     if (!strcmp(name, "fp32")) {
@@ -267,6 +270,7 @@ static size_t repeated_key(const char *val, const char **dup)
 
 int emu_policy_set(emu_policy *p, const char *assignment, emu_error *err)
 {
+    EMU_HOSTFP_GUARD;
     char buf[256];
     if (!assignment || strlen(assignment) >= sizeof buf)
         return emu_fail(err, "policy", "", "assignment missing or too long");
@@ -438,6 +442,7 @@ static bool is_power_of_two(double x)
 
 int emu_policy_validate(const emu_policy *p, emu_error *err)
 {
+    EMU_HOSTFP_GUARD;
     static const char *const roles[] = { "weight", "master", "activation",
                                          "act_grad", "weight_grad", "opt_state",
                                          "exempt_format" };
@@ -549,6 +554,7 @@ static void json_prec(FILE *fp, const char *name, const emu_role_prec *r,
 
 void emu_policy_write_json(const emu_policy *p, FILE *fp, int indent)
 {
+    EMU_HOSTFP_GUARD;
     char pad[32], pad2[36];
     snprintf(pad, sizeof pad, "%*s", indent, "");
     snprintf(pad2, sizeof pad2, "%*s", indent + 2, "");

@@ -37,6 +37,8 @@
  * restored on exit; scratch variables live on the stack (MPFR's custom
  * interface), so the oracle allocates nothing and is reentrant.
  */
+#include "hostfp.h" /* first: no contraction, no excess precision */
+
 #include "emu/ref.h"
 
 #include <math.h>
@@ -349,6 +351,7 @@ static double round_in(const emu_format *f, mpfr_srcptr x,
 double emu_ref_round(const emu_format *fmt, mpfr_srcptr x,
                      const emu_rounding *r, emu_status *st)
 {
+    EMU_HOSTFP_GUARD;
     static const emu_rounding rne;
     emu_status local;
     ref_saved s = ref_enter();
@@ -488,30 +491,35 @@ static double binary(enum ref_op op, const emu_format *f, double a, double b,
 double emu_ref_add(const emu_format *f, double a, double b,
                    const emu_rounding *r, emu_status *st)
 {
+    EMU_HOSTFP_GUARD;
     return binary(REF_ADD, f, a, b, r, st);
 }
 
 double emu_ref_sub(const emu_format *f, double a, double b,
                    const emu_rounding *r, emu_status *st)
 {
+    EMU_HOSTFP_GUARD;
     return binary(REF_SUB, f, a, b, r, st);
 }
 
 double emu_ref_mul(const emu_format *f, double a, double b,
                    const emu_rounding *r, emu_status *st)
 {
+    EMU_HOSTFP_GUARD;
     return binary(REF_MUL, f, a, b, r, st);
 }
 
 double emu_ref_div(const emu_format *f, double a, double b,
                    const emu_rounding *r, emu_status *st)
 {
+    EMU_HOSTFP_GUARD;
     return binary(REF_DIV, f, a, b, r, st);
 }
 
 double emu_ref_sqrt(const emu_format *f, double a, const emu_rounding *r,
                     emu_status *st)
 {
+    EMU_HOSTFP_GUARD;
     static const emu_rounding rne;
     emu_status local;
     if (!r)
@@ -536,6 +544,7 @@ double emu_ref_sqrt(const emu_format *f, double a, const emu_rounding *r,
 double emu_ref_fma(const emu_format *f, double a, double b, double c,
                    const emu_rounding *r, emu_status *st)
 {
+    EMU_HOSTFP_GUARD;
     static const emu_rounding rne;
     emu_status local;
     if (!r)
@@ -579,6 +588,7 @@ double emu_ref_fma(const emu_format *f, double a, double b, double c,
 double emu_ref_convert(const emu_format *f, double a, const emu_rounding *r,
                        emu_status *st)
 {
+    EMU_HOSTFP_GUARD;
     static const emu_rounding rne;
     emu_status local;
     if (!r)

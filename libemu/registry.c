@@ -7,6 +7,8 @@
  * thread-safe with respect to concurrent lookups; lookups among themselves
  * are.
  */
+#include "hostfp.h" /* first: no contraction, no excess precision */
+
 #include "emu/format.h"
 
 #include <errno.h>
@@ -161,6 +163,7 @@ static int add(const emu_format *fmt, const char *text, const char *origin,
 
 static void load_embedded(void)
 {
+    EMU_HOSTFP_GUARD; /* the first emu_format_find may come from anywhere */
     for (size_t i = 0; i < emu_embedded_spec_count; i++) {
         const emu_embedded_spec *s = &emu_embedded_specs[i];
         emu_format fmt;
@@ -243,6 +246,7 @@ static int parse_path(emu_format *out, const char *path, char **text_out,
 
 int emu_format_load_file(const char *path, emu_error *err)
 {
+    EMU_HOSTFP_GUARD;
     ensure_loaded();
     emu_format fmt;
     char *text;
@@ -255,6 +259,7 @@ int emu_format_load_file(const char *path, emu_error *err)
 
 int emu_format_resolve(emu_format *out, const char *spec, emu_error *err)
 {
+    EMU_HOSTFP_GUARD;
     if (spec && (emu_ends_with(spec, ".fmt") || strchr(spec, '/')))
         return parse_path(out, spec, NULL, err);
     return emu_format_parse_inline(out, spec, err);

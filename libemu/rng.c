@@ -12,6 +12,8 @@
  * as easy as 1, 2, 3" (SC'11); the known-answer test in tests/ checks this
  * file against their published vectors.
  */
+#include "hostfp.h" /* first: no contraction, no excess precision */
+
 #include "emu/rng.h"
 
 static const uint32_t PHILOX_M0 = 0xD2511F53u;

@@ -19,6 +19,8 @@
  * Range handling (overflow, tininess, flushing, formats without zero or
  * sign) happens after that choice, in one place, so every mode gets it.
  */
+#include "hostfp.h" /* first: no contraction, no excess precision */
+
 #include "emu/round.h"
 
 #include "internal.h"
@@ -203,8 +205,9 @@ static double signed_zero(const emu_format *f, bool neg)
     return keep_sign ? -0.0 : 0.0;
 }
 
-double emu_round2_word(const emu_format *f, double hi, double lo,
-                       const emu_rounding *r, uint64_t word, emu_status *st)
+double emu_round2_word_unguarded(const emu_format *f, double hi, double lo,
+                                 const emu_rounding *r, uint64_t word,
+                                 emu_status *st)
 {
     static const emu_rounding rne;
     emu_status local;
@@ -230,7 +233,7 @@ double emu_round2_word(const emu_format *f, double hi, double lo,
          * below 2^1023, whatever the mode; for the others (binary64) it is
          * refused, see round.h. */
         if (isinf(lo))
-            return emu_round2_word(f, lo, 0.0, r, word, st);
+            return emu_round2_word_unguarded(f, lo, 0.0, r, word, st);
         double s = hi + lo, bb = s - hi;
         if (isfinite(s)) {
             lo = (hi - (s - bb)) + (lo - bb);
@@ -331,6 +334,13 @@ double emu_round2_word(const emu_format *f, double hi, double lo,
     return neg ? -R : R;
 }
 
+double emu_round2_word(const emu_format *f, double hi, double lo,
+                       const emu_rounding *r, uint64_t word, emu_status *st)
+{
+    EMU_HOSTFP_GUARD;
+    return emu_round2_word_unguarded(f, hi, lo, r, word, st);
+}
+
 /* Scalar stochastic rounding without an explicit generator draws from one
  * process-wide stream (seed 0, stream 0): reproducible in a single thread,
  * and never a silent truncation. */
@@ -341,13 +351,20 @@ uint64_t emu_default_random_word(void)
     return emu_random64(0, 0, atomic_fetch_add(&default_stream_index, 1));
 }
 
-double emu_round2(const emu_format *f, double hi, double lo,
-                  const emu_rounding *r, emu_status *st)
+double emu_round2_unguarded(const emu_format *f, double hi, double lo,
+                            const emu_rounding *r, emu_status *st)
 {
     uint64_t word = 0;
     if (r && emu_rnd_is_stochastic(r->mode))
         word = r->rng ? emu_rng_next(r->rng) : emu_default_random_word();
-    return emu_round2_word(f, hi, lo, r, word, st);
+    return emu_round2_word_unguarded(f, hi, lo, r, word, st);
+}
+
+double emu_round2(const emu_format *f, double hi, double lo,
+                  const emu_rounding *r, emu_status *st)
+{
+    EMU_HOSTFP_GUARD;
+    return emu_round2_unguarded(f, hi, lo, r, st);
 }
 
 /* ---- names ----------------------------------------------------------- */

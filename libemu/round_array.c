@@ -51,6 +51,8 @@
  * random word of element i depends only on i, and the counts are sums of
  * integers, so the results and counts equal the sequential ones exactly.
  */
+#include "hostfp.h" /* first: no contraction, no excess precision */
+
 #include "emu/round.h"
 #include "internal.h"
 
@@ -63,8 +65,8 @@ enum { TILE = 512 };
 /* Below this, threads cost more than they save. */
 #define EMU_OMP_MIN_N ((size_t)1 << 16)
 
-void emu_round_counts_add(emu_round_counts *c, double in, double out,
-                          unsigned flags)
+void emu_round_counts_add_unguarded(emu_round_counts *c, double in, double out,
+                                    unsigned flags)
 {
     c->n++;
     c->inexact += (flags & EMU_FLAG_INEXACT) != 0;
@@ -75,6 +77,13 @@ void emu_round_counts_add(emu_round_counts *c, double in, double out,
     c->nan += isnan(out) != 0;
     c->invalid += (flags & EMU_FLAG_INVALID) != 0;
     c->flags |= flags;
+}
+
+void emu_round_counts_add(emu_round_counts *c, double in, double out,
+                          unsigned flags)
+{
+    EMU_HOSTFP_GUARD;
+    emu_round_counts_add_unguarded(c, in, out, flags);
 }
 
 static void counts_merge(emu_round_counts *c, const emu_round_counts *d)
@@ -158,9 +167,9 @@ static void scalar_tile_f32(const emu_format *f, float *out, const float *in,
     for (size_t i = 0; i < len; i++) {
         emu_status st;
         double x = in[i];
-        double y = emu_round2_word(f, x, 0.0, &a->rnd, w[i], &st);
+        double y = emu_round2_word_unguarded(f, x, 0.0, &a->rnd, w[i], &st);
         out[i] = (float)y;
-        emu_round_counts_add(c, x, y, st.flags);
+        emu_round_counts_add_unguarded(c, x, y, st.flags);
     }
 }
 
@@ -177,9 +186,9 @@ static void scalar_tile_f64(const emu_format *f, double *out,
     for (size_t i = 0; i < len; i++) {
         emu_status st;
         double x = in[i];
-        double y = emu_round2_word(f, x, 0.0, &a->rnd, w[i], &st);
+        double y = emu_round2_word_unguarded(f, x, 0.0, &a->rnd, w[i], &st);
         out[i] = y;
-        emu_round_counts_add(c, x, y, st.flags);
+        emu_round_counts_add_unguarded(c, x, y, st.flags);
     }
 }
 
@@ -196,7 +205,7 @@ static void overflow_results(const emu_format *f, const emu_rounding *r,
             res[s] = NAN; /* never used: negatives go to the scalar path */
             continue;
         }
-        res[s] = emu_round2_word(f, x, 0.0, r, 0, NULL);
+        res[s] = emu_round2_word_unguarded(f, x, 0.0, r, 0, NULL);
     }
 }
 
@@ -619,9 +628,9 @@ static void tile_f32(const f32_plan *pl, const emu_format *f, float *out,
             uint64_t word = emu_rnd_is_stochastic(a->rnd.mode)
                           ? emu_random64(a->seed, a->stream, first + i) : 0;
             double x = u2f(b[i]);   /* in[i] is gone if out == in */
-            double y = emu_round2_word(f, x, 0.0, &a->rnd, word, &st);
+            double y = emu_round2_word_unguarded(f, x, 0.0, &a->rnd, word, &st);
             res[i] = (float)y;
-            emu_round_counts_add(c, x, y, st.flags);
+            emu_round_counts_add_unguarded(c, x, y, st.flags);
         }
         e.inexact -= back.inexact;
         e.underflow -= back.underflow;
@@ -771,11 +780,11 @@ static void tile_f64(const f64_plan *pl, const emu_format *f, double *out,
                 fl |= EMU_FLAG_FLUSHED;
         } else {
             emu_status st;
-            y = emu_round2_word(f, x, 0.0, &a->rnd, 0, &st);
+            y = emu_round2_word_unguarded(f, x, 0.0, &a->rnd, 0, &st);
             fl = st.flags;
         }
         out[i] = y;
-        emu_round_counts_add(c, x, y, fl);
+        emu_round_counts_add_unguarded(c, x, y, fl);
     }
 }
 
@@ -815,6 +824,15 @@ int emu_round_array_f32(const emu_format *fmt, float *out, const float *in,
                         size_t n, const emu_array_rounding *a,
                         emu_round_counts *counts)
 {
+    EMU_HOSTFP_GUARD;
+    return emu_round_array_f32_unguarded(fmt, out, in, n, a, counts);
+}
+
+int emu_round_array_f32_unguarded(const emu_format *fmt, float *out,
+                                  const float *in, size_t n,
+                                  const emu_array_rounding *a,
+                                  emu_round_counts *counts)
+{
     if (!fmt->fits_carrier)
         return -1;
     if (is_binary32(fmt, &a->rnd)) {
@@ -836,6 +854,7 @@ int emu_round_array_f32(const emu_format *fmt, float *out, const float *in,
     reduction(| : c_flags)
 #endif
     for (size_t t = 0; t < tiles; t++) {
+        EMU_HOSTFP_GUARD; /* OpenMP pool threads keep the state they had */
         size_t i = t * TILE, len = n - i < TILE ? n - i : TILE;
         emu_round_counts c = { 0 };
         if (fast)
@@ -859,6 +878,15 @@ int emu_round_array_f64(const emu_format *fmt, double *out, const double *in,
                         size_t n, const emu_array_rounding *a,
                         emu_round_counts *counts)
 {
+    EMU_HOSTFP_GUARD;
+    return emu_round_array_f64_unguarded(fmt, out, in, n, a, counts);
+}
+
+int emu_round_array_f64_unguarded(const emu_format *fmt, double *out,
+                                  const double *in, size_t n,
+                                  const emu_array_rounding *a,
+                                  emu_round_counts *counts)
+{
     f64_plan pl;
     const bool fast = plan_f64(&pl, fmt, &a->rnd);
     const size_t tiles = (n + TILE - 1) / TILE;
@@ -871,6 +899,7 @@ int emu_round_array_f64(const emu_format *fmt, double *out, const double *in,
     reduction(| : c_flags)
 #endif
     for (size_t t = 0; t < tiles; t++) {
+        EMU_HOSTFP_GUARD; /* OpenMP pool threads keep the state they had */
         size_t i = t * TILE, len = n - i < TILE ? n - i : TILE;
         emu_round_counts c = { 0 };
         if (fast)

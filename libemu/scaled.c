@@ -20,6 +20,8 @@
  * The usual layout (1-d blocks along the last axis) runs fused, a chunk of
  * rows at a time, while the chunk is in cache.
  */
+#include "hostfp.h" /* first: no contraction, no excess precision */
+
 #include "emu/scaled.h"
 
 #include <float.h>
@@ -119,6 +121,7 @@ static void from_preset(emu_scaled_format *sf, const preset *p)
 int emu_scaled_format_parse(emu_scaled_format *sf, const char *spec,
                             emu_error *err)
 {
+    EMU_HOSTFP_GUARD;
     char where[200];
     snprintf(where, sizeof where, "scaled format '%.170s'", spec ? spec : "");
     if (!spec || !*spec)
@@ -236,6 +239,7 @@ int emu_scaled_format_parse(emu_scaled_format *sf, const char *spec,
 
 int emu_scaled_format_validate(const emu_scaled_format *sf, emu_error *err)
 {
+    EMU_HOSTFP_GUARD;
     const char *w = "scaled format";
     const emu_format *e = &sf->elem;
     if (!e->fits_carrier || !e->is_signed || !e->has_zero)
@@ -282,6 +286,7 @@ int emu_scaled_format_validate(const emu_scaled_format *sf, emu_error *err)
 void emu_scaled_format_string(const emu_scaled_format *sf, char *buf,
                               size_t size)
 {
+    EMU_HOSTFP_GUARD;
     char block[48] = "";
     if (sf->block[1] > 1)
         snprintf(block, sizeof block, "%zux%zu", sf->block[0], sf->block[1]);
@@ -301,6 +306,7 @@ void emu_scaled_format_string(const emu_scaled_format *sf, char *buf,
 
 double emu_scaled_bits_per_element(const emu_scaled_format *sf)
 {
+    EMU_HOSTFP_GUARD;
     double b = sf->elem.bits;
     if (sf->block_scaled)
         b += (double)sf->scale.bits / ((double)sf->block[0] * (double)sf->block[1]);
@@ -408,6 +414,7 @@ size_t emu_scaled_block_of(const emu_scaled_tensor *q, size_t i)
 int emu_scaled_alloc(emu_scaled_tensor *q, const emu_scaled_format *sf,
                      int ndim, const size_t *shape, int axis, emu_error *err)
 {
+    EMU_HOSTFP_GUARD;
     memset(q, 0, sizeof *q);
     const char *w = "scaled tensor";
     if (emu_scaled_format_validate(sf, err))
@@ -529,7 +536,7 @@ static double block_scale(const emu_scaled_format *sf, double a, double g,
         double qh = a / d, ql = fma(-qh, d, a) / d;
         emu_rounding r = { .mode = sf->scale_mode, .saturate = true };
         emu_status st;
-        double v = emu_round2(s, qh, ql, &r, &st);
+        double v = emu_round2_unguarded(s, qh, ql, &r, &st);
         if (st.flags & EMU_FLAG_OVERFLOW)
             *clamped = true;
         if (v <= 0.0) {
@@ -564,7 +571,8 @@ static double div_to_f32(double a, double d, emu_rnd m)
 {
     double hi = a / d, lo = isfinite(hi) && hi != 0.0 ? fma(-hi, d, a) / d : 0.0;
     emu_rounding r = { .mode = m, .saturate = true };
-    double g = emu_round2(emu_format_find("binary32"), hi, lo, &r, NULL);
+    double g = emu_round2_unguarded(emu_format_find("binary32"), hi, lo, &r,
+                                    NULL);
     return g == 0.0 ? FLT_TRUE_MIN : g;
 }
 
@@ -684,6 +692,7 @@ static inline double amax_run(const float *xs, size_t n)
 
 double emu_amax(const float *x, size_t n)
 {
+    EMU_HOSTFP_GUARD;
     return amax_run(x, n);
 }
 
@@ -763,7 +772,8 @@ static float elem_by_definition(const qrun *R, size_t i, double d)
     const emu_quant_opts *o = R->o;
     const uint64_t w = emu_rnd_is_stochastic(o->mode)
                            ? emu_random64(o->seed, o->stream, i) : 0;
-    return (float)emu_round2_word(&R->q->sf.elem, hi, lo, &R->rnd, w, NULL);
+    return (float)emu_round2_word_unguarded(&R->q->sf.elem, hi, lo, &R->rnd, w,
+                                            NULL);
 }
 
 /* Whether t = x * 2^-k in binary32 may differ from the exact quotient:
@@ -808,7 +818,7 @@ static void round_chunk(const qrun *R, size_t b0, size_t b1, size_t e0,
             const float inv = isnan(d) ? 0.0f : (float)(1.0 / d); /* 2^-k */
             FOR_BLOCK(br, i, { tmp[i - e0] = x[i] * inv; })
         }
-        emu_round_array_f32(ef, q->elem + e0, tmp, len, &ar, NULL);
+        emu_round_array_f32_unguarded(ef, q->elem + e0, tmp, len, &ar, NULL);
         for (size_t b = b0; b < b1; b++) {
             block_ref br = block_at(q, &R->geo, b);
             const double d = (double)q->scale[b] * R->g;
@@ -872,15 +882,15 @@ static void round_chunk(const qrun *R, size_t b0, size_t b1, size_t e0,
             FOR_BLOCK(br, i, {
                 double hi, lo;
                 quotient(x[i], d, false, &hi, &lo);
-                tmp64[i - e0] = emu_round2_word(ef, hi, lo, &R->rnd,
-                                                words[i - e0], NULL);
+                tmp64[i - e0] = emu_round2_word_unguarded(ef, hi, lo, &R->rnd,
+                                                          words[i - e0], NULL);
             })
         } else {
             FOR_BLOCK(br, i, { tmp64[i - e0] = x[i] / d; })
         }
     }
     if (!sr)
-        emu_round_array_f64(ef, tmp64, tmp64, len, &ar, NULL);
+        emu_round_array_f64_unguarded(ef, tmp64, tmp64, len, &ar, NULL);
     for (size_t b = b0; b < b1; b++) {
         block_ref br = block_at(q, &R->geo, b);
         const double d = (double)q->scale[b] * R->g;
@@ -964,7 +974,7 @@ static double scale_of_amax(const qrun *R, size_t b, double a,
         counts->scale_clamped += clamped;
         counts->nonfinite_blocks += isnan(s);
         if (!isnan(s) && sf->block_scaled)
-            counts->scale_hist[emu_hist_bin(s)]++;
+            counts->scale_hist[emu_hist_bin_unguarded(s)]++;
     }
     return s;
 }
@@ -1021,7 +1031,7 @@ static void quantize_rows(const qrun *R, size_t r0, size_t r1, float *tmp,
     } else {
         emu_array_rounding ar = { .rnd = R->rnd, .seed = o->seed,
                                   .stream = o->stream, .first_index = e0 };
-        emu_round_array_f32(ef, q->elem + e0, tmp, n, &ar, NULL);
+        emu_round_array_f32_unguarded(ef, q->elem + e0, tmp, n, &ar, NULL);
     }
     /* Elements of NaN blocks are 0 (their data was set to 0 above, x is
      * NaN or inf there); quotients that binary32 could not hold exactly
@@ -1060,6 +1070,7 @@ int emu_scaled_quantize(emu_scaled_tensor *q, const float *x,
                         const emu_quant_opts *opts, emu_quant_counts *counts,
                         emu_block_stats *blocks, emu_error *err)
 {
+    EMU_HOSTFP_GUARD;
     static const emu_quant_opts none;
     const emu_quant_opts *o = opts ? opts : &none;
     const emu_scaled_format *sf = &q->sf;
@@ -1175,6 +1186,7 @@ void emu_scaled_element_scales(const emu_scaled_tensor *q, float *out)
 
 double emu_scaled_value(const emu_scaled_tensor *q, size_t i)
 {
+    EMU_HOSTFP_GUARD;
     double s = q->sf.block_scaled ? q->scale[emu_scaled_block_of(q, i)] : 1.0;
     return (double)q->elem[i] * s * (double)q->tensor_scale; /* exact */
 }
@@ -1182,6 +1194,7 @@ double emu_scaled_value(const emu_scaled_tensor *q, size_t i)
 int emu_scaled_dequantize(const emu_scaled_tensor *q, float *out,
                           bool with_tensor_scale, emu_error *err)
 {
+    EMU_HOSTFP_GUARD;
     geom g;
     geometry(q, &g);
     const double gs = with_tensor_scale ? q->tensor_scale : 1.0;
@@ -1254,6 +1267,7 @@ static void int_codes(uint8_t *buf, size_t n, int bits, bool to_twos)
 int emu_scaled_pack(const emu_scaled_tensor *q, uint8_t *buf, size_t size,
                     emu_error *err)
 {
+    EMU_HOSTFP_GUARD;
     size_t need = emu_scaled_packed_size(q);
     if (!need || size < need)
         return emu_fail(err, "pack", "", "buffer of %zu bytes, %zu needed",
@@ -1283,6 +1297,7 @@ int emu_scaled_pack(const emu_scaled_tensor *q, uint8_t *buf, size_t size,
 int emu_scaled_unpack(emu_scaled_tensor *q, const uint8_t *buf, size_t size,
                       emu_error *err)
 {
+    EMU_HOSTFP_GUARD;
     size_t need = emu_scaled_packed_size(q);
     if (!need || size < need)
         return emu_fail(err, "unpack", "", "buffer of %zu bytes, %zu needed",
@@ -1342,6 +1357,7 @@ int emu_scaled_unpack(emu_scaled_tensor *q, const uint8_t *buf, size_t size,
 
 void emu_amax_record(emu_amax_history *h, int history, double amax)
 {
+    EMU_HOSTFP_GUARD;
     if (history < 1)
         history = 1;
     if (history > EMU_AMAX_HISTORY_MAX)
@@ -1362,6 +1378,7 @@ double emu_tensor_scale(const emu_tensor_scaling *t,
                         const emu_amax_history *h, double amax_now,
                         double previous, const emu_scaled_format *sf)
 {
+    EMU_HOSTFP_GUARD;
     double a = 0.0;
     if (t->kind == EMU_TSCALE_DELAYED && h && h->len > 0) {
         if (t->algo == EMU_AMAX_RECENT) {
@@ -1388,6 +1405,7 @@ double emu_tensor_scale(const emu_tensor_scaling *t,
 int emu_tensor_scaling_parse(emu_tensor_scaling *t, const char *spec,
                              emu_error *err)
 {
+    EMU_HOSTFP_GUARD;
     char where[200];
     snprintf(where, sizeof where, "tensor scaling '%.170s'", spec ? spec : "");
     memset(t, 0, sizeof *t);
@@ -1442,6 +1460,7 @@ int emu_tensor_scaling_parse(emu_tensor_scaling *t, const char *spec,
 void emu_tensor_scaling_string(const emu_tensor_scaling *t, char *buf,
                                size_t size)
 {
+    EMU_HOSTFP_GUARD;
     if (t->kind == EMU_TSCALE_CURRENT)
         snprintf(buf, size, "current,margin=%d", t->margin);
     else

@@ -6,6 +6,8 @@
  * Files are written through emu_write_atomic (atomic_file.c), so a
  * reader (or a killed run) never sees half a file.
  */
+#include "hostfp.h" /* first: no contraction, no excess precision */
+
 #include "emu/stats.h"
 
 #include <math.h>
@@ -15,7 +17,7 @@
 
 #include "internal.h"
 
-int emu_hist_bin(double x)
+int emu_hist_bin_unguarded(double x)
 {
     if (isnan(x))
         return EMU_HIST_NAN;
@@ -33,8 +35,15 @@ int emu_hist_bin(double x)
     return EMU_HIST_FIRST + (e - EMU_HIST_EMIN);
 }
 
+int emu_hist_bin(double x)
+{
+    EMU_HOSTFP_GUARD;
+    return emu_hist_bin_unguarded(x);
+}
+
 const char *emu_hist_label(int b, char *buf, size_t size)
 {
+    EMU_HOSTFP_GUARD;
     switch (b) {
     case EMU_HIST_ZERO: return "zero";
     case EMU_HIST_BELOW: return "below";
@@ -47,7 +56,7 @@ const char *emu_hist_label(int b, char *buf, size_t size)
     }
 }
 
-int emu_ulperr_bin(double ulps)
+int emu_ulperr_bin_unguarded(double ulps)
 {
     if (!(ulps > 0.0))
         return 0; /* exact (NaN is never passed) */
@@ -65,7 +74,13 @@ int emu_ulperr_bin(double ulps)
     return b < EMU_ULPERR_BINS ? b : EMU_ULPERR_BINS - 1;
 }
 
-int emu_relerr_bin(double rel)
+int emu_ulperr_bin(double ulps)
+{
+    EMU_HOSTFP_GUARD;
+    return emu_ulperr_bin_unguarded(ulps);
+}
+
+int emu_relerr_bin_unguarded(double rel)
 {
     if (!(rel > 0.0))
         return 0;
@@ -79,8 +94,15 @@ int emu_relerr_bin(double rel)
     return k < EMU_RELERR_BINS - 1 ? k : EMU_RELERR_BINS - 2;
 }
 
+int emu_relerr_bin(double rel)
+{
+    EMU_HOSTFP_GUARD;
+    return emu_relerr_bin_unguarded(rel);
+}
+
 void emu_site_stats_merge(emu_site_stats *a, const emu_site_stats *b)
 {
+    EMU_HOSTFP_GUARD;
     a->results += b->results;
     a->inexact += b->inexact;
     a->underflow += b->underflow;
@@ -229,6 +251,7 @@ static void csv_site_prefix(FILE *fp, const emu_site *site)
 
 int emu_stats_write_step_rows(const emu_stats *s, FILE *fp, bool header)
 {
+    EMU_HOSTFP_GUARD;
     if (header)
         fprintf(fp, "step,site,kind,role,format,%s\n", csv_counter_header);
     for (size_t i = 0; i < s->count; i++) {
@@ -257,6 +280,7 @@ static int write_sites_csv(FILE *fp, const void *arg)
 
 int emu_stats_write_csv(const emu_stats *s, const char *path, emu_error *err)
 {
+    EMU_HOSTFP_GUARD;
     return emu_write_atomic(path, write_sites_csv, s, err);
 }
 
@@ -290,6 +314,7 @@ static int write_hist_csv(FILE *fp, const void *arg)
 int emu_stats_write_hist_csv(const emu_stats *s, const char *path,
                              emu_error *err)
 {
+    EMU_HOSTFP_GUARD;
     return emu_write_atomic(path, write_hist_csv, s, err);
 }
 
@@ -400,11 +425,13 @@ static int write_json(FILE *fp, const void *arg)
 
 int emu_stats_write_json(const emu_stats *s, const char *path, emu_error *err)
 {
+    EMU_HOSTFP_GUARD;
     return emu_write_atomic(path, write_json, s, err);
 }
 
 void emu_stats_print_summary(const emu_stats *s, FILE *fp)
 {
+    EMU_HOSTFP_GUARD;
     fprintf(fp, "%-28s %-11s %-10s %12s %8s %8s %8s %8s %8s %9s\n", "site",
             "role", "format", "results", "inexact", "->zero", "subnorm",
             "overflow", "absorbed", "ulp max");

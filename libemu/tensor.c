@@ -5,6 +5,8 @@
  * counts and byte counts that overflow size_t) once, here, so that the
  * ops can index with plain size_t arithmetic.
  */
+#include "hostfp.h" /* first: no contraction, no excess precision */
+
 #include "emu/tensor.h"
 
 #include <math.h>
@@ -167,6 +169,7 @@ size_t emu_packed_size(const emu_format *fmt, size_t n)
 int emu_tensor_pack(const emu_tensor *t, uint8_t *buf, size_t size,
                     emu_error *err)
 {
+    EMU_HOSTFP_GUARD;
     const emu_format *fmt = &t->fmt;
     size_t need = emu_packed_size(fmt, t->n);
     if (need == 0 || size < need)
@@ -178,7 +181,7 @@ int emu_tensor_pack(const emu_tensor *t, uint8_t *buf, size_t size,
     for (size_t i = 0; i < t->n; i++) {
         emu_bits b;
         double v = t->data[i];
-        if (!emu_encode(fmt, v, &b) && !isnan(v))
+        if (!emu_encode_unguarded(fmt, v, &b) && !isnan(v))
             return fail(err, t->name, "data", "element %zu (%a) is not a "
                         "value of %s", i, v, fmt->name);
         if (eb) {
@@ -199,6 +202,7 @@ int emu_tensor_pack(const emu_tensor *t, uint8_t *buf, size_t size,
 int emu_tensor_unpack(emu_tensor *t, const uint8_t *buf, size_t size,
                       emu_error *err)
 {
+    EMU_HOSTFP_GUARD;
     const emu_format *fmt = &t->fmt;
     size_t need = emu_packed_size(fmt, t->n);
     if (need == 0 || size < need)
@@ -226,7 +230,7 @@ int emu_tensor_unpack(emu_tensor *t, const uint8_t *buf, size_t size,
             b.v = (w >> (bit % 8)) & mask;
         }
         if (write)
-            t->data[i] = (float)emu_decode(fmt, b);
+            t->data[i] = (float)emu_decode_unguarded(fmt, b);
     }
     return 0;
 }

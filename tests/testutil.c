@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 uint64_t test_scaled(uint64_t n, uint64_t floor)
 {
@@ -60,4 +61,41 @@ const emu_format *test_format(const char *name)
         abort();
     }
     return f;
+}
+
+/* EMU_TEST_HOST_ENV=upward|downward|towardzero, plus "+ftz", "+daz" on x86
+ * (e.g. "upward+ftz+daz"): the whole suite runs with the main thread in
+ * that floating-point state, as a hostile caller would leave it.  Only
+ * suites whose expected values come from MPFR and whose inputs are bit
+ * patterns are run this way (tests/CMakeLists.txt).  Set before main, so
+ * that Check's forked children inherit it too. */
+#include <fenv.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
+
+__attribute__((constructor)) static void test_host_env_from_environment(void)
+{
+    const char *s = getenv("EMU_TEST_HOST_ENV");
+    if (!s || !*s)
+        return;
+    int mode = strstr(s, "upward") ? FE_UPWARD
+             : strstr(s, "downward") ? FE_DOWNWARD
+             : strstr(s, "towardzero") ? FE_TOWARDZERO : FE_TONEAREST;
+    unsigned bits = 0;
+    if (strstr(s, "ftz"))
+        bits |= 1u << 15;
+    if (strstr(s, "daz"))
+        bits |= 1u << 6;
+#if defined(__x86_64__) || defined(__i386__)
+    fesetround(mode);
+    _mm_setcsr(_mm_getcsr() | bits);
+#else
+    if (bits) {
+        fprintf(stderr, "EMU_TEST_HOST_ENV=%s: ftz/daz need x86\n", s);
+        exit(2);
+    }
+    fesetround(mode);
+#endif
+    fprintf(stderr, "host floating-point state: %s\n", s);
 }
