@@ -45,7 +45,7 @@ module fp8_dot4
                                          input int exp, input int q);
     if (exp >= q) return W'((W + 24)'(sig) << (exp - q));
     if (q - exp >= 24) return '0;
-    return W'(sig >> (q - exp));
+    return W'((W + 24)'(sig) >> (q - exp));
   endfunction
 
   // binary32 C: the same fields.

@@ -15,8 +15,6 @@
 module tb_hw;
   import emu_dpi::*;
 
-  localparam int WIDTH = 16;  // alignment width of the dot units
-
   // ---- the units ---------------------------------------------------------
   logic [7:0] ma, mb;
   logic [7:0] my[5];
@@ -35,14 +33,19 @@ module tb_hw;
 
   logic [3:0][7:0] da, db;
   logic [31:0] dc;
-  logic [31:0] dy[3];
-  fp8_dot4 #(.EBITS(4), .W(WIDTH)) dot0 (da, db, dc, dy[0]);
-  fp8_dot4 #(.EBITS(5), .W(WIDTH)) dot1 (da, db, dc, dy[1]);
-  fp8_dot4 #(.EBITS(4), .W(WIDTH), .DEFECT(1'b1))
-      dot_defect (da, db, dc, dy[2]);
-  localparam string DOT_NAME[3] = '{"dot_e4m3", "dot_e5m2",
-                                    "dot_e4m3_defect"};
-  localparam string DOT_FMT[3] = '{"e4m3", "e5m2", "e4m3"};
+  logic [31:0] dy[4];
+  // W = 16 sums stay within binary32's 24 bits (the final rounding is
+  // exact); W = 26 makes that rounding, ties included, do work.
+  fp8_dot4 #(.EBITS(4), .W(16)) dot0 (da, db, dc, dy[0]);
+  fp8_dot4 #(.EBITS(4), .W(26)) dot1 (da, db, dc, dy[1]);
+  fp8_dot4 #(.EBITS(5), .W(26)) dot2 (da, db, dc, dy[2]);
+  fp8_dot4 #(.EBITS(4), .W(16), .DEFECT(1'b1))
+      dot_defect (da, db, dc, dy[3]);
+  localparam int NDOT = 4;
+  localparam string DOT_NAME[NDOT] = '{"dot_e4m3_w16", "dot_e4m3_w26",
+                                       "dot_e5m2_w26", "dot_e4m3_w16_defect"};
+  localparam string DOT_FMT[NDOT] = '{"e4m3", "e4m3", "e5m2", "e4m3"};
+  localparam int DOT_W[NDOT] = '{16, 26, 26, 16};
 
   // ---- bookkeeping -------------------------------------------------------
   int max_print = 20;
@@ -103,8 +106,8 @@ module tb_hw;
                                          32'h7f800000, 32'hff800000,
                                          32'h7fc00000, 32'h4b800001};
 
-  int dot_h[3];
-  int dot_miss[3] = '{default: 0};
+  int dot_h[NDOT];
+  int dot_miss[NDOT] = '{default: 0};
   int dot_cases = 0;
 
   task automatic check_dot_case();
@@ -113,7 +116,7 @@ module tb_hw;
     #1;
     dot_cases++;
     if (!use_dpi) return;
-    for (int u = 0; u < 3; u++) begin
+    for (int u = 0; u < NDOT; u++) begin
       if (emu_dpi_dot4(dot_h[u], 64'(da[0]), 64'(db[0]), 64'(da[1]),
                        64'(db[1]), 64'(da[2]), 64'(db[2]), 64'(da[3]),
                        64'(db[3]), 64'(dc), r, f) != 0)
@@ -141,11 +144,11 @@ module tb_hw;
   endfunction
 
   task automatic check_dot(input int count);
-    for (int u = 0; u < 3; u++)
+    for (int u = 0; u < NDOT; u++)
       dot_h[u] = open_or_die(emu_dpi_open_dot(DOT_FMT[u],
-          $sformatf("fused,k=4,w=%0d,acc=binary32", WIDTH), "", "rne"));
-    // Directed: 448 * 448 + 2 * 2 = 200708 exactly; the 4 lands on the
-    // last of the W = 16 aligned bits, the one the defective unit drops.
+          $sformatf("fused,k=4,w=%0d,acc=binary32", DOT_W[u]), "", "rne"));
+    // Directed: 448 * 448 + 2 * 2 = 200708 exactly; with W = 16 the 4
+    // lands on the last aligned bit, the one the defective unit drops.
     da = {8'h00, 8'h00, 8'h40, 8'h7e};
     db = da;
     dc = '0;
@@ -179,7 +182,7 @@ module tb_hw;
       dc = random_c();
       check_dot_case();
     end
-    for (int u = 0; u < 3; u++)
+    for (int u = 0; u < NDOT; u++)
       $display("SUMMARY %s cases=%0d mismatches=%0d", DOT_NAME[u], dot_cases,
                dot_miss[u]);
   endtask
@@ -188,7 +191,7 @@ module tb_hw;
   // +mul_in=FILE (emu gen lines without the '#' header, read by
   // $readmemh) drives mul_e4m3_sat; +mul_out=FILE gets "A B RESULT FLAGS"
   // lines for `emu verify`.  +dot_in/+dot_out do the same for dot_e4m3
-  // with `emu dot gen` lines of K = 4 (C = +0).
+  // (W = 16) with `emu dot gen` lines of K = 4 (C = +0).
   localparam int MUL_FILE_MAX = 65536, DOT_FILE_MAX = 20000;
   logic [7:0] mul_mem[4 * MUL_FILE_MAX];
   logic [31:0] dot_mem[10 * DOT_FILE_MAX];
