@@ -1,0 +1,367 @@
+/*
+ * test_dpi.c — the DPI-C golden model (emu/dpi.h) against the GNU MPFR
+ * oracle, its settings strings and errors, and its use from threads.
+ *
+ * Scalar ops: every pair of E4M3 and E5M2 patterns (NaN operands aside,
+ * which must give the canonical NaN) under several settings strings,
+ * value and TestFloat flags against emu_ref_*.  Dot products: the exact
+ * model with an accumulator input C against MPFR's exact sum; the fused
+ * model at w = 60 against it where no bit can be truncated (so C is
+ * aligned with the products, not added after them).  Threads open the
+ * same and different settings while others compute, and each sees its
+ * own error messages.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <threads.h>
+
+#include <emu/dpi.h>
+#include <emu/ref.h>
+
+#include "testutil.h"
+
+/* ---- scalar ops against MPFR --------------------------------------------- */
+
+typedef double (*ref_fn)(const emu_format *, double, double,
+                         const emu_rounding *, emu_status *);
+typedef int (*dpi_fn)(int, emu_dpi_u64, emu_dpi_u64, emu_dpi_u64 *,
+                      emu_dpi_u32 *);
+
+static const struct {
+    const char *name;
+    dpi_fn dpi;
+    ref_fn ref;
+} binops[] = {
+    { "add", emu_dpi_add, emu_ref_add },
+    { "sub", emu_dpi_sub, emu_ref_sub },
+    { "mul", emu_dpi_mul, emu_ref_mul },
+    { "div", emu_dpi_div, emu_ref_div },
+};
+
+/* The settings strings below, as emu_rounding says them. */
+static const struct {
+    const char *settings;
+    emu_rounding r;
+} settings[] = {
+    { "", { .mode = EMU_RNE } },
+    { "rne,sat", { .mode = EMU_RNE, .saturate = true } },
+    { "mode=rz,profile=ieee", { .mode = EMU_RZ } },
+    { "ru,saturate", { .mode = EMU_RU, .saturate = true } },
+    { "rd,tiny=before", { .mode = EMU_RD, .tininess = EMU_TINY_BEFORE } },
+    { "rna", { .mode = EMU_RNA } },
+    { "ro", { .mode = EMU_RO } },
+};
+
+static const char *const fp8[] = { "e4m3", "e5m2" };
+
+START_TEST(scalar_vs_mpfr)
+{
+    const emu_format *f = test_format(fp8[_i / 7]);
+    const char *set = settings[_i % 7].settings;
+    const emu_rounding *r = &settings[_i % 7].r;
+    int h = emu_dpi_open(fp8[_i / 7], "", set);
+    ck_assert_msg(h >= 0, "%s", emu_dpi_last_error());
+    emu_bits nan;
+    ck_assert(emu_nan_bits(f, &nan));
+    unsigned long bad = 0;
+    for (size_t o = 0; o < sizeof binops / sizeof binops[0]; o++)
+        for (unsigned a = 0; a < 256; a++)
+            for (unsigned b = 0; b < 256; b++) {
+                emu_dpi_u64 got;
+                emu_dpi_u32 gf;
+                ck_assert_int_eq(binops[o].dpi(h, a, b, &got, &gf), 0);
+                double x = emu_decode(f, (emu_bits){ a });
+                double y = emu_decode(f, (emu_bits){ b });
+                if (isnan(x) || isnan(y)) {
+                    bad += got != nan.v;
+                    continue;
+                }
+                emu_status ws;
+                double want = binops[o].ref(f, x, y, r, &ws);
+                emu_bits wb = nan;
+                if (!isnan(want))
+                    ck_assert(emu_encode(f, want, &wb));
+                unsigned wf = ws.flags & EMU_FLAG_TESTFLOAT_MASK;
+                if (got != wb.v || gf != wf) {
+                    if (bad++ < 5)
+                        fprintf(stderr, "%s %s '%s' %02x %02x: dpi %02llx/%02x,"
+                                " mpfr %02llx/%02x\n", f->name, binops[o].name,
+                                set, a, b, got, gf,
+                                (unsigned long long)wb.v, wf);
+                }
+            }
+    ck_assert_msg(bad == 0, "%s '%s': %lu mismatches", f->name, set, bad);
+}
+END_TEST
+
+/* fma, sqrt and conversions on binary16, sampled. */
+START_TEST(binary16_vs_mpfr)
+{
+    const emu_format *f = test_format("binary16");
+    const emu_format *f32 = test_format("binary32");
+    const emu_rounding r = { .mode = EMU_RNE };
+    int h = emu_dpi_open("binary16", NULL, "rne");
+    int hc = emu_dpi_open("binary32", "binary16", NULL);
+    ck_assert_msg(h >= 0 && hc >= 0, "%s", emu_dpi_last_error());
+    test_rng g = test_rng_make(16);
+    uint64_t n = test_scaled(50000, 2000);
+    for (uint64_t i = 0; i < n; i++) {
+        emu_bits a = test_random_bits(&g, f), b = test_random_bits(&g, f);
+        emu_bits c = test_random_bits(&g, f), w = test_random_bits(&g, f32);
+        double x = emu_decode(f, a), y = emu_decode(f, b), z = emu_decode(f, c);
+        if (isnan(x) || isnan(y) || isnan(z) || isnan(emu_decode(f32, w)))
+            continue;
+        emu_status ws;
+        emu_dpi_u64 got;
+        emu_dpi_u32 gf;
+        emu_bits wb;
+        double want = emu_ref_fma(f, x, y, z, &r, &ws);
+        ck_assert_int_eq(emu_dpi_fma(h, a.v, b.v, c.v, &got, &gf), 0);
+        if (!emu_encode(f, want, &wb))
+            emu_nan_bits(f, &wb);
+        ck_assert_msg(got == wb.v && gf == (ws.flags & 0x1f),
+                      "fma %04llx %04llx %04llx: dpi %04llx/%x mpfr %04llx/%x",
+                      (unsigned long long)a.v, (unsigned long long)b.v,
+                      (unsigned long long)c.v, got, gf,
+                      (unsigned long long)wb.v, ws.flags & 0x1f);
+        want = emu_ref_sqrt(f, x, &r, &ws);
+        ck_assert_int_eq(emu_dpi_op(h, "sqrt", a.v, 0, 0, &got, &gf), 0);
+        if (!emu_encode(f, want, &wb))
+            emu_nan_bits(f, &wb);
+        ck_assert(got == wb.v && gf == (ws.flags & 0x1f));
+        want = emu_ref_convert(f, emu_decode(f32, w), &r, &ws);
+        ck_assert_int_eq(emu_dpi_convert(hc, w.v, &got, &gf), 0);
+        ck_assert(emu_encode(f, want, &wb));
+        ck_assert(got == wb.v && gf == (ws.flags & 0x1f));
+        /* lt signals invalid on NaN only; here a plain comparison */
+        ck_assert_int_eq(emu_dpi_lt(h, a.v, b.v, &got, &gf), 0);
+        ck_assert_int_eq(got, x < y);
+    }
+}
+END_TEST
+
+/* ---- dot products against MPFR's exact sum ---------------------------------- */
+
+/* round_binary32(c + sum a_i b_i) by MPFR, as a pattern. */
+static uint64_t exact_dot(const emu_format *in, int k, const emu_dpi_u64 *a,
+                          const emu_dpi_u64 *b, uint64_t c)
+{
+    const emu_format *f32 = test_format("binary32");
+    mpfr_t s, t;
+    mpfr_inits2(2000, s, t, (mpfr_ptr)0);
+    mpfr_set_d(s, emu_decode(f32, (emu_bits){ c }), MPFR_RNDN);
+    for (int i = 0; i < k; i++) {
+        mpfr_set_d(t, emu_decode(in, (emu_bits){ a[i] }), MPFR_RNDN);
+        mpfr_mul_d(t, t, emu_decode(in, (emu_bits){ b[i] }), MPFR_RNDN);
+        mpfr_add(s, s, t, MPFR_RNDN); /* exact at 2000 bits */
+    }
+    const emu_rounding r = { .mode = EMU_RNE };
+    emu_status st;
+    double d = emu_ref_round(f32, s, &r, &st);
+    mpfr_clears(s, t, (mpfr_ptr)0);
+    emu_bits res;
+    ck_assert(emu_encode(f32, d, &res));
+    return res.v;
+}
+
+START_TEST(dot_init_vs_mpfr)
+{
+    const emu_format *in = test_format("e4m3");
+    int hx = emu_dpi_open_dot("e4m3", "exact", "", "");
+    int hf = emu_dpi_open_dot("e4m3", "fused,k=8,w=60,acc=binary32", "", "");
+    ck_assert_msg(hx >= 0 && hf >= 0, "%s", emu_dpi_last_error());
+    test_rng g = test_rng_make(8);
+    uint64_t n = test_scaled(20000, 1000);
+    for (uint64_t i = 0; i < n; i++) {
+        int k = (int)test_below(&g, 9);
+        emu_dpi_u64 a[8], b[8];
+        for (int j = 0; j < k; j++) {
+            do {
+                a[j] = test_random_bits(&g, in).v;
+                b[j] = test_random_bits(&g, in).v;
+            } while (isnan(emu_decode(in, (emu_bits){ a[j] })) ||
+                     isnan(emu_decode(in, (emu_bits){ b[j] })));
+        }
+        /* C within 2^-15 .. 2^16: its last bit (>= 2^-38) and the
+         * products' (>= 2^-18) are within 60 bits of any leading bit. */
+        uint64_t c = (test_next(&g) & 0x807fffffu) |
+                     (uint64_t)(112 + test_below(&g, 32)) << 23;
+        uint64_t want = exact_dot(in, k, a, b, c);
+        emu_dpi_u64 got;
+        emu_dpi_u32 gf;
+        ck_assert_int_eq(emu_dpi_dot(hx, k, a, b, c, &got, &gf), 0);
+        ck_assert_msg(got == want, "exact k=%d c=%08llx: dpi %08llx mpfr %08llx",
+                      k, (unsigned long long)c, got, (unsigned long long)want);
+        ck_assert_int_eq(emu_dpi_dot(hf, k, a, b, c, &got, &gf), 0);
+        /* An exact zero sum is +0 in the fused model, IEEE's in MPFR. */
+        ck_assert_msg(got == want || (got == 0 && want == 0x80000000u),
+                      "fused k=%d c=%08llx: dpi %08llx mpfr %08llx", k,
+                      (unsigned long long)c, got, (unsigned long long)want);
+    }
+}
+END_TEST
+
+/* dot4 is dot with k = 4. */
+START_TEST(dot4_is_dot)
+{
+    int h = emu_dpi_open_dot("e5m2", "fused,k=4,w=14,acc=binary32", NULL,
+                             "rne");
+    ck_assert_msg(h >= 0, "%s", emu_dpi_last_error());
+    test_rng g = test_rng_make(4);
+    for (int i = 0; i < 2000; i++) {
+        emu_dpi_u64 a[4], b[4], r1, r2;
+        emu_dpi_u32 f1, f2;
+        for (int j = 0; j < 4; j++) {
+            a[j] = test_next(&g) & 0xff;
+            b[j] = test_next(&g) & 0xff;
+        }
+        uint64_t c = test_next(&g) & 0xffffffffu;
+        ck_assert_int_eq(emu_dpi_dot(h, 4, a, b, c, &r1, &f1), 0);
+        ck_assert_int_eq(emu_dpi_dot4(h, a[0], b[0], a[1], b[1], a[2], b[2],
+                                      a[3], b[3], c, &r2,
+                                      &f2), 0);
+        ck_assert(r1 == r2 && f1 == f2);
+    }
+}
+END_TEST
+
+/* ---- settings and errors ------------------------------------------------ */
+
+static void expect_error(int rc, const char *needle)
+{
+    ck_assert_int_eq(rc, -1);
+    ck_assert_msg(strstr(emu_dpi_last_error(), needle),
+                  "error '%s' does not mention '%s'", emu_dpi_last_error(),
+                  needle);
+}
+
+START_TEST(errors_name_the_culprit)
+{
+    emu_dpi_u64 r;
+    emu_dpi_u32 f;
+    expect_error(emu_dpi_open("e4m9x", "", ""), "e4m9x");
+    expect_error(emu_dpi_open("e4m3", "nosuch", ""), "nosuch");
+    expect_error(emu_dpi_open("e4m3", "", "rne,banana"), "banana");
+    expect_error(emu_dpi_open("e4m3", "", "sr"), "stochastic");
+    expect_error(emu_dpi_open("e4m3", "", "profile=ocp"), "ocp");
+    expect_error(emu_dpi_open("e4m3", "", "tiny=never"), "never");
+    expect_error(emu_dpi_open(NULL, "", ""), "empty");
+    expect_error(emu_dpi_open_dot("e4m3", "fused,w=99", "", ""), "w");
+    expect_error(emu_dpi_open_dot("e4m3", "fast", "", ""), "fast");
+    expect_error(emu_dpi_open_dot("binary64", "exact", "", ""), "binary64");
+    expect_error(emu_dpi_mul(-1, 0, 0, &r, &f), "handle -1");
+    expect_error(emu_dpi_mul(EMU_DPI_MAX_HANDLES, 0, 0, &r, &f), "handle");
+    int h = emu_dpi_open("e4m3", "", "");
+    int hd = emu_dpi_open_dot("e4m3", "exact", "", "");
+    ck_assert(h >= 0 && hd >= 0);
+    expect_error(emu_dpi_mul(h, 0x100, 0, &r, &f), "0x100");
+    expect_error(emu_dpi_op(h, "pow", 0, 0, 0, &r, &f), "pow");
+    expect_error(emu_dpi_mul(hd, 0, 0, &r, &f), "dot-product");
+    emu_dpi_u64 a[1] = { 0x38 }, b[1] = { 0x1ff };
+    expect_error(emu_dpi_dot(h, 1, a, a, 0, &r, &f), "scalar");
+    expect_error(emu_dpi_dot(hd, 1, a, b, 0, &r, &f), "b[0]");
+    expect_error(emu_dpi_dot(hd, EMU_DPI_MAX_K + 1, a, a, 0, &r, &f), "k =");
+    expect_error(emu_dpi_dot(hd, 0, a, a, 1ull << 32, &r, &f), "c[0]");
+    /* Arithmetic needs p <= 24; conversion does not. */
+    int h64 = emu_dpi_open("binary64", "", "");
+    ck_assert(h64 >= 0);
+    expect_error(emu_dpi_add(h64, 0, 0, &r, &f), "binary64");
+}
+END_TEST
+
+START_TEST(same_settings_same_handle)
+{
+    int a = emu_dpi_open("e4m3", "", "rne,sat");
+    int b = emu_dpi_open("e4m3", "", "rne,sat");
+    int c = emu_dpi_open("e4m3", "", "rne");
+    int d = emu_dpi_open_dot("e4m3", "exact", "", "rne,sat");
+    ck_assert(a >= 0 && a == b && c != a && d != a);
+    for (int i = 0; i < 3 * EMU_DPI_MAX_HANDLES; i++)
+        ck_assert_int_eq(emu_dpi_open("e4m3", "", "rne,sat"), a);
+}
+END_TEST
+
+/* ---- threads -------------------------------------------------------------- */
+
+enum { THREADS = 4 };
+static emu_dpi_u64 table[2][65536];
+
+static int worker(void *arg)
+{
+    int id = *(int *)arg;
+    char err[64];
+    snprintf(err, sizeof err, "thread%dformat", id);
+    for (int rep = 0; rep < 3; rep++) {
+        /* Opens (one new setting per thread, one shared) race with the
+         * other threads' lookups. */
+        int h = emu_dpi_open("e4m3", "", id % 2 ? "rne,sat" : "rne");
+        char set[32];
+        snprintf(set, sizeof set, "rne,tiny=%s", rep % 2 ? "before" : "after");
+        if (h < 0 || emu_dpi_open("e5m2", "", set) < 0)
+            return 1;
+        if (emu_dpi_open(err, "", "") != -1 ||
+            !strstr(emu_dpi_last_error(), err))
+            return 2;
+        for (unsigned p = 0; p < 65536; p++) {
+            emu_dpi_u64 r;
+            emu_dpi_u32 f;
+            if (emu_dpi_mul(h, p >> 8, p & 0xff, &r, &f) ||
+                r != table[id % 2][p])
+                return 3;
+        }
+        /* Another thread's errors never overwrite this one's. */
+        if (!strstr(emu_dpi_last_error(), err))
+            return 4;
+    }
+    return 0;
+}
+
+START_TEST(threads_agree)
+{
+    for (int s = 0; s < 2; s++) {
+        int h = emu_dpi_open("e4m3", "", s ? "rne,sat" : "rne");
+        ck_assert(h >= 0);
+        for (unsigned p = 0; p < 65536; p++) {
+            emu_dpi_u32 f;
+            ck_assert_int_eq(emu_dpi_mul(h, p >> 8, p & 0xff, &table[s][p], &f), 0);
+        }
+    }
+    thrd_t t[THREADS];
+    int id[THREADS], rc[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        id[i] = i;
+        ck_assert(thrd_create(&t[i], worker, &id[i]) == thrd_success);
+    }
+    for (int i = 0; i < THREADS; i++) {
+        thrd_join(t[i], &rc[i]);
+        ck_assert_msg(rc[i] == 0, "thread %d: failure %d", i, rc[i]);
+    }
+}
+END_TEST
+
+static Suite *dpi_suite(void)
+{
+    Suite *s = suite_create("dpi");
+    TCase *tc = tcase_create("dpi");
+    tcase_set_timeout(tc, 600);
+    tcase_add_loop_test(tc, scalar_vs_mpfr, 0, 14);
+    tcase_add_test(tc, binary16_vs_mpfr);
+    tcase_add_test(tc, dot_init_vs_mpfr);
+    tcase_add_test(tc, dot4_is_dot);
+    tcase_add_test(tc, errors_name_the_culprit);
+    tcase_add_test(tc, same_settings_same_handle);
+    tcase_add_test(tc, threads_agree);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(dpi_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
