@@ -144,6 +144,7 @@ int cmd_values(int argc, char **argv);
 int cmd_round(int argc, char **argv);
 int cmd_gen(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
+int cmd_coverage(int argc, char **argv);
 int cmd_version(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_dot(int argc, char **argv);
