@@ -10,7 +10,7 @@
  * element codes, the n = ceil(K / block) block-scale codes of each
  * operand, the binary32 tensor scales if the format has them, and the
  * result with the flags of its one rounding.  The value is that of
- * emu_t_matmul_scaled: the terms (e_a s_a)(e_b s_b) are exact, summed by
+ * emu_dpi_dot_scaled (emu/dpi.h), which is emu_t_matmul_scaled's: the terms (e_a s_a)(e_b s_b) are exact, summed by
  * the accumulator model in index order, and the sum times g_a g_b is
  * rounded once into the output format.  A NaN scale (E8M0 0xFF) makes its
  * block's elements NaN, as the OCP spec says.  Settings travel in a
@@ -23,11 +23,10 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
-#include <mpfr.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum { SDOT_MAX_K = 256 };
+enum { SDOT_MAX_K = EMU_DPI_MAX_K };
 
 /* Operand and scale streams, apart from cmd_dot.c's. */
 #define ELEM_STREAM ((uint64_t)0xd5c << 40)
@@ -44,13 +43,14 @@ typedef struct sdot {
     emu_rounding rnd;
     unsigned nblocks;     /* scale codes per operand                    */
     unsigned fields;      /* hex fields of a line, RESULT and FLAGS too */
+    int h;                /* the emu_dpi_open_scaled handle              */
 } sdot;
 
 /* One line's codes, in line order. */
 typedef struct sdot_case {
-    uint64_t a[SDOT_MAX_K], b[SDOT_MAX_K];
-    uint64_t sa[SDOT_MAX_K], sb[SDOT_MAX_K];
-    uint64_t ga, gb;
+    emu_dpi_u64 a[SDOT_MAX_K], b[SDOT_MAX_K];
+    emu_dpi_u64 sa[SDOT_MAX_K], sb[SDOT_MAX_K];
+    emu_dpi_u64 ga, gb;
 } sdot_case;
 
 static void sdot_finish(sdot *d)
@@ -81,7 +81,7 @@ static void sdot_finish(sdot *d)
                         "arithmetic, not a reference");
     cli_resolve_format("dot", "--out", d->out_spec ? d->out_spec : "binary32",
                        &d->out);
-    cli_resolve_format("dot", "binary32", "binary32", &d->g32);
+    cli_resolve_format("dot", "binary32", "binary32", &d->g32); /* GA, GB */
     memset(&d->rnd, 0, sizeof d->rnd);
     cli_parse_mode("dot", d->mode_spec ? d->mode_spec : "rne", &d->rnd);
     if (emu_rnd_is_stochastic(d->rnd.mode) ||
@@ -96,67 +96,26 @@ static void sdot_finish(sdot *d)
     d->nblocks = d->sf.block_scaled
                ? (unsigned)((d->k + d->sf.block[0] - 1) / d->sf.block[0]) : 0;
     d->fields = 2 * (d->k + d->nblocks) + 2 * d->sf.tensor_scale + 2;
+    d->h = emu_dpi_open_scaled(d->scaled_spec, d->accum_spec, d->out_spec,
+                               d->mode_spec ? d->mode_spec : "rne");
+    if (d->h < 0)
+        cli_usage_error("dot", "--scaled: %s", emu_dpi_last_error());
 }
 
-/* The value of element i of one operand: e_i * s_block, NaN for a NaN
- * scale.  Returns false if it is not a binary32 (the unit's operands must
- * be, as emu_t_matmul_scaled requires). */
-static bool element(const sdot *d, const uint64_t *e, const uint64_t *s,
-                    unsigned i, float *out)
-{
-    double v = emu_decode(&d->sf.elem, (emu_bits){ e[i] });
-    if (d->sf.block_scaled)
-        v *= emu_decode(&d->sf.scale, (emu_bits){ s[i / d->sf.block[0]] });
-    *out = (float)v;
-    return isnan(v) || (double)*out == v;
-}
-
-/* The unit on one case; returns the result pattern, *flags its flags, or
- * sets *why if an operand is not a binary32. */
+/* The unit on one case, through the DPI golden model (one definition for
+ * both); returns the result pattern, *flags its flags, or sets *why (an
+ * element times its scale that is not a binary32). */
 static uint64_t sdot_eval(const sdot *d, const sdot_case *c, unsigned *flags,
                           const char **why)
 {
-    float x[SDOT_MAX_K], y[SDOT_MAX_K];
+    emu_dpi_u64 r = 0;
+    emu_dpi_u32 f = 0;
     *why = NULL;
-    for (unsigned i = 0; i < d->k; i++)
-        if (!element(d, c->a, c->sa, i, &x[i]) ||
-            !element(d, c->b, c->sb, i, &y[i])) {
-            *why = "an element times its scale is not a binary32";
-            return 0;
-        }
-    double lo = 0.0;
-    double hi = emu_accum_dot(&d->model, x, 1, y, 1, d->k, NULL, NULL, &lo);
-    if (d->sf.tensor_scale && isfinite(hi) && hi != 0.0) {
-        /* (hi + lo) g_a g_b exactly, back as a pair: g_a g_b has at most
-         * 48 bits, hi 53, so 256 bits hold every product exactly. */
-        double g = emu_decode(&d->g32, (emu_bits){ c->ga }) *
-                   emu_decode(&d->g32, (emu_bits){ c->gb }); /* exact */
-        mpfr_t s, t;
-        mpfr_inits2(256, s, t, (mpfr_ptr)0);
-        mpfr_set_d(s, hi, MPFR_RNDN);
-        mpfr_mul_d(s, s, g, MPFR_RNDN);
-        mpfr_set_d(t, lo, MPFR_RNDN);
-        mpfr_mul_d(t, t, g, MPFR_RNDN);
-        mpfr_add(s, s, t, MPFR_RNDN);
-        hi = mpfr_get_d(s, MPFR_RNDN);
-        mpfr_sub_d(s, s, hi, MPFR_RNDN);
-        lo = isfinite(hi) ? mpfr_get_d(s, MPFR_RNDN) : 0.0;
-        mpfr_clears(s, t, (mpfr_ptr)0);
-    } else if (d->sf.tensor_scale) {
-        hi *= emu_decode(&d->g32, (emu_bits){ c->ga }) *
-              emu_decode(&d->g32, (emu_bits){ c->gb });
-    }
-    emu_status st;
-    double r = emu_round2(&d->out, hi, lo, &d->rnd, &st);
-    emu_bits res = { 0 };
-    if (isnan(r)) {
-        if (!emu_nan_bits(&d->out, &res))
-            st.flags |= EMU_FLAG_INVALID;
-    } else if (!emu_encode(&d->out, r, &res)) {
-        *why = "a result the output format cannot hold (a bug)";
-    }
-    *flags = st.flags & EMU_FLAG_TESTFLOAT_MASK;
-    return res.v;
+    if (emu_dpi_dot_scaled(d->h, (int)d->k, c->a, c->sa, c->b, c->sb, c->ga,
+                           c->gb, &r, &f))
+        *why = emu_dpi_last_error();
+    *flags = f;
+    return r;
 }
 
 /* ---- gen ----------------------------------------------------------------- */
@@ -208,7 +167,7 @@ static void make_case(const sdot *d, uint64_t n, sdot_case *c)
     c->gb = random_tensor_scale(d, 2 * n + 1);
 }
 
-static void print_codes(FILE *fp, const emu_format *f, const uint64_t *v,
+static void print_codes(FILE *fp, const emu_format *f, const emu_dpi_u64 *v,
                         unsigned n)
 {
     for (unsigned i = 0; i < n; i++)
@@ -323,7 +282,7 @@ static const char *parse_line(const sdot *d, char *line, sdot_case *c,
         }
         /* Which field this is: A, SA, B, SB, GA GB, RESULT, FLAGS. */
         unsigned i = got;
-        uint64_t *slot;
+        emu_dpi_u64 *slot;
         const emu_format *f;
         int bits;
         if (i < k) {

@@ -12,22 +12,25 @@
 
 #include "emu/accum.h"
 #include "emu/arith.h"
+#include "emu/scaled.h"
 
 #include <math.h>
+#include <mpfr.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <threads.h>
 
-enum unit_kind { UNIT_SCALAR, UNIT_DOT };
+enum unit_kind { UNIT_SCALAR, UNIT_DOT, UNIT_SCALED };
 
 typedef struct unit {
     enum unit_kind kind;
     char key[512];        /* the open call's arguments, to find it again */
     emu_format in, out;
     emu_rounding rnd;     /* scalar ops, or a dot's output rounding       */
-    emu_accum model;      /* UNIT_DOT                                     */
+    emu_accum model;      /* UNIT_DOT, UNIT_SCALED                        */
+    emu_scaled_format sf; /* UNIT_SCALED                                  */
 } unit;
 
 static unit units[EMU_DPI_MAX_HANDLES];
@@ -158,6 +161,8 @@ static int make_key(unit *u, const char *a, const char *b, const char *c,
     return 0;
 }
 
+static int open_model(unit *u, const char *accum);
+
 int emu_dpi_open(const char *in, const char *out, const char *settings)
 {
     unit u;
@@ -181,22 +186,16 @@ int emu_dpi_open_dot(const char *in, const char *accum, const char *out,
     unit u;
     memset(&u, 0, sizeof u);
     u.kind = UNIT_DOT;
-    emu_error err;
     if (make_key(&u, in, accum, out, settings) ||
         parse_settings(settings, &u.rnd) || resolve(&u.in, in, "in"))
         return -1;
     if (!u.in.fits_carrier)
         return fail("in format '%s': its values are not all binary32 values",
                     in);
-    if (!accum || emu_accum_parse(&u.model, accum, &err) ||
-        emu_accum_validate(&u.model, &err))
-        return accum ? fail_err("accum", &err) : fail("accum: empty");
-    if (u.model.kind == EMU_ACCUM_FAST)
-        return fail("accum '%s': the fast model is the host's arithmetic, "
-                    "not a golden model", accum);
-    if (emu_rnd_is_stochastic(u.model.rnd.mode))
-        return fail("accum '%s': stochastic accumulation is not offered "
-                    "through DPI", accum);
+    if (!accum || !*accum)
+        return fail("accum: empty");
+    if (open_model(&u, accum))
+        return -1;
     if (out && *out) {
         if (resolve(&u.out, out, "out"))
             return -1;
@@ -205,6 +204,53 @@ int emu_dpi_open_dot(const char *in, const char *accum, const char *out,
     }
     return find_or_add(&u);
 }
+
+/* The accumulator model of a dot unit (u->model) from spec, "" = exact. */
+static int open_model(unit *u, const char *accum)
+{
+    emu_error err;
+    if (emu_accum_parse(&u->model, accum && *accum ? accum : "exact", &err) ||
+        emu_accum_validate(&u->model, &err))
+        return fail_err("accum", &err);
+    if (u->model.kind == EMU_ACCUM_FAST)
+        return fail("accum '%s': the fast model is the host's arithmetic, "
+                    "not a golden model", accum);
+    if (emu_rnd_is_stochastic(u->model.rnd.mode))
+        return fail("accum '%s': stochastic accumulation is not offered "
+                    "through DPI", accum);
+    return 0;
+}
+
+int emu_dpi_open_scaled(const char *scaled, const char *accum,
+                        const char *out, const char *settings)
+{
+    unit u;
+    memset(&u, 0, sizeof u);
+    u.kind = UNIT_SCALED;
+    emu_error err;
+    if (make_key(&u, scaled, accum, out, settings) ||
+        parse_settings(settings, &u.rnd) || open_model(&u, accum))
+        return -1;
+    if (!scaled || emu_scaled_format_parse(&u.sf, scaled, &err))
+        return scaled ? fail_err("scaled", &err) : fail("scaled: empty");
+    if (u.sf.int_elem)
+        return fail("scaled '%s': integer elements are not offered through "
+                    "DPI yet", scaled);
+    if (u.sf.block_scaled && u.sf.block[1] > 1)
+        return fail("scaled '%s': 2-D blocks; a dot product takes 1-D ones",
+                    scaled);
+    if (resolve(&u.in, "binary32", "binary32")) /* the tensor scales */
+        return -1;
+    if (out && *out)
+        return resolve(&u.out, out, "out") ? -1 : find_or_add(&u);
+    u.out = u.in;
+    return find_or_add(&u);
+}
+
+static const char *const kind_name[] = {
+    [UNIT_SCALAR] = "scalar", [UNIT_DOT] = "dot-product",
+    [UNIT_SCALED] = "block-scaled dot-product",
+};
 
 static const unit *get(int h, enum unit_kind kind)
 {
@@ -215,8 +261,7 @@ static const unit *get(int h, enum unit_kind kind)
     }
     if (units[h].kind != kind) {
         fail("handle %d: a %s unit, not a %s unit", h,
-             units[h].kind == UNIT_DOT ? "dot-product" : "scalar",
-             kind == UNIT_DOT ? "dot-product" : "scalar");
+             kind_name[units[h].kind], kind_name[kind]);
         return NULL;
     }
     return &units[h];
@@ -324,6 +369,25 @@ static int decode(const emu_format *f, emu_dpi_u64 p, const char *what,
     return 0;
 }
 
+/* The unit's output: hi + lo rounded into out, as a pattern. */
+static int round_out(const unit *u, double hi, double lo, emu_dpi_u64 *r,
+                     emu_dpi_u32 *flags)
+{
+    emu_status st;
+    double d = emu_round2_word(&u->out, hi, lo, &u->rnd, 0, &st);
+    emu_bits res = { 0 };
+    if (isnan(d)) {
+        if (!emu_nan_bits(&u->out, &res))
+            st.flags |= EMU_FLAG_INVALID;
+    } else if (!emu_encode(&u->out, d, &res)) {
+        return fail("dot: a result %s cannot hold (%a): a libemu bug",
+                    u->out.name, d);
+    }
+    *r = res.v;
+    *flags = st.flags & EMU_FLAG_TESTFLOAT_MASK;
+    return 0;
+}
+
 int emu_dpi_dot(int h, int k, const emu_dpi_u64 *a, const emu_dpi_u64 *b,
                 emu_dpi_u64 c, emu_dpi_u64 *r, emu_dpi_u32 *flags)
 {
@@ -347,19 +411,7 @@ int emu_dpi_dot(int h, int k, const emu_dpi_u64 *a, const emu_dpi_u64 *b,
     double lo = 0.0;
     double hi = emu_accum_dot_init(&u->model, init, x, 1, y, 1, (size_t)k,
                                    NULL, NULL, &lo);
-    emu_status st;
-    double d = emu_round2_word(&u->out, hi, lo, &u->rnd, 0, &st);
-    emu_bits res = { 0 };
-    if (isnan(d)) {
-        if (!emu_nan_bits(&u->out, &res))
-            st.flags |= EMU_FLAG_INVALID;
-    } else if (!emu_encode(&u->out, d, &res)) {
-        return fail("dot: a result %s cannot hold (%a): a libemu bug",
-                    u->out.name, d);
-    }
-    *r = res.v;
-    *flags = st.flags & EMU_FLAG_TESTFLOAT_MASK;
-    return 0;
+    return round_out(u, hi, lo, r, flags);
 }
 
 int emu_dpi_dot4(int h, emu_dpi_u64 a0, emu_dpi_u64 b0, emu_dpi_u64 a1,
@@ -369,4 +421,77 @@ int emu_dpi_dot4(int h, emu_dpi_u64 a0, emu_dpi_u64 b0, emu_dpi_u64 a1,
 {
     const emu_dpi_u64 a[4] = { a0, a1, a2, a3 }, b[4] = { b0, b1, b2, b3 };
     return emu_dpi_dot(h, 4, a, b, c, r, flags);
+}
+
+/* e_i s_block(i) of one operand as binary32 values; -1 if one is not. */
+static int scaled_values(const unit *u, int k, const emu_dpi_u64 *e,
+                         const emu_dpi_u64 *s, const char *what, float *out)
+{
+    const size_t block = u->sf.block_scaled ? u->sf.block[0] : 0;
+    double v = 0.0;
+    for (int i = 0; i < k; i++) {
+        if (decode(&u->sf.elem, e[i], what, i, &v))
+            return -1;
+        if (block) {
+            double sv = 0.0;
+            if (decode(&u->sf.scale, s[(size_t)i / block],
+                       what[0] == 'a' ? "sa" : "sb", (int)((size_t)i / block),
+                       &sv))
+                return -1;
+            v *= sv; /* exact in binary64: few significant bits */
+        }
+        out[i] = (float)v;
+        if (!isnan(v) && (double)out[i] != v)
+            return fail("dot_scaled: %s[%d] times its scale (%a) is not a "
+                        "binary32", what, i, v);
+    }
+    return 0;
+}
+
+/* (hi + lo) g_a g_b exactly, back as a pair hi + lo (MPFR, so that no
+ * host rounding can enter: 24 + 24 + 53 bits fit 256). */
+static void scale_pair(double *hi, double *lo, double ga, double gb)
+{
+    if (!isfinite(*hi) || *hi == 0.0) {
+        *hi = *hi * ga * gb; /* inf, NaN or a signed zero: exact */
+        *lo = 0.0;
+        return;
+    }
+    mpfr_t s, t;
+    mpfr_inits2(256, s, t, (mpfr_ptr)0);
+    mpfr_set_d(s, *hi, MPFR_RNDN);
+    mpfr_set_d(t, *lo, MPFR_RNDN);
+    mpfr_add(s, s, t, MPFR_RNDN);
+    mpfr_mul_d(s, s, ga, MPFR_RNDN);
+    mpfr_mul_d(s, s, gb, MPFR_RNDN);
+    *hi = mpfr_get_d(s, MPFR_RNDN);
+    mpfr_sub_d(s, s, *hi, MPFR_RNDN);
+    *lo = isfinite(*hi) ? mpfr_get_d(s, MPFR_RNDN) : 0.0;
+    mpfr_clears(s, t, (mpfr_ptr)0);
+}
+
+int emu_dpi_dot_scaled(int h, int k, const emu_dpi_u64 *a,
+                       const emu_dpi_u64 *sa, const emu_dpi_u64 *b,
+                       const emu_dpi_u64 *sb, emu_dpi_u64 ga, emu_dpi_u64 gb,
+                       emu_dpi_u64 *r, emu_dpi_u32 *flags)
+{
+    const unit *u = get(h, UNIT_SCALED);
+    if (!u)
+        return -1;
+    if (k < 0 || k > EMU_DPI_MAX_K)
+        return fail("dot_scaled: k = %d, not from 0 to %d", k, EMU_DPI_MAX_K);
+    float x[EMU_DPI_MAX_K], y[EMU_DPI_MAX_K];
+    if (scaled_values(u, k, a, sa, "a", x) || scaled_values(u, k, b, sb, "b", y))
+        return -1;
+    double lo = 0.0;
+    double hi = emu_accum_dot(&u->model, x, 1, y, 1, (size_t)k, NULL, NULL,
+                              &lo);
+    if (u->sf.tensor_scale) {
+        double g[2] = { 0.0, 0.0 };
+        if (decode(&u->in, ga, "ga", 0, &g[0]) ||
+            decode(&u->in, gb, "gb", 0, &g[1]))
+            return -1;
+        scale_pair(&hi, &lo, g[0], g[1]);
+    }
+    return round_out(u, hi, lo, r, flags);
 }

@@ -19,6 +19,7 @@
 
 #include <emu/dpi.h>
 #include <emu/ref.h>
+#include <emu/scaled.h>
 
 #include "testutil.h"
 
@@ -203,6 +204,80 @@ START_TEST(dot_init_vs_mpfr)
 }
 END_TEST
 
+/* Block-scaled: MPFR's exact sum of (e_a s_a)(e_b s_b), times g_a g_b,
+ * rounded once into binary32, for MX and NVFP4 element and scale codes. */
+START_TEST(dot_scaled_vs_mpfr)
+{
+    static const char *const specs[] = { "mxfp8", "mxfp6-e3m2", "mxfp4",
+                                         "nvfp4" };
+    const char *spec = specs[_i];
+    emu_scaled_format sf;
+    emu_error err;
+    ck_assert(emu_scaled_format_parse(&sf, spec, &err) == 0);
+    const emu_format *f32 = test_format("binary32");
+    int h = emu_dpi_open_scaled(spec, "exact", "", "");
+    ck_assert_msg(h >= 0, "%s", emu_dpi_last_error());
+    test_rng g = test_rng_make(77);
+    mpfr_t s, t;
+    mpfr_inits2(2000, s, t, (mpfr_ptr)0);
+    const emu_rounding r = { .mode = EMU_RNE };
+    uint64_t n = test_scaled(3000, 200);
+    for (uint64_t c = 0; c < n; c++) {
+        int k = 1 + (int)test_below(&g, 64);
+        emu_dpi_u64 a[64], b[64], sa[64], sb[64];
+        for (int i = 0; i < k; i++) {
+            do {
+                a[i] = test_random_bits(&g, &sf.elem).v;
+                b[i] = test_random_bits(&g, &sf.elem).v;
+            } while (isnan(emu_decode(&sf.elem, (emu_bits){ a[i] })) ||
+                     isnan(emu_decode(&sf.elem, (emu_bits){ b[i] })));
+        }
+        for (int j = 0; j < 64; j++) { /* finite scales within 2^+-8 */
+            emu_rounding rz = { .mode = EMU_RZ, .saturate = true };
+            emu_bits x, y;
+            double vx = ldexp(1.0 + (double)test_below(&g, 256) / 256.0,
+                              (int)test_below(&g, 16) - 8);
+            double vy = ldexp(1.0 + (double)test_below(&g, 256) / 256.0,
+                              (int)test_below(&g, 16) - 8);
+            ck_assert(emu_encode(&sf.scale, emu_round(&sf.scale, vx, &rz, NULL), &x));
+            ck_assert(emu_encode(&sf.scale, emu_round(&sf.scale, vy, &rz, NULL), &y));
+            sa[j] = x.v;
+            sb[j] = y.v;
+        }
+        uint64_t ga = 0x3f800000u | (test_next(&g) & 0x7fffff);
+        uint64_t gb = 0x3f000000u | (test_next(&g) & 0x7fffff);
+        mpfr_set_zero(s, 1);
+        for (int i = 0; i < k; i++) {
+            size_t blk = (size_t)i / sf.block[0];
+            mpfr_set_d(t, emu_decode(&sf.elem, (emu_bits){ a[i] }), MPFR_RNDN);
+            mpfr_mul_d(t, t, emu_decode(&sf.scale, (emu_bits){ sa[blk] }), MPFR_RNDN);
+            mpfr_mul_d(t, t, emu_decode(&sf.elem, (emu_bits){ b[i] }), MPFR_RNDN);
+            mpfr_mul_d(t, t, emu_decode(&sf.scale, (emu_bits){ sb[blk] }), MPFR_RNDN);
+            mpfr_add(s, s, t, MPFR_RNDN);
+        }
+        if (sf.tensor_scale) {
+            mpfr_mul_d(s, s, emu_decode(f32, (emu_bits){ ga }), MPFR_RNDN);
+            mpfr_mul_d(s, s, emu_decode(f32, (emu_bits){ gb }), MPFR_RNDN);
+        }
+        emu_status ws;
+        double want = emu_ref_round(f32, s, &r, &ws);
+        emu_bits wb;
+        ck_assert(emu_encode(f32, want, &wb));
+        emu_dpi_u64 got;
+        emu_dpi_u32 gf;
+        ck_assert_msg(emu_dpi_dot_scaled(h, k, a, sa, b, sb, ga, gb, &got, &gf) == 0,
+                      "%s", emu_dpi_last_error());
+        /* an exact zero sum: +0 here, -0 only if every term was -0 */
+        ck_assert_msg((got == wb.v || (got | wb.v) == 0x80000000u) &&
+                      gf == (ws.flags & 0x1f),
+                      "%s case %llu k=%d: dpi %08llx/%x mpfr %08llx/%x", spec,
+                      (unsigned long long)c, k, got, gf,
+                      (unsigned long long)wb.v, ws.flags & 0x1f);
+    }
+    mpfr_clears(s, t, (mpfr_ptr)0);
+}
+END_TEST
+
 /* dot4 is dot with k = 4. */
 START_TEST(dot4_is_dot)
 {
@@ -264,6 +339,15 @@ START_TEST(errors_name_the_culprit)
     expect_error(emu_dpi_dot(hd, 1, a, b, 0, &r, &f), "b[0]");
     expect_error(emu_dpi_dot(hd, EMU_DPI_MAX_K + 1, a, a, 0, &r, &f), "k =");
     expect_error(emu_dpi_dot(hd, 0, a, a, 1ull << 32, &r, &f), "c[0]");
+    expect_error(emu_dpi_open_scaled("mxfp9", "", "", ""), "mxfp9");
+    expect_error(emu_dpi_open_scaled("mxint8", "", "", ""), "integer");
+    int hs = emu_dpi_open_scaled("mxfp8", NULL, NULL, NULL);
+    ck_assert(hs >= 0);
+    emu_dpi_u64 big[1] = { 0x7e }, s127[1] = { 0xfe };
+    expect_error(emu_dpi_dot_scaled(hs, 1, big, s127, big, s127, 0, 0, &r, &f),
+                 "not a binary32");
+    expect_error(emu_dpi_dot_scaled(hd, 1, a, a, a, a, 0, 0, &r, &f),
+                 "block-scaled");
     /* Arithmetic needs p <= 24; conversion does not. */
     int h64 = emu_dpi_open("binary64", "", "");
     ck_assert(h64 >= 0);
@@ -350,6 +434,7 @@ static Suite *dpi_suite(void)
     tcase_add_test(tc, binary16_vs_mpfr);
     tcase_add_test(tc, dot_init_vs_mpfr);
     tcase_add_test(tc, dot4_is_dot);
+    tcase_add_loop_test(tc, dot_scaled_vs_mpfr, 0, 4);
     tcase_add_test(tc, errors_name_the_culprit);
     tcase_add_test(tc, same_settings_same_handle);
     tcase_add_test(tc, threads_agree);

@@ -11,7 +11,7 @@
 // infinite 8, invalid 16); every function returns 0, or -1 with a message
 // from emu_dpi_last_error().  The names are the C names.
 package emu_dpi;
-  localparam int EMU_DPI_MAX_K = 64;  // as in emu/dpi.h
+  localparam int EMU_DPI_MAX_K = 256;  // as in emu/dpi.h
 
   typedef longint unsigned emu_pat_t;
   typedef emu_pat_t emu_vec_t[EMU_DPI_MAX_K];
@@ -24,6 +24,11 @@ package emu_dpi;
                                            input string accum,
                                            input string out_fmt,
                                            input string settings);
+
+  import "DPI-C" function int emu_dpi_open_scaled(input string scaled,
+                                              input string accum,
+                                              input string out_fmt,
+                                              input string settings);
 
   import "DPI-C" function int emu_dpi_add(input int h, input emu_pat_t a,
       input emu_pat_t b, output emu_pat_t r, output int unsigned flags);
@@ -58,5 +63,12 @@ package emu_dpi;
       input emu_pat_t a0, input emu_pat_t b0, input emu_pat_t a1,
       input emu_pat_t b1, input emu_pat_t a2, input emu_pat_t b2,
       input emu_pat_t a3, input emu_pat_t b3, input emu_pat_t c,
+      output emu_pat_t r, output int unsigned flags);
+  // Block-scaled (MX, NVFP4): k element codes per operand, the first
+  // ceil(k / block) entries of sa and sb their scale codes, ga and gb the
+  // binary32 tensor scales (ignored by formats without them).
+  import "DPI-C" function int emu_dpi_dot_scaled(input int h, input int k,
+      input emu_vec_t a, input emu_vec_t sa, input emu_vec_t b,
+      input emu_vec_t sb, input emu_pat_t ga, input emu_pat_t gb,
       output emu_pat_t r, output int unsigned flags);
 endpackage

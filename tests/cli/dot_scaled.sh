@@ -66,7 +66,7 @@ sed '2s/42800000/42800001/' "$tmp/mx" > "$tmp/bad"
 [ $? -eq 2 ] || fail "malformed lines: exit not 2: $(cat "$tmp/out")"
 grep -q "bad:1: malformed line: 67 fields, expected 68" "$tmp/out" || fail "field count: $(cat "$tmp/out")"
 grep -q "bad:2: malformed line: field 33 (17F) is wider than 8 bits" "$tmp/out" || fail "wide code: $(cat "$tmp/out")"
-grep -q "bad:3: malformed line: an element times its scale is not a binary32" "$tmp/out" || fail "range: $(cat "$tmp/out")"
+grep -q "bad:3: malformed line: dot_scaled: a\[0\] times its scale (0x1.cp+135) is not a binary32" "$tmp/out" || fail "range: $(cat "$tmp/out")"
 "$EMU" dot gen --scaled mxint8 > "$tmp/out" 2>&1
 [ $? -eq 2 ] && grep -q "integer" "$tmp/out" || fail "mxint8 not refused: $(cat "$tmp/out")"
 "$EMU" dot gen --scaled mxfp9 > "$tmp/out" 2>&1

@@ -40,7 +40,7 @@ typedef unsigned int emu_dpi_u32;       /* SystemVerilog int unsigned     */
 
 /* Handles and dot-product lengths this interface holds at most. */
 #define EMU_DPI_MAX_HANDLES 256
-#define EMU_DPI_MAX_K 64
+#define EMU_DPI_MAX_K 256
 
 /* The message of the calling thread's last error ("" if none). */
 const char *emu_dpi_last_error(void);
@@ -67,6 +67,18 @@ int emu_dpi_open(const char *in, const char *out, const char *settings);
  * Returns a handle >= 0, or -1. */
 int emu_dpi_open_dot(const char *in, const char *accum, const char *out,
                      const char *settings);
+
+/* A block-scaled dot-product unit (OCP MX, NVFP4): operands are element
+ * codes with one block-scale code per block of the scaled format `scaled`
+ * (emu/scaled.h: mxfp8, mxfp8-e5m2, mxfp6-e2m3, mxfp6-e3m2, mxfp4, nvfp4,
+ * or keys; 1-D blocks, no integer elements), and the binary32 tensor
+ * scales of formats that have them.  The value is emu_t_matmul_scaled's:
+ * the terms (e_a s_a)(e_b s_b) are exact, summed by `accum` ("" or NULL:
+ * exact) in index order, and the sum times g_a g_b is rounded once into
+ * `out` ("" or NULL: binary32) by the settings' mode.  A NaN scale (E8M0
+ * 0xFF) makes its block's elements NaN.  Returns a handle >= 0, or -1. */
+int emu_dpi_open_scaled(const char *scaled, const char *accum,
+                        const char *out, const char *settings);
 
 /* Scalar operations on a handle from emu_dpi_open.  NaN results are the
  * output format's canonical NaN; a signalling NaN operand (IEEE formats)
@@ -102,6 +114,14 @@ int emu_dpi_op(int h, const char *op, emu_dpi_u64 a, emu_dpi_u64 b,
  * out (the accumulator model's own roundings report none). */
 int emu_dpi_dot(int h, int k, const emu_dpi_u64 *a, const emu_dpi_u64 *b,
                 emu_dpi_u64 c, emu_dpi_u64 *r, emu_dpi_u32 *flags);
+/* One case of a block-scaled unit (handle from emu_dpi_open_scaled): k
+ * element codes a[i], b[i], and ceil(k / block) scale codes sa[j], sb[j];
+ * ga, gb binary32 patterns (ignored by formats without tensor scales).
+ * An element times its scale must be a binary32 (else -1). */
+int emu_dpi_dot_scaled(int h, int k, const emu_dpi_u64 *a,
+                       const emu_dpi_u64 *sa, const emu_dpi_u64 *b,
+                       const emu_dpi_u64 *sb, emu_dpi_u64 ga, emu_dpi_u64 gb,
+                       emu_dpi_u64 *r, emu_dpi_u32 *flags);
 /* The same for k = 4 with scalar arguments (no arrays to declare). */
 int emu_dpi_dot4(int h, emu_dpi_u64 a0, emu_dpi_u64 b0, emu_dpi_u64 a1,
                  emu_dpi_u64 b1, emu_dpi_u64 a2, emu_dpi_u64 b2,
