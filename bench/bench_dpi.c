@@ -5,8 +5,8 @@
  *
  * Rows: mul on E4M3 (every pair of patterns, in turn), mul on binary16
  * and bfloat16 (random patterns), fma on binary16, the 4-term fused dot
- * product with an accumulator input (emu_dpi_dot4), and a 32-term one
- * (emu_dpi_dot).  Single-threaded, best of several repetitions.
+ * product with an accumulator input (emu_dpi_dot4), 32-term ones
+ * (emu_dpi_dot), and block-scaled ones of 32 (emu_dpi_dot_scaled).  Single-threaded, best of several repetitions.
  *
  * Usage: bench_dpi [--calls N] [--reps R]
  * A program, not a test: it is never registered with CTest.
@@ -22,7 +22,7 @@
 
 typedef struct row {
     const char *name, *in, *settings, *accum; /* accum: a dot row */
-    int k;                                    /* 0: mul; -1: fma   */
+    int k;              /* 0: mul; -1: fma; < -1: scaled dot of -k  */
     unsigned bits;
 } row;
 
@@ -35,6 +35,9 @@ static const row rows[] = {
     { "dot4 e4m3 fused w=16", "e4m3", "rne", "fused,k=4,w=16,acc=binary32", 4, 8 },
     { "dot32 e4m3 fused k=32", "e4m3", "rne", "fused,k=32,w=24,acc=binary32", 32, 8 },
     { "dot32 e4m3 exact", "e4m3", "rne", "exact", 32, 8 },
+    /* in: the scaled format; k = -32: a block-scaled dot of 32 */
+    { "dot_scaled mxfp8 k=32", "mxfp8", "rne", "exact", -32, 8 },
+    { "dot_scaled nvfp4 k=32", "nvfp4", "rne", "exact", -32, 4 },
 };
 
 /* Operand word i, bits wide. */
@@ -54,13 +57,22 @@ static double run(const row *r, int h, long n, emu_dpi_u64 *sink)
     }
     double t = bench_now();
     for (long i = 0; i < n; i++) {
-        emu_dpi_u64 x = r->bits == 8 ? (emu_dpi_u64)i & 0xff : word(2 * (uint64_t)i, r->bits);
-        emu_dpi_u64 y = r->bits == 8 ? (emu_dpi_u64)(i >> 8) & 0xff : word(2 * (uint64_t)i + 1, r->bits);
+        emu_dpi_u64 x = r->bits <= 8 ? (emu_dpi_u64)i & ((1u << r->bits) - 1)
+                                     : word(2 * (uint64_t)i, r->bits);
+        emu_dpi_u64 y = r->bits <= 8 ? (emu_dpi_u64)(i >> 8) & ((1u << r->bits) - 1)
+                                     : word(2 * (uint64_t)i + 1, r->bits);
         int rc;
         if (r->k == 0)
             rc = emu_dpi_mul(h, x, y, &res, &f);
-        else if (r->k < 0)
+        else if (r->k == -1)
             rc = emu_dpi_fma(h, x, y, x ^ 1, &res, &f);
+        else if (r->k < 0) {
+            static const emu_dpi_u64 s[2] = { 0x38, 0x38 }; /* E8M0: 2^-71; E4M3: 1 */
+            a[0] = x;
+            b[0] = y;
+            rc = emu_dpi_dot_scaled(h, -r->k, a, s, b, s, 0x3f800000u,
+                                    0x3f800000u, &res, &f);
+        }
         else if (r->k == 4)
             rc = emu_dpi_dot4(h, x, y, a[1], b[1], a[2], b[2], y, x,
                               0x3f800000u, &res, &f);
@@ -96,13 +108,14 @@ int main(int argc, char **argv)
     printf("%-24s %14s %10s\n", "call", "calls/s", "ns/call");
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         const row *r = &rows[i];
-        int h = r->accum ? emu_dpi_open_dot(r->in, r->accum, "", r->settings)
+        int h = r->k < -1 ? emu_dpi_open_scaled(r->in, r->accum, "", r->settings)
+              : r->accum ? emu_dpi_open_dot(r->in, r->accum, "", r->settings)
                          : emu_dpi_open(r->in, "", r->settings);
         if (h < 0) {
             fprintf(stderr, "bench_dpi: %s: %s\n", r->name, emu_dpi_last_error());
             return 1;
         }
-        long n = r->k > 4 ? calls / 8 : calls;
+        long n = r->k > 4 || r->k < -1 ? calls / 8 : calls;
         double best = 1e30;
         for (int k = 0; k < reps; k++) {
             double t = run(r, h, n, &sink);
