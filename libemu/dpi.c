@@ -208,16 +208,17 @@ int emu_dpi_open_dot(const char *in, const char *accum, const char *out,
 /* The accumulator model of a dot unit (u->model) from spec, "" = exact. */
 static int open_model(unit *u, const char *accum)
 {
+    const char *spec = accum && *accum ? accum : "exact";
     emu_error err;
-    if (emu_accum_parse(&u->model, accum && *accum ? accum : "exact", &err) ||
+    if (emu_accum_parse(&u->model, spec, &err) ||
         emu_accum_validate(&u->model, &err))
         return fail_err("accum", &err);
     if (u->model.kind == EMU_ACCUM_FAST)
         return fail("accum '%s': the fast model is the host's arithmetic, "
-                    "not a golden model", accum);
+                    "not a golden model", spec);
     if (emu_rnd_is_stochastic(u->model.rnd.mode))
         return fail("accum '%s': stochastic accumulation is not offered "
-                    "through DPI", accum);
+                    "through DPI", spec);
     return 0;
 }
 

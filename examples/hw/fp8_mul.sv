@@ -105,12 +105,11 @@ module fp8_mul
       // Tininess after rounding: below 2^EMIN once rounded to MBITS+1
       // bits with an unbounded exponent.  Only e = EMIN-1 needs that
       // rounding (one bit finer than the subnormal quantum).
-      if (e >= EMIN)
+      if (e >= EMIN) begin
         tiny = 1'b0;
-      else if (e < EMIN - 1 || sh <= 1)
+      end else if (e < EMIN - 1 || sh <= 1) begin
         tiny = 1'b1;
-      else
-      begin
+      end else begin
         fine = shift_round(p, sh - 1, 1'b0);
         tiny = !fine[MBITS+1];
       end

@@ -71,6 +71,13 @@ grep -q "9 lines, mul, e4m3 -> e4m3, mode rne, saturate" "$tmp/out" || fail "tit
 row snan 1 0 0
 row invalid 1
 
+# What cannot happen is not "missed": a square root is never a tie and
+# stays in range; a comparison raises no inexact.
+"$EMU" gen --op sqrt --format binary16 --exhaustive | "$EMU" coverage - > "$tmp/out" 2>&1
+grep -qx "missed: nothing" "$tmp/out" || fail "sqrt: $(grep missed "$tmp/out")"
+"$EMU" gen --op lt --format e5m2 | "$EMU" coverage - > "$tmp/out" 2>&1
+grep -qx "missed: nothing" "$tmp/out" || fail "lt: $(grep missed "$tmp/out")"
+
 # Errors: a malformed line (named, exit 2), no vectors, no file.
 printf '00 00 00 00\n0g 00 00 00\n' > "$tmp/bad"
 # shellcheck disable=SC2086
