@@ -9,9 +9,11 @@
  * model at w = 60 against it where no bit can be truncated (so C is
  * aligned with the products, not added after them).  Threads open the
  * same and different settings while others compute, and each sees its
- * own error messages.
+ * own error messages.  A hostile host state (rounding mode, FTZ/DAZ)
+ * changes no result.
  */
 #include <check.h>
+#include <fenv.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -367,6 +369,74 @@ START_TEST(same_settings_same_handle)
 }
 END_TEST
 
+/* ---- the host's floating-point state ------------------------------------ */
+
+/* A digest of many calls: E4M3 products, binary16 fma, fused dot4 with C,
+ * NVFP4 dot products with tensor scales (patterns and flags). */
+static uint64_t digest(void)
+{
+    int h = emu_dpi_open("e4m3", "", "rne,sat");
+    int hb = emu_dpi_open("binary16", "", "rne");
+    int hd = emu_dpi_open_dot("e4m3", "fused,k=4,w=26,acc=binary32", "", "");
+    int hs = emu_dpi_open_scaled("nvfp4", "fused,k=16,w=25,acc=binary32", "",
+                                 "");
+    ck_assert(h >= 0 && hb >= 0 && hd >= 0 && hs >= 0);
+    uint64_t acc = 0;
+    emu_dpi_u64 r;
+    emu_dpi_u32 f;
+    for (unsigned p = 0; p < 65536; p++) {
+        ck_assert(emu_dpi_mul(h, p >> 8, p & 0xff, &r, &f) == 0);
+        acc = acc * 31 + r * 7 + f;
+    }
+    test_rng g = test_rng_make(5);
+    emu_dpi_u64 e[32], s[2] = { 0x38, 0x2c };
+    for (int i = 0; i < 20000; i++) {
+        uint64_t x = test_next(&g);
+        ck_assert(emu_dpi_fma(hb, x & 0xffff, x >> 16 & 0xffff, x >> 32 & 0xffff,
+                              &r, &f) == 0);
+        acc = acc * 31 + r * 7 + f;
+        ck_assert(emu_dpi_dot4(hd, x & 0xff, x >> 8 & 0xff, x >> 16 & 0xff,
+                               x >> 24 & 0xff, x >> 32 & 0xff, x >> 40 & 0xff,
+                               x >> 48 & 0xff, x >> 56, x >> 20 & 0xffffffff,
+                               &r, &f) == 0);
+        acc = acc * 31 + r * 7 + f;
+        if (i % 10 == 0) {
+            for (int j = 0; j < 32; j++)
+                e[j] = test_next(&g) & 0xf;
+            ck_assert_msg(emu_dpi_dot_scaled(hs, 32, e, s, e, s, 0x3fa00001u,
+                                             (x >> 40 & 0x7fffff) | 0x3f000000u,
+                                             &r, &f) == 0,
+                          "%s", emu_dpi_last_error());
+            acc = acc * 31 + r * 7 + f;
+        }
+    }
+    return acc;
+}
+
+/* The same results whatever rounding mode, flush-to-zero or
+ * denormals-are-zero the caller left set: a simulator may have any. */
+START_TEST(host_state_independent)
+{
+    uint64_t want = digest();
+    static const int modes[] = { FE_UPWARD, FE_DOWNWARD, FE_TOWARDZERO };
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        ck_assert(fesetround(modes[i]) == 0);
+        uint64_t got = digest();
+        fesetround(FE_TONEAREST);
+        ck_assert_msg(got == want, "rounding mode %zu changes results", i);
+    }
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned csr, hostile;
+    __asm__ volatile("stmxcsr %0" : "=m"(csr));
+    hostile = csr | 0x8040; /* FTZ and DAZ */
+    __asm__ volatile("ldmxcsr %0" : : "m"(hostile));
+    uint64_t got = digest();
+    __asm__ volatile("ldmxcsr %0" : : "m"(csr));
+    ck_assert_msg(got == want, "FTZ/DAZ change results");
+#endif
+}
+END_TEST
+
 /* ---- threads -------------------------------------------------------------- */
 
 enum { THREADS = 4 };
@@ -438,6 +508,7 @@ static Suite *dpi_suite(void)
     tcase_add_test(tc, errors_name_the_culprit);
     tcase_add_test(tc, same_settings_same_handle);
     tcase_add_test(tc, threads_agree);
+    tcase_add_test(tc, host_state_independent);
     suite_add_tcase(s, tc);
     return s;
 }
