@@ -19,6 +19,6 @@ if [ $# -eq 0 ]; then
     : "${EMU_DPI_SV:=$(pkg-config --variable=prefix libemu)/share/emu/emu_dpi.sv}"
 fi
 : "${EMU_DPI_SV:=$HERE/../../libemu/dpi/emu_dpi.sv}"
-verilator --binary -j 2 -Wall -Wno-UNUSEDSIGNAL --top-module tb_hw -Mdir "$OUT" -LDFLAGS "$*" \
+verilator --binary -j 2 -Wall --top-module tb_hw -Mdir "$OUT" -LDFLAGS "$*" \
     "$EMU_DPI_SV" "$HERE/fp8_pkg.sv" "$HERE/fp8_mul.sv" "$HERE/fp8_dot4.sv" \
     "$HERE/tb_hw.sv" > "$OUT.log" 2>&1 || { cat "$OUT.log" >&2; exit 1; }

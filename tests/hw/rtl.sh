@@ -1,13 +1,13 @@
 #!/bin/sh
 # rtl.sh — the example RTL of examples/hw against libemu, in Verilator:
 # every pair of operands through four FP8 multipliers and 100k random
-# plus edge cases through two dot-product units, compared op by op with
+# plus edge cases through three dot-product units, compared op by op with
 # the DPI-C golden model; the defective variants must be reported with a
 # known mismatching case (whose right answer the `emu` program confirms
 # by its own path); and the same units checked the file way, `emu gen`
 # vectors in, `emu verify` on what the units wrote.
 #
-# Exit 77 (CTest's skip) without Verilator or a C++ compiler, and in a
+# Exit 77 (CTest's skip) without Verilator, a C++ compiler or make, and in a
 # sanitizer build (the simulator is built without the sanitizer runtime).
 # Usage: sh rtl.sh /path/to/emu /dir/of/libemu.so [EMU_SANITIZE]
 set -u
