@@ -55,51 +55,32 @@ typedef struct sdot_case {
 
 static void sdot_finish(sdot *d)
 {
-    emu_error err;
-    char msg[700];
     if (!d->scaled_spec)
         cli_usage_error("dot", "--scaled: missing (e.g. mxfp8, nvfp4)");
-    if (emu_scaled_format_parse(&d->sf, d->scaled_spec, &err)) {
-        emu_error_format(&err, msg, sizeof msg);
-        cli_usage_error("dot", "--scaled: %s", msg);
-    }
-    if (d->sf.int_elem)
-        cli_usage_error("dot", "--scaled: %s has two's complement integer "
-                        "elements, which these vectors do not carry yet",
-                        d->scaled_spec);
-    if (d->sf.block_scaled && d->sf.block[1] > 1)
-        cli_usage_error("dot", "--scaled: %s has 2-D blocks; a dot product "
-                        "takes 1-D ones", d->scaled_spec);
     if (!d->accum_spec)
         d->accum_spec = "exact";
-    if (emu_accum_parse(&d->model, d->accum_spec, &err)) {
-        emu_error_format(&err, msg, sizeof msg);
-        cli_usage_error("dot", "--accum: %s", msg);
-    }
-    if (d->model.kind == EMU_ACCUM_FAST)
-        cli_usage_error("dot", "--accum: the fast model is the host's "
-                        "arithmetic, not a reference");
+    /* The DPI model checks every setting and names what is wrong; what it
+     * accepted parses again below for the header and the line layout. */
+    const char *mode = d->mode_spec ? d->mode_spec : "rne";
+    d->h = emu_dpi_open_scaled(d->scaled_spec, d->accum_spec, d->out_spec,
+                               mode);
+    if (d->h < 0)
+        cli_usage_error("dot", "%s", emu_dpi_last_error());
+    emu_error err;
+    if (emu_scaled_format_parse(&d->sf, d->scaled_spec, &err) ||
+        emu_accum_parse(&d->model, d->accum_spec, &err))
+        cli_usage_error("dot", "settings the DPI model took do not parse "
+                        "again (a bug)");
     cli_resolve_format("dot", "--out", d->out_spec ? d->out_spec : "binary32",
                        &d->out);
     cli_resolve_format("dot", "binary32", "binary32", &d->g32); /* GA, GB */
     memset(&d->rnd, 0, sizeof d->rnd);
-    cli_parse_mode("dot", d->mode_spec ? d->mode_spec : "rne", &d->rnd);
-    if (emu_rnd_is_stochastic(d->rnd.mode) ||
-        emu_rnd_is_stochastic(d->model.rnd.mode))
-        cli_usage_error("dot", "--scaled: stochastic modes are not offered "
-                        "for scaled vectors");
+    cli_parse_mode("dot", mode, &d->rnd);
     if (!d->have_k)
         d->k = d->sf.block_scaled ? (unsigned)d->sf.block[0] : 32;
-    if (d->k > SDOT_MAX_K)
-        cli_usage_error("dot", "--k %u: at most %d with --scaled", d->k,
-                        SDOT_MAX_K);
     d->nblocks = d->sf.block_scaled
                ? (unsigned)((d->k + d->sf.block[0] - 1) / d->sf.block[0]) : 0;
     d->fields = 2 * (d->k + d->nblocks) + 2 * d->sf.tensor_scale + 2;
-    d->h = emu_dpi_open_scaled(d->scaled_spec, d->accum_spec, d->out_spec,
-                               d->mode_spec ? d->mode_spec : "rne");
-    if (d->h < 0)
-        cli_usage_error("dot", "--scaled: %s", emu_dpi_last_error());
 }
 
 /* The unit on one case, through the DPI golden model (one definition for

@@ -1601,8 +1601,7 @@ int emu_gemm_accum(const emu_accum *model, size_t M, size_t N, size_t K,
                              NULL, hi, lo, seed, stream, 0, counts, threads);
 }
 
-/* The door for units with an accumulator input (emu/dpi.h); kept apart
- * from emu_accum_dot so that the two stay independent edits. */
+/* For units with an accumulator input C (emu/dpi.h). */
 double emu_accum_dot_init(const emu_accum *a, double init, const float *x,
                           ptrdiff_t incx, const float *y, ptrdiff_t incy,
                           size_t n, const emu_accum_rng *rng,

@@ -104,9 +104,9 @@ static int parse_settings(const char *settings, emu_rounding *r)
                             "or a setting (sat, tiny=, profile=)",
                             settings, m);
             if (emu_rnd_is_stochastic(r->mode))
-                return fail("settings '%s': stochastic mode '%s' is not "
-                            "offered through DPI (no random word per call)",
-                            settings, m);
+                return fail("settings '%s': stochastic mode '%s' needs a "
+                            "random word per call, which this interface "
+                            "does not take", settings, m);
         } else {
             return fail("settings '%s': unknown key '%s'", settings, item);
         }
@@ -217,8 +217,8 @@ static int open_model(unit *u, const char *accum)
         return fail("accum '%s': the fast model is the host's arithmetic, "
                     "not a golden model", spec);
     if (emu_rnd_is_stochastic(u->model.rnd.mode))
-        return fail("accum '%s': stochastic accumulation is not offered "
-                    "through DPI", spec);
+        return fail("accum '%s': stochastic accumulation needs random "
+                    "words, which this interface does not take", spec);
     return 0;
 }
 
@@ -235,8 +235,8 @@ int emu_dpi_open_scaled(const char *scaled, const char *accum,
     if (!scaled || emu_scaled_format_parse(&u.sf, scaled, &err))
         return scaled ? fail_err("scaled", &err) : fail("scaled: empty");
     if (u.sf.int_elem)
-        return fail("scaled '%s': integer elements are not offered through "
-                    "DPI yet", scaled);
+        return fail("scaled '%s': integer elements (two's complement "
+                    "codes) are not supported yet", scaled);
     if (u.sf.block_scaled && u.sf.block[1] > 1)
         return fail("scaled '%s': 2-D blocks; a dot product takes 1-D ones",
                     scaled);
