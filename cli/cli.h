@@ -196,9 +196,14 @@ int cmd_values(int argc, char **argv);
 int cmd_round(int argc, char **argv);
 int cmd_gen(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
+int cmd_coverage(int argc, char **argv);
 int cmd_version(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_dot(int argc, char **argv);
+/* emu dot with block-scaled operands (cmd_dot_scaled.c): cmd_dot hands
+ * over when cli_dot_is_scaled says so. */
+bool cli_dot_is_scaled(int argc, char **argv);
+int cmd_dot_scaled(int argc, char **argv);
 int cmd_scaled(int argc, char **argv);
 
 #endif

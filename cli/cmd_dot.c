@@ -379,6 +379,7 @@ static void help(void)
         "\n"
         "Exit status of verify: 0 all lines match, 1 a mismatch, 2 malformed\n"
         "lines (reported with their line numbers) or a usage error.\n"
+        "Block-scaled operands (MX, NVFP4): emu dot --scaled mxfp8 --help.\n"
         "\n"
         "Example:\n"
         "  emu dot gen --in e4m3 --accum fused,k=4,w=14,acc=binary32 --k 32 \\\n"
@@ -397,6 +398,8 @@ int cmd_dot(int argc, char **argv)
     };
     enum { O_IN, O_OUT, O_ACCUM, O_MODE, O_K, O_COUNT, O_SEED, O_OUTPUT,
            O_EXACT_NAN, O_MAX_ERRORS, O_HELP, O_PROFILE };
+    if (cli_dot_is_scaled(argc, argv))
+        return cmd_dot_scaled(argc, argv);
     cli_dotopts d;
     memset(&d, 0, sizeof d);
     uint64_t count = 1000, max_errors = 20;

@@ -22,6 +22,7 @@ static const struct command {
     { "round", cmd_round, "round values into a format under a rounding mode" },
     { "gen", cmd_gen, "generate test vectors (Berkeley TestFloat line format)" },
     { "verify", cmd_verify, "check test vectors against the emulator" },
+    { "coverage", cmd_coverage, "what a test-vector file exercises, and what it missed" },
     { "dot", cmd_dot, "test vectors of a dot-product unit (gen, verify)" },
     { "scaled", cmd_scaled, "block-scaled formats (MX, NVFP4): quantize, pack, unpack" },
     { "train", cmd_train, "train a model in an emulated precision policy" },

@@ -98,3 +98,8 @@ write_basic_package_version_file(
 install(FILES ${PROJECT_BINARY_DIR}/libemuConfig.cmake
               ${PROJECT_BINARY_DIR}/libemuConfigVersion.cmake
         DESTINATION ${EMU_INSTALL_CMAKEDIR})
+
+# The SystemVerilog declarations of the DPI-C golden model (emu/dpi.h), for
+# testbenches: <prefix>/share/emu/emu_dpi.sv.
+install(FILES ${PROJECT_SOURCE_DIR}/libemu/dpi/emu_dpi.sv
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/emu)

@@ -1643,3 +1643,13 @@ int emu_gemm_accum(const emu_accum *model, size_t M, size_t N, size_t K,
     return emu_gemm_accum_ex(model, M, N, K, a, a_rs, a_cs, b, b_rs, b_cs,
                              NULL, hi, lo, seed, stream, 0, counts, threads);
 }
+
+/* For units with an accumulator input C (emu/dpi.h). */
+double emu_accum_dot_init(const emu_accum *a, double init, const float *x,
+                          ptrdiff_t incx, const float *y, ptrdiff_t incy,
+                          size_t n, const emu_accum_rng *rng,
+                          emu_accum_counts *counts, double *lo)
+{
+    EMU_HOSTFP_GUARD;
+    return dot_init(a, x, incx, y, incy, n, &init, rng, counts, lo);
+}

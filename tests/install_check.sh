@@ -30,7 +30,7 @@ for f in "$libdir/libemu.a" "$libdir/libemu.so" \
          "$libdir/cmake/libemu/libemuConfig.cmake" \
          "$libdir/cmake/libemu/libemuConfigVersion.cmake" \
          "$prefix/include/emu/emu.h" "$prefix/include/emu/version.h" \
-         "$prefix/bin/emu"; do
+         "$prefix/bin/emu" "$prefix/share/emu/emu_dpi.sv"; do
     [ -e "$f" ] || fail "not installed: ${f#"$prefix"/}"
 done
 for h in "$src"/libemu/include/emu/*.h; do

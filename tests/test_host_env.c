@@ -1,6 +1,6 @@
 /*
  * test_host_env.c — the caller's floating-point environment never changes
- * a result (DESIGN.md, "The host never decides a result").
+ * a result (README, "The host's floating-point state").
  *
  * Each workload (scalar arithmetic, array rounding, the transcendental
  * ops, a GEMM per accumulator model, block-scaled quantization, a short

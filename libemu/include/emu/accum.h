@@ -150,6 +150,14 @@ double emu_accum_dot(const emu_accum *a, const float *x, ptrdiff_t incx,
                      const emu_accum_rng *rng, emu_accum_counts *counts,
                      double *lo);
 
+/* emu_accum_dot with the accumulator starting at init (a value of acc)
+ * instead of +0, as a dot-product-accumulate unit D = C + sum x_i y_i
+ * does: the fused model aligns init with the first group's terms. */
+double emu_accum_dot_init(const emu_accum *a, double init, const float *x,
+                          ptrdiff_t incx, const float *y, ptrdiff_t incy,
+                          size_t n, const emu_accum_rng *rng,
+                          emu_accum_counts *counts, double *lo);
+
 /* Swamping bookkeeping for one addition s_new = round(s + t), shared by
  * every accumulator (and the optimizer updates): adds += 1, and
  *  - t != 0 and s_new == s: an absorbed addend (absorbed += 1, and

@@ -8,6 +8,7 @@
 #include "emu/arith.h"
 #include "emu/bits.h"
 #include "emu/data.h"
+#include "emu/dpi.h"
 #include "emu/format.h"
 #include "emu/nn.h"
 #include "emu/ops.h"
