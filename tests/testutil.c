@@ -99,3 +99,22 @@ __attribute__((constructor)) static void test_host_env_from_environment(void)
 #endif
     fprintf(stderr, "host floating-point state: %s\n", s);
 }
+
+test_fpstate test_oracle_enter(void)
+{
+    test_fpstate saved = { .round = fegetround() };
+#if defined(__x86_64__) || defined(__i386__)
+    saved.csr = _mm_getcsr();
+    _mm_setcsr(saved.csr & ~((1u << 15) | (1u << 6)));
+#endif
+    fesetround(FE_TONEAREST);
+    return saved;
+}
+
+void test_oracle_leave(test_fpstate saved)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    _mm_setcsr(saved.csr);
+#endif
+    fesetround(saved.round);
+}

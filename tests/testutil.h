@@ -16,6 +16,16 @@
 
 /* EMU_TEST_SCALE from the environment (default 1.0, clamped to
  * [0.001, 1000]); n times it, at least `floor`. */
+/* A suite run from a hostile caller (EMU_TEST_HOST_ENV) brackets the
+ * oracle's own host arithmetic (mpfr_get_d of a subnormal flushes under
+ * FTZ) with these: the default state inside, the caller's back after. */
+typedef struct test_fpstate {
+    unsigned csr;
+    int round;
+} test_fpstate;
+test_fpstate test_oracle_enter(void);
+void test_oracle_leave(test_fpstate saved);
+
 uint64_t test_scaled(uint64_t n, uint64_t floor);
 
 /* A stream of 64-bit test words. */
