@@ -134,6 +134,19 @@ row invalid 0
 [ "$(awk '$1 == "normal" { n++ } n == 2 { print $2; exit }' "$tmp/out")" = 16 ] || fail "normal products: $(cat "$tmp/out")"
 grep -qx "missed: B:max B:nan product:huge result:max" "$tmp/out" || fail "dot missed: $(grep missed "$tmp/out")"
 
+# The exact model's value is hi + lo: 256 + 1 + 2^-48 spans more than a
+# binary64, so only lo tells this near-tie (rounded up to 258) from the
+# tie 256 + 1 (rounded to even, 256) in bfloat16.
+cat > "$tmp/x" <<'END'
+#! emu-dot in=binary16 out=bf16 accum=exact mode=rne k=3
+4C00 4C00 3C00 3C00 0001 0001 4381 01
+4C00 4C00 3C00 3C00 0000 0000 4380 01
+END
+"$EMU" dot verify "$tmp/x" > "$tmp/out" 2>&1 || fail "the hand-made exact dot file is wrong: $(cat "$tmp/out")"
+"$EMU" coverage "$tmp/x" > "$tmp/out" 2>&1 || fail "exact dot: exit $?: $(cat "$tmp/out")"
+row tie 1
+row near-tie 1
+
 # A generated dot file: every A_i, B_i and product counted once, every
 # line once among the results (K = 8, 400 lines).
 "$EMU" dot gen --in e5m2 --accum fused,k=4,w=14,acc=binary32 --out bf16 --k 8 --count 400 --seed 3 > "$tmp/g" || fail "dot gen"
