@@ -665,6 +665,8 @@ int cmd_coverage(int argc, char **argv)
     cli_dotopts *d = calloc(1, sizeof *d);
     if (!c || !d) {
         cli_error("coverage", "out of memory");
+        free(d);
+        free(c);
         return CLI_EXIT_USAGE;
     }
     c->v = &v;
