@@ -442,7 +442,7 @@ static void section(const char *head, const uint64_t *n,
 {
     printf("%s\n", head);
     for (int k = 0; k < count; k++)
-        printf("  %-12s %10llu%s%s\n", names[k], (unsigned long long)n[k],
+        printf("  %-13s %9llu%s%s\n", names[k], (unsigned long long)n[k],
                help ? "   " : "", help ? help[k] : "");
 }
 
