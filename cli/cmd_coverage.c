@@ -12,6 +12,12 @@
  * conversions at the precision below; div and sqrt to that precision with
  * a sticky ternary), so ties are told apart from near-ties without
  * trusting the rounding under test.
+ *
+ * A '#! emu-dot' file (emu dot gen) is replayed through emu dot verify's
+ * model: its operands, its products against the accumulator's format,
+ * cancellation and swamping inside the model, and the position of the
+ * model's value (hi + lo, exact in binary64 pairs) before the output
+ * rounding.
  */
 #include "cli.h"
 #include "vectors.h"
