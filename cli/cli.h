@@ -182,6 +182,25 @@ bool cli_dot_k(const char *s, unsigned *k);
 bool cli_dot_from_header(cli_dotopts *d, const cli_header *h, char *why,
                          size_t size);
 
+/* Resolves the specs (defaults: output in the accumulator's format, mode
+ * rne, K 16); exits 2 naming what is wrong and where it came from. */
+void cli_dot_finish(cli_dotopts *d);
+/* Hex fields of a line (cut up in place): 2K operands, the result, the
+ * flags.  Returns NULL, or why the line is malformed. */
+const char *cli_dot_parse_line(const cli_dotopts *d, char *line, uint64_t *ab,
+                               uint64_t *result, unsigned *flags);
+/* The accumulator's value before the output rounding (hi + lo, see
+ * emu_accum_dot) and its swamping counts. */
+typedef struct cli_dot_sum {
+    double hi, lo;
+    emu_accum_counts counts;
+} cli_dot_sum;
+/* The unit on case k: the accumulator model over the K products, then the
+ * output rounding.  Returns the result pattern, *flags its flags, and in
+ * *sum (unless NULL) the accumulator's value. */
+uint64_t cli_dot_evaluate(const cli_dotopts *d, const uint64_t *ab,
+                          uint64_t k, unsigned *flags, cli_dot_sum *sum);
+
 /* A random operand pattern of f, the i-th of stream `stream`: half uniform
  * patterns, half a random exponent field with a structured or random
  * fraction (uniform patterns alone would almost never hit the edges of a

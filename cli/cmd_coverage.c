@@ -12,6 +12,12 @@
  * conversions at the precision below; div and sqrt to that precision with
  * a sticky ternary), so ties are told apart from near-ties without
  * trusting the rounding under test.
+ *
+ * A '#! emu-dot' file (emu dot gen) is replayed through emu dot verify's
+ * model: its operands, its products against the accumulator's format,
+ * cancellation and swamping inside the model, and the position of the
+ * model's value (hi + lo, exact in binary64 pairs) before the output
+ * rounding.
  */
 #include "cli.h"
 #include "vectors.h"
@@ -54,13 +60,41 @@ static const char *const flag_name[5] = {
     "inexact", "underflow", "overflow", "infinite", "invalid",
 };
 
+/* A dot file's products t_i = A_i B_i (exact), against the accumulator's
+ * format. */
+enum pclass { PC_ZERO, PC_TINY, PC_NORMAL, PC_HUGE, PC_NONFINITE, PC_COUNT };
+static const char *const pclass_name[PC_COUNT] = {
+    "zero", "tiny", "normal", "huge", "inf/nan",
+};
+static const char *const pclass_help[PC_COUNT] = {
+    "an exact zero",
+    "non-zero, below the accumulator's normal range",
+    "within the accumulator's normal range",
+    "beyond the accumulator's largest finite value",
+    "an inf or NaN factor",
+};
+
+/* What a dot file's line did inside the accumulator model. */
+enum sclass { SC_CANCEL, SC_SWAMP, SC_LOST, SC_COUNT };
+static const char *const sclass_name[SC_COUNT] = {
+    "cancellation", "swamping", "lost bits",
+};
+static const char *const sclass_help[SC_COUNT] = {
+    "the sum p(acc) or more binades below the largest product",
+    "a non-zero addend left the accumulator unchanged",
+    "an addend lost low bits to alignment or rounding",
+};
+
 typedef struct coverage {
     cli_vecopts *v;
+    cli_dotopts *d;      /* a '#! emu-dot' file; NULL for emu-vectors */
     uint64_t lines;
     uint64_t operand[VEC_MAX_OPERANDS][OC_COUNT];
     uint64_t result[OC_COUNT];
     uint64_t rounding[RC_COUNT];
     uint64_t flags[5];
+    uint64_t product[PC_COUNT];
+    uint64_t sum[SC_COUNT];
 } coverage;
 
 static enum opclass classify(const emu_format *f, uint64_t p)
@@ -139,6 +173,26 @@ static enum rclass grid_position(const emu_format *f, mpfr_t x, int ter)
     return c;
 }
 
+static void count_flags(coverage *c, unsigned flags)
+{
+    for (int k = 0; k < 5; k++)
+        c->flags[k] += (flags >> k) & 1;
+}
+
+/* The result pattern's class, and where the exact value x lies on out's
+ * grid (ter as exact_result's: 2 if x is not a finite number). */
+static void count_result(coverage *c, const emu_format *out, uint64_t res,
+                         unsigned flags, mpfr_t x, int ter)
+{
+    c->result[classify(out, res)]++;
+    if (flags & EMU_FLAG_OVERFLOW)
+        c->rounding[RC_OVERFLOW]++;
+    if (flags & EMU_FLAG_UNDERFLOW)
+        c->rounding[RC_UNDERFLOW]++;
+    if (ter != 2 && !(flags & EMU_FLAG_OVERFLOW))
+        c->rounding[mpfr_zero_p(x) ? RC_EXACT : grid_position(out, x, ter)]++;
+}
+
 static void count_case(coverage *c, const vec_case *vc)
 {
     const cli_vecopts *v = c->v;
@@ -158,20 +212,71 @@ static void count_case(coverage *c, const vec_case *vc)
     c->lines++;
     if (emu_bits_op(v->op, &v->in, &v->out, ops, &r, &res, &st))
         return; /* cannot happen after cli_vecopts_finish */
-    for (int k = 0; k < 5; k++)
-        c->flags[k] += (st.flags >> k) & 1;
+    count_flags(c, st.flags);
     if (emu_op_is_compare(v->op))
         return;
-    c->result[classify(&v->out, res.v)]++;
-    if (st.flags & EMU_FLAG_OVERFLOW)
-        c->rounding[RC_OVERFLOW]++;
-    if (st.flags & EMU_FLAG_UNDERFLOW)
-        c->rounding[RC_UNDERFLOW]++;
     mpfr_t x;
     mpfr_init2(x, EXACT_PREC);
-    int ter = exact_result(v->op, val, x);
-    if (ter != 2 && !(st.flags & EMU_FLAG_OVERFLOW))
-        c->rounding[mpfr_zero_p(x) ? RC_EXACT : grid_position(&v->out, x, ter)]++;
+    count_result(c, &v->out, res.v, st.flags, x, exact_result(v->op, val, x));
+    mpfr_clear(x);
+}
+
+static enum pclass product_class(const emu_format *acc, double t)
+{
+    if (!isfinite(t))
+        return PC_NONFINITE;
+    if (t == 0.0)
+        return PC_ZERO;
+    if (fabs(t) < acc->min_normal)
+        return PC_TINY;
+    return fabs(t) > acc->max ? PC_HUGE : PC_NORMAL;
+}
+
+/* Whether some addend lost bits without being absorbed whole. */
+static bool lost_bits(const emu_accum_counts *n)
+{
+    for (int b = 1; b < EMU_LOST_BINS - 1; b++)
+        if (n->lost_bits[b])
+            return true;
+    return false;
+}
+
+/* One line of a dot file: 2K operands in ab.  The result, flags and the
+ * accumulator's value come from the model, as emu dot verify checks. */
+static void count_dot(coverage *c, const uint64_t *ab)
+{
+    const cli_dotopts *d = c->d;
+    const emu_format *acc = &d->model.acc;
+    double big = 0.0;
+    for (unsigned i = 0; i < 2 * d->k; i++)
+        c->operand[i & 1][classify(&d->in, ab[i])]++;
+    for (unsigned i = 0; i < d->k; i++) {
+        /* Exact: the factors are binary32 values. */
+        double t = emu_decode(&d->in, (emu_bits){ ab[2 * i] }) *
+                   emu_decode(&d->in, (emu_bits){ ab[2 * i + 1] });
+        c->product[product_class(acc, t)]++;
+        if (isfinite(t))
+            big = fmax(big, fabs(t));
+    }
+    cli_dot_sum s;
+    unsigned flags;
+    uint64_t res = cli_dot_evaluate(d, ab, c->lines, &flags, &s);
+    c->lines++;
+    count_flags(c, flags);
+    c->sum[SC_SWAMP] += s.counts.absorbed > 0;
+    c->sum[SC_LOST] += lost_bits(&s.counts);
+    mpfr_t x;
+    mpfr_init2(x, EXACT_PREC);
+    int ter = 2;
+    if (isfinite(s.hi)) { /* hi + lo is exact at EXACT_PREC */
+        mpfr_set_d(x, s.hi, MPFR_RNDN);
+        mpfr_add_d(x, x, s.lo, MPFR_RNDN);
+        ter = 0;
+    }
+    if (!ter && big > 0.0 &&
+        (mpfr_zero_p(x) || ilogb(big) - (mpfr_get_exp(x) - 1) >= acc->p))
+        c->sum[SC_CANCEL]++;
+    count_result(c, &d->out, res, flags, x, ter);
     mpfr_clear(x);
 }
 
@@ -179,7 +284,7 @@ static void count_case(coverage *c, const vec_case *vc)
  * value is never halfway between two p-bit values (the square of a
  * (p+1)-bit odd significand has 2p+1 bits), and it reaches the range's
  * ends only if the input range is wider than the output's. */
-static bool rounding_possible(const cli_vecopts *v, enum rclass k)
+static bool scalar_rounding_possible(const cli_vecopts *v, int k)
 {
     if (v->op != EMU_OP_SQRT)
         return true;
@@ -191,38 +296,114 @@ static bool rounding_possible(const cli_vecopts *v, enum rclass k)
     }
 }
 
-/* Whether a result class can occur: a square root's results lie between
- * the square roots of the input range's ends. */
-static bool result_possible(const cli_vecopts *v, enum opclass k)
+/* A dot file's sums: |sum| <= K max^2, and a non-zero sum of the products
+ * (multiples of min_value^2) is at least min_value^2. */
+static double dot_top(const cli_dotopts *d)
 {
-    if (!possible(&v->out, k) || k == OC_SNAN)
+    return d->k * d->in.max * d->in.max;
+}
+
+static bool dot_tiny(const cli_dotopts *d, const emu_format *f)
+{
+    return d->in.min_value * d->in.min_value < f->min_normal;
+}
+
+/* The output rounding has work only if the model's value can fall off the
+ * output's grid: the exact model, or an accumulator finer or wider than
+ * the output format. */
+static bool dot_rounding_possible(const cli_dotopts *d, int k)
+{
+    const emu_format *acc = &d->model.acc, *out = &d->out;
+    bool rounds = d->model.kind == EMU_ACCUM_EXACT || acc->p > out->p ||
+                  acc->qmin < out->qmin || acc->max > out->max;
+    switch (k) {
+    case RC_EXACT: return true;
+    case RC_OVERFLOW: return rounds && dot_top(d) > out->max;
+    case RC_UNDERFLOW: return rounds && dot_tiny(d, out);
+    default: return rounds;
+    }
+}
+
+static bool rounding_possible(const coverage *c, int k)
+{
+    return c->d ? dot_rounding_possible(c->d, k)
+                : scalar_rounding_possible(c->v, k);
+}
+
+static bool operand_possible(const coverage *c, int k)
+{
+    return possible(c->d ? &c->d->in : &c->v->in, k);
+}
+
+/* Whether a result class can occur: a square root's results lie between
+ * the square roots of the input range's ends; a dot product's as above. */
+static bool result_possible(const coverage *c, int k)
+{
+    const emu_format *out = c->d ? &c->d->out : &c->v->out;
+    if (!possible(out, k) || k == OC_SNAN)
         return false;
+    if (c->d) {
+        const cli_dotopts *d = c->d;
+        switch (k) {
+        case OC_SUBNORMAL: return dot_tiny(d, out);
+        case OC_MAX: return dot_top(d) >= out->max * (1 - out->unit_roundoff);
+        case OC_INF: return d->in.has_inf || dot_top(d) > out->max ||
+                            dot_top(d) > d->model.acc.max;
+        case OC_NAN: return d->in.has_nan || d->in.has_inf;
+        default: return true;
+        }
+    }
+    const cli_vecopts *v = c->v;
     if (v->op == EMU_OP_SQRT && k == OC_SUBNORMAL)
-        return rounding_possible(v, RC_UNDERFLOW);
+        return rounding_possible(c, RC_UNDERFLOW);
     if (v->op == EMU_OP_SQRT && k == OC_MAX)
         return sqrt(v->in.max) >= v->out.max;
     return true;
 }
 
-/* Whether flag k can be raised at all by this op on these formats. */
-static bool flag_possible(const cli_vecopts *v, int k)
+/* Whether flag k can be raised at all by this op on these formats.  A dot
+ * file's flags are those of the output rounding of the model's value (a
+ * binary64 number or NaN): never infinite nor invalid. */
+static bool flag_possible(const coverage *c, int k)
 {
-    if (emu_op_is_compare(v->op))
+    const cli_vecopts *v = c->v;
+    if (c->d && (1u << k == EMU_FLAG_INFINITE || 1u << k == EMU_FLAG_INVALID))
+        return false;
+    if (!c->d && emu_op_is_compare(v->op))
         return 1u << k == EMU_FLAG_INVALID;
-    if (1u << k == EMU_FLAG_UNDERFLOW)
-        return rounding_possible(v, RC_UNDERFLOW);
-    if (1u << k == EMU_FLAG_OVERFLOW)
-        return rounding_possible(v, RC_OVERFLOW);
     switch (1u << k) {
+    case EMU_FLAG_INEXACT: return rounding_possible(c, RC_INEXACT);
+    case EMU_FLAG_UNDERFLOW: return rounding_possible(c, RC_UNDERFLOW);
+    case EMU_FLAG_OVERFLOW: return rounding_possible(c, RC_OVERFLOW);
     case EMU_FLAG_INFINITE:
         return v->op == EMU_OP_DIV;
-    case EMU_FLAG_INVALID: /* inf * 0, inf - inf, a signalling NaN, ... */
+    default: /* invalid: inf * 0, inf - inf, a signalling NaN, ... */
         return v->op == EMU_OP_DIV || v->op == EMU_OP_SQRT ||
                v->op == EMU_OP_CONVERT || v->in.has_inf ||
                possible(&v->in, OC_SNAN);
-    default:
-        return true;
     }
+}
+
+static bool product_possible(const coverage *c, int k)
+{
+    const cli_dotopts *d = c->d;
+    switch (k) {
+    case PC_ZERO: return d->in.has_zero;
+    case PC_TINY: return dot_tiny(d, &d->model.acc);
+    case PC_HUGE: return d->in.max * d->in.max > d->model.acc.max;
+    case PC_NONFINITE: return d->in.has_inf || d->in.has_nan;
+    default: return true;
+    }
+}
+
+/* Cancellation needs two products; swamping an accumulator that rounds
+ * addition by addition and counts it (emu/accum.h). */
+static bool sum_possible(const coverage *c, int k)
+{
+    const cli_dotopts *d = c->d;
+    if (k == SC_CANCEL)
+        return d->k > 1;
+    return d->model.kind != EMU_ACCUM_EXACT && d->model.kind != EMU_ACCUM_FAST;
 }
 
 /* A registered name for a format read back from a header's inline spec
@@ -239,16 +420,57 @@ static const char *short_name(const emu_format *f)
     return f->name;
 }
 
-static void report(const coverage *c, const char *name)
+static void title(const coverage *c, const char *name)
 {
-    const cli_vecopts *v = c->v;
-    int n = emu_op_arity(v->op);
-    bool cmp = emu_op_is_compare(v->op);
     char mode[16];
+    if (c->d) {
+        const cli_dotopts *d = c->d;
+        char accum[256];
+        emu_accum_string(&d->model, accum, sizeof accum);
+        cli_mode_name(&d->rnd, mode, sizeof mode);
+        printf("%s: %llu lines, dot K=%u, %s -> %s, accum %s, mode %s\n",
+               name, (unsigned long long)c->lines, d->k, short_name(&d->in),
+               short_name(&d->out), accum, mode);
+        return;
+    }
+    const cli_vecopts *v = c->v;
     cli_mode_name(&v->rnd, mode, sizeof mode);
     printf("%s: %llu lines, %s, %s -> %s, mode %s%s\n", name,
            (unsigned long long)c->lines, emu_op_name(v->op),
-           short_name(&v->in), short_name(&v->out), mode, v->rnd.saturate ? ", saturate" : "");
+           short_name(&v->in), short_name(&v->out), mode,
+           v->rnd.saturate ? ", saturate" : "");
+}
+
+/* A titled list of counts, each with its explanation (help may be NULL). */
+static void section(const char *head, const uint64_t *n,
+                    const char *const *names, const char *const *help,
+                    int count)
+{
+    printf("%s\n", head);
+    for (int k = 0; k < count; k++)
+        printf("  %-13s %9llu%s%s\n", names[k], (unsigned long long)n[k],
+               help ? "   " : "", help ? help[k] : "");
+}
+
+/* The classes of a list no line reached, among those that can occur. */
+static int missed(const coverage *c, const uint64_t *n,
+                  const char *const *names, int count, const char *prefix,
+                  bool (*can)(const coverage *, int))
+{
+    int m = 0;
+    for (int k = 0; k < count; k++)
+        if (!n[k] && can(c, k)) {
+            printf(" %s%s", prefix, names[k]);
+            m++;
+        }
+    return m;
+}
+
+static void report(const coverage *c, const char *name)
+{
+    int n = c->d ? 2 : emu_op_arity(c->v->op);
+    bool cmp = !c->d && emu_op_is_compare(c->v->op);
+    title(c, name);
     printf("%-14s", "class");
     for (int i = 0; i < n; i++)
         printf(" %10c", 'A' + i);
@@ -263,44 +485,34 @@ static void report(const coverage *c, const char *name)
             printf(" %10llu", (unsigned long long)c->result[k]);
         putchar('\n');
     }
-    if (!cmp) {
-        printf("rounding\n");
-        for (int k = 0; k < RC_COUNT; k++)
-            printf("  %-12s %10llu   %s\n", rclass_name[k],
-                   (unsigned long long)c->rounding[k], rclass_help[k]);
+    if (c->d) {
+        section("products", c->product, pclass_name, pclass_help, PC_COUNT);
+        section("accumulation", c->sum, sclass_name, sclass_help, SC_COUNT);
     }
-    printf("flags\n");
-    for (int k = 0; k < 5; k++)
-        printf("  %-12s %10llu\n", flag_name[k],
-               (unsigned long long)c->flags[k]);
+    if (!cmp)
+        section("rounding", c->rounding, rclass_name, rclass_help, RC_COUNT);
+    section("flags", c->flags, flag_name, NULL, 5);
 
     /* What no line reached, among what the formats and the op allow. */
     printf("missed:");
-    int missed = 0;
-    for (int i = 0; i < n; i++)
-        for (int k = 0; k < OC_COUNT; k++)
-            if (!c->operand[i][k] && possible(&v->in, k)) {
-                printf(" %c:%s", 'A' + i, opclass_name[k]);
-                missed++;
-            }
-    if (!cmp) {
-        for (int k = 0; k < OC_COUNT; k++)
-            if (!c->result[k] && result_possible(v, k)) {
-                printf(" result:%s", opclass_name[k]);
-                missed++;
-            }
-        for (int k = 0; k < RC_COUNT; k++)
-            if (!c->rounding[k] && rounding_possible(v, k)) {
-                printf(" %s", rclass_name[k]);
-                missed++;
-            }
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        char prefix[4] = { (char)('A' + i), ':', '\0' };
+        m += missed(c, c->operand[i], opclass_name, OC_COUNT, prefix,
+                    operand_possible);
     }
-    for (int k = 0; k < 5; k++)
-        if (!c->flags[k] && flag_possible(v, k)) {
-            printf(" flag:%s", flag_name[k]);
-            missed++;
-        }
-    printf("%s\n", missed ? "" : " nothing");
+    if (c->d) {
+        m += missed(c, c->product, pclass_name, PC_COUNT, "product:",
+                    product_possible);
+        m += missed(c, c->sum, sclass_name, SC_COUNT, "", sum_possible);
+    }
+    if (!cmp) {
+        m += missed(c, c->result, opclass_name, OC_COUNT, "result:",
+                    result_possible);
+        m += missed(c, c->rounding, rclass_name, RC_COUNT, "", rounding_possible);
+    }
+    m += missed(c, c->flags, flag_name, 5, "flag:", flag_possible);
+    printf("%s\n", m ? "" : " nothing");
 }
 
 static void help(void)
@@ -319,15 +531,104 @@ static void help(void)
         "\n"
         "  --op, --format, --in, --out, --mode, --tiny, --saturate, --seed\n"
         "\n"
+        "A file of emu dot gen ('#! emu-dot' header; its settings only) is\n"
+        "counted against the accumulator model: columns A and B hold all\n"
+        "A_i and all B_i; the products A_i*B_i (exact) against the\n"
+        "accumulator's format (zero; tiny, below its normal range; normal;\n"
+        "huge, above its largest value; inf/nan); per line, cancellation\n"
+        "(the model's sum zero, or p(acc) or more binades below the largest\n"
+        "product), swamping (the model absorbed a non-zero addend: the\n"
+        "accumulator unchanged by it, as emu/accum.h counts it) and lost\n"
+        "bits (an addend lost low bits to alignment or rounding, not\n"
+        "absorbed); the rounding class places the model's value before the\n"
+        "output rounding (hi + lo of emu_accum_dot) on the output grid.\n"
+        "Block-scaled files (emu dot gen --scaled) are not yet covered.\n"
+        "\n"
         "Exit status: 0, or 2 for malformed lines or a usage error.\n"
         "\n"
-        "Example: emu gen --op mul --format e4m3 --count 100 | emu coverage -\n");
+        "Example: emu gen --op mul --format e4m3 --count 100 | emu coverage -\n"
+        "         emu dot gen --in e4m3 --accum fused,k=4,w=14,acc=binary32 \\\n"
+        "             --k 4 | emu coverage -\n");
 }
 
 _Noreturn static void header_error(const char *why)
 {
     cli_error("coverage", "%s", why);
     exit(CLI_EXIT_USAGE);
+}
+
+/* The two headers a file may carry; the one read decides its kind. */
+typedef struct headers {
+    cli_header vec, dot;
+    bool is_vec, is_dot, scalar_options;
+} headers;
+
+static void read_header_line(headers *h, const char *line, size_t len,
+                             unsigned long lineno)
+{
+    char why[400];
+    const char *t = line + strspn(line, " \t");
+    if (!strncmp(t, "#! emu-dot-scaled", 17)) {
+        snprintf(why, sizeof why, "%s:%lu: a '#! emu-dot-scaled' file (emu "
+                 "dot gen --scaled): block-scaled vectors are not yet "
+                 "covered", h->dot.file, lineno);
+        header_error(why);
+    }
+    int rv = cli_header_read(&h->vec, line, len, lineno, why, sizeof why);
+    int rd = rv ? 0 : cli_header_read(&h->dot, line, len, lineno, why,
+                                      sizeof why);
+    if (rv < 0 || rd < 0)
+        header_error(why);
+    h->is_vec |= rv > 0;
+    h->is_dot |= rd > 0;
+}
+
+/* At the first vector line: the settings of the file's kind. */
+static void settle(coverage *c, headers *h, vec_layout *lay)
+{
+    char why[400];
+    if (h->is_dot) {
+        if (h->is_vec || h->scalar_options)
+            header_error("a '#! emu-dot' file takes its settings from its "
+                         "header only (no '#! emu-vectors' header, no --op "
+                         "... options)");
+        if (!cli_dot_from_header(c->d, &h->dot, why, sizeof why))
+            header_error(why);
+        cli_dot_finish(c->d);
+        return;
+    }
+    c->d = NULL;
+    cli_vecopts *v = c->v;
+    if (!cli_vecopts_from_header(v, &h->vec, why, sizeof why))
+        header_error(why);
+    cli_vecopts_finish(v, "coverage");
+    lay->operands = emu_op_arity(v->op);
+    lay->operand_bits = v->in.bits;
+    lay->result_bits = emu_op_is_compare(v->op) ? 1 : v->out.bits;
+}
+
+/* One vector line of either kind: NULL, or why it is malformed. */
+static const char *count_line(coverage *c, const vec_layout *lay, char *line,
+                              size_t len, char *why, size_t size)
+{
+    if (!c->d) {
+        vec_case vc;
+        vec_status s = vec_parse_line(lay, line, len, &vc, why, size);
+        if (s == VEC_OK)
+            count_case(c, &vc);
+        return s == VEC_BAD ? why : NULL;
+    }
+    const char *t = line + strspn(line, " \t\r");
+    if (!*t || *t == '#')
+        return NULL;
+    if (strlen(line) != len)
+        return "NUL byte in the line";
+    uint64_t ab[2 * CLI_DOT_MAX_K], result;
+    unsigned flags;
+    const char *bad = cli_dot_parse_line(c->d, line, ab, &result, &flags);
+    if (!bad)
+        count_dot(c, ab);
+    return bad;
 }
 
 int cmd_coverage(int argc, char **argv)
@@ -340,6 +641,8 @@ int cmd_coverage(int argc, char **argv)
     };
     cli_vecopts v;
     memset(&v, 0, sizeof v);
+    headers h;
+    memset(&h, 0, sizeof h);
     const char *path = NULL, *val;
     cli_parser p;
     cli_parser_init(&p, "coverage", argc, argv);
@@ -353,6 +656,7 @@ int cmd_coverage(int argc, char **argv)
             help();
             return CLI_EXIT_OK;
         }
+        h.scalar_options |= o != CLI_ARG_POSITIONAL;
     }
     if (!path)
         cli_usage_error("coverage", "missing FILE (or - for standard input)");
@@ -364,13 +668,17 @@ int cmd_coverage(int argc, char **argv)
     const char *name = fp == stdin ? "<stdin>" : path;
 
     coverage *c = calloc(1, sizeof *c);
-    if (!c) {
+    cli_dotopts *d = calloc(1, sizeof *d);
+    if (!c || !d) {
         cli_error("coverage", "out of memory");
+        free(d);
+        free(c);
         return CLI_EXIT_USAGE;
     }
     c->v = &v;
-    cli_header h;
-    cli_header_init(&h, CLI_VECTORS_TAG, cli_vecopts_header_keys, name);
+    c->d = d;
+    cli_header_init(&h.vec, CLI_VECTORS_TAG, cli_vecopts_header_keys, name);
+    cli_header_init(&h.dot, CLI_DOT_TAG, cli_dot_header_keys, name);
     vec_layout lay = { 0, 0, 0 };
     char *line = NULL;
     size_t cap = 0, len = 0;
@@ -383,26 +691,17 @@ int cmd_coverage(int argc, char **argv)
         if (rc == 1 && !ready) {
             size_t skip = strspn(line, " \t");
             if (skip == len || line[skip] == '#') {
-                if (cli_header_read(&h, line, len, lineno, why, sizeof why) < 0)
-                    header_error(why);
+                read_header_line(&h, line, len, lineno);
                 continue;
             }
-            if (!cli_vecopts_from_header(&v, &h, why, sizeof why))
-                header_error(why);
-            cli_vecopts_finish(&v, "coverage");
-            lay.operands = emu_op_arity(v.op);
-            lay.operand_bits = v.in.bits;
-            lay.result_bits = emu_op_is_compare(v.op) ? 1 : v.out.bits;
+            settle(c, &h, &lay);
             ready = true;
         }
-        vec_case vc;
-        vec_status s = rc == 2 ? VEC_BAD
-                     : vec_parse_line(&lay, line, len, &vc, why, sizeof why);
-        if (s == VEC_OK)
-            count_case(c, &vc);
-        else if (s == VEC_BAD && malformed++ < 20)
+        const char *bad = rc == 2 ? why
+                        : count_line(c, &lay, line, len, why, sizeof why);
+        if (bad && malformed++ < 20)
             cli_error("coverage", "%s:%lu: malformed line: %s", name, lineno,
-                      why);
+                      bad);
     }
     free(line);
     bool read_error = rc < 0 || ferror(fp);
@@ -420,6 +719,7 @@ int cmd_coverage(int argc, char **argv)
         if (malformed || cli_stdout_status("coverage"))
             status = CLI_EXIT_USAGE;
     }
+    free(d);
     free(c);
     return status;
 }

@@ -26,10 +26,8 @@
 #define OPERAND_STREAM ((uint64_t)0xd07 << 40)
 #define OUTPUT_STREAM ((uint64_t)0xd08 << 40)
 
-/* The unit on one case: the accumulator model over the K products, then
- * the output rounding.  Returns the result pattern; *flags its flags. */
-static uint64_t evaluate(const cli_dotopts *d, const uint64_t *ab, uint64_t k,
-                         unsigned *flags)
+uint64_t cli_dot_evaluate(const cli_dotopts *d, const uint64_t *ab,
+                          uint64_t k, unsigned *flags, cli_dot_sum *sum)
 {
     float a[CLI_DOT_MAX_K], b[CLI_DOT_MAX_K];
     for (unsigned i = 0; i < d->k; i++) {
@@ -38,7 +36,16 @@ static uint64_t evaluate(const cli_dotopts *d, const uint64_t *ab, uint64_t k,
     }
     emu_accum_rng arng = { d->seed, 0, k };
     double lo = 0.0;
-    double hi = emu_accum_dot(&d->model, a, 1, b, 1, d->k, &arng, NULL, &lo);
+    emu_accum_counts *counts = NULL;
+    if (sum) {
+        memset(&sum->counts, 0, sizeof sum->counts);
+        counts = &sum->counts;
+    }
+    double hi = emu_accum_dot(&d->model, a, 1, b, 1, d->k, &arng, counts, &lo);
+    if (sum) {
+        sum->hi = hi;
+        sum->lo = lo;
+    }
     emu_status st;
     double r = emu_round2_word(&d->out, hi, lo, &d->rnd,
                                emu_random64(d->seed, OUTPUT_STREAM, k), &st);
@@ -66,9 +73,7 @@ static const char *origin(const cli_dotopts *d, int i, const char *option)
     return d->where[i][0] ? d->where[i] : option;
 }
 
-/* Resolves the specs (defaults: output in the accumulator's format, mode
- * rne, K 16); exits 2 naming what is wrong and where it came from. */
-static void finish(cli_dotopts *d)
+void cli_dot_finish(cli_dotopts *d)
 {
     if (!d->in_spec)
         cli_usage_error("dot", "missing --in FORMAT (the operands' format)");
@@ -165,7 +170,7 @@ static void make_case(const cli_dotopts *d, uint64_t k, uint64_t *ab)
 
 static int dot_gen(cli_dotopts *d, uint64_t count, const char *path)
 {
-    finish(d);
+    cli_dot_finish(d);
     cli_output out;
     if (cli_output_open(&out, "dot", path))
         return CLI_EXIT_USAGE;
@@ -182,7 +187,7 @@ static int dot_gen(cli_dotopts *d, uint64_t count, const char *path)
     for (uint64_t k = 0; k < count; k++) {
         make_case(d, k, ab);
         unsigned flags;
-        uint64_t r = evaluate(d, ab, k, &flags);
+        uint64_t r = cli_dot_evaluate(d, ab, k, &flags, NULL);
         for (unsigned i = 0; i < 2 * d->k; i++)
             fprintf(out.fp, "%0*llX ", dig_in, (unsigned long long)ab[i]);
         fprintf(out.fp, "%0*llX %02X\n", dig_out, (unsigned long long)r,
@@ -198,10 +203,8 @@ static int dot_gen(cli_dotopts *d, uint64_t count, const char *path)
 
 /* ---- verify ------------------------------------------------------------ */
 
-/* Hex fields of a line: 2K operands, the result, the flags.  Returns NULL
- * or why the line is malformed. */
-static const char *parse_line(const cli_dotopts *d, char *line, uint64_t *ab,
-                              uint64_t *result, unsigned *flags)
+const char *cli_dot_parse_line(const cli_dotopts *d, char *line, uint64_t *ab,
+                               uint64_t *result, unsigned *flags)
 {
     static char why[160];
     const unsigned want = 2 * d->k + 2;
@@ -294,14 +297,14 @@ static int dot_verify(cli_dotopts *d, const char *path, bool exact_nan,
         if (!ready) {
             if (!cli_dot_from_header(d, &h, header_why, sizeof header_why))
                 header_error(header_why);
-            finish(d);
+            cli_dot_finish(d);
             ready = true;
         }
         uint64_t want = 0;
         unsigned want_flags = 0;
         const char *why = rc == 2 ? "line too long"
                         : strlen(line) != len ? "NUL byte in the line"
-                        : parse_line(d, line, ab, &want, &want_flags);
+                        : cli_dot_parse_line(d, line, ab, &want, &want_flags);
         if (why) {
             if (malformed++ < max_errors)
                 cli_error("dot", "%s:%lu: malformed line: %s", name, lineno,
@@ -309,7 +312,7 @@ static int dot_verify(cli_dotopts *d, const char *path, bool exact_nan,
             continue;
         }
         unsigned flags;
-        uint64_t got = evaluate(d, ab, checked, &flags);
+        uint64_t got = cli_dot_evaluate(d, ab, checked, &flags, NULL);
         checked++;
         want_flags &= EMU_FLAG_TESTFLOAT_MASK;
         if (same(d, want, got, exact_nan) && want_flags == flags)
