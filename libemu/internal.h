@@ -110,6 +110,10 @@ void emu_round_counts_add_unguarded(emu_round_counts *counts, double in,
 double emu_decode_unguarded(const emu_format *fmt, emu_bits b);
 bool emu_encode_unguarded(const emu_format *fmt, double x, emu_bits *out);
 int emu_hist_bin_unguarded(double x);
+int emu_hist_bin_f32_unguarded(float x);
+/* hist[bin of x[i]]++ for each of the n values. */
+void emu_hist_add_unguarded(uint64_t *hist, const double *x, size_t n);
+void emu_hist_add_f32_unguarded(uint64_t *hist, const float *x, size_t n);
 int emu_ulperr_bin_unguarded(double ulps);
 int emu_relerr_bin_unguarded(double rel);
 void emu_accum_count_add_unguarded(emu_accum_counts *c, const emu_format *acc,

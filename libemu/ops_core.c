@@ -130,9 +130,9 @@ static int exact_bin(double hi, double lo)
     int b = emu_hist_bin_unguarded(hi);
     if (lo != 0.0 && b > EMU_HIST_BELOW && b <= EMU_HIST_ABOVE &&
         (lo < 0.0) != (hi < 0.0)) {
-        int e;
-        double m = frexp(hi, &e);
-        if (fabs(m) == 0.5)
+        uint64_t u; /* hi is a normal double: a power of two has no fraction */
+        memcpy(&u, &hi, sizeof u);
+        if ((u << 12) == 0)
             b--;
     }
     return b;
@@ -244,10 +244,18 @@ static void measure_results(const emu_ctx *ctx, const emu_op_out *o,
         memcpy(s->lost_bits, c.lost_bits, sizeof s->lost_bits);
     }
     if (ctx->measure & EMU_MEASURE_HIST) {
-        for (size_t i = 0; i < n; i++) {
-            s->hist_exact[exact_bin_of(o, i)]++;
-            s->hist_rounded[emu_hist_bin_unguarded(value_of(o, res, i))]++;
-        }
+        /* Plain values and binary32 results: the bins straight from
+         * the arrays, in integers. */
+        if (o->scale || o->lo)
+            for (size_t i = 0; i < n; i++)
+                s->hist_exact[exact_bin_of(o, i)]++;
+        else
+            emu_hist_add_unguarded(s->hist_exact, o->hi, n);
+        if (o->scale)
+            for (size_t i = 0; i < n; i++)
+                s->hist_rounded[emu_hist_bin_unguarded(value_of(o, res, i))]++;
+        else
+            emu_hist_add_f32_unguarded(s->hist_rounded, res, n);
         if (o->hist_scale)
             for (int b = 0; b < EMU_HIST_BINS; b++)
                 s->hist_scale[b] += o->hist_scale[b];

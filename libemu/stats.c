@@ -17,22 +17,57 @@
 
 #include "internal.h"
 
+/* Bins come from the exponent field alone, in integers: frexp per element
+ * was a sixth of a training step.  The bins span binary32's binades, so a
+ * subnormal double (below 2^-1022) is always below them, and every
+ * binary32 value, subnormals included, has a binade bin of its own. */
+_Static_assert(EMU_HIST_EMIN > -1022 && EMU_HIST_EMAX < 1023,
+               "subnormal doubles fall below the bins");
+_Static_assert(EMU_HIST_EMIN == -149 && EMU_HIST_EMAX == 127,
+               "the bins are binary32's binades");
+
 int emu_hist_bin_unguarded(double x)
 {
-    if (isnan(x))
-        return EMU_HIST_NAN;
-    if (isinf(x))
-        return EMU_HIST_INF;
-    if (x == 0.0)
-        return EMU_HIST_ZERO;
-    int e;
-    frexp(x, &e);
-    e -= 1; /* 2^e <= |x| < 2^(e+1) */
-    if (e < EMU_HIST_EMIN)
+    uint64_t u;
+    memcpy(&u, &x, sizeof u);
+    const int e = (int)((u >> 52) & 0x7ff);
+    const bool frac = (u << 12) != 0;
+    if (e == 0x7ff)
+        return frac ? EMU_HIST_NAN : EMU_HIST_INF;
+    if (e == 0)
+        return frac ? EMU_HIST_BELOW : EMU_HIST_ZERO;
+    const int b = e - 1023; /* 2^b <= |x| < 2^(b+1) */
+    if (b < EMU_HIST_EMIN)
         return EMU_HIST_BELOW;
-    if (e > EMU_HIST_EMAX)
+    if (b > EMU_HIST_EMAX)
         return EMU_HIST_ABOVE;
-    return EMU_HIST_FIRST + (e - EMU_HIST_EMIN);
+    return EMU_HIST_FIRST + (b - EMU_HIST_EMIN);
+}
+
+int emu_hist_bin_f32_unguarded(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    const int e = (int)((u >> 23) & 0xff);
+    const uint32_t frac = u & 0x7fffff;
+    if (e == 0xff)
+        return frac ? EMU_HIST_NAN : EMU_HIST_INF;
+    if (e == 0) /* 2^-149 times frac: its leading bit is the binade */
+        return frac ? EMU_HIST_FIRST + (31 - __builtin_clz(frac))
+                    : EMU_HIST_ZERO;
+    return EMU_HIST_FIRST + (e - 127 - EMU_HIST_EMIN);
+}
+
+void emu_hist_add_unguarded(uint64_t *hist, const double *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        hist[emu_hist_bin_unguarded(x[i])]++;
+}
+
+void emu_hist_add_f32_unguarded(uint64_t *hist, const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        hist[emu_hist_bin_f32_unguarded(x[i])]++;
 }
 
 int emu_hist_bin(double x)

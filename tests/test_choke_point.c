@@ -17,6 +17,10 @@
  *   observer    sees every op once, in order, with its pre-rounding values;
  *   SR          element i of op k rounds with word i of stream k: same
  *               seed same results, another op or seed other words;
+ *   bins        the integer bins (double and binary32 bits) equal a
+ *               frexp reference at every binade edge +-1 ulp of both
+ *               formats, every subnormal leading bit, the specials and
+ *               random bit patterns;
  *   exports     CSV (header + one row per site, quoted names), histogram
  *               CSV, JSON (checked by a small parser), step rows, summary,
  *               and the atomic writes' failure paths.
@@ -38,6 +42,7 @@
 #include <emu/ref.h>
 
 #include "testutil.h"
+#include "internal.h" /* the integer bin functions the commit loops call */
 
 static void make(emu_tensor *t, const emu_format *f, size_t n,
                  const char *name, emu_role role)
@@ -281,6 +286,118 @@ START_TEST(test_histograms_random)
     emu_tensor_free(&b);
     emu_tensor_free(&y);
     emu_stats_free(&stats);
+}
+END_TEST
+
+/* The bin by frexp, as the library computed it before it used the bits. */
+static int ref_hist_bin(double x)
+{
+    if (isnan(x))
+        return EMU_HIST_NAN;
+    if (isinf(x))
+        return EMU_HIST_INF;
+    if (x == 0.0)
+        return EMU_HIST_ZERO;
+    int e;
+    frexp(x, &e);
+    e -= 1;
+    if (e < EMU_HIST_EMIN)
+        return EMU_HIST_BELOW;
+    if (e > EMU_HIST_EMAX)
+        return EMU_HIST_ABOVE;
+    return EMU_HIST_FIRST + (e - EMU_HIST_EMIN);
+}
+
+static void check_bin_d(uint64_t u, uint64_t *hist)
+{
+    double x;
+    memcpy(&x, &u, sizeof x);
+    const int want = ref_hist_bin(x);
+    ck_assert_msg(emu_hist_bin(x) == want, "bin of %016llx (%a): %d want %d",
+                  (unsigned long long)u, x, emu_hist_bin(x), want);
+    hist[want]++;
+}
+
+static void check_bin_f(uint32_t u, uint64_t *hist)
+{
+    float x;
+    memcpy(&x, &u, sizeof x);
+    const int got = emu_hist_bin_f32_unguarded(x), want = ref_hist_bin(x);
+    ck_assert_msg(got == want, "bin of binary32 %08x (%a): %d want %d",
+                  (unsigned)u, (double)x, got, want);
+    hist[want]++;
+}
+
+START_TEST(test_hist_bins_from_bits)
+{
+    enum { NR = 1 << 14 };
+    static uint64_t ud[NR];
+    static uint32_t uf[NR];
+    static double xd[NR];
+    static float xf[NR];
+    uint64_t hd[EMU_HIST_BINS] = { 0 }, hf[EMU_HIST_BINS] = { 0 };
+    for (uint64_t sign = 0; sign < 2; sign++) {
+        /* every binary64 binade edge, one ulp either side, its top */
+        for (uint64_t e = 0; e < 2048; e++) {
+            const uint64_t edge = sign << 63 | e << 52;
+            check_bin_d(edge, hd);
+            check_bin_d(edge + 1, hd);
+            check_bin_d(edge | (((uint64_t)1 << 52) - 1), hd);
+            if (e > 0)
+                check_bin_d(edge - 1, hd);
+        }
+        /* every subnormal leading bit, of both formats */
+        for (int k = 0; k < 52; k++) {
+            check_bin_d(sign << 63 | (uint64_t)1 << k, hd);
+            check_bin_d(sign << 63 | (((uint64_t)2 << k) - 1), hd);
+        }
+        for (uint32_t e = 0; e < 256; e++) {
+            const uint32_t edge = (uint32_t)sign << 31 | e << 23;
+            check_bin_f(edge, hf);
+            check_bin_f(edge + 1, hf);
+            check_bin_f(edge | 0x7fffff, hf);
+            if (e > 0)
+                check_bin_f(edge - 1, hf);
+        }
+        for (int k = 0; k < 23; k++) {
+            check_bin_f((uint32_t)sign << 31 | (uint32_t)1 << k, hf);
+            check_bin_f((uint32_t)sign << 31 | ((2u << k) - 1), hf);
+        }
+    }
+    /* the specials of both signs, quiet and signalling NaNs */
+    const double sp[] = { 0.0, -0.0, INFINITY, -INFINITY, NAN, -NAN };
+    for (size_t i = 0; i < sizeof sp / sizeof *sp; i++) {
+        uint64_t u;
+        memcpy(&u, &sp[i], sizeof u);
+        check_bin_d(u, hd);
+        check_bin_f((uint32_t)(u >> 32), hf);
+    }
+    check_bin_d(0x7ff0000000000001u, hd);
+    check_bin_f(0xff800001u, hf);
+    /* random patterns, also through the array forms the commit calls */
+    test_rng g = test_rng_make(12);
+    const uint64_t rounds = test_scaled(1000000, NR) / NR;
+    for (uint64_t r = 0; r < rounds; r++) {
+        uint64_t wd[EMU_HIST_BINS] = { 0 }, wf[EMU_HIST_BINS] = { 0 };
+        uint64_t gd[EMU_HIST_BINS] = { 0 }, gf[EMU_HIST_BINS] = { 0 };
+        for (size_t i = 0; i < NR; i++) {
+            ud[i] = test_next(&g);
+            uf[i] = (uint32_t)test_next(&g);
+            check_bin_d(ud[i], wd);
+            check_bin_f(uf[i], wf);
+        }
+        memcpy(xd, ud, sizeof xd);
+        memcpy(xf, uf, sizeof xf);
+        emu_hist_add_unguarded(gd, xd, NR);
+        emu_hist_add_f32_unguarded(gf, xf, NR);
+        for (int b = 0; b < EMU_HIST_BINS; b++) {
+            ck_assert_uint_eq(gd[b], wd[b]);
+            ck_assert_uint_eq(gf[b], wf[b]);
+        }
+    }
+    /* every bin was reached by the edges of one format or the other */
+    for (int b = 0; b < EMU_HIST_BINS; b++)
+        ck_assert_msg(hd[b] + hf[b] > 0, "bin %d never reached", b);
 }
 END_TEST
 
@@ -1207,6 +1324,7 @@ static Suite *suite(void)
     tcase_set_timeout(tc, 0);
     tcase_add_test(tc, test_counts_by_hand);
     tcase_add_test(tc, test_histograms_random);
+    tcase_add_test(tc, test_hist_bins_from_bits);
     tcase_add_test(tc, test_sampling_rate1);
     tcase_add_test(tc, test_sampling_catches_errors);
     tcase_add_test(tc, test_sampling_rate_partial);
