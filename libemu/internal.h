@@ -97,6 +97,9 @@ static inline double emu_round_unguarded(const emu_format *fmt, double x,
 {
     return emu_round2_unguarded(fmt, x, 0.0, r, st);
 }
+/* Whether rounding a binary32 value into f under r is the identity (NaNs
+ * aside, which become the canonical quiet NaN). */
+bool emu_round_is_identity_f32(const emu_format *f, const emu_rounding *r);
 int emu_round_array_f32_unguarded(const emu_format *fmt, float *out,
                                   const float *in, size_t n,
                                   const emu_array_rounding *a,

@@ -21,6 +21,10 @@
  *               frexp reference at every binade edge +-1 ulp of both
  *               formats, every subnormal leading bit, the specials and
  *               random bit patterns;
+ *   carrier     a commit into binary32 itself (the copy that skips the
+ *               rounding) gives the results and counts of the scalar
+ *               choke point, for edges, specials and random patterns,
+ *               under every profile, with and without saturation;
  *   exports     CSV (header + one row per site, quoted names), histogram
  *               CSV, JSON (checked by a small parser), step rows, summary,
  *               and the atomic writes' failure paths.
@@ -398,6 +402,88 @@ START_TEST(test_hist_bins_from_bits)
     /* every bin was reached by the edges of one format or the other */
     for (int b = 0; b < EMU_HIST_BINS; b++)
         ck_assert_msg(hd[b] + hf[b] > 0, "bin %d never reached", b);
+}
+END_TEST
+
+/* Values for a commit into binary32: chunk 0 the binary32 edges and
+ * specials (NaNs of both signs, quiet and signalling payloads) then random
+ * binary32 patterns, chunk 1 the same with one value that is not a
+ * binary32, chunk 2 random patterns, and a short tail. */
+static void carrier_values(double *hi, size_t n, test_rng *g)
+{
+    static const uint32_t edges[] = {
+        0x00000000, 0x80000000, 0x00000001, 0x80000001, 0x007fffff,
+        0x807fffff, 0x00800000, 0x80800000, 0x00400000, 0x7f7fffff,
+        0xff7fffff, 0x7f800000, 0xff800000, 0x7fc00000, 0xffc00000,
+        0x7f800001, 0xff800001, 0x7fffffff, 0x7fa5a5a5, 0x3f800000
+    };
+    const size_t ne = sizeof edges / sizeof *edges;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t w = i < ne ? edges[i] : (uint32_t)test_next(g);
+        float f;
+        memcpy(&f, &w, sizeof f);
+        hi[i] = f;
+    }
+    hi[1024 + 7] = 1.0 + 0x1p-30;
+    uint64_t nan = 0x7ff0000000000001u; /* a payload binary32 cannot hold */
+    memcpy(&hi[ne], &nan, sizeof nan);
+}
+
+START_TEST(test_commit_carrier)
+{
+    const emu_format *f32 = test_format("binary32");
+    const size_t n = 3 * 1024 + 17;
+    emu_tensor y;
+    make(&y, f32, n, "y", EMU_ROLE_OTHER);
+    double *hi = malloc(n * sizeof *hi);
+    test_rng g = test_rng_make(32);
+    carrier_values(hi, n, &g);
+    const emu_rnd modes[] = { EMU_RNE, EMU_RZ, EMU_RS };
+    for (int pid = 0; pid < EMU_PROFILE_COUNT; pid++)
+    for (int sat = 0; sat < 2; sat++)
+    for (size_t k = 0; k < sizeof modes / sizeof *modes; k++) {
+        emu_rounding r = { .mode = modes[k], .sr_bits = 64, .saturate = sat,
+                           .profile = emu_profile_preset(pid) };
+        emu_stats stats;
+        emu_stats_init(&stats);
+        emu_ctx ctx;
+        emu_ctx_init(&ctx, 9);
+        ctx.stats = &stats;
+        ctx.measure = EMU_MEASURE_COUNTS | EMU_MEASURE_HIST;
+        const uint64_t stream = emu_ctx_stream(&ctx);
+        emu_op_out o = { .site = "carrier", .kind = "test", .out = &y,
+                         .hi = hi, .rnd = &r };
+        ck_assert_int_eq(emu_commit(&ctx, &o), 0);
+        /* the scalar choke point, element by element */
+        emu_round_counts want = { 0 };
+        uint64_t hist[EMU_HIST_BINS] = { 0 };
+        for (size_t i = 0; i < n; i++) {
+            emu_status st;
+            const double z = emu_round2_word(f32, hi[i], 0.0, &r,
+                                             emu_random64(9, stream, i), &st);
+            emu_round_counts_add(&want, hi[i], z, st.flags);
+            hist[emu_hist_bin(z)]++;
+            const float zf = (float)z;
+            ck_assert_msg(memcmp(&zf, &y.data[i], sizeof zf) == 0,
+                          "profile %d sat %d mode %d: element %zu (%a): "
+                          "%a want %a", pid, sat, (int)modes[k], i, hi[i],
+                          (double)y.data[i], z);
+        }
+        const emu_site_stats *t =
+            &find_site(&stats, "carrier", EMU_ROLE_OTHER)->total;
+        ck_assert_uint_eq(t->results, want.n);
+        ck_assert_uint_eq(t->inexact, want.inexact);
+        ck_assert_uint_eq(t->underflow, want.underflow);
+        ck_assert_uint_eq(t->to_zero, want.to_zero);
+        ck_assert_uint_eq(t->subnormal, want.subnormal);
+        ck_assert_uint_eq(t->overflow, want.overflow);
+        ck_assert_uint_eq(t->nan, want.nan);
+        for (int b = 0; b < EMU_HIST_BINS; b++)
+            ck_assert_uint_eq(t->hist_rounded[b], hist[b]);
+        emu_stats_free(&stats);
+    }
+    emu_tensor_free(&y);
+    free(hi);
 }
 END_TEST
 
@@ -1325,6 +1411,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_counts_by_hand);
     tcase_add_test(tc, test_histograms_random);
     tcase_add_test(tc, test_hist_bins_from_bits);
+    tcase_add_test(tc, test_commit_carrier);
     tcase_add_test(tc, test_sampling_rate1);
     tcase_add_test(tc, test_sampling_catches_errors);
     tcase_add_test(tc, test_sampling_rate_partial);
