@@ -332,6 +332,26 @@ static void check_bin_f(uint32_t u, uint64_t *hist)
     hist[want]++;
 }
 
+/* The array forms at lengths around their inner chunks and tables. */
+static void check_hist_add_lengths(const double *xd, const float *xf)
+{
+    static const size_t lens[] = { 0, 1, 63, 64, 511, 512, 513, 1537 };
+    for (size_t k = 0; k < sizeof lens / sizeof *lens; k++) {
+        uint64_t gd[EMU_HIST_BINS] = { 0 }, gf[EMU_HIST_BINS] = { 0 };
+        uint64_t wd[EMU_HIST_BINS] = { 0 }, wf[EMU_HIST_BINS] = { 0 };
+        emu_hist_add_unguarded(gd, xd, lens[k]);
+        emu_hist_add_f32_unguarded(gf, xf, lens[k]);
+        for (size_t i = 0; i < lens[k]; i++) {
+            wd[ref_hist_bin(xd[i])]++;
+            wf[ref_hist_bin(xf[i])]++;
+        }
+        for (int b = 0; b < EMU_HIST_BINS; b++) {
+            ck_assert_uint_eq(gd[b], wd[b]);
+            ck_assert_uint_eq(gf[b], wf[b]);
+        }
+    }
+}
+
 START_TEST(test_hist_bins_from_bits)
 {
     enum { NR = 1 << 14 };
@@ -398,6 +418,7 @@ START_TEST(test_hist_bins_from_bits)
             ck_assert_uint_eq(gd[b], wd[b]);
             ck_assert_uint_eq(gf[b], wf[b]);
         }
+        check_hist_add_lengths(xd, xf);
     }
     /* every bin was reached by the edges of one format or the other */
     for (int b = 0; b < EMU_HIST_BINS; b++)
