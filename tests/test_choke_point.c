@@ -426,6 +426,49 @@ START_TEST(test_hist_bins_from_bits)
 }
 END_TEST
 
+/* The exact bin of hi + lo: one binade down only when hi is a power of
+ * two and lo points toward zero; checked against MPFR's exponent of the
+ * exact sum. */
+START_TEST(test_exact_bin_low_parts)
+{
+    const double his[] = { 1.0, 1.5, 0x1.fffffffffffffp0, -1.0, -1.5, 0x1p-149,
+                           0x1.8p-149, 0x1p-126, 0x1p127, 0x1p128, 0x1p-150 };
+    const double los[] = { -0x1p-60, 0x1p-60 };
+    const size_t nh = sizeof his / sizeof *his, n = 2 * 2 * nh;
+    emu_tensor y;
+    make(&y, test_format("binary32"), n, "y", EMU_ROLE_OTHER);
+    double hi[2 * 2 * sizeof his / sizeof *his], lo[sizeof hi / sizeof *hi];
+    uint64_t want[EMU_HIST_BINS] = { 0 };
+    mpfr_t e;
+    mpfr_init2(e, 512);
+    for (size_t i = 0; i < n; i++) {
+        hi[i] = (i & 2 ? -1 : 1) * his[i / 4];
+        lo[i] = los[i & 1] * fabs(hi[i]) * 0x1p-10;
+        mpfr_set_d(e, hi[i], MPFR_RNDN);
+        mpfr_add_d(e, e, lo[i], MPFR_RNDN); /* exact at 512 bits */
+        const long ex = mpfr_get_exp(e) - 1;
+        want[ex < EMU_HIST_EMIN ? EMU_HIST_BELOW
+             : ex > EMU_HIST_EMAX ? EMU_HIST_ABOVE : bin_of_binade((int)ex)]++;
+    }
+    mpfr_clear(e);
+    emu_stats stats;
+    emu_stats_init(&stats);
+    emu_ctx ctx;
+    emu_ctx_init(&ctx, 3);
+    ctx.stats = &stats;
+    emu_op_out o = { .site = "lo", .kind = "test", .out = &y, .hi = hi,
+                     .lo = lo };
+    ck_assert_int_eq(emu_commit(&ctx, &o), 0);
+    const emu_site_stats *t = &find_site(&stats, "lo", EMU_ROLE_OTHER)->total;
+    for (int b = 0; b < EMU_HIST_BINS; b++)
+        ck_assert_msg(t->hist_exact[b] == want[b], "bin %d: %llu want %llu", b,
+                      (unsigned long long)t->hist_exact[b],
+                      (unsigned long long)want[b]);
+    emu_tensor_free(&y);
+    emu_stats_free(&stats);
+}
+END_TEST
+
 /* Values for a commit into binary32: chunk 0 the binary32 edges and
  * specials (NaNs of both signs, quiet and signalling payloads) then random
  * binary32 patterns, chunk 1 the same with one value that is not a
@@ -1433,6 +1476,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_histograms_random);
     tcase_add_test(tc, test_hist_bins_from_bits);
     tcase_add_test(tc, test_commit_carrier);
+    tcase_add_test(tc, test_exact_bin_low_parts);
     tcase_add_test(tc, test_sampling_rate1);
     tcase_add_test(tc, test_sampling_catches_errors);
     tcase_add_test(tc, test_sampling_rate_partial);
