@@ -97,6 +97,9 @@ static inline double emu_round_unguarded(const emu_format *fmt, double x,
 {
     return emu_round2_unguarded(fmt, x, 0.0, r, st);
 }
+/* Whether rounding a binary32 value into f under r is the identity (NaNs
+ * aside, which become the canonical quiet NaN). */
+bool emu_round_is_identity_f32(const emu_format *f, const emu_rounding *r);
 int emu_round_array_f32_unguarded(const emu_format *fmt, float *out,
                                   const float *in, size_t n,
                                   const emu_array_rounding *a,
@@ -110,6 +113,10 @@ void emu_round_counts_add_unguarded(emu_round_counts *counts, double in,
 double emu_decode_unguarded(const emu_format *fmt, emu_bits b);
 bool emu_encode_unguarded(const emu_format *fmt, double x, emu_bits *out);
 int emu_hist_bin_unguarded(double x);
+int emu_hist_bin_f32_unguarded(float x);
+/* hist[bin of x[i]]++ for each of the n values. */
+void emu_hist_add_unguarded(uint64_t *hist, const double *x, size_t n);
+void emu_hist_add_f32_unguarded(uint64_t *hist, const float *x, size_t n);
 int emu_ulperr_bin_unguarded(double ulps);
 int emu_relerr_bin_unguarded(double rel);
 void emu_accum_count_add_unguarded(emu_accum_counts *c, const emu_format *acc,

@@ -794,7 +794,7 @@ static void tile_f64(const f64_plan *pl, const emu_format *f, double *out,
  * value into it is exact in every mode (saturation aside), so the map is
  * the identity, with NaNs made the canonical quiet NaN as the scalar choke
  * point makes them, and exact subnormals flagged. */
-static bool is_binary32(const emu_format *f, const emu_rounding *r)
+bool emu_round_is_identity_f32(const emu_format *f, const emu_rounding *r)
 {
     return f->ebits == 8 && f->mbits == 23 && f->bias == 127 && f->is_signed &&
            f->subnormals && f->has_zero && f->specials == EMU_SPECIALS_IEEE &&
@@ -835,7 +835,7 @@ int emu_round_array_f32_unguarded(const emu_format *fmt, float *out,
 {
     if (!fmt->fits_carrier)
         return -1;
-    if (is_binary32(fmt, &a->rnd)) {
+    if (emu_round_is_identity_f32(fmt, &a->rnd)) {
         emu_round_counts c = { 0 };
         identity_f32(out, in, n, &c);
         if (counts)

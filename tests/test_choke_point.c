@@ -17,6 +17,14 @@
  *   observer    sees every op once, in order, with its pre-rounding values;
  *   SR          element i of op k rounds with word i of stream k: same
  *               seed same results, another op or seed other words;
+ *   bins        the integer bins (double and binary32 bits) equal a
+ *               frexp reference at every binade edge +-1 ulp of both
+ *               formats, every subnormal leading bit, the specials and
+ *               random bit patterns;
+ *   carrier     a commit into binary32 itself (the copy that skips the
+ *               rounding) gives the results and counts of the scalar
+ *               choke point, for edges, specials and random patterns,
+ *               under every profile, with and without saturation;
  *   exports     CSV (header + one row per site, quoted names), histogram
  *               CSV, JSON (checked by a small parser), step rows, summary,
  *               and the atomic writes' failure paths.
@@ -38,6 +46,7 @@
 #include <emu/ref.h>
 
 #include "testutil.h"
+#include "internal.h" /* the integer bin functions the commit loops call */
 
 static void make(emu_tensor *t, const emu_format *f, size_t n,
                  const char *name, emu_role role)
@@ -281,6 +290,264 @@ START_TEST(test_histograms_random)
     emu_tensor_free(&b);
     emu_tensor_free(&y);
     emu_stats_free(&stats);
+}
+END_TEST
+
+/* The bin by frexp, as the library computed it before it used the bits. */
+static int ref_hist_bin(double x)
+{
+    if (isnan(x))
+        return EMU_HIST_NAN;
+    if (isinf(x))
+        return EMU_HIST_INF;
+    if (x == 0.0)
+        return EMU_HIST_ZERO;
+    int e;
+    frexp(x, &e);
+    e -= 1;
+    if (e < EMU_HIST_EMIN)
+        return EMU_HIST_BELOW;
+    if (e > EMU_HIST_EMAX)
+        return EMU_HIST_ABOVE;
+    return EMU_HIST_FIRST + (e - EMU_HIST_EMIN);
+}
+
+static void check_bin_d(uint64_t u, uint64_t *hist)
+{
+    double x;
+    memcpy(&x, &u, sizeof x);
+    const int want = ref_hist_bin(x);
+    ck_assert_msg(emu_hist_bin(x) == want, "bin of %016llx (%a): %d want %d",
+                  (unsigned long long)u, x, emu_hist_bin(x), want);
+    hist[want]++;
+}
+
+static void check_bin_f(uint32_t u, uint64_t *hist)
+{
+    float x;
+    memcpy(&x, &u, sizeof x);
+    const int got = emu_hist_bin_f32_unguarded(x), want = ref_hist_bin(x);
+    ck_assert_msg(got == want, "bin of binary32 %08x (%a): %d want %d",
+                  (unsigned)u, (double)x, got, want);
+    hist[want]++;
+}
+
+/* The array forms at lengths around their inner chunks and tables. */
+static void check_hist_add_lengths(const double *xd, const float *xf)
+{
+    static const size_t lens[] = { 0, 1, 63, 64, 511, 512, 513, 1537 };
+    for (size_t k = 0; k < sizeof lens / sizeof *lens; k++) {
+        uint64_t gd[EMU_HIST_BINS] = { 0 }, gf[EMU_HIST_BINS] = { 0 };
+        uint64_t wd[EMU_HIST_BINS] = { 0 }, wf[EMU_HIST_BINS] = { 0 };
+        emu_hist_add_unguarded(gd, xd, lens[k]);
+        emu_hist_add_f32_unguarded(gf, xf, lens[k]);
+        for (size_t i = 0; i < lens[k]; i++) {
+            wd[ref_hist_bin(xd[i])]++;
+            wf[ref_hist_bin(xf[i])]++;
+        }
+        for (int b = 0; b < EMU_HIST_BINS; b++) {
+            ck_assert_uint_eq(gd[b], wd[b]);
+            ck_assert_uint_eq(gf[b], wf[b]);
+        }
+    }
+}
+
+START_TEST(test_hist_bins_from_bits)
+{
+    enum { NR = 1 << 14 };
+    static uint64_t ud[NR];
+    static uint32_t uf[NR];
+    static double xd[NR];
+    static float xf[NR];
+    uint64_t hd[EMU_HIST_BINS] = { 0 }, hf[EMU_HIST_BINS] = { 0 };
+    for (uint64_t sign = 0; sign < 2; sign++) {
+        /* every binary64 binade edge, one ulp either side, its top */
+        for (uint64_t e = 0; e < 2048; e++) {
+            const uint64_t edge = sign << 63 | e << 52;
+            check_bin_d(edge, hd);
+            check_bin_d(edge + 1, hd);
+            check_bin_d(edge | (((uint64_t)1 << 52) - 1), hd);
+            if (e > 0)
+                check_bin_d(edge - 1, hd);
+        }
+        /* every subnormal leading bit, of both formats */
+        for (int k = 0; k < 52; k++) {
+            check_bin_d(sign << 63 | (uint64_t)1 << k, hd);
+            check_bin_d(sign << 63 | (((uint64_t)2 << k) - 1), hd);
+        }
+        for (uint32_t e = 0; e < 256; e++) {
+            const uint32_t edge = (uint32_t)sign << 31 | e << 23;
+            check_bin_f(edge, hf);
+            check_bin_f(edge + 1, hf);
+            check_bin_f(edge | 0x7fffff, hf);
+            if (e > 0)
+                check_bin_f(edge - 1, hf);
+        }
+        for (int k = 0; k < 23; k++) {
+            check_bin_f((uint32_t)sign << 31 | (uint32_t)1 << k, hf);
+            check_bin_f((uint32_t)sign << 31 | ((2u << k) - 1), hf);
+        }
+    }
+    /* the specials of both signs, quiet and signalling NaNs */
+    const double sp[] = { 0.0, -0.0, INFINITY, -INFINITY, NAN, -NAN };
+    for (size_t i = 0; i < sizeof sp / sizeof *sp; i++) {
+        uint64_t u;
+        memcpy(&u, &sp[i], sizeof u);
+        check_bin_d(u, hd);
+        check_bin_f((uint32_t)(u >> 32), hf);
+    }
+    check_bin_d(0x7ff0000000000001u, hd);
+    check_bin_f(0xff800001u, hf);
+    /* random patterns, also through the array forms the commit calls */
+    test_rng g = test_rng_make(12);
+    const uint64_t rounds = test_scaled(1000000, NR) / NR;
+    for (uint64_t r = 0; r < rounds; r++) {
+        uint64_t wd[EMU_HIST_BINS] = { 0 }, wf[EMU_HIST_BINS] = { 0 };
+        uint64_t gd[EMU_HIST_BINS] = { 0 }, gf[EMU_HIST_BINS] = { 0 };
+        for (size_t i = 0; i < NR; i++) {
+            ud[i] = test_next(&g);
+            uf[i] = (uint32_t)test_next(&g);
+            check_bin_d(ud[i], wd);
+            check_bin_f(uf[i], wf);
+        }
+        memcpy(xd, ud, sizeof xd);
+        memcpy(xf, uf, sizeof xf);
+        emu_hist_add_unguarded(gd, xd, NR);
+        emu_hist_add_f32_unguarded(gf, xf, NR);
+        for (int b = 0; b < EMU_HIST_BINS; b++) {
+            ck_assert_uint_eq(gd[b], wd[b]);
+            ck_assert_uint_eq(gf[b], wf[b]);
+        }
+        check_hist_add_lengths(xd, xf);
+    }
+    /* every bin was reached by the edges of one format or the other */
+    for (int b = 0; b < EMU_HIST_BINS; b++)
+        ck_assert_msg(hd[b] + hf[b] > 0, "bin %d never reached", b);
+}
+END_TEST
+
+/* The exact bin of hi + lo: one binade down only when hi is a power of
+ * two and lo points toward zero; checked against MPFR's exponent of the
+ * exact sum. */
+START_TEST(test_exact_bin_low_parts)
+{
+    const double his[] = { 1.0, 1.5, 0x1.fffffffffffffp0, -1.0, -1.5, 0x1p-149,
+                           0x1.8p-149, 0x1p-126, 0x1p127, 0x1p128, 0x1p-150 };
+    const double los[] = { -0x1p-60, 0x1p-60 };
+    const size_t nh = sizeof his / sizeof *his, n = 2 * 2 * nh;
+    emu_tensor y;
+    make(&y, test_format("binary32"), n, "y", EMU_ROLE_OTHER);
+    double hi[2 * 2 * sizeof his / sizeof *his], lo[sizeof hi / sizeof *hi];
+    uint64_t want[EMU_HIST_BINS] = { 0 };
+    mpfr_t e;
+    mpfr_init2(e, 512);
+    for (size_t i = 0; i < n; i++) {
+        hi[i] = (i & 2 ? -1 : 1) * his[i / 4];
+        lo[i] = los[i & 1] * fabs(hi[i]) * 0x1p-10;
+        mpfr_set_d(e, hi[i], MPFR_RNDN);
+        mpfr_add_d(e, e, lo[i], MPFR_RNDN); /* exact at 512 bits */
+        const long ex = mpfr_get_exp(e) - 1;
+        want[ex < EMU_HIST_EMIN ? EMU_HIST_BELOW
+             : ex > EMU_HIST_EMAX ? EMU_HIST_ABOVE : bin_of_binade((int)ex)]++;
+    }
+    mpfr_clear(e);
+    emu_stats stats;
+    emu_stats_init(&stats);
+    emu_ctx ctx;
+    emu_ctx_init(&ctx, 3);
+    ctx.stats = &stats;
+    emu_op_out o = { .site = "lo", .kind = "test", .out = &y, .hi = hi,
+                     .lo = lo };
+    ck_assert_int_eq(emu_commit(&ctx, &o), 0);
+    const emu_site_stats *t = &find_site(&stats, "lo", EMU_ROLE_OTHER)->total;
+    for (int b = 0; b < EMU_HIST_BINS; b++)
+        ck_assert_msg(t->hist_exact[b] == want[b], "bin %d: %llu want %llu", b,
+                      (unsigned long long)t->hist_exact[b],
+                      (unsigned long long)want[b]);
+    emu_tensor_free(&y);
+    emu_stats_free(&stats);
+}
+END_TEST
+
+/* Values for a commit into binary32: chunk 0 the binary32 edges and
+ * specials (NaNs of both signs, quiet and signalling payloads) then random
+ * binary32 patterns, chunk 1 the same with one value that is not a
+ * binary32, chunk 2 random patterns, and a short tail. */
+static void carrier_values(double *hi, size_t n, test_rng *g)
+{
+    static const uint32_t edges[] = {
+        0x00000000, 0x80000000, 0x00000001, 0x80000001, 0x007fffff,
+        0x807fffff, 0x00800000, 0x80800000, 0x00400000, 0x7f7fffff,
+        0xff7fffff, 0x7f800000, 0xff800000, 0x7fc00000, 0xffc00000,
+        0x7f800001, 0xff800001, 0x7fffffff, 0x7fa5a5a5, 0x3f800000
+    };
+    const size_t ne = sizeof edges / sizeof *edges;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t w = i < ne ? edges[i] : (uint32_t)test_next(g);
+        float f;
+        memcpy(&f, &w, sizeof f);
+        hi[i] = f;
+    }
+    hi[1024 + 7] = 1.0 + 0x1p-30;
+    uint64_t nan = 0x7ff0000000000001u; /* a payload binary32 cannot hold */
+    memcpy(&hi[ne], &nan, sizeof nan);
+}
+
+START_TEST(test_commit_carrier)
+{
+    const emu_format *f32 = test_format("binary32");
+    const size_t n = 3 * 1024 + 17;
+    emu_tensor y;
+    make(&y, f32, n, "y", EMU_ROLE_OTHER);
+    double *hi = malloc(n * sizeof *hi);
+    test_rng g = test_rng_make(32);
+    carrier_values(hi, n, &g);
+    const emu_rnd modes[] = { EMU_RNE, EMU_RZ, EMU_RS };
+    for (int pid = 0; pid < EMU_PROFILE_COUNT; pid++)
+    for (int sat = 0; sat < 2; sat++)
+    for (size_t k = 0; k < sizeof modes / sizeof *modes; k++) {
+        emu_rounding r = { .mode = modes[k], .sr_bits = 64, .saturate = sat,
+                           .profile = emu_profile_preset(pid) };
+        emu_stats stats;
+        emu_stats_init(&stats);
+        emu_ctx ctx;
+        emu_ctx_init(&ctx, 9);
+        ctx.stats = &stats;
+        ctx.measure = EMU_MEASURE_COUNTS | EMU_MEASURE_HIST;
+        const uint64_t stream = emu_ctx_stream(&ctx);
+        emu_op_out o = { .site = "carrier", .kind = "test", .out = &y,
+                         .hi = hi, .rnd = &r };
+        ck_assert_int_eq(emu_commit(&ctx, &o), 0);
+        /* the scalar choke point, element by element */
+        emu_round_counts want = { 0 };
+        uint64_t hist[EMU_HIST_BINS] = { 0 };
+        for (size_t i = 0; i < n; i++) {
+            emu_status st;
+            const double z = emu_round2_word(f32, hi[i], 0.0, &r,
+                                             emu_random64(9, stream, i), &st);
+            emu_round_counts_add(&want, hi[i], z, st.flags);
+            hist[emu_hist_bin(z)]++;
+            const float zf = (float)z;
+            ck_assert_msg(memcmp(&zf, &y.data[i], sizeof zf) == 0,
+                          "profile %d sat %d mode %d: element %zu (%a): "
+                          "%a want %a", pid, sat, (int)modes[k], i, hi[i],
+                          (double)y.data[i], z);
+        }
+        const emu_site_stats *t =
+            &find_site(&stats, "carrier", EMU_ROLE_OTHER)->total;
+        ck_assert_uint_eq(t->results, want.n);
+        ck_assert_uint_eq(t->inexact, want.inexact);
+        ck_assert_uint_eq(t->underflow, want.underflow);
+        ck_assert_uint_eq(t->to_zero, want.to_zero);
+        ck_assert_uint_eq(t->subnormal, want.subnormal);
+        ck_assert_uint_eq(t->overflow, want.overflow);
+        ck_assert_uint_eq(t->nan, want.nan);
+        for (int b = 0; b < EMU_HIST_BINS; b++)
+            ck_assert_uint_eq(t->hist_rounded[b], hist[b]);
+        emu_stats_free(&stats);
+    }
+    emu_tensor_free(&y);
+    free(hi);
 }
 END_TEST
 
@@ -1207,6 +1474,9 @@ static Suite *suite(void)
     tcase_set_timeout(tc, 0);
     tcase_add_test(tc, test_counts_by_hand);
     tcase_add_test(tc, test_histograms_random);
+    tcase_add_test(tc, test_hist_bins_from_bits);
+    tcase_add_test(tc, test_commit_carrier);
+    tcase_add_test(tc, test_exact_bin_low_parts);
     tcase_add_test(tc, test_sampling_rate1);
     tcase_add_test(tc, test_sampling_catches_errors);
     tcase_add_test(tc, test_sampling_rate_partial);
