@@ -58,7 +58,7 @@ mkdir -p "$tmp/kill"
 # shellcheck disable=SC2086
 (cd "$tmp/kill" && exec "$EMU" train $COMMON --out r) > /dev/null 2>&1 &
 pid=$!
-while kill -0 $pid 2> /dev/null && ! grep -qs '"completed"' "$tmp/kill/r/meta.json"; do
+while kill -0 $pid 2> /dev/null && [ ! -f "$tmp/kill/r/checkpoint.bin" ]; do
     sleep 0.01 2> /dev/null || sleep 1
 done
 kill -KILL $pid 2> /dev/null && echo "train_stop: killed at step $(meta_steps "$tmp/kill/r")"
