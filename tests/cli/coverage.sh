@@ -239,6 +239,16 @@ srow flags invalid 0
 grep -qx "missed: B:max B:nan SA:max SB:nan result:subnormal result:max" "$tmp/out" \
     || fail "scaled missed: $(cat "$tmp/out")"
 
+"$EMU" dot gen --scaled nvfp4 --count 1 > "$tmp/sg0" || fail "dot gen --scaled nvfp4"
+# NVFP4 (E2M1, one E4M3 scale per 16, binary32 tensor scales): 1 1 is
+# exact, but the tensor scales (1 + 2^-12)^2 = 1 + 2^-11 + 2^-24 put it
+# halfway between two binary32 values: the rounding sees the scaled value.
+{ sed -n 2p "$tmp/sg0"; echo "2 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 38 2 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 38 3F800800 3F800800 3F801000 01"; } > "$tmp/sn"
+"$EMU" dot verify "$tmp/sn" > "$tmp/out" 2>&1 || fail "the hand-made NVFP4 line is wrong: $(cat "$tmp/out")"
+"$EMU" coverage "$tmp/sn" > "$tmp/out" 2>&1 || fail "nvfp4: exit $?: $(cat "$tmp/out")"
+srow rounding tie 1
+srow rounding exact 0
+
 # A generated NVFP4 file (K = 16, one E4M3 scale per operand, tensor
 # scales): every code and product counted once, every line once.
 "$EMU" dot gen --scaled nvfp4 --count 300 --seed 5 > "$tmp/sg" || fail "dot gen --scaled"
