@@ -15,7 +15,8 @@
  * rounded once into the output format.  A NaN scale (E8M0 0xFF) makes its
  * block's elements NaN, as the OCP spec says.  Settings travel in a
  * '#! emu-dot-scaled' header.  cmd_dot.c hands over here when --scaled is
- * given or the file starts with that header.
+ * given or the file starts with that header; emu coverage reads the same
+ * files through the cli_sdot_* functions exported here (cli.h).
  */
 #include "cli.h"
 #include "vectors.h"
