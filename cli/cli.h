@@ -201,6 +201,51 @@ typedef struct cli_dot_sum {
 uint64_t cli_dot_evaluate(const cli_dotopts *d, const uint64_t *ab,
                           uint64_t k, unsigned *flags, cli_dot_sum *sum);
 
+/* ---- emu dot --scaled settings (cmd_dot_scaled.c), for dot and coverage --
+ *   #! emu-dot-scaled scaled=SPEC accum=SPEC out=SPEC mode=rne k=32 seed=0 */
+enum { CLI_SDOT_MAX_K = EMU_DPI_MAX_K };
+typedef struct cli_sdot {
+    const char *scaled_spec, *accum_spec, *out_spec, *mode_spec;
+    unsigned k;
+    uint64_t seed;
+    bool have_k;
+    emu_scaled_format sf;
+    emu_accum model;
+    emu_format out, g32;
+    emu_rounding rnd;
+    unsigned nblocks;     /* scale codes per operand                    */
+    unsigned fields;      /* hex fields of a line, RESULT and FLAGS too */
+    int h;                /* the emu_dpi_open_scaled handle              */
+} cli_sdot;
+
+/* One line's codes, in line order. */
+typedef struct cli_sdot_case {
+    emu_dpi_u64 a[CLI_SDOT_MAX_K], b[CLI_SDOT_MAX_K];
+    emu_dpi_u64 sa[CLI_SDOT_MAX_K], sb[CLI_SDOT_MAX_K];
+    emu_dpi_u64 ga, gb;
+} cli_sdot_case;
+
+/* Takes from a '#! emu-dot-scaled' line (cut up in place) what the
+ * command line left open. */
+void cli_sdot_read_header(cli_sdot *d, char *line);
+/* Resolves the settings and opens the DPI model; exits 2 naming what is
+ * wrong. */
+void cli_sdot_finish(cli_sdot *d);
+/* The hex fields of a line (cut up in place) into c, *result, *flags;
+ * NULL or why the line is malformed. */
+const char *cli_sdot_parse_line(const cli_sdot *d, char *line,
+                                cli_sdot_case *c, uint64_t *result,
+                                unsigned *flags);
+/* The unit on one case through emu_dpi_dot_scaled: the result pattern,
+ * *flags its flags, or *why set (an element times its scale that is not
+ * a binary32). */
+uint64_t cli_sdot_eval(const cli_sdot *d, const cli_sdot_case *c,
+                       unsigned *flags, const char **why);
+/* The model's value before the tensor scales and the output rounding
+ * (hi + lo, see emu_accum_dot); call after cli_sdot_eval accepted c. */
+void cli_sdot_sum(const cli_sdot *d, const cli_sdot_case *c, double *hi,
+                  double *lo);
+
 /* A random operand pattern of f, the i-th of stream `stream`: half uniform
  * patterns, half a random exponent field with a structured or random
  * fraction (uniform patterns alone would almost never hit the edges of a

@@ -15,7 +15,8 @@
  * rounded once into the output format.  A NaN scale (E8M0 0xFF) makes its
  * block's elements NaN, as the OCP spec says.  Settings travel in a
  * '#! emu-dot-scaled' header.  cmd_dot.c hands over here when --scaled is
- * given or the file starts with that header.
+ * given or the file starts with that header; emu coverage reads the same
+ * files through the cli_sdot_* functions exported here (cli.h).
  */
 #include "cli.h"
 #include "vectors.h"
@@ -26,34 +27,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { SDOT_MAX_K = EMU_DPI_MAX_K };
 
 /* Operand and scale streams, apart from cmd_dot.c's. */
 #define ELEM_STREAM ((uint64_t)0xd5c << 40)
 #define SCALE_STREAM ((uint64_t)0xd5d << 40)
 
-typedef struct sdot {
-    const char *scaled_spec, *accum_spec, *out_spec, *mode_spec;
-    unsigned k;
-    uint64_t seed;
-    bool have_k;
-    emu_scaled_format sf;
-    emu_accum model;
-    emu_format out, g32;
-    emu_rounding rnd;
-    unsigned nblocks;     /* scale codes per operand                    */
-    unsigned fields;      /* hex fields of a line, RESULT and FLAGS too */
-    int h;                /* the emu_dpi_open_scaled handle              */
-} sdot;
 
-/* One line's codes, in line order. */
-typedef struct sdot_case {
-    emu_dpi_u64 a[SDOT_MAX_K], b[SDOT_MAX_K];
-    emu_dpi_u64 sa[SDOT_MAX_K], sb[SDOT_MAX_K];
-    emu_dpi_u64 ga, gb;
-} sdot_case;
-
-static void sdot_finish(sdot *d)
+void cli_sdot_finish(cli_sdot *d)
 {
     if (!d->scaled_spec)
         cli_usage_error("dot", "--scaled: missing (e.g. mxfp8, nvfp4)");
@@ -86,7 +66,7 @@ static void sdot_finish(sdot *d)
 /* The unit on one case, through the DPI golden model (one definition for
  * both); returns the result pattern, *flags its flags, or sets *why (an
  * element times its scale that is not a binary32). */
-static uint64_t sdot_eval(const sdot *d, const sdot_case *c, unsigned *flags,
+uint64_t cli_sdot_eval(const cli_sdot *d, const cli_sdot_case *c, unsigned *flags,
                           const char **why)
 {
     emu_dpi_u64 r = 0;
@@ -99,13 +79,37 @@ static uint64_t sdot_eval(const sdot *d, const sdot_case *c, unsigned *flags,
     return r;
 }
 
+/* e_i s_block(i) of one operand; binary32 values once cli_sdot_eval
+ * accepted the case (a NaN scale gives NaN elements). */
+static void scaled_values(const cli_sdot *d, const emu_dpi_u64 *e,
+                          const emu_dpi_u64 *s, float *out)
+{
+    for (unsigned i = 0; i < d->k; i++) {
+        double v = emu_decode(&d->sf.elem, (emu_bits){ e[i] });
+        if (d->sf.block_scaled)
+            v *= emu_decode(&d->sf.scale,
+                            (emu_bits){ s[i / d->sf.block[0]] });
+        out[i] = (float)v;
+    }
+}
+
+void cli_sdot_sum(const cli_sdot *d, const cli_sdot_case *c, double *hi,
+                  double *lo)
+{
+    float x[CLI_SDOT_MAX_K], y[CLI_SDOT_MAX_K];
+    scaled_values(d, c->a, c->sa, x);
+    scaled_values(d, c->b, c->sb, y);
+    *lo = 0.0;
+    *hi = emu_accum_dot(&d->model, x, 1, y, 1, d->k, NULL, NULL, lo);
+}
+
 /* ---- gen ----------------------------------------------------------------- */
 
 /* A block scale code: a value within 2^±span of 1 (span 16, or the scale
  * format's own range if narrower), so that every element times it is a
  * binary32; one block in 64 gets the scale format's NaN, where it has
  * one. */
-static uint64_t random_scale(const sdot *d, uint64_t i)
+static uint64_t random_scale(const cli_sdot *d, uint64_t i)
 {
     const emu_format *f = &d->sf.scale;
     const int span = f->emax < 16 ? f->emax : 16;
@@ -125,15 +129,15 @@ static uint64_t random_scale(const sdot *d, uint64_t i)
 }
 
 /* A binary32 tensor scale in [2^-8, 2^8). */
-static uint64_t random_tensor_scale(const sdot *d, uint64_t i)
+static uint64_t random_tensor_scale(const cli_sdot *d, uint64_t i)
 {
     uint64_t w = emu_random64(d->seed, SCALE_STREAM ^ 1, i);
     return (uint64_t)(119 + w % 16) << 23 | (w >> 20 & 0x7fffff);
 }
 
-static void make_case(const sdot *d, uint64_t n, sdot_case *c)
+static void make_case(const cli_sdot *d, uint64_t n, cli_sdot_case *c)
 {
-    const uint64_t base = n * 2 * SDOT_MAX_K;
+    const uint64_t base = n * 2 * CLI_SDOT_MAX_K;
     for (unsigned i = 0; i < d->k; i++) {
         c->a[i] = cli_random_pattern(&d->sf.elem, d->seed, ELEM_STREAM,
                                      base + 2 * i);
@@ -156,7 +160,7 @@ static void print_codes(FILE *fp, const emu_format *f, const emu_dpi_u64 *v,
                 (unsigned long long)v[i]);
 }
 
-static void write_case(const sdot *d, FILE *fp, const sdot_case *c,
+static void write_case(const cli_sdot *d, FILE *fp, const cli_sdot_case *c,
                        uint64_t r, unsigned flags)
 {
     print_codes(fp, &d->sf.elem, c->a, d->k);
@@ -170,9 +174,9 @@ static void write_case(const sdot *d, FILE *fp, const sdot_case *c,
             (unsigned long long)r, flags);
 }
 
-static int sdot_gen(sdot *d, uint64_t count, const char *path)
+static int sdot_gen(cli_sdot *d, uint64_t count, const char *path)
 {
-    sdot_finish(d);
+    cli_sdot_finish(d);
     cli_output out;
     if (cli_output_open(&out, "dot", path))
         return CLI_EXIT_USAGE;
@@ -189,12 +193,12 @@ static int sdot_gen(sdot *d, uint64_t count, const char *path)
     fprintf(out.fp, "#! emu-dot-scaled scaled=%s accum=%s out=%s mode=%s "
             "k=%u seed=%llu\n", sf, accum, outs, mode, d->k,
             (unsigned long long)d->seed);
-    sdot_case c;
+    cli_sdot_case c;
     for (uint64_t n = 0; n < count; n++) {
         unsigned flags;
         const char *why;
         make_case(d, n, &c);
-        uint64_t r = sdot_eval(d, &c, &flags, &why);
+        uint64_t r = cli_sdot_eval(d, &c, &flags, &why);
         if (why) {
             cli_output_abort(&out);
             cli_error("dot", "case %llu: %s", (unsigned long long)n, why);
@@ -212,20 +216,20 @@ static int sdot_gen(sdot *d, uint64_t count, const char *path)
 
 /* ---- verify -------------------------------------------------------------- */
 
-static void parse_k(sdot *d, const char *val)
+static void parse_k(cli_sdot *d, const char *val)
 {
     char *end;
     errno = 0;
     unsigned long k = strtoul(val, &end, 10);
-    if (!*val || *end || errno || k < 1 || k > SDOT_MAX_K)
+    if (!*val || *end || errno || k < 1 || k > CLI_SDOT_MAX_K)
         cli_usage_error("dot", "k: '%s' is not a length from 1 to %d", val,
-                        SDOT_MAX_K);
+                        CLI_SDOT_MAX_K);
     d->k = (unsigned)k;
     d->have_k = true;
 }
 
 /* Takes from a '#! emu-dot-scaled' line what the command line left open. */
-static void read_header(sdot *d, char *line)
+void cli_sdot_read_header(cli_sdot *d, char *line)
 {
     static char keep[4][256];
     static const char *const keys[4] = { "scaled", "accum", "out", "mode" };
@@ -248,7 +252,7 @@ static void read_header(sdot *d, char *line)
 }
 
 /* The hex fields of a line into c; NULL or why it is malformed. */
-static const char *parse_line(const sdot *d, char *line, sdot_case *c,
+const char *cli_sdot_parse_line(const cli_sdot *d, char *line, cli_sdot_case *c,
                               uint64_t *result, unsigned *flags)
 {
     static char why[160];
@@ -310,7 +314,7 @@ static const char *parse_line(const sdot *d, char *line, sdot_case *c,
     return NULL;
 }
 
-static int sdot_verify(sdot *d, const char *path, bool exact_nan,
+static int sdot_verify(cli_sdot *d, const char *path, bool exact_nan,
                        uint64_t max_errors)
 {
     FILE *fp = strcmp(path, "-") ? fopen(path, "rb") : stdin;
@@ -324,28 +328,28 @@ static int sdot_verify(sdot *d, const char *path, bool exact_nan,
     unsigned long lineno = 0;
     uint64_t checked = 0, mismatches = 0, malformed = 0;
     bool ready = false;
-    sdot_case *c = malloc(sizeof *c);
+    cli_sdot_case *c = malloc(sizeof *c);
     int rc;
     while (c && (rc = vec_read_line(fp, &line, &cap, &len)) > 0) {
         lineno++;
         char *t = line + strspn(line, " \t");
         if (rc == 1 && !ready && !strncmp(t, "#! emu-dot-scaled", 17)) {
-            read_header(d, t);
+            cli_sdot_read_header(d, t);
             continue;
         }
         if (rc == 1 && (!*t || *t == '#'))
             continue;
         if (!ready) {
-            sdot_finish(d);
+            cli_sdot_finish(d);
             ready = true;
         }
         uint64_t want = 0, got = 0;
         unsigned want_flags = 0, flags = 0;
         const char *why = rc == 2 ? "line too long"
                         : strlen(line) != len ? "NUL byte in the line"
-                        : parse_line(d, line, c, &want, &want_flags);
+                        : cli_sdot_parse_line(d, line, c, &want, &want_flags);
         if (!why)
-            got = sdot_eval(d, c, &flags, &why);
+            got = cli_sdot_eval(d, c, &flags, &why);
         if (why) {
             if (malformed++ < max_errors)
                 cli_error("dot", "%s:%lu: malformed line: %s", name, lineno,
@@ -453,7 +457,7 @@ static void help(void)
         "\n"
         "Example:\n"
         "  emu dot gen --scaled mxfp4 --k 64 --count 1000 -o mxfp4.tv\n"
-        "  emu dot verify rtl_mxfp4.tv\n", SDOT_MAX_K);
+        "  emu dot verify rtl_mxfp4.tv\n", CLI_SDOT_MAX_K);
 }
 
 int cmd_dot_scaled(int argc, char **argv)
@@ -466,7 +470,7 @@ int cmd_dot_scaled(int argc, char **argv)
     };
     enum { O_SCALED, O_OUT, O_ACCUM, O_MODE, O_K, O_COUNT, O_SEED, O_OUTPUT,
            O_EXACT_NAN, O_MAX_ERRORS, O_HELP };
-    sdot d;
+    cli_sdot d;
     memset(&d, 0, sizeof d);
     uint64_t count = 1000, max_errors = 20;
     bool exact_nan = false;

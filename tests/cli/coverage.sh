@@ -164,16 +164,114 @@ awk '/^rounding/ { on = 1; next } /^flags/ { on = 0 }
      END { if (n != 400) { print n; exit 1 } }' "$tmp/out" \
     || fail "dot rounding classes + NaN/inf results are not the 400 lines: $(cat "$tmp/out")"
 
-# Dot errors: a malformed line (file:line), settings mixed with options,
-# a block-scaled file (not yet covered).
+# Dot errors: a malformed line (file:line), settings mixed with options.
 { head -n 3 "$tmp/d"; echo "38 38 38 40 00"; } > "$tmp/dbad"
 "$EMU" coverage "$tmp/dbad" > "$tmp/out" 2>&1
 [ $? -eq 2 ] && grep -q "dbad:4: malformed line: 5 fields, expected 6" "$tmp/out" || fail "malformed dot line: $(cat "$tmp/out")"
 "$EMU" coverage --op add "$tmp/d" > "$tmp/out" 2>&1
 [ $? -eq 2 ] && grep -q "emu-dot' file takes its settings from its header" "$tmp/out" || fail "dot with --op: $(cat "$tmp/out")"
-"$EMU" dot gen --scaled mxfp8 --count 2 > "$tmp/sc" || fail "dot gen --scaled"
-"$EMU" coverage "$tmp/sc" > "$tmp/out" 2>&1
-[ $? -eq 2 ] && grep -q "sc:2: a '#! emu-dot-scaled' file.*not yet covered" "$tmp/out" || fail "scaled file: $(cat "$tmp/out")"
+
+# A hand-made block-scaled file: MXFP8 (E4M3 elements, E8M0 scales, one
+# block per operand as K = 2), exact sum, binary32 out.  E8M0 7F is 1,
+# 00 the min 2^-127, FE the max 2^127, F6 2^119, FF NaN.
+# line: A0 A1 SA B0 B1 SB RESULT FLAGS
+cat > "$tmp/s" <<'END'
+#! emu-dot-scaled scaled=elem=e4m3,scale=e8m0,block=32,rule=floor,scale_mode=rne,tensor=no,pad=yes accum=exact out=binary32 mode=rne k=2
+38 38 7F 38 38 7F 40000000 00
+00 7E 7F 00 38 7F 43E00000 00
+01 38 00 38 00 FE 3B000000 00
+7F 38 7F 38 38 7F 7FC00000 00
+38 38 FF 38 38 7F 7FC00000 00
+78 18 7F 78 18 7F 47800000 01
+78 18 7F 78 14 7F 47800000 01
+78 01 7F 78 01 7F 47800000 01
+78 00 F6 78 00 F6 7F800000 05
+01 00 00 01 00 00 00000000 03
+END
+# 1 1 + 1 1 = 2: normals, exact    | 0 0 + 448 1 = 448: zeros, A max, exact
+# 2^-9 2^-127 . 1 2^127 = 2^-9 (+ 1 2^-127 . 0): A subnormal, SA min,
+#   SB max, exact                  | NaN element: a NaN product, NaN result
+# NaN scale SA: both products NaN  | 256^2 + (2^-4)^2 = 2^16 + 2^-8: a tie
+# 256^2 + 2^-4 1.5 2^-5 = 2^16 + 3/8 ulp: a near-tie
+# 256^2 + (2^-9)^2: other inexact  | (256 2^119)^2 = 2^254: a huge product,
+#   overflow to inf                | (2^-9 2^-127)^2 = 2^-272: a tiny
+#   product, underflow to zero (other inexact)
+"$EMU" dot verify "$tmp/s" > "$tmp/out" 2>&1 || fail "the hand-made scaled file is wrong: $(cat "$tmp/out")"
+"$EMU" coverage "$tmp/s" > "$tmp/out" 2>&1 || fail "scaled: exit $?: $(cat "$tmp/out")"
+#        A B result
+row zero 3 4 1
+row subnormal 3 2 0
+row normal 12 14 6
+row max 1 0 0
+row inf 0 0 1
+row nan 1 0 2
+# srow SECTION NAME COUNT: the count of NAME under that section's title.
+srow() {
+    got=$(awk -v s="$1" -v n="$2" '$0 == s { on = 1; next } /^[^ ]/ { on = 0 }
+          on && $1 == n { print ($1 == "other" ? $3 : $2); exit }' "$tmp/out")
+    [ "$got" = "$3" ] || fail "$1 $2: '$got', want '$3'
+$(cat "$tmp/out")"
+}
+srow "scales SA" min 2
+srow "scales SA" normal 7
+srow "scales SA" max 0
+srow "scales SA" nan 1
+srow "scales SB" min 1
+srow "scales SB" normal 8
+srow "scales SB" max 1
+srow "scales SB" nan 0
+srow products zero 4
+srow products tiny 1
+srow products normal 11
+srow products huge 1
+srow products inf/nan 3
+srow rounding exact 3
+srow rounding tie 1
+srow rounding near-tie 1
+srow rounding other 2
+srow rounding overflow 1
+srow rounding underflow 1
+srow flags inexact 5
+srow flags underflow 1
+srow flags overflow 1
+srow flags invalid 0
+# E8M0 has no zero or subnormal, binary32 out no signalling NaN result.
+grep -qx "missed: B:max B:nan SA:max SB:nan result:subnormal result:max" "$tmp/out" \
+    || fail "scaled missed: $(cat "$tmp/out")"
+
+"$EMU" dot gen --scaled nvfp4 --count 1 > "$tmp/sg0" || fail "dot gen --scaled nvfp4"
+# NVFP4 (E2M1, one E4M3 scale per 16, binary32 tensor scales): 1 1 is
+# exact, but the tensor scales (1 + 2^-12)^2 = 1 + 2^-11 + 2^-24 put it
+# halfway between two binary32 values: the rounding sees the scaled value.
+{ sed -n 2p "$tmp/sg0"; echo "2 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 38 2 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 38 3F800800 3F800800 3F801000 01"; } > "$tmp/sn"
+"$EMU" dot verify "$tmp/sn" > "$tmp/out" 2>&1 || fail "the hand-made NVFP4 line is wrong: $(cat "$tmp/out")"
+"$EMU" coverage "$tmp/sn" > "$tmp/out" 2>&1 || fail "nvfp4: exit $?: $(cat "$tmp/out")"
+srow rounding tie 1
+srow rounding exact 0
+
+# A generated NVFP4 file (K = 16, one E4M3 scale per operand, tensor
+# scales): every code and product counted once, every line once.
+"$EMU" dot gen --scaled nvfp4 --count 300 --seed 5 > "$tmp/sg" || fail "dot gen --scaled"
+"$EMU" coverage "$tmp/sg" > "$tmp/out" 2>&1 || fail "scaled gen file: $(cat "$tmp/out")"
+awk '/^class/ { t = 1; next } /^[^ ]/ && !/^class/ && t == 1 && NF == 4 && $1 !~ /^scales/ { a += $2; b += $3; r += $4; next }
+     /^scales SA/ { t = 2; next } /^scales SB/ { t = 3; next } /^products/ { t = 4; next } /^[^ ]/ { t = 0 }
+     t == 2 { sa += $2 } t == 3 { sb += $2 } t == 4 { q += $2 }
+     END { if (a != 4800 || b != 4800 || r != 300 || sa != 300 || sb != 300 || q != 4800) {
+             print "A " a " B " b " result " r " SA " sa " SB " sb " products " q; exit 1 } }' "$tmp/out" \
+    || fail "scaled totals: $(cat "$tmp/out")"
+# Each line has one rounding class or a NaN or inf result (the tensor
+# scales keep these sums far from binary32's overflow).
+awk '/^rounding/ { on = 1; next } /^flags/ { on = 0 }
+     on && $1 == "other" { n += $3 }
+     on && ($1 == "exact" || $1 == "tie" || $1 == "near-tie") { n += $2 }
+     !on && ($1 == "nan" || $1 == "inf") && NF == 4 { n += $4 }
+     END { if (n != 300) { print n; exit 1 } }' "$tmp/out" \
+    || fail "scaled rounding classes + NaN/inf results are not the 300 lines: $(cat "$tmp/out")"
+
+# A malformed scaled line is named with its file and line.
+{ head -n 3 "$tmp/s"; echo "38 38 7F 38 38 7F 40000000"; } > "$tmp/sbad"
+"$EMU" coverage "$tmp/sbad" > "$tmp/out" 2>&1
+[ $? -eq 2 ] && grep -q "sbad:4: malformed line: 7 fields, expected 8" "$tmp/out" || fail "malformed scaled line: $(cat "$tmp/out")"
 
 # Errors: a malformed line (named, exit 2), no vectors, no file.
 printf '00 00 00 00\n0g 00 00 00\n' > "$tmp/bad"
