@@ -267,6 +267,12 @@ int cmd_dot(int argc, char **argv);
 /* emu dot with block-scaled operands (cmd_dot_scaled.c): cmd_dot hands
  * over when cli_dot_is_scaled says so. */
 bool cli_dot_is_scaled(int argc, char **argv);
+/* emu dot's positional arguments, VERB [FILE], one at a time: exits 2 on
+ * a third. */
+void cli_dot_operand(const char *val, const char **verb, const char **file);
+/* true for gen, false for verify (which then has its FILE); exits 2 with
+ * the reason on anything else. */
+bool cli_dot_is_gen(const char *verb, const char *file);
 int cmd_dot_scaled(int argc, char **argv);
 int cmd_scaled(int argc, char **argv);
 

@@ -390,6 +390,32 @@ static void help(void)
         "  emu dot verify rtl_output.tv\n", CLI_DOT_MAX_K);
 }
 
+void cli_dot_operand(const char *val, const char **verb, const char **file)
+{
+    if (!*verb)
+        *verb = val;
+    else if (!*file)
+        *file = val;
+    else
+        cli_usage_error("dot", "unexpected argument '%s'", val);
+}
+
+bool cli_dot_is_gen(const char *verb, const char *file)
+{
+    if (!verb)
+        cli_usage_error("dot", "missing gen or verify");
+    if (!strcmp(verb, "gen")) {
+        if (file)
+            cli_usage_error("dot", "gen takes no FILE (use -o FILE)");
+        return true;
+    }
+    if (strcmp(verb, "verify"))
+        cli_usage_error("dot", "'%s' is neither gen nor verify", verb);
+    if (!file)
+        cli_usage_error("dot", "verify: missing FILE (or - for stdin)");
+    return false;
+}
+
 int cmd_dot(int argc, char **argv)
 {
     static const cli_opt opts[] = {
@@ -430,25 +456,10 @@ int cmd_dot(int argc, char **argv)
             max_errors = cli_parse_u64("dot", "--max-errors", val);
             break;
         default:
-            if (!verb)
-                verb = val;
-            else if (!file)
-                file = val;
-            else
-                cli_usage_error("dot", "unexpected argument '%s'", val);
+            cli_dot_operand(val, &verb, &file);
         }
     }
-    if (!verb)
-        cli_usage_error("dot", "missing gen or verify");
-    if (!strcmp(verb, "gen")) {
-        if (file)
-            cli_usage_error("dot", "gen takes no FILE (use -o FILE)");
+    if (cli_dot_is_gen(verb, file))
         return dot_gen(&d, count, path);
-    }
-    if (!strcmp(verb, "verify")) {
-        if (!file)
-            cli_usage_error("dot", "verify: missing FILE (or - for stdin)");
-        return dot_verify(&d, file, exact_nan, max_errors);
-    }
-    cli_usage_error("dot", "'%s' is neither gen nor verify", verb);
+    return dot_verify(&d, file, exact_nan, max_errors);
 }

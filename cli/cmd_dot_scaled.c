@@ -493,25 +493,10 @@ int cmd_dot_scaled(int argc, char **argv)
             max_errors = cli_parse_u64("dot", "--max-errors", val);
             break;
         default:
-            if (!verb)
-                verb = val;
-            else if (!file)
-                file = val;
-            else
-                cli_usage_error("dot", "unexpected argument '%s'", val);
+            cli_dot_operand(val, &verb, &file);
         }
     }
-    if (!verb)
-        cli_usage_error("dot", "missing gen or verify");
-    if (!strcmp(verb, "gen")) {
-        if (file)
-            cli_usage_error("dot", "gen takes no FILE (use -o FILE)");
+    if (cli_dot_is_gen(verb, file))
         return sdot_gen(&d, count, path);
-    }
-    if (!strcmp(verb, "verify")) {
-        if (!file)
-            cli_usage_error("dot", "verify: missing FILE (or - for stdin)");
-        return sdot_verify(&d, file, exact_nan, max_errors);
-    }
-    cli_usage_error("dot", "'%s' is neither gen nor verify", verb);
+    return sdot_verify(&d, file, exact_nan, max_errors);
 }
