@@ -107,6 +107,14 @@ int emu_dpi_le(int h, emu_dpi_u64 a, emu_dpi_u64 b, emu_dpi_u64 *r,
  * operands an op does not take are ignored. */
 int emu_dpi_op(int h, const char *op, emu_dpi_u64 a, emu_dpi_u64 b,
                emu_dpi_u64 c, emu_dpi_u64 *r, emu_dpi_u32 *flags);
+/* The same with the random word of a stochastic rounding given: for a
+ * handle opened with "sr" the op rounds up iff floor(F * 2^64) + word
+ * carries out of 64 bits (F the fraction of an ulp); with "srN" only the
+ * word's top N bits are used (word >> (64 - N)).  The word-less calls
+ * fail on a stochastic handle; a deterministic handle ignores the word. */
+int emu_dpi_op_word(int h, const char *op, emu_dpi_u64 a, emu_dpi_u64 b,
+                    emu_dpi_u64 c, emu_dpi_u64 word, emu_dpi_u64 *r,
+                    emu_dpi_u32 *flags);
 
 /* One case of a dot-product unit (handle from emu_dpi_open_dot): k terms,
  * 0 <= k <= EMU_DPI_MAX_K, a[i] and b[i] patterns of `in`, c a pattern of
