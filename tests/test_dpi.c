@@ -445,7 +445,8 @@ START_TEST(sr_word_vs_mpfr)
         }
     }
     ck_assert_msg(bad == 0, "%s '%s': %lu mismatches", fname, set, bad);
-    ck_assert_msg(edges > n / 4, "%s '%s': only %lu inexact cases", fname,
+    /* sr1 carries only when F >= 1/2: an eighth is a loose floor. */
+    ck_assert_msg(edges > n / 8, "%s '%s': only %lu carrying cases", fname,
                   set, edges);
 }
 END_TEST
