@@ -218,6 +218,10 @@ static int open_model(unit *u, const char *accum)
     if (emu_rnd_is_stochastic(u->model.rnd.mode))
         return fail("accum '%s': stochastic accumulation needs random "
                     "words, which this interface does not take", spec);
+    if (emu_rnd_is_stochastic(u->rnd.mode))
+        return fail("settings: stochastic mode %s: dot-product units take "
+                    "no random words (scalar ones do: emu_dpi_op_word)",
+                    emu_rnd_name(u->rnd.mode));
     return 0;
 }
 

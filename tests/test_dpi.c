@@ -459,6 +459,8 @@ START_TEST(sr_needs_the_word)
     ck_assert_msg(h >= 0, "%s", emu_dpi_last_error());
     expect_error(emu_dpi_mul(h, 0x39, 0x39, &r, &f), "emu_dpi_op_word");
     expect_error(emu_dpi_op(h, "add", 0x39, 0x31, 0, &r, &f), "sr");
+    expect_error(emu_dpi_open_dot("e4m3", "exact", "", "sr"), "random");
+    expect_error(emu_dpi_open_scaled("mxfp8", "", "", "sr5"), "random");
     /* A deterministic handle ignores the word. */
     int hd = emu_dpi_open("e4m3", "", "rne");
     ck_assert_int_eq(emu_dpi_op_word(hd, "mul", 0x39, 0x39, 0, ~0ull, &r, &f),

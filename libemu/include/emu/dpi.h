@@ -53,8 +53,9 @@ const char *emu_dpi_last_error(void);
  *   tiny=after|before    tininess detection (default after)
  *   profile=NAME         special-value conventions: ieee (default),
  *                        ocp or riscv (README: special-value profiles)
- * Stochastic modes are refused (a random word per call is not part of
- * this interface).  Returns a handle >= 0, or -1. */
+ *   sr | srN             stochastic: scalar ops then take the random
+ *                        word (emu_dpi_op_word); dot units refuse them
+ * Returns a handle >= 0, or -1. */
 int emu_dpi_open(const char *in, const char *out, const char *settings);
 
 /* A dot-product unit: D = C + sum_{i<k} A_i B_i under the accumulator
