@@ -47,6 +47,30 @@ static const emu_rounding *rounding_or_default(const emu_rounding *r)
     return r ? r : &rne;
 }
 
+/* The random word a stochastic rounding takes: r->rng's next, unless
+ * emu_bits_op_word gave one for this call (per thread, so concurrent
+ * callers do not see each other's word). */
+static _Thread_local const uint64_t *given_word;
+
+void emu_arith_given_word(const uint64_t *word)
+{
+    given_word = word;
+}
+
+static double round2(const emu_format *f, double hi, double lo,
+                     const emu_rounding *r, emu_status *st)
+{
+    if (given_word && emu_rnd_is_stochastic(r->mode))
+        return emu_round2_word_unguarded(f, hi, lo, r, *given_word, st);
+    return emu_round2_unguarded(f, hi, lo, r, st);
+}
+
+static double round1(const emu_format *f, double x, const emu_rounding *r,
+                     emu_status *st)
+{
+    return round2(f, x, 0.0, r, st);
+}
+
 /* A NaN result that the operands made invalid (inf - inf, 0 * inf, ...):
  * a new NaN, the profile's default. */
 static double invalid(const emu_format *f, const emu_rounding *r,
@@ -82,7 +106,7 @@ static double round_sum(const emu_format *f, double x, double y,
     emu_two_sum(x, y, &hi, &lo);
     if (hi == 0.0 && lo == 0.0)
         hi = zero_sum(x, y, r);
-    return emu_round2_unguarded(f, hi, lo, r, st);
+    return round2(f, hi, lo, r, st);
 }
 
 double emu_add(const emu_format *f, double a, double b, const emu_rounding *r,
@@ -93,11 +117,11 @@ double emu_add(const emu_format *f, double a, double b, const emu_rounding *r,
     st = status_or(st, &local);
     r = rounding_or_default(r);
     if (isnan(a) || isnan(b))
-        return emu_round_unguarded(f, first_nan(a, b, NAN), r, st);
+        return round1(f, first_nan(a, b, NAN), r, st);
     if (isinf(a) || isinf(b)) {
         if (isinf(a) && isinf(b) && signbit(a) != signbit(b))
             return invalid(f, r, st);
-        return emu_round_unguarded(f, isinf(a) ? a : b, r, st);
+        return round1(f, isinf(a) ? a : b, r, st);
     }
     return round_sum(f, a, b, r, st);
 }
@@ -118,11 +142,11 @@ double emu_mul(const emu_format *f, double a, double b, const emu_rounding *r,
     st = status_or(st, &local);
     r = rounding_or_default(r);
     if (isnan(a) || isnan(b))
-        return emu_round_unguarded(f, first_nan(a, b, NAN), r, st);
+        return round1(f, first_nan(a, b, NAN), r, st);
     if ((isinf(a) && b == 0.0) || (a == 0.0 && isinf(b)))
         return invalid(f, r, st);
     /* exact, zeros and infinities too */
-    return emu_round_unguarded(f, a * b, r, st);
+    return round1(f, a * b, r, st);
 }
 
 double emu_div(const emu_format *f, double a, double b, const emu_rounding *r,
@@ -133,23 +157,23 @@ double emu_div(const emu_format *f, double a, double b, const emu_rounding *r,
     st = status_or(st, &local);
     r = rounding_or_default(r);
     if (isnan(a) || isnan(b))
-        return emu_round_unguarded(f, first_nan(a, b, NAN), r, st);
+        return round1(f, first_nan(a, b, NAN), r, st);
     if ((a == 0.0 && b == 0.0) || (isinf(a) && isinf(b)))
         return invalid(f, r, st);
     if (b == 0.0 && isfinite(a)) {
         /* Division by zero proper: an exact infinity from a finite
          * dividend (inf / 0 is just inf, with no flag). */
-        double v = emu_round_unguarded(
+        double v = round1(
             f, signbit(a) != signbit(b) ? -INFINITY : INFINITY, r, st);
         st->flags |= EMU_FLAG_INFINITE;
         return v;
     }
     if (isinf(a) || isinf(b) || a == 0.0)
         /* exact: inf or a signed zero */
-        return emu_round_unguarded(f, a / b, r, st);
+        return round1(f, a / b, r, st);
     double q = a / b;
     double rem = fma(-q, b, a); /* exact */
-    return emu_round2_unguarded(f, q, rem / b, r, st);
+    return round2(f, q, rem / b, r, st);
 }
 
 double emu_sqrt(const emu_format *f, double a, const emu_rounding *r,
@@ -160,14 +184,14 @@ double emu_sqrt(const emu_format *f, double a, const emu_rounding *r,
     st = status_or(st, &local);
     r = rounding_or_default(r);
     if (isnan(a))
-        return emu_round_unguarded(f, a, r, st);
+        return round1(f, a, r, st);
     if (a < 0.0)
         return invalid(f, r, st);
     if (a == 0.0 || isinf(a))
-        return emu_round_unguarded(f, a, r, st); /* sqrt(-0) = -0 */
+        return round1(f, a, r, st); /* sqrt(-0) = -0 */
     double s = sqrt(a);
     double rem = fma(-s, s, a); /* exact */
-    return emu_round2_unguarded(f, s, rem / (2.0 * s), r, st);
+    return round2(f, s, rem / (2.0 * s), r, st);
 }
 
 double emu_fma(const emu_format *f, double a, double b, double c,
@@ -181,12 +205,12 @@ double emu_fma(const emu_format *f, double a, double b, double c,
     if ((isinf(a) && b == 0.0) || (a == 0.0 && isinf(b)))
         return invalid(f, r, st);
     if (isnan(a) || isnan(b) || isnan(c))
-        return emu_round_unguarded(f, first_nan(a, b, c), r, st);
+        return round1(f, first_nan(a, b, c), r, st);
     double p = a * b; /* exact (binary32 operands) */
     if (isinf(p) || isinf(c)) {
         if (isinf(p) && isinf(c) && signbit(p) != signbit(c))
             return invalid(f, r, st);
-        return emu_round_unguarded(f, isinf(p) ? p : c, r, st);
+        return round1(f, isinf(p) ? p : c, r, st);
     }
     return round_sum(f, p, c, r, st);
 }
@@ -195,7 +219,7 @@ double emu_convert(const emu_format *f, double a, const emu_rounding *r,
                    emu_status *st)
 {
     EMU_HOSTFP_GUARD;
-    return emu_round_unguarded(f, a, rounding_or_default(r), st);
+    return round1(f, a, rounding_or_default(r), st);
 }
 
 /* ---- integers ---------------------------------------------------------- */

@@ -114,3 +114,14 @@ int emu_bits_op(emu_op op, const emu_format *in, const emu_format *out,
     }
     return emu_encode_unguarded(out, x, res) ? 0 : -1;
 }
+
+int emu_bits_op_word(emu_op op, const emu_format *in, const emu_format *out,
+                     const emu_bits *operands, const emu_rounding *r,
+                     uint64_t word, emu_bits *res, emu_status *st)
+{
+    EMU_HOSTFP_GUARD;
+    emu_arith_given_word(&word);
+    int rc = emu_bits_op(op, in, out, operands, r, res, st);
+    emu_arith_given_word(NULL);
+    return rc;
+}

@@ -16,6 +16,8 @@
 #include "emu/arith.h"
 #include "emu/scaled.h"
 
+#include "internal.h"
+
 #include <math.h>
 #include <mpfr.h>
 #include <stdarg.h>
@@ -104,10 +106,6 @@ static int parse_settings(const char *settings, emu_rounding *r)
                 return fail("settings '%s': '%s' is not a rounding mode "
                             "or a setting (sat, tiny=, profile=)",
                             settings, m);
-            if (emu_rnd_is_stochastic(r->mode))
-                return fail("settings '%s': stochastic mode '%s' needs a "
-                            "random word per call, which this interface "
-                            "does not take", settings, m);
         } else {
             return fail("settings '%s': unknown key '%s'", settings, item);
         }
@@ -220,6 +218,10 @@ static int open_model(unit *u, const char *accum)
     if (emu_rnd_is_stochastic(u->model.rnd.mode))
         return fail("accum '%s': stochastic accumulation needs random "
                     "words, which this interface does not take", spec);
+    if (emu_rnd_is_stochastic(u->rnd.mode))
+        return fail("settings: stochastic mode %s: dot-product units take "
+                    "no random words (scalar ones do: emu_dpi_op_word)",
+                    emu_rnd_name(u->rnd.mode));
     return 0;
 }
 
@@ -269,13 +271,20 @@ static const unit *get(int h, enum unit_kind kind)
     return &units[h];
 }
 
+/* word is the stochastic rounding's random word, NULL for the word-less
+ * calls; a deterministic handle ignores it. */
 static int scalar(int h, emu_op op, emu_dpi_u64 a, emu_dpi_u64 b,
-                  emu_dpi_u64 c, emu_dpi_u64 *r, emu_dpi_u32 *flags)
+                  emu_dpi_u64 c, const emu_dpi_u64 *word, emu_dpi_u64 *r,
+                  emu_dpi_u32 *flags)
 {
     EMU_HOSTFP_GUARD;
     const unit *u = get(h, UNIT_SCALAR);
     if (!u)
         return -1;
+    if (!word && emu_rnd_is_stochastic(u->rnd.mode) && !emu_op_is_compare(op))
+        return fail("%s: handle %d rounds stochastically (%s): call "
+                    "emu_dpi_op_word with the random word", emu_op_name(op),
+                    h, emu_rnd_name(u->rnd.mode));
     const emu_bits x[3] = { { a }, { b }, { c } };
     for (int i = 0; i < emu_op_arity(op); i++)
         if (u->in.bits < 64 && x[i].v >> u->in.bits)
@@ -284,7 +293,10 @@ static int scalar(int h, emu_op op, emu_dpi_u64 a, emu_dpi_u64 b,
                         u->in.name, u->in.bits);
     emu_bits res = { 0 };
     emu_status st;
-    if (emu_bits_op(op, &u->in, &u->out, x, &u->rnd, &res, &st))
+    int rc = word ? emu_bits_op_word(op, &u->in, &u->out, x, &u->rnd, *word,
+                                     &res, &st)
+                  : emu_bits_op(op, &u->in, &u->out, x, &u->rnd, &res, &st);
+    if (rc)
         return fail("%s: not supported from %s to %s (arithmetic needs "
                     "formats of at most 24 bits of precision)",
                     emu_op_name(op), u->in.name, u->out.name);
@@ -296,69 +308,83 @@ static int scalar(int h, emu_op op, emu_dpi_u64 a, emu_dpi_u64 b,
 int emu_dpi_add(int h, emu_dpi_u64 a, emu_dpi_u64 b, emu_dpi_u64 *r,
                 emu_dpi_u32 *flags)
 {
-    return scalar(h, EMU_OP_ADD, a, b, 0, r, flags);
+    return scalar(h, EMU_OP_ADD, a, b, 0, NULL, r, flags);
 }
 
 int emu_dpi_sub(int h, emu_dpi_u64 a, emu_dpi_u64 b, emu_dpi_u64 *r,
                 emu_dpi_u32 *flags)
 {
-    return scalar(h, EMU_OP_SUB, a, b, 0, r, flags);
+    return scalar(h, EMU_OP_SUB, a, b, 0, NULL, r, flags);
 }
 
 int emu_dpi_mul(int h, emu_dpi_u64 a, emu_dpi_u64 b, emu_dpi_u64 *r,
                 emu_dpi_u32 *flags)
 {
-    return scalar(h, EMU_OP_MUL, a, b, 0, r, flags);
+    return scalar(h, EMU_OP_MUL, a, b, 0, NULL, r, flags);
 }
 
 int emu_dpi_div(int h, emu_dpi_u64 a, emu_dpi_u64 b, emu_dpi_u64 *r,
                 emu_dpi_u32 *flags)
 {
-    return scalar(h, EMU_OP_DIV, a, b, 0, r, flags);
+    return scalar(h, EMU_OP_DIV, a, b, 0, NULL, r, flags);
 }
 
 int emu_dpi_sqrt(int h, emu_dpi_u64 a, emu_dpi_u64 *r, emu_dpi_u32 *flags)
 {
-    return scalar(h, EMU_OP_SQRT, a, 0, 0, r, flags);
+    return scalar(h, EMU_OP_SQRT, a, 0, 0, NULL, r, flags);
 }
 
 int emu_dpi_fma(int h, emu_dpi_u64 a, emu_dpi_u64 b, emu_dpi_u64 c,
                 emu_dpi_u64 *r, emu_dpi_u32 *flags)
 {
-    return scalar(h, EMU_OP_FMA, a, b, c, r, flags);
+    return scalar(h, EMU_OP_FMA, a, b, c, NULL, r, flags);
 }
 
 int emu_dpi_convert(int h, emu_dpi_u64 a, emu_dpi_u64 *r, emu_dpi_u32 *flags)
 {
-    return scalar(h, EMU_OP_CONVERT, a, 0, 0, r, flags);
+    return scalar(h, EMU_OP_CONVERT, a, 0, 0, NULL, r, flags);
 }
 
 int emu_dpi_eq(int h, emu_dpi_u64 a, emu_dpi_u64 b, emu_dpi_u64 *r,
                emu_dpi_u32 *flags)
 {
-    return scalar(h, EMU_OP_EQ, a, b, 0, r, flags);
+    return scalar(h, EMU_OP_EQ, a, b, 0, NULL, r, flags);
 }
 
 int emu_dpi_lt(int h, emu_dpi_u64 a, emu_dpi_u64 b, emu_dpi_u64 *r,
                emu_dpi_u32 *flags)
 {
-    return scalar(h, EMU_OP_LT, a, b, 0, r, flags);
+    return scalar(h, EMU_OP_LT, a, b, 0, NULL, r, flags);
 }
 
 int emu_dpi_le(int h, emu_dpi_u64 a, emu_dpi_u64 b, emu_dpi_u64 *r,
                emu_dpi_u32 *flags)
 {
-    return scalar(h, EMU_OP_LE, a, b, 0, r, flags);
+    return scalar(h, EMU_OP_LE, a, b, 0, NULL, r, flags);
 }
 
-int emu_dpi_op(int h, const char *op, emu_dpi_u64 a, emu_dpi_u64 b,
-               emu_dpi_u64 c, emu_dpi_u64 *r, emu_dpi_u32 *flags)
+static int op_word(int h, const char *op, emu_dpi_u64 a, emu_dpi_u64 b,
+                   emu_dpi_u64 c, const emu_dpi_u64 *word, emu_dpi_u64 *r,
+                   emu_dpi_u32 *flags)
 {
     emu_op o;
     if (emu_op_parse(op, &o))
         return fail("op '%s': not one of add sub mul div sqrt fma convert "
                     "eq lt le", op ? op : "(null)");
-    return scalar(h, o, a, b, c, r, flags);
+    return scalar(h, o, a, b, c, word, r, flags);
+}
+
+int emu_dpi_op(int h, const char *op, emu_dpi_u64 a, emu_dpi_u64 b,
+               emu_dpi_u64 c, emu_dpi_u64 *r, emu_dpi_u32 *flags)
+{
+    return op_word(h, op, a, b, c, NULL, r, flags);
+}
+
+int emu_dpi_op_word(int h, const char *op, emu_dpi_u64 a, emu_dpi_u64 b,
+                    emu_dpi_u64 c, emu_dpi_u64 word, emu_dpi_u64 *r,
+                    emu_dpi_u32 *flags)
+{
+    return op_word(h, op, a, b, c, &word, r, flags);
 }
 
 /* The value of pattern p of f, or -1 naming it if p is wider than f. */

@@ -92,6 +92,16 @@ double emu_round2_word_unguarded(const emu_format *fmt, double hi, double lo,
                                  emu_status *st);
 double emu_round2_unguarded(const emu_format *fmt, double hi, double lo,
                             const emu_rounding *r, emu_status *st);
+/* emu_bits_op with the random word of a stochastic rounding given, not
+ * drawn from r->rng (the DPI-C golden model: the hardware supplies its
+ * random bits).  Deterministic modes ignore the word.  The arith.c hook
+ * behind it: a non-NULL word is used by this thread's roundings until
+ * reset to NULL. */
+#include "emu/arith.h"
+int emu_bits_op_word(emu_op op, const emu_format *in, const emu_format *out,
+                     const emu_bits *operands, const emu_rounding *r,
+                     uint64_t word, emu_bits *res, emu_status *st);
+void emu_arith_given_word(const uint64_t *word);
 static inline double emu_round_unguarded(const emu_format *fmt, double x,
                                          const emu_rounding *r, emu_status *st)
 {

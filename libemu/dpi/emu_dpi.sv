@@ -54,6 +54,12 @@ package emu_dpi;
   import "DPI-C" function int emu_dpi_op(input int h, input string op,
       input emu_pat_t a, input emu_pat_t b, input emu_pat_t c,
       output emu_pat_t r, output int unsigned flags);
+  // Stochastic handles ("sr", "srN"): the random word given (srN: its top
+  // N bits).
+  import "DPI-C" function int emu_dpi_op_word(input int h, input string op,
+      input emu_pat_t a, input emu_pat_t b, input emu_pat_t c,
+      input longint unsigned word, output emu_pat_t r,
+      output int unsigned flags);
 
   // k terms from the first k entries of a and b (k <= EMU_DPI_MAX_K).
   import "DPI-C" function int emu_dpi_dot(input int h, input int k,

@@ -53,8 +53,9 @@ const char *emu_dpi_last_error(void);
  *   tiny=after|before    tininess detection (default after)
  *   profile=NAME         special-value conventions: ieee (default),
  *                        ocp or riscv (README: special-value profiles)
- * Stochastic modes are refused (a random word per call is not part of
- * this interface).  Returns a handle >= 0, or -1. */
+ *   sr | srN             stochastic: scalar ops then take the random
+ *                        word (emu_dpi_op_word); dot units refuse them
+ * Returns a handle >= 0, or -1. */
 int emu_dpi_open(const char *in, const char *out, const char *settings);
 
 /* A dot-product unit: D = C + sum_{i<k} A_i B_i under the accumulator
@@ -107,6 +108,14 @@ int emu_dpi_le(int h, emu_dpi_u64 a, emu_dpi_u64 b, emu_dpi_u64 *r,
  * operands an op does not take are ignored. */
 int emu_dpi_op(int h, const char *op, emu_dpi_u64 a, emu_dpi_u64 b,
                emu_dpi_u64 c, emu_dpi_u64 *r, emu_dpi_u32 *flags);
+/* The same with the random word of a stochastic rounding given: for a
+ * handle opened with "sr" the op rounds up iff floor(F * 2^64) + word
+ * carries out of 64 bits (F the fraction of an ulp); with "srN" only the
+ * word's top N bits are used (word >> (64 - N)).  The word-less calls
+ * fail on a stochastic handle; a deterministic handle ignores the word. */
+int emu_dpi_op_word(int h, const char *op, emu_dpi_u64 a, emu_dpi_u64 b,
+                    emu_dpi_u64 c, emu_dpi_u64 word, emu_dpi_u64 *r,
+                    emu_dpi_u32 *flags);
 
 /* One case of a dot-product unit (handle from emu_dpi_open_dot): k terms,
  * 0 <= k <= EMU_DPI_MAX_K, a[i] and b[i] patterns of `in`, c a pattern of
