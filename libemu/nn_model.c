@@ -4,7 +4,9 @@
  *
  * Precision: a layer takes the policy's format and rounding for each role,
  * or the policy's exempt precision if it is exempt (the FP8 recipe keeps
- * the first and the last layer with weights in higher precision).  Layers
+ * the first and the last layer with weights in higher precision).  Each op
+ * is given the rounding of the role it writes and the policy's
+ * accumulator model in its call; the context holds neither.  Layers
  * without parameters (ReLU, pooling, flatten) inherit the exemption of the
  * parameter layer before them.  A parameter layer whose input arrives in
  * another format casts it first (site "<layer>.xq"): that cast is where
@@ -118,11 +120,12 @@ static int gemm_operand(emu_ctx *ctx, const emu_policy *p, emu_layer *l,
         }
         qo.tensor_scale = l->tscale[which];
     }
-    const emu_rounding saved = ctx->rnd;
-    ctx->rnd.mode = oq->mode;
-    ctx->rnd.sr_bits = oq->sr_bits;
-    int rc = emu_t_quantize_scaled(ctx, site, &q, &view, &qo, NULL);
-    ctx->rnd = saved;
+    /* The element rounding the policy names for the operand, with the
+     * rest of the rounding (tininess, profile) of the tensor's role. */
+    emu_rounding rnd = prec_of(p, l, t->role)->rnd;
+    rnd.mode = oq->mode;
+    rnd.sr_bits = oq->sr_bits;
+    int rc = emu_t_quantize_scaled(ctx, site, &q, &view, &qo, NULL, &rnd);
     if (!rc && emu_scaled_dequantize(&q, buf->data, false, &e))
         rc = emu_ctx_fail(ctx, site, "%s", e.message);
     *g = q.tensor_scale;
@@ -383,20 +386,19 @@ static int init_param(emu_param *prm, const char *site, int fan_in, bool zero,
         double u = ldexp((double)(emu_random64(seed, stream, i) >> 11), -53);
         v[i] = zero ? 0.0f : (float)(b * (2.0 * u - 1.0));
     }
-    emu_rounding saved = ctx->rnd;
-    ctx->rnd = (emu_rounding){ .mode = EMU_RNE, .sr_bits = 64 };
+    /* Nearest-even whatever the policy: the initial values are data. */
+    const emu_rounding rne = { .mode = EMU_RNE, .sr_bits = 64 };
     char s[EMU_TENSOR_NAME_MAX + 16];
     snprintf(s, sizeof s, "%s.init", site);
     int rc;
     if (p->use_master) {
-        rc = emu_t_load(ctx, s, &prm->master, v, n);
+        rc = emu_t_load(ctx, s, &prm->master, v, n, &rne);
         snprintf(s, sizeof s, "%s.cast", site);
         if (!rc)
-            rc = emu_t_cast(ctx, s, &prm->w, &prm->master);
+            rc = emu_t_cast(ctx, s, &prm->w, &prm->master, &rne);
     } else {
-        rc = emu_t_load(ctx, s, &prm->w, v, n);
+        rc = emu_t_load(ctx, s, &prm->w, v, n, &rne);
     }
-    ctx->rnd = saved;
     free(v);
     return rc;
 }
@@ -652,11 +654,11 @@ int emu_model_forward(emu_model *m, emu_ctx *ctx, const emu_policy *p)
     char site[64];
     for (int i = 0; i < m->n_layers; i++) {
         emu_layer *l = &m->layers[i];
-        ctx->rnd = prec_of(p, l, EMU_ROLE_ACTIVATION)->rnd;
+        const emu_rounding *rnd = &prec_of(p, l, EMU_ROLE_ACTIVATION)->rnd;
         const emu_tensor *x = in;
         if (l->has_xq) {
             site_of(site, sizeof site, l, "xq");
-            if (emu_t_cast(ctx, site, &l->xq, in))
+            if (emu_t_cast(ctx, site, &l->xq, in, rnd))
                 return -1;
             x = &l->xq;
         }
@@ -669,16 +671,17 @@ int emu_model_forward(emu_model *m, emu_ctx *ctx, const emu_policy *p)
             if (forward_operands(ctx, p, l, x, &xa, &wa, &g))
                 return -1;
             emu_matmul_opts o = {
-                .trans_b = true,
+                .accum = &p->accum, .trans_b = true,
                 .a_src = l->has_xq ? in : xa != x ? x : NULL,
                 .b_src = p->use_master ? &l->weight.master
                          : wa != &l->weight.w ? &l->weight.w : NULL,
                 .alpha = g, .src_alpha = 1.0 };
             site_of(site, sizeof site, l, "matmul");
-            rc = emu_t_matmul(ctx, site, &l->y, xa, wa, &o);
+            rc = emu_t_matmul(ctx, site, &l->y, xa, wa, &o, rnd);
             site_of(site, sizeof site, l, "bias");
             if (!rc)
-                rc = emu_t_add_bias(ctx, site, &l->y, &l->y, &l->bias.w, 1);
+                rc = emu_t_add_bias(ctx, site, &l->y, &l->y, &l->bias.w, 1,
+                                    rnd);
             break;
         }
         case EMU_LAYER_CONV: {
@@ -687,20 +690,21 @@ int emu_model_forward(emu_model *m, emu_ctx *ctx, const emu_policy *p)
             if (forward_operands(ctx, p, l, x, &xa, &wa, &g))
                 return -1;
             const bool apart = g != 1.0; /* the bias is not scaled */
-            emu_conv_opts o = { .stride = l->stride, .pad = l->pad,
-                                .alpha = g };
+            emu_conv_opts o = { .accum = &p->accum, .stride = l->stride,
+                                .pad = l->pad, .alpha = g };
             site_of(site, sizeof site, l, "conv");
             rc = emu_t_conv2d(ctx, site, &l->y, xa, wa,
-                              apart ? NULL : &l->bias.w, &o);
+                              apart ? NULL : &l->bias.w, &o, rnd);
             site_of(site, sizeof site, l, "bias");
             if (!rc && apart)
-                rc = emu_t_add_bias(ctx, site, &l->y, &l->y, &l->bias.w, 1);
+                rc = emu_t_add_bias(ctx, site, &l->y, &l->y, &l->bias.w, 1,
+                                    rnd);
             break;
         }
         case EMU_LAYER_MAXPOOL: {
             emu_pool_opts o = { .size = l->ksize, .stride = l->stride };
             site_of(site, sizeof site, l, NULL);
-            rc = emu_t_maxpool2d(ctx, site, &l->y, l->argmax, x, &o);
+            rc = emu_t_maxpool2d(ctx, site, &l->y, l->argmax, x, &o, rnd);
             break;
         }
         case EMU_LAYER_RELU:
@@ -709,7 +713,7 @@ int emu_model_forward(emu_model *m, emu_ctx *ctx, const emu_policy *p)
             rc = emu_t_unary(ctx, site, &l->y, x,
                              l->kind == EMU_LAYER_RELU ? EMU_UNARY_RELU
                                                        : EMU_UNARY_GELU,
-                             0.0f, 0.0f);
+                             0.0f, 0.0f, rnd);
             break;
         case EMU_LAYER_FLATTEN:
             view_as(&l->y, x, m->batch, l->out_dims, l->out_ndim, l->name);
@@ -727,7 +731,8 @@ int emu_model_forward(emu_model *m, emu_ctx *ctx, const emu_policy *p)
 /* dbias of a convolution = dY summed over the batch and the image, in two
  * reductions (over space into l->qsum (B, C), then over the batch): the
  * path when the weight gradient's scales must not touch it. */
-static int conv_bias_grad(emu_ctx *ctx, emu_layer *l, const emu_tensor *dy)
+static int conv_bias_grad(emu_ctx *ctx, const emu_policy *p, emu_layer *l,
+                          const emu_tensor *dy, const emu_rounding *rnd)
 {
     char site[64];
     site_of(site, sizeof site, l, "dbias.space");
@@ -740,10 +745,12 @@ static int conv_bias_grad(emu_ctx *ctx, emu_layer *l, const emu_tensor *dy)
     v.owns_data = false;
     v.ndim = 3;
     v.shape[2] = dy->shape[2] * dy->shape[3];
-    if (emu_t_reduce(ctx, site, &l->qsum, &v, EMU_REDUCE_SUM, 2))
+    if (emu_t_reduce(ctx, site, &l->qsum, &v, EMU_REDUCE_SUM, 2, &p->accum,
+                     rnd))
         return -1;
     site_of(site, sizeof site, l, "dbias");
-    return emu_t_reduce(ctx, site, &l->bias.g, &l->qsum, EMU_REDUCE_SUM, 0);
+    return emu_t_reduce(ctx, site, &l->bias.g, &l->qsum, EMU_REDUCE_SUM, 0,
+                        &p->accum, rnd);
 }
 
 int emu_model_backward(emu_model *m, emu_ctx *ctx, const emu_policy *p,
@@ -751,9 +758,9 @@ int emu_model_backward(emu_model *m, emu_ctx *ctx, const emu_policy *p,
 {
     EMU_HOSTFP_GUARD;
     const emu_layer *last = &m->layers[m->n_layers - 1];
-    ctx->rnd = prec_of(p, last, EMU_ROLE_ACT_GRAD)->rnd;
     if (emu_t_cross_entropy(ctx, "loss", &m->loss, &m->dlogits, &last->y,
-                            labels, scale))
+                            labels, scale,
+                            &prec_of(p, last, EMU_ROLE_ACT_GRAD)->rnd))
         return -1;
     const emu_tensor *dy = &m->dlogits;
     char site[64];
@@ -764,8 +771,9 @@ int emu_model_backward(emu_model *m, emu_ctx *ctx, const emu_policy *p,
     for (int i = m->n_layers - 1; i >= first_param; i--) {
         emu_layer *l = &m->layers[i];
         const bool need_dx = i > first_param;
-        const emu_rounding grad_rnd = prec_of(p, l, EMU_ROLE_ACT_GRAD)->rnd;
-        const emu_rounding wgrad_rnd = prec_of(p, l, EMU_ROLE_WEIGHT_GRAD)->rnd;
+        const emu_rounding *grad_rnd = &prec_of(p, l, EMU_ROLE_ACT_GRAD)->rnd;
+        const emu_rounding *wgrad_rnd =
+            &prec_of(p, l, EMU_ROLE_WEIGHT_GRAD)->rnd;
         int rc = 0;
         switch (l->kind) {
         case EMU_LAYER_LINEAR: {
@@ -773,27 +781,29 @@ int emu_model_backward(emu_model *m, emu_ctx *ctx, const emu_policy *p,
             double g;
             if (dweight_operands(ctx, p, l, dy, &dya, &xa, &g))
                 return -1;
-            ctx->rnd = wgrad_rnd;
-            emu_matmul_opts o = { .trans_a = true, .alpha = g,
+            emu_matmul_opts o = { .accum = &p->accum, .trans_a = true,
+                                  .alpha = g,
                                   .src_alpha = 1.0,
                                   .a_src = dya != dy ? dy : NULL,
                                   .b_src = xa != l->in ? l->in : NULL };
             site_of(site, sizeof site, l, "dweight");
-            rc = emu_t_matmul(ctx, site, &l->weight.g, dya, xa, &o);
+            rc = emu_t_matmul(ctx, site, &l->weight.g, dya, xa, &o,
+                              wgrad_rnd);
             site_of(site, sizeof site, l, "dbias");
             if (!rc)
-                rc = emu_t_reduce(ctx, site, &l->bias.g, dy, EMU_REDUCE_SUM, 0);
+                rc = emu_t_reduce(ctx, site, &l->bias.g, dy, EMU_REDUCE_SUM, 0,
+                                  &p->accum, wgrad_rnd);
             if (!rc && need_dx) {
                 if (dinput_operands(ctx, p, l, dy, &dya, &wa, &g))
                     return -1;
-                ctx->rnd = grad_rnd;
-                emu_matmul_opts d = { .alpha = l->scale * g,
+                emu_matmul_opts d = { .accum = &p->accum,
+                                      .alpha = l->scale * g,
                                       .src_alpha = l->scale,
                                       .a_src = dya != dy ? dy : NULL,
                                       .b_src = wa != &l->weight.w
                                                    ? &l->weight.w : NULL };
                 site_of(site, sizeof site, l, "dinput");
-                rc = emu_t_matmul(ctx, site, &l->dx, dya, wa, &d);
+                rc = emu_t_matmul(ctx, site, &l->dx, dya, wa, &d, grad_rnd);
             }
             break;
         }
@@ -802,43 +812,42 @@ int emu_model_backward(emu_model *m, emu_ctx *ctx, const emu_policy *p,
             double g;
             if (dweight_operands(ctx, p, l, dy, &dya, &xa, &g))
                 return -1;
-            emu_conv_opts o = { .stride = l->stride, .pad = l->pad };
+            emu_conv_opts o = { .accum = &p->accum, .stride = l->stride,
+                                .pad = l->pad };
             emu_conv_opts ow = o;
             ow.alpha = g;
             const bool apart = g != 1.0;
-            ctx->rnd = wgrad_rnd;
             site_of(site, sizeof site, l, "dweight");
             rc = emu_t_conv2d_backward_weights(ctx, site, &l->weight.g,
                                                apart ? NULL : &l->bias.g, dya,
-                                               xa, &ow);
+                                               xa, &ow, wgrad_rnd);
             if (!rc && apart)
-                rc = conv_bias_grad(ctx, l, dy);
+                rc = conv_bias_grad(ctx, p, l, dy, wgrad_rnd);
             if (!rc && need_dx) {
                 if (dinput_operands(ctx, p, l, dy, &dya, &wa, &g))
                     return -1;
-                ctx->rnd = grad_rnd;
                 emu_conv_opts d = o;
                 d.alpha = l->scale * g;
                 site_of(site, sizeof site, l, "dinput");
-                rc = emu_t_conv2d_backward_data(ctx, site, &l->dx, dya, wa, &d);
+                rc = emu_t_conv2d_backward_data(ctx, site, &l->dx, dya, wa, &d,
+                                                grad_rnd);
             }
             break;
         }
         case EMU_LAYER_MAXPOOL: {
             emu_pool_opts o = { .size = l->ksize, .stride = l->stride };
-            ctx->rnd = grad_rnd;
             site_of(site, sizeof site, l, "dinput");
-            rc = emu_t_maxpool2d_backward(ctx, site, &l->dx, dy, l->argmax, &o);
+            rc = emu_t_maxpool2d_backward(ctx, site, &l->dx, dy, l->argmax, &o,
+                                          grad_rnd);
             break;
         }
         case EMU_LAYER_RELU:
         case EMU_LAYER_GELU:
-            ctx->rnd = grad_rnd;
             site_of(site, sizeof site, l, "dinput");
             rc = emu_t_unary_backward(ctx, site, &l->dx, dy, l->in,
                                       l->kind == EMU_LAYER_RELU ? EMU_UNARY_RELU
                                                                 : EMU_UNARY_GELU,
-                                      0.0f);
+                                      0.0f, grad_rnd);
             break;
         case EMU_LAYER_FLATTEN:
             view_as(&l->dx, dy, m->batch, l->in_dims, l->in_ndim, l->name);

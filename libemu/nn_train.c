@@ -413,9 +413,8 @@ static int load_batch(run *r, const emu_dataset *d, const size_t *idx,
         memcpy(r->batch_x + (size_t)i * es, d->x + k * es, es * sizeof(float));
         r->batch_y[i] = d->y[k];
     }
-    r->ctx.rnd = r->p->activation.rnd;
     return emu_t_load(&r->ctx, "input", &r->m.x, r->batch_x,
-                      (size_t)b * es);
+                      (size_t)b * es, &r->p->activation.rnd);
 }
 
 static const emu_tensor *logits(const emu_model *m)
@@ -646,8 +645,11 @@ static bool update_scale(run *r, bool finite)
 
 /* ---- weight updates ------------------------------------------------------------ */
 
+/* One optimizer update of w (rounded under w_rnd) from g; the state
+ * (momentum, moments) is rounded under state_rnd. */
 static int optimizer_step(run *r, const char *site, emu_tensor *w, emu_param *prm,
                           const emu_tensor *g, double lr,
+                          const emu_rounding *w_rnd,
                           const emu_rounding *state_rnd)
 {
     const emu_train_config *c = r->cfg;
@@ -657,13 +659,14 @@ static int optimizer_step(run *r, const char *site, emu_tensor *w, emu_param *pr
                             .weight_decay = (float)c->weight_decay,
                             .t = r->step + 1 - r->skipped,
                             .state_rnd = state_rnd };
-        return emu_t_adam_update(&r->ctx, site, w, &prm->m, &prm->v, g, &o);
+        return emu_t_adam_update(&r->ctx, site, w, &prm->m, &prm->v, g, &o,
+                                 w_rnd);
     }
     emu_sgd_opts o = { .lr = (float)lr, .momentum = (float)c->momentum,
                        .weight_decay = (float)c->weight_decay,
                        .state_rnd = state_rnd };
     return emu_t_sgd_update(&r->ctx, site, w, c->momentum != 0.0 ? &prm->v : NULL,
-                            g, &o);
+                            g, &o, w_rnd);
 }
 
 /* Kahan-compensated SGD in the weight's own format (Zamirai et al.):
@@ -677,37 +680,39 @@ static int kahan_step(run *r, const char *name, emu_param *prm, double lr,
     const emu_train_config *c = r->cfg;
     char site[96];
     const emu_tensor *step = &prm->g;
-    ctx->rnd = *state_rnd;
+    /* The decayed gradient and the momentum under the state's rounding,
+     * everything in the weight's format under the weight's. */
     if (c->weight_decay != 0.0) {
         snprintf(site, sizeof site, "%s.decay", name);
-        if (emu_t_axpy(ctx, site, &prm->g, (float)c->weight_decay, &prm->w, &prm->g))
+        if (emu_t_axpy(ctx, site, &prm->g, (float)c->weight_decay, &prm->w,
+                       &prm->g, state_rnd))
             return -1;
     }
     if (c->momentum != 0.0) {
         snprintf(site, sizeof site, "%s.update.v", name);
-        if (emu_t_axpy(ctx, site, &prm->v, (float)c->momentum, &prm->v, &prm->g))
+        if (emu_t_axpy(ctx, site, &prm->v, (float)c->momentum, &prm->v,
+                       &prm->g, state_rnd))
             return -1;
         step = &prm->v;
     }
-    ctx->rnd = *w_rnd;
     snprintf(site, sizeof site, "%s.kahan.delta", name);
-    if (emu_t_scale(ctx, site, &prm->m, step, (float)-lr))
+    if (emu_t_scale(ctx, site, &prm->m, (float)-lr, step, w_rnd))
         return -1;
     snprintf(site, sizeof site, "%s.kahan.negy", name); /* c - delta = -y */
-    if (emu_t_sub(ctx, site, &prm->m, &prm->c, &prm->m))
+    if (emu_t_sub(ctx, site, &prm->m, &prm->c, &prm->m, w_rnd))
         return -1;
     snprintf(site, sizeof site, "%s.kahan.wold", name);
-    if (emu_t_cast(ctx, site, &prm->gm, &prm->w))
+    if (emu_t_cast(ctx, site, &prm->gm, &prm->w, w_rnd))
         return -1;
     snprintf(site, sizeof site, "%s.update", name);
     emu_sgd_opts o = { .lr = 1.0f };
-    if (emu_t_sgd_update(ctx, site, &prm->w, NULL, &prm->m, &o))
+    if (emu_t_sgd_update(ctx, site, &prm->w, NULL, &prm->m, &o, w_rnd))
         return -1;
     snprintf(site, sizeof site, "%s.kahan.c", name);
-    if (emu_t_sub(ctx, site, &prm->c, &prm->w, &prm->gm))
+    if (emu_t_sub(ctx, site, &prm->c, &prm->w, &prm->gm, w_rnd))
         return -1;
     snprintf(site, sizeof site, "%s.kahan.c2", name);
-    return emu_t_add(ctx, site, &prm->c, &prm->c, &prm->m);
+    return emu_t_add(ctx, site, &prm->c, &prm->c, &prm->m, w_rnd);
 }
 
 static int update_param(run *r, const emu_layer *l, emu_param *prm,
@@ -728,34 +733,34 @@ static int update_param(run *r, const emu_layer *l, emu_param *prm,
     if (p->use_master) {
         /* The gradient goes to the master format, is unscaled there, and
          * updates the master copy; the compute copy is its rounding. */
-        ctx->rnd = mp->rnd;
         snprintf(site, sizeof site, "%s.gradm", name);
-        if (emu_t_cast(ctx, site, &prm->gm, &prm->g))
+        if (emu_t_cast(ctx, site, &prm->gm, &prm->g, &mp->rnd))
             return -1;
         if (inv != 1.0) {
             snprintf(site, sizeof site, "%s.unscale", name);
-            if (emu_t_scale(ctx, site, &prm->gm, &prm->gm, (float)inv))
+            if (emu_t_scale(ctx, site, &prm->gm, (float)inv, &prm->gm,
+                            &mp->rnd))
                 return -1;
         }
-        ctx->rnd = p->update == EMU_UPDATE_SR ? sr : mp->rnd;
         snprintf(site, sizeof site, "%s.update", name);
-        if (optimizer_step(r, site, &prm->master, prm, &prm->gm, lr, &sp->rnd))
+        if (optimizer_step(r, site, &prm->master, prm, &prm->gm, lr,
+                           p->update == EMU_UPDATE_SR ? &sr : &mp->rnd,
+                           &sp->rnd))
             return -1;
-        ctx->rnd = wp->rnd;
         snprintf(site, sizeof site, "%s.cast", name);
-        return emu_t_cast(ctx, site, &prm->w, &prm->master);
+        return emu_t_cast(ctx, site, &prm->w, &prm->master, &wp->rnd);
     }
     if (inv != 1.0) {
-        ctx->rnd = gp->rnd;
         snprintf(site, sizeof site, "%s.unscale", name);
-        if (emu_t_scale(ctx, site, &prm->g, &prm->g, (float)inv))
+        if (emu_t_scale(ctx, site, &prm->g, (float)inv, &prm->g, &gp->rnd))
             return -1;
     }
     if (p->update == EMU_UPDATE_KAHAN)
         return kahan_step(r, name, prm, lr, &wp->rnd, &sp->rnd);
-    ctx->rnd = p->update == EMU_UPDATE_SR ? sr : wp->rnd;
     snprintf(site, sizeof site, "%s.update", name);
-    return optimizer_step(r, site, &prm->w, prm, &prm->g, lr, &sp->rnd);
+    return optimizer_step(r, site, &prm->w, prm, &prm->g, lr,
+                          p->update == EMU_UPDATE_SR ? &sr : &wp->rnd,
+                          &sp->rnd);
 }
 
 /* ---- per-step records ------------------------------------------------------------ */
@@ -1567,7 +1572,6 @@ int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
                 r->train.source);
 
     emu_ctx_init(&r->ctx, cfg->seed);
-    r->ctx.accum = p->accum;
     r->ctx.threads = cfg->threads;
     r->ctx.ref_rate = cfg->ref_rate;
     r->ctx.measure = EMU_MEASURE_ALL;

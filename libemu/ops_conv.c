@@ -3,7 +3,7 @@
  * gradient with respect to the data, gradient with respect to the weights
  * and the bias.
  *
- * Every output is one dot product under ctx->accum, and since the
+ * Every output is one dot product under o->accum, and since the
  * accumulator models round at every step, the terms and their order are
  * part of the definition (ops.h states them):
  *
@@ -389,9 +389,10 @@ static bool conv_had_nan(const void *opv, size_t i)
  * reference. */
 static int conv_commit(emu_ctx *ctx, const char *site, const char *kind,
                        emu_tensor *out, double *hi, double *lo,
-                       const emu_accum_counts *swamp, conv_op *op)
+                       const emu_accum_counts *swamp, conv_op *op,
+                       const emu_accum *model, const emu_rounding *rnd)
 {
-    const bool exact = ctx->accum.kind == EMU_ACCUM_EXACT;
+    const bool exact = model->kind == EMU_ACCUM_EXACT;
     emu_scale_pairs(hi, lo, exact, out->n, op->g.alpha);
     ref_ws ws = { 0 };
     op->ws = &ws;
@@ -399,34 +400,28 @@ static int conv_commit(emu_ctx *ctx, const char *site, const char *kind,
         .site = site, .kind = kind, .out = out, .hi = hi,
         .lo = exact || !emu_is_pow2(op->g.alpha) ? lo : NULL,
         .swamp = swamp, .op = op, .ref = conv_ref,
-        .inputs_had_nan = conv_had_nan });
+        .inputs_had_nan = conv_had_nan, .rnd = rnd });
     ws_free(&ws);
     return rc;
-}
-
-static int model_ok(emu_ctx *ctx, const char *site)
-{
-    emu_error e;
-    if (emu_accum_validate(&ctx->accum, &e) == 0)
-        return 0;
-    return emu_ctx_fail(ctx, site, "accumulator: %s", e.message);
 }
 
 /* ---- forward ------------------------------------------------------------- */
 
 int emu_t_conv2d(emu_ctx *ctx, const char *site, emu_tensor *y,
                  const emu_tensor *x, const emu_tensor *w,
-                 const emu_tensor *bias, const emu_conv_opts *o)
+                 const emu_tensor *bias, const emu_conv_opts *o,
+                 const emu_rounding *rnd)
 {
     EMU_HOSTFP_GUARD;
     conv_geom g;
-    if (emu_check_tensor(ctx, site, "y", y) ||
+    if (emu_check_rounding(ctx, site, rnd) ||
+        emu_check_tensor(ctx, site, "y", y) ||
         emu_check_tensor(ctx, site, "x", x) ||
         emu_check_tensor(ctx, site, "w", w) ||
         (bias && emu_check_tensor(ctx, site, "bias", bias)) ||
         conv_geometry(ctx, site, "x", x, "w", w, o, &g) ||
         check_4d(ctx, site, "y", y, g.N, g.Co, g.Ho, g.Wo) ||
-        check_no_alias(ctx, site, y, x, w, bias) || model_ok(ctx, site))
+        check_no_alias(ctx, site, y, x, w, bias) || emu_check_accum(ctx, site, o->accum))
         return -1;
     if (bias && (bias->ndim != 1 || bias->n != g.Co)) {
         char want[48];
@@ -457,7 +452,7 @@ int emu_t_conv2d(emu_ctx *ctx, const char *site, emu_tensor *y,
     memset(&swamp, 0, sizeof swamp);
     const bool count = swamp_measured(ctx);
     int rc = 0;
-    if (emu_gemm_accum(&ctx->accum, P, g.Co, K, rows, (ptrdiff_t)K, 1, wp, 1,
+    if (emu_gemm_accum(o->accum, P, g.Co, K, rows, (ptrdiff_t)K, 1, wp, 1,
                        (ptrdiff_t)K, t, lo, ctx->seed, accum_stream(ctx),
                        count ? &swamp : NULL, ctx->threads))
         rc = emu_ctx_fail(ctx, site, "out of memory in the GEMM engine");
@@ -470,7 +465,7 @@ int emu_t_conv2d(emu_ctx *ctx, const char *site, emu_tensor *y,
                        .bias = bias ? bias->data : NULL,
                        .gather = gather_fwd, .max_terms = K };
         rc = conv_commit(ctx, site, "conv2d", y, hi, t,
-                         count ? &swamp : NULL, &op);
+                         count ? &swamp : NULL, &op, o->accum, rnd);
     }
     free(t);
     return rc;
@@ -480,16 +475,18 @@ int emu_t_conv2d(emu_ctx *ctx, const char *site, emu_tensor *y,
 
 int emu_t_conv2d_backward_data(emu_ctx *ctx, const char *site, emu_tensor *dx,
                                const emu_tensor *dy, const emu_tensor *w,
-                               const emu_conv_opts *o)
+                               const emu_conv_opts *o,
+                               const emu_rounding *rnd)
 {
     EMU_HOSTFP_GUARD;
     conv_geom g;
-    if (emu_check_tensor(ctx, site, "dx", dx) ||
+    if (emu_check_rounding(ctx, site, rnd) ||
+        emu_check_tensor(ctx, site, "dx", dx) ||
         emu_check_tensor(ctx, site, "dy", dy) ||
         emu_check_tensor(ctx, site, "w", w) ||
         conv_geometry(ctx, site, "dx", dx, "w", w, o, &g) ||
         check_4d(ctx, site, "dy", dy, g.N, g.Co, g.Ho, g.Wo) ||
-        check_no_alias(ctx, site, dx, dy, w, NULL) || model_ok(ctx, site))
+        check_no_alias(ctx, site, dx, dy, w, NULL) || emu_check_accum(ctx, site, o->accum))
         return -1;
     const size_t K = g.Co * g.KH * g.KW;
     const size_t P = g.N * g.H * g.W;
@@ -544,7 +541,7 @@ int emu_t_conv2d_backward_data(emu_ctx *ctx, const char *site, emu_tensor *dx,
     memset(&swamp, 0, sizeof swamp);
     const bool count = swamp_measured(ctx);
     int rc = 0;
-    if (emu_gemm_accum(&ctx->accum, P, g.Ci, K, rows, (ptrdiff_t)K, 1, wt, 1,
+    if (emu_gemm_accum(o->accum, P, g.Ci, K, rows, (ptrdiff_t)K, 1, wt, 1,
                        (ptrdiff_t)K, t, lo, ctx->seed, accum_stream(ctx),
                        count ? &swamp : NULL, ctx->threads))
         rc = emu_ctx_fail(ctx, site, "out of memory in the GEMM engine");
@@ -556,7 +553,7 @@ int emu_t_conv2d_backward_data(emu_ctx *ctx, const char *site, emu_tensor *dx,
         conv_op op = { .g = g, .w = w->data, .dy = dy->data,
                        .gather = gather_data, .max_terms = K };
         rc = conv_commit(ctx, site, "conv2d_bwd_data", dx, hi, t,
-                         count ? &swamp : NULL, &op);
+                         count ? &swamp : NULL, &op, o->accum, rnd);
     }
     free(t);
     return rc;
@@ -567,11 +564,13 @@ int emu_t_conv2d_backward_data(emu_ctx *ctx, const char *site, emu_tensor *dx,
 int emu_t_conv2d_backward_weights(emu_ctx *ctx, const char *site,
                                   emu_tensor *dw, emu_tensor *dbias,
                                   const emu_tensor *dy, const emu_tensor *x,
-                                  const emu_conv_opts *o)
+                                  const emu_conv_opts *o,
+                                  const emu_rounding *rnd)
 {
     EMU_HOSTFP_GUARD;
     conv_geom g;
-    if (emu_check_tensor(ctx, site, "dw", dw) ||
+    if (emu_check_rounding(ctx, site, rnd) ||
+        emu_check_tensor(ctx, site, "dw", dw) ||
         emu_check_tensor(ctx, site, "dy", dy) ||
         emu_check_tensor(ctx, site, "x", x) ||
         (dbias && emu_check_tensor(ctx, site, "dbias", dbias)) ||
@@ -579,7 +578,7 @@ int emu_t_conv2d_backward_weights(emu_ctx *ctx, const char *site,
         check_4d(ctx, site, "dy", dy, g.N, g.Co, g.Ho, g.Wo) ||
         check_no_alias(ctx, site, dw, dy, x, NULL) ||
         (dbias && check_no_alias(ctx, site, dbias, dy, x, dw)) ||
-        model_ok(ctx, site))
+        emu_check_accum(ctx, site, o->accum))
         return -1;
     if (dbias && (dbias->ndim != 1 || dbias->n != g.Co)) {
         char want[48];
@@ -609,7 +608,7 @@ int emu_t_conv2d_backward_weights(emu_ctx *ctx, const char *site,
     memset(&swamp, 0, sizeof swamp);
     const bool count = swamp_measured(ctx);
     int rc = 0;
-    if (emu_gemm_accum(&ctx->accum, g.Co, K0, T, dyp, (ptrdiff_t)T, 1, rows,
+    if (emu_gemm_accum(o->accum, g.Co, K0, T, dyp, (ptrdiff_t)T, 1, rows,
                        (ptrdiff_t)K0, 1, hi, lo, ctx->seed, accum_stream(ctx),
                        count ? &swamp : NULL, ctx->threads))
         rc = emu_ctx_fail(ctx, site, "out of memory in the GEMM engine");
@@ -618,7 +617,7 @@ int emu_t_conv2d_backward_weights(emu_ctx *ctx, const char *site,
                    .gather = gather_weights, .max_terms = T };
     if (rc == 0)
         rc = conv_commit(ctx, site, "conv2d_bwd_weights", dw, hi, lo,
-                         count ? &swamp : NULL, &op);
+                         count ? &swamp : NULL, &op, o->accum, rnd);
     if (rc == 0 && dbias) {
         /* Plain sums of dy under the same model; the stream is that of the
          * bias commit (the next op). */
@@ -628,7 +627,7 @@ int emu_t_conv2d_backward_weights(emu_ctx *ctx, const char *site,
         const uint64_t stream = accum_stream(ctx);
         for (size_t co = 0; co < g.Co; co++) {
             emu_accum_rng rng = { ctx->seed, stream, co };
-            bh[co] = emu_accum_dot_unguarded(&ctx->accum, dyp + co * T, 1,
+            bh[co] = emu_accum_dot_unguarded(o->accum, dyp + co * T, 1,
                                              NULL, 0, T, &rng,
                                              count ? &bswamp : NULL, &bl[co]);
         }
@@ -636,7 +635,7 @@ int emu_t_conv2d_backward_weights(emu_ctx *ctx, const char *site,
         snprintf(sub, sizeof sub, "%s.dbias", site ? site : "op");
         op.gather = gather_bias;
         rc = conv_commit(ctx, sub, "conv2d_bwd_bias", dbias, bh, bl,
-                         count ? &bswamp : NULL, &op);
+                         count ? &bswamp : NULL, &op, o->accum, rnd);
     }
     free(dyp);
     free(hi);

@@ -22,6 +22,7 @@
 #include "emu/bits.h"
 #include "emu/rng.h"
 #include "internal.h"
+#include "ops_internal.h"
 
 /* Stream tags: op k's rounding words come from stream k; its sampling
  * decisions from stream k ^ SAMPLE_TAG, so the two never share words. */
@@ -36,9 +37,6 @@ enum { REF_PREC = 600 };
 void emu_ctx_init(emu_ctx *ctx, uint64_t seed)
 {
     memset(ctx, 0, sizeof *ctx);
-    ctx->rnd.mode = EMU_RNE;
-    ctx->rnd.sr_bits = 64;
-    emu_accum_default(&ctx->accum);
     ctx->seed = seed;
     ctx->measure = EMU_MEASURE_COUNTS | EMU_MEASURE_HIST | EMU_MEASURE_SWAMP;
     ctx->threads = 1;
@@ -322,7 +320,7 @@ static void round_results(const emu_ctx *ctx, const emu_op_out *o,
 {
     const emu_tensor *out = o->out;
     const size_t n = out->n;
-    emu_array_rounding ar = { .rnd = o->rnd ? *o->rnd : ctx->rnd,
+    emu_array_rounding ar = { .rnd = *o->rnd,
                               .seed = ctx->seed, .stream = stream,
                               .first_index = 0 };
     ar.rnd.rng = NULL;
@@ -370,6 +368,10 @@ int emu_commit(emu_ctx *ctx, const emu_op_out *o)
     EMU_HOSTFP_GUARD;
     emu_tensor *out = o->out;
     const size_t n = out->n;
+    /* Required even when nothing is rounded here, so that an op's missing
+     * rounding shows whatever is being measured. */
+    if (emu_check_rounding(ctx, o->site, o->rnd))
+        return -1;
     if (!o->hi) {
         /* The op rounded its results itself: legal only when nothing here
          * would have looked at them. */

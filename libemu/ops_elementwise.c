@@ -761,7 +761,8 @@ static int ew_ref(const void *vop, size_t i, mpfr_ptr e, mpfr_ptr src)
 /* Commits hi (and lo) into out with op's callbacks, then frees the
  * scratch arrays. */
 static int ew_commit(emu_ctx *ctx, const char *site, const char *kind,
-                     emu_tensor *out, ew_op *op, double *hi, double *lo)
+                     emu_tensor *out, ew_op *op, double *hi, double *lo,
+                     const emu_rounding *rnd)
 {
     /* All low parts zero (sums of 16-bit values always are): the choke
      * point's array path rounds the same values faster. */
@@ -778,7 +779,7 @@ static int ew_commit(emu_ctx *ctx, const char *site, const char *kind,
      * op's inputs) before it writes the output. */
     emu_op_out o = { .site = site, .kind = kind, .out = out, .hi = hi,
                      .lo = lo, .op = op, .ref = ew_ref,
-                     .inputs_had_nan = ew_had_nan };
+                     .inputs_had_nan = ew_had_nan, .rnd = rnd };
     int rc = emu_commit(ctx, &o);
     free(hi);
     free(lo);
@@ -810,10 +811,11 @@ static const char *site_or(const char *site, const char *kind)
 
 static int binary(emu_ctx *ctx, const char *site, emu_tensor *out,
                   const emu_tensor *a, const emu_tensor *b, ew_kind kind,
-                  const char *name)
+                  const char *name, const emu_rounding *rnd)
 {
     site = site_or(site, name);
-    if (emu_check_tensor(ctx, site, "out", out) ||
+    if (emu_check_rounding(ctx, site, rnd) ||
+        emu_check_tensor(ctx, site, "out", out) ||
         emu_check_tensor(ctx, site, "a", a) ||
         emu_check_tensor(ctx, site, "b", b) ||
         emu_check_same_shape(ctx, site, "a", a, "b", b) ||
@@ -824,7 +826,7 @@ static int binary(emu_ctx *ctx, const char *site, emu_tensor *out,
     double *hi, *lo;
     if (scratch2(ctx, site, n, want_lo, &hi, &lo))
         return -1;
-    const emu_rnd mode = ctx->rnd.mode;
+    const emu_rnd mode = rnd->mode;
     for (size_t i = 0; i < n; i++) {
         double x = a->data[i], y = b->data[i];
         switch (kind) {
@@ -835,43 +837,48 @@ static int binary(emu_ctx *ctx, const char *site, emu_tensor *out,
         }
     }
     ew_op op = { .kind = kind, .a = a->data, .b = b->data };
-    return ew_commit(ctx, site, name, out, &op, hi, lo);
+    return ew_commit(ctx, site, name, out, &op, hi, lo, rnd);
 }
 
 int emu_t_add(emu_ctx *ctx, const char *site, emu_tensor *out,
-              const emu_tensor *a, const emu_tensor *b)
+              const emu_tensor *a, const emu_tensor *b,
+              const emu_rounding *rnd)
 {
     EMU_HOSTFP_GUARD;
-    return binary(ctx, site, out, a, b, EW_ADD, "add");
+    return binary(ctx, site, out, a, b, EW_ADD, "add", rnd);
 }
 
 int emu_t_sub(emu_ctx *ctx, const char *site, emu_tensor *out,
-              const emu_tensor *a, const emu_tensor *b)
+              const emu_tensor *a, const emu_tensor *b,
+              const emu_rounding *rnd)
 {
     EMU_HOSTFP_GUARD;
-    return binary(ctx, site, out, a, b, EW_SUB, "sub");
+    return binary(ctx, site, out, a, b, EW_SUB, "sub", rnd);
 }
 
 int emu_t_mul(emu_ctx *ctx, const char *site, emu_tensor *out,
-              const emu_tensor *a, const emu_tensor *b)
+              const emu_tensor *a, const emu_tensor *b,
+              const emu_rounding *rnd)
 {
     EMU_HOSTFP_GUARD;
-    return binary(ctx, site, out, a, b, EW_MUL, "mul");
+    return binary(ctx, site, out, a, b, EW_MUL, "mul", rnd);
 }
 
 int emu_t_div(emu_ctx *ctx, const char *site, emu_tensor *out,
-              const emu_tensor *a, const emu_tensor *b)
+              const emu_tensor *a, const emu_tensor *b,
+              const emu_rounding *rnd)
 {
     EMU_HOSTFP_GUARD;
-    return binary(ctx, site, out, a, b, EW_DIV, "div");
+    return binary(ctx, site, out, a, b, EW_DIV, "div", rnd);
 }
 
 int emu_t_scale(emu_ctx *ctx, const char *site, emu_tensor *out,
-                const emu_tensor *x, float alpha)
+                float alpha, const emu_tensor *x, const emu_rounding *rnd)
 {
     EMU_HOSTFP_GUARD;
     site = site_or(site, "scale");
-    if (emu_check_tensor(ctx, site, "out", out) ||
+    if (emu_check_rounding(ctx, site, rnd) ||
+        emu_check_tensor(ctx, site, "out", out) ||
         emu_check_tensor(ctx, site, "x", x) ||
         emu_check_same_shape(ctx, site, "out", out, "x", x))
         return -1;
@@ -881,15 +888,17 @@ int emu_t_scale(emu_ctx *ctx, const char *site, emu_tensor *out,
     for (size_t i = 0; i < out->n; i++)
         hi[i] = exact_mul(alpha, x->data[i]);
     ew_op op = { .kind = EW_SCALE, .a = x->data, .alpha = alpha };
-    return ew_commit(ctx, site, "scale", out, &op, hi, lo);
+    return ew_commit(ctx, site, "scale", out, &op, hi, lo, rnd);
 }
 
 int emu_t_axpy(emu_ctx *ctx, const char *site, emu_tensor *out, float alpha,
-               const emu_tensor *x, const emu_tensor *y)
+               const emu_tensor *x, const emu_tensor *y,
+               const emu_rounding *rnd)
 {
     EMU_HOSTFP_GUARD;
     site = site_or(site, "axpy");
-    if (emu_check_tensor(ctx, site, "out", out) ||
+    if (emu_check_rounding(ctx, site, rnd) ||
+        emu_check_tensor(ctx, site, "out", out) ||
         emu_check_tensor(ctx, site, "x", x) ||
         emu_check_tensor(ctx, site, "y", y) ||
         emu_check_same_shape(ctx, site, "x", x, "y", y) ||
@@ -899,18 +908,19 @@ int emu_t_axpy(emu_ctx *ctx, const char *site, emu_tensor *out, float alpha,
     if (scratch2(ctx, site, out->n, true, &hi, &lo))
         return -1;
     for (size_t i = 0; i < out->n; i++)
-        exact_fma(alpha, x->data[i], y->data[i], ctx->rnd.mode, &hi[i],
-                  &lo[i]);
+        exact_fma(alpha, x->data[i], y->data[i], rnd->mode, &hi[i], &lo[i]);
     ew_op op = { .kind = EW_AXPY, .a = x->data, .b = y->data, .alpha = alpha };
-    return ew_commit(ctx, site, "axpy", out, &op, hi, lo);
+    return ew_commit(ctx, site, "axpy", out, &op, hi, lo, rnd);
 }
 
 int emu_t_add_bias(emu_ctx *ctx, const char *site, emu_tensor *out,
-                   const emu_tensor *x, const emu_tensor *bias, int axis)
+                   const emu_tensor *x, const emu_tensor *bias, int axis,
+                   const emu_rounding *rnd)
 {
     EMU_HOSTFP_GUARD;
     site = site_or(site, "add_bias");
-    if (emu_check_tensor(ctx, site, "out", out) ||
+    if (emu_check_rounding(ctx, site, rnd) ||
+        emu_check_tensor(ctx, site, "out", out) ||
         emu_check_tensor(ctx, site, "x", x) ||
         emu_check_tensor(ctx, site, "bias", bias) ||
         emu_check_same_shape(ctx, site, "out", out, "x", x))
@@ -934,9 +944,9 @@ int emu_t_add_bias(emu_ctx *ctx, const char *site, emu_tensor *out,
     if (scratch2(ctx, site, out->n, true, &hi, &lo))
         return -1;
     for (size_t i = 0; i < out->n; i++)
-        exact_sum(x->data[i], bias->data[b_index(&op, i)], ctx->rnd.mode,
+        exact_sum(x->data[i], bias->data[b_index(&op, i)], rnd->mode,
                   &hi[i], &lo[i]);
-    return ew_commit(ctx, site, "add_bias", out, &op, hi, lo);
+    return ew_commit(ctx, site, "add_bias", out, &op, hi, lo, rnd);
 }
 
 /* ---- unary ops ----------------------------------------------------------- */
@@ -967,10 +977,13 @@ static double unary_value(const emu_format *f, emu_unary fn, double x,
 }
 
 int emu_t_unary(emu_ctx *ctx, const char *site, emu_tensor *out,
-                const emu_tensor *x, emu_unary f, float param, float param2)
+                const emu_tensor *x, emu_unary f, float param, float param2,
+                const emu_rounding *rnd)
 {
     EMU_HOSTFP_GUARD;
     site = site_or(site, emu_unary_name(f));
+    if (emu_check_rounding(ctx, site, rnd))
+        return -1;
     if ((unsigned)f >= EMU_UNARY_COUNT)
         return emu_ctx_fail(ctx, site, "unknown unary function %d", (int)f);
     if (emu_check_tensor(ctx, site, "out", out) ||
@@ -994,7 +1007,7 @@ int emu_t_unary(emu_ctx *ctx, const char *site, emu_tensor *out,
     }
     ew_op op = { .kind = EW_UNARY, .f = f, .a = x->data, .p1 = param,
                  .p2 = param2 };
-    return ew_commit(ctx, site, emu_unary_name(f), out, &op, hi, lo);
+    return ew_commit(ctx, site, emu_unary_name(f), out, &op, hi, lo, rnd);
 }
 
 /* ---- backward ------------------------------------------------------------
@@ -1028,12 +1041,14 @@ static double backward_value(const emu_format *f, emu_unary fn, double dy,
 
 int emu_t_unary_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
                          const emu_tensor *dy, const emu_tensor *x_or_y,
-                         emu_unary f, float param)
+                         emu_unary f, float param, const emu_rounding *rnd)
 {
     EMU_HOSTFP_GUARD;
     const char *kind = (unsigned)f < EMU_UNARY_COUNT ? backward_kinds[f]
                                                      : NULL;
     site = site_or(site, kind ? kind : "unary_backward");
+    if (emu_check_rounding(ctx, site, rnd))
+        return -1;
     if (!kind)
         return emu_ctx_fail(ctx, site, "no backward for unary function %s",
                             (unsigned)f < EMU_UNARY_COUNT ? unary_names[f]
@@ -1061,17 +1076,18 @@ int emu_t_unary_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
     }
     ew_op op = { .kind = EW_BACKWARD, .f = f, .a = dy->data,
                  .b = x_or_y->data, .p1 = param };
-    return ew_commit(ctx, site, kind, dx, &op, hi, lo);
+    return ew_commit(ctx, site, kind, dx, &op, hi, lo, rnd);
 }
 
 /* ---- casts --------------------------------------------------------------- */
 
 int emu_t_cast(emu_ctx *ctx, const char *site, emu_tensor *out,
-               const emu_tensor *in)
+               const emu_tensor *in, const emu_rounding *rnd)
 {
     EMU_HOSTFP_GUARD;
     site = site_or(site, "cast");
-    if (emu_check_tensor(ctx, site, "out", out) ||
+    if (emu_check_rounding(ctx, site, rnd) ||
+        emu_check_tensor(ctx, site, "out", out) ||
         emu_check_tensor(ctx, site, "in", in) ||
         emu_check_same_shape(ctx, site, "out", out, "in", in))
         return -1;
@@ -1081,16 +1097,17 @@ int emu_t_cast(emu_ctx *ctx, const char *site, emu_tensor *out,
     for (size_t i = 0; i < out->n; i++)
         hi[i] = in->data[i];
     ew_op op = { .kind = EW_CAST, .a = in->data };
-    return ew_commit(ctx, site, "cast", out, &op, hi, lo);
+    return ew_commit(ctx, site, "cast", out, &op, hi, lo, rnd);
 }
 
 /* src holds n binary32 values; the tensor takes the first out->n. */
 int emu_t_load(emu_ctx *ctx, const char *site, emu_tensor *out,
-               const float *src, size_t n)
+               const float *src, size_t n, const emu_rounding *rnd)
 {
     EMU_HOSTFP_GUARD;
     site = site_or(site, "load");
-    if (emu_check_tensor(ctx, site, "out", out))
+    if (emu_check_rounding(ctx, site, rnd) ||
+        emu_check_tensor(ctx, site, "out", out))
         return -1;
     if (!src)
         return emu_ctx_fail(ctx, site, "no source data");
@@ -1103,5 +1120,5 @@ int emu_t_load(emu_ctx *ctx, const char *site, emu_tensor *out,
     for (size_t i = 0; i < out->n; i++)
         hi[i] = src[i];
     ew_op op = { .kind = EW_CAST, .a = src };
-    return ew_commit(ctx, site, "load", out, &op, hi, lo);
+    return ew_commit(ctx, site, "load", out, &op, hi, lo, rnd);
 }

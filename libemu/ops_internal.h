@@ -22,6 +22,14 @@
 int emu_check_tensor(emu_ctx *ctx, const char *site, const char *what,
                      const emu_tensor *t);
 
+/* Checks that an op was given its rounding (rnd not NULL, a known mode):
+ * ops check it first, before anything reads rnd. */
+int emu_check_rounding(emu_ctx *ctx, const char *site,
+                       const emu_rounding *rnd);
+
+/* Checks that an accumulating op was given a valid accumulator model. */
+int emu_check_accum(emu_ctx *ctx, const char *site, const emu_accum *accum);
+
 /* Checks that a and b have the same shape. */
 int emu_check_same_shape(emu_ctx *ctx, const char *site, const char *what_a,
                          const emu_tensor *a, const char *what_b,

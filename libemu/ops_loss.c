@@ -166,9 +166,11 @@ static bool softmax_had_nan(const void *opv, size_t i)
 }
 
 static int softmax_common(emu_ctx *ctx, const char *site, emu_tensor *out,
-                          const emu_tensor *x, bool log_form)
+                          const emu_tensor *x, bool log_form,
+                          const emu_rounding *rnd)
 {
-    if (emu_check_tensor(ctx, site, "out", out) ||
+    if (emu_check_rounding(ctx, site, rnd) ||
+        emu_check_tensor(ctx, site, "out", out) ||
         emu_check_tensor(ctx, site, "x", x) ||
         check_rows(ctx, site, "x", x) ||
         emu_check_same_shape(ctx, site, "out", out, "x", x))
@@ -196,24 +198,24 @@ static int softmax_common(emu_ctx *ctx, const char *site, emu_tensor *out,
     int rc = emu_commit(ctx, &(emu_op_out){
         .site = site, .kind = log_form ? "log_softmax" : "softmax",
         .out = out, .hi = hi, .op = &op, .ref = softmax_ref,
-        .inputs_had_nan = softmax_had_nan });
+        .inputs_had_nan = softmax_had_nan, .rnd = rnd });
     scratch_clear(&w);
     free(hi);
     return rc;
 }
 
 int emu_t_softmax(emu_ctx *ctx, const char *site, emu_tensor *out,
-                  const emu_tensor *x)
+                  const emu_tensor *x, const emu_rounding *rnd)
 {
     EMU_HOSTFP_GUARD;
-    return softmax_common(ctx, site, out, x, false);
+    return softmax_common(ctx, site, out, x, false, rnd);
 }
 
 int emu_t_log_softmax(emu_ctx *ctx, const char *site, emu_tensor *out,
-                      const emu_tensor *x)
+                      const emu_tensor *x, const emu_rounding *rnd)
 {
     EMU_HOSTFP_GUARD;
-    return softmax_common(ctx, site, out, x, true);
+    return softmax_common(ctx, site, out, x, true, rnd);
 }
 
 /* ---- cross-entropy ------------------------------------------------------- */
@@ -291,10 +293,12 @@ static int xent_grad_ref(const void *opv, size_t i, mpfr_ptr exact,
 
 int emu_t_cross_entropy(emu_ctx *ctx, const char *site, emu_tensor *loss,
                         emu_tensor *dlogits, const emu_tensor *logits,
-                        const int *labels, float scale)
+                        const int *labels, float scale,
+                        const emu_rounding *rnd)
 {
     EMU_HOSTFP_GUARD;
-    if (emu_check_tensor(ctx, site, "loss", loss) ||
+    if (emu_check_rounding(ctx, site, rnd) ||
+        emu_check_tensor(ctx, site, "loss", loss) ||
         emu_check_tensor(ctx, site, "logits", logits) ||
         check_rows(ctx, site, "logits", logits))
         return -1;
@@ -350,7 +354,8 @@ int emu_t_cross_entropy(emu_ctx *ctx, const char *site, emu_tensor *loss,
                    .scale = scale, .w = &w };
     int rc = emu_commit(ctx, &(emu_op_out){
         .site = site, .kind = "cross_entropy", .out = loss, .hi = &lossv,
-        .op = &op, .ref = xent_loss_ref, .inputs_had_nan = xent_loss_had_nan });
+        .op = &op, .ref = xent_loss_ref, .inputs_had_nan = xent_loss_had_nan,
+        .rnd = rnd });
     if (rc == 0 && dlogits) {
         char sub[EMU_TENSOR_NAME_MAX + 16];
         sub_site(sub, sizeof sub, site, "dlogits");
@@ -358,7 +363,7 @@ int emu_t_cross_entropy(emu_ctx *ctx, const char *site, emu_tensor *loss,
         rc = emu_commit(ctx, &(emu_op_out){
             .site = sub, .kind = "cross_entropy_grad", .out = dlogits,
             .hi = g, .op = &op, .ref = xent_grad_ref,
-            .inputs_had_nan = xent_grad_had_nan });
+            .inputs_had_nan = xent_grad_had_nan, .rnd = rnd });
     }
     scratch_clear(&w);
     free(g);
@@ -431,10 +436,12 @@ static int mse_grad_ref(const void *opv, size_t i, mpfr_ptr exact,
 
 int emu_t_mse(emu_ctx *ctx, const char *site, emu_tensor *loss,
               emu_tensor *dpred, const emu_tensor *pred,
-              const emu_tensor *target, float scale)
+              const emu_tensor *target, float scale,
+              const emu_rounding *rnd)
 {
     EMU_HOSTFP_GUARD;
-    if (emu_check_tensor(ctx, site, "loss", loss) ||
+    if (emu_check_rounding(ctx, site, rnd) ||
+        emu_check_tensor(ctx, site, "loss", loss) ||
         emu_check_tensor(ctx, site, "pred", pred) ||
         emu_check_tensor(ctx, site, "target", target) ||
         emu_check_same_shape(ctx, site, "pred", pred, "target", target))
@@ -465,14 +472,14 @@ int emu_t_mse(emu_ctx *ctx, const char *site, emu_tensor *loss,
     mse_op op = { .p = ps, .t = ts, .n = n, .scale = scale };
     int rc = emu_commit(ctx, &(emu_op_out){
         .site = site, .kind = "mse", .out = loss, .hi = &lossv, .op = &op,
-        .ref = mse_loss_ref, .inputs_had_nan = mse_loss_had_nan });
+        .ref = mse_loss_ref, .inputs_had_nan = mse_loss_had_nan, .rnd = rnd });
     if (rc == 0 && dpred) {
         char sub[EMU_TENSOR_NAME_MAX + 16];
         sub_site(sub, sizeof sub, site, "dpred");
         rc = emu_commit(ctx, &(emu_op_out){
             .site = sub, .kind = "mse_grad", .out = dpred, .hi = g,
             .op = &op, .ref = mse_grad_ref,
-            .inputs_had_nan = mse_grad_had_nan });
+            .inputs_had_nan = mse_grad_had_nan, .rnd = rnd });
     }
     free(g);
     return rc;

@@ -2,9 +2,10 @@
  * ops_matmul.c — matrix products (emu_t_matmul, emu_t_bmm).
  *
  * Called by the layers (linear forward and backward) and by users.  Each
- * output is one dot product formed by ctx->accum through the GEMM engine
- * (emu_gemm_accum_ex in accum.c), then rounded once into the output's
- * format by the choke point.  The MPFR reference of a sampled output is
+ * output is one dot product formed by the options' accumulator model
+ * through the GEMM engine (emu_gemm_accum_ex in accum.c), then rounded
+ * once into the output's format, under the op's rounding, by the choke
+ * point.  The MPFR reference of a sampled output is
  * mpfr_dot of the same row and column (plus the old output value when
  * accumulating), once from the op's inputs and once from their unquantized
  * sources, which is what splits the error into quantization, accumulation
@@ -135,7 +136,11 @@ static int mm_check(emu_ctx *ctx, const char *site, int nd, emu_tensor *out,
                     const emu_tensor *a, const emu_tensor *b,
                     const emu_matmul_opts *o, mm_op *m)
 {
-    if (emu_check_tensor(ctx, site, "out", out) ||
+    if (!o)
+        return emu_ctx_fail(ctx, site, "matmul options: NULL (they name "
+                            "the accumulator model)");
+    if (emu_check_accum(ctx, site, o->accum) ||
+        emu_check_tensor(ctx, site, "out", out) ||
         emu_check_tensor(ctx, site, "a", a) ||
         emu_check_tensor(ctx, site, "b", b))
         return -1;
@@ -174,10 +179,6 @@ static int mm_check(emu_ctx *ctx, const char *site, int nd, emu_tensor *out,
         return emu_ctx_fail(ctx, site, "out '%s' shares storage with an "
                             "input (a product cannot be formed in place)",
                             out->name);
-    emu_error e;
-    if (emu_accum_validate(&ctx->accum, &e))
-        return emu_ctx_fail(ctx, site, "accumulator: %s%s%s", e.key,
-                            e.key[0] ? ": " : "", e.message);
     double alpha = o->alpha == 0.0 ? 1.0 : o->alpha;
     if (!(alpha > 0.0) || !isfinite(alpha))
         return emu_ctx_fail(ctx, site, "alpha %g is not positive and finite",
@@ -209,16 +210,16 @@ static int mm_check(emu_ctx *ctx, const char *site, int nd, emu_tensor *out,
 
 static int mm_run(emu_ctx *ctx, const char *site, const char *kind, int nd,
                   emu_tensor *out, const emu_tensor *a, const emu_tensor *b,
-                  const emu_matmul_opts *opts)
+                  const emu_matmul_opts *o, const emu_rounding *rnd)
 {
-    static const emu_matmul_opts none;
-    const emu_matmul_opts *o = opts ? opts : &none;
     mm_op m;
-    if (mm_check(ctx, site, nd, out, a, b, o, &m))
+    if (emu_check_rounding(ctx, site, rnd) ||
+        mm_check(ctx, site, nd, out, a, b, o, &m))
         return -1;
 
+    const emu_accum *model = o->accum;
     const size_t n = out->n, mn = m.M * m.N;
-    const bool exact = ctx->accum.kind == EMU_ACCUM_EXACT;
+    const bool exact = model->kind == EMU_ACCUM_EXACT;
     const bool pairs = exact || !emu_is_pow2(m.alpha);
     double *hi = emu_scratch(ctx, site, n);
     double *lo = pairs ? emu_scratch(ctx, site, n) : NULL;
@@ -252,7 +253,7 @@ static int mm_run(emu_ctx *ctx, const char *site, const char *kind, int nd,
     const uint64_t stream = emu_ctx_stream(ctx) ^ ACCUM_STREAM_TAG;
     int rc = 0;
     for (size_t bt = 0; bt < m.batch && rc == 0; bt++)
-        rc = emu_gemm_accum_ex(&ctx->accum, m.M, m.N, m.K,
+        rc = emu_gemm_accum_ex(model, m.M, m.N, m.K,
                                m.a + bt * m.M * m.K, m.a_rs, m.a_cs,
                                m.b + bt * m.K * m.N, m.b_rs, m.b_cs,
                                c0 ? c0 + bt * mn : NULL, hi + bt * mn,
@@ -280,7 +281,8 @@ static int mm_run(emu_ctx *ctx, const char *site, const char *kind, int nd,
 
     emu_op_out oo = { .site = site, .kind = kind, .out = out, .hi = hi,
                       .lo = lo, .swamp = swamp ? &counts : NULL, .op = &m,
-                      .ref = mm_ref, .inputs_had_nan = mm_inputs_had_nan };
+                      .ref = mm_ref, .inputs_had_nan = mm_inputs_had_nan,
+                      .rnd = rnd };
     rc = emu_commit(ctx, &oo);
 
     if (ref)
@@ -293,16 +295,16 @@ static int mm_run(emu_ctx *ctx, const char *site, const char *kind, int nd,
 
 int emu_t_matmul(emu_ctx *ctx, const char *site, emu_tensor *out,
                  const emu_tensor *a, const emu_tensor *b,
-                 const emu_matmul_opts *opts)
+                 const emu_matmul_opts *opts, const emu_rounding *rnd)
 {
     EMU_HOSTFP_GUARD;
-    return mm_run(ctx, site, "matmul", 2, out, a, b, opts);
+    return mm_run(ctx, site, "matmul", 2, out, a, b, opts, rnd);
 }
 
 int emu_t_bmm(emu_ctx *ctx, const char *site, emu_tensor *out,
               const emu_tensor *a, const emu_tensor *b,
-              const emu_matmul_opts *opts)
+              const emu_matmul_opts *opts, const emu_rounding *rnd)
 {
     EMU_HOSTFP_GUARD;
-    return mm_run(ctx, site, "bmm", 3, out, a, b, opts);
+    return mm_run(ctx, site, "bmm", 3, out, a, b, opts, rnd);
 }

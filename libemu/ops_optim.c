@@ -5,7 +5,7 @@
  *
  * Each state tensor is rounded into its own format through emu_commit():
  * site "<site>.v" (and "<site>.m" for Adam) first, under o->state_rnd if
- * given (else ctx->rnd), then the weights at "<site>" under ctx->rnd,
+ * given (else the op's rnd), then the weights at "<site>" under rnd,
  * whose update reads the state as stored (rounded), as an optimizer with
  * low-precision state does.
  *
@@ -158,21 +158,6 @@ static void sub_site(char *buf, size_t size, const char *site,
     snprintf(buf, size, "%s.%s", site ? site : "op", name);
 }
 
-/* Commits an optimizer-state output under its own rounding (state_rnd,
- * or ctx->rnd if NULL): the choke point rounds with ctx->rnd, so it is
- * swapped in for this one commit. */
-static int commit_state(emu_ctx *ctx, const emu_rounding *state_rnd,
-                        const emu_op_out *o)
-{
-    if (!state_rnd)
-        return emu_commit(ctx, o);
-    emu_rounding saved = ctx->rnd;
-    ctx->rnd = *state_rnd;
-    int rc = emu_commit(ctx, o);
-    ctx->rnd = saved;
-    return rc;
-}
-
 /* Three scratch arrays of n doubles in one allocation. */
 static double *scratch3(emu_ctx *ctx, const char *site, size_t n)
 {
@@ -237,11 +222,17 @@ static int sgd_w_ref(const void *opv, size_t i, mpfr_ptr exact, mpfr_ptr src)
 
 int emu_t_sgd_update(emu_ctx *ctx, const char *site, emu_tensor *w,
                      emu_tensor *v, const emu_tensor *g,
-                     const emu_sgd_opts *o)
+                     const emu_sgd_opts *o, const emu_rounding *rnd)
 {
     EMU_HOSTFP_GUARD;
+    if (emu_check_rounding(ctx, site, rnd))
+        return -1;
     if (!o)
         return emu_ctx_fail(ctx, site, "SGD options: NULL");
+    /* The state's own rounding, or the weights'. */
+    const emu_rounding *state_rnd = o->state_rnd ? o->state_rnd : rnd;
+    if (emu_check_rounding(ctx, site, state_rnd))
+        return -1;
     if (emu_check_tensor(ctx, site, "w", w) ||
         emu_check_tensor(ctx, site, "g", g) ||
         emu_check_same_shape(ctx, site, "w", w, "g", g))
@@ -285,10 +276,10 @@ int emu_t_sgd_update(emu_ctx *ctx, const char *site, emu_tensor *w,
         }
         char sub[EMU_TENSOR_NAME_MAX + 16];
         sub_site(sub, sizeof sub, site, "v");
-        rc = commit_state(ctx, o->state_rnd, &(emu_op_out){
+        rc = emu_commit(ctx, &(emu_op_out){
             .site = sub, .kind = "sgd_momentum", .out = v, .hi = hi,
             .lo = lo, .op = &op, .ref = sgd_v_ref,
-            .inputs_had_nan = sgd_had_nan });
+            .inputs_had_nan = sgd_had_nan, .rnd = state_rnd });
         op.v_new = v->data;
         /* w - lr v: lr v is exact in one double, TwoSum makes the pair. */
         for (size_t i = 0; i < n; i++) {
@@ -314,7 +305,7 @@ int emu_t_sgd_update(emu_ctx *ctx, const char *site, emu_tensor *w,
         rc = emu_commit(ctx, &(emu_op_out){
             .site = site, .kind = "sgd", .out = w, .hi = hi, .lo = lo,
             .acc_old = w0, .addend = t, .op = &op, .ref = sgd_w_ref,
-            .inputs_had_nan = sgd_had_nan });
+            .inputs_had_nan = sgd_had_nan, .rnd = rnd });
     free(buf);
     free(v0);
     return rc;
@@ -408,11 +399,16 @@ static int adam_w_ref(const void *opv, size_t i, mpfr_ptr exact, mpfr_ptr src)
 
 int emu_t_adam_update(emu_ctx *ctx, const char *site, emu_tensor *w,
                       emu_tensor *m, emu_tensor *v, const emu_tensor *g,
-                      const emu_adam_opts *o)
+                      const emu_adam_opts *o, const emu_rounding *rnd)
 {
     EMU_HOSTFP_GUARD;
+    if (emu_check_rounding(ctx, site, rnd))
+        return -1;
     if (!o)
         return emu_ctx_fail(ctx, site, "Adam options: NULL");
+    const emu_rounding *state_rnd = o->state_rnd ? o->state_rnd : rnd;
+    if (emu_check_rounding(ctx, site, state_rnd))
+        return -1;
     if (emu_check_tensor(ctx, site, "w", w) ||
         emu_check_tensor(ctx, site, "m", m) ||
         emu_check_tensor(ctx, site, "v", v) ||
@@ -465,9 +461,10 @@ int emu_t_adam_update(emu_ctx *ctx, const char *site, emu_tensor *w,
         exact_sum(terms, 3, &hi[i], &lo[i]);
     }
     sub_site(sub, sizeof sub, site, "m");
-    int rc = commit_state(ctx, o->state_rnd, &(emu_op_out){
+    int rc = emu_commit(ctx, &(emu_op_out){
         .site = sub, .kind = "adam_m", .out = m, .hi = hi, .lo = lo,
-        .op = &op, .ref = adam_m_ref, .inputs_had_nan = adam_had_nan });
+        .op = &op, .ref = adam_m_ref, .inputs_had_nan = adam_had_nan,
+        .rnd = state_rnd });
 
     if (rc == 0) {
         for (size_t i = 0; i < n; i++) {
@@ -477,9 +474,10 @@ int emu_t_adam_update(emu_ctx *ctx, const char *site, emu_tensor *w,
             exact_sum(terms, 3, &hi[i], &lo[i]);
         }
         sub_site(sub, sizeof sub, site, "v");
-        rc = commit_state(ctx, o->state_rnd, &(emu_op_out){
+        rc = emu_commit(ctx, &(emu_op_out){
             .site = sub, .kind = "adam_v", .out = v, .hi = hi, .lo = lo,
-            .op = &op, .ref = adam_v_ref, .inputs_had_nan = adam_had_nan });
+            .op = &op, .ref = adam_v_ref, .inputs_had_nan = adam_had_nan,
+            .rnd = state_rnd });
     }
 
     if (rc == 0) {
@@ -497,7 +495,7 @@ int emu_t_adam_update(emu_ctx *ctx, const char *site, emu_tensor *w,
         rc = emu_commit(ctx, &(emu_op_out){
             .site = site, .kind = "adam", .out = w, .hi = hi, .lo = lo,
             .acc_old = w0, .addend = t, .op = &op, .ref = adam_w_ref,
-            .inputs_had_nan = adam_had_nan });
+            .inputs_had_nan = adam_had_nan, .rnd = rnd });
     }
     free(buf);
     free(m0);

@@ -202,11 +202,12 @@ static int maxpool_ref(const void *opv, size_t i, mpfr_ptr exact,
 
 int emu_t_maxpool2d(emu_ctx *ctx, const char *site, emu_tensor *y,
                     size_t *argmax, const emu_tensor *x,
-                    const emu_pool_opts *o)
+                    const emu_pool_opts *o, const emu_rounding *rnd)
 {
     EMU_HOSTFP_GUARD;
     pool_geom g;
-    if (emu_check_tensor(ctx, site, "y", y) ||
+    if (emu_check_rounding(ctx, site, rnd) ||
+        emu_check_tensor(ctx, site, "y", y) ||
         emu_check_tensor(ctx, site, "x", x) ||
         pool_geometry(ctx, site, "x", x, o, &g) ||
         check_pooled(ctx, site, "y", y, &g))
@@ -240,7 +241,7 @@ int emu_t_maxpool2d(emu_ctx *ctx, const char *site, emu_tensor *y,
     pool_op op = { .x = xs, .g = g, .buf = buf };
     int rc = emu_commit(ctx, &(emu_op_out){
         .site = site, .kind = "maxpool2d", .out = y, .hi = hi, .op = &op,
-        .ref = maxpool_ref });
+        .ref = maxpool_ref, .rnd = rnd });
     if (rc == 0 && argmax)
         memcpy(argmax, arg, y->n * sizeof *arg);
     free(hi);
@@ -264,11 +265,13 @@ static int avgpool_ref(const void *opv, size_t i, mpfr_ptr exact,
 }
 
 int emu_t_avgpool2d(emu_ctx *ctx, const char *site, emu_tensor *y,
-                    const emu_tensor *x, const emu_pool_opts *o)
+                    const emu_tensor *x, const emu_pool_opts *o,
+                    const emu_rounding *rnd)
 {
     EMU_HOSTFP_GUARD;
     pool_geom g;
-    if (emu_check_tensor(ctx, site, "y", y) ||
+    if (emu_check_rounding(ctx, site, rnd) ||
+        emu_check_tensor(ctx, site, "y", y) ||
         emu_check_tensor(ctx, site, "x", x) ||
         pool_geometry(ctx, site, "x", x, o, &g) ||
         check_pooled(ctx, site, "y", y, &g))
@@ -294,7 +297,8 @@ int emu_t_avgpool2d(emu_ctx *ctx, const char *site, emu_tensor *y,
     pool_op op = { .x = xs, .g = g, .buf = buf };
     int rc = emu_commit(ctx, &(emu_op_out){
         .site = site, .kind = "avgpool2d", .out = y, .hi = hi, .lo = lo,
-        .op = &op, .ref = avgpool_ref, .inputs_had_nan = window_had_nan });
+        .op = &op, .ref = avgpool_ref, .inputs_had_nan = window_had_nan,
+        .rnd = rnd });
     free(hi);
     free(buf);
     return rc;
@@ -344,7 +348,8 @@ static int bwd_ref(const void *opv, size_t j, mpfr_ptr exact, mpfr_ptr src)
 
 /* Pre-rounding values of dx from the routes: the exact sums divided by S. */
 static int bwd_commit(emu_ctx *ctx, const char *site, const char *kind,
-                      emu_tensor *dx, pool_bwd_op *op, size_t max_k)
+                      emu_tensor *dx, pool_bwd_op *op, size_t max_k,
+                      const emu_rounding *rnd)
 {
     double *hi = emu_scratch(ctx, site, 2 * dx->n);
     float *buf = hi ? malloc((max_k ? max_k : 1) * sizeof *buf) : NULL;
@@ -365,7 +370,7 @@ static int bwd_commit(emu_ctx *ctx, const char *site, const char *kind,
     op->buf = buf;
     int rc = emu_commit(ctx, &(emu_op_out){
         .site = site, .kind = kind, .out = dx, .hi = hi, .lo = lo, .op = op,
-        .ref = bwd_ref, .inputs_had_nan = bwd_had_nan });
+        .ref = bwd_ref, .inputs_had_nan = bwd_had_nan, .rnd = rnd });
     free(hi);
     free(buf);
     return rc;
@@ -395,11 +400,12 @@ static void routes_free(routes *rt)
 
 int emu_t_maxpool2d_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
                              const emu_tensor *dy, const size_t *argmax,
-                             const emu_pool_opts *o)
+                             const emu_pool_opts *o, const emu_rounding *rnd)
 {
     EMU_HOSTFP_GUARD;
     pool_geom g;
-    if (emu_check_tensor(ctx, site, "dx", dx) ||
+    if (emu_check_rounding(ctx, site, rnd) ||
+        emu_check_tensor(ctx, site, "dx", dx) ||
         emu_check_tensor(ctx, site, "dy", dy) ||
         pool_geometry(ctx, site, "dx", dx, o, &g) ||
         check_pooled(ctx, site, "dy", dy, &g))
@@ -437,17 +443,19 @@ int emu_t_maxpool2d_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
     for (size_t j = dx->n; j > 0; j--)
         first[j] = first[j - 1];
     first[0] = 0;
-    int rc = bwd_commit(ctx, site, "maxpool2d_bwd", dx, &op, max_k);
+    int rc = bwd_commit(ctx, site, "maxpool2d_bwd", dx, &op, max_k, rnd);
     routes_free(&op.rt);
     return rc;
 }
 
 int emu_t_avgpool2d_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
-                             const emu_tensor *dy, const emu_pool_opts *o)
+                             const emu_tensor *dy, const emu_pool_opts *o,
+                             const emu_rounding *rnd)
 {
     EMU_HOSTFP_GUARD;
     pool_geom g;
-    if (emu_check_tensor(ctx, site, "dx", dx) ||
+    if (emu_check_rounding(ctx, site, rnd) ||
+        emu_check_tensor(ctx, site, "dx", dx) ||
         emu_check_tensor(ctx, site, "dy", dy) ||
         pool_geometry(ctx, site, "dx", dx, o, &g) ||
         check_pooled(ctx, site, "dy", dy, &g))
@@ -476,7 +484,7 @@ int emu_t_avgpool2d_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
         if (k - k0 > max_k)
             max_k = k - k0;
     }
-    int rc = bwd_commit(ctx, site, "avgpool2d_bwd", dx, &op, max_k);
+    int rc = bwd_commit(ctx, site, "avgpool2d_bwd", dx, &op, max_k, rnd);
     routes_free(&op.rt);
     return rc;
 }

@@ -3,9 +3,9 @@
  * (emu_t_reduce: sum, mean, max, sum of squares).
  *
  * Called by the losses, the bias gradients and users.  Sums and sums of
- * squares are dot products under ctx->accum (emu_accum_dot: terms x_i, or
- * x_i * x_i), so the accumulator model, its stochastic words and its
- * swamping counts are those of matmul.  The mean is the accumulator's sum
+ * squares are dot products under the op's accumulator model
+ * (emu_accum_dot: terms x_i, or x_i * x_i), so the accumulator model, its
+ * stochastic words and its swamping counts are those of matmul.  The mean is the accumulator's sum
  * divided by the count with one rounding: the quotient is formed in MPFR,
  * rounded to odd at 106 bits and handed to the choke point as an exact
  * pair, which rounds it into the output format as the exact quotient
@@ -114,10 +114,12 @@ static void mean_pair(double *hi, double *lo, size_t n, mpfr_ptr s,
 }
 
 int emu_t_reduce(emu_ctx *ctx, const char *site, emu_tensor *out,
-                 const emu_tensor *x, emu_reduce r, int axis)
+                 const emu_tensor *x, emu_reduce r, int axis,
+                 const emu_accum *accum, const emu_rounding *rnd)
 {
     EMU_HOSTFP_GUARD;
-    if (emu_check_tensor(ctx, site, "out", out) ||
+    if (emu_check_rounding(ctx, site, rnd) ||
+        emu_check_tensor(ctx, site, "out", out) ||
         emu_check_tensor(ctx, site, "x", x))
         return -1;
     if ((unsigned)r >= EMU_REDUCE_COUNT)
@@ -159,16 +161,14 @@ int emu_t_reduce(emu_ctx *ctx, const char *site, emu_tensor *out,
                             "along axis %d cannot give out '%s' %s", x->name,
                             sx, axis, out->name, so);
     }
-    emu_error e;
-    if (r != EMU_REDUCE_MAX && emu_accum_validate(&ctx->accum, &e))
-        return emu_ctx_fail(ctx, site, "accumulator: %s%s%s", e.key,
-                            e.key[0] ? ": " : "", e.message);
+    if (r != EMU_REDUCE_MAX && emu_check_accum(ctx, site, accum))
+        return -1;
 
     const size_t n = out->n;
     red_op m = { .x = x->data, .r = r, .len = len, .inner = inner };
     /* Low parts only where the value before rounding needs one. */
     const bool need_lo = r == EMU_REDUCE_MEAN ||
-                         (r != EMU_REDUCE_MAX && ctx->accum.kind == EMU_ACCUM_EXACT);
+                         (r != EMU_REDUCE_MAX && accum->kind == EMU_ACCUM_EXACT);
     double lo_none = 0.0;
     double *hi = emu_scratch(ctx, site, n);
     double *lo = need_lo ? emu_scratch(ctx, site, n) : &lo_none;
@@ -217,7 +217,7 @@ int emu_t_reduce(emu_ctx *ctx, const char *site, emu_tensor *out,
             continue;
         }
         emu_accum_rng rng = { ctx->seed, stream, o };
-        hi[o] = emu_accum_dot_unguarded(&ctx->accum, p, inc,
+        hi[o] = emu_accum_dot_unguarded(accum, p, inc,
                                         r == EMU_REDUCE_SUMSQ ? p : NULL, inc,
                                         len, &rng, swamp ? &counts : NULL,
                                         need_lo ? &lo[o] : NULL);
@@ -250,7 +250,7 @@ int emu_t_reduce(emu_ctx *ctx, const char *site, emu_tensor *out,
                       .hi = hi, .lo = need_lo ? lo : NULL,
                       .swamp = swamp && r != EMU_REDUCE_MAX ? &counts : NULL,
                       .op = &m, .ref = red_ref,
-                      .inputs_had_nan = red_inputs_had_nan };
+                      .inputs_had_nan = red_inputs_had_nan, .rnd = rnd };
     int rc = emu_commit(ctx, &oo);
     if (ref) {
         for (size_t k = 0; k < len; k++)

@@ -82,7 +82,8 @@ static bool *nan_blocks(const emu_scaled_tensor *q, const float *x)
  * map and words (the quantizer's fast paths are tested bit-identical to
  * it), counts, bins, samples and shows the op like any other. */
 static int commit_quantized(emu_ctx *ctx, const char *site,
-                            emu_scaled_tensor *q, const emu_tensor *x)
+                            emu_scaled_tensor *q, const emu_tensor *x,
+                            const emu_rounding *elem_rnd)
 {
     const size_t n = q->n;
     /* The output: the elements, in the element format named after the
@@ -136,7 +137,7 @@ static int commit_quantized(emu_ctx *ctx, const char *site,
     bool *block_nan = nan_blocks(q, x->data);
     quant_op op = { .q = q, .x = x->data, .scale = sc, .g = g,
                     .block_nan = block_nan };
-    emu_rounding rnd = ctx->rnd;
+    emu_rounding rnd = *elem_rnd;
     rnd.saturate = true; /* the OCP MX rule: elements clamp to ±max */
     int rc = emu_commit(ctx, &(emu_op_out){
         .site = site, .kind = "quantize", .out = &view, .hi = hi, .lo = lo,
@@ -154,10 +155,12 @@ static int commit_quantized(emu_ctx *ctx, const char *site,
 
 int emu_t_quantize_scaled(emu_ctx *ctx, const char *site,
                           emu_scaled_tensor *q, const emu_tensor *x,
-                          const emu_quant_opts *o, emu_quant_counts *counts)
+                          const emu_quant_opts *o, emu_quant_counts *counts,
+                          const emu_rounding *rnd)
 {
     EMU_HOSTFP_GUARD;
-    if (emu_check_tensor(ctx, site, "x", x))
+    if (emu_check_rounding(ctx, site, rnd) ||
+        emu_check_tensor(ctx, site, "x", x))
         return -1;
     if (!q || !q->elem)
         return emu_ctx_fail(ctx, site, "scaled tensor not allocated");
@@ -167,8 +170,8 @@ int emu_t_quantize_scaled(emu_ctx *ctx, const char *site,
     memset(&qo, 0, sizeof qo);
     if (o)
         qo.tensor_scale = o->tensor_scale;
-    qo.mode = ctx->rnd.mode;
-    qo.sr_bits = ctx->rnd.sr_bits;
+    qo.mode = rnd->mode;
+    qo.sr_bits = rnd->sr_bits;
     qo.seed = ctx->seed;
     qo.stream = emu_ctx_stream(ctx);
     /* The scales, and the elements by the fast paths: all that is needed
@@ -181,9 +184,9 @@ int emu_t_quantize_scaled(emu_ctx *ctx, const char *site,
         emu_tensor none = { .n = q->n };
         return emu_commit(ctx, &(emu_op_out){ .site = site,
                                               .kind = "quantize",
-                                              .out = &none });
+                                              .out = &none, .rnd = rnd });
     }
-    return commit_quantized(ctx, site, q, x);
+    return commit_quantized(ctx, site, q, x, rnd);
 }
 
 /* Checks that a block-scaled operand runs its blocks along K. */
@@ -216,11 +219,14 @@ static int dequantized(emu_ctx *ctx, const char *site, const char *what,
 
 int emu_t_matmul_scaled(emu_ctx *ctx, const char *site, emu_tensor *out,
                         const emu_scaled_tensor *a, const emu_scaled_tensor *b,
-                        const emu_matmul_opts *opts)
+                        const emu_matmul_opts *o, const emu_rounding *rnd)
 {
     EMU_HOSTFP_GUARD;
-    static const emu_matmul_opts none;
-    const emu_matmul_opts *o = opts ? opts : &none;
+    /* emu_t_matmul checks the rounding and the accumulator again; the
+     * options are read here first. */
+    if (!o)
+        return emu_ctx_fail(ctx, site, "matmul options: NULL (they name "
+                            "the accumulator model)");
     if (!a || !b || !a->elem || !b->elem)
         return emu_ctx_fail(ctx, site, "scaled operand not allocated");
     if (a->ndim != 2 || b->ndim != 2)
@@ -254,7 +260,7 @@ int emu_t_matmul_scaled(emu_ctx *ctx, const char *site, emu_tensor *out,
     emu_matmul_opts mo = *o;
     mo.alpha = alpha * (double)a->tensor_scale * (double)b->tensor_scale;
     mo.src_alpha = alpha; /* the sources carry their scales themselves */
-    int rc = emu_t_matmul(ctx, site, out, &ta, &tb, &mo);
+    int rc = emu_t_matmul(ctx, site, out, &ta, &tb, &mo, rnd);
     emu_tensor_free(&ta);
     emu_tensor_free(&tb);
     return rc;

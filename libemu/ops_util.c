@@ -18,6 +18,30 @@ int emu_check_tensor(emu_ctx *ctx, const char *site, const char *what,
     return 0;
 }
 
+int emu_check_rounding(emu_ctx *ctx, const char *site,
+                       const emu_rounding *rnd)
+{
+    if (!rnd)
+        return emu_ctx_fail(ctx, site, "no rounding given (rnd is NULL; "
+                            "a zero emu_rounding is nearest-even)");
+    if ((unsigned)rnd->mode >= EMU_RND_COUNT)
+        return emu_ctx_fail(ctx, site, "unknown rounding mode %d",
+                            (int)rnd->mode);
+    return 0;
+}
+
+int emu_check_accum(emu_ctx *ctx, const char *site, const emu_accum *accum)
+{
+    if (!accum)
+        return emu_ctx_fail(ctx, site, "no accumulator model given (accum "
+                            "is NULL; emu_accum_default fills the default)");
+    emu_error e;
+    if (emu_accum_validate(accum, &e))
+        return emu_ctx_fail(ctx, site, "accumulator: %s%s%s", e.key,
+                            e.key[0] ? ": " : "", e.message);
+    return 0;
+}
+
 int emu_check_same_shape(emu_ctx *ctx, const char *site, const char *what_a,
                          const emu_tensor *a, const char *what_b,
                          const emu_tensor *b)

@@ -6,7 +6,8 @@
  * hi + lo, a product in one double), or the accumulator model's result for
  * dot products, or a binary64 evaluation for exp/log/tanh — and hands the
  * whole array to emu_commit().  The choke point alone then
- *   1. rounds every value into the output tensor's format under ctx->rnd;
+ *   1. rounds every value into the output tensor's format under the op's
+ *      rounding;
  *   2. counts results, inexact, underflow to zero, subnormal, overflow,
  *      NaN, and adds the op's swamping counts;
  *   3. records log2 histograms of the values before and after rounding;
@@ -18,11 +19,23 @@
  * A new op plugs in by producing pre-rounding values and a reference
  * function; it gets every measurement for free.
  *
- * Conventions (llm.c's): outputs first, then inputs, then parameters.
- * `site` names the place in the program ("fc1.matmul"); statistics are
- * kept per site and per role of the output tensor.  Every op returns 0, or
- * -1 with ctx->err saying what was wrong (shape mismatch, format the
- * carrier cannot hold, ...) and leaves its outputs untouched.
+ * Conventions (llm.c's and MPFR's): outputs first, then inputs, then
+ * parameters, and the rounding last.  `site` names the place in the
+ * program ("fc1.matmul"); statistics are kept per site and per role of the
+ * output tensor.  Every op returns 0, or -1 with ctx->err saying what was
+ * wrong (shape mismatch, format the carrier cannot hold, ...) and leaves
+ * its outputs untouched.
+ *
+ * Rounding and accumulation are arguments, never context state: every op
+ * takes `const emu_rounding *rnd` as its last parameter, the rounding of
+ * its outputs into their formats (as emu/arith.h's scalar ops take theirs;
+ * rnd->rng is unused: stochastic words come from the context's seed and
+ * op index), and every op that accumulates names its accumulator model
+ * (emu_matmul_opts.accum, emu_conv_opts.accum, emu_t_reduce's accum).
+ * Neither has a default: a NULL rounding, or a NULL accumulator where one
+ * is used, is an error (-1, ctx->err), so that what an op does can always
+ * be read off its call.  A zero-initialised emu_rounding is nearest-even
+ * (emu/round.h); emu_accum_default() fills the default model.
  * Shapes: matrices (rows, cols); images (N, C, H, W); conv weights
  * (C_out, C_in, KH, KW).
  */
@@ -69,9 +82,9 @@ typedef struct emu_op_event {
 
 typedef void (*emu_observer)(void *user, const emu_op_event *ev);
 
+/* What ops share: where randomness and measurements come from.  How an
+ * op rounds and accumulates is not here: each call says it. */
 typedef struct emu_ctx {
-    emu_rounding rnd;      /* rounding of op outputs (rnd.rng unused)     */
-    emu_accum accum;       /* matmul, conv and reductions                 */
     uint64_t seed;         /* stochastic rounding and sampling            */
     uint64_t op_index;     /* ops run so far: op k's RNG stream is k      */
     unsigned measure;      /* EMU_MEASURE_* bits                           */
@@ -83,8 +96,8 @@ typedef struct emu_ctx {
     emu_error err;         /* why the last op failed                       */
 } emu_ctx;
 
-/* Nearest-even, default accumulator, everything but MPFR sampling
- * measured (ref_rate 0), no stats sink, one thread. */
+/* Everything but MPFR sampling measured (ref_rate 0), no stats sink, one
+ * thread, op index 0. */
 void emu_ctx_init(emu_ctx *ctx, uint64_t seed);
 
 /* ---- the choke point ------------------------------------------------- */
@@ -105,8 +118,9 @@ void emu_ctx_init(emu_ctx *ctx, uint64_t seed);
  * from numbers (inf - inf, 0 * inf) provide it, so that the statistics
  * tell produced NaNs from propagated ones.
  *
- * rnd (may be NULL: ctx->rnd) is the op's own rounding, e.g. a quantizer
- * that saturates whatever the context says.
+ * rnd (required: NULL is an error) is the rounding of out: usually the
+ * rounding the op was called with, or the op's own variant of it (a
+ * quantizer that always saturates, an optimizer state's rounding).
  *
  * An accumulation out = acc_old + addend (an optimizer's weight update)
  * gives acc_old and addend (out->n each, or NULL): the choke point counts
@@ -139,7 +153,7 @@ typedef struct emu_op_out {
     const void *op;                    /* passed to the callbacks          */
     int (*ref)(const void *op, size_t i, mpfr_ptr exact, mpfr_ptr exact_src);
     bool (*inputs_had_nan)(const void *op, size_t i);
-    const emu_rounding *rnd;           /* NULL: ctx->rnd                   */
+    const emu_rounding *rnd;           /* rounding of out (required)       */
     const float *acc_old;              /* accumulation: old values, or NULL */
     const double *addend;              /* and what was added to them        */
     const float *scale;                /* scaled outputs (see above)        */
@@ -171,19 +185,19 @@ int emu_ctx_fail(emu_ctx *ctx, const char *site, const char *fmt, ...)
 
 /* ---- elementwise ------------------------------------------------------ */
 
-/* out = a op b, same shapes. */
-int emu_t_add(emu_ctx *ctx, const char *site, emu_tensor *out, const emu_tensor *a, const emu_tensor *b);
-int emu_t_sub(emu_ctx *ctx, const char *site, emu_tensor *out, const emu_tensor *a, const emu_tensor *b);
-int emu_t_mul(emu_ctx *ctx, const char *site, emu_tensor *out, const emu_tensor *a, const emu_tensor *b);
-int emu_t_div(emu_ctx *ctx, const char *site, emu_tensor *out, const emu_tensor *a, const emu_tensor *b);
-/* out = alpha * x (alpha a binary32 value). */
-int emu_t_scale(emu_ctx *ctx, const char *site, emu_tensor *out, const emu_tensor *x, float alpha);
+/* out = a op b, same shapes, rounded once under rnd. */
+int emu_t_add(emu_ctx *ctx, const char *site, emu_tensor *out, const emu_tensor *a, const emu_tensor *b, const emu_rounding *rnd);
+int emu_t_sub(emu_ctx *ctx, const char *site, emu_tensor *out, const emu_tensor *a, const emu_tensor *b, const emu_rounding *rnd);
+int emu_t_mul(emu_ctx *ctx, const char *site, emu_tensor *out, const emu_tensor *a, const emu_tensor *b, const emu_rounding *rnd);
+int emu_t_div(emu_ctx *ctx, const char *site, emu_tensor *out, const emu_tensor *a, const emu_tensor *b, const emu_rounding *rnd);
+/* out = alpha * x (alpha a binary32 value; BLAS order, as axpy). */
+int emu_t_scale(emu_ctx *ctx, const char *site, emu_tensor *out, float alpha, const emu_tensor *x, const emu_rounding *rnd);
 /* out = alpha * x + y, one rounding. */
-int emu_t_axpy(emu_ctx *ctx, const char *site, emu_tensor *out, float alpha, const emu_tensor *x, const emu_tensor *y);
+int emu_t_axpy(emu_ctx *ctx, const char *site, emu_tensor *out, float alpha, const emu_tensor *x, const emu_tensor *y, const emu_rounding *rnd);
 /* out = x + bias broadcast along dimension `axis` of x (bias has
  * x->shape[axis] elements): rows of a matrix (axis 1), channels of an
  * image (axis 1 of NCHW). */
-int emu_t_add_bias(emu_ctx *ctx, const char *site, emu_tensor *out, const emu_tensor *x, const emu_tensor *bias, int axis);
+int emu_t_add_bias(emu_ctx *ctx, const char *site, emu_tensor *out, const emu_tensor *x, const emu_tensor *bias, int axis, const emu_rounding *rnd);
 
 typedef enum emu_unary {
     EMU_UNARY_NEG, EMU_UNARY_ABS, EMU_UNARY_RELU, EMU_UNARY_LEAKY_RELU,
@@ -197,7 +211,7 @@ const char *emu_unary_name(emu_unary f);
 
 /* out = f(x); param is the leaky-relu slope or the clamp's lower bound,
  * param2 the clamp's upper bound. */
-int emu_t_unary(emu_ctx *ctx, const char *site, emu_tensor *out, const emu_tensor *x, emu_unary f, float param, float param2);
+int emu_t_unary(emu_ctx *ctx, const char *site, emu_tensor *out, const emu_tensor *x, emu_unary f, float param, float param2, const emu_rounding *rnd);
 
 /* Backward of the activations: dx = dy * f'(.), the exact product rounded
  * once.  x_or_y is the forward input x for relu, leaky relu, abs, gelu, log
@@ -206,24 +220,25 @@ int emu_t_unary(emu_ctx *ctx, const char *site, emu_tensor *out, const emu_tenso
  * Conventions: relu(x <= 0) = +0 and relu'(0) = 0, abs'(0) = 0,
  * gelu(-inf) = -0 (the limit); IEEE otherwise (dy = inf where f' = 0 gives a
  * produced NaN). */
-int emu_t_unary_backward(emu_ctx *ctx, const char *site, emu_tensor *dx, const emu_tensor *dy, const emu_tensor *x_or_y, emu_unary f, float param);
+int emu_t_unary_backward(emu_ctx *ctx, const char *site, emu_tensor *dx, const emu_tensor *dy, const emu_tensor *x_or_y, emu_unary f, float param, const emu_rounding *rnd);
 
 /* out = in rounded into out's format (a cast; also "quantize"). */
-int emu_t_cast(emu_ctx *ctx, const char *site, emu_tensor *out, const emu_tensor *in);
+int emu_t_cast(emu_ctx *ctx, const char *site, emu_tensor *out, const emu_tensor *in, const emu_rounding *rnd);
 
 /* out = round(src): the first out->n of the n binary32 values of src
  * (n < out->n is an error). */
-int emu_t_load(emu_ctx *ctx, const char *site, emu_tensor *out, const float *src, size_t n);
+int emu_t_load(emu_ctx *ctx, const char *site, emu_tensor *out, const float *src, size_t n, const emu_rounding *rnd);
 
 /* ---- linear algebra ---------------------------------------------------- */
 
 /* out = op(A) op(B), op = transpose if trans_*: (M, K) x (K, N) -> (M, N),
- * each output one dot product under ctx->accum, rounded once into out's
- * format.  A_src/B_src (may be NULL) are the unquantized sources of A and B
- * (same shapes, e.g. binary32 master weights) for the error decomposition:
- * the MPFR reference of a sampled output is mpfr_dot of the inputs and of
- * the sources.  opts may be NULL (no transposes, no sources, no
- * accumulation, alpha 1).  out must not share storage with an input.
+ * each output one dot product under opts->accum, rounded once into out's
+ * format under rnd.  A_src/B_src (may be NULL) are the unquantized sources
+ * of A and B (same shapes, e.g. binary32 master weights) for the error
+ * decomposition: the MPFR reference of a sampled output is mpfr_dot of the
+ * inputs and of the sources.  opts is required, for its accumulator; its
+ * other fields zero mean no transposes, no sources, no accumulation,
+ * alpha 1.  out must not share storage with an input.
  *
  * accumulate: out = out + alpha op(A) op(B), where the old value of out is
  * where the accumulator starts, like the C operand of a hardware
@@ -235,6 +250,7 @@ int emu_t_load(emu_ctx *ctx, const char *site, emu_tensor *out, const float *src
  * (sgemm's beta = 1).  The accumulator's final value times alpha is then
  * rounded once into out's format, as without accumulate. */
 typedef struct emu_matmul_opts {
+    const emu_accum *accum; /* the accumulator model (required)           */
     bool trans_a, trans_b;
     const emu_tensor *a_src, *b_src;
     bool accumulate;   /* out = out + alpha op(A) op(B): the accumulator starts at out / alpha */
@@ -251,9 +267,9 @@ typedef struct emu_matmul_opts {
                           sources' own product needs only the rest of alpha
                           (scaled formats set it; see emu/scaled.h) */
 } emu_matmul_opts;
-int emu_t_matmul(emu_ctx *ctx, const char *site, emu_tensor *out, const emu_tensor *a, const emu_tensor *b, const emu_matmul_opts *opts);
+int emu_t_matmul(emu_ctx *ctx, const char *site, emu_tensor *out, const emu_tensor *a, const emu_tensor *b, const emu_matmul_opts *opts, const emu_rounding *rnd);
 /* Batched: 3-d tensors (batch, M, K) x (batch, K, N). */
-int emu_t_bmm(emu_ctx *ctx, const char *site, emu_tensor *out, const emu_tensor *a, const emu_tensor *b, const emu_matmul_opts *opts);
+int emu_t_bmm(emu_ctx *ctx, const char *site, emu_tensor *out, const emu_tensor *a, const emu_tensor *b, const emu_matmul_opts *opts, const emu_rounding *rnd);
 
 /* ---- reductions -------------------------------------------------------- */
 
@@ -262,19 +278,24 @@ typedef enum emu_reduce {
     EMU_REDUCE_COUNT
 } emu_reduce;
 /* Reduce x along `axis` (out has that dimension removed; a 1-element
- * tensor for axis = -1, the full reduction), under ctx->accum. */
-int emu_t_reduce(emu_ctx *ctx, const char *site, emu_tensor *out, const emu_tensor *x, emu_reduce r, int axis);
+ * tensor for axis = -1, the full reduction): sums and sums of squares
+ * under the accumulator model accum (required; MAX, which does not
+ * accumulate, ignores it and accepts NULL), rounded once into out's format
+ * under rnd. */
+int emu_t_reduce(emu_ctx *ctx, const char *site, emu_tensor *out, const emu_tensor *x, emu_reduce r, int axis, const emu_accum *accum, const emu_rounding *rnd);
 
 /* ---- convolution and pooling (NCHW) ------------------------------------ */
 
 typedef struct emu_conv_opts {
+    const emu_accum *accum; /* the accumulator model (required)           */
     int stride, pad;   /* same in both spatial dimensions */
     double alpha;      /* as in emu_matmul_opts (0 means 1)               */
 } emu_conv_opts;
 /* y (N, Co, Ho, Wo) = conv(x (N, Ci, H, W), w (Co, Ci, KH, KW)) + bias (Co)
- * (bias may be NULL), Ho = (H + 2 pad - KH) / stride + 1.
+ * (bias may be NULL), Ho = (H + 2 pad - KH) / stride + 1.  o is required
+ * (geometry and accumulator); outputs are rounded under rnd.
  * Each output of the three convolution ops is ONE dot product under
- * ctx->accum, whose terms, in this order, define it (accumulators round
+ * o->accum, whose terms, in this order, define it (accumulators round
  * at every step, so the order is part of the result):
  *   y[n,co,oh,ow]:   bias[co] * 1 first (the bias is a term of the same
  *                    accumulation, not a separate rounding), then
@@ -292,11 +313,12 @@ typedef struct emu_conv_opts {
  * index for dw, co for dbias (committed as the next op, site
  * "<site>.dbias").  alpha multiplies each accumulator result (exactly)
  * before the output rounding (0 means 1; any positive value, without error). */
-int emu_t_conv2d(emu_ctx *ctx, const char *site, emu_tensor *y, const emu_tensor *x, const emu_tensor *w, const emu_tensor *bias, const emu_conv_opts *o);
+int emu_t_conv2d(emu_ctx *ctx, const char *site, emu_tensor *y, const emu_tensor *x, const emu_tensor *w, const emu_tensor *bias, const emu_conv_opts *o, const emu_rounding *rnd);
 /* dx = d loss / d x from dy. */
-int emu_t_conv2d_backward_data(emu_ctx *ctx, const char *site, emu_tensor *dx, const emu_tensor *dy, const emu_tensor *w, const emu_conv_opts *o);
-/* dw = d loss / d w from dy and x; dbias (may be NULL) = sum of dy over N, H, W. */
-int emu_t_conv2d_backward_weights(emu_ctx *ctx, const char *site, emu_tensor *dw, emu_tensor *dbias, const emu_tensor *dy, const emu_tensor *x, const emu_conv_opts *o);
+int emu_t_conv2d_backward_data(emu_ctx *ctx, const char *site, emu_tensor *dx, const emu_tensor *dy, const emu_tensor *w, const emu_conv_opts *o, const emu_rounding *rnd);
+/* dw = d loss / d w from dy and x; dbias (may be NULL) = sum of dy over
+ * N, H, W; both rounded under rnd. */
+int emu_t_conv2d_backward_weights(emu_ctx *ctx, const char *site, emu_tensor *dw, emu_tensor *dbias, const emu_tensor *dy, const emu_tensor *x, const emu_conv_opts *o, const emu_rounding *rnd);
 
 typedef struct emu_pool_opts {
     int size, stride;
@@ -311,10 +333,10 @@ typedef struct emu_pool_opts {
  * max backward: the exact sum of the dy routed to an input; avg: the
  * exact window sum / size^2; avg backward: the exact sum of dy over the
  * windows covering an input / size^2 (= the exact sum of dy / size^2). */
-int emu_t_maxpool2d(emu_ctx *ctx, const char *site, emu_tensor *y, size_t *argmax, const emu_tensor *x, const emu_pool_opts *o);
-int emu_t_maxpool2d_backward(emu_ctx *ctx, const char *site, emu_tensor *dx, const emu_tensor *dy, const size_t *argmax, const emu_pool_opts *o);
-int emu_t_avgpool2d(emu_ctx *ctx, const char *site, emu_tensor *y, const emu_tensor *x, const emu_pool_opts *o);
-int emu_t_avgpool2d_backward(emu_ctx *ctx, const char *site, emu_tensor *dx, const emu_tensor *dy, const emu_pool_opts *o);
+int emu_t_maxpool2d(emu_ctx *ctx, const char *site, emu_tensor *y, size_t *argmax, const emu_tensor *x, const emu_pool_opts *o, const emu_rounding *rnd);
+int emu_t_maxpool2d_backward(emu_ctx *ctx, const char *site, emu_tensor *dx, const emu_tensor *dy, const size_t *argmax, const emu_pool_opts *o, const emu_rounding *rnd);
+int emu_t_avgpool2d(emu_ctx *ctx, const char *site, emu_tensor *y, const emu_tensor *x, const emu_pool_opts *o, const emu_rounding *rnd);
+int emu_t_avgpool2d_backward(emu_ctx *ctx, const char *site, emu_tensor *dx, const emu_tensor *dy, const emu_pool_opts *o, const emu_rounding *rnd);
 
 /* ---- softmax and losses (rows of a (B, C) matrix) ----------------------- */
 /* Fused ops: each output is evaluated in binary64 from the inputs (the row
@@ -322,28 +344,32 @@ int emu_t_avgpool2d_backward(emu_ctx *ctx, const char *site, emu_tensor *dx, con
  * as log1p of all but the maximum's term) and rounded ONCE into the output
  * format; the binary64 error (a few 2^-53 relative) is the only departure
  * from correct rounding, and the MPFR reference measures it.  A NaN or
- * +inf in a row makes that row NaN. */
+ * +inf in a row makes that row NaN.  Every output (loss and gradient
+ * alike) is rounded under rnd. */
 
-int emu_t_softmax(emu_ctx *ctx, const char *site, emu_tensor *out, const emu_tensor *x);
-int emu_t_log_softmax(emu_ctx *ctx, const char *site, emu_tensor *out, const emu_tensor *x);
+int emu_t_softmax(emu_ctx *ctx, const char *site, emu_tensor *out, const emu_tensor *x, const emu_rounding *rnd);
+int emu_t_log_softmax(emu_ctx *ctx, const char *site, emu_tensor *out, const emu_tensor *x, const emu_rounding *rnd);
 /* loss (1 element) = mean over rows of -log softmax(logits)[label];
  * dlogits (may be NULL) = (softmax - onehot) * scale / B, the gradient of
  * scale * loss (scale: the loss scale, applied before rounding). */
-int emu_t_cross_entropy(emu_ctx *ctx, const char *site, emu_tensor *loss, emu_tensor *dlogits, const emu_tensor *logits, const int *labels, float scale);
+int emu_t_cross_entropy(emu_ctx *ctx, const char *site, emu_tensor *loss, emu_tensor *dlogits, const emu_tensor *logits, const int *labels, float scale, const emu_rounding *rnd);
 /* The labels must lie in [0, C): anything else is refused.  The label's
  * gradient is formed as -(sum of the other exponentials) / sum, so a
  * confident row keeps its relative accuracy.  Sites: "<site>" (loss),
  * "<site>.dlogits". */
 /* loss = mean (pred - target)^2; dpred (may be NULL) = 2 (pred - target) * scale / n
  * (n = all elements); sites "<site>", "<site>.dpred". */
-int emu_t_mse(emu_ctx *ctx, const char *site, emu_tensor *loss, emu_tensor *dpred, const emu_tensor *pred, const emu_tensor *target, float scale);
+int emu_t_mse(emu_ctx *ctx, const char *site, emu_tensor *loss, emu_tensor *dpred, const emu_tensor *pred, const emu_tensor *target, float scale, const emu_rounding *rnd);
 
-/* ---- optimizer updates (each output tensor rounded in its own format) ----- */
+/* ---- optimizer updates (each output tensor rounded in its own format) -----
+ * rnd rounds the weights; the state (v, m) is rounded under the options'
+ * state_rnd, or rnd if that is NULL. */
 
 typedef struct emu_sgd_opts {
     float lr, momentum, weight_decay;
-    /* Rounding of the state (v, m) outputs; NULL: ctx->rnd.  Lets a weight
-     * update be stochastic while its momentum is rounded to nearest. */
+    /* Rounding of the state (v, m) outputs; NULL: the op's rnd.  Lets a
+     * weight update be stochastic while its momentum is rounded to
+     * nearest. */
     const emu_rounding *state_rnd;
 } emu_sgd_opts;
 /* v = momentum * v + (g + weight_decay * w); w = w - lr * v
@@ -357,7 +383,7 @@ typedef struct emu_sgd_opts {
  * first), "<site>".  Swamping of the w update: adds = non-zero updates,
  * absorbed = those that left w unchanged, lost bits per
  * emu_accum_count_add in w's format. */
-int emu_t_sgd_update(emu_ctx *ctx, const char *site, emu_tensor *w, emu_tensor *v, const emu_tensor *g, const emu_sgd_opts *o);
+int emu_t_sgd_update(emu_ctx *ctx, const char *site, emu_tensor *w, emu_tensor *v, const emu_tensor *g, const emu_sgd_opts *o, const emu_rounding *rnd);
 
 typedef struct emu_adam_opts {
     float lr, beta1, beta2, eps, weight_decay; /* decoupled (AdamW) decay */
@@ -370,7 +396,7 @@ typedef struct emu_adam_opts {
  * v_hat = v/(1 - b2^t) from the stored m, v; the update is evaluated in
  * binary64, w minus it is exact, rounded once.  Sites "<site>.m",
  * "<site>.v", "<site>"; swamping as for SGD.  t >= 1, betas in [0, 1). */
-int emu_t_adam_update(emu_ctx *ctx, const char *site, emu_tensor *w, emu_tensor *m, emu_tensor *v, const emu_tensor *g, const emu_adam_opts *o);
+int emu_t_adam_update(emu_ctx *ctx, const char *site, emu_tensor *w, emu_tensor *m, emu_tensor *v, const emu_tensor *g, const emu_adam_opts *o, const emu_rounding *rnd);
 
 #ifdef __cplusplus
 }

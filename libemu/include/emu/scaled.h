@@ -301,9 +301,11 @@ void emu_tensor_scaling_string(const emu_tensor_scaling *t, char *buf,
 /* ---- ops ------------------------------------------------------------------ */
 
 /* Quantizes tensor x into q through the context: stochastic words from the
- * op's stream (seed ctx->seed, stream emu_ctx_stream(ctx)), the element
- * mode ctx->rnd.mode (and sr_bits), saturating; o may be NULL (current
- * scaling) or give tensor_scale.  counts (may be NULL) adds this call's.
+ * op's stream (seed ctx->seed, stream emu_ctx_stream(ctx)), the elements
+ * rounded under rnd (required; its mode and sr_bits, as emu_quant_opts'
+ * mode and sr_bits, which this op does not read), always saturating; o
+ * may be NULL (current scaling) or give tensor_scale.  counts (may be
+ * NULL) adds this call's.
  *
  * The op commits through emu_commit like any other (emu/ops.h): the
  * choke point rounds each exact quotient x_i / (s_b(i) g) into the
@@ -325,29 +327,32 @@ void emu_tensor_scaling_string(const emu_tensor_scaling *t, char *buf,
  * fast paths alone run.  Advances ctx->op_index like any op. */
 int emu_t_quantize_scaled(emu_ctx *ctx, const char *site,
                           emu_scaled_tensor *q, const emu_tensor *x,
-                          const emu_quant_opts *o, emu_quant_counts *counts);
+                          const emu_quant_opts *o, emu_quant_counts *counts,
+                          const emu_rounding *rnd);
 
 /* out = alpha op(A) op(B) with scaled operands: (M, K) x (K, N) -> (M, N).
  * The terms of dot product (i, j) are the exact products
  * (e_a s_a)(e_b s_b) of the operands' values without their tensor scales,
- * summed under ctx->accum in k order; the accumulator's result times
- * alpha g_a g_b is rounded once into out's format (alpha 0, meaning 1, or
- * a power of two, so that alpha g_a g_b is exact in binary64; the final
- * multiplication is error-free before the rounding).  So the fused model with k equal to
- * the block size is an MX dot-product unit with its exact inner sums.
+ * summed under opts->accum in k order; the accumulator's result times
+ * alpha g_a g_b is rounded once into out's format under rnd (alpha 0,
+ * meaning 1, or a power of two, so that alpha g_a g_b is exact in
+ * binary64; the final multiplication is error-free before the rounding).
+ * So the fused model with k equal to the block size is an MX dot-product
+ * unit with its exact inner sums.
  *
  * Operands with block scales must be blocked along K: A (M, K) along axis
  * 1 (axis 0 if trans_a: A stored (K, M)); B (K, N) along axis 0 (axis 1 if
  * trans_b), and when both have block scales their extents along K must
- * match, so that each block of A meets exactly one block of B.  opts may
- * be NULL; a_src/b_src (binary32 sources, the shapes of A and B, in their
- * own scale: the reference from them is multiplied by alpha alone) give
- * the error decomposition; accumulate is refused (its start value would be
- * divided by alpha g_a g_b, not exactly).  Every value of A and B must
+ * match, so that each block of A meets exactly one block of B.  opts is
+ * required (its accumulator, as for emu_t_matmul); a_src/b_src (binary32
+ * sources, the shapes of A and B, in their own scale: the reference from
+ * them is multiplied by alpha alone) give the error decomposition;
+ * accumulate is refused (its start value would be divided by
+ * alpha g_a g_b, not exactly).  Every value of A and B must
  * dequantize to a binary32 exactly (emu_scaled_dequantize). */
 int emu_t_matmul_scaled(emu_ctx *ctx, const char *site, emu_tensor *out,
                         const emu_scaled_tensor *a, const emu_scaled_tensor *b,
-                        const emu_matmul_opts *opts);
+                        const emu_matmul_opts *opts, const emu_rounding *rnd);
 
 /* Names as specs spell them. */
 const char *emu_scale_rule_name(emu_scale_rule r);
