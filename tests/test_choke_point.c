@@ -123,12 +123,13 @@ START_TEST(test_counts_by_hand)
     emu_stats_init(&stats);
     emu_ctx ctx;
     emu_ctx_init(&ctx, 1);
+    emu_rounding rnd = test_rne;
     ctx.stats = &stats;
     obs_log log = { 0 };
     ctx.observer = observe;
     ctx.observer_user = &log;
 
-    ck_assert_int_eq(emu_t_add(&ctx, "sum", &y, &a, &b), 0);
+    ck_assert_int_eq(emu_t_add(&ctx, "sum", &y, &a, &b, &rnd), 0);
     /* the results, by hand */
     const float want[N_CASES] = { 3.0f, 0.0f, 0.0f, 0x1.8p-23f, 0x1p-20f,
                                   INFINITY, 65504.0f, NAN, NAN, INFINITY,
@@ -192,8 +193,8 @@ START_TEST(test_counts_by_hand)
 
     /* tininess before rounding: case 12 (2^-14 - 2^-27, which rounds to
      * 2^-14 even with an unbounded exponent) becomes an underflow too */
-    ctx.rnd.tininess = EMU_TINY_BEFORE;
-    ck_assert_int_eq(emu_t_add(&ctx, "sum_before", &y, &a, &b), 0);
+    rnd.tininess = EMU_TINY_BEFORE;
+    ck_assert_int_eq(emu_t_add(&ctx, "sum_before", &y, &a, &b, &rnd), 0);
     ck_assert_uint_eq(find_site(&stats, "sum_before", EMU_ROLE_ACTIVATION)
                           ->total.underflow, 4);
 
@@ -201,8 +202,8 @@ START_TEST(test_counts_by_hand)
      * overflow or are invalid; the NaNs from finite values are produced */
     emu_tensor y8;
     make(&y8, test_format("e4m3"), N_CASES, "y8", EMU_ROLE_ACT_GRAD);
-    ctx.rnd.tininess = EMU_TINY_AFTER;
-    ck_assert_int_eq(emu_t_add(&ctx, "sum8", &y8, &a, &b), 0);
+    rnd.tininess = EMU_TINY_AFTER;
+    ck_assert_int_eq(emu_t_add(&ctx, "sum8", &y8, &a, &b, &rnd), 0);
     const emu_site_stats *t8 = &find_site(&stats, "sum8",
                                           EMU_ROLE_ACT_GRAD)->total;
     ck_assert_uint_eq(t8->overflow, 2);     /* 5 6: 65536, 65519 */
@@ -243,7 +244,7 @@ START_TEST(test_histograms_random)
     emu_ctx ctx;
     emu_ctx_init(&ctx, 2);
     ctx.stats = &stats;
-    ck_assert_int_eq(emu_t_add(&ctx, "h", &y, &a, &b), 0);
+    ck_assert_int_eq(emu_t_add(&ctx, "h", &y, &a, &b, &test_rne), 0);
     uint64_t hx[EMU_HIST_BINS] = { 0 }, hr[EMU_HIST_BINS] = { 0 };
     MPFR_DECL_INIT(e, 512);
     for (size_t i = 0; i < n; i++) {
@@ -457,7 +458,7 @@ START_TEST(test_exact_bin_low_parts)
     emu_ctx_init(&ctx, 3);
     ctx.stats = &stats;
     emu_op_out o = { .site = "lo", .kind = "test", .out = &y, .hi = hi,
-                     .lo = lo };
+                     .lo = lo, .rnd = &test_rne };
     ck_assert_int_eq(emu_commit(&ctx, &o), 0);
     const emu_site_stats *t = &find_site(&stats, "lo", EMU_ROLE_OTHER)->total;
     for (int b = 0; b < EMU_HIST_BINS; b++)
@@ -556,15 +557,18 @@ END_TEST
 typedef enum { S_ADD, S_MUL, S_DIV, S_SQRT, S_EXP, S_AXPY, S_COUNT } s_op;
 
 static int run(s_op op, emu_ctx *ctx, const char *site, emu_tensor *y,
-               const emu_tensor *a, const emu_tensor *b)
+               const emu_tensor *a, const emu_tensor *b,
+               const emu_rounding *rnd)
 {
     switch (op) {
-    case S_ADD: return emu_t_add(ctx, site, y, a, b);
-    case S_MUL: return emu_t_mul(ctx, site, y, a, b);
-    case S_DIV: return emu_t_div(ctx, site, y, a, b);
-    case S_SQRT: return emu_t_unary(ctx, site, y, a, EMU_UNARY_SQRT, 0, 0);
-    case S_EXP: return emu_t_unary(ctx, site, y, a, EMU_UNARY_EXP, 0, 0);
-    default: return emu_t_axpy(ctx, site, y, 0.7f, a, b);
+    case S_ADD: return emu_t_add(ctx, site, y, a, b, rnd);
+    case S_MUL: return emu_t_mul(ctx, site, y, a, b, rnd);
+    case S_DIV: return emu_t_div(ctx, site, y, a, b, rnd);
+    case S_SQRT: return emu_t_unary(ctx, site, y, a, EMU_UNARY_SQRT, 0, 0,
+                                    rnd);
+    case S_EXP: return emu_t_unary(ctx, site, y, a, EMU_UNARY_EXP, 0, 0,
+                                   rnd);
+    default: return emu_t_axpy(ctx, site, y, 0.7f, a, b, rnd);
     }
 }
 
@@ -689,14 +693,15 @@ START_TEST(test_sampling_rate1)
             for (int op = 0; op < S_COUNT; op++) {
                 emu_ctx ctx;
                 emu_ctx_init(&ctx, 3);
+                emu_rounding rnd = test_rne;
                 ctx.stats = &stats;
                 ctx.measure = EMU_MEASURE_ALL;
                 ctx.ref_rate = 1.0;
-                ctx.rnd.mode = (emu_rnd)m;
+                rnd.mode = (emu_rnd)m;
                 char site[EMU_NAME_MAX + 32];
                 snprintf(site, sizeof site, "%s.%d.%d", f->name, m, op);
                 ck_assert_int_eq(run((s_op)op, &ctx, site, &y,
-                                     op == S_EXP ? &e : &a, &b), 0);
+                                     op == S_EXP ? &e : &a, &b, &rnd), 0);
                 /* Expected samples: finite outputs of finite exact values;
                  * each one's side of the exact value checked, and the
                  * magnitudes summed as the choke point sums its samples. */
@@ -797,7 +802,7 @@ START_TEST(test_sampling_catches_errors)
     ctx.ref_rate = 1.0;
     liar op = { x.data };
     emu_op_out o = { .site = "liar", .kind = "test", .out = &y, .hi = hi,
-                     .op = &op, .ref = liar_ref };
+                     .op = &op, .ref = liar_ref, .rnd = &test_rne };
     ck_assert_int_eq(emu_commit(&ctx, &o), 0);
     const emu_site_stats *t = &find_site(&stats, "liar", EMU_ROLE_OTHER)->total;
     ck_assert_uint_eq(t->ref_samples, n);
@@ -817,6 +822,15 @@ START_TEST(test_sampling_catches_errors)
     o.site = "unmeasured";
     ck_assert_int_eq(emu_commit(&ctx, &o), 0);
     ck_assert_uint_eq(stats.count, sites);
+    ck_assert_uint_eq(ctx.op_index, 3);
+    /* The rounding has no context default: without one the commit fails,
+     * measuring or not, and the op index stays. */
+    o.rnd = NULL;
+    ck_assert_int_eq(emu_commit(&ctx, &o), -1);
+    ck_assert_ptr_nonnull(strstr(ctx.err.message, "no rounding"));
+    ctx.measure = EMU_MEASURE_ALL;
+    o.site = "liar";
+    ck_assert_int_eq(emu_commit(&ctx, &o), -1);
     ck_assert_uint_eq(ctx.op_index, 3);
 
     emu_tensor_free(&x);
@@ -843,7 +857,7 @@ START_TEST(test_core_relerr_of_exact_zero)
     ctx.measure = EMU_MEASURE_ALL;
     ctx.ref_rate = 1.0;
     emu_op_out o = { .site = "cancel", .kind = "test", .out = &y, .hi = &hi,
-                     .op = NULL, .ref = zero_ref };
+                     .op = NULL, .ref = zero_ref, .rnd = &test_rne };
     ck_assert_int_eq(emu_commit(&ctx, &o), 0);
     const emu_site_stats *t =
         &find_site(&stats, "cancel", EMU_ROLE_OTHER)->total;
@@ -899,7 +913,7 @@ START_TEST(test_sampling_rate_partial)
         ctx.stats = &stats;
         ctx.measure = EMU_MEASURE_ALL;
         ctx.ref_rate = 0.25;
-        ck_assert_int_eq(emu_t_add(&ctx, "p", &y, &a, &b), 0);
+        ck_assert_int_eq(emu_t_add(&ctx, "p", &y, &a, &b, &test_rne), 0);
         samples[run] = stats.sites[0].total.ref_samples;
         emu_stats_free(&stats);
     }
@@ -940,11 +954,14 @@ START_TEST(test_observer)
     ctx.observer_user = &log;
     ctx.op_index = 100;
     ck_assert_uint_eq(emu_ctx_stream(&ctx), 100);
-    ck_assert_int_eq(emu_t_add(&ctx, "fc1.add", &y, &a, &b), 0);
-    ck_assert_int_eq(emu_t_cast(&ctx, "fc1.cast", &w, &a), 0);
-    ck_assert_int_eq(emu_t_unary(&ctx, NULL, &y, &a, EMU_UNARY_RELU, 0, 0), 0);
-    ck_assert_int_eq(emu_t_add(&ctx, "bad", &y, &a, &w), 0); /* same shape */
-    ck_assert_int_eq(emu_t_mul(&ctx, "bad", &y, &a, NULL), -1);   /* no event */
+    ck_assert_int_eq(emu_t_add(&ctx, "fc1.add", &y, &a, &b, &test_rne), 0);
+    ck_assert_int_eq(emu_t_cast(&ctx, "fc1.cast", &w, &a, &test_rne), 0);
+    ck_assert_int_eq(emu_t_unary(&ctx, NULL, &y, &a, EMU_UNARY_RELU, 0, 0,
+                                 &test_rne), 0);
+    /* same shape */
+    ck_assert_int_eq(emu_t_add(&ctx, "bad", &y, &a, &w, &test_rne), 0);
+    /* no event */
+    ck_assert_int_eq(emu_t_mul(&ctx, "bad", &y, &a, NULL, &test_rne), -1);
     ck_assert_int_eq(log.calls, 4);
     const char *sites[] = { "fc1.add", "fc1.cast", "relu", "bad" };
     const char *kinds[] = { "add", "cast", "relu", "add" };
@@ -1001,7 +1018,7 @@ START_TEST(test_sr_streams)
             emu_ctx c1, c2;
             emu_ctx_init(&c1, 1234);
             emu_ctx_init(&c2, 1234);
-            c1.rnd = c2.rnd = modes[m];
+            const emu_rounding *rnd = &modes[m];
             obs_log log = { 0 };
             c1.observer = observe;
             c1.observer_user = &log;
@@ -1012,15 +1029,16 @@ START_TEST(test_sr_streams)
                 ones.data[i] = 1.0f;
             const emu_tensor *second = op ? &ones : &b;
             int (*fn)(emu_ctx *, const char *, emu_tensor *, const emu_tensor *,
-                      const emu_tensor *) = op ? emu_t_mul : emu_t_add;
-            ck_assert_int_eq(fn(&c1, "s", &y1, &a, second), 0);
-            ck_assert_int_eq(fn(&c2, "s", &y2, &a, second), 0);
+                      const emu_tensor *, const emu_rounding *) =
+                op ? emu_t_mul : emu_t_add;
+            ck_assert_int_eq(fn(&c1, "s", &y1, &a, second, rnd), 0);
+            ck_assert_int_eq(fn(&c2, "s", &y2, &a, second, rnd), 0);
             ck_assert(memcmp(y1.data, y2.data, n * sizeof *y1.data) == 0);
             /* element i: word i of stream op_index */
             size_t up = 0;
             for (size_t i = 0; i < 64; i++) {
                 double want = emu_round2_word(
-                    h, log.hi[0][i], log.lo[0][i], &c1.rnd,
+                    h, log.hi[0][i], log.lo[0][i], rnd,
                     emu_random64(c1.seed, log.op_index[0], i), NULL);
                 ck_assert_msg(test_same(want, y1.data[i]), "element %zu", i);
             }
@@ -1029,7 +1047,7 @@ START_TEST(test_sr_streams)
             /* P(up) = 1/4 (+ 2^-18 from b): 1024 +- 4 sd (27) */
             ck_assert_msg(up > 1024 - 110 && up < 1024 + 110, "%zu up", up);
             /* the next op (stream 1) draws other words */
-            ck_assert_int_eq(fn(&c2, "s", &y2, &a, second), 0);
+            ck_assert_int_eq(fn(&c2, "s", &y2, &a, second, rnd), 0);
             size_t differ = 0;
             for (size_t i = 0; i < n; i++)
                 differ += y1.data[i] != y2.data[i];
@@ -1037,8 +1055,7 @@ START_TEST(test_sr_streams)
             /* another seed, same op index */
             emu_ctx c3;
             emu_ctx_init(&c3, 4321);
-            c3.rnd = modes[m];
-            ck_assert_int_eq(fn(&c3, "s", &y2, &a, second), 0);
+            ck_assert_int_eq(fn(&c3, "s", &y2, &a, second, rnd), 0);
             differ = 0;
             for (size_t i = 0; i < n; i++)
                 differ += y1.data[i] != y2.data[i];
@@ -1318,11 +1335,12 @@ START_TEST(test_exports)
     ctx.measure = EMU_MEASURE_ALL;
     ctx.ref_rate = 0.5;
     const char *odd_name = "fc1,\"odd\" name";
-    ck_assert_int_eq(emu_t_add(&ctx, "fc1.add", &y, &a, &b), 0);
-    ck_assert_int_eq(emu_t_mul(&ctx, odd_name, &y, &a, &b), 0);
-    ck_assert_int_eq(emu_t_unary(&ctx, "act", &y, &a, EMU_UNARY_TANH, 0, 0), 0);
+    ck_assert_int_eq(emu_t_add(&ctx, "fc1.add", &y, &a, &b, &test_rne), 0);
+    ck_assert_int_eq(emu_t_mul(&ctx, odd_name, &y, &a, &b, &test_rne), 0);
+    ck_assert_int_eq(emu_t_unary(&ctx, "act", &y, &a, EMU_UNARY_TANH, 0, 0,
+                                 &test_rne), 0);
     y.role = EMU_ROLE_WEIGHT; /* the same site name, another role: a new row */
-    ck_assert_int_eq(emu_t_add(&ctx, "fc1.add", &y, &a, &b), 0);
+    ck_assert_int_eq(emu_t_add(&ctx, "fc1.add", &y, &a, &b, &test_rne), 0);
     ck_assert_uint_eq(stats.count, 4);
 
     char path[256], hpath[256], jpath[256];
@@ -1406,7 +1424,8 @@ START_TEST(test_exports)
     FILE *tf = tmpfile();
     ck_assert_ptr_nonnull(tf);
     ck_assert_int_eq(emu_stats_write_step_rows(&stats, tf, true), 0);
-    ck_assert_int_eq(emu_t_unary(&ctx, "act", &y, &a, EMU_UNARY_TANH, 0, 0), 0);
+    ck_assert_int_eq(emu_t_unary(&ctx, "act", &y, &a, EMU_UNARY_TANH, 0, 0,
+                                 &test_rne), 0);
     ck_assert_int_eq(emu_stats_write_step_rows(&stats, tf, false), 0);
     rewind(tf);
     char line[4096];

@@ -387,7 +387,8 @@ static void work_unary(records *out)
     ctx_with_stats(&ctx, &stats, 0.01);
     for (size_t k = 0; k < sizeof fs / sizeof *fs; k++) {
         ck_assert_msg(!emu_t_unary(&ctx, emu_unary_name(fs[k]), &y, &x, fs[k],
-                                   0.0f, 0.0f), "%s", ctx.err.message);
+                                   0.0f, 0.0f, &test_rne), "%s",
+                      ctx.err.message);
         put_floats(out, y.data, y.n);
     }
     put_stats(out, &stats);
@@ -451,10 +452,12 @@ static void work_gemm(records *out)
             emu_stats stats;
             ctx_with_stats(&ctx, &stats, 0.1);
             ctx.threads = 2;
-            ck_assert_msg(!emu_accum_parse(&ctx.accum, models[k], &err), "%s",
+            emu_accum accum;
+            ck_assert_msg(!emu_accum_parse(&accum, models[k], &err), "%s",
                           err.message);
-            ck_assert_msg(!emu_t_matmul(&ctx, "mm", &c, &a, &b, NULL), "%s",
-                          ctx.err.message);
+            const emu_matmul_opts o = { .accum = &accum };
+            ck_assert_msg(!emu_t_matmul(&ctx, "mm", &c, &a, &b, &o, &test_rne),
+                          "%s", ctx.err.message);
             put_floats(out, c.data, c.n);
             put_stats(out, &stats);
             emu_stats_free(&stats);

@@ -1,7 +1,8 @@
 /*
  * test_matmul.c — emu_t_matmul and emu_t_bmm against their definition.
  *
- * Each output of a product is one dot product under ctx->accum, whose
+ * Each output of a product is one dot product under the options'
+ * accumulator model, whose
  * stochastic words come from stream op_index ^ 2^63, dot number
  * (batch * M + i) * N + j, then rounded once into the output format by the
  * choke point with word i of stream op_index.  The suite rebuilds that from
@@ -73,7 +74,8 @@ static uint64_t bits_of(double x)
 }
 
 /* The definition of one product: expected outputs into want (n values). */
-static void expected_product(const emu_ctx *ctx, const emu_tensor *out,
+static void expected_product(const emu_ctx *ctx, const emu_accum *accum,
+                             const emu_rounding *rnd, const emu_tensor *out,
                              const emu_tensor *a, const emu_tensor *b,
                              bool ta, bool tb, size_t batch, size_t M,
                              size_t N, size_t K, uint64_t op, double *want)
@@ -86,12 +88,12 @@ static void expected_product(const emu_ctx *ctx, const emu_tensor *out,
                 size_t o = (bt * M + i) * N + j;
                 emu_accum_rng rng = { ctx->seed, op ^ ACCUM_TAG, o };
                 double lo;
-                double v = emu_accum_dot(&ctx->accum, ar, ta ? (ptrdiff_t)M : 1,
+                double v = emu_accum_dot(accum, ar, ta ? (ptrdiff_t)M : 1,
                                          bc, tb ? 1 : (ptrdiff_t)N, K, &rng,
                                          NULL, &lo);
-                uint64_t word = emu_rnd_is_stochastic(ctx->rnd.mode)
+                uint64_t word = emu_rnd_is_stochastic(rnd->mode)
                               ? emu_random64(ctx->seed, op, o) : 0;
-                want[o] = emu_round2_word(&out->fmt, v, lo, &ctx->rnd, word, NULL);
+                want[o] = emu_round2_word(&out->fmt, v, lo, rnd, word, NULL);
             }
 }
 
@@ -113,9 +115,12 @@ START_TEST(matmul_definition)
         for (int c = 0; c < 12; c++) {
             emu_ctx ctx;
             emu_ctx_init(&ctx, 42 + (uint64_t)c);
+            emu_rounding rnd = test_rne;
+            emu_accum accum;
+            emu_accum_default(&accum);
             emu_error err;
-            ck_assert(emu_accum_parse(&ctx.accum, accs[ai], &err) == 0);
-            ctx.rnd.mode = out_modes[c % 3];
+            ck_assert(emu_accum_parse(&accum, accs[ai], &err) == 0);
+            rnd.mode = out_modes[c % 3];
             ctx.op_index = test_below(&g, 1000);
             ctx.threads = 1 + c % 3;
             bool ta = c & 1, tb = (c >> 1) & 1;
@@ -134,16 +139,17 @@ START_TEST(matmul_definition)
             fill(&g, &b, -6, 3);
             double *want = malloc(M * N * sizeof *want);
             uint64_t op = ctx.op_index;
-            expected_product(&ctx, &out, &a, &b, ta, tb, 1, M, N, K, op, want);
-            emu_matmul_opts o = { .trans_a = ta, .trans_b = tb };
-            int rc = emu_t_matmul(&ctx, "t.mm", &out, &a, &b, &o);
+            expected_product(&ctx, &accum, &rnd, &out, &a, &b, ta, tb, 1, M, N,
+                             K, op, want);
+            emu_matmul_opts o = { .accum = &accum, .trans_a = ta, .trans_b = tb };
+            int rc = emu_t_matmul(&ctx, "t.mm", &out, &a, &b, &o, &rnd);
             ck_assert_msg(rc == 0, "%s", ctx.err.message);
             ck_assert_uint_eq(ctx.op_index, op + 1);
             for (size_t x = 0; x < M * N; x++)
                 EXPECT(test_same(out.data[x], want[x]),
                        "%s, out %s mode %s, %zux%zux%zu ta %d tb %d threads %d: "
                        "(%zu, %zu) = %a (0x%016" PRIx64 "), expected %a",
-                       accs[ai], fo->name, emu_rnd_name(ctx.rnd.mode), M, N, K,
+                       accs[ai], fo->name, emu_rnd_name(rnd.mode), M, N, K,
                        ta, tb, ctx.threads, x / N, x % N, (double)out.data[x],
                        bits_of(out.data[x]), want[x]);
             free(want);
@@ -191,9 +197,12 @@ START_TEST(exact_model_oracle)
     for (int c = 0; c < 24; c++) {
         emu_ctx ctx;
         emu_ctx_init(&ctx, 7);
+        emu_rounding rnd = test_rne;
+        emu_accum accum;
+        emu_accum_default(&accum);
         emu_error err;
-        ck_assert(emu_accum_parse(&ctx.accum, "exact", &err) == 0);
-        ctx.rnd.mode = (emu_rnd)(c % TEST_DET_MODES);
+        ck_assert(emu_accum_parse(&accum, "exact", &err) == 0);
+        rnd.mode = (emu_rnd)(c % TEST_DET_MODES);
         const bool acc = c & 1;
         /* c & 8 without accumulate: a product of two binary32 scales, as
          * scaled formats pass it (the exact model's lo then goes through
@@ -212,18 +221,19 @@ START_TEST(exact_model_oracle)
         fill(&g, &out, -8, 4);
         float *old = malloc(M * N * sizeof *old);
         memcpy(old, out.data, M * N * sizeof *old);
-        emu_matmul_opts o = { .accumulate = acc, .alpha = alpha };
-        ck_assert_msg(emu_t_matmul(&ctx, "t.exact", &out, &a, &b, &o) == 0, "%s",
+        emu_matmul_opts o = { .accum = &accum, .accumulate = acc, .alpha = alpha };
+        ck_assert_msg(emu_t_matmul(&ctx, "t.exact", &out, &a, &b, &o,
+                                   &rnd) == 0, "%s",
                       ctx.err.message);
         for (size_t i = 0; i < M; i++)
             for (size_t j = 0; j < N; j++) {
                 double w = oracle_dot(a.data + i * K, 1, b.data + j, (ptrdiff_t)N,
                                       K, alpha, acc ? old[i * N + j] : 0.0, fo,
-                                      &ctx.rnd);
+                                      &rnd);
                 EXPECT(test_same(out.data[i * N + j], w),
                        "exact %zux%zux%zu into %s, mode %s, alpha %g, "
                        "accumulate %d (old %a): (%zu, %zu) = %a, MPFR %a", M, N,
-                       K, fo->name, emu_rnd_name(ctx.rnd.mode), alpha, acc,
+                       K, fo->name, emu_rnd_name(rnd.mode), alpha, acc,
                        (double)old[i * N + j], i, j, (double)out.data[i * N + j], w);
             }
         free(old);
@@ -243,8 +253,11 @@ START_TEST(accumulate_sequential)
     for (int c = 0; c < 16; c++) {
         emu_ctx ctx;
         emu_ctx_init(&ctx, 3);
+        emu_rounding rnd = test_rne;
+        emu_accum accum;
+        emu_accum_default(&accum);
         emu_error err;
-        ck_assert(emu_accum_parse(&ctx.accum, "sequential,acc=binary16", &err) == 0);
+        ck_assert(emu_accum_parse(&accum, "sequential,acc=binary16", &err) == 0);
         const double alpha = (c & 1) ? 0x1p-3 : 1.0;
         size_t M = 3, N = 1 + (size_t)test_below(&g, 30), K = 1 + (size_t)test_below(&g, 100);
         emu_tensor a, b, out;
@@ -256,15 +269,15 @@ START_TEST(accumulate_sequential)
         fill(&g, &out, -3, 6);
         float *old = malloc(M * N * sizeof *old);
         memcpy(old, out.data, M * N * sizeof *old);
-        emu_matmul_opts o = { .accumulate = true, .alpha = (float)alpha };
-        ck_assert(emu_t_matmul(&ctx, "t.acc", &out, &a, &b, &o) == 0);
+        emu_matmul_opts o = { .accum = &accum, .accumulate = true, .alpha = (float)alpha };
+        ck_assert(emu_t_matmul(&ctx, "t.acc", &out, &a, &b, &o, &rnd) == 0);
         for (size_t i = 0; i < M; i++)
             for (size_t j = 0; j < N; j++) {
                 double s = old[i * N + j] / alpha;
                 for (size_t k = 0; k < K; k++)
                     s = emu_ref_add(b16, s, (double)a.data[i * K + k] * b.data[k * N + j],
-                                    &ctx.accum.rnd, NULL);
-                double w = emu_ref_convert(&out.fmt, s * alpha, &ctx.rnd, NULL);
+                                    &accum.rnd, NULL);
+                double w = emu_ref_convert(&out.fmt, s * alpha, &rnd, NULL);
                 EXPECT(test_same(out.data[i * N + j], w),
                        "accumulate, alpha %g, K %zu: (%zu, %zu) = %a, expected "
                        "%a (old %a)", alpha, K, i, j, (double)out.data[i * N + j],
@@ -297,13 +310,16 @@ START_TEST(threads_do_not_matter)
             emu_stats_init(&stats);
             emu_ctx ctx;
             emu_ctx_init(&ctx, 11);
+            emu_accum accum;
+            emu_accum_default(&accum);
             emu_error err;
-            ck_assert(emu_accum_parse(&ctx.accum, accs[ai], &err) == 0);
+            ck_assert(emu_accum_parse(&accum, accs[ai], &err) == 0);
             ctx.threads = t;
             ctx.stats = &stats;
             ctx.measure = EMU_MEASURE_ALL;
             ctx.ref_rate = 0.2;
-            ck_assert_msg(emu_t_matmul(&ctx, "t.thr", &out, &a, &b, NULL) == 0, "%s",
+            ck_assert_msg(emu_t_matmul(&ctx, "t.thr", &out, &a, &b,
+                                       &(emu_matmul_opts){ .accum = &accum }, &test_rne) == 0, "%s",
                           ctx.err.message);
             ck_assert_uint_eq(stats.count, 1);
             st[t - 1] = stats.sites[0].total;
@@ -377,13 +393,16 @@ START_TEST(error_decomposition)
         emu_stats_init(&stats);
         emu_ctx ctx;
         emu_ctx_init(&ctx, 1);
+        emu_accum accum;
+        emu_accum_default(&accum);
         emu_error err;
-        ck_assert(emu_accum_parse(&ctx.accum, specs[m], &err) == 0);
+        ck_assert(emu_accum_parse(&accum, specs[m], &err) == 0);
         ctx.stats = &stats;
         ctx.measure = EMU_MEASURE_ALL;
         ctx.ref_rate = 1.0;
-        emu_matmul_opts o = { .a_src = &as, .b_src = &bs };
-        ck_assert_msg(emu_t_matmul(&ctx, "t.dec", &out, &a, &b, &o) == 0, "%s",
+        emu_matmul_opts o = { .accum = &accum, .a_src = &as, .b_src = &bs };
+        ck_assert_msg(emu_t_matmul(&ctx, "t.dec", &out, &a, &b, &o,
+                                   &test_rne) == 0, "%s",
                       ctx.err.message);
         const emu_site_stats *s = &stats.sites[0].total;
         ck_assert_uint_eq(s->dot_samples, M * N);
@@ -416,10 +435,13 @@ START_TEST(bmm_definition)
     for (int c = 0; c < 9; c++) {
         emu_ctx ctx;
         emu_ctx_init(&ctx, 99);
+        emu_rounding rnd = test_rne;
+        emu_accum accum;
+        emu_accum_default(&accum);
         emu_error err;
-        ck_assert(emu_accum_parse(&ctx.accum, specs[c % 3], &err) == 0);
+        ck_assert(emu_accum_parse(&accum, specs[c % 3], &err) == 0);
         ctx.threads = 1 + c % 2;
-        ctx.rnd.mode = c % 2 ? EMU_RS : EMU_RNE;
+        rnd.mode = c % 2 ? EMU_RS : EMU_RNE;
         bool ta = c & 1, tb = c & 2;
         size_t B = 1 + (size_t)test_below(&g, 4), M = 1 + (size_t)test_below(&g, 6);
         size_t N = 1 + (size_t)test_below(&g, 20), K = 1 + (size_t)test_below(&g, 40);
@@ -430,9 +452,11 @@ START_TEST(bmm_definition)
         fill(&g, &a, -4, 4);
         fill(&g, &b, -4, 4);
         double *want = malloc(out.n * sizeof *want);
-        expected_product(&ctx, &out, &a, &b, ta, tb, B, M, N, K, ctx.op_index, want);
-        emu_matmul_opts o = { .trans_a = ta, .trans_b = tb };
-        ck_assert_msg(emu_t_bmm(&ctx, "t.bmm", &out, &a, &b, &o) == 0, "%s",
+        expected_product(&ctx, &accum, &rnd, &out, &a, &b, ta, tb, B, M, N, K,
+                         ctx.op_index, want);
+        emu_matmul_opts o = { .accum = &accum, .trans_a = ta, .trans_b = tb };
+        ck_assert_msg(emu_t_bmm(&ctx, "t.bmm", &out, &a, &b, &o, &rnd) == 0,
+                      "%s",
                       ctx.err.message);
         for (size_t x = 0; x < out.n; x++)
             EXPECT(test_same(out.data[x], want[x]), "bmm %s %zux%zux%zux%zu: "
@@ -452,8 +476,10 @@ START_TEST(fast_model)
     test_rng g = test_rng_make(0xfa);
     emu_ctx ctx;
     emu_ctx_init(&ctx, 1);
+    emu_accum accum;
+    emu_accum_default(&accum);
     emu_error err;
-    ck_assert(emu_accum_parse(&ctx.accum, "fast", &err) == 0);
+    ck_assert(emu_accum_parse(&accum, "fast", &err) == 0);
     const size_t M = 20, N = 33, K = 64;
     emu_tensor a, b, out;
     alloc(&a, "a", fmt("binary16"), K, M, 0);
@@ -461,8 +487,8 @@ START_TEST(fast_model)
     alloc(&out, "out", fmt("binary32"), M, N, 0);
     fill(&g, &a, -4, 4);
     fill(&g, &b, -4, 4);
-    emu_matmul_opts o = { .trans_a = true, .trans_b = true };
-    ck_assert(emu_t_matmul(&ctx, "t.fast", &out, &a, &b, &o) == 0);
+    emu_matmul_opts o = { .accum = &accum, .trans_a = true, .trans_b = true };
+    ck_assert(emu_t_matmul(&ctx, "t.fast", &out, &a, &b, &o, &test_rne) == 0);
     for (size_t i = 0; i < M; i++)
         for (size_t j = 0; j < N; j++) {
             double exact = 0.0, mag = 0.0;
@@ -500,6 +526,9 @@ START_TEST(bad_arguments)
     test_rng g = test_rng_make(0xbad);
     emu_ctx ctx;
     emu_ctx_init(&ctx, 1);
+    emu_accum accum;
+    emu_accum_default(&accum);
+    emu_matmul_opts plain = { .accum = &accum };
     emu_tensor a, b, out, out3, b3;
     alloc(&a, "a", fmt("binary16"), 4, 5, 0);
     alloc(&b, "b", fmt("binary16"), 5, 6, 0);
@@ -515,40 +544,50 @@ START_TEST(bad_arguments)
     memcpy(before3, out3.data, sizeof before3);
 
     /* K mismatch, out shape, transposes that do not fit */
-    emu_matmul_opts tr = { .trans_a = true };
-    expect_fail(&ctx, emu_t_matmul(&ctx, "t.bad", &out, &a, &b, &tr), &out,
+    emu_matmul_opts tr = { .accum = &accum, .trans_a = true };
+    expect_fail(&ctx, emu_t_matmul(&ctx, "t.bad", &out, &a, &b, &tr, &test_rne),
+                &out,
                 before, "trans_a K mismatch", "shape mismatch");
-    expect_fail(&ctx, emu_t_matmul(&ctx, "t.bad", &out, &b, &b, NULL), &out,
+    expect_fail(&ctx, emu_t_matmul(&ctx, "t.bad", &out, &b, &b, &plain,
+                                   &test_rne), &out,
                 before, "inner dimensions", "shape mismatch");
     emu_tensor small;
     alloc(&small, "small", fmt("binary32"), 4, 5, 0);
     memcpy(small.data, before, 20 * sizeof(float));
-    expect_fail(&ctx, emu_t_matmul(&ctx, "t.bad", &small, &a, &b, NULL), &small,
+    expect_fail(&ctx, emu_t_matmul(&ctx, "t.bad", &small, &a, &b, &plain,
+                                   &test_rne), &small,
                 before, "out shape", "shape mismatch");
     /* dimensions */
-    expect_fail(&ctx, emu_t_matmul(&ctx, "t.bad", &out3, &a, &b, NULL), &out3,
+    expect_fail(&ctx, emu_t_matmul(&ctx, "t.bad", &out3, &a, &b, &plain,
+                                   &test_rne), &out3,
                 before3, "3-d out for matmul", "dimensions");
-    expect_fail(&ctx, emu_t_bmm(&ctx, "t.bad", &out3, &a, &b3, NULL), &out3,
+    expect_fail(&ctx, emu_t_bmm(&ctx, "t.bad", &out3, &a, &b3, &plain,
+                                &test_rne), &out3,
                 before3, "2-d a for bmm", "dimensions");
     /* a format the carrier cannot hold, a zero-size tensor */
     emu_tensor wide = a;
     wide.fmt = *fmt("binary64");
-    expect_fail(&ctx, emu_t_matmul(&ctx, "t.bad", &out, &wide, &b, NULL), &out,
+    expect_fail(&ctx, emu_t_matmul(&ctx, "t.bad", &out, &wide, &b, &plain,
+                                   &test_rne), &out,
                 before, "binary64 input", "carrier");
     emu_tensor empty = b;
     empty.n = 0;
     empty.data = NULL;
-    expect_fail(&ctx, emu_t_matmul(&ctx, "t.bad", &out, &a, &empty, NULL), &out,
+    expect_fail(&ctx, emu_t_matmul(&ctx, "t.bad", &out, &a, &empty, &plain,
+                                   &test_rne), &out,
                 before, "zero-size b", "not allocated");
     /* sources of the wrong shape, alpha not a power of two, aliasing */
-    emu_matmul_opts src = { .b_src = &a };
-    expect_fail(&ctx, emu_t_matmul(&ctx, "t.bad", &out, &a, &b, &src), &out,
+    emu_matmul_opts src = { .accum = &accum, .b_src = &a };
+    expect_fail(&ctx, emu_t_matmul(&ctx, "t.bad", &out, &a, &b, &src,
+                                   &test_rne), &out,
                 before, "b_src shape", "shape mismatch");
-    emu_matmul_opts al = { .alpha = 3.0, .accumulate = true };
-    expect_fail(&ctx, emu_t_matmul(&ctx, "t.bad", &out, &a, &b, &al), &out,
+    emu_matmul_opts al = { .accum = &accum, .alpha = 3.0, .accumulate = true };
+    expect_fail(&ctx, emu_t_matmul(&ctx, "t.bad", &out, &a, &b, &al, &test_rne),
+                &out,
                 before, "alpha 3 with accumulate", "power of two");
-    emu_matmul_opts neg = { .alpha = -2.0 };
-    expect_fail(&ctx, emu_t_matmul(&ctx, "t.bad", &out, &a, &b, &neg), &out,
+    emu_matmul_opts neg = { .accum = &accum, .alpha = -2.0 };
+    expect_fail(&ctx, emu_t_matmul(&ctx, "t.bad", &out, &a, &b, &neg,
+                                   &test_rne), &out,
                 before, "alpha -2", "positive");
     emu_tensor sq;
     alloc(&sq, "sq", fmt("binary32"), 5, 5, 0);
@@ -556,17 +595,33 @@ START_TEST(bad_arguments)
     fill(&g, &sq, -2, 2);
     float before_sq[25];
     memcpy(before_sq, sq.data, sizeof before_sq);
-    expect_fail(&ctx, emu_t_matmul(&ctx, "t.bad", &sq, &sqa, &sq, NULL), &sq,
+    expect_fail(&ctx, emu_t_matmul(&ctx, "t.bad", &sq, &sqa, &sq, &plain,
+                                   &test_rne), &sq,
                 before_sq, "out aliasing a", "storage");
     /* an accumulator model that does not validate */
-    ctx.accum.kind = EMU_ACCUM_BLOCKED;
-    ctx.accum.block = 0;
-    expect_fail(&ctx, emu_t_matmul(&ctx, "t.bad", &out, &a, &b, NULL), &out,
+    accum.kind = EMU_ACCUM_BLOCKED;
+    accum.block = 0;
+    expect_fail(&ctx, emu_t_matmul(&ctx, "t.bad", &out, &a, &b, &plain,
+                                   &test_rne), &out,
                 before, "blocked with block 0", "block");
-    emu_accum_default(&ctx.accum);
+    emu_accum_default(&accum);
+    /* the accumulator and the rounding are arguments without defaults */
+    expect_fail(&ctx, emu_t_matmul(&ctx, "t.bad", &out, &a, &b, NULL,
+                                   &test_rne),
+                &out, before, "no options", "options");
+    emu_matmul_opts none = { .trans_a = false };
+    expect_fail(&ctx, emu_t_matmul(&ctx, "t.bad", &out, &a, &b, &none,
+                                   &test_rne),
+                &out, before, "no accumulator", "no accumulator");
+    expect_fail(&ctx, emu_t_bmm(&ctx, "t.bad", &out3, &a, &b3, &none,
+                                &test_rne),
+                &out3, before3, "bmm without accumulator", "no accumulator");
+    expect_fail(&ctx, emu_t_matmul(&ctx, "t.bad", &out, &a, &b, &plain, NULL),
+                &out, before, "no rounding", "no rounding");
     /* After all that, a good call still works and counts as one op. */
     uint64_t op = ctx.op_index;
-    ck_assert_int_eq(emu_t_matmul(&ctx, "t.good", &out, &a, &b, NULL), 0);
+    ck_assert_int_eq(emu_t_matmul(&ctx, "t.good", &out, &a, &b, &plain,
+                                  &test_rne), 0);
     ck_assert_uint_eq(ctx.op_index, op + 1);
     emu_tensor_free(&a);
     emu_tensor_free(&b);

@@ -84,7 +84,6 @@ static void fixture_make(fixture *f, const char *arch, int batch, int c, int h,
         emu_policy_validate(&f->p, &err))
         ck_abort_msg("policy: %s", err.message);
     emu_ctx_init(&f->ctx, seed);
-    f->ctx.accum = f->p.accum;
     if (emu_model_build(&f->m, arch, &f->p, batch, c, h, w, classes, seed,
                         &f->ctx, &err))
         ck_abort_msg("build %s: %s: %s", arch, err.key, err.message);
@@ -99,7 +98,7 @@ static void fixture_make(fixture *f, const char *arch, int batch, int c, int h,
     ck_assert_ptr_nonnull(x);
     for (size_t i = 0; i < f->m.x.n; i++)
         x[i] = (float)ldexp((double)(test_next(&g) >> 40), -24);
-    if (emu_t_load(&f->ctx, "input", &f->m.x, x, f->m.x.n))
+    if (emu_t_load(&f->ctx, "input", &f->m.x, x, f->m.x.n, &test_rne))
         ck_abort_msg("load: %s", f->ctx.err.message);
     free(x);
     for (int i = 0; i < batch; i++)
@@ -529,7 +528,6 @@ static void build_with(emu_model *m, emu_ctx *ctx, const emu_policy *p,
 {
     emu_error err;
     emu_ctx_init(ctx, seed);
-    ctx->accum = p->accum;
     if (emu_model_build(m, arch, p, batch, 1, 28, 28, 10, seed, ctx, &err))
         ck_abort_msg("build %s under %s: %s", arch, p->name, err.message);
 }
@@ -576,7 +574,7 @@ START_TEST(fp8_recipe)
         labels[i] = (int)test_below(&g, 10);
     for (int k = 0; k < 2; k++) {
         ctx[k].seed = 100 + (uint64_t)k; /* the SR streams, not the weights */
-        if (emu_t_load(&ctx[k], "input", &m[k].x, x, m[k].x.n) ||
+        if (emu_t_load(&ctx[k], "input", &m[k].x, x, m[k].x.n, &test_rne) ||
             emu_model_forward(&m[k], &ctx[k], &p) ||
             emu_model_backward(&m[k], &ctx[k], &p, labels, 1024.0f))
             ck_abort_msg("%s", ctx[k].err.message);

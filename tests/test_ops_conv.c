@@ -236,16 +236,18 @@ static void free_prob(prob *p)
         emu_tensor_free(t[i]);
 }
 
-static void run_all(emu_ctx *ctx, prob *p, bool bias)
+static void run_all(emu_ctx *ctx, const emu_accum *accum,
+                    const emu_rounding *rnd, prob *p, bool bias)
 {
-    emu_conv_opts o = { .stride = p->g.s, .pad = p->g.pad,
+    emu_conv_opts o = { .accum = accum, .stride = p->g.s, .pad = p->g.pad,
                        .alpha = p->alpha };
     EXPECT(emu_t_conv2d(ctx, "c", &p->y, &p->x, &p->w, bias ? &p->b : NULL,
-                        &o) == 0, "conv2d: %s", ctx->err.message);
-    EXPECT(emu_t_conv2d_backward_data(ctx, "cd", &p->dx, &p->dy, &p->w, &o) == 0,
+                        &o, rnd) == 0, "conv2d: %s", ctx->err.message);
+    EXPECT(emu_t_conv2d_backward_data(ctx, "cd", &p->dx, &p->dy, &p->w, &o,
+                                      rnd) == 0,
            "backward_data: %s", ctx->err.message);
     EXPECT(emu_t_conv2d_backward_weights(ctx, "cw", &p->dw, &p->db, &p->dy,
-                                         &p->x, &o) == 0,
+                                         &p->x, &o, rnd) == 0,
            "backward_weights: %s", ctx->err.message);
 }
 
@@ -296,13 +298,16 @@ START_TEST(sequential16_equals_scalar_chain)
             fill(&r, &p.dy, f16, -4, 3);
             emu_ctx ctx;
             emu_ctx_init(&ctx, 5);
+            emu_rounding rnd = test_rne;
+            emu_accum accum;
+            emu_accum_default(&accum);
             emu_error e;
-            ck_assert_int_eq(emu_accum_parse(&ctx.accum, specs[si], &e), 0);
-            ctx.rnd.mode = (emu_rnd)(rep % TEST_DET_MODES);
+            ck_assert_int_eq(emu_accum_parse(&accum, specs[si], &e), 0);
+            rnd.mode = (emu_rnd)(rep % TEST_DET_MODES);
             const bool bias = rep % 2 == 0;
-            run_all(&ctx, &p, bias);
+            run_all(&ctx, &accum, &rnd, &p, bias);
             geo_string(&g, gs, sizeof gs);
-            const emu_accum *m = &ctx.accum;
+            const emu_accum *m = &accum;
             for (size_t n = 0; n < g.N; n++)
                 for (size_t co = 0; co < g.Co; co++)
                     for (size_t oh = 0; oh < g.Ho; oh++)
@@ -312,12 +317,12 @@ START_TEST(sequential16_equals_scalar_chain)
                                                  oh, ow, A, B);
                             double want = emu_convert(&p.y.fmt,
                                                       scalar_seq(m, A, B, k),
-                                                      &ctx.rnd, NULL);
+                                                      &rnd, NULL);
                             double got = p.y.data[yi(&g, n, co, oh, ow)];
                             EXPECT(test_same(want, got),
                                    "conv2d %s %s out %s %s bias %d at (%zu, "
                                    "%zu, %zu, %zu): got %a want %a", specs[si],
-                                   gs, of, emu_rnd_name(ctx.rnd.mode), bias, n,
+                                   gs, of, emu_rnd_name(rnd.mode), bias, n,
                                    co, oh, ow, got, want);
                         }
             for (size_t i = 0; i < p.dx.n; i++) {
@@ -325,7 +330,7 @@ START_TEST(sequential16_equals_scalar_chain)
                 size_t ci = (i / (g.W * g.H)) % g.Ci, n = i / (g.W * g.H * g.Ci);
                 size_t k = terms_data(&g, p.dy.data, p.w.data, n, ci, ih, iw, A, B);
                 double want = emu_convert(&p.dx.fmt, scalar_seq(m, A, B, k),
-                                          &ctx.rnd, NULL);
+                                          &rnd, NULL);
                 EXPECT(test_same(want, p.dx.data[i]),
                        "backward_data %s %s at %zu: got %a want %a", specs[si],
                        gs, i, (double)p.dx.data[i], want);
@@ -336,7 +341,7 @@ START_TEST(sequential16_equals_scalar_chain)
                 size_t k = terms_weights(&g, p.dy.data, p.x.data, co, ci, kh,
                                          kw, A, B);
                 double want = emu_convert(&p.dw.fmt, scalar_seq(m, A, B, k),
-                                          &ctx.rnd, NULL);
+                                          &rnd, NULL);
                 EXPECT(test_same(want, p.dw.data[i]),
                        "backward_weights %s %s at %zu: got %a want %a",
                        specs[si], gs, i, (double)p.dw.data[i], want);
@@ -344,7 +349,7 @@ START_TEST(sequential16_equals_scalar_chain)
             for (size_t co = 0; co < g.Co; co++) {
                 size_t k = terms_bias(&g, p.dy.data, co, A);
                 double want = emu_convert(&p.db.fmt, scalar_seq(m, A, NULL, k),
-                                          &ctx.rnd, NULL);
+                                          &rnd, NULL);
                 EXPECT(test_same(want, p.db.data[co]),
                        "dbias %s %s at %zu: got %a want %a", specs[si], gs, co,
                        (double)p.db.data[co], want);
@@ -370,7 +375,8 @@ static const char *const model_specs[] = {
 };
 enum { N_MODELS = sizeof model_specs / sizeof model_specs[0] };
 
-static double model_out(const emu_ctx *ctx, const emu_format *of, uint64_t stream,
+static double model_out(const emu_ctx *ctx, const emu_accum *accum,
+                        const emu_format *of, uint64_t stream,
                         uint64_t dot, const float *A, const float *B, size_t k,
                         double alpha);
 
@@ -379,11 +385,12 @@ static double model_out(const emu_ctx *ctx, const emu_format *of, uint64_t strea
  * summation order: got must lie within the binary32 recursive-summation
  * bound, (k + 1) 2^-24 sum |terms| (+ the output rounding), of the exact
  * value; it is returned if so. */
-static double model_out_got(const emu_ctx *ctx, const emu_format *of,
+static double model_out_got(const emu_ctx *ctx, const emu_accum *accum,
+                            const emu_format *of,
                             uint64_t stream, uint64_t dot, const float *A,
                             const float *B, size_t k, double alpha, double got)
 {
-    if (ctx->accum.kind == EMU_ACCUM_FAST) {
+    if (accum->kind == EMU_ACCUM_FAST) {
         double s = 0.0, mag = 0.0; /* products exact, sum error << bound */
         for (size_t i = 0; i < k; i++) {
             double t = B ? (double)A[i] * B[i] : A[i];
@@ -394,17 +401,18 @@ static double model_out_got(const emu_ctx *ctx, const emu_format *of,
                        0x1p-24 * fabs(got);
         return fabs(got - s * alpha) <= bound ? got : s * alpha;
     }
-    return model_out(ctx, of, stream, dot, A, B, k, alpha);
+    return model_out(ctx, accum, of, stream, dot, A, B, k, alpha);
 }
 
 /* The model's value of the terms, times alpha, rounded by RNE. */
-static double model_out(const emu_ctx *ctx, const emu_format *of, uint64_t stream,
+static double model_out(const emu_ctx *ctx, const emu_accum *accum,
+                        const emu_format *of, uint64_t stream,
                         uint64_t dot, const float *A, const float *B, size_t k,
                         double alpha)
 {
     emu_accum_rng rng = { ctx->seed, stream ^ ((uint64_t)1 << 63), dot };
     double lo;
-    double hi = emu_accum_dot(&ctx->accum, A, 1, B, B ? 1 : 0, k, &rng, NULL,
+    double hi = emu_accum_dot(accum, A, 1, B, B ? 1 : 0, k, &rng, NULL,
                               &lo);
     emu_rounding rne = { .mode = EMU_RNE };
     /* (hi + lo) alpha exactly (alpha need not be a power of two), then
@@ -445,10 +453,14 @@ START_TEST(models_equal_accum_dot)
             fill(&r, &p.dy, f32, -8, 4);
             emu_ctx ctx;
             emu_ctx_init(&ctx, 0x5eed + rep);
+            emu_rounding rnd = test_rne;
+            emu_accum accum;
+            emu_accum_default(&accum);
             ctx.threads = 1 + (int)(rep % 2);
             emu_error e;
-            ck_assert_int_eq(emu_accum_parse(&ctx.accum, model_specs[mi], &e), 0);
-            run_all(&ctx, &p, true); /* streams: y 0, dx 1, dw 2, db 3 */
+            ck_assert_int_eq(emu_accum_parse(&accum, model_specs[mi], &e), 0);
+            /* streams: y 0, dx 1, dw 2, db 3 */
+            run_all(&ctx, &accum, &rnd, &p, true);
             geo_string(&g, gs, sizeof gs);
             for (size_t i = 0; i < p.y.n; i++) {
                 size_t ow = i % g.Wo, oh = (i / g.Wo) % g.Ho;
@@ -456,8 +468,8 @@ START_TEST(models_equal_accum_dot)
                 size_t k = terms_fwd(&g, p.x.data, p.w.data, p.b.data, n, co,
                                      oh, ow, A, B);
                 uint64_t dot = ((n * g.Ho + oh) * g.Wo + ow) * g.Co + co;
-                double want = model_out_got(&ctx, &p.y.fmt, 0, dot, A, B, k, alpha,
-                                            p.y.data[i]);
+                double want = model_out_got(&ctx, &accum, &p.y.fmt, 0, dot, A,
+                                            B, k, alpha, p.y.data[i]);
                 EXPECT(test_same(want, p.y.data[i]),
                        "conv2d %s %s alpha %g [%zu]: got %a want %a",
                        model_specs[mi], gs, alpha, i, (double)p.y.data[i], want);
@@ -467,8 +479,8 @@ START_TEST(models_equal_accum_dot)
                 size_t ci = (i / (g.W * g.H)) % g.Ci, n = i / (g.W * g.H * g.Ci);
                 size_t k = terms_data(&g, p.dy.data, p.w.data, n, ci, ih, iw, A, B);
                 uint64_t dot = ((n * g.H + ih) * g.W + iw) * g.Ci + ci;
-                double want = model_out_got(&ctx, &p.dx.fmt, 1, dot, A, B, k, alpha,
-                                            p.dx.data[i]);
+                double want = model_out_got(&ctx, &accum, &p.dx.fmt, 1, dot, A,
+                                            B, k, alpha, p.dx.data[i]);
                 EXPECT(test_same(want, p.dx.data[i]),
                        "backward_data %s %s [%zu]: got %a want %a",
                        model_specs[mi], gs, i, (double)p.dx.data[i], want);
@@ -478,16 +490,16 @@ START_TEST(models_equal_accum_dot)
                 size_t ci = (i / (g.KW * g.KH)) % g.Ci, co = i / (g.KW * g.KH * g.Ci);
                 size_t k = terms_weights(&g, p.dy.data, p.x.data, co, ci, kh,
                                          kw, A, B);
-                double want = model_out_got(&ctx, &p.dw.fmt, 2, i, A, B, k, alpha,
-                                            p.dw.data[i]);
+                double want = model_out_got(&ctx, &accum, &p.dw.fmt, 2, i, A,
+                                            B, k, alpha, p.dw.data[i]);
                 EXPECT(test_same(want, p.dw.data[i]),
                        "backward_weights %s %s [%zu]: got %a want %a",
                        model_specs[mi], gs, i, (double)p.dw.data[i], want);
             }
             for (size_t co = 0; co < g.Co; co++) {
                 size_t k = terms_bias(&g, p.dy.data, co, A);
-                double want = model_out_got(&ctx, &p.db.fmt, 3, co, A, NULL,
-                                            k, alpha, p.db.data[co]);
+                double want = model_out_got(&ctx, &accum, &p.db.fmt, 3, co, A,
+                                            NULL, k, alpha, p.db.data[co]);
                 EXPECT(test_same(want, p.db.data[co]),
                        "dbias %s %s [%zu]: got %a want %a", model_specs[mi],
                        gs, co, (double)p.db.data[co], want);
@@ -518,13 +530,16 @@ START_TEST(threads_do_not_matter)
         emu_stats_init(&st[t]);
         emu_ctx ctx;
         emu_ctx_init(&ctx, 42);
+        emu_rounding rnd = test_rne;
+        emu_accum accum;
+        emu_accum_default(&accum);
         ctx.stats = &st[t];
         ctx.threads = 1 + 2 * t;
-        ctx.rnd.mode = EMU_RS;
+        rnd.mode = EMU_RS;
         emu_error e;
-        ck_assert_int_eq(emu_accum_parse(&ctx.accum,
+        ck_assert_int_eq(emu_accum_parse(&accum,
                                          "sequential,acc=binary16,mode=sr", &e), 0);
-        run_all(&ctx, &p[t], true);
+        run_all(&ctx, &accum, &rnd, &p[t], true);
     }
     emu_tensor *a[] = { &p[0].y, &p[0].dx, &p[0].dw, &p[0].db };
     emu_tensor *b[] = { &p[1].y, &p[1].dx, &p[1].dw, &p[1].db };
@@ -602,19 +617,22 @@ START_TEST(exact_model_vs_mpfr)
             fill(&r, &p.dy, f32, -40, 3);
             emu_ctx ctx;
             emu_ctx_init(&ctx, 1);
-            ctx.accum.kind = EMU_ACCUM_EXACT;
-            ctx.rnd.mode = (emu_rnd)mode;
-            run_all(&ctx, &p, true);
+            emu_rounding rnd = test_rne;
+            emu_accum accum;
+            emu_accum_default(&accum);
+            accum.kind = EMU_ACCUM_EXACT;
+            rnd.mode = (emu_rnd)mode;
+            run_all(&ctx, &accum, &rnd, &p, true);
             geo_string(&g, gs, sizeof gs);
             for (size_t i = 0; i < p.y.n; i++) {
                 size_t ow = i % g.Wo, oh = (i / g.Wo) % g.Ho;
                 size_t co = (i / (g.Wo * g.Ho)) % g.Co, n = i / (g.Wo * g.Ho * g.Co);
                 mp_dot(ex, A, B, terms_fwd(&g, p.x.data, p.w.data, p.b.data, n,
                                            co, oh, ow, A, B));
-                double want = emu_ref_round(&p.y.fmt, ex, &ctx.rnd, NULL);
+                double want = emu_ref_round(&p.y.fmt, ex, &rnd, NULL);
                 EXPECT(same_or_zeros(want, p.y.data[i]), "exact conv2d %s %s %s "
                        "[%zu]: got %a want %a", outs[oi],
-                       emu_rnd_name(ctx.rnd.mode), gs, i, (double)p.y.data[i],
+                       emu_rnd_name(rnd.mode), gs, i, (double)p.y.data[i],
                        want);
             }
             for (size_t i = 0; i < p.dx.n; i++) {
@@ -622,10 +640,10 @@ START_TEST(exact_model_vs_mpfr)
                 size_t ci = (i / (g.W * g.H)) % g.Ci, n = i / (g.W * g.H * g.Ci);
                 mp_dot(ex, A, B, terms_data(&g, p.dy.data, p.w.data, n, ci, ih,
                                             iw, A, B));
-                double want = emu_ref_round(&p.dx.fmt, ex, &ctx.rnd, NULL);
+                double want = emu_ref_round(&p.dx.fmt, ex, &rnd, NULL);
                 EXPECT(same_or_zeros(want, p.dx.data[i]), "exact backward_data %s "
                        "%s %s [%zu]: got %a want %a", outs[oi],
-                       emu_rnd_name(ctx.rnd.mode), gs, i,
+                       emu_rnd_name(rnd.mode), gs, i,
                        (double)p.dx.data[i], want);
             }
             for (size_t i = 0; i < p.dw.n; i++) {
@@ -633,18 +651,18 @@ START_TEST(exact_model_vs_mpfr)
                 size_t ci = (i / (g.KW * g.KH)) % g.Ci, co = i / (g.KW * g.KH * g.Ci);
                 mp_dot(ex, A, B, terms_weights(&g, p.dy.data, p.x.data, co, ci,
                                                kh, kw, A, B));
-                double want = emu_ref_round(&p.dw.fmt, ex, &ctx.rnd, NULL);
+                double want = emu_ref_round(&p.dw.fmt, ex, &rnd, NULL);
                 EXPECT(same_or_zeros(want, p.dw.data[i]), "exact backward_weights "
                        "%s %s %s [%zu]: got %a want %a", outs[oi],
-                       emu_rnd_name(ctx.rnd.mode), gs, i,
+                       emu_rnd_name(rnd.mode), gs, i,
                        (double)p.dw.data[i], want);
             }
             for (size_t co = 0; co < g.Co; co++) {
                 mp_dot(ex, A, NULL, terms_bias(&g, p.dy.data, co, A));
-                double want = emu_ref_round(&p.db.fmt, ex, &ctx.rnd, NULL);
+                double want = emu_ref_round(&p.db.fmt, ex, &rnd, NULL);
                 EXPECT(same_or_zeros(want, p.db.data[co]), "exact dbias %s %s "
                        "[%zu]: got %a want %a", outs[oi],
-                       emu_rnd_name(ctx.rnd.mode), co, (double)p.db.data[co],
+                       emu_rnd_name(rnd.mode), co, (double)p.db.data[co],
                        want);
             }
             free_prob(&p);
@@ -671,13 +689,16 @@ START_TEST(reference_callbacks)
         emu_stats_init(&st);
         emu_ctx ctx;
         emu_ctx_init(&ctx, 1);
+        emu_rounding rnd = test_rne;
+        emu_accum accum;
+        emu_accum_default(&accum);
         ctx.stats = &st;
         ctx.measure = EMU_MEASURE_ALL;
         ctx.ref_rate = 1.0;
         emu_error e;
-        ck_assert_int_eq(emu_accum_parse(&ctx.accum, exact ? "exact"
+        ck_assert_int_eq(emu_accum_parse(&accum, exact ? "exact"
                                          : "sequential,acc=binary16", &e), 0);
-        run_all(&ctx, &p, true);
+        run_all(&ctx, &accum, &rnd, &p, true);
         const char *sites[] = { "c", "cd", "cw", "cw.dbias" };
         const size_t n[] = { p.y.n, p.dx.n, p.dw.n, p.db.n };
         for (int k = 0; k < 4; k++) {
@@ -759,9 +780,12 @@ static void conv_gradient_case(geo g, test_rng *r, gc_stats *st)
     fill_grid(r, &p.dy); /* r of the loss */
     emu_ctx ctx;
     emu_ctx_init(&ctx, 1);
-    ctx.accum.kind = EMU_ACCUM_EXACT;
-    run_all(&ctx, &p, true);
-    emu_conv_opts o = { .stride = g.s, .pad = g.pad };
+    emu_rounding rnd = test_rne;
+    emu_accum accum;
+    emu_accum_default(&accum);
+    accum.kind = EMU_ACCUM_EXACT;
+    run_all(&ctx, &accum, &rnd, &p, true);
+    emu_conv_opts o = { .accum = &accum, .stride = g.s, .pad = g.pad };
     bool *reach = malloc(p.y.n * sizeof *reach);
     char gs[96];
     geo_string(&g, gs, sizeof gs);
@@ -778,9 +802,11 @@ static void conv_gradient_case(geo g, test_rng *r, gc_stats *st)
         }
         float x0 = p.x.data[j];
         p.x.data[j] = x0 + (float)h;
-        ck_assert_int_eq(emu_t_conv2d(&ctx, "c", &yp, &p.x, &p.w, &p.b, &o), 0);
+        ck_assert_int_eq(emu_t_conv2d(&ctx, "c", &yp, &p.x, &p.w, &p.b, &o,
+                                      &rnd), 0);
         p.x.data[j] = x0 - (float)h;
-        ck_assert_int_eq(emu_t_conv2d(&ctx, "c", &ym, &p.x, &p.w, &p.b, &o), 0);
+        ck_assert_int_eq(emu_t_conv2d(&ctx, "c", &ym, &p.x, &p.w, &p.b, &o,
+                                      &rnd), 0);
         p.x.data[j] = x0;
         double fd, tol;
         central(&p.dy, &yp, &ym, reach, h, &fd, &tol);
@@ -795,9 +821,11 @@ static void conv_gradient_case(geo g, test_rng *r, gc_stats *st)
         float *v = is_w ? &p.w.data[j] : &p.b.data[co];
         float v0 = *v;
         *v = v0 + (float)h;
-        ck_assert_int_eq(emu_t_conv2d(&ctx, "c", &yp, &p.x, &p.w, &p.b, &o), 0);
+        ck_assert_int_eq(emu_t_conv2d(&ctx, "c", &yp, &p.x, &p.w, &p.b, &o,
+                                      &rnd), 0);
         *v = v0 - (float)h;
-        ck_assert_int_eq(emu_t_conv2d(&ctx, "c", &ym, &p.x, &p.w, &p.b, &o), 0);
+        ck_assert_int_eq(emu_t_conv2d(&ctx, "c", &ym, &p.x, &p.w, &p.b, &o,
+                                      &rnd), 0);
         *v = v0;
         double fd, tol;
         central(&p.dy, &yp, &ym, reach, h, &fd, &tol);
@@ -874,23 +902,28 @@ static void pool_gradient_case(pgeo g, test_rng *r, gc_stats *st_avg,
              g.H, g.W, g.size, g.stride);
     for (int maxp = 0; maxp < 2; maxp++) {
         if (maxp) {
-            ck_assert_int_eq(emu_t_maxpool2d(&ctx, "p", &yp, arg, &x, &o), 0);
+            ck_assert_int_eq(emu_t_maxpool2d(&ctx, "p", &yp, arg, &x, &o,
+                                             &test_rne), 0);
             ck_assert_int_eq(emu_t_maxpool2d_backward(&ctx, "pb", &dx, &rr,
-                                                      arg, &o), 0);
+                                                      arg, &o, &test_rne), 0);
         } else {
             ck_assert_int_eq(emu_t_avgpool2d_backward(&ctx, "pb", &dx, &rr,
-                                                      &o), 0);
+                                                      &o, &test_rne), 0);
         }
         for (size_t j = 0; j < x.n; j++) {
             for (size_t i = 0; i < yp.n; i++)
                 reach[i] = in_window(&g, i, j);
             float x0 = x.data[j];
             x.data[j] = x0 + (float)h;
-            ck_assert_int_eq(maxp ? emu_t_maxpool2d(&ctx, "p", &yp, NULL, &x, &o)
-                                  : emu_t_avgpool2d(&ctx, "p", &yp, &x, &o), 0);
+            ck_assert_int_eq(maxp ? emu_t_maxpool2d(&ctx, "p", &yp, NULL, &x,
+                                                    &o, &test_rne)
+                                  : emu_t_avgpool2d(&ctx, "p", &yp, &x, &o,
+                                                    &test_rne), 0);
             x.data[j] = x0 - (float)h;
-            ck_assert_int_eq(maxp ? emu_t_maxpool2d(&ctx, "p", &ym, NULL, &x, &o)
-                                  : emu_t_avgpool2d(&ctx, "p", &ym, &x, &o), 0);
+            ck_assert_int_eq(maxp ? emu_t_maxpool2d(&ctx, "p", &ym, NULL, &x,
+                                                    &o, &test_rne)
+                                  : emu_t_avgpool2d(&ctx, "p", &ym, &x, &o,
+                                                    &test_rne), 0);
             x.data[j] = x0;
             double fd, tol;
             central(&rr, &yp, &ym, reach, h, &fd, &tol);
@@ -965,15 +998,18 @@ START_TEST(pooling_vs_mpfr)
                 size_t *arg = malloc(y.n * sizeof *arg);
                 emu_ctx ctx;
                 emu_ctx_init(&ctx, 1);
-                ctx.rnd.mode = (emu_rnd)mode;
-                ck_assert_int_eq(emu_t_avgpool2d(&ctx, "a", &y, &x, &o), 0);
+                emu_rounding rnd = test_rne;
+                rnd.mode = (emu_rnd)mode;
+                ck_assert_int_eq(emu_t_avgpool2d(&ctx, "a", &y, &x, &o, &rnd),
+                                 0);
                 ck_assert_int_eq(emu_t_avgpool2d_backward(&ctx, "ab", &dx, &dy,
-                                                          &o), 0);
+                                                          &o, &rnd), 0);
                 /* argmax from a binary32 max pool of the same x */
                 emu_tensor y32 = mk("y32", "binary32", g.N, g.C, g.Ho, g.Wo);
-                ck_assert_int_eq(emu_t_maxpool2d(&ctx, "m", &y32, arg, &x, &o), 0);
+                ck_assert_int_eq(emu_t_maxpool2d(&ctx, "m", &y32, arg, &x, &o,
+                                                 &rnd), 0);
                 ck_assert_int_eq(emu_t_maxpool2d_backward(&ctx, "mb", &dxm, &dy,
-                                                          arg, &o), 0);
+                                                          arg, &o, &rnd), 0);
                 const double S = (double)(g.size * g.size);
                 for (size_t i = 0; i < y.n; i++) {
                     mpfr_set_zero(ex, 1);
@@ -981,10 +1017,10 @@ START_TEST(pooling_vs_mpfr)
                         if (in_window(&g, i, j))
                             mpfr_add_d(ex, ex, x.data[j], MPFR_RNDN);
                     mpfr_div_d(ex, ex, S, MPFR_RNDN);
-                    double want = emu_ref_round(of, ex, &ctx.rnd, NULL);
+                    double want = emu_ref_round(of, ex, &rnd, NULL);
                     EXPECT(test_same(want, y.data[i]), "avgpool %s %s size %zu "
                            "stride %zu [%zu]: got %a want %a", outs[oi],
-                           emu_rnd_name(ctx.rnd.mode), g.size, g.stride, i,
+                           emu_rnd_name(rnd.mode), g.size, g.stride, i,
                            (double)y.data[i], want);
                 }
                 for (size_t j = 0; j < x.n; j++) {
@@ -997,19 +1033,19 @@ START_TEST(pooling_vs_mpfr)
                             mpfr_add_d(t, t, dy.data[i], MPFR_RNDN);
                     }
                     mpfr_div_d(ex, ex, S, MPFR_RNDN);
-                    double want = emu_ref_round(of, ex, &ctx.rnd, NULL);
+                    double want = emu_ref_round(of, ex, &rnd, NULL);
                     EXPECT(test_same(want, dx.data[j]) ||
                            (want == 0.0 && dx.data[j] == 0.0f),
                            "avgpool backward %s %s size %zu stride %zu [%zu]: "
                            "got %a want %a", outs[oi],
-                           emu_rnd_name(ctx.rnd.mode), g.size, g.stride, j,
+                           emu_rnd_name(rnd.mode), g.size, g.stride, j,
                            (double)dx.data[j], want);
-                    want = emu_ref_round(of, t, &ctx.rnd, NULL);
+                    want = emu_ref_round(of, t, &rnd, NULL);
                     EXPECT(test_same(want, dxm.data[j]) ||
                            (want == 0.0 && dxm.data[j] == 0.0f),
                            "maxpool backward %s %s size %zu stride %zu [%zu]: "
                            "got %a want %a", outs[oi],
-                           emu_rnd_name(ctx.rnd.mode), g.size, g.stride, j,
+                           emu_rnd_name(rnd.mode), g.size, g.stride, j,
                            (double)dxm.data[j], want);
                 }
                 free(arg);
@@ -1045,7 +1081,8 @@ START_TEST(pooling_ties_below_binary64)
                 const size_t S = size * size;
                 emu_ctx ctx;
                 emu_ctx_init(&ctx, 1);
-                ctx.rnd.mode = (emu_rnd)mode;
+                emu_rounding rnd = test_rne;
+                rnd.mode = (emu_rnd)mode;
                 /* a random tie of `of`: (2m+1) 2^(e-p), m a p-bit significand */
                 double ties[8];
                 for (int k = 0; k < 8; k++) {
@@ -1072,17 +1109,18 @@ START_TEST(pooling_ties_below_binary64)
                         x.data[idx[(q + o) % n]] = q < 3 ? v[q] : 0.0f;
                 }
                 emu_pool_opts o = { (int)size, (int)size };
-                ck_assert_int_eq(emu_t_avgpool2d(&ctx, "a", &y, &x, &o), 0);
+                ck_assert_int_eq(emu_t_avgpool2d(&ctx, "a", &y, &x, &o, &rnd),
+                                 0);
                 for (size_t i = 0; i < y.n; i++) {
                     mpfr_set_zero(ex, 1);
                     for (size_t j = 0; j < x.n; j++)
                         if (in_window(&g, i, j))
                             mpfr_add_d(ex, ex, x.data[j], MPFR_RNDN);
                     mpfr_div_ui(ex, ex, (unsigned long)S, MPFR_RNDN);
-                    double want = emu_ref_round(of, ex, &ctx.rnd, NULL);
+                    double want = emu_ref_round(of, ex, &rnd, NULL);
                     EXPECT(test_same(want, y.data[i]), "avgpool tie %s %s size "
                            "%zu [%zu]: exact %.20g, got %a want %a", outs[oi],
-                           emu_rnd_name(ctx.rnd.mode), size, i,
+                           emu_rnd_name(rnd.mode), size, i,
                            mpfr_get_d(ex, MPFR_RNDN), (double)y.data[i], want);
                 }
                 emu_tensor_free(&x);
@@ -1099,7 +1137,8 @@ START_TEST(pooling_ties_below_binary64)
                     xb.data[j] = (float)j * 0x1p-10f;
                 xb.data[2 * 6 + 2] = 100.0f; /* in all windows of size 3 at (0..2, 0..2) */
                 emu_pool_opts ob = { (int)size, 1 };
-                ck_assert_int_eq(emu_t_maxpool2d(&ctx, "m", &yb, arg, &xb, &ob), 0);
+                ck_assert_int_eq(emu_t_maxpool2d(&ctx, "m", &yb, arg, &xb, &ob,
+                                                 &rnd), 0);
                 for (int trial = 0; trial < 4; trial++) {
                     memset(dy.data, 0, dy.n * sizeof(float));
                     size_t a = test_below(&r, dy.n), b = test_below(&r, dy.n);
@@ -1108,10 +1147,10 @@ START_TEST(pooling_ties_below_binary64)
                         dy.data[b] = (float)ldexp(test_below(&r, 2) ? 1.0 : -1.0, -70);
                     if (size == 2)
                         ck_assert_int_eq(emu_t_avgpool2d_backward(&ctx, "ab", &dx,
-                                                                  &dy, &ob), 0);
+                                                                  &dy, &ob, &rnd), 0);
                     else
                         ck_assert_int_eq(emu_t_maxpool2d_backward(&ctx, "mb", &dx,
-                                                                  &dy, arg, &ob), 0);
+                                                                  &dy, arg, &ob, &rnd), 0);
                     for (size_t j = 0; j < dx.n; j++) {
                         mpfr_set_zero(ex, 1);
                         for (size_t i = 0; i < dy.n; i++)
@@ -1119,12 +1158,12 @@ START_TEST(pooling_ties_below_binary64)
                                 mpfr_add_d(ex, ex, dy.data[i], MPFR_RNDN);
                         if (size == 2)
                             mpfr_div_ui(ex, ex, (unsigned long)S, MPFR_RNDN);
-                        double want = emu_ref_round(of, ex, &ctx.rnd, NULL);
+                        double want = emu_ref_round(of, ex, &rnd, NULL);
                         EXPECT(test_same(want, dx.data[j]) ||
                                (want == 0.0 && dx.data[j] == 0.0f),
                                "%s backward tie %s %s [%zu]: exact %.20g, got "
                                "%a want %a", size == 2 ? "avgpool" : "maxpool",
-                               outs[oi], emu_rnd_name(ctx.rnd.mode), j,
+                               outs[oi], emu_rnd_name(rnd.mode), j,
                                mpfr_get_d(ex, MPFR_RNDN), (double)dx.data[j],
                                want);
                     }
@@ -1151,7 +1190,7 @@ START_TEST(maxpool_selection)
     emu_pool_opts o = { 2, 2 };
     emu_ctx ctx;
     emu_ctx_init(&ctx, 1);
-    ck_assert_int_eq(emu_t_maxpool2d(&ctx, "m", &y, arg, &x, &o), 0);
+    ck_assert_int_eq(emu_t_maxpool2d(&ctx, "m", &y, arg, &x, &o, &test_rne), 0);
     /* windows: {3,1,3,2} -> 3 at 0; {-0,+0,+0,-0} -> +0 at 3;
      * {2,NaN,NaN,7} -> NaN at 5; {5,5,5,4} -> 5 at 6 */
     const size_t want_arg[4] = { 0, 3, 5, 6 };
@@ -1201,61 +1240,84 @@ START_TEST(bad_input)
         sentinel(outs[i]);
     emu_ctx ctx;
     emu_ctx_init(&ctx, 1);
-    emu_conv_opts o = { .stride = 1, .pad = 0 };
-    expect_fail(emu_t_conv2d(&ctx, "c", &p.y, &x3, &p.w, NULL, &o), &ctx,
-                "channel mismatch");
-    expect_fail(emu_t_conv2d(&ctx, "c", &ybad, &p.x, &p.w, NULL, &o), &ctx,
-                "expected (1, 3, 3, 3)");
-    expect_fail(emu_t_conv2d(&ctx, "c", &p.y, &p.x, &p.w, &b4, &o), &ctx,
-                "expected (3)");
-    emu_conv_opts s0 = { .stride = 0 }, pneg = { .stride = 1, .pad = -1 };
-    emu_conv_opts a3 = { .stride = 1, .alpha = -3.0 };
-    expect_fail(emu_t_conv2d(&ctx, "c", &p.y, &p.x, &p.w, NULL, &s0), &ctx,
-                "stride");
-    expect_fail(emu_t_conv2d(&ctx, "c", &p.y, &p.x, &p.w, NULL, &pneg), &ctx,
-                "padding");
-    expect_fail(emu_t_conv2d(&ctx, "c", &p.y, &p.x, &p.w, NULL, NULL), &ctx,
-                "NULL");
-    expect_fail(emu_t_conv2d_backward_data(&ctx, "c", &p.dx, &p.dy, &p.w, &a3),
+    emu_conv_opts o = { .accum = test_default_accum(), .stride = 1, .pad = 0 };
+    expect_fail(emu_t_conv2d(&ctx, "c", &p.y, &x3, &p.w, NULL, &o, &test_rne),
+                &ctx, "channel mismatch");
+    expect_fail(emu_t_conv2d(&ctx, "c", &ybad, &p.x, &p.w, NULL, &o, &test_rne),
+                &ctx, "expected (1, 3, 3, 3)");
+    expect_fail(emu_t_conv2d(&ctx, "c", &p.y, &p.x, &p.w, &b4, &o, &test_rne),
+                &ctx, "expected (3)");
+    const emu_accum *acc = test_default_accum();
+    emu_conv_opts s0 = { .accum = acc, .stride = 0 };
+    emu_conv_opts pneg = { .accum = acc, .stride = 1, .pad = -1 };
+    emu_conv_opts a3 = { .accum = acc, .stride = 1, .alpha = -3.0 };
+    expect_fail(emu_t_conv2d(&ctx, "c", &p.y, &p.x, &p.w, NULL, &s0, &test_rne),
+                &ctx, "stride");
+    expect_fail(emu_t_conv2d(&ctx, "c", &p.y, &p.x, &p.w, NULL, &pneg,
+                             &test_rne),
+                &ctx, "padding");
+    expect_fail(emu_t_conv2d(&ctx, "c", &p.y, &p.x, &p.w, NULL, NULL,
+                             &test_rne),
+                &ctx, "NULL");
+    expect_fail(emu_t_conv2d_backward_data(&ctx, "c", &p.dx, &p.dy, &p.w, &a3,
+                                           &test_rne),
                 &ctx, "positive");
     /* a 7x7 kernel on a 5x5 input without padding has no output */
     emu_tensor w7 = mk("w7", "binary32", 3, 2, 7, 7);
-    expect_fail(emu_t_conv2d(&ctx, "c", &p.y, &p.x, &w7, NULL, &o), &ctx,
-                "no output");
-    expect_fail(emu_t_conv2d_backward_data(&ctx, "c", &p.dx, &ybad, &p.w, &o),
+    expect_fail(emu_t_conv2d(&ctx, "c", &p.y, &p.x, &w7, NULL, &o, &test_rne),
+                &ctx, "no output");
+    expect_fail(emu_t_conv2d_backward_data(&ctx, "c", &p.dx, &ybad, &p.w, &o,
+                                           &test_rne),
                 &ctx, "dy");
     expect_fail(emu_t_conv2d_backward_weights(&ctx, "c", &p.dw, &b4, &p.dy,
-                                              &p.x, &o), &ctx, "dbias");
+                                              &p.x, &o, &test_rne), &ctx, "dbias");
     expect_fail(emu_t_conv2d_backward_weights(&ctx, "c", &p.dw, NULL, &p.dy,
-                                              &x3, &o), &ctx, "channel");
+                                              &x3, &o, &test_rne), &ctx, "channel");
     emu_tensor wide = p.x;
     wide.fmt = *test_format("binary64");
-    expect_fail(emu_t_conv2d(&ctx, "c", &p.y, &wide, &p.w, NULL, &o), &ctx,
-                "carrier");
+    expect_fail(emu_t_conv2d(&ctx, "c", &p.y, &wide, &p.w, NULL, &o, &test_rne),
+                &ctx, "carrier");
     /* an output sharing an input's storage */
     emu_tensor alias = p.y;
     alias.data = p.x.data;
-    expect_fail(emu_t_conv2d(&ctx, "c", &alias, &p.x, &p.w, NULL, &o), &ctx,
-                "shares storage");
+    expect_fail(emu_t_conv2d(&ctx, "c", &alias, &p.x, &p.w, NULL, &o,
+                             &test_rne),
+                &ctx, "shares storage");
+    /* the accumulator and the rounding have no defaults */
+    emu_conv_opts noacc = { .stride = 1 };
+    expect_fail(emu_t_conv2d(&ctx, "c", &p.y, &p.x, &p.w, NULL, &noacc,
+                             &test_rne),
+                &ctx, "no accumulator");
+    expect_fail(emu_t_conv2d_backward_weights(&ctx, "c", &p.dw, &p.db, &p.dy,
+                                              &p.x, &noacc, &test_rne),
+                &ctx, "no accumulator");
+    expect_fail(emu_t_conv2d_backward_data(&ctx, "c", &p.dx, &p.dy, &p.w, &o,
+                                           NULL),
+                &ctx, "no rounding");
     /* pooling */
     emu_pool_opts big = { 6, 1 }, zero = { 0, 1 }, ok = { 2, 2 };
     emu_tensor py = mk("py", "binary16", 1, 2, 2, 2);
     emu_tensor pdx = mk("pdx", "binary16", 1, 2, 5, 5);
     sentinel(&py);
     sentinel(&pdx);
-    expect_fail(emu_t_maxpool2d(&ctx, "m", &py, NULL, &p.x, &big), &ctx,
-                "no output");
-    expect_fail(emu_t_avgpool2d(&ctx, "m", &py, &p.x, &zero), &ctx,
-                "at least 1");
-    expect_fail(emu_t_avgpool2d(&ctx, "m", &ybad, &p.x, &ok), &ctx,
-                "expected (1, 2, 2, 2)");
-    expect_fail(emu_t_maxpool2d_backward(&ctx, "m", &pdx, &py, NULL, &ok), &ctx,
-                "argmax");
+    expect_fail(emu_t_maxpool2d(&ctx, "m", &py, NULL, &p.x, &big, &test_rne),
+                &ctx, "no output");
+    expect_fail(emu_t_avgpool2d(&ctx, "m", &py, &p.x, &zero, &test_rne),
+                &ctx, "at least 1");
+    expect_fail(emu_t_avgpool2d(&ctx, "m", &ybad, &p.x, &ok, &test_rne),
+                &ctx, "expected (1, 2, 2, 2)");
+    expect_fail(emu_t_maxpool2d_backward(&ctx, "m", &pdx, &py, NULL, &ok,
+                                         &test_rne),
+                &ctx, "argmax");
     size_t arg[8] = { 0, 2, 10, 12, 25, 27, 35, 36 }; /* 36 is outside */
-    expect_fail(emu_t_maxpool2d_backward(&ctx, "m", &pdx, &py, arg, &ok), &ctx,
-                "argmax[7] = 36 is not in the window of output 7");
-    expect_fail(emu_t_avgpool2d_backward(&ctx, "m", &pdx, &ybad, &ok), &ctx,
-                "dy");
+    expect_fail(emu_t_maxpool2d_backward(&ctx, "m", &pdx, &py, arg, &ok,
+                                         &test_rne),
+                &ctx, "argmax[7] = 36 is not in the window of output 7");
+    expect_fail(emu_t_avgpool2d_backward(&ctx, "m", &pdx, &ybad, &ok,
+                                         &test_rne),
+                &ctx, "dy");
+    expect_fail(emu_t_avgpool2d(&ctx, "m", &py, &p.x, &ok, NULL), &ctx,
+                "no rounding");
     for (int i = 0; i < 5; i++)
         expect_sentinel(outs[i]);
     expect_sentinel(&pdx);

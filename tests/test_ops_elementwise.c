@@ -143,10 +143,11 @@ enum { N_ROUNDINGS = sizeof roundings / sizeof roundings[0] };
 
 /* The scalar operations' rounding for element i of the op with stream s:
  * the same mode, and for SR a generator positioned at word i. */
-static emu_rounding scalar_rounding(const emu_ctx *ctx, uint64_t stream,
+static emu_rounding scalar_rounding(const emu_rounding *rnd,
+                                    const emu_ctx *ctx, uint64_t stream,
                                     size_t i, emu_rng *g)
 {
-    emu_rounding r = ctx->rnd;
+    emu_rounding r = *rnd;
     *g = (emu_rng){ ctx->seed, stream, i };
     r.rng = g;
     return r;
@@ -214,15 +215,15 @@ static double ref_bop(bop op, const emu_format *f, double a, double b,
 }
 
 static int run_bop(bop op, emu_ctx *ctx, emu_tensor *out, const emu_tensor *a,
-                   const emu_tensor *b, float alpha)
+                   const emu_tensor *b, float alpha, const emu_rounding *rnd)
 {
     switch (op) {
-    case OP_ADD: return emu_t_add(ctx, "t", out, a, b);
-    case OP_SUB: return emu_t_sub(ctx, "t", out, a, b);
-    case OP_MUL: return emu_t_mul(ctx, "t", out, a, b);
-    case OP_DIV: return emu_t_div(ctx, "t", out, a, b);
-    case OP_SCALE: return emu_t_scale(ctx, "t", out, a, alpha);
-    default: return emu_t_axpy(ctx, "t", out, alpha, a, b);
+    case OP_ADD: return emu_t_add(ctx, "t", out, a, b, rnd);
+    case OP_SUB: return emu_t_sub(ctx, "t", out, a, b, rnd);
+    case OP_MUL: return emu_t_mul(ctx, "t", out, a, b, rnd);
+    case OP_DIV: return emu_t_div(ctx, "t", out, a, b, rnd);
+    case OP_SCALE: return emu_t_scale(ctx, "t", out, alpha, a, rnd);
+    default: return emu_t_axpy(ctx, "t", out, alpha, a, b, rnd);
     }
 }
 
@@ -237,16 +238,16 @@ static void check_bop(bop op, const fmt_pair *fp, const emu_tensor *a,
     emu_ctx_init(&ctx, 0xadd + (uint64_t)op);
     ctx.op_index = 17; /* any op counter: streams are per op */
     for (int k = 0; k < N_ROUNDINGS; k++) {
-        ctx.rnd = roundings[k];
+        const emu_rounding *rnd = &roundings[k];
         const uint64_t stream = ctx.op_index;
-        ck_assert_int_eq(run_bop(op, &ctx, &out, a, b, alpha), 0);
+        ck_assert_int_eq(run_bop(op, &ctx, &out, a, b, alpha, rnd), 0);
         ck_assert_uint_eq(ctx.op_index, stream + 1);
-        const bool det = !emu_rnd_is_stochastic(ctx.rnd.mode);
+        const bool det = !emu_rnd_is_stochastic(rnd->mode);
         for (size_t i = 0; i < a->n; i++) {
             double x = a->data[i], y = b->data[i];
             double ops[3] = { x, y, alpha };
             emu_rng g;
-            emu_rounding r = scalar_rounding(&ctx, stream, i, &g);
+            emu_rounding r = scalar_rounding(rnd, &ctx, stream, i, &g);
             double want = scalar_bop(op, fp->out, x, y, y, alpha, &r);
             expect(bop_names[op], fp->in, fp->out, &r, op >= OP_SCALE ? 3 : 2,
                    ops, want, out.data[i]);
@@ -326,9 +327,10 @@ static void check_bias(const emu_format *f, int ndim, const size_t *shape,
     for (size_t i = 0; i < bias.n; i++)
         bias.data[i] = (float)random_value(g, f, x.data[i]);
     for (int k = 0; k < N_ROUNDINGS; k++) {
-        ctx->rnd = roundings[k];
+        const emu_rounding *rnd = &roundings[k];
         const uint64_t stream = ctx->op_index;
-        ck_assert_int_eq(emu_t_add_bias(ctx, "b", &out, &x, &bias, axis), 0);
+        ck_assert_int_eq(emu_t_add_bias(ctx, "b", &out, &x, &bias, axis, rnd),
+                         0);
         size_t s[4] = { 1, 1, 1, 1 }, idx[4];
         for (int d = 0; d < ndim; d++)
             s[d] = shape[d];
@@ -340,7 +342,8 @@ static void check_bias(const emu_format *f, int ndim, const size_t *shape,
                         double bv = bias.data[idx[axis]];
                         double ops[2] = { x.data[i], bv };
                         emu_rng rg;
-                        emu_rounding r = scalar_rounding(ctx, stream, i, &rg);
+                        emu_rounding r = scalar_rounding(rnd, ctx, stream, i,
+                                                         &rg);
                         expect("add_bias", f, f, &r, 2, ops,
                                emu_add(f, x.data[i], bv, &r, NULL),
                                out.data[i]);
@@ -440,14 +443,15 @@ START_TEST(test_exact_unary)
             emu_ctx ctx;
             emu_ctx_init(&ctx, 77);
             for (int r = 0; r < N_ROUNDINGS; r++) {
-                ctx.rnd = roundings[r];
+                const emu_rounding *rnd = &roundings[r];
                 const uint64_t stream = ctx.op_index;
-                ck_assert_int_eq(emu_t_unary(&ctx, NULL, &y, &x, fn, p1, p2),
-                                 0);
+                ck_assert_int_eq(emu_t_unary(&ctx, NULL, &y, &x, fn, p1, p2,
+                                             rnd), 0);
                 for (size_t i = 0; i < n; i++) {
                     double v = x.data[i];
                     emu_rng rg;
-                    emu_rounding rr = scalar_rounding(&ctx, stream, i, &rg);
+                    emu_rounding rr = scalar_rounding(rnd, &ctx, stream, i,
+                                                      &rg);
                     expect(emu_unary_name(fn), fp->in, fp->out, &rr, 1, &v,
                            scalar_unary(fn, fp->out, v, p1, p2, &rr),
                            y.data[i]);
@@ -489,16 +493,18 @@ START_TEST(test_cast_load)
         emu_ctx ctx;
         emu_ctx_init(&ctx, 3);
         for (int r = 0; r < N_ROUNDINGS; r++) {
-            ctx.rnd = roundings[r];
+            const emu_rounding *rnd = &roundings[r];
             for (int load = 0; load < 2; load++) {
                 const uint64_t stream = ctx.op_index;
                 const float *src = load ? raw : in.data;
-                ck_assert_int_eq(load ? emu_t_load(&ctx, "l", &out, raw, n)
-                                      : emu_t_cast(&ctx, "c", &out, &in), 0);
+                ck_assert_int_eq(load ? emu_t_load(&ctx, "l", &out, raw, n, rnd)
+                                      : emu_t_cast(&ctx, "c", &out, &in, rnd),
+                                 0);
                 for (size_t i = 0; i < n; i++) {
                     double v = src[i];
                     emu_rng rg;
-                    emu_rounding rr = scalar_rounding(&ctx, stream, i, &rg);
+                    emu_rounding rr = scalar_rounding(rnd, &ctx, stream, i,
+                                                      &rg);
                     const char *what = load ? "load" : "cast";
                     expect(what, load ? test_format("binary32") : fp->in,
                            fp->out, &rr, 1, &v,
@@ -753,17 +759,17 @@ START_TEST(test_backward)
         emu_ctx ctx;
         emu_ctx_init(&ctx, 11);
         for (int r = 0; r < N_ROUNDINGS; r++) {
-            ctx.rnd = roundings[r];
-            if (emu_rnd_is_stochastic(ctx.rnd.mode))
+            const emu_rounding *rnd = &roundings[r];
+            if (emu_rnd_is_stochastic(rnd->mode))
                 continue; /* SR of these: test_choke_point */
             ck_assert_int_eq(emu_t_unary_backward(&ctx, "bw", &dx, &dy, &v, fn,
-                                                  slope), 0);
+                                                  slope, rnd), 0);
             for (size_t i = 0; i < n; i++) {
                 double ops[2] = { dy.data[i], v.data[i] };
-                double want = emu_ref_round(out, refs[i], &ctx.rnd, NULL);
+                double want = emu_ref_round(out, refs[i], rnd, NULL);
                 char name[40];
                 snprintf(name, sizeof name, "%s_backward", emu_unary_name(fn));
-                expect(name, in, out, &ctx.rnd, 2, ops, want, dx.data[i]);
+                expect(name, in, out, rnd, 2, ops, want, dx.data[i]);
             }
         }
         for (size_t i = 0; i < n; i++)
@@ -816,63 +822,88 @@ START_TEST(test_errors)
         out.data[i] = (float)(i + 1); /* a sentinel the ops must not touch */
 
     EXPECT_FAIL(&ctx, &out, "shape mismatch",
-                emu_t_add(&ctx, "site", &out, &a, &big));
+                emu_t_add(&ctx, "site", &out, &a, &big, &test_rne));
     EXPECT_FAIL(&ctx, &out, "shape mismatch",
-                emu_t_sub(&ctx, "site", &out, &big, &a));
+                emu_t_sub(&ctx, "site", &out, &big, &a, &test_rne));
     EXPECT_FAIL(&ctx, &out, "shape mismatch",
-                emu_t_mul(&ctx, "site", &out, &a, &big));
+                emu_t_mul(&ctx, "site", &out, &a, &big, &test_rne));
     EXPECT_FAIL(&ctx, &big, "shape mismatch",
-                emu_t_div(&ctx, "site", &big, &a, &b));
+                emu_t_div(&ctx, "site", &big, &a, &b, &test_rne));
     EXPECT_FAIL(&ctx, &big, "shape mismatch",
-                emu_t_scale(&ctx, "site", &big, &a, 2.0f));
+                emu_t_scale(&ctx, "site", &big, 2.0f, &a, &test_rne));
     EXPECT_FAIL(&ctx, &out, "shape mismatch",
-                emu_t_axpy(&ctx, "site", &out, 2.0f, &a, &big));
+                emu_t_axpy(&ctx, "site", &out, 2.0f, &a, &big, &test_rne));
     EXPECT_FAIL(&ctx, &big, "shape mismatch",
-                emu_t_cast(&ctx, "site", &big, &a));
+                emu_t_cast(&ctx, "site", &big, &a, &test_rne));
     EXPECT_FAIL(&ctx, &big, "shape mismatch",
-                emu_t_unary(&ctx, "site", &big, &a, EMU_UNARY_EXP, 0, 0));
+                emu_t_unary(&ctx, "site", &big, &a, EMU_UNARY_EXP, 0, 0,
+                            &test_rne));
     EXPECT_FAIL(
         &ctx, &out, "shape mismatch",
-        emu_t_unary_backward(&ctx, "site", &out, &a, &big, EMU_UNARY_TANH, 0));
+        emu_t_unary_backward(&ctx, "site", &out, &a, &big, EMU_UNARY_TANH, 0,
+                             &test_rne));
     EXPECT_FAIL(&ctx, &out, "not allocated",
-                emu_t_add(&ctx, "site", &out, &a, &none));
+                emu_t_add(&ctx, "site", &out, &a, &none, &test_rne));
     EXPECT_FAIL(&ctx, &out, "not allocated",
-                emu_t_unary(&ctx, "site", &out, NULL, EMU_UNARY_NEG, 0, 0));
+                emu_t_unary(&ctx, "site", &out, NULL, EMU_UNARY_NEG, 0, 0,
+                            &test_rne));
     EXPECT_FAIL(&ctx, &none, "not allocated",
-                emu_t_add(&ctx, "site", &none, &a, &b));
+                emu_t_add(&ctx, "site", &none, &a, &b, &test_rne));
     /* a tensor whose format the carrier cannot hold (built by hand: the
      * allocator refuses it) */
     emu_tensor wide = a;
     wide.fmt = *test_format("binary64");
     EXPECT_FAIL(&ctx, &out, "carrier",
-                emu_t_add(&ctx, "site", &out, &a, &wide));
-    EXPECT_FAIL(&ctx, &out, "carrier", emu_t_cast(&ctx, "site", &out, &wide));
+                emu_t_add(&ctx, "site", &out, &a, &wide, &test_rne));
+    EXPECT_FAIL(&ctx, &out, "carrier", emu_t_cast(&ctx, "site", &out, &wide,
+                                                  &test_rne));
     EXPECT_FAIL(&ctx, &out, "unknown unary",
-                emu_t_unary(&ctx, "site", &out, &a, EMU_UNARY_COUNT, 0, 0));
+                emu_t_unary(&ctx, "site", &out, &a, EMU_UNARY_COUNT, 0, 0,
+                            &test_rne));
     EXPECT_FAIL(&ctx, &out, "unknown unary",
-                emu_t_unary(&ctx, "site", &out, &a, (emu_unary)-1, 0, 0));
+                emu_t_unary(&ctx, "site", &out, &a, (emu_unary)-1, 0, 0,
+                            &test_rne));
     EXPECT_FAIL(
         &ctx, &out, "clamp",
-        emu_t_unary(&ctx, "site", &out, &a, EMU_UNARY_CLAMP, 2.0f, 1.0f));
+        emu_t_unary(&ctx, "site", &out, &a, EMU_UNARY_CLAMP, 2.0f, 1.0f,
+                    &test_rne));
     EXPECT_FAIL(
         &ctx, &out, "clamp",
-        emu_t_unary(&ctx, "site", &out, &a, EMU_UNARY_CLAMP, NAN, 1.0f));
+        emu_t_unary(&ctx, "site", &out, &a, EMU_UNARY_CLAMP, NAN, 1.0f,
+                    &test_rne));
     EXPECT_FAIL(
         &ctx, &out, "slope",
-        emu_t_unary(&ctx, "site", &out, &a, EMU_UNARY_LEAKY_RELU, INFINITY, 0));
+        emu_t_unary(&ctx, "site", &out, &a, EMU_UNARY_LEAKY_RELU, INFINITY, 0,
+                    &test_rne));
     EXPECT_FAIL(&ctx, &out, "slope",
                 emu_t_unary_backward(&ctx, "site", &out, &a, &b,
-                                     EMU_UNARY_LEAKY_RELU, NAN));
+                                     EMU_UNARY_LEAKY_RELU, NAN, &test_rne));
     EXPECT_FAIL(
         &ctx, &out, "no backward",
-        emu_t_unary_backward(&ctx, "site", &out, &a, &b, EMU_UNARY_CLAMP, 0));
+        emu_t_unary_backward(&ctx, "site", &out, &a, &b, EMU_UNARY_CLAMP, 0,
+                             &test_rne));
     EXPECT_FAIL(
         &ctx, &out, "no backward",
-        emu_t_unary_backward(&ctx, "site", &out, &a, &b, EMU_UNARY_COUNT, 0));
-    EXPECT_FAIL(&ctx, &out, "source", emu_t_load(&ctx, "site", &out, NULL, 6));
+        emu_t_unary_backward(&ctx, "site", &out, &a, &b, EMU_UNARY_COUNT, 0,
+                             &test_rne));
+    EXPECT_FAIL(&ctx, &out, "source", emu_t_load(&ctx, "site", &out, NULL, 6,
+                                                 &test_rne));
     float src[6] = { 1, 2, 3, 4, 5, 6 };
     EXPECT_FAIL(&ctx, &out, "5 source values",
-                emu_t_load(&ctx, "site", &out, src, 5));
+                emu_t_load(&ctx, "site", &out, src, 5, &test_rne));
+    /* the rounding is an argument without a default: NULL and unknown
+     * modes are refused before anything is computed */
+    EXPECT_FAIL(&ctx, &out, "no rounding",
+                emu_t_add(&ctx, "site", &out, &a, &b, NULL));
+    EXPECT_FAIL(&ctx, &out, "no rounding",
+                emu_t_scale(&ctx, "site", &out, 2.0f, &a, NULL));
+    EXPECT_FAIL(&ctx, &out, "no rounding",
+                emu_t_unary(&ctx, "site", &out, &a, EMU_UNARY_EXP, 0, 0, NULL));
+    EXPECT_FAIL(&ctx, &out, "no rounding",
+                emu_t_load(&ctx, "site", &out, src, 6, NULL));
+    const emu_rounding bad = { .mode = EMU_RND_COUNT };
+    EXPECT_FAIL(&ctx, &out, "unknown rounding mode",
+                emu_t_cast(&ctx, "site", &out, &a, &bad));
 
     /* add_bias: axis and bias size */
     emu_error err;
@@ -883,20 +914,21 @@ START_TEST(test_errors)
     ck_assert_int_eq(
         emu_tensor_alloc(&mo, "mo", EMU_ROLE_ACTIVATION, h, 2, shape, &err), 0);
     EXPECT_FAIL(&ctx, &mo, "axis 2",
-                emu_t_add_bias(&ctx, "site", &mo, &m, &bias, 2));
+                emu_t_add_bias(&ctx, "site", &mo, &m, &bias, 2, &test_rne));
     EXPECT_FAIL(&ctx, &mo, "axis -1",
-                emu_t_add_bias(&ctx, "site", &mo, &m, &bias, -1));
+                emu_t_add_bias(&ctx, "site", &mo, &m, &bias, -1, &test_rne));
     EXPECT_FAIL(&ctx, &mo, "4 elements",
-                emu_t_add_bias(&ctx, "site", &mo, &m, &bias, 0));
+                emu_t_add_bias(&ctx, "site", &mo, &m, &bias, 0, &test_rne));
     EXPECT_FAIL(&ctx, &mo, "shape mismatch",
-                emu_t_add_bias(&ctx, "site", &mo, &big, &bias, 0));
-    ck_assert_int_eq(emu_t_add_bias(&ctx, "site", &mo, &m, &bias, 1), 0);
+                emu_t_add_bias(&ctx, "site", &mo, &big, &bias, 0, &test_rne));
+    ck_assert_int_eq(emu_t_add_bias(&ctx, "site", &mo, &m, &bias, 1, &test_rne),
+                     0);
 
     /* a good call after all that still works and counts */
     uint64_t idx = ctx.op_index;
-    ck_assert_int_eq(emu_t_add(&ctx, "site", &out, &a, &b), 0);
+    ck_assert_int_eq(emu_t_add(&ctx, "site", &out, &a, &b, &test_rne), 0);
     ck_assert_uint_eq(ctx.op_index, idx + 1);
-    ck_assert_int_eq(emu_t_load(&ctx, "site", &out, src, 6), 0);
+    ck_assert_int_eq(emu_t_load(&ctx, "site", &out, src, 6, &test_rne), 0);
     ck_assert_float_eq(out.data[5], 6.0f);
 
     emu_tensor_free(&a);
@@ -959,38 +991,42 @@ START_TEST(test_in_place)
         int rc1, rc2;
         switch (op) {
         case 0:
-            rc1 = emu_t_add(&plain, "p", &want, &a, &b);
-            rc2 = emu_t_add(&ctx, site, &a2, &a2, &b);
+            rc1 = emu_t_add(&plain, "p", &want, &a, &b, &test_rne);
+            rc2 = emu_t_add(&ctx, site, &a2, &a2, &b, &test_rne);
             break;
         case 1:
-            rc1 = emu_t_div(&plain, "p", &want, &b, &a);
-            rc2 = emu_t_div(&ctx, site, &a2, &b, &a2);
+            rc1 = emu_t_div(&plain, "p", &want, &b, &a, &test_rne);
+            rc2 = emu_t_div(&ctx, site, &a2, &b, &a2, &test_rne);
             break;
         case 2:
-            rc1 = emu_t_axpy(&plain, "p", &want, 0.3f, &a, &b);
-            rc2 = emu_t_axpy(&ctx, site, &a2, 0.3f, &a2, &b);
+            rc1 = emu_t_axpy(&plain, "p", &want, 0.3f, &a, &b, &test_rne);
+            rc2 = emu_t_axpy(&ctx, site, &a2, 0.3f, &a2, &b, &test_rne);
             break;
         case 3:
-            rc1 = emu_t_unary(&plain, "p", &want, &a, EMU_UNARY_TANH, 0, 0);
-            rc2 = emu_t_unary(&ctx, site, &a2, &a2, EMU_UNARY_TANH, 0, 0);
+            rc1 = emu_t_unary(&plain, "p", &want, &a, EMU_UNARY_TANH, 0, 0,
+                              &test_rne);
+            rc2 = emu_t_unary(&ctx, site, &a2, &a2, EMU_UNARY_TANH, 0, 0,
+                              &test_rne);
             break;
         case 4:
-            rc1 = emu_t_unary(&plain, "p", &want, &a, EMU_UNARY_GELU, 0, 0);
-            rc2 = emu_t_unary(&ctx, site, &a2, &a2, EMU_UNARY_GELU, 0, 0);
+            rc1 = emu_t_unary(&plain, "p", &want, &a, EMU_UNARY_GELU, 0, 0,
+                              &test_rne);
+            rc2 = emu_t_unary(&ctx, site, &a2, &a2, EMU_UNARY_GELU, 0, 0,
+                              &test_rne);
             break;
         case 5:
             rc1 = emu_t_unary_backward(&plain, "p", &want, &b, &a,
-                                       EMU_UNARY_TANH, 0);
+                                       EMU_UNARY_TANH, 0, &test_rne);
             rc2 = emu_t_unary_backward(&ctx, site, &a2, &b, &a2, EMU_UNARY_TANH,
-                                       0);
+                                       0, &test_rne);
             break;
         case 6:
-            rc1 = emu_t_scale(&plain, "p", &want, &a, 0.1f);
-            rc2 = emu_t_scale(&ctx, site, &a2, &a2, 0.1f);
+            rc1 = emu_t_scale(&plain, "p", &want, 0.1f, &a, &test_rne);
+            rc2 = emu_t_scale(&ctx, site, &a2, 0.1f, &a2, &test_rne);
             break;
         default:
-            rc1 = emu_t_mul(&plain, "p", &want, &a, &a);
-            rc2 = emu_t_mul(&ctx, site, &a2, &a2, &a2);
+            rc1 = emu_t_mul(&plain, "p", &want, &a, &a, &test_rne);
+            rc2 = emu_t_mul(&ctx, site, &a2, &a2, &a2, &test_rne);
             break;
         }
         ck_assert_int_eq(rc1, 0);
@@ -1039,26 +1075,28 @@ START_TEST(test_nan_accounting)
     memcpy(b.data, bv, sizeof bv);
     /* add: inf + -inf (produced), NaN + 1, 1 + NaN, 0 + inf = inf,
      * -inf + inf (produced), 2 + 3, NaN + NaN, 0 + 0 */
-    ck_assert_int_eq(emu_t_add(&ctx, "add", &y, &a, &b), 0);
+    ck_assert_int_eq(emu_t_add(&ctx, "add", &y, &a, &b, &test_rne), 0);
     ck_assert(isnan(y.data[0]) && isnan(y.data[1]) && isnan(y.data[2]));
     ck_assert(y.data[3] == INFINITY && isnan(y.data[4]) && y.data[5] == 5.0f);
     /* mul: inf * -inf = -inf, NaN, NaN, 0 * inf (produced), -inf * inf,
      * 6, NaN, 0 */
-    ck_assert_int_eq(emu_t_mul(&ctx, "mul", &y, &a, &b), 0);
+    ck_assert_int_eq(emu_t_mul(&ctx, "mul", &y, &a, &b, &test_rne), 0);
     ck_assert(y.data[0] == -INFINITY && isnan(y.data[3]) && y.data[5] == 6.0f);
     /* div: inf/-inf (produced), NaN, NaN, 0/inf = 0, -inf/inf (produced),
      * 2/3, NaN, 0/0 (produced) */
-    ck_assert_int_eq(emu_t_div(&ctx, "div", &y, &a, &b), 0);
+    ck_assert_int_eq(emu_t_div(&ctx, "div", &y, &a, &b, &test_rne), 0);
     ck_assert(isnan(y.data[0]) && y.data[3] == 0.0f && isnan(y.data[7]));
     /* unary on b: sqrt(-inf) (produced), sqrt(NaN); log(-inf) (produced),
      * log(NaN), log(0) = -inf */
-    ck_assert_int_eq(emu_t_unary(&ctx, "sqrt", &y, &b, EMU_UNARY_SQRT, 0, 0),
+    ck_assert_int_eq(emu_t_unary(&ctx, "sqrt", &y, &b, EMU_UNARY_SQRT, 0, 0,
+                                 &test_rne),
                      0);
-    ck_assert_int_eq(emu_t_unary(&ctx, "log", &y, &b, EMU_UNARY_LOG, 0, 0), 0);
+    ck_assert_int_eq(emu_t_unary(&ctx, "log", &y, &b, EMU_UNARY_LOG, 0, 0,
+                                 &test_rne), 0);
     ck_assert(y.data[7] == -INFINITY);
     /* backward: dy = a, relu' at b: inf * 0 (b = -inf: produced) */
     ck_assert_int_eq(emu_t_unary_backward(&ctx, "relu_bw", &y, &a, &b,
-                                          EMU_UNARY_RELU, 0), 0);
+                                          EMU_UNARY_RELU, 0, &test_rne), 0);
     const struct {
         const char *site;
         uint64_t nan, produced;

@@ -124,9 +124,10 @@ static void check_softmax(bool log_form)
                 fill(&g, &x, range);
                 emu_ctx ctx;
                 emu_ctx_init(&ctx, 7);
-                ctx.rnd.mode = (emu_rnd)mode;
-                int rc = log_form ? emu_t_log_softmax(&ctx, "s", &y, &x)
-                                  : emu_t_softmax(&ctx, "s", &y, &x);
+                emu_rounding rnd = test_rne;
+                rnd.mode = (emu_rnd)mode;
+                int rc = log_form ? emu_t_log_softmax(&ctx, "s", &y, &x, &rnd)
+                                  : emu_t_softmax(&ctx, "s", &y, &x, &rnd);
                 EXPECT(rc == 0, "softmax failed: %s", ctx.err.message);
                 for (size_t r = 0; r < B; r++) {
                     mp_row(x.data + r * C, C, sum, m);
@@ -144,13 +145,13 @@ static void check_softmax(bool log_form)
                             mpfr_div(t, t, sum, MPFR_RNDN);
                         }
                         double out = y.data[r * C + j];
-                        EXPECT(fused_ok(&y.fmt, &ctx.rnd, t, out),
+                        EXPECT(fused_ok(&y.fmt, &rnd, t, out),
                                "%s %s %s: row %zu col %zu x=%a: got %a, "
                                "want %a (exact %.17g)",
                                log_form ? "log_softmax" : "softmax",
-                               out_formats[fi], emu_rnd_name(ctx.rnd.mode), r,
+                               out_formats[fi], emu_rnd_name(rnd.mode), r,
                                j, (double)x.data[r * C + j], out,
-                               emu_ref_round(&y.fmt, t, &ctx.rnd, NULL),
+                               emu_ref_round(&y.fmt, t, &rnd, NULL),
                                mpfr_get_d(t, MPFR_RNDN));
                     }
                 }
@@ -187,11 +188,12 @@ START_TEST(reference_callbacks)
     ctx.stats = &st;
     ctx.measure = EMU_MEASURE_ALL;
     ctx.ref_rate = 1.0;
-    ck_assert_int_eq(emu_t_softmax(&ctx, "sm", &y, &x), 0);
-    ck_assert_int_eq(emu_t_log_softmax(&ctx, "lsm", &y, &x), 0);
+    ck_assert_int_eq(emu_t_softmax(&ctx, "sm", &y, &x, &test_rne), 0);
+    ck_assert_int_eq(emu_t_log_softmax(&ctx, "lsm", &y, &x, &test_rne), 0);
     ck_assert_int_eq(emu_t_cross_entropy(&ctx, "ce", &loss, &dl, &x, labels,
-                                         256.0f), 0);
-    ck_assert_int_eq(emu_t_mse(&ctx, "mse", &loss, &dl, &x, &p, 0.5f), 0);
+                                         256.0f, &test_rne), 0);
+    ck_assert_int_eq(emu_t_mse(&ctx, "mse", &loss, &dl, &x, &p, 0.5f,
+                               &test_rne), 0);
     const char *names[] = { "sm", "lsm", "ce", "ce.dlogits", "mse",
                             "mse.dpred" };
     const uint64_t counts[] = { 85, 85, 1, 85, 1, 85 };
@@ -231,8 +233,8 @@ START_TEST(softmax_in_place)
     ctx.stats = &st;
     ctx.measure = EMU_MEASURE_ALL;
     ctx.ref_rate = 1.0;
-    ck_assert_int_eq(emu_t_softmax(&ctx, "a", &y, &x), 0);
-    ck_assert_int_eq(emu_t_softmax(&ctx, "b", &x, &x), 0);
+    ck_assert_int_eq(emu_t_softmax(&ctx, "a", &y, &x, &test_rne), 0);
+    ck_assert_int_eq(emu_t_softmax(&ctx, "b", &x, &x, &test_rne), 0);
     for (size_t i = 0; i < x.n; i++)
         EXPECT(test_same(x.data[i], y.data[i]), "in-place [%zu]: %a vs %a", i,
                (double)x.data[i], (double)y.data[i]);
@@ -257,7 +259,7 @@ START_TEST(softmax_specials)
     emu_ctx ctx;
     emu_ctx_init(&ctx, 1);
     ctx.stats = &st;
-    ck_assert_int_eq(emu_t_softmax(&ctx, "s", &y, &x), 0);
+    ck_assert_int_eq(emu_t_softmax(&ctx, "s", &y, &x, &test_rne), 0);
     for (int j = 0; j < 4; j++) {
         ck_assert(!isnan(y.data[j]));
         ck_assert(isnan(y.data[4 + j]));
@@ -296,9 +298,10 @@ START_TEST(cross_entropy_vs_mpfr)
                 float scale = (float)ldexp(1.0, (int)test_below(&g, 16));
                 emu_ctx ctx;
                 emu_ctx_init(&ctx, 3);
-                ctx.rnd.mode = (emu_rnd)mode;
+                emu_rounding rnd = test_rne;
+                rnd.mode = (emu_rnd)mode;
                 ck_assert_int_eq(emu_t_cross_entropy(&ctx, "ce", &loss, &dl,
-                                                     &x, labels, scale), 0);
+                                                     &x, labels, scale, &rnd), 0);
                 mpfr_set_zero(acc, 1);
                 for (size_t r = 0; r < B; r++) {
                     mp_row(x.data + r * C, C, sum, m);
@@ -312,12 +315,12 @@ START_TEST(cross_entropy_vs_mpfr)
                         mpfr_mul_d(t, t, scale, MPFR_RNDN);
                         mpfr_div_ui(t, t, (unsigned long)B, MPFR_RNDN);
                         double out = dl.data[r * C + j];
-                        EXPECT(fused_ok(&dl.fmt, &ctx.rnd, t, out),
+                        EXPECT(fused_ok(&dl.fmt, &rnd, t, out),
                                "dlogits %s %s row %zu col %zu label %d "
                                "scale %g: got %a want %a",
-                               out_formats[fi], emu_rnd_name(ctx.rnd.mode), r,
+                               out_formats[fi], emu_rnd_name(rnd.mode), r,
                                j, labels[r], (double)scale, out,
-                               emu_ref_round(&dl.fmt, t, &ctx.rnd, NULL));
+                               emu_ref_round(&dl.fmt, t, &rnd, NULL));
                     }
                     mpfr_log(t, sum, MPFR_RNDN);
                     mpfr_add(acc, acc, t, MPFR_RNDN);
@@ -327,11 +330,11 @@ START_TEST(cross_entropy_vs_mpfr)
                     mpfr_sub(acc, acc, t, MPFR_RNDN);
                 }
                 mpfr_div_ui(acc, acc, (unsigned long)B, MPFR_RNDN);
-                EXPECT(fused_ok(&loss.fmt, &ctx.rnd, acc, loss.data[0]),
+                EXPECT(fused_ok(&loss.fmt, &rnd, acc, loss.data[0]),
                        "loss %s %s B %zu C %zu: got %a want %a",
-                       out_formats[fi], emu_rnd_name(ctx.rnd.mode), B, C,
+                       out_formats[fi], emu_rnd_name(rnd.mode), B, C,
                        (double)loss.data[0],
-                       emu_ref_round(&loss.fmt, acc, &ctx.rnd, NULL));
+                       emu_ref_round(&loss.fmt, acc, &rnd, NULL));
                 emu_tensor_free(&x);
                 emu_tensor_free(&loss);
                 emu_tensor_free(&dl);
@@ -353,8 +356,9 @@ START_TEST(cross_entropy_confident)
     int label = 0;
     emu_ctx ctx;
     emu_ctx_init(&ctx, 1);
+    emu_rounding rnd = test_rne;
     ck_assert_int_eq(emu_t_cross_entropy(&ctx, "ce", &loss, &dl, &x, &label,
-                                         1.0f), 0);
+                                         1.0f, &rnd), 0);
     mpfr_t sum, m, t, o;
     mpfr_inits2(PREC, sum, m, t, o, (mpfr_ptr)0);
     mp_row(x.data, 4, sum, m);
@@ -368,22 +372,22 @@ START_TEST(cross_entropy_confident)
     }
     mpfr_div(o, o, sum, MPFR_RNDN);
     mpfr_neg(o, o, MPFR_RNDN);
-    EXPECT(fused_ok(&dl.fmt, &ctx.rnd, o, dl.data[0]),
+    EXPECT(fused_ok(&dl.fmt, &rnd, o, dl.data[0]),
            "confident label gradient: got %a, want %a", (double)dl.data[0],
-           emu_ref_round(&dl.fmt, o, &ctx.rnd, NULL));
+           emu_ref_round(&dl.fmt, o, &rnd, NULL));
     /* and the loss, log(1 + tiny) ~ tiny, keeps its relative accuracy */
     mpfr_log(t, sum, MPFR_RNDN);
-    EXPECT(fused_ok(&loss.fmt, &ctx.rnd, t, loss.data[0]),
+    EXPECT(fused_ok(&loss.fmt, &rnd, t, loss.data[0]),
            "confident loss: got %a, want %a", (double)loss.data[0],
-           emu_ref_round(&loss.fmt, t, &ctx.rnd, NULL));
+           emu_ref_round(&loss.fmt, t, &rnd, NULL));
     /* log_softmax of the winning class: -log(1 + tiny) */
     emu_tensor ls = mk("ls", "binary32", 1, 4);
-    ck_assert_int_eq(emu_t_log_softmax(&ctx, "ls", &ls, &x), 0);
+    ck_assert_int_eq(emu_t_log_softmax(&ctx, "ls", &ls, &x, &rnd), 0);
     mpfr_log(t, sum, MPFR_RNDN);
     mpfr_neg(t, t, MPFR_RNDN);
-    EXPECT(fused_ok(&ls.fmt, &ctx.rnd, t, ls.data[0]),
+    EXPECT(fused_ok(&ls.fmt, &rnd, t, ls.data[0]),
            "confident log_softmax: got %a, want %a", (double)ls.data[0],
-           emu_ref_round(&ls.fmt, t, &ctx.rnd, NULL));
+           emu_ref_round(&ls.fmt, t, &rnd, NULL));
     emu_tensor_free(&ls);
     mpfr_clears(sum, m, t, o, (mpfr_ptr)0);
     emu_tensor_free(&x);
@@ -413,31 +417,32 @@ START_TEST(mse_vs_mpfr)
                 float scale = (float)ldexp(1.0, (int)test_below(&g, 12) - 2);
                 emu_ctx ctx;
                 emu_ctx_init(&ctx, 3);
-                ctx.rnd.mode = (emu_rnd)mode;
+                emu_rounding rnd = test_rne;
+                rnd.mode = (emu_rnd)mode;
                 ck_assert_int_eq(emu_t_mse(&ctx, "mse", &loss, &dp, &p, &q,
-                                           scale), 0);
+                                           scale, &rnd), 0);
                 mpfr_set_zero(acc, 1);
                 for (size_t i = 0; i < p.n; i++) {
                     mpfr_set_flt(t, p.data[i], MPFR_RNDN);
                     mpfr_sub_d(t, t, q.data[i], MPFR_RNDN);
                     mpfr_mul_d(t, t, 2.0 * scale, MPFR_RNDN);
                     mpfr_div_ui(t, t, (unsigned long)p.n, MPFR_RNDN);
-                    EXPECT(fused_ok(&dp.fmt, &ctx.rnd, t, dp.data[i]),
+                    EXPECT(fused_ok(&dp.fmt, &rnd, t, dp.data[i]),
                            "dpred %s %s [%zu] p=%a q=%a: got %a want %a",
-                           out_formats[fi], emu_rnd_name(ctx.rnd.mode), i,
+                           out_formats[fi], emu_rnd_name(rnd.mode), i,
                            (double)p.data[i], (double)q.data[i],
                            (double)dp.data[i],
-                           emu_ref_round(&dp.fmt, t, &ctx.rnd, NULL));
+                           emu_ref_round(&dp.fmt, t, &rnd, NULL));
                     mpfr_set_flt(t, p.data[i], MPFR_RNDN);
                     mpfr_sub_d(t, t, q.data[i], MPFR_RNDN);
                     mpfr_sqr(t, t, MPFR_RNDN);
                     mpfr_add(acc, acc, t, MPFR_RNDN);
                 }
                 mpfr_div_ui(acc, acc, (unsigned long)p.n, MPFR_RNDN);
-                EXPECT(fused_ok(&loss.fmt, &ctx.rnd, acc, loss.data[0]),
+                EXPECT(fused_ok(&loss.fmt, &rnd, acc, loss.data[0]),
                        "mse loss %s %s: got %a want %a", out_formats[fi],
-                       emu_rnd_name(ctx.rnd.mode), (double)loss.data[0],
-                       emu_ref_round(&loss.fmt, acc, &ctx.rnd, NULL));
+                       emu_rnd_name(rnd.mode), (double)loss.data[0],
+                       emu_ref_round(&loss.fmt, acc, &rnd, NULL));
                 emu_tensor_free(&p);
                 emu_tensor_free(&q);
                 emu_tensor_free(&loss);
@@ -474,18 +479,17 @@ START_TEST(cross_entropy_gradient)
             labels[r] = (int)test_below(&g, C);
         emu_ctx ctx;
         emu_ctx_init(&ctx, 1);
-        ctx.accum.kind = EMU_ACCUM_EXACT;
         ck_assert_int_eq(emu_t_cross_entropy(&ctx, "ce", &loss, &dl, &x,
-                                             labels, 1.0f), 0);
+                                             labels, 1.0f, &test_rne), 0);
         for (size_t i = 0; i < x.n; i++) {
             float x0 = x.data[i];
             x.data[i] = x0 + (float)h;
             ck_assert_int_eq(emu_t_cross_entropy(&ctx, "ce", &loss, NULL, &x,
-                                                 labels, 1.0f), 0);
+                                                 labels, 1.0f, &test_rne), 0);
             double fp = loss.data[0];
             x.data[i] = x0 - (float)h;
             ck_assert_int_eq(emu_t_cross_entropy(&ctx, "ce", &loss, NULL, &x,
-                                                 labels, 1.0f), 0);
+                                                 labels, 1.0f, &test_rne), 0);
             double fm = loss.data[0];
             x.data[i] = x0;
             double fd = (fp - fm) / (2.0 * h);
@@ -525,14 +529,17 @@ START_TEST(mse_gradient)
         }
         emu_ctx ctx;
         emu_ctx_init(&ctx, 1);
-        ck_assert_int_eq(emu_t_mse(&ctx, "m", &loss, &dp, &p, &q, 1.0f), 0);
+        ck_assert_int_eq(emu_t_mse(&ctx, "m", &loss, &dp, &p, &q, 1.0f,
+                                   &test_rne), 0);
         for (size_t i = 0; i < p.n; i++) {
             float p0 = p.data[i];
             p.data[i] = p0 + (float)h;
-            ck_assert_int_eq(emu_t_mse(&ctx, "m", &loss, NULL, &p, &q, 1.0f), 0);
+            ck_assert_int_eq(emu_t_mse(&ctx, "m", &loss, NULL, &p, &q, 1.0f,
+                                       &test_rne), 0);
             double fp = loss.data[0];
             p.data[i] = p0 - (float)h;
-            ck_assert_int_eq(emu_t_mse(&ctx, "m", &loss, NULL, &p, &q, 1.0f), 0);
+            ck_assert_int_eq(emu_t_mse(&ctx, "m", &loss, NULL, &p, &q, 1.0f,
+                                       &test_rne), 0);
             double fm = loss.data[0];
             p.data[i] = p0;
             double fd = (fp - fm) / (2.0 * h), gr = dp.data[i];
@@ -588,29 +595,42 @@ START_TEST(bad_input)
     fill_sentinel(&y);
     fill_sentinel(&y2);
     fill_sentinel(&loss);
-    expect_fail(emu_t_softmax(&ctx, "s", &y2, &x), &ctx, "shape mismatch");
-    expect_fail(emu_t_softmax(&ctx, "s", &v, &v), &ctx, "matrix");
-    int bad[3] = { 0, 4, 1 }, neg[3] = { 0, 1, -1 }, ok[3] = { 0, 1, 3 };
-    expect_fail(emu_t_cross_entropy(&ctx, "ce", &loss, &y, &x, bad, 1.0f),
-                &ctx, "label 4 of row 1 is out of range");
-    expect_fail(emu_t_cross_entropy(&ctx, "ce", &loss, &y, &x, neg, 1.0f),
-                &ctx, "label -1 of row 2");
-    expect_fail(emu_t_cross_entropy(&ctx, "ce", &loss, &y, &x, NULL, 1.0f),
-                &ctx, "labels");
-    expect_fail(emu_t_cross_entropy(&ctx, "ce", &loss2, &y, &x, ok, 1.0f),
-                &ctx, "one element");
-    expect_fail(emu_t_cross_entropy(&ctx, "ce", &loss, &y2, &x, ok, 1.0f),
-                &ctx, "shape mismatch");
-    expect_fail(emu_t_mse(&ctx, "m", &loss, &y, &x, &y2, 1.0f), &ctx,
+    expect_fail(emu_t_softmax(&ctx, "s", &y2, &x, &test_rne), &ctx,
                 "shape mismatch");
-    expect_fail(emu_t_mse(&ctx, "m", &loss2, NULL, &x, &y, 1.0f), &ctx,
-                "one element");
+    expect_fail(emu_t_softmax(&ctx, "s", &v, &v, &test_rne), &ctx, "matrix");
+    int bad[3] = { 0, 4, 1 }, neg[3] = { 0, 1, -1 }, ok[3] = { 0, 1, 3 };
+    expect_fail(emu_t_cross_entropy(&ctx, "ce", &loss, &y, &x, bad, 1.0f,
+                                    &test_rne),
+                &ctx, "label 4 of row 1 is out of range");
+    expect_fail(emu_t_cross_entropy(&ctx, "ce", &loss, &y, &x, neg, 1.0f,
+                                    &test_rne),
+                &ctx, "label -1 of row 2");
+    expect_fail(emu_t_cross_entropy(&ctx, "ce", &loss, &y, &x, NULL, 1.0f,
+                                    &test_rne),
+                &ctx, "labels");
+    expect_fail(emu_t_cross_entropy(&ctx, "ce", &loss2, &y, &x, ok, 1.0f,
+                                    &test_rne),
+                &ctx, "one element");
+    expect_fail(emu_t_cross_entropy(&ctx, "ce", &loss, &y2, &x, ok, 1.0f,
+                                    &test_rne),
+                &ctx, "shape mismatch");
+    expect_fail(emu_t_mse(&ctx, "m", &loss, &y, &x, &y2, 1.0f, &test_rne), &ctx,
+                "shape mismatch");
+    expect_fail(emu_t_mse(&ctx, "m", &loss2, NULL, &x, &y, 1.0f, &test_rne),
+                &ctx, "one element");
     /* A tensor whose format the carrier cannot hold. */
     emu_tensor wide = x;
     wide.fmt = *test_format("binary64");
-    expect_fail(emu_t_softmax(&ctx, "s", &y, &wide), &ctx, "carrier");
-    expect_fail(emu_t_mse(&ctx, "m", &loss, NULL, &wide, &x, 1.0f), &ctx,
+    expect_fail(emu_t_softmax(&ctx, "s", &y, &wide, &test_rne), &ctx,
                 "carrier");
+    expect_fail(emu_t_mse(&ctx, "m", &loss, NULL, &wide, &x, 1.0f, &test_rne),
+                &ctx, "carrier");
+    /* the rounding has no default */
+    expect_fail(emu_t_softmax(&ctx, "s", &y, &x, NULL), &ctx, "no rounding");
+    expect_fail(emu_t_cross_entropy(&ctx, "ce", &loss, &y, &x, ok, 1.0f, NULL),
+                &ctx, "no rounding");
+    expect_fail(emu_t_mse(&ctx, "m", &loss, NULL, &x, &x, 1.0f, NULL), &ctx,
+                "no rounding");
     expect_sentinel(&y);
     expect_sentinel(&y2);
     expect_sentinel(&loss);

@@ -136,9 +136,11 @@ START_TEST(sgd_vs_mpfr)
                 memcpy(v0, v.data, n * sizeof *v0);
                 emu_ctx ctx;
                 emu_ctx_init(&ctx, 9);
-                ctx.rnd.mode = (emu_rnd)mode;
+                emu_rounding rnd = test_rne;
+                rnd.mode = (emu_rnd)mode;
                 ck_assert_int_eq(emu_t_sgd_update(&ctx, "sgd", &w,
-                                                  with_v ? &v : NULL, &gr, &o),
+                                                  with_v ? &v : NULL, &gr, &o,
+                                                  &rnd),
                                  0);
                 for (size_t i = 0; i < n; i++) {
                     double vn = 0.0;
@@ -148,10 +150,10 @@ START_TEST(sgd_vs_mpfr)
                         mpfr_add(e, e, t, MPFR_RNDN);
                         mpfr_add_d(e, e, gr.data[i], MPFR_RNDN);
                         double want = emu_ref_round(&v.fmt, e,
-                                                    vr ? vr : &ctx.rnd, NULL);
+                                                    vr ? vr : &rnd, NULL);
                         EXPECT(test_same(want, v.data[i]),
                                "sgd v %s %s [%zu]: v %a g %a w %a: got %a want %a",
-                               vf, emu_rnd_name(vr ? vr->mode : ctx.rnd.mode),
+                               vf, emu_rnd_name(vr ? vr->mode : rnd.mode),
                                i, (double)v0[i],
                                (double)gr.data[i], (double)w0[i],
                                (double)v.data[i], want);
@@ -163,11 +165,11 @@ START_TEST(sgd_vs_mpfr)
                         mpfr_mul_d(e, e, o.lr, MPFR_RNDN);
                     }
                     mpfr_d_sub(e, w0[i], e, MPFR_RNDN);
-                    double want = emu_ref_round(&w.fmt, e, &ctx.rnd, NULL);
+                    double want = emu_ref_round(&w.fmt, e, &rnd, NULL);
                     EXPECT(test_same(want, w.data[i]),
                            "sgd w %s %s v=%d wd %a [%zu]: w %a g %a v' %a: "
                            "got %a want %a", w_formats[fi],
-                           emu_rnd_name(ctx.rnd.mode), with_v,
+                           emu_rnd_name(rnd.mode), with_v,
                            (double)o.weight_decay, i, (double)w0[i],
                            (double)gr.data[i], vn, (double)w.data[i], want);
                 }
@@ -194,7 +196,8 @@ START_TEST(sgd_tie_broken_below_binary64)
                        .weight_decay = 0x1p-60f };
     emu_ctx ctx;
     emu_ctx_init(&ctx, 1);
-    ck_assert_int_eq(emu_t_sgd_update(&ctx, "sgd", &w, NULL, &gr, &o), 0);
+    ck_assert_int_eq(emu_t_sgd_update(&ctx, "sgd", &w, NULL, &gr, &o,
+                                      &test_rne), 0);
     EXPECT(w.data[0] == 1.0f - 0x1p-11f, "w = %a, want %a", (double)w.data[0],
            1.0 - 0x1p-11);
     /* The same for the momentum: v = 0 * 0.9 + (1 + 2^-11) + 2^-60 w in
@@ -207,7 +210,8 @@ START_TEST(sgd_tie_broken_below_binary64)
     g2.data[0] = g2.data[1] = 1.0f + 0x1p-11f;
     emu_sgd_opts om = { .lr = 0x1p-20f, .momentum = 0.9f,
                         .weight_decay = 0x1p-60f };
-    ck_assert_int_eq(emu_t_sgd_update(&ctx, "sgd", &w2, &v, &g2, &om), 0);
+    ck_assert_int_eq(emu_t_sgd_update(&ctx, "sgd", &w2, &v, &g2, &om,
+                                      &test_rne), 0);
     EXPECT(v.data[0] == 1.0f + 0x1p-10f && v.data[1] == 1.0f,
            "v = %a, %a; want %a, 1", (double)v.data[0], (double)v.data[1],
            1.0 + 0x1p-10);
@@ -252,9 +256,10 @@ START_TEST(adam_vs_mpfr)
             memcpy(v0, v.data, n * sizeof *v0);
             emu_ctx ctx;
             emu_ctx_init(&ctx, 9);
-            ctx.rnd.mode = (emu_rnd)mode;
+            emu_rounding rnd = test_rne;
+            rnd.mode = (emu_rnd)mode;
             ck_assert_int_eq(emu_t_adam_update(&ctx, "adam", &w, &m, &v, &gr,
-                                               &o), 0);
+                                               &o, &rnd), 0);
             for (size_t i = 0; i < n; i++) {
                 double gi = gr.data[i];
                 /* m = b1 m + (1 - b1) g, v = b2 v + (1 - b2) g^2 */
@@ -263,10 +268,10 @@ START_TEST(adam_vs_mpfr)
                 mpfr_ui_sub(t, 1, t, MPFR_RNDN);
                 mpfr_mul_d(t, t, gi, MPFR_RNDN);
                 mpfr_add(e, e, t, MPFR_RNDN);
-                double want = emu_ref_round(&m.fmt, e, sr ? sr : &ctx.rnd, NULL);
+                double want = emu_ref_round(&m.fmt, e, sr ? sr : &rnd, NULL);
                 EXPECT(test_same(want, m.data[i]),
                        "adam m %s [%zu]: m %a g %a: got %a want %a",
-                       emu_rnd_name(ctx.rnd.mode), i, (double)m0[i], gi,
+                       emu_rnd_name(rnd.mode), i, (double)m0[i], gi,
                        (double)m.data[i], want);
                 mp_prod(e, o.beta2, v0[i]);
                 mpfr_set_d(t, o.beta2, MPFR_RNDN);
@@ -274,10 +279,10 @@ START_TEST(adam_vs_mpfr)
                 mpfr_mul_d(t, t, gi, MPFR_RNDN);
                 mpfr_mul_d(t, t, gi, MPFR_RNDN);
                 mpfr_add(e, e, t, MPFR_RNDN);
-                want = emu_ref_round(&v.fmt, e, sr ? sr : &ctx.rnd, NULL);
+                want = emu_ref_round(&v.fmt, e, sr ? sr : &rnd, NULL);
                 EXPECT(test_same(want, v.data[i]),
                        "adam v %s [%zu]: v %a g %a: got %a want %a",
-                       emu_rnd_name(ctx.rnd.mode), i, (double)v0[i], gi,
+                       emu_rnd_name(rnd.mode), i, (double)v0[i], gi,
                        (double)v.data[i], want);
                 /* u = lr (m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps) + wd w) */
                 mpfr_set_d(c, o.beta2, MPFR_RNDN);
@@ -301,13 +306,13 @@ START_TEST(adam_vs_mpfr)
                 for (int k = -1; k <= 1 && !ok; k++) {
                     mpfr_mul_d(t, e, 1.0 + k * 0x1p-45, MPFR_RNDN);
                     mpfr_d_sub(t, w0[i], t, MPFR_RNDN);
-                    ok = test_same(emu_ref_round(&w.fmt, t, &ctx.rnd, NULL), got);
+                    ok = test_same(emu_ref_round(&w.fmt, t, &rnd, NULL), got);
                 }
                 mpfr_d_sub(t, w0[i], e, MPFR_RNDN);
                 EXPECT(ok, "adam w %s %s t=%lld [%zu]: w %a: got %a want %a",
-                       w_formats[fi], emu_rnd_name(ctx.rnd.mode),
+                       w_formats[fi], emu_rnd_name(rnd.mode),
                        (long long)o.t, i, (double)w0[i], got,
-                       emu_ref_round(&w.fmt, t, &ctx.rnd, NULL));
+                       emu_ref_round(&w.fmt, t, &rnd, NULL));
             }
             free(w0);
             free(m0);
@@ -343,14 +348,17 @@ START_TEST(reference_callbacks)
     ctx.measure = EMU_MEASURE_ALL;
     ctx.ref_rate = 1.0;
     emu_sgd_opts so = { .lr = 0.01f, .momentum = 0.9f, .weight_decay = 1e-4f };
-    ck_assert_int_eq(emu_t_sgd_update(&ctx, "sgd", &w, &v, &gr, &so), 0);
+    ck_assert_int_eq(emu_t_sgd_update(&ctx, "sgd", &w, &v, &gr, &so, &test_rne),
+                     0);
     so.momentum = 0.0f;
-    ck_assert_int_eq(emu_t_sgd_update(&ctx, "sgd0", &w, NULL, &gr, &so), 0);
+    ck_assert_int_eq(emu_t_sgd_update(&ctx, "sgd0", &w, NULL, &gr, &so,
+                                      &test_rne), 0);
     for (size_t i = 0; i < n; i++) /* SGD's velocity may be negative */
         v.data[i] = fabsf(v.data[i]);
     emu_adam_opts ao = { .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f,
                          .eps = 1e-8f, .weight_decay = 0.01f, .t = 3 };
-    ck_assert_int_eq(emu_t_adam_update(&ctx, "adam", &w, &m, &v, &gr, &ao), 0);
+    ck_assert_int_eq(emu_t_adam_update(&ctx, "adam", &w, &m, &v, &gr, &ao,
+                                       &test_rne), 0);
     const char *names[] = { "sgd.v", "sgd", "sgd0", "adam.m", "adam.v",
                             "adam" };
     for (int i = 0; i < 6; i++) {
@@ -389,10 +397,11 @@ static swamp_result plain_update(size_t n, float w0, float lr, float g,
     emu_stats_init(&st);
     emu_ctx ctx;
     emu_ctx_init(&ctx, seed);
+    emu_rounding rnd = test_rne;
     ctx.stats = &st;
-    ctx.rnd.mode = mode;
+    rnd.mode = mode;
     emu_sgd_opts o = { .lr = lr };
-    ck_assert_int_eq(emu_t_sgd_update(&ctx, "upd", &w, NULL, &gr, &o), 0);
+    ck_assert_int_eq(emu_t_sgd_update(&ctx, "upd", &w, NULL, &gr, &o, &rnd), 0);
     const emu_site *s = find_site(&st, "upd");
     swamp_result r = { s->total.adds, s->total.absorbed,
                        s->total.lost_bits[EMU_LOST_BINS - 1], w.data[0] };
@@ -495,11 +504,12 @@ START_TEST(absorbed_random)
         emu_stats_init(&st);
         emu_ctx ctx;
         emu_ctx_init(&ctx, 77);
+        emu_rounding rnd = test_rne;
         ctx.stats = &st;
-        ctx.rnd.mode = modes[mi];
-        ctx.rnd.sr_bits = 5;
+        rnd.mode = modes[mi];
+        rnd.sr_bits = 5;
         emu_sgd_opts o = { .lr = 0x1p-4f, .momentum = 0.9f };
-        ck_assert_int_eq(emu_t_sgd_update(&ctx, "s", &w, &v, &gr, &o), 0);
+        ck_assert_int_eq(emu_t_sgd_update(&ctx, "s", &w, &v, &gr, &o, &rnd), 0);
         uint64_t adds = 0, absorbed = 0;
         for (size_t i = 0; i < n; i++)
             if (v.data[i] != 0.0f) {
@@ -578,12 +588,13 @@ START_TEST(swamp_from_commit)
         emu_stats_init(&st);
         emu_ctx ctx;
         emu_ctx_init(&ctx, 91);
+        emu_rounding rnd = test_rne;
         ctx.stats = &st;
-        ctx.rnd.mode = modes[mi];
-        ctx.rnd.sr_bits = 7;
+        rnd.mode = modes[mi];
+        rnd.sr_bits = 7;
         const float lr = 0x1.8p-5f;
         emu_sgd_opts o = { .lr = lr, .momentum = 0.9f };
-        ck_assert_int_eq(emu_t_sgd_update(&ctx, "s", &w, &v, &gr, &o), 0);
+        ck_assert_int_eq(emu_t_sgd_update(&ctx, "s", &w, &v, &gr, &o, &rnd), 0);
         uint64_t adds = 0, absorbed = 0, lost[EMU_LOST_BINS] = { 0 };
         for (size_t i = 0; i < n; i++) {
             const double t = -((double)lr * v.data[i]); /* exact */
@@ -611,7 +622,8 @@ START_TEST(swamp_from_commit)
         memcpy(w0, w.data, n * sizeof *w0);
         emu_adam_opts ao = { .lr = 0x1p-10f, .beta1 = 0.9f, .beta2 = 0.999f,
                              .eps = 1e-8f, .t = 1 };
-        ck_assert_int_eq(emu_t_adam_update(&ctx, "a", &w, &m, &v2, &gr, &ao), 0);
+        ck_assert_int_eq(emu_t_adam_update(&ctx, "a", &w, &m, &v2, &gr, &ao,
+                                           &rnd), 0);
         adds = absorbed = 0;
         for (size_t i = 0; i < n; i++)
             if (m.data[i] != 0.0f) {
@@ -653,7 +665,8 @@ START_TEST(nan_accounting)
     emu_ctx_init(&ctx, 1);
     ctx.stats = &st;
     emu_sgd_opts o = { .lr = 1.0f };
-    ck_assert_int_eq(emu_t_sgd_update(&ctx, "s", &w, NULL, &gr, &o), 0);
+    ck_assert_int_eq(emu_t_sgd_update(&ctx, "s", &w, NULL, &gr, &o, &test_rne),
+                     0);
     ck_assert(isnan(w.data[0]));
     ck_assert(w.data[1] == INFINITY);
     ck_assert(isnan(w.data[2]));
@@ -690,30 +703,42 @@ START_TEST(bad_input)
     emu_ctx ctx;
     emu_ctx_init(&ctx, 1);
     emu_sgd_opts so = { .lr = 0.1f, .momentum = 0.9f };
-    expect_fail(emu_t_sgd_update(&ctx, "s", &w, &v, &g5, &so), &ctx,
+    expect_fail(emu_t_sgd_update(&ctx, "s", &w, &v, &g5, &so, &test_rne), &ctx,
                 "shape mismatch");
-    expect_fail(emu_t_sgd_update(&ctx, "s", &w, NULL, &gr, &so), &ctx,
-                "velocity");
-    expect_fail(emu_t_sgd_update(&ctx, "s", &w, &w, &gr, &so), &ctx,
+    expect_fail(emu_t_sgd_update(&ctx, "s", &w, NULL, &gr, &so, &test_rne),
+                &ctx, "velocity");
+    expect_fail(emu_t_sgd_update(&ctx, "s", &w, &w, &gr, &so, &test_rne), &ctx,
                 "share storage");
-    expect_fail(emu_t_sgd_update(&ctx, "s", &w, &v, &gr, NULL), &ctx, "NULL");
+    expect_fail(emu_t_sgd_update(&ctx, "s", &w, &v, &gr, NULL, &test_rne), &ctx,
+                "NULL");
     emu_tensor wide = gr;
     wide.fmt = *test_format("binary64");
-    expect_fail(emu_t_sgd_update(&ctx, "s", &w, &v, &wide, &so), &ctx,
-                "carrier");
+    expect_fail(emu_t_sgd_update(&ctx, "s", &w, &v, &wide, &so, &test_rne),
+                &ctx, "carrier");
     emu_adam_opts ao = { .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f,
                          .eps = 1e-8f, .t = 0 };
-    expect_fail(emu_t_adam_update(&ctx, "a", &w, &m, &v, &gr, &ao), &ctx,
-                "steps count from 1");
+    expect_fail(emu_t_adam_update(&ctx, "a", &w, &m, &v, &gr, &ao, &test_rne),
+                &ctx, "steps count from 1");
     ao.t = 1;
     ao.beta2 = 1.0f;
-    expect_fail(emu_t_adam_update(&ctx, "a", &w, &m, &v, &gr, &ao), &ctx,
-                "[0, 1)");
+    expect_fail(emu_t_adam_update(&ctx, "a", &w, &m, &v, &gr, &ao, &test_rne),
+                &ctx, "[0, 1)");
     ao.beta2 = 0.999f;
-    expect_fail(emu_t_adam_update(&ctx, "a", &w, &m, &m, &gr, &ao), &ctx,
-                "share storage");
-    expect_fail(emu_t_adam_update(&ctx, "a", &w, &m, &v, &g5, &ao), &ctx,
-                "shape mismatch");
+    expect_fail(emu_t_adam_update(&ctx, "a", &w, &m, &m, &gr, &ao, &test_rne),
+                &ctx, "share storage");
+    expect_fail(emu_t_adam_update(&ctx, "a", &w, &m, &v, &g5, &ao, &test_rne),
+                &ctx, "shape mismatch");
+    /* the weights' rounding has no default; a state rounding, if given,
+     * must be one too */
+    expect_fail(emu_t_sgd_update(&ctx, "s", &w, &v, &gr, &so, NULL), &ctx,
+                "no rounding");
+    expect_fail(emu_t_adam_update(&ctx, "a", &w, &m, &v, &gr, &ao, NULL), &ctx,
+                "no rounding");
+    const emu_rounding bad = { .mode = (emu_rnd)99 };
+    emu_sgd_opts sb = so;
+    sb.state_rnd = &bad;
+    expect_fail(emu_t_sgd_update(&ctx, "s", &w, &v, &gr, &sb, &test_rne), &ctx,
+                "unknown rounding mode");
     for (size_t i = 0; i < 6; i++)
         EXPECT(w.data[i] == 1.0f + (float)i && v.data[i] == 2.0f &&
                m.data[i] == 3.0f, "an output was touched at %zu", i);

@@ -2,9 +2,10 @@
  * test_reduce.c — emu_t_reduce (sum, mean, max, sum of squares) against
  * its definition and the MPFR oracle.
  *
- * Sums and sums of squares are dot products under ctx->accum (terms x_i, or
- * x_i * x_i) taking stochastic words from stream op_index ^ 2^63, dot
- * number = output index, then rounded by the choke point; the suite
+ * Sums and sums of squares are dot products under the op's accumulator
+ * model (terms x_i, or x_i * x_i) taking stochastic words from stream
+ * op_index ^ 2^63, dot number = output index, then rounded by the choke
+ * point under the op's rounding; the suite
  * rebuilds them from emu_accum_dot and emu_round2_word, and checks the
  * exact model against mpfr_sum / mpfr_dot rounded once by the MPFR oracle.
  * The mean is checked against MPFR's quotient of the accumulator's sum by
@@ -91,13 +92,14 @@ static double oracle_div(const emu_format *f, mpfr_srcptr x, size_t n,
 }
 
 /* The definition, from emu_accum_dot and emu_round2_word. */
-static double expected(const emu_ctx *ctx, const emu_tensor *x,
+static double expected(const emu_ctx *ctx, const emu_accum *accum,
+                       const emu_rounding *rnd, const emu_tensor *x,
                        const emu_format *fo, const geom *g, emu_reduce r,
                        size_t o, uint64_t op, emu_accum_counts *cnt)
 {
     const float *p = first_of(x, g, o);
     const ptrdiff_t inc = (ptrdiff_t)g->inner;
-    uint64_t word = emu_rnd_is_stochastic(ctx->rnd.mode)
+    uint64_t word = emu_rnd_is_stochastic(rnd->mode)
                   ? emu_random64(ctx->seed, op, o) : 0;
     if (r == EMU_REDUCE_MAX) {
         double v = p[0];
@@ -108,21 +110,21 @@ static double expected(const emu_ctx *ctx, const emu_tensor *x,
             else if (y > v || (y == 0.0 && v == 0.0 && signbit(v) && !signbit(y)))
                 v = y;
         }
-        return emu_round2_word(fo, v, 0.0, &ctx->rnd, word, NULL);
+        return emu_round2_word(fo, v, 0.0, rnd, word, NULL);
     }
     emu_accum_rng rng = { ctx->seed, op ^ ACCUM_TAG, o };
     double lo;
-    double v = emu_accum_dot(&ctx->accum, p, inc, r == EMU_REDUCE_SUMSQ ? p : NULL,
+    double v = emu_accum_dot(accum, p, inc, r == EMU_REDUCE_SUMSQ ? p : NULL,
                              inc, g->len, &rng, cnt, &lo);
     if (r != EMU_REDUCE_MEAN)
-        return emu_round2_word(fo, v, lo, &ctx->rnd, word, NULL);
+        return emu_round2_word(fo, v, lo, rnd, word, NULL);
     if (!isfinite(v))
-        return emu_round2_word(fo, v, 0.0, &ctx->rnd, word, NULL);
+        return emu_round2_word(fo, v, 0.0, rnd, word, NULL);
     mpfr_t s;
     mpfr_init2(s, 2000);
     mpfr_set_d(s, v, MPFR_RNDN);
     mpfr_add_d(s, s, lo, MPFR_RNDN); /* exact at 2000 bits */
-    double m = oracle_div(fo, s, g->len, &ctx->rnd);
+    double m = oracle_div(fo, s, g->len, rnd);
     mpfr_clear(s);
     return m;
 }
@@ -150,9 +152,12 @@ START_TEST(reduce_definition)
         for (int c = 0; c < 16; c++) {
             emu_ctx ctx;
             emu_ctx_init(&ctx, 5 + (uint64_t)c);
+            emu_rounding rnd = test_rne;
+            emu_accum accum;
+            emu_accum_default(&accum);
             emu_error err;
-            ck_assert(emu_accum_parse(&ctx.accum, accs[ai], &err) == 0);
-            ctx.rnd.mode = modes[c % 4];
+            ck_assert(emu_accum_parse(&accum, accs[ai], &err) == 0);
+            rnd.mode = modes[c % 4];
             ctx.op_index = test_below(&g, 500);
             emu_reduce r = (emu_reduce)(c % EMU_REDUCE_COUNT);
             int nd = 1 + (int)test_below(&g, 4);
@@ -184,8 +189,10 @@ START_TEST(reduce_definition)
             uint64_t op = ctx.op_index;
             double *want = malloc(out.n * sizeof *want);
             for (size_t o = 0; o < out.n; o++)
-                want[o] = expected(&ctx, &x, fo, &ge, r, o, op, NULL);
-            int rc = emu_t_reduce(&ctx, "t.red", &out, &x, r, axis);
+                want[o] = expected(&ctx, &accum, &rnd, &x, fo, &ge, r, o, op,
+                                   NULL);
+            int rc = emu_t_reduce(&ctx, "t.red", &out, &x, r, axis, &accum,
+                                  &rnd);
             ck_assert_msg(rc == 0, "%s %s axis %d: %s", accs[ai], red_names[r],
                           axis, ctx.err.message);
             for (size_t o = 0; o < out.n; o++)
@@ -193,7 +200,7 @@ START_TEST(reduce_definition)
                        "%s %s of a %d-d tensor along axis %d (len %zu) into %s, "
                        "mode %s: output %zu = %a, expected %a", accs[ai],
                        red_names[r], nd, axis, ge.len, fo->name,
-                       emu_rnd_name(ctx.rnd.mode), o, (double)out.data[o], want[o]);
+                       emu_rnd_name(rnd.mode), o, (double)out.data[o], want[o]);
             free(want);
             emu_tensor_free(&x);
             emu_tensor_free(&out);
@@ -209,9 +216,12 @@ START_TEST(exact_oracle)
     for (int c = 0; c < 60; c++) {
         emu_ctx ctx;
         emu_ctx_init(&ctx, 1);
+        emu_rounding rnd = test_rne;
+        emu_accum accum;
+        emu_accum_default(&accum);
         emu_error err;
-        ck_assert(emu_accum_parse(&ctx.accum, "exact", &err) == 0);
-        ctx.rnd.mode = (emu_rnd)(c % TEST_DET_MODES);
+        ck_assert(emu_accum_parse(&accum, "exact", &err) == 0);
+        rnd.mode = (emu_rnd)(c % TEST_DET_MODES);
         emu_reduce r = c % 3 == 0 ? EMU_REDUCE_SUM : c % 3 == 1 ? EMU_REDUCE_MEAN
                                                                 : EMU_REDUCE_SUMSQ;
         size_t len = 1 + (size_t)test_below(&g, 500);
@@ -242,12 +252,13 @@ START_TEST(exact_oracle)
             mpfr_dot(s, pt, pt, len, MPFR_RNDN);
         else
             mpfr_sum(s, pt, len, MPFR_RNDN);
-        double want = r == EMU_REDUCE_MEAN ? oracle_div(fo, s, len, &ctx.rnd)
-                                           : emu_ref_round(fo, s, &ctx.rnd, NULL);
-        ck_assert(emu_t_reduce(&ctx, "t.exact", &out, &x, r, -1) == 0);
+        double want = r == EMU_REDUCE_MEAN ? oracle_div(fo, s, len, &rnd)
+                                           : emu_ref_round(fo, s, &rnd, NULL);
+        ck_assert(emu_t_reduce(&ctx, "t.exact", &out, &x, r, -1, &accum,
+                               &rnd) == 0);
         EXPECT(test_same(out.data[0], want), "exact %s of %zu terms into %s, "
                "mode %s: %a, MPFR %a (x[0] = %a)", red_names[r], len, fo->name,
-               emu_rnd_name(ctx.rnd.mode), (double)out.data[0], want,
+               emu_rnd_name(rnd.mode), (double)out.data[0], want,
                (double)x.data[0]);
         for (size_t i = 0; i < len; i++)
             mpfr_clear(t[i]);
@@ -270,25 +281,29 @@ START_TEST(mean_sticky_bits)
         for (int neg = 0; neg < 2; neg++) {
             emu_ctx ctx;
             emu_ctx_init(&ctx, 1);
+            emu_rounding rnd = test_rne;
+            emu_accum accum;
+            emu_accum_default(&accum);
             emu_error err;
-            ck_assert(emu_accum_parse(&ctx.accum, "exact", &err) == 0);
-            ctx.rnd.mode = (emu_rnd)m;
+            ck_assert(emu_accum_parse(&accum, "exact", &err) == 0);
+            rnd.mode = (emu_rnd)m;
             emu_tensor x, out;
             size_t sx[1] = { 3 }, so[1] = { 1 };
             alloc(&x, "x", test_format("binary32"), 1, sx);
             alloc(&out, "out", test_format("binary16"), 1, so);
             for (int i = 0; i < 3; i++)
                 x.data[i] = neg ? -x3[i] : x3[i];
-            ck_assert(emu_t_reduce(&ctx, "t.mean", &out, &x, EMU_REDUCE_MEAN, 0) == 0);
+            ck_assert(emu_t_reduce(&ctx, "t.mean", &out, &x, EMU_REDUCE_MEAN, 0,
+                                   &accum, &rnd) == 0);
             mpfr_t s;
             mpfr_init2(s, 200);
             mpfr_set_si(s, neg ? -3 : 3, MPFR_RNDN);
             mpfr_add_d(s, s, neg ? -0x1p-120 : 0x1p-120, MPFR_RNDN);
-            double want = oracle_div(&out.fmt, s, 3, &ctx.rnd);
+            double want = oracle_div(&out.fmt, s, 3, &rnd);
             mpfr_clear(s);
             EXPECT(test_same(out.data[0], want), "mean of %s(1, 2, 2^-120) in "
                    "binary16, mode %s: %a, expected %a", neg ? "-" : "",
-                   emu_rnd_name(ctx.rnd.mode), (double)out.data[0], want);
+                   emu_rnd_name(rnd.mode), (double)out.data[0], want);
             emu_tensor_free(&x);
             emu_tensor_free(&out);
         }
@@ -317,7 +332,8 @@ START_TEST(max_specials)
         alloc(&x, "x", f, 1, sx);
         alloc(&out, "out", f, 1, so);
         memcpy(x.data, cases[c].x, sizeof cases[c].x);
-        ck_assert(emu_t_reduce(&ctx, "t.max", &out, &x, EMU_REDUCE_MAX, 0) == 0);
+        ck_assert(emu_t_reduce(&ctx, "t.max", &out, &x, EMU_REDUCE_MAX, 0,
+                               test_default_accum(), &test_rne) == 0);
         EXPECT(test_same(out.data[0], cases[c].want), "max case %zu: %a, expected %a",
                c, (double)out.data[0], cases[c].want);
         emu_tensor_free(&x);
@@ -334,8 +350,11 @@ START_TEST(reduce_counts)
     emu_stats_init(&stats);
     emu_ctx ctx;
     emu_ctx_init(&ctx, 1);
+    emu_rounding rnd = test_rne;
+    emu_accum accum;
+    emu_accum_default(&accum);
     emu_error err;
-    ck_assert(emu_accum_parse(&ctx.accum, "sequential,acc=binary16", &err) == 0);
+    ck_assert(emu_accum_parse(&accum, "sequential,acc=binary16", &err) == 0);
     ctx.stats = &stats;
     ctx.measure = EMU_MEASURE_ALL;
     ctx.ref_rate = 1.0;
@@ -349,8 +368,10 @@ START_TEST(reduce_counts)
     memset(&want, 0, sizeof want);
     geom ge = geometry(&x, 1);
     for (size_t o = 0; o < 3; o++)
-        (void)expected(&ctx, &x, &out.fmt, &ge, EMU_REDUCE_SUM, o, ctx.op_index, &want);
-    ck_assert(emu_t_reduce(&ctx, "t.cnt", &out, &x, EMU_REDUCE_SUM, 1) == 0);
+        (void)expected(&ctx, &accum, &rnd, &x, &out.fmt, &ge, EMU_REDUCE_SUM, o,
+                       ctx.op_index, &want);
+    ck_assert(emu_t_reduce(&ctx, "t.cnt", &out, &x, EMU_REDUCE_SUM, 1, &accum,
+                           &rnd) == 0);
     const emu_site_stats *s = &stats.sites[0].total;
     EXPECT(s->adds == want.adds && s->absorbed == want.absorbed &&
            !memcmp(s->lost_bits, want.lost_bits, sizeof want.lost_bits),
@@ -371,6 +392,8 @@ START_TEST(bad_arguments)
 {
     emu_ctx ctx;
     emu_ctx_init(&ctx, 1);
+    emu_accum accum;
+    emu_accum_default(&accum);
     emu_tensor x, out, out2;
     size_t sx[2] = { 3, 4 }, so[1] = { 3 }, so2[2] = { 2, 2 };
     alloc(&x, "x", test_format("binary16"), 2, sx);
@@ -391,7 +414,8 @@ START_TEST(bad_arguments)
         { &out, 1, (emu_reduce)9, "reduction" },
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        int rc = emu_t_reduce(&ctx, "t.bad", cases[c].o, &x, cases[c].r, cases[c].axis);
+        int rc = emu_t_reduce(&ctx, "t.bad", cases[c].o, &x, cases[c].r,
+                              cases[c].axis, &accum, &test_rne);
         char msg[700];
         emu_error_format(&ctx.err, msg, sizeof msg);
         EXPECT(rc == -1 && strstr(msg, "t.bad") && strstr(msg, cases[c].needle),
@@ -401,11 +425,24 @@ START_TEST(bad_arguments)
     }
     emu_tensor bad = x;
     bad.fmt = *test_format("binary64");
-    ck_assert_int_eq(emu_t_reduce(&ctx, "t.bad", &out, &bad, EMU_REDUCE_SUM, 1), -1);
-    ctx.accum.kind = EMU_ACCUM_FUSED;
-    ctx.accum.fused_k = 0;
-    ck_assert_int_eq(emu_t_reduce(&ctx, "t.bad", &out, &x, EMU_REDUCE_SUM, 1), -1);
-    ck_assert_int_eq(emu_t_reduce(&ctx, "t.bad", &out, &x, EMU_REDUCE_MAX, 1), 0);
+    ck_assert_int_eq(emu_t_reduce(&ctx, "t.bad", &out, &bad, EMU_REDUCE_SUM, 1,
+                                  &accum, &test_rne), -1);
+    accum.kind = EMU_ACCUM_FUSED;
+    accum.fused_k = 0;
+    ck_assert_int_eq(emu_t_reduce(&ctx, "t.bad", &out, &x, EMU_REDUCE_SUM, 1,
+                                  &accum, &test_rne), -1);
+    ck_assert_int_eq(emu_t_reduce(&ctx, "t.bad", &out, &x, EMU_REDUCE_MAX, 1,
+                                  &accum, &test_rne), 0);
+    /* No defaults: a sum needs its accumulator, every reduction its
+     * rounding; the maximum accumulates nothing and may go without. */
+    ck_assert_int_eq(emu_t_reduce(&ctx, "t.bad", &out, &x, EMU_REDUCE_SUM, 1,
+                                  NULL, &test_rne), -1);
+    ck_assert_ptr_nonnull(strstr(ctx.err.message, "no accumulator"));
+    ck_assert_int_eq(emu_t_reduce(&ctx, "t.bad", &out, &x, EMU_REDUCE_MAX, 1,
+                                  NULL, NULL), -1);
+    ck_assert_ptr_nonnull(strstr(ctx.err.message, "no rounding"));
+    ck_assert_int_eq(emu_t_reduce(&ctx, "t.bad", &out, &x, EMU_REDUCE_MAX, 1,
+                                  NULL, &test_rne), 0);
     emu_tensor_free(&x);
     emu_tensor_free(&out);
     emu_tensor_free(&out2);

@@ -1775,13 +1775,16 @@ START_TEST(matmul_oracle)
                              &g, fm[f].elo, fm[f].ehi);
                 emu_ctx ctx;
                 emu_ctx_init(&ctx, 5);
+                emu_rounding rnd = test_rne;
+                emu_accum accum;
+                emu_accum_default(&accum);
                 char aspec[80];
                 snprintf(aspec, sizeof aspec, accs[ai], A.sf.block[0]);
                 emu_error err;
-                ck_assert(emu_accum_parse(&ctx.accum, aspec, &err) == 0);
+                ck_assert(emu_accum_parse(&accum, aspec, &err) == 0);
                 model mdl = ai == 0 ? MODEL_EXACT : ai < 3 ? MODEL_SEQ
                                                            : MODEL_FUSED;
-                ctx.rnd.mode = (emu_rnd)(c % TEST_DET_MODES);
+                rnd.mode = (emu_rnd)(c % TEST_DET_MODES);
                 const emu_format *fo = test_format(outs[c % 3]);
                 emu_tensor out;
                 ck_assert(emu_tensor_alloc4(&out, "out", EMU_ROLE_ACTIVATION,
@@ -1789,10 +1792,12 @@ START_TEST(matmul_oracle)
                 const double alpha = alphas[(size_t)c % 3];
                 emu_matmul_opts o;
                 memset(&o, 0, sizeof o);
+                o.accum = &accum;
                 o.trans_a = ta;
                 o.trans_b = tb;
                 o.alpha = alpha;
-                int rc = emu_t_matmul_scaled(&ctx, "t.mm", &out, &A, &B, &o);
+                int rc = emu_t_matmul_scaled(&ctx, "t.mm", &out, &A, &B, &o,
+                                             &rnd);
                 CHECK(rc == 0, "%s x %s, %s: %s", fm[f].fa, fm[f].fb, aspec,
                       ctx.err.message);
                 const double scale = (alpha == 0.0 ? 1.0 : alpha) *
@@ -1805,8 +1810,8 @@ START_TEST(matmul_oracle)
                             av[k] = value_wo_g(&A, ta ? k * M + i : i * K + k);
                             bv[k] = value_wo_g(&B, tb ? j * K + k : k * N + j);
                         }
-                        double want = ref_output(mdl, &ctx.accum, av, bv, K,
-                                                 scale, fo, &ctx.rnd);
+                        double want = ref_output(mdl, &accum, av, bv, K,
+                                                 scale, fo, &rnd);
                         double got = out.data[i * N + j];
                         cases++;
                         CHECK(test_same(got, want), "matmul %s x %s (%zux%zux%zu"
@@ -1814,7 +1819,7 @@ START_TEST(matmul_oracle)
                               "%g, g_a %a g_b %a: (%zu, %zu) = %a, expected "
                               "(MPFR) %a; a[0] %a b[0] %a", fm[f].fa, fm[f].fb,
                               M, N, K, ta, tb, aspec, fo->name,
-                              emu_rnd_name(ctx.rnd.mode), alpha,
+                              emu_rnd_name(rnd.mode), alpha,
                               (double)A.tensor_scale, (double)B.tensor_scale,
                               i, j, got, want, av[0], bv[0]);
                     }
@@ -1837,7 +1842,7 @@ static void expect_mm_fail(const char *what, emu_ctx *ctx, emu_tensor *out,
         out->data[i] = 0.5f;
     memset(&ctx->err, 0, sizeof ctx->err);
     uint64_t op = ctx->op_index;
-    int rc = emu_t_matmul_scaled(ctx, "t.bad", out, a, b, o);
+    int rc = emu_t_matmul_scaled(ctx, "t.bad", out, a, b, o, &test_rne);
     bool untouched = true;
     for (size_t i = 0; i < out->n; i++)
         untouched &= out->data[i] == 0.5f;
@@ -1865,6 +1870,10 @@ START_TEST(matmul_refuses)
     quant_matrix(&Bw, "mxfp8", 64, 4, 1, &g, -3, 3);
     emu_matmul_opts o;
     memset(&o, 0, sizeof o);
+    /* no defaults: the options name the accumulator */
+    expect_mm_fail("no options", &ctx, &out, &A, &B, NULL);
+    expect_mm_fail("no accumulator", &ctx, &out, &A, &B, &o);
+    o.accum = test_default_accum();
     expect_mm_fail("block 32 against 16 along K", &ctx, &out, &A, &B16, &o);
     expect_mm_fail("A blocked along M", &ctx, &out, &Aw, &B, &o);
     expect_mm_fail("B blocked along N", &ctx, &out, &A, &Bw, &o);
@@ -1878,7 +1887,8 @@ START_TEST(matmul_refuses)
     expect_mm_fail("trans_a on a non-transposed A", &ctx, &out, &A, &B, &o);
     o.trans_a = false;
     uint64_t op = ctx.op_index;
-    CHECK(emu_t_matmul_scaled(&ctx, "t.good", &out, &A, &B, &o) == 0 &&
+    CHECK(emu_t_matmul_scaled(&ctx, "t.good", &out, &A, &B, &o,
+                              &test_rne) == 0 &&
           ctx.op_index == op + 1, "the good product after the bad ones: %s",
           ctx.err.message);
     emu_scaled_free(&A);
@@ -2316,10 +2326,11 @@ START_TEST(quantize_site_stats)
             emu_scaled_format sf = sfmt(specs[s]);
             emu_ctx ctx;
             emu_ctx_init(&ctx, 31);
+            emu_rounding rnd = test_rne;
             ctx.measure = EMU_MEASURE_ALL;
             ctx.ref_rate = 1.0;
             ctx.op_index = 7;
-            ctx.rnd.mode = m == 0 ? EMU_RNE : m == 1 ? EMU_RD : EMU_RS;
+            rnd.mode = m == 0 ? EMU_RNE : m == 1 ? EMU_RD : EMU_RS;
             emu_stats st;
             emu_stats_init(&st);
             ctx.stats = &st;
@@ -2336,15 +2347,15 @@ START_TEST(quantize_site_stats)
             sq_alloc(&q2, &sf, 2, shape, 1);
             emu_quant_counts c;
             memset(&c, 0, sizeof c);
-            int rc = emu_t_quantize_scaled(&ctx, "q.w", &q, &x, NULL, &c);
+            int rc = emu_t_quantize_scaled(&ctx, "q.w", &q, &x, NULL, &c, &rnd);
             CHECK(rc == 0 && ctx.op_index == 8, "%s: emu_t_quantize_scaled rc "
                   "%d (%s), op_index %" PRIu64, specs[s], rc, ctx.err.message,
                   ctx.op_index);
             /* the same quantization by hand: the op's stream is op 7 */
             emu_quant_opts o;
             memset(&o, 0, sizeof o);
-            o.mode = ctx.rnd.mode;
-            o.sr_bits = ctx.rnd.sr_bits;
+            o.mode = rnd.mode;
+            o.sr_bits = rnd.sr_bits;
             o.seed = 31;
             o.stream = 7;
             ck_assert(emu_scaled_quantize(&q2, x.data, &o, NULL, NULL, &err) == 0);
@@ -2426,9 +2437,14 @@ START_TEST(quantize_site_stats)
             ck_assert(emu_tensor_alloc4(&y, "y", EMU_ROLE_WEIGHT,
                                         test_format("binary32"), R, C + 1, 0,
                                         0, &err) == 0);
-            rc = emu_t_quantize_scaled(&ctx, "q.w", &q, &y, NULL, NULL);
+            rc = emu_t_quantize_scaled(&ctx, "q.w", &q, &y, NULL, NULL, &rnd);
             CHECK(rc == -1 && ctx.op_index == 8, "%s: shape mismatch accepted",
                   specs[s]);
+            /* and so is a missing rounding: there is no default */
+            rc = emu_t_quantize_scaled(&ctx, "q.w", &q, &x, NULL, NULL, NULL);
+            CHECK(rc == -1 && ctx.op_index == 8 &&
+                  strstr(ctx.err.message, "no rounding"),
+                  "%s: quantization without a rounding accepted", specs[s]);
             emu_tensor_free(&y);
             free(e);
             ref_free(&r);
@@ -2498,7 +2514,7 @@ START_TEST(quantize_site_nan_observer)
     seen_op seen = { .q = &q, .x = x.data };
     ctx.observer = observe;
     ctx.observer_user = &seen;
-    int rc = emu_t_quantize_scaled(&ctx, "q.x", &q, &x, NULL, NULL);
+    int rc = emu_t_quantize_scaled(&ctx, "q.x", &q, &x, NULL, NULL, &test_rne);
     CHECK(rc == 0, "quantize: %s", ctx.err.message);
     const emu_site *site = st.count == 1 ? &st.sites[0] : NULL;
     CHECK(site && site->total.nan == 64 && site->total.nan_produced == 32 &&
@@ -2624,8 +2640,9 @@ START_TEST(matmul_error_split)
         ctx.stats = &st;
         ctx.measure = EMU_MEASURE_ALL;
         ctx.ref_rate = 1.0;
-        emu_matmul_opts o = { .a_src = &a, .b_src = &b, .alpha = 0.5 };
-        int rc = emu_t_matmul_scaled(&ctx, "mm", &out, &qa, &qb, &o);
+        emu_matmul_opts o = { .accum = test_default_accum(), .a_src = &a,
+                              .b_src = &b, .alpha = 0.5 };
+        int rc = emu_t_matmul_scaled(&ctx, "mm", &out, &qa, &qb, &o, &test_rne);
         CHECK(rc == 0, "%s: matmul failed: %s", specs[si], ctx.err.message);
         /* the mean quantization error, from MPFR: |dot(values) - dot(x)| / dot(x) */
         double want = 0.0;

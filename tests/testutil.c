@@ -63,6 +63,19 @@ const emu_format *test_format(const char *name)
     return f;
 }
 
+const emu_rounding test_rne = { .mode = EMU_RNE, .sr_bits = 64 };
+
+const emu_accum *test_default_accum(void)
+{
+    static emu_accum a;
+    static bool ready;
+    if (!ready) {
+        emu_accum_default(&a);
+        ready = true;
+    }
+    return &a;
+}
+
 /* EMU_TEST_HOST_ENV=upward|downward|towardzero, plus "+ftz", "+daz" on x86
  * (e.g. "upward+ftz+daz"): the whole suite runs with the main thread in
  * that floating-point state, as a hostile caller would leave it.  Only

@@ -56,6 +56,12 @@ const emu_format *test_format(const char *name);
             ck_abort_msg(__VA_ARGS__);                                      \
     } while (0)
 
+/* Ops take their rounding and accumulator model as arguments: these are
+ * the ones a test passes where it does not vary them (nearest-even, and
+ * emu_accum_default's sequential binary32 model). */
+extern const emu_rounding test_rne;
+const emu_accum *test_default_accum(void);
+
 /* The deterministic modes, for loops: EMU_RNE .. EMU_RO. */
 enum { TEST_DET_MODES = EMU_RO + 1 };
 
