@@ -134,6 +134,9 @@ typedef struct bench {
 
 enum { COL_OFF, COL_ON, COL_SWAMP, COL_REF, N_COLS };
 
+/* Every rounding here is nearest-even: what is timed is the accumulator. */
+static const emu_rounding rne = { .mode = EMU_RNE, .sr_bits = 64 };
+
 /* Best time of reps runs of out = a b under ctx settings for column col. */
 static double time_matmul(bench *B, const emu_accum *acc, int col,
                           emu_tensor *out, const emu_tensor *a,
@@ -141,7 +144,7 @@ static double time_matmul(bench *B, const emu_accum *acc, int col,
 {
     emu_ctx ctx;
     emu_ctx_init(&ctx, 1);
-    ctx.accum = *acc;
+    const emu_matmul_opts o = { .accum = acc };
     ctx.threads = B->threads;
     ctx.stats = col == COL_OFF ? NULL : &B->stats;
     ctx.measure = EMU_MEASURE_COUNTS | EMU_MEASURE_HIST;
@@ -154,7 +157,7 @@ static double time_matmul(bench *B, const emu_accum *acc, int col,
     double best = INFINITY;
     for (int r = 0; r < reps; r++) {
         double t0 = cpu_now(B->threads);
-        if (emu_t_matmul(&ctx, "bench.matmul", out, a, b, NULL)) {
+        if (emu_t_matmul(&ctx, "bench.matmul", out, a, b, &o, &rne)) {
             char msg[700];
             emu_error_format(&ctx.err, msg, sizeof msg);
             fprintf(stderr, "matmul failed: %s\n", msg);
@@ -190,8 +193,8 @@ static void guard_row(bench *B, size_t n)
     normal_fill(x, n * n);
     emu_ctx ctx;
     emu_ctx_init(&ctx, 1);
-    if (emu_t_load(&ctx, "bench.a", &a, x, n * n) ||
-        emu_t_load(&ctx, "bench.b", &b, x, n * n))
+    if (emu_t_load(&ctx, "bench.a", &a, x, n * n, &rne) ||
+        emu_t_load(&ctx, "bench.b", &b, x, n * n, &rne))
         die_err(&ctx.err);
     emu_accum acc;
     if (emu_accum_parse(&acc, "sequential,acc=binary16", &err))
@@ -321,10 +324,10 @@ int main(int argc, char **argv)
                 die_err(&err);
             emu_ctx ctx;
             emu_ctx_init(&ctx, 1);
-            if (emu_t_load(&ctx, "bench.a", &a, sa, n * n) ||
-                emu_t_load(&ctx, "bench.b", &b, sb, n * n) ||
-                emu_t_load(&ctx, "bench.a32", &srcA, sa, n * n) ||
-                emu_t_load(&ctx, "bench.b32", &srcB, sb, n * n))
+            if (emu_t_load(&ctx, "bench.a", &a, sa, n * n, &rne) ||
+                emu_t_load(&ctx, "bench.b", &b, sb, n * n, &rne) ||
+                emu_t_load(&ctx, "bench.a32", &srcA, sa, n * n, &rne) ||
+                emu_t_load(&ctx, "bench.b32", &srcB, sb, n * n, &rne))
                 die_err(&ctx.err);
 
             for (int oi = 0; oi < 2; oi++) {
@@ -378,13 +381,14 @@ int main(int argc, char **argv)
                         double best = INFINITY;
                         emu_ctx fctx;
                         emu_ctx_init(&fctx, 1);
-                        fctx.accum = acc;
+                        const emu_matmul_opts fo = { .accum = &acc };
                         fctx.threads = B.threads;
                         for (int r = 0; r < B.reps; r++) {
                             double t0 = cpu_now(B.threads);
-                            if (emu_t_cast(&fctx, "bench.qa", &a, &srcA) ||
-                                emu_t_cast(&fctx, "bench.qb", &b, &srcB) ||
-                                emu_t_matmul(&fctx, "bench.mm", &out, &a, &b, NULL))
+                            if (emu_t_cast(&fctx, "bench.qa", &a, &srcA, &rne) ||
+                                emu_t_cast(&fctx, "bench.qb", &b, &srcB, &rne) ||
+                                emu_t_matmul(&fctx, "bench.mm", &out, &a, &b,
+                                             &fo, &rne))
                                 die_err(&fctx.err);
                             double tt = cpu_now(B.threads) - t0;
                             best = tt < best ? tt : best;

@@ -49,12 +49,11 @@ static int quantize_op(emu_scaled_tensor *q, emu_tensor *x,
 {
     emu_ctx ctx;
     emu_ctx_init(&ctx, o->seed);
-    ctx.rnd.mode = o->mode;
-    ctx.rnd.sr_bits = o->sr_bits;
+    const emu_rounding rnd = { .mode = o->mode, .sr_bits = o->sr_bits };
     emu_stats stats;
     emu_stats_init(&stats);
     ctx.stats = st ? &stats : NULL;
-    int rc = emu_t_quantize_scaled(&ctx, "q", q, x, NULL, NULL);
+    int rc = emu_t_quantize_scaled(&ctx, "q", q, x, NULL, NULL, &rnd);
     if (rc)
         *err = ctx.err;
     emu_stats_free(&stats);

@@ -82,18 +82,17 @@ static int update(emu_ctx *ctx, const emu_policy *p, emu_param *prm,
 {
     char site[96];
     if (scale != 1.0) {
-        ctx->rnd = p->weight_grad.rnd;
         snprintf(site, sizeof site, "%s.unscale", name);
-        if (emu_t_scale(ctx, site, &prm->g, &prm->g, (float)(1.0 / scale)))
+        if (emu_t_scale(ctx, site, &prm->g, (float)(1.0 / scale), &prm->g,
+                        &p->weight_grad.rnd))
             return -1;
     }
     memcpy(w_old, prm->w.data, prm->w.n * sizeof *w_old);
-    ctx->rnd = p->weight.rnd;
     emu_sgd_opts o = { .lr = (float)lr, .momentum = (float)momentum,
                        .state_rnd = &p->opt_state.rnd };
     snprintf(site, sizeof site, "%s.update", name);
     if (emu_t_sgd_update(ctx, site, &prm->w, momentum != 0.0 ? &prm->v : NULL,
-                         &prm->g, &o))
+                         &prm->g, &o, &p->weight.rnd))
         return -1;
     /* The op subtracted lr times the step as stored (exact in binary64). */
     const float *step = momentum != 0.0 ? prm->v.data : prm->g.data;
@@ -173,7 +172,6 @@ int main(int argc, char **argv)
 
     emu_ctx ctx;
     emu_ctx_init(&ctx, seed);
-    ctx.accum = p.accum;
     ctx.measure = 0;
     emu_model m;
     if (emu_model_build(&m, arch, &p, (int)batch, train.channels, train.height,
@@ -213,8 +211,8 @@ int main(int argc, char **argv)
             memcpy(bx + (size_t)i * es, train.x + idx[i] * es, es * sizeof(float));
             by[i] = train.y[idx[i]];
         }
-        ctx.rnd = p.activation.rnd;
-        if (emu_t_load(&ctx, "input", &m.x, bx, (size_t)batch * es) ||
+        if (emu_t_load(&ctx, "input", &m.x, bx, (size_t)batch * es,
+                       &p.activation.rnd) ||
             emu_model_forward(&m, &ctx, &p) ||
             emu_model_backward(&m, &ctx, &p, by, (float)scale))
             return die("step", &ctx.err);
