@@ -176,7 +176,7 @@ static int mm_check(emu_ctx *ctx, const char *site, int nd, emu_tensor *out,
                             out->name);
     emu_error e;
     if (emu_accum_validate(&ctx->accum, &e))
-        return emu_ctx_fail(ctx, site, "accumulator: %s%s%s", e.key,
+        return emu_ctx_failc(ctx, e.code, site, "accumulator: %s%s%s", e.key,
                             e.key[0] ? ": " : "", e.message);
     double alpha = o->alpha == 0.0 ? 1.0 : o->alpha;
     if (!(alpha > 0.0) || !isfinite(alpha))
@@ -234,7 +234,7 @@ static int mm_run(emu_ctx *ctx, const char *site, const char *kind, int nd,
             for (size_t i = 0; i < n; i++)
                 c0[i] = (double)c[i] / m.alpha;
         } else if (!c) {
-            emu_ctx_fail(ctx, site, "out of memory for %zu values", n);
+            emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory for %zu values", n);
         }
     }
     if (!hi || (pairs && !lo) || (o->accumulate && (!c || !c0))) {
@@ -263,7 +263,7 @@ static int mm_run(emu_ctx *ctx, const char *site, const char *kind, int nd,
         free(hi);
         free(lo);
         free(c);
-        return emu_ctx_fail(ctx, site, "out of memory in the GEMM engine");
+        return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory in the GEMM engine");
     }
     emu_scale_pairs(hi, lo, exact, n, m.alpha);
 
@@ -275,7 +275,7 @@ static int mm_run(emu_ctx *ctx, const char *site, const char *kind, int nd,
         free(hi);
         free(lo);
         free(c);
-        return emu_ctx_fail(ctx, site, "out of memory for the reference");
+        return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory for the reference");
     }
 
     emu_op_out oo = { .site = site, .kind = kind, .out = out, .hi = hi,

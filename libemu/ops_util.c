@@ -36,7 +36,7 @@ double *emu_scratch(emu_ctx *ctx, const char *site, size_t n)
     double *p = n <= SIZE_MAX / sizeof(double) ? malloc(n ? n * sizeof *p : 1)
                                                : NULL;
     if (!p)
-        emu_ctx_fail(ctx, site, "out of memory for %zu scratch values", n);
+        emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory for %zu scratch values", n);
     return p;
 }
 

@@ -10,6 +10,7 @@
 
 #include "emu/stats.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -393,7 +394,8 @@ static void csv_site_prefix(FILE *fp, const emu_site *site)
     fputc(',', fp);
 }
 
-int emu_stats_write_step_rows(const emu_stats *s, FILE *fp, bool header)
+int emu_stats_write_step_rows(const emu_stats *s, FILE *fp, bool header,
+                              emu_error *err)
 {
     EMU_HOSTFP_GUARD;
     if (header)
@@ -407,7 +409,10 @@ int emu_stats_write_step_rows(const emu_stats *s, FILE *fp, bool header)
         csv_counters(fp, &site->step);
         fputc('\n', fp);
     }
-    return ferror(fp) ? -1 : 0;
+    if (ferror(fp))
+        return emu_fail(err, EMU_EIO, "step rows", "", "cannot write: %s",
+                        errno ? strerror(errno) : "write error");
+    return 0;
 }
 
 static int write_sites_csv(FILE *fp, const void *arg)

@@ -1405,9 +1405,9 @@ START_TEST(test_exports)
     emu_stats_begin_step(&stats, 7);
     FILE *tf = tmpfile();
     ck_assert_ptr_nonnull(tf);
-    ck_assert_int_eq(emu_stats_write_step_rows(&stats, tf, true), 0);
+    ck_assert_int_eq(emu_stats_write_step_rows(&stats, tf, true, NULL), 0);
     ck_assert_int_eq(emu_t_unary(&ctx, "act", &y, &a, EMU_UNARY_TANH, 0, 0), 0);
-    ck_assert_int_eq(emu_stats_write_step_rows(&stats, tf, false), 0);
+    ck_assert_int_eq(emu_stats_write_step_rows(&stats, tf, false, NULL), 0);
     rewind(tf);
     char line[4096];
     int rows = 0;

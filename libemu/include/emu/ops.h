@@ -21,8 +21,10 @@
  * Conventions (llm.c's): outputs first, then inputs, then parameters.
  * `site` names the place in the program ("fc1.matmul"); statistics are
  * kept per site and per role of the output tensor.  Every op returns 0, or
- * -1 with ctx->err saying what was wrong (shape mismatch, format the
- * carrier cannot hold, ...) and leaves its outputs untouched.
+ * -1 with ctx->err saying what was wrong (emu/error.h: code EMU_EINVAL
+ * for a bad argument or shape mismatch, EMU_ENOMEM, or the code of a
+ * failed accumulator or quantizer check; where = the site) and leaves its
+ * outputs untouched.
  * Shapes: matrices (rows, cols); images (N, C, H, W); conv weights
  * (C_out, C_in, KH, KW).
  */

@@ -109,7 +109,8 @@ typedef struct emu_stats {
 void emu_stats_init(emu_stats *s);
 void emu_stats_free(emu_stats *s);
 
-/* The site (name, role), created on first use.  NULL only if out of memory. */
+/* The site (name, role), created on first use.  NULL only if out of
+ * memory (EMU_ENOMEM is its one failure, so it takes no err). */
 emu_site *emu_stats_site(emu_stats *s, const char *name, const char *kind,
                          emu_role role, const emu_format *fmt);
 
@@ -117,8 +118,10 @@ emu_site *emu_stats_site(emu_stats *s, const char *name, const char *kind,
 void emu_stats_begin_step(emu_stats *s, int64_t step);
 
 /* Appends one CSV row per site active in the current step to fp (with the
- * header first if `header`).  Returns 0 or -1 on a write error. */
-int emu_stats_write_step_rows(const emu_stats *s, FILE *fp, bool header);
+ * header first if `header`).  Returns 0, or -1 with err (EMU_EIO) if fp
+ * reports a write error. */
+int emu_stats_write_step_rows(const emu_stats *s, FILE *fp, bool header,
+                              emu_error *err);
 
 /* Whole-run exports, each written atomically to `path`:
  *   sites CSV: one row per (site, role) with every counter and derived rates;
