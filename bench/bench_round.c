@@ -66,7 +66,7 @@ static double best_round(const emu_format *f, const emu_array_rounding *a,
     for (int r = 0; r < reps; r++) {
         emu_round_counts c = { 0 };
         double t = bench_now();
-        emu_round_array_f32(f, dst, src, n, a, &c);
+        emu_round_array_f32(f, dst, src, n, a, &c, NULL);
         t = bench_now() - t;
         if (t < best)
             best = t;
@@ -117,7 +117,7 @@ static double guard_pass(const emu_format *f, const emu_array_rounding *a,
     } else {
         for (size_t i = 0; i < n; i += chunk)
             emu_round_array_f32(f, dst + i, src + i, n - i < chunk ? n - i
-                                : chunk, a, NULL);
+                                : chunk, a, NULL, NULL);
     }
     return bench_now() - t;
 }

@@ -260,7 +260,7 @@ static void count_case(coverage *c, const vec_case *vc)
     emu_bits res;
     emu_status st;
     c->lines++;
-    if (emu_bits_op(v->op, &v->in, &v->out, ops, &r, &res, &st))
+    if (emu_bits_op(v->op, &v->in, &v->out, ops, &r, &res, &st, NULL))
         return; /* cannot happen after cli_vecopts_finish */
     count_flags(c, st.flags);
     if (emu_op_is_compare(v->op))

@@ -162,10 +162,12 @@ static void emit(generator *g, const uint64_t *operands)
     r.rng = &rng;
     emu_bits res;
     emu_status st;
+    emu_error e;
     if (emu_bits_op(g->opts->op, &g->opts->in, &g->opts->out, ops, &r, &res,
-                    &st)) {
-        cli_error("gen", "emu_bits_op refused %s on operand 0x%llx: a bug",
-                  emu_op_name(g->opts->op), (unsigned long long)operands[0]);
+                    &st, &e)) {
+        cli_error("gen", "emu_bits_op refused %s on operand 0x%llx (%s): a "
+                  "bug", emu_op_name(g->opts->op),
+                  (unsigned long long)operands[0], e.message);
         exit(CLI_EXIT_USAGE);
     }
     vec_case c = { { 0, 0, 0 }, res.v, st.flags & EMU_FLAG_TESTFLOAT_MASK };

@@ -63,9 +63,10 @@ static void check_case(checker *c, const char *name, unsigned long lineno,
     emu_bits res;
     emu_status st;
     c->checked++;
-    if (emu_bits_op(v->op, &v->in, &v->out, ops, &r, &res, &st)) {
+    emu_error e;
+    if (emu_bits_op(v->op, &v->in, &v->out, ops, &r, &res, &st, &e)) {
         cli_error("verify", "%s:%lu: the emulator refused these operands "
-                  "(a bug)", name, lineno);
+                  "(%s: a bug)", name, lineno, e.message);
         c->mismatches++;
         return;
     }

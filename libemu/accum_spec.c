@@ -48,14 +48,14 @@ void emu_accum_default(emu_accum *a)
     a->fused_w = 24;
 }
 
-static int fail(emu_error *err, const char *spec, const char *key,
-                const char *fmt, ...)
+static int fail(emu_error *err, emu_errcode code, const char *spec,
+                const char *key, const char *fmt, ...)
 {
     char where[256];
     snprintf(where, sizeof where, "accumulator '%.200s'", spec);
     va_list ap;
     va_start(ap, fmt);
-    emu_vfail(err, where, key, fmt, ap);
+    emu_vfail(err, code, where, key, fmt, ap);
     va_end(ap);
     return -1;
 }
@@ -74,24 +74,24 @@ int emu_accum_validate(const emu_accum *a, emu_error *err)
 {
     const char *name = emu_accum_kind_name(a->kind);
     if ((unsigned)a->kind >= EMU_ACCUM_COUNT)
-        return fail(err, name, "kind", "unknown accumulator kind");
+        return fail(err, EMU_ESPEC, name, "kind", "unknown accumulator kind");
     const emu_format *fs[3] = { &a->acc, &a->prod, &a->wide };
     const char *keys[3] = { "acc", "prod", "wide" };
     for (int i = 0; i < 3; i++)
         if (!fs[i]->fits_carrier)
-            return fail(err, name, keys[i], "%s is not held by the binary32 "
+            return fail(err, EMU_EUNSUPPORTED, name, keys[i], "%s is not held by the binary32 "
                         "carrier", fs[i]->name);
     if (a->kind == EMU_ACCUM_BLOCKED && (a->block < 1 || a->block > (1u << 20)))
-        return fail(err, name, "block", "%u is not in 1..2^20", a->block);
+        return fail(err, EMU_ESPEC, name, "block", "%u is not in 1..2^20", a->block);
     if (a->kind == EMU_ACCUM_FUSED) {
         if (a->fused_k < 1 || a->fused_k > 4096)
-            return fail(err, name, "k", "%u is not in 1..4096", a->fused_k);
+            return fail(err, EMU_ESPEC, name, "k", "%u is not in 1..4096", a->fused_k);
         if (a->fused_w < 2 || a->fused_w > 60)
-            return fail(err, name, "w", "%u is not in 2..60", a->fused_w);
+            return fail(err, EMU_ESPEC, name, "w", "%u is not in 2..60", a->fused_w);
     }
     if (emu_rnd_is_stochastic(a->rnd.mode) &&
         (a->kind == EMU_ACCUM_EXACT || a->kind == EMU_ACCUM_FAST))
-        return fail(err, name, "mode", "the %s model has no accumulator "
+        return fail(err, EMU_ESPEC, name, "mode", "the %s model has no accumulator "
                     "rounding to make stochastic", name);
     return 0;
 }
@@ -101,16 +101,16 @@ int emu_accum_parse(emu_accum *a, const char *spec, emu_error *err)
     emu_accum m;
     emu_accum_default(&m);
     if (!spec || !*spec)
-        return fail(err, "", "", "empty accumulator spec");
+        return fail(err, EMU_ESPEC, "", "", "empty accumulator spec");
     char buf[256];
     if (strlen(spec) >= sizeof buf)
-        return fail(err, spec, "", "longer than %zu characters",
+        return fail(err, EMU_ESPEC, spec, "", "longer than %zu characters",
                     sizeof buf - 1);
     snprintf(buf, sizeof buf, "%s", spec);
     char *cursor = buf;
     char *kind = emu_next_token(&cursor, ",");
     if (!kind)
-        return fail(err, spec, "", "no kind given");
+        return fail(err, EMU_ESPEC, spec, "", "no kind given");
     if (!strcmp(kind, "seq"))
         kind = "sequential";
     int k = -1;
@@ -118,14 +118,14 @@ int emu_accum_parse(emu_accum *a, const char *spec, emu_error *err)
         if (!strcmp(kind, kind_names[i]))
             k = i;
     if (k < 0)
-        return fail(err, spec, "kind", "'%s' is not sequential, pairwise, "
+        return fail(err, EMU_ESPEC, spec, "kind", "'%s' is not sequential, pairwise, "
                     "blocked, fused, kahan, exact or fast", kind);
     m.kind = (emu_accum_kind)k;
 
     for (char *item; (item = emu_next_token(&cursor, ","));) {
         char *eq = strchr(item, '=');
         if (!eq)
-            return fail(err, spec, item, "expected key=value");
+            return fail(err, EMU_ESPEC, spec, item, "expected key=value");
         *eq = '\0';
         const char *key = item, *val = eq + 1;
         emu_error ferr;
@@ -139,7 +139,7 @@ int emu_accum_parse(emu_accum *a, const char *spec, emu_error *err)
             if (emu_format_resolve(&f, val, &ferr)) {
                 char msg[600];
                 emu_error_format(&ferr, msg, sizeof msg);
-                return fail(err, spec, key, "%s", msg);
+                return fail(err, EMU_ESPEC, spec, key, "%s", msg);
             }
             if (!strcmp(key, "acc"))
                 m.acc = f;
@@ -151,19 +151,19 @@ int emu_accum_parse(emu_accum *a, const char *spec, emu_error *err)
             }
         } else if (!strcmp(key, "mode")) {
             if (emu_rnd_parse(val, &m.rnd.mode, &m.rnd.sr_bits))
-                return fail(err, spec, key, "'%s' is not a rounding mode "
+                return fail(err, EMU_ESPEC, spec, key, "'%s' is not a rounding mode "
                             "(rne rna rz ru rd ro sr srN)", val);
         } else if (!strcmp(key, "block")) {
             if (parse_count(val, 1, 1u << 20, &m.block))
-                return fail(err, spec, key, "'%s' is not in 1..2^20", val);
+                return fail(err, EMU_ESPEC, spec, key, "'%s' is not in 1..2^20", val);
         } else if (!strcmp(key, "k")) {
             if (parse_count(val, 1, 4096, &m.fused_k))
-                return fail(err, spec, key, "'%s' is not in 1..4096", val);
+                return fail(err, EMU_ESPEC, spec, key, "'%s' is not in 1..4096", val);
         } else if (!strcmp(key, "w")) {
             if (parse_count(val, 2, 60, &m.fused_w))
-                return fail(err, spec, key, "'%s' is not in 2..60", val);
+                return fail(err, EMU_ESPEC, spec, key, "'%s' is not in 2..60", val);
         } else {
-            return fail(err, spec, key, "unknown key (acc, prod, wide, mode, "
+            return fail(err, EMU_ESPEC, spec, key, "unknown key (acc, prod, wide, mode, "
                         "block, k, w)");
         }
     }

@@ -55,7 +55,7 @@ bool emu_op_is_compare(emu_op op)
 
 int emu_bits_op(emu_op op, const emu_format *in, const emu_format *out,
                 const emu_bits *operands, const emu_rounding *r,
-                emu_bits *res, emu_status *st)
+                emu_bits *res, emu_status *st, emu_error *err)
 {
     EMU_HOSTFP_GUARD;
     emu_status local;
@@ -64,12 +64,16 @@ int emu_bits_op(emu_op op, const emu_format *in, const emu_format *out,
     st->ternary = 0;
     st->flags = 0;
     if ((unsigned)op >= EMU_OP_COUNT)
-        return -1;
+        return emu_fail(err, EMU_EINVAL, "bits op", "op", "unknown op %d",
+                        (int)op);
     /* Arithmetic needs binary32 operands; conversions and comparisons
      * take any format. */
     if (op != EMU_OP_CONVERT && !emu_op_is_compare(op) &&
         !emu_arith_supported(in))
-        return -1;
+        return emu_fail(err, EMU_EUNSUPPORTED, emu_op_name(op), "in",
+                        "operands in %s: arithmetic needs formats of at most "
+                        "24 bits of precision inside binary32's range",
+                        in->name);
 
     static const emu_rounding ieee;
     const emu_profile *prof = &(r ? r : &ieee)->profile;
@@ -78,7 +82,10 @@ int emu_bits_op(emu_op op, const emu_format *in, const emu_format *out,
     bool signaling = false;
     for (int i = 0; i < n; i++) {
         if (in->bits < 64 && operands[i].v >> in->bits)
-            return -1;
+            return emu_fail(err, EMU_EINVAL, emu_op_name(op), "operands",
+                            "operand %d (0x%llx) is wider than %s's %d bits",
+                            i + 1, (unsigned long long)operands[i].v,
+                            in->name, in->bits);
         v[i] = emu_decode_unguarded(in, operands[i]);
         signaling |= emu_is_signaling_in(in, prof, operands[i]);
     }
@@ -112,16 +119,20 @@ int emu_bits_op(emu_op op, const emu_format *in, const emu_format *out,
             st->flags |= EMU_FLAG_INVALID;
         return 0;
     }
-    return emu_encode_unguarded(out, x, res) ? 0 : -1;
+    if (!emu_encode_unguarded(out, x, res))
+        return emu_fail(err, EMU_EUNSUPPORTED, emu_op_name(op), "out",
+                        "the result %g has no pattern in %s", x, out->name);
+    return 0;
 }
 
 int emu_bits_op_word(emu_op op, const emu_format *in, const emu_format *out,
                      const emu_bits *operands, const emu_rounding *r,
-                     uint64_t word, emu_bits *res, emu_status *st)
+                     uint64_t word, emu_bits *res, emu_status *st,
+                     emu_error *err)
 {
     EMU_HOSTFP_GUARD;
     emu_arith_given_word(&word);
-    int rc = emu_bits_op(op, in, out, operands, r, res, st);
+    int rc = emu_bits_op(op, in, out, operands, r, res, st, err);
     emu_arith_given_word(NULL);
     return rc;
 }

@@ -137,7 +137,7 @@ static char *follow_links(const char *path, emu_error *err)
             }
         }
         if (!target) {
-            emu_fail(err, path, "", "cannot follow the link %s: %s", p,
+            emu_fail(err, EMU_EIO, path, "", "cannot follow the link %s: %s", p,
                      strerror(errno));
             free(p);
             return NULL;
@@ -145,7 +145,7 @@ static char *follow_links(const char *path, emu_error *err)
         free(p);
         p = target;
     }
-    emu_fail(err, path, "", "out of memory");
+    emu_fail(err, EMU_ENOMEM, path, "", "out of memory");
     return NULL;
 }
 
@@ -156,7 +156,7 @@ static int open_in_place(emu_atomic_file *f, emu_error *err)
         int e = errno;
         if (fd >= 0)
             close(fd);
-        return emu_fail(err, f->path, "", "cannot write: %s", strerror(e));
+        return emu_fail(err, EMU_EIO, f->path, "", "cannot write: %s", strerror(e));
     }
     return 0;
 }
@@ -169,12 +169,12 @@ static int open_temporary(emu_atomic_file *f, const struct stat *old,
     static atomic_uint counter;
     size_t size = strlen(f->path) + 48;
     if (!(f->tmp = malloc(size)))
-        return emu_fail(err, f->path, "", "out of memory");
+        return emu_fail(err, EMU_ENOMEM, f->path, "", "out of memory");
     for (int tries = 0; tries < 100; tries++) {
         snprintf(f->tmp, size, "%s.tmp-%ld-%u", f->path, (long)getpid(),
                  atomic_fetch_add(&counter, 1));
         if ((f->slot = register_pending(f->tmp)) < 0)
-            return emu_fail(err, f->path, "", "more than %d files being "
+            return emu_fail(err, EMU_EIO, f->path, "", "more than %d files being "
                             "written at once", MAX_PENDING);
         int fd = open(f->tmp, O_WRONLY | O_CREAT | O_EXCL, 0666);
         if (fd < 0) {
@@ -182,7 +182,7 @@ static int open_temporary(emu_atomic_file *f, const struct stat *old,
             unregister_pending(f);
             if (e == EEXIST)
                 continue;
-            return emu_fail(err, f->path, "", "cannot write: no temporary "
+            return emu_fail(err, EMU_EIO, f->path, "", "cannot write: no temporary "
                             "file can be made beside it (%s)", strerror(e));
         }
         if ((old && fchmod(fd, old->st_mode & 07777)) ||
@@ -191,12 +191,12 @@ static int open_temporary(emu_atomic_file *f, const struct stat *old,
             close(fd);
             unlink(f->tmp);
             unregister_pending(f);
-            return emu_fail(err, f->tmp, "", "%s", strerror(e));
+            return emu_fail(err, EMU_EIO, f->tmp, "", "%s", strerror(e));
         }
         return 0;
     }
     unregister_pending(f);
-    return emu_fail(err, f->path, "", "cannot find a free temporary name");
+    return emu_fail(err, EMU_EIO, f->path, "", "cannot find a free temporary name");
 }
 
 int emu_atomic_open(emu_atomic_file *f, const char *path, emu_error *err)
@@ -210,14 +210,14 @@ int emu_atomic_open(emu_atomic_file *f, const char *path, emu_error *err)
     struct stat st;
     bool exists = stat(path, &st) == 0;
     if (!exists && errno != ENOENT)
-        return emu_fail(err, path, "", "%s", strerror(errno));
+        return emu_fail(err, EMU_EIO, path, "", "%s", strerror(errno));
     int rc;
     if (exists && S_ISDIR(st.st_mode)) {
-        rc = emu_fail(err, path, "", "is a directory");
+        rc = emu_fail(err, EMU_EIO, path, "", "is a directory");
     } else if (exists && !S_ISREG(st.st_mode)) {
         f->path = dup_string(path);
         rc = f->path ? open_in_place(f, err)
-                     : emu_fail(err, path, "", "out of memory");
+                     : emu_fail(err, EMU_ENOMEM, path, "", "out of memory");
     } else if (!(f->path = follow_links(path, err))) {
         rc = -1;
     } else {
@@ -278,7 +278,7 @@ int emu_atomic_commit(emu_atomic_file *f, emu_error *err)
         e = errno;
     }
     if (bad) {
-        emu_fail(err, f->path, "", "cannot write: %s",
+        emu_fail(err, EMU_EIO, f->path, "", "cannot write: %s",
                  e ? strerror(e) : "write error");
         emu_atomic_abort(f);
         return -1;
@@ -310,7 +310,7 @@ int emu_write_atomic(const char *path,
     errno = 0;
     if (write(f.fp, arg)) {
         int e = errno;
-        emu_fail(err, f.path, "", "cannot write: %s",
+        emu_fail(err, EMU_EIO, f.path, "", "cannot write: %s",
                  e ? strerror(e) : "write error");
         emu_atomic_abort(&f);
         return -1;

@@ -50,7 +50,7 @@ static long long gz_fill(gzFile gz, unsigned char *buf, size_t want,
         const char *msg = got <= 0 ? gzerror(gz, &code) : NULL;
         if (got < 0 || (got == 0 && code != Z_OK)) {
             /* zlib reports a truncated stream at the end, not in gzread. */
-            emu_fail(err, path, "", "%s after %zu bytes: %s", got < 0 ?
+            emu_fail(err, EMU_EDATA, path, "", "%s after %zu bytes: %s", got < 0 ?
                      "corrupt compressed data" : "truncated or corrupt",
                      at + n, msg);
             return -1;
@@ -70,18 +70,18 @@ static int idx_header(const unsigned char *buf, int dims, uint32_t *size,
     uint32_t magic = be32(buf);
     uint32_t want = 0x0800u | (uint32_t)dims;
     if (magic != want)
-        return emu_fail(err, path, "", "byte 0: magic 0x%08x, expected 0x%08x "
+        return emu_fail(err, EMU_EDATA, path, "", "byte 0: magic 0x%08x, expected 0x%08x "
                         "(IDX, unsigned bytes, %d dimensions)", magic, want,
                         dims);
     uint64_t count = 1;
     for (int d = 0; d < dims; d++) {
         size[d] = be32(buf + 4 + 4 * d);
         if (size[d] == 0 || size[d] > 100000000u)
-            return emu_fail(err, path, "", "byte %d: dimension %d has size %u",
+            return emu_fail(err, EMU_EDATA, path, "", "byte %d: dimension %d has size %u",
                             4 + 4 * d, d, size[d]);
         count *= size[d];
         if (count > (uint64_t)1 << 32)
-            return emu_fail(err, path, "", "byte %d: %llu elements is more "
+            return emu_fail(err, EMU_EDATA, path, "", "byte %d: %llu elements is more "
                             "than this reader accepts", 4 + 4 * d,
                             (unsigned long long)count);
     }
@@ -100,7 +100,7 @@ static unsigned char *read_idx(const char *path, int dims, uint32_t *size,
 {
     gzFile gz = gzopen(path, "rb");
     if (!gz) {
-        emu_fail(err, path, "", "cannot open: %s", errno ? strerror(errno)
+        emu_fail(err, errno ? EMU_EIO : EMU_ENOMEM, path, "", "cannot open: %s", errno ? strerror(errno)
                                                  : "out of memory");
         return NULL;
     }
@@ -112,7 +112,7 @@ static unsigned char *read_idx(const char *path, int dims, uint32_t *size,
     if (got < 0)
         goto fail;
     if ((size_t)got < hdr) {
-        emu_fail(err, path, "", "%lld bytes: too short for an IDX header of "
+        emu_fail(err, EMU_EDATA, path, "", "%lld bytes: too short for an IDX header of "
                  "%d dimensions (%zu bytes)", got, dims, hdr);
         goto fail;
     }
@@ -122,7 +122,7 @@ static unsigned char *read_idx(const char *path, int dims, uint32_t *size,
     size_t cap = total < ((size_t)1 << 20) ? total : (size_t)1 << 20, n = hdr;
     buf = malloc(cap);
     if (!buf) {
-        emu_fail(err, path, "", "out of memory");
+        emu_fail(err, EMU_ENOMEM, path, "", "out of memory");
         goto fail;
     }
     memcpy(buf, head, hdr);
@@ -136,14 +136,14 @@ static unsigned char *read_idx(const char *path, int dims, uint32_t *size,
         size_t grown = cap > total / 2 ? total : 2 * cap;
         unsigned char *p = realloc(buf, grown);
         if (!p) {
-            emu_fail(err, path, "", "out of memory for %zu bytes", grown);
+            emu_fail(err, EMU_ENOMEM, path, "", "out of memory for %zu bytes", grown);
             goto fail;
         }
         buf = p;
         cap = grown;
     }
     if (n < total) {
-        emu_fail(err, path, "", "%zu data bytes after the header, the header "
+        emu_fail(err, EMU_EDATA, path, "", "%zu data bytes after the header, the header "
                  "promises %llu (file truncated)", n - hdr,
                  (unsigned long long)count);
         goto fail;
@@ -152,7 +152,7 @@ static unsigned char *read_idx(const char *path, int dims, uint32_t *size,
     if (got < 0)
         goto fail;
     if (got) {
-        emu_fail(err, path, "", "byte %zu: data beyond the %llu bytes the "
+        emu_fail(err, EMU_EDATA, path, "", "byte %zu: data beyond the %llu bytes the "
                  "header promises (file has trailing bytes)", n,
                  (unsigned long long)count);
         goto fail;
@@ -184,7 +184,7 @@ int emu_dataset_load_idx(emu_dataset *d, const char *images_path,
     }
     int rc = -1;
     if (isz[0] != lsz[0]) {
-        emu_fail(err, labels_path, "", "%u labels for %u images in %s", lsz[0],
+        emu_fail(err, EMU_EDATA, labels_path, "", "%u labels for %u images in %s", lsz[0],
                  isz[0], images_path);
         goto done;
     }
@@ -192,7 +192,7 @@ int emu_dataset_load_idx(emu_dataset *d, const char *images_path,
     for (uint32_t i = 0; i < lsz[0]; i++) {
         int l = lab[8 + i];
         if (l > 99) {
-            emu_fail(err, labels_path, "", "byte %u: label %d (labels are "
+            emu_fail(err, EMU_EDATA, labels_path, "", "byte %u: label %d (labels are "
                      "class numbers below 100)", 8 + i, l);
             goto done;
         }
@@ -203,7 +203,7 @@ int emu_dataset_load_idx(emu_dataset *d, const char *images_path,
     d->x = malloc(n * pix * sizeof *d->x);
     d->y = malloc(n);
     if (!d->x || !d->y) {
-        emu_fail(err, images_path, "", "out of memory for %zu images", n);
+        emu_fail(err, EMU_ENOMEM, images_path, "", "out of memory for %zu images", n);
         goto done;
     }
     /* k / 255 rounded once to binary32: the values every framework uses. */
@@ -323,13 +323,13 @@ static int synth_split(emu_dataset *d, const char *name, uint64_t seed,
 {
     memset(d, 0, sizeof *d);
     if (n == 0 || n > 10000000)
-        return emu_fail(err, "synthetic data", "", "%zu examples (1 to 10^7)",
+        return emu_fail(err, EMU_EINVAL, "synthetic data", "", "%zu examples (1 to 10^7)",
                         n);
     d->x = malloc(n * SIDE * SIDE * sizeof *d->x);
     d->y = malloc(n);
     if (!d->x || !d->y) {
         emu_dataset_free(d);
-        return emu_fail(err, "synthetic data", "", "out of memory for %zu "
+        return emu_fail(err, EMU_ENOMEM, "synthetic data", "", "out of memory for %zu "
                         "images", n);
     }
     for (size_t i = 0; i < n; i++) {

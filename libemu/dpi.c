@@ -293,13 +293,14 @@ static int scalar(int h, emu_op op, emu_dpi_u64 a, emu_dpi_u64 b,
                         u->in.name, u->in.bits);
     emu_bits res = { 0 };
     emu_status st;
+    emu_error e;
     int rc = word ? emu_bits_op_word(op, &u->in, &u->out, x, &u->rnd, *word,
-                                     &res, &st)
-                  : emu_bits_op(op, &u->in, &u->out, x, &u->rnd, &res, &st);
+                                     &res, &st, &e)
+                  : emu_bits_op(op, &u->in, &u->out, x, &u->rnd, &res, &st,
+                                &e);
     if (rc)
-        return fail("%s: not supported from %s to %s (arithmetic needs "
-                    "formats of at most 24 bits of precision)",
-                    emu_op_name(op), u->in.name, u->out.name);
+        return fail("%s from %s to %s: %s", emu_op_name(op), u->in.name,
+                    u->out.name, e.message);
     *r = res.v;
     *flags = st.flags & EMU_FLAG_TESTFLOAT_MASK;
     return 0;

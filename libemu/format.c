@@ -40,36 +40,6 @@ char *emu_next_token(char **cursor, const char *delims)
     return s;
 }
 
-int emu_vfail(emu_error *err, const char *where, const char *key,
-              const char *fmt, va_list ap)
-{
-    if (err) {
-        snprintf(err->where, sizeof err->where, "%s", where ? where : "");
-        snprintf(err->key, sizeof err->key, "%s", key ? key : "");
-        vsnprintf(err->message, sizeof err->message, fmt, ap);
-    }
-    return -1;
-}
-
-int emu_fail(emu_error *err, const char *where, const char *key,
-             const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    emu_vfail(err, where, key, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-void emu_error_format(const emu_error *err, char *buf, size_t size)
-{
-    if (err->key[0])
-        snprintf(buf, size, "%s: key '%s': %s", err->where, err->key,
-                 err->message);
-    else
-        snprintf(buf, size, "%s: %s", err->where, err->message);
-}
-
 static const char *const specials_names[EMU_SPECIALS_COUNT] = {
     [EMU_SPECIALS_IEEE] = "ieee",
     [EMU_SPECIALS_FN] = "fn",
@@ -163,13 +133,13 @@ static int apply_key(emu_format *f, unsigned *seen, const char *key,
         if (!strcmp(key, keys[i].key))
             bit = keys[i].bit;
     if (!bit) {
-        emu_fail(err, where, key, "unknown key (known: name, aliases, "
+        emu_fail(err, EMU_ESPEC, where, key, "unknown key (known: name, aliases, "
                   "description, exponent, mantissa, bias, subnormals, "
                   "specials, overflow, signed, zero)");
         return -1;
     }
     if (*seen & bit) {
-        emu_fail(err, where, key, "given twice");
+        emu_fail(err, EMU_ESPEC, where, key, "given twice");
         return -1;
     }
     *seen |= bit;
@@ -180,7 +150,7 @@ static int apply_key(emu_format *f, unsigned *seen, const char *key,
     switch (bit) {
     case SEEN_NAME:
         if (!valid_name(val)) {
-            emu_fail(err, where, key, "'%s' is not a name (letters, digits "
+            emu_fail(err, EMU_ESPEC, where, key, "'%s' is not a name (letters, digits "
                       "and _-.+, at most %d characters)", val, EMU_NAME_MAX - 1);
             return -1;
         }
@@ -188,7 +158,7 @@ static int apply_key(emu_format *f, unsigned *seen, const char *key,
         return 0;
     case SEEN_ALIASES:
         if (strlen(val) >= sizeof f->aliases) {
-            emu_fail(err, where, key, "too long");
+            emu_fail(err, EMU_ESPEC, where, key, "too long");
             return -1;
         }
         snprintf(f->aliases, sizeof f->aliases, "%s", val);
@@ -198,21 +168,21 @@ static int apply_key(emu_format *f, unsigned *seen, const char *key,
         return 0;
     case SEEN_EXPONENT:
         if (parse_int(val, 1, 11, &v)) {
-            emu_fail(err, where, key, "'%s' is not a width from 1 to 11", val);
+            emu_fail(err, EMU_ESPEC, where, key, "'%s' is not a width from 1 to 11", val);
             return -1;
         }
         f->ebits = (int)v;
         return 0;
     case SEEN_MANTISSA:
         if (parse_int(val, 0, 52, &v)) {
-            emu_fail(err, where, key, "'%s' is not a width from 0 to 52", val);
+            emu_fail(err, EMU_ESPEC, where, key, "'%s' is not a width from 0 to 52", val);
             return -1;
         }
         f->mbits = (int)v;
         return 0;
     case SEEN_BIAS:
         if (parse_int(val, -4096, 4096, &v)) {
-            emu_fail(err, where, key, "'%s' is not an integer from -4096 "
+            emu_fail(err, EMU_ESPEC, where, key, "'%s' is not an integer from -4096 "
                       "to 4096", val);
             return -1;
         }
@@ -222,7 +192,7 @@ static int apply_key(emu_format *f, unsigned *seen, const char *key,
     case SEEN_SIGNED:
     case SEEN_ZERO:
         if (parse_bool(val, &b)) {
-            emu_fail(err, where, key, "'%s' is not yes or no", val);
+            emu_fail(err, EMU_ESPEC, where, key, "'%s' is not yes or no", val);
             return -1;
         }
         if (bit == SEEN_SUBNORMALS)
@@ -235,7 +205,7 @@ static int apply_key(emu_format *f, unsigned *seen, const char *key,
     case SEEN_SPECIALS:
         e = parse_enum(val, specials_names, EMU_SPECIALS_COUNT);
         if (e < 0) {
-            emu_fail(err, where, key, "'%s' is not ieee, fn, finite or fnuz",
+            emu_fail(err, EMU_ESPEC, where, key, "'%s' is not ieee, fn, finite or fnuz",
                       val);
             return -1;
         }
@@ -244,7 +214,7 @@ static int apply_key(emu_format *f, unsigned *seen, const char *key,
     case SEEN_OVERFLOW:
         e = parse_enum(val, overflow_names, EMU_OVERFLOW_COUNT);
         if (e < 0) {
-            emu_fail(err, where, key, "'%s' is not inf, saturate or nan", val);
+            emu_fail(err, EMU_ESPEC, where, key, "'%s' is not inf, saturate or nan", val);
             return -1;
         }
         f->overflow = (emu_overflow)e;
@@ -312,14 +282,14 @@ int emu_format_parse_file_text(emu_format *out, const char *text, size_t len,
         lineno++;
         snprintf(where, sizeof where, "%s:%d", origin, lineno);
         if (n >= sizeof line) {
-            emu_fail(err, where, "", "line longer than %zu bytes",
+            emu_fail(err, EMU_ESPEC, where, "", "line longer than %zu bytes",
                       sizeof line - 1);
             return -1;
         }
         for (size_t i = 0; i < n; i++) {
             unsigned char c = (unsigned char)text[start + i];
             if ((c < 0x20 && c != '\t' && c != '\r') || c >= 0x7f) {
-                emu_fail(err, where, "", "unexpected byte 0x%02x at column "
+                emu_fail(err, EMU_ESPEC, where, "", "unexpected byte 0x%02x at column "
                           "%zu (spec files are plain ASCII text)", c, i + 1);
                 return -1;
             }
@@ -334,17 +304,17 @@ int emu_format_parse_file_text(emu_format *out, const char *text, size_t len,
             continue;
         char *eq = strchr(s, '=');
         if (!eq) {
-            emu_fail(err, where, "", "expected 'key = value', got '%s'", s);
+            emu_fail(err, EMU_ESPEC, where, "", "expected 'key = value', got '%s'", s);
             return -1;
         }
         *eq = '\0';
         char *key = trim(s), *val = trim(eq + 1);
         if (!*key) {
-            emu_fail(err, where, "", "missing key before '='");
+            emu_fail(err, EMU_ESPEC, where, "", "missing key before '='");
             return -1;
         }
         if (!*val) {
-            emu_fail(err, where, key, "missing value");
+            emu_fail(err, EMU_ESPEC, where, key, "missing value");
             return -1;
         }
         if (apply_key(&f, &seen, key, val, where, err))
@@ -357,12 +327,12 @@ int emu_format_parse_file_text(emu_format *out, const char *text, size_t len,
 
     snprintf(where, sizeof where, "%s", origin);
     if (!(seen & SEEN_NAME)) {
-        emu_fail(err, where, "name", "missing (every spec file names its "
+        emu_fail(err, EMU_ESPEC, where, "name", "missing (every spec file names its "
                   "format)");
         return -1;
     }
     if (!(seen & SEEN_EXPONENT) || !(seen & SEEN_MANTISSA)) {
-        emu_fail(err, where, !(seen & SEEN_EXPONENT) ? "exponent" : "mantissa",
+        emu_fail(err, EMU_ESPEC, where, !(seen & SEEN_EXPONENT) ? "exponent" : "mantissa",
                   "missing");
         return -1;
     }
@@ -392,11 +362,11 @@ int emu_format_parse_inline(emu_format *out, const char *spec, emu_error *err)
     char where[256];
     snprintf(where, sizeof where, "format spec '%.200s'", spec ? spec : "");
     if (!spec || !*spec) {
-        emu_fail(err, where, "", "empty format spec");
+        emu_fail(err, EMU_ESPEC, where, "", "empty format spec");
         return -1;
     }
     if (strlen(spec) >= 200) {
-        emu_fail(err, where, "", "spec longer than 199 characters");
+        emu_fail(err, EMU_ESPEC, where, "", "spec longer than 199 characters");
         return -1;
     }
     char buf[200];
@@ -417,18 +387,18 @@ int emu_format_parse_inline(emu_format *out, const char *spec, emu_error *err)
         char *b = base ? trim(base) : "";
         char *mpos = (b[0] == 'e' || b[0] == 'E') ? strpbrk(b, "mM") : NULL;
         if (!mpos) {
-            emu_fail(err, where, "", "'%s' is neither a known format nor "
+            emu_fail(err, EMU_ESPEC, where, "", "'%s' is neither a known format nor "
                       "of the form eXmY (e.g. e4m3)", b);
             return -1;
         }
         *mpos = '\0';
         if (parse_int(b + 1, 1, 11, &e)) {
-            emu_fail(err, where, "exponent", "'%s' is not a width from 1 to "
+            emu_fail(err, EMU_ESPEC, where, "exponent", "'%s' is not a width from 1 to "
                       "11", b + 1);
             return -1;
         }
         if (parse_int(mpos + 1, 0, 52, &m)) {
-            emu_fail(err, where, "mantissa", "'%s' is not a width from 0 to "
+            emu_fail(err, EMU_ESPEC, where, "mantissa", "'%s' is not a width from 0 to "
                       "52", mpos + 1);
             return -1;
         }
@@ -468,18 +438,18 @@ int emu_format_parse_inline(emu_format *out, const char *spec, emu_error *err)
                     val = (char *)flags[i].val;
                 }
             if (!val) {
-                emu_fail(err, where, item, "unknown flag (flags: subnormals, "
+                emu_fail(err, EMU_ESPEC, where, item, "unknown flag (flags: subnormals, "
                           "nosubnormals, saturate, unsigned, nozero, ieee, fn, "
                           "finite, fnuz; or key=value)");
                 return -1;
             }
         }
         if (!strcmp(key, "exponent") || !strcmp(key, "mantissa")) {
-            emu_fail(err, where, key, "set by the eXmY base, not as an item");
+            emu_fail(err, EMU_ESPEC, where, key, "set by the eXmY base, not as an item");
             return -1;
         }
         if (!*val) {
-            emu_fail(err, where, key, "missing value");
+            emu_fail(err, EMU_ESPEC, where, key, "missing value");
             return -1;
         }
         if (apply_key(&f, &seen, key, val, where, err))
@@ -516,42 +486,42 @@ int emu_format_validate(emu_format *f, emu_error *err)
     EMU_HOSTFP_GUARD;
     const char *where = f->name[0] ? f->name : "format";
     if (f->ebits < 1 || f->ebits > 11) {
-        emu_fail(err, where, "exponent", "%d is not a width from 1 to 11",
+        emu_fail(err, EMU_ESPEC, where, "exponent", "%d is not a width from 1 to 11",
                   f->ebits);
         return -1;
     }
     if (f->mbits < 0 || f->mbits > 52) {
-        emu_fail(err, where, "mantissa", "%d is not a width from 0 to 52",
+        emu_fail(err, EMU_ESPEC, where, "mantissa", "%d is not a width from 0 to 52",
                   f->mbits);
         return -1;
     }
     if (f->bias < -4096 || f->bias > 4096) {
-        emu_fail(err, where, "bias", "%d is out of range", f->bias);
+        emu_fail(err, EMU_ESPEC, where, "bias", "%d is out of range", f->bias);
         return -1;
     }
     if ((unsigned)f->specials >= EMU_SPECIALS_COUNT ||
         (unsigned)f->overflow >= EMU_OVERFLOW_COUNT) {
-        emu_fail(err, where, "specials", "invalid policy value");
+        emu_fail(err, EMU_ESPEC, where, "specials", "invalid policy value");
         return -1;
     }
     f->bits = (f->is_signed ? 1 : 0) + f->ebits + f->mbits;
     if (f->bits > 64) {
-        emu_fail(err, where, "mantissa", "%d bits in all: more than 64",
+        emu_fail(err, EMU_ESPEC, where, "mantissa", "%d bits in all: more than 64",
                   f->bits);
         return -1;
     }
     if (!f->has_zero && f->subnormals) {
-        emu_fail(err, where, "zero", "a format without zero has no "
+        emu_fail(err, EMU_ESPEC, where, "zero", "a format without zero has no "
                   "subnormals: add subnormals = no");
         return -1;
     }
     if (f->specials == EMU_SPECIALS_FNUZ && !f->is_signed) {
-        emu_fail(err, where, "specials", "fnuz keeps its NaN in the sign "
+        emu_fail(err, EMU_ESPEC, where, "specials", "fnuz keeps its NaN in the sign "
                   "bit: an unsigned format cannot be fnuz");
         return -1;
     }
     if (f->specials == EMU_SPECIALS_IEEE && f->mbits == 0) {
-        emu_fail(err, where, "specials", "ieee needs at least one fraction "
+        emu_fail(err, EMU_ESPEC, where, "specials", "ieee needs at least one fraction "
                   "bit: with none the all-ones exponent holds infinity and "
                   "no NaN (use fn or finite)");
         return -1;
@@ -559,17 +529,17 @@ int emu_format_validate(emu_format *f, emu_error *err)
     f->has_inf = f->specials == EMU_SPECIALS_IEEE;
     f->has_nan = f->specials != EMU_SPECIALS_FINITE;
     if (f->overflow == EMU_OVERFLOW_INF && !f->has_inf) {
-        emu_fail(err, where, "overflow", "inf needs a format with "
+        emu_fail(err, EMU_ESPEC, where, "overflow", "inf needs a format with "
                   "infinities (specials = ieee); use saturate or nan");
         return -1;
     }
     if (f->overflow == EMU_OVERFLOW_NAN && !f->has_nan) {
-        emu_fail(err, where, "overflow", "nan needs a format with a NaN; "
+        emu_fail(err, EMU_ESPEC, where, "overflow", "nan needs a format with a NaN; "
                   "use saturate");
         return -1;
     }
     if (!f->is_signed && !f->has_nan && !f->has_zero) {
-        emu_fail(err, where, "signed", "an unsigned format needs a NaN or a "
+        emu_fail(err, EMU_ESPEC, where, "signed", "an unsigned format needs a NaN or a "
                   "zero to hold negative inputs");
         return -1;
     }
@@ -592,14 +562,14 @@ int emu_format_validate(emu_format *f, emu_error *err)
         break;
     }
     if (f->emax < f->emin) {
-        emu_fail(err, where, "exponent", "%d exponent bits with specials = "
+        emu_fail(err, EMU_ESPEC, where, "exponent", "%d exponent bits with specials = "
                   "%s leave no normal numbers", f->ebits,
                   emu_specials_name(f->specials));
         return -1;
     }
     f->qmin = f->emin - f->p + 1;
     if (f->emax > 1023 || f->qmin < -1074) {
-        emu_fail(err, where, "bias", "bias %d puts the values at 2^%d .. "
+        emu_fail(err, EMU_EUNSUPPORTED, where, "bias", "bias %d puts the values at 2^%d .. "
                   "2^%d, outside binary64: they cannot be emulated exactly",
                   f->bias, f->subnormals ? f->qmin : f->emin, f->emax);
         return -1;

@@ -20,19 +20,20 @@ uint64_t emu_default_random_word(void);
  * the end. */
 char *emu_next_token(char **cursor, const char *delims);
 
-/* Fills *err (if not NULL): where ("formats/e4m3.fmt:3", "policy"), the
- * offending key ("" if none) and a printf-style message.  Returns -1, so
- * that a failing function can end with `return emu_fail(...)`. */
+/* Fills *err (if not NULL): the code (emu/error.h), where
+ * ("formats/e4m3.fmt:3", "policy"), the offending key ("" if none) and a
+ * printf-style message.  Returns -1, so that a failing function can end
+ * with `return emu_fail(...)`. */
 #include <stdarg.h>
-#include "emu/format.h"
-int emu_fail(emu_error *err, const char *where, const char *key,
-             const char *fmt, ...)
+#include "emu/error.h"
+int emu_fail(emu_error *err, emu_errcode code, const char *where,
+             const char *key, const char *fmt, ...)
 #if defined(__GNUC__)
-    __attribute__((format(printf, 4, 5)))
+    __attribute__((format(printf, 5, 6)))
 #endif
     ;
-int emu_vfail(emu_error *err, const char *where, const char *key,
-              const char *fmt, va_list ap);
+int emu_vfail(emu_error *err, emu_errcode code, const char *where,
+              const char *key, const char *fmt, va_list ap);
 
 /* emu_write_atomic and friends: atomic_file.h. */
 #include "atomic_file.h"
@@ -100,7 +101,8 @@ double emu_round2_unguarded(const emu_format *fmt, double hi, double lo,
 #include "emu/arith.h"
 int emu_bits_op_word(emu_op op, const emu_format *in, const emu_format *out,
                      const emu_bits *operands, const emu_rounding *r,
-                     uint64_t word, emu_bits *res, emu_status *st);
+                     uint64_t word, emu_bits *res, emu_status *st,
+                     emu_error *err);
 void emu_arith_given_word(const uint64_t *word);
 static inline double emu_round_unguarded(const emu_format *fmt, double x,
                                          const emu_rounding *r, emu_status *st)

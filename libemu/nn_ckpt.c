@@ -195,43 +195,43 @@ int ckpt_open(const unsigned char *img, size_t size, const char *path,
 {
     if (size >= sizeof MAGIC ? memcmp(img, MAGIC, sizeof MAGIC) != 0
                              : memcmp(img, MAGIC, size) != 0)
-        return emu_fail(err, path, "", "offset 0..7: not a libemu checkpoint "
+        return emu_fail(err, EMU_EDATA, path, "", "offset 0..7: not a libemu checkpoint "
                         "(no \"EMU-CKPT\" magic; checkpoints of libemu before "
                         "layout version 3 cannot be read)");
     if (size < CKPT_HEADER + CKPT_TRAILER)
-        return emu_fail(err, path, "", "truncated at offset %zu: a checkpoint "
+        return emu_fail(err, EMU_EDATA, path, "", "truncated at offset %zu: a checkpoint "
                         "has at least %d bytes", size,
                         CKPT_HEADER + CKPT_TRAILER);
     if (rd32(img + 24) != crc_of(img, 24))
-        return emu_fail(err, path, "", "damaged at offset 0..27 (header): "
+        return emu_fail(err, EMU_EDATA, path, "", "damaged at offset 0..27 (header): "
                         "crc32 0x%08x, the bytes give 0x%08x", rd32(img + 24),
                         crc_of(img, 24));
     if (rd32(img + 8) != CKPT_VERSION)
-        return emu_fail(err, path, "", "offset 8: layout version %u; this "
+        return emu_fail(err, EMU_EUNSUPPORTED, path, "", "offset 8: layout version %u; this "
                         "libemu reads version %d", rd32(img + 8), CKPT_VERSION);
     if (rd32(img + 12) != CKPT_SECTIONS)
-        return emu_fail(err, path, "", "offset 12: %u sections; version %d "
+        return emu_fail(err, EMU_EDATA, path, "", "offset 12: %u sections; version %d "
                         "has %d", rd32(img + 12), CKPT_VERSION, CKPT_SECTIONS);
     uint64_t want = rd64(img + 16);
     if (want > size)
-        return emu_fail(err, path, "", "truncated at offset %zu: the header "
+        return emu_fail(err, EMU_EDATA, path, "", "truncated at offset %zu: the header "
                         "(offset 16) gives the file %llu bytes", size,
                         (unsigned long long)want);
     if (want < size)
-        return emu_fail(err, path, "", "offset %llu: the file goes on for %llu "
+        return emu_fail(err, EMU_EDATA, path, "", "offset %llu: the file goes on for %llu "
                         "bytes past the end the header (offset 16) gives", (unsigned long long)want,
                         (unsigned long long)(size - want));
     const size_t tail = size - CKPT_TRAILER;
     size_t pos = CKPT_HEADER;
     for (int s = 0; s < CKPT_SECTIONS; s++) {
         if (tail - pos < CKPT_SECTION_HEAD)
-            return emu_fail(err, path, "", "damaged at offset %zu: section "
+            return emu_fail(err, EMU_EDATA, path, "", "damaged at offset %zu: section "
                             "'%s' expected, the trailer is at %zu", pos,
                             TAGS[s], tail);
         const unsigned char *h = img + pos;
         uint64_t len = rd64(h + 4);
         if (len > tail - pos - CKPT_SECTION_HEAD)
-            return emu_fail(err, path, "", "damaged at offset %zu..%zu "
+            return emu_fail(err, EMU_EDATA, path, "", "damaged at offset %zu..%zu "
                             "(header of section %d, '%s'): a body of %llu "
                             "bytes runs past the trailer at %zu", pos,
                             pos + CKPT_SECTION_HEAD - 1, s + 1, TAGS[s],
@@ -239,12 +239,12 @@ int ckpt_open(const unsigned char *img, size_t size, const char *path,
         uint32_t c = crc(crc_of(h, 12), h + CKPT_SECTION_HEAD, (size_t)len);
         size_t last = pos + CKPT_SECTION_HEAD + (size_t)len - 1;
         if (c != rd32(h + 12))
-            return emu_fail(err, path, "", "damaged at offset %zu..%zu "
+            return emu_fail(err, EMU_EDATA, path, "", "damaged at offset %zu..%zu "
                             "(section %d, '%s'): crc32 0x%08x, the bytes "
                             "give 0x%08x", pos, last, s + 1, TAGS[s],
                             rd32(h + 12), c);
         if (memcmp(h, TAGS[s], 4))
-            return emu_fail(err, path, "", "offset %zu: section %d is not "
+            return emu_fail(err, EMU_EDATA, path, "", "offset %zu: section %d is not "
                             "'%s' (tag %02x %02x %02x %02x)", pos, s + 1,
                             TAGS[s], h[0], h[1], h[2], h[3]);
         span[s].off = pos + CKPT_SECTION_HEAD;
@@ -252,14 +252,14 @@ int ckpt_open(const unsigned char *img, size_t size, const char *path,
         pos = last + 1;
     }
     if (pos != tail)
-        return emu_fail(err, path, "", "damaged at offset %zu..%zu: %zu bytes "
+        return emu_fail(err, EMU_EDATA, path, "", "damaged at offset %zu..%zu: %zu bytes "
                         "between the last section and the trailer", pos,
                         tail - 1, tail - pos);
     if (memcmp(img + tail, END, sizeof END))
-        return emu_fail(err, path, "", "damaged at offset %zu..%zu (trailer): "
+        return emu_fail(err, EMU_EDATA, path, "", "damaged at offset %zu..%zu (trailer): "
                         "no end magic", tail, tail + 7);
     if (rd32(img + size - 4) != crc_of(img, size - 4))
-        return emu_fail(err, path, "", "damaged at offset %zu..%zu (trailer): "
+        return emu_fail(err, EMU_EDATA, path, "", "damaged at offset %zu..%zu (trailer): "
                         "crc32 0x%08x, the file gives 0x%08x", size - 4,
                         size - 1, rd32(img + size - 4), crc_of(img, size - 4));
     return 0;
@@ -289,7 +289,7 @@ void ckpt_bad(ckpt_in *in, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    emu_fail(in->err, in->path, "", "offset %zu (section '%s'): %s", in->pos,
+    emu_fail(in->err, EMU_EDATA, in->path, "", "offset %zu (section '%s'): %s", in->pos,
              TAGS[in->tag], msg);
 }
 
@@ -834,19 +834,19 @@ unsigned char *ckpt_slurp(const char *path, size_t limit, size_t *size,
 {
     FILE *fp = fopen(path, "rb");
     if (!fp) {
-        emu_fail(err, path, "", "cannot open: %s", strerror(errno));
+        emu_fail(err, EMU_EIO, path, "", "cannot open: %s", strerror(errno));
         return NULL;
     }
     size_t cap = 1 << 16, n = 0;
     unsigned char *buf = malloc(cap);
     for (;;) {
         if (!buf) {
-            emu_fail(err, path, "", "out of memory");
+            emu_fail(err, EMU_ENOMEM, path, "", "out of memory");
             break;
         }
         if (n == cap) {
             if (cap >= limit) {
-                emu_fail(err, path, "", "larger than %zu bytes: not a "
+                emu_fail(err, EMU_EDATA, path, "", "larger than %zu bytes: not a "
                          "checkpoint of this libemu", limit);
                 free(buf);
                 buf = NULL;
@@ -865,7 +865,7 @@ unsigned char *ckpt_slurp(const char *path, size_t limit, size_t *size,
         n += got;
         if (got == 0) {
             if (ferror(fp)) {
-                emu_fail(err, path, "", "cannot read: %s", strerror(errno));
+                emu_fail(err, EMU_EIO, path, "", "cannot read: %s", strerror(errno));
                 free(buf);
                 buf = NULL;
             }

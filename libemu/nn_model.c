@@ -40,6 +40,7 @@
 
 #include "emu/rng.h"
 #include "internal.h"
+#include "ops_internal.h"
 
 /* The precision of a role in layer l. */
 static const emu_role_prec *prec_of(const emu_policy *p, const emu_layer *l,
@@ -96,7 +97,7 @@ static int gemm_operand(emu_ctx *ctx, const emu_policy *p, emu_layer *l,
     if (!buf->data && emu_tensor_alloc(buf, site, t->role,
                                        emu_format_find("binary32"), t->ndim,
                                        t->shape, &e))
-        return emu_ctx_fail(ctx, site, "%s", e.message);
+        return emu_ctx_failc(ctx, e.code, site, "%s", e.message);
     emu_tensor view = *t;
     view.owns_data = false;
     if (matrix) {
@@ -105,7 +106,7 @@ static int gemm_operand(emu_ctx *ctx, const emu_policy *p, emu_layer *l,
     }
     emu_scaled_tensor q;
     if (emu_scaled_alloc(&q, &oq->fmt, view.ndim, view.shape, axis, &e))
-        return emu_ctx_fail(ctx, site, "%s%s%s", e.key, e.key[0] ? ": " : "",
+        return emu_ctx_failc(ctx, e.code, site, "%s%s%s", e.key, e.key[0] ? ": " : "",
                             e.message);
     emu_quant_opts qo;
     memset(&qo, 0, sizeof qo);
@@ -127,7 +128,7 @@ static int gemm_operand(emu_ctx *ctx, const emu_policy *p, emu_layer *l,
     rnd.sr_bits = oq->sr_bits;
     int rc = emu_t_quantize_scaled(ctx, site, &q, &view, &qo, NULL, &rnd);
     if (!rc && emu_scaled_dequantize(&q, buf->data, false, &e))
-        rc = emu_ctx_fail(ctx, site, "%s", e.message);
+        rc = emu_ctx_failc(ctx, e.code, site, "%s", e.message);
     *g = q.tensor_scale;
     emu_scaled_free(&q);
     if (rc)
@@ -213,26 +214,26 @@ static int parse_sizes(const char *s, int *sizes, int max, emu_error *err)
         char *end;
         long v = strtol(s, &end, 10);
         if (end == s || v < 1 || v > 1 << 20)
-            return emu_fail(err, "model", "arch", "'%s': expected a layer "
+            return emu_fail(err, EMU_ESPEC, "model", "arch", "'%s': expected a layer "
                             "width", s);
         long reps = 1;
         if (*end == 'x') {
             s = end + 1;
             reps = strtol(s, &end, 10);
             if (end == s || reps < 1 || reps > MAX_LAYERS)
-                return emu_fail(err, "model", "arch", "'%s': expected a repeat "
+                return emu_fail(err, EMU_ESPEC, "model", "arch", "'%s': expected a repeat "
                                 "count", s);
         }
         for (long r = 0; r < reps; r++) {
             if (n == max)
-                return emu_fail(err, "model", "arch", "more than %d layers",
+                return emu_fail(err, EMU_ESPEC, "model", "arch", "more than %d layers",
                                 max);
             sizes[n++] = (int)v;
         }
         if (*end == '-')
             end++;
         else if (*end)
-            return emu_fail(err, "model", "arch", "unexpected '%c'", *end);
+            return emu_fail(err, EMU_ESPEC, "model", "arch", "unexpected '%c'", *end);
         s = end;
     }
     return n;
@@ -247,7 +248,7 @@ static int parse_arch(const char *arch, int in_features, int classes,
     size_t kl = colon ? (size_t)(colon - arch) : strlen(arch);
     char kind[32];
     if (kl >= sizeof kind)
-        return emu_fail(err, "model", "arch", "'%s': unknown model", arch);
+        return emu_fail(err, EMU_ESPEC, "model", "arch", "'%s': unknown model", arch);
     memcpy(kind, arch, kl);
     kind[kl] = '\0';
     const char *rest = colon ? colon + 1 : "";
@@ -263,19 +264,19 @@ static int parse_arch(const char *arch, int in_features, int classes,
         if (k < 0)
             return -1;
         if (k < 2)
-            return emu_fail(err, "model", "arch", "an MLP needs an input and "
+            return emu_fail(err, EMU_ESPEC, "model", "arch", "an MLP needs an input and "
                             "an output size");
         if (sizes[0] != in_features)
-            return emu_fail(err, "model", "arch", "the MLP takes %d inputs but "
+            return emu_fail(err, EMU_ESPEC, "model", "arch", "the MLP takes %d inputs but "
                             "an example has %d values", sizes[0], in_features);
         if (sizes[k - 1] != classes)
-            return emu_fail(err, "model", "arch", "the MLP has %d outputs but "
+            return emu_fail(err, EMU_ESPEC, "model", "arch", "the MLP has %d outputs but "
                             "the data has %d classes", sizes[k - 1], classes);
         push(v, n, EMU_LAYER_FLATTEN, 0, 0, 0);
         for (int i = 1; i < k; i++) {
             if (push(v, n, EMU_LAYER_LINEAR, sizes[i], 0, 0) ||
                 (i < k - 1 && push(v, n, act, 0, 0, 0)))
-                return emu_fail(err, "model", "arch", "more than %d layers",
+                return emu_fail(err, EMU_ESPEC, "model", "arch", "more than %d layers",
                                 MAX_LAYERS);
         }
         return 0;
@@ -287,7 +288,7 @@ static int parse_arch(const char *arch, int in_features, int classes,
         if (k < 0)
             return -1;
         if (k < 2)
-            return emu_fail(err, "model", "arch", "a CNN needs two conv "
+            return emu_fail(err, EMU_ESPEC, "model", "arch", "a CNN needs two conv "
                             "widths");
         push(v, n, EMU_LAYER_CONV, sizes[0], 5, 2);
         push(v, n, act, 0, 0, 0);
@@ -301,11 +302,11 @@ static int parse_arch(const char *arch, int in_features, int classes,
             push(v, n, act, 0, 0, 0);
         }
         if (push(v, n, EMU_LAYER_LINEAR, classes, 0, 0))
-            return emu_fail(err, "model", "arch", "more than %d layers",
+            return emu_fail(err, EMU_ESPEC, "model", "arch", "more than %d layers",
                             MAX_LAYERS);
         return 0;
     }
-    return emu_fail(err, "model", "arch", "'%s': unknown model "
+    return emu_fail(err, EMU_ESPEC, "model", "arch", "'%s': unknown model "
                     "(mlp:784-256-128-10, mlp:784-128x8-10, cnn, "
                     "cnn:6-16-120-84, mlp-gelu:...)", arch);
 }
@@ -380,7 +381,7 @@ static int init_param(emu_param *prm, const char *site, int fan_in, bool zero,
     size_t n = prm->w.n;
     float *v = malloc(n * sizeof *v);
     if (!v)
-        return emu_ctx_fail(ctx, site, "out of memory");
+        return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory");
     double b = sqrt(6.0 / fan_in);
     for (size_t i = 0; i < n; i++) {
         double u = ldexp((double)(emu_random64(seed, stream, i) >> 11), -53);
@@ -405,12 +406,12 @@ static int init_param(emu_param *prm, const char *site, int fan_in, bool zero,
 
 /* Fails a build: the message first (it may name a layer of m), then m is
  * freed. */
-static int build_fail(emu_model *m, emu_error *err, const char *key,
-                      const char *fmt, ...)
+static int build_fail(emu_model *m, emu_error *err, emu_errcode code,
+                      const char *key, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    emu_vfail(err, "model", key, fmt, ap);
+    emu_vfail(err, code, "model", key, fmt, ap);
     va_end(ap);
     emu_model_free(m);
     return -1;
@@ -454,14 +455,14 @@ int emu_model_build(emu_model *m, const char *arch, const emu_policy *p,
     EMU_HOSTFP_GUARD;
     memset(m, 0, sizeof *m);
     if (batch < 1 || batch > 1 << 16)
-        return emu_fail(err, "model", "batch", "%d is not in 1..65536", batch);
+        return emu_fail(err, EMU_EINVAL, "model", "batch", "%d is not in 1..65536", batch);
     layer_spec spec[MAX_LAYERS];
     int n;
     if (parse_arch(arch, in_c * in_h * in_w, classes, spec, &n, err))
         return -1;
     m->layers = calloc((size_t)n, sizeof *m->layers);
     if (!m->layers)
-        return emu_fail(err, "model", "arch", "out of memory");
+        return emu_fail(err, EMU_ENOMEM, "model", "arch", "out of memory");
     m->n_layers = n;
     m->batch = batch;
     m->in_dims[0] = in_c, m->in_dims[1] = in_h, m->in_dims[2] = in_w;
@@ -480,7 +481,7 @@ int emu_model_build(emu_model *m, const char *arch, const emu_policy *p,
         switch (l->kind) {
         case EMU_LAYER_LINEAR:
             if (ndim != 1)
-                return build_fail(m, err, "arch",
+                return build_fail(m, err, EMU_ESPEC, "arch",
                                   "a linear layer needs flat input");
             snprintf(l->name, sizeof l->name, "fc%d", ++nfc);
             dims[0] = spec[i].out;
@@ -488,7 +489,7 @@ int emu_model_build(emu_model *m, const char *arch, const emu_policy *p,
             break;
         case EMU_LAYER_CONV:
             if (ndim != 3)
-                return build_fail(m, err, "arch",
+                return build_fail(m, err, EMU_ESPEC, "arch",
                                   "a convolution needs image input");
             snprintf(l->name, sizeof l->name, "conv%d", ++nconv);
             l->ksize = spec[i].ksize;
@@ -498,7 +499,7 @@ int emu_model_build(emu_model *m, const char *arch, const emu_policy *p,
             dims[1] = dims[1] + 2 * l->pad - l->ksize + 1;
             dims[2] = dims[2] + 2 * l->pad - l->ksize + 1;
             if (dims[1] < 1 || dims[2] < 1)
-                return build_fail(m, err, "arch", "%s: the image is smaller "
+                return build_fail(m, err, EMU_ESPEC, "arch", "%s: the image is smaller "
                                   "than the kernel", l->name);
             l->has_params = true;
             break;
@@ -508,7 +509,7 @@ int emu_model_build(emu_model *m, const char *arch, const emu_policy *p,
             dims[1] /= l->ksize;
             dims[2] /= l->ksize;
             if (dims[1] < 1 || dims[2] < 1)
-                return build_fail(m, err, "arch",
+                return build_fail(m, err, EMU_ESPEC, "arch",
                                   "%s: nothing left to pool", l->name);
             break;
         case EMU_LAYER_FLATTEN:
@@ -571,7 +572,7 @@ int emu_model_build(emu_model *m, const char *arch, const emu_policy *p,
         if (l->kind == EMU_LAYER_MAXPOOL) {
             l->argmax = calloc(l->y.n, sizeof *l->argmax);
             if (!l->argmax)
-                return build_fail(m, err, "arch", "out of memory");
+                return build_fail(m, err, EMU_ENOMEM, "arch", "out of memory");
         }
         if (!l->has_params)
             continue;
@@ -597,15 +598,15 @@ int emu_model_build(emu_model *m, const char *arch, const emu_policy *p,
         snprintf(site, sizeof site, "%s.w", l->name);
         if (init_param(&l->weight, site, fan_in, false, seed, 2 * (uint64_t)i,
                        ctx, p))
-            return build_fail(m, err, "init", "%s", ctx->err.message);
+            return build_fail(m, err, ctx->err.code, "init", "%s", ctx->err.message);
         snprintf(site, sizeof site, "%s.b", l->name);
         if (init_param(&l->bias, site, fan_in, true, seed, 2 * (uint64_t)i + 1,
                        ctx, p))
-            return build_fail(m, err, "init", "%s", ctx->err.message);
+            return build_fail(m, err, ctx->err.code, "init", "%s", ctx->err.message);
     }
     const emu_layer *last = &m->layers[n - 1];
     if (last->kind != EMU_LAYER_LINEAR || last->out_dims[0] != classes)
-        return build_fail(m, err, "arch", "the last layer must be a linear "
+        return build_fail(m, err, EMU_ESPEC, "arch", "the last layer must be a linear "
                           "layer with %d outputs", classes);
     /* The loss is reported, not trained on: binary32 whatever the policy. */
     if (emu_tensor_alloc4(&m->loss, "loss", EMU_ROLE_OTHER,
@@ -740,7 +741,7 @@ static int conv_bias_grad(emu_ctx *ctx, const emu_policy *p, emu_layer *l,
     if (!l->qsum.data &&
         emu_tensor_alloc4(&l->qsum, site, EMU_ROLE_WEIGHT_GRAD, &l->bias.g.fmt,
                           dy->shape[0], dy->shape[1], 0, 0, &e))
-        return emu_ctx_fail(ctx, site, "%s", e.message);
+        return emu_ctx_failc(ctx, e.code, site, "%s", e.message);
     emu_tensor v = *dy;
     v.owns_data = false;
     v.ndim = 3;

@@ -33,6 +33,7 @@
 #include "emu/rng.h"
 #include "emu/version.h"
 #include "internal.h"
+#include "ops_internal.h"
 #include "nn_ckpt.h"
 
 void emu_train_config_default(emu_train_config *c)
@@ -319,15 +320,15 @@ static int check_dir(run *r, emu_error *err)
     struct stat st;
     bool exists = stat(r->dir, &st) == 0;
     if (exists && !S_ISDIR(st.st_mode))
-        return emu_fail(err, r->dir, "", "exists and is not a folder");
+        return emu_fail(err, EMU_ESTATE, r->dir, "", "exists and is not a folder");
     if (c->resume) {
         if (!exists || stat(path_in(r, "checkpoint.bin"), &st) != 0)
-            return emu_fail(err, r->dir, "", "no checkpoint.bin to resume "
+            return emu_fail(err, EMU_ESTATE, r->dir, "", "no checkpoint.bin to resume "
                             "from%s", is_meta(path_in(r, "meta.json")) ?
                             " (the run ended before its first one: start it "
                             "again with --force)" : "");
         if (stat(path_in(r, "meta.json"), &st) != 0)
-            return emu_fail(err, r->dir, "", "no meta.json beside "
+            return emu_fail(err, EMU_ESTATE, r->dir, "", "no meta.json beside "
                             "checkpoint.bin: the run's record is missing, so "
                             "the checkpoint cannot be checked against it");
         return 0;
@@ -336,14 +337,14 @@ static int check_dir(run *r, emu_error *err)
         return 0;
     if (is_meta(path_in(r, "meta.json"))) {
         if (!c->force)
-            return emu_fail(err, r->dir, "", "holds a run already: use "
+            return emu_fail(err, EMU_ESTATE, r->dir, "", "holds a run already: use "
                             "--resume to continue it or --force to replace it");
         return 0;
     }
     char name[256];
     some_entry(r->dir, name, sizeof name);
     if (name[0])
-        return emu_fail(err, r->dir, "", "is not empty and holds no run "
+        return emu_fail(err, EMU_ESTATE, r->dir, "", "is not empty and holds no run "
                         "(no libemu meta.json; it holds '%s'): give --out a "
                         "new or empty folder; --force replaces only a run", name);
     return 0;
@@ -359,7 +360,7 @@ static int claim_dir(run *r, emu_error *err)
         for (int i = 0; run_files[i]; i++)
             remove(path_in(r, run_files[i]));
     if (make_dirs(r->dir))
-        return emu_fail(err, r->dir, "", "cannot create the folder: %s",
+        return emu_fail(err, EMU_EIO, r->dir, "", "cannot create the folder: %s",
                         strerror(errno));
     return 0;
 }
@@ -853,7 +854,7 @@ static void append_step_rows(run *r)
     FILE *fp = open_memstream(&text, &len);
     if (!fp)
         return;
-    emu_stats_write_step_rows(&r->stats, fp, false);
+    emu_stats_write_step_rows(&r->stats, fp, false, NULL);
     fclose(fp);
     sb_printf(&r->ops_steps, "%s", text);
     free(text);
@@ -870,7 +871,7 @@ static int evaluate(run *r, int epoch, double *acc_out)
     size_t *idx = malloc(b * sizeof *idx);
     if (!idx) {
         r->ctx.stats = saved;
-        return emu_ctx_fail(&r->ctx, "eval", "out of memory");
+        return emu_ctx_failc(&r->ctx, EMU_ENOMEM, "eval", "out of memory");
     }
     size_t right = 0;
     double loss = 0.0;
@@ -1005,7 +1006,7 @@ static int save_ckpt(run *r, emu_error *err)
 {
     ckpt_out o;
     ckpt_image(r, &o);
-    int rc = o.oom ? emu_fail(err, path_in(r, "checkpoint.bin"), "",
+    int rc = o.oom ? emu_fail(err, EMU_ENOMEM, path_in(r, "checkpoint.bin"), "",
                               "out of memory")
                    : emu_write_atomic(path_in(r, "checkpoint.bin"), write_ckpt,
                                       &o, err);
@@ -1031,7 +1032,7 @@ static int get_scalars(ckpt_in *in, run *r)
     if (!r)
         return 0;
     if (fp != r->fingerprint)
-        return emu_fail(in->err, in->path, "", "the checkpoint is from another "
+        return emu_fail(in->err, EMU_ESTATE, in->path, "", "the checkpoint is from another "
                         "configuration: resume with the options the run "
                         "started with (see its meta.json)");
     r->step = step;
@@ -1353,19 +1354,19 @@ static int load_data(run *r, emu_error *err)
         rc = emu_dataset_fashion_mnist(&r->train, &r->test,
                                        c->data_dir[0] ? c->data_dir : NULL, err);
     else
-        return emu_fail(err, "data", "", "'%s' is not synthetic or "
+        return emu_fail(err, EMU_ESPEC, "data", "", "'%s' is not synthetic or "
                         "fashion-mnist", c->data);
     if (rc)
         return -1;
     if (r->test.channels != r->train.channels ||
         r->test.height != r->train.height || r->test.width != r->train.width)
-        return emu_fail(err, r->test.source, "", "test images are %dx%dx%d, "
+        return emu_fail(err, EMU_EDATA, r->test.source, "", "test images are %dx%dx%d, "
                         "training images %dx%dx%d", r->test.channels,
                         r->test.height, r->test.width, r->train.channels,
                         r->train.height, r->train.width);
     for (size_t i = 0; i < r->test.n; i++)
         if (r->test.y[i] >= r->train.classes)
-            return emu_fail(err, r->test.source, "", "test example %zu has "
+            return emu_fail(err, EMU_EDATA, r->test.source, "", "test example %zu has "
                             "label %d; the training set has %d classes", i,
                             r->test.y[i], r->train.classes);
     /* A prefix of a real data set: the first n examples. */
@@ -1393,7 +1394,7 @@ static int train_epochs(run *r, FILE *log, double *final_acc, emu_error *err)
             double t_step = now();
             emu_stats_begin_step(&r->stats, r->step);
             if (load_batch(r, &r->train, r->perm + (size_t)k * b, b))
-                return emu_fail(err, r->ctx.err.where, "", "%s",
+                return emu_fail(err, r->ctx.err.code, r->ctx.err.where, "", "%s",
                                 r->ctx.err.message);
             if (r->p->scaling.kind == EMU_SCALE_ADAPTIVE)
                 adaptive_scales(r);
@@ -1404,7 +1405,7 @@ static int train_epochs(run *r, FILE *log, double *final_acc, emu_error *err)
             float ce_scale = (float)(r->scale * c->loss_mult);
             if (emu_model_forward(&r->m, &r->ctx, r->p) ||
                 emu_model_backward(&r->m, &r->ctx, r->p, r->batch_y, ce_scale))
-                return emu_fail(err, r->ctx.err.where, "", "%s",
+                return emu_fail(err, r->ctx.err.code, r->ctx.err.where, "", "%s",
                                 r->ctx.err.message);
             double loss_sum = 0.0;
             int right = score(&r->m, r->batch_y, b, &loss_sum);
@@ -1420,7 +1421,7 @@ static int train_epochs(run *r, FILE *log, double *final_acc, emu_error *err)
                         continue;
                     if (update_param(r, l, &l->weight, "w", lr) ||
                         update_param(r, l, &l->bias, "b", lr))
-                        return emu_fail(err, r->ctx.err.where, "", "%s",
+                        return emu_fail(err, r->ctx.err.code, r->ctx.err.where, "", "%s",
                                     r->ctx.err.message);
                 }
             } else {
@@ -1447,7 +1448,7 @@ static int train_epochs(run *r, FILE *log, double *final_acc, emu_error *err)
              * stochastic streams after it), and a resume must see it done. */
             if (r->step % r->steps_per_epoch == 0 || r->step >= r->total_steps) {
                 if (evaluate(r, epoch, &acc))
-                    return emu_fail(err, r->ctx.err.where, "", "%s",
+                    return emu_fail(err, r->ctx.err.code, r->ctx.err.where, "", "%s",
                                     r->ctx.err.message);
                 if (log && !c->quiet) {
                     if (r->tty)
@@ -1464,7 +1465,7 @@ static int train_epochs(run *r, FILE *log, double *final_acc, emu_error *err)
                 stop_signal = 0;
                 if (save_all(r, false, NAN, err))
                     return -1;
-                emu_fail(err, r->dir, "", "stopped by signal %d after step "
+                emu_fail(err, EMU_ESTOPPED, r->dir, "", "stopped by signal %d after step "
                          "%lld of %lld; its checkpoint is saved: continue "
                          "with emu train --resume %s", sig,
                          (long long)r->step, (long long)r->total_steps, r->dir);
@@ -1498,7 +1499,7 @@ static int check_config(const emu_train_config *c, const emu_policy *p,
         bool ok = (reals[i].lo_open ? v > reals[i].lo : v >= reals[i].lo) &&
                   (reals[i].hi_open ? v < reals[i].hi : v <= reals[i].hi);
         if (!ok)
-            return emu_fail(err, "config", reals[i].key, "%g is outside "
+            return emu_fail(err, EMU_ESPEC, "config", reals[i].key, "%g is outside "
                             "%c%g, %g%c", v, reals[i].lo_open ? '(' : '[',
                             reals[i].lo, reals[i].hi, reals[i].hi_open ? ')' : ']');
     }
@@ -1510,14 +1511,14 @@ static int check_config(const emu_train_config *c, const emu_policy *p,
     };
     for (size_t i = 0; i < sizeof counts / sizeof *counts; i++)
         if (counts[i].v < counts[i].lo)
-            return emu_fail(err, "config", counts[i].key, "%lld is below %lld",
+            return emu_fail(err, EMU_ESPEC, "config", counts[i].key, "%lld is below %lld",
                             counts[i].v, counts[i].lo);
     /* The loss is binary32, and so is the factor it is multiplied by. */
     const emu_loss_scaling *s = &p->scaling;
     double top = s->kind == EMU_SCALE_NONE ? 1.0
                  : s->kind == EMU_SCALE_STATIC ? s->init : fmax(s->init, s->max);
     if (top * c->loss_mult >= 0x1p128)
-        return emu_fail(err, "config", "loss_mult", "%g times a loss scale of "
+        return emu_fail(err, EMU_ESPEC, "config", "loss_mult", "%g times a loss scale of "
                         "up to %g reaches 2^128: the product multiplies the "
                         "binary32 loss, where it overflows", c->loss_mult, top);
     return 0;
@@ -1532,19 +1533,19 @@ int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
     if (check_config(cfg, p, err))
         return -1;
     if (p->update == EMU_UPDATE_KAHAN && cfg->opt != EMU_OPT_SGD)
-        return emu_fail(err, "config", "", "Kahan-compensated updates are "
+        return emu_fail(err, EMU_ESPEC, "config", "", "Kahan-compensated updates are "
                         "defined for SGD (its buffers reuse the Adam moments); "
                         "use --optimizer sgd");
     {
         if (!emu_is_pow2(cfg->loss_mult))
-            return emu_fail(err, "config", "", "loss_mult %g is not a power of "
+            return emu_fail(err, EMU_ESPEC, "config", "", "loss_mult %g is not a power of "
                             "two: dividing it out would round every gradient",
                             cfg->loss_mult);
     }
 
     run *r = calloc(1, sizeof *r);
     if (!r)
-        return emu_fail(err, "train", "", "out of memory");
+        return emu_fail(err, EMU_ENOMEM, "train", "", "out of memory");
     r->cfg = cfg;
     r->p = p;
     r->t0 = now();
@@ -1562,7 +1563,7 @@ int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
     if (check_dir(r, err) || load_data(r, err))
         goto done;
     if (r->train.n < (size_t)cfg->batch) {
-        emu_fail(err, "data", "", "%zu training examples, fewer than one batch "
+        emu_fail(err, EMU_ESPEC, "data", "", "%zu training examples, fewer than one batch "
                  "of %d", r->train.n, cfg->batch);
         goto done;
     }
@@ -1586,7 +1587,7 @@ int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
     r->batch_y = malloc((size_t)cfg->batch * sizeof(int));
     r->perm = malloc(r->train.n * sizeof *r->perm);
     if (!r->trace || !r->batch_x || !r->batch_y || !r->perm) {
-        emu_fail(err, "train", "", "out of memory");
+        emu_fail(err, EMU_ENOMEM, "train", "", "out of memory");
         goto done;
     }
     for (int i = 0; i <= r->m.n_layers; i++)
@@ -1611,7 +1612,7 @@ int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
         emu_stats empty;
         emu_stats_init(&empty);
         if (fp) {
-            emu_stats_write_step_rows(&empty, fp, true);
+            emu_stats_write_step_rows(&empty, fp, true, NULL);
             fclose(fp);
             sb_printf(&r->ops_steps, "%s", t);
             free(t);
@@ -1625,7 +1626,7 @@ int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
         snprintf(want, sizeof want, "\"fingerprint\": \"%016llx\"",
                  (unsigned long long)r->fingerprint);
         if (sb_from_file(&meta, path_in(r, "meta.json"))) {
-            emu_fail(err, path_in(r, "meta.json"), "", "cannot read: %s",
+            emu_fail(err, EMU_EIO, path_in(r, "meta.json"), "", "cannot read: %s",
                      strerror(errno));
             sb_free(&meta);
             goto done;
@@ -1633,7 +1634,7 @@ int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
         bool same = meta.p && strstr(meta.p, want);
         sb_free(&meta);
         if (!same) {
-            emu_fail(err, r->dir, "", "checkpoint.bin is from another "
+            emu_fail(err, EMU_ESTATE, r->dir, "", "checkpoint.bin is from another "
                      "configuration than this folder's run (its meta.json): "
                      "copied from another run?");
             goto done;
@@ -1649,7 +1650,7 @@ int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
             sb_from_file(&r->ops_steps, path_in(r, "ops_steps.csv")) ||
             sb_from_file(&r->layers, path_in(r, "layers_steps.csv")) ||
             sb_from_file(&r->eval, path_in(r, "eval.csv"))) {
-            emu_fail(err, r->dir, "", "cannot read the logs written with the "
+            emu_fail(err, EMU_EIO, r->dir, "", "cannot read the logs written with the "
                      "checkpoint");
             goto done;
         }

@@ -123,7 +123,7 @@ static float *falloc(emu_ctx *ctx, const char *site, size_t rows, size_t cols)
     size_t n = mul4(rows, cols, 1, 1);
     float *p = n ? malloc(n * sizeof *p) : NULL;
     if (!p)
-        emu_ctx_fail(ctx, site, "out of memory for a %zu x %zu im2col matrix",
+        emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory for a %zu x %zu im2col matrix",
                      rows, cols);
     return p;
 }
@@ -455,7 +455,7 @@ int emu_t_conv2d(emu_ctx *ctx, const char *site, emu_tensor *y,
     if (emu_gemm_accum(o->accum, P, g.Co, K, rows, (ptrdiff_t)K, 1, wp, 1,
                        (ptrdiff_t)K, t, lo, ctx->seed, accum_stream(ctx),
                        count ? &swamp : NULL, ctx->threads))
-        rc = emu_ctx_fail(ctx, site, "out of memory in the GEMM engine");
+        rc = emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory in the GEMM engine");
     free(rows);
     free(wp);
     if (rc == 0) {
@@ -506,7 +506,7 @@ int emu_t_conv2d_backward_data(emu_ctx *ctx, const char *site, emu_tensor *dx,
         free(rows);
         free(wt);
         free(t);
-        return emu_ctx_fail(ctx, site, "out of memory");
+        return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory");
     }
     ptrdiff_t *owm = ohm + g.H * g.KH;
     for (size_t ih = 0; ih < g.H; ih++)
@@ -544,7 +544,7 @@ int emu_t_conv2d_backward_data(emu_ctx *ctx, const char *site, emu_tensor *dx,
     if (emu_gemm_accum(o->accum, P, g.Ci, K, rows, (ptrdiff_t)K, 1, wt, 1,
                        (ptrdiff_t)K, t, lo, ctx->seed, accum_stream(ctx),
                        count ? &swamp : NULL, ctx->threads))
-        rc = emu_ctx_fail(ctx, site, "out of memory in the GEMM engine");
+        rc = emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory in the GEMM engine");
     free(rows);
     free(wt);
     if (rc == 0) {
@@ -611,7 +611,7 @@ int emu_t_conv2d_backward_weights(emu_ctx *ctx, const char *site,
     if (emu_gemm_accum(o->accum, g.Co, K0, T, dyp, (ptrdiff_t)T, 1, rows,
                        (ptrdiff_t)K0, 1, hi, lo, ctx->seed, accum_stream(ctx),
                        count ? &swamp : NULL, ctx->threads))
-        rc = emu_ctx_fail(ctx, site, "out of memory in the GEMM engine");
+        rc = emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory in the GEMM engine");
     free(rows);
     conv_op op = { .g = g, .x = x->data, .dy = dy->data,
                    .gather = gather_weights, .max_terms = T };

@@ -47,12 +47,26 @@ uint64_t emu_ctx_stream(const emu_ctx *ctx)
     return ctx->op_index;
 }
 
+/* Argument checks are the common failure of an op: emu_ctx_fail files
+ * them under EMU_EINVAL; the rest (memory, errors forwarded from parsers
+ * and quantizers) say their code through emu_ctx_failc. */
 int emu_ctx_fail(emu_ctx *ctx, const char *site, const char *fmt, ...)
 {
     EMU_HOSTFP_GUARD; /* the message may print a double */
     va_list ap;
     va_start(ap, fmt);
-    emu_vfail(&ctx->err, site ? site : "op", "", fmt, ap);
+    emu_vfail(&ctx->err, EMU_EINVAL, site ? site : "op", "", fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int emu_ctx_failc(emu_ctx *ctx, emu_errcode code, const char *site,
+                  const char *fmt, ...)
+{
+    EMU_HOSTFP_GUARD;
+    va_list ap;
+    va_start(ap, fmt);
+    emu_vfail(&ctx->err, code, site ? site : "op", "", fmt, ap);
     va_end(ap);
     return -1;
 }
@@ -390,7 +404,7 @@ int emu_commit(emu_ctx *ctx, const emu_op_out *o)
         site = emu_stats_site(ctx->stats, o->site, o->kind, out->role,
                               &out->fmt);
         if (!site)
-            return emu_ctx_fail(ctx, o->site, "out of memory for statistics");
+            return emu_ctx_failc(ctx, EMU_ENOMEM, o->site, "out of memory for statistics");
     }
 
     /* The results go to a private array first: the measurements below read
@@ -398,7 +412,7 @@ int emu_commit(emu_ctx *ctx, const emu_op_out *o)
      * accumulation), and an in-place op's output is one of them. */
     float *res = malloc(n * sizeof *res);
     if (!res)
-        return emu_ctx_fail(ctx, o->site, "out of memory for %zu results", n);
+        return emu_ctx_failc(ctx, EMU_ENOMEM, o->site, "out of memory for %zu results", n);
     round_results(ctx, o, stream, res, &counts);
 
     if (measure) {

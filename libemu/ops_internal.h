@@ -40,6 +40,16 @@ int emu_check_same_shape(emu_ctx *ctx, const char *site, const char *what_a,
  * objects, where comparing pointers would be undefined. */
 bool emu_tensors_overlap(const emu_tensor *a, const emu_tensor *b);
 
+/* emu_ctx_fail with a code other than EMU_EINVAL (emu/error.h):
+ * EMU_ENOMEM for scratch memory, or the code of an error forwarded from a
+ * parser or quantizer. */
+int emu_ctx_failc(emu_ctx *ctx, emu_errcode code, const char *site,
+                  const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+
 /* "site: WHAT 'name' is (shape), expected WANT" in ctx->err; -1. */
 int emu_shape_fail(emu_ctx *ctx, const char *site, const char *what,
                    const emu_tensor *t, const char *want);

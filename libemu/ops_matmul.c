@@ -235,7 +235,7 @@ static int mm_run(emu_ctx *ctx, const char *site, const char *kind, int nd,
             for (size_t i = 0; i < n; i++)
                 c0[i] = (double)c[i] / m.alpha;
         } else if (!c) {
-            emu_ctx_fail(ctx, site, "out of memory for %zu values", n);
+            emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory for %zu values", n);
         }
     }
     if (!hi || (pairs && !lo) || (o->accumulate && (!c || !c0))) {
@@ -264,7 +264,7 @@ static int mm_run(emu_ctx *ctx, const char *site, const char *kind, int nd,
         free(hi);
         free(lo);
         free(c);
-        return emu_ctx_fail(ctx, site, "out of memory in the GEMM engine");
+        return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory in the GEMM engine");
     }
     emu_scale_pairs(hi, lo, exact, n, m.alpha);
 
@@ -276,7 +276,7 @@ static int mm_run(emu_ctx *ctx, const char *site, const char *kind, int nd,
         free(hi);
         free(lo);
         free(c);
-        return emu_ctx_fail(ctx, site, "out of memory for the reference");
+        return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory for the reference");
     }
 
     emu_op_out oo = { .site = site, .kind = kind, .out = out, .hi = hi,

@@ -146,7 +146,7 @@ static float *copy_of(emu_ctx *ctx, const char *site, const emu_tensor *t)
 {
     float *c = malloc(t->n * sizeof *c);
     if (!c)
-        emu_ctx_fail(ctx, site, "out of memory for a copy of '%s'", t->name);
+        emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory for a copy of '%s'", t->name);
     else
         memcpy(c, t->data, t->n * sizeof *c);
     return c;

@@ -220,7 +220,7 @@ int emu_t_maxpool2d(emu_ctx *ctx, const char *site, emu_tensor *y,
     size_t *idx = buf ? malloc(S * sizeof *idx) : NULL;
     if (!idx) {
         if (hi)
-            emu_ctx_fail(ctx, site, "out of memory");
+            emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory");
         free(hi);
         free(arg);
         free(buf);
@@ -282,7 +282,7 @@ int emu_t_avgpool2d(emu_ctx *ctx, const char *site, emu_tensor *y,
     float *buf = hi ? malloc(S * sizeof *buf) : NULL;
     if (!buf) {
         if (hi)
-            emu_ctx_fail(ctx, site, "out of memory");
+            emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory");
         free(hi);
         return -1;
     }
@@ -355,7 +355,7 @@ static int bwd_commit(emu_ctx *ctx, const char *site, const char *kind,
     float *buf = hi ? malloc((max_k ? max_k : 1) * sizeof *buf) : NULL;
     if (!buf) {
         if (hi)
-            emu_ctx_fail(ctx, site, "out of memory");
+            emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory");
         free(hi);
         return -1;
     }
@@ -386,7 +386,7 @@ static int routes_alloc(emu_ctx *ctx, const char *site, routes *rt,
     if (!rt->first || !rt->list) {
         free(rt->first);
         free(rt->list);
-        return emu_ctx_fail(ctx, site, "out of memory for the routing of "
+        return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory for the routing of "
                             "%zu gradients", n_list);
     }
     return 0;

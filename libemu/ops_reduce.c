@@ -181,7 +181,7 @@ int emu_t_reduce(emu_ctx *ctx, const char *site, emu_tensor *out,
             memcpy(xs, x->data, x->n * sizeof *xs);
             m.x = xs;
         } else {
-            emu_ctx_fail(ctx, site, "out of memory for %zu values", x->n);
+            emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory for %zu values", x->n);
         }
     }
     if (!hi || !lo || (out->data == x->data && !xs)) {
@@ -239,7 +239,7 @@ int emu_t_reduce(emu_ctx *ctx, const char *site, emu_tensor *out,
             if (need_lo)
                 free(lo);
             free(xs);
-            return emu_ctx_fail(ctx, site, "out of memory for the reference");
+            return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory for the reference");
         }
         for (size_t k = 0; k < len; k++) {
             mpfr_init2(m.t[k], 24);

@@ -113,7 +113,7 @@ static int commit_quantized(emu_ctx *ctx, const char *site,
     if (!sc || !hi) {
         free(sc);
         free(hi);
-        return hi ? emu_ctx_fail(ctx, site, "out of memory for %zu scales", n)
+        return hi ? emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory for %zu scales", n)
                   : -1;
     }
     double *lo = pow2 ? NULL : hi + n;
@@ -178,7 +178,7 @@ int emu_t_quantize_scaled(emu_ctx *ctx, const char *site,
      * when nothing is measured. */
     emu_error e;
     if (emu_scaled_quantize(q, x->data, &qo, counts, NULL, &e))
-        return emu_ctx_fail(ctx, site, "%s%s%s", e.key, e.key[0] ? ": " : "",
+        return emu_ctx_failc(ctx, e.code, site, "%s%s%s", e.key, e.key[0] ? ": " : "",
                             e.message);
     if (!emu_commit_measures(ctx)) {
         emu_tensor none = { .n = q->n };
@@ -209,10 +209,10 @@ static int dequantized(emu_ctx *ctx, const char *site, const char *what,
     snprintf(name, sizeof name, "%s", what);
     if (emu_tensor_alloc(t, name, EMU_ROLE_OTHER, emu_format_find("binary32"),
                          q->ndim, q->shape, &e))
-        return emu_ctx_fail(ctx, site, "%s: %s", what, e.message);
+        return emu_ctx_failc(ctx, e.code, site, "%s: %s", what, e.message);
     if (emu_scaled_dequantize(q, t->data, false, &e)) {
         emu_tensor_free(t);
-        return emu_ctx_fail(ctx, site, "%s: %s", what, e.message);
+        return emu_ctx_failc(ctx, e.code, site, "%s: %s", what, e.message);
     }
     return 0;
 }

@@ -37,8 +37,8 @@ int emu_check_accum(emu_ctx *ctx, const char *site, const emu_accum *accum)
                             "is NULL; emu_accum_default fills the default)");
     emu_error e;
     if (emu_accum_validate(accum, &e))
-        return emu_ctx_fail(ctx, site, "accumulator: %s%s%s", e.key,
-                            e.key[0] ? ": " : "", e.message);
+        return emu_ctx_failc(ctx, e.code, site, "accumulator: %s%s%s", e.key,
+                             e.key[0] ? ": " : "", e.message);
     return 0;
 }
 
@@ -60,7 +60,7 @@ double *emu_scratch(emu_ctx *ctx, const char *site, size_t n)
     double *p = n <= SIZE_MAX / sizeof(double) ? malloc(n ? n * sizeof *p : 1)
                                                : NULL;
     if (!p)
-        emu_ctx_fail(ctx, site, "out of memory for %zu scratch values", n);
+        emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory for %zu scratch values", n);
     return p;
 }
 

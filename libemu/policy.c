@@ -207,7 +207,7 @@ int emu_policy_preset(emu_policy *p, const char *name, emu_error *err)
             strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
             strncat(list, preset_names[i], sizeof list - strlen(list) - 1);
         }
-        return emu_fail(err, "policy", "preset", "unknown preset '%s' (known: "
+        return emu_fail(err, EMU_ESPEC, "policy", "preset", "unknown preset '%s' (known: "
                         "%s)", name, list);
     }
     return 0;
@@ -273,19 +273,19 @@ int emu_policy_set(emu_policy *p, const char *assignment, emu_error *err)
     EMU_HOSTFP_GUARD;
     char buf[256];
     if (!assignment || strlen(assignment) >= sizeof buf)
-        return emu_fail(err, "policy", "", "assignment missing or too long");
+        return emu_fail(err, EMU_ESPEC, "policy", "", "assignment missing or too long");
     snprintf(buf, sizeof buf, "%s", assignment);
     char *eq = strchr(buf, '=');
     if (!eq)
-        return emu_fail(err, "policy", buf, "expected key=value");
+        return emu_fail(err, EMU_ESPEC, "policy", buf, "expected key=value");
     *eq = '\0';
     const char *key = buf, *val = eq + 1;
     if (!*val)
-        return emu_fail(err, "policy", key, "missing value");
+        return emu_fail(err, EMU_ESPEC, "policy", key, "missing value");
     const char *dup;
     size_t dlen = repeated_key(val, &dup);
     if (dlen)
-        return emu_fail(err, "policy", key, "'%.*s' is given twice in '%s'",
+        return emu_fail(err, EMU_ESPEC, "policy", key, "'%.*s' is given twice in '%s'",
                         (int)dlen, dup, val);
 
     if (!strcmp(key, "exempt")) {
@@ -295,7 +295,7 @@ int emu_policy_set(emu_policy *p, const char *assignment, emu_error *err)
         else if (!strcmp(val, "last")) e = EMU_EXEMPT_LAST;
         else if (!strcmp(val, "first+last")) e = EMU_EXEMPT_FIRST | EMU_EXEMPT_LAST;
         else
-            return emu_fail(err, "policy", key, "'%s' is not none, first, last "
+            return emu_fail(err, EMU_ESPEC, "policy", key, "'%s' is not none, first, last "
                             "or first+last", val);
         p->exempt = e;
         return 0;
@@ -314,7 +314,7 @@ int emu_policy_set(emu_policy *p, const char *assignment, emu_error *err)
     if (rp && (!dot || !strcmp(dot + 1, "mode"))) {
         if (dot) {
             if (emu_rnd_parse(val, &rp->rnd.mode, &rp->rnd.sr_bits))
-                return emu_fail(err, "policy", key, "'%s' is not a rounding "
+                return emu_fail(err, EMU_ESPEC, "policy", key, "'%s' is not a rounding "
                                 "mode (rne rna rz ru rd ro sr srN)", val);
             return 0;
         }
@@ -326,7 +326,7 @@ int emu_policy_set(emu_policy *p, const char *assignment, emu_error *err)
         if (emu_format_resolve(&rp->fmt, val, &ferr)) {
             char msg[600];
             emu_error_format(&ferr, msg, sizeof msg);
-            return emu_fail(err, "policy", key, "%s", msg);
+            return emu_fail(err, EMU_ESPEC, "policy", key, "%s", msg);
         }
         if (!strcmp(key, "master"))
             p->use_master = true;
@@ -346,15 +346,15 @@ int emu_policy_set(emu_policy *p, const char *assignment, emu_error *err)
         else if (!strcmp(op, "activation")) lo = 1, hi = 2;
         else if (!strcmp(op, "act_grad")) lo = 2, hi = 3;
         else if (strcmp(op, "all"))
-            return emu_fail(err, "policy", key, "'%s' is not a GEMM operand "
+            return emu_fail(err, EMU_ESPEC, "policy", key, "'%s' is not a GEMM operand "
                             "(weight, activation, act_grad, all)", op);
         if (d2 && strcmp(d2 + 1, "mode"))
-            return emu_fail(err, "policy", key, "expected q.%s or q.%s.mode",
+            return emu_fail(err, EMU_ESPEC, "policy", key, "expected q.%s or q.%s.mode",
                             op, op);
         for (int i = lo; i < hi; i++) {
             if (d2) {
                 if (emu_rnd_parse(val, &all[i]->mode, &all[i]->sr_bits))
-                    return emu_fail(err, "policy", key, "'%s' is not a "
+                    return emu_fail(err, EMU_ESPEC, "policy", key, "'%s' is not a "
                                     "rounding mode (rne rna rz ru rd ro sr "
                                     "srN)", val);
                 if (all[i]->mode == EMU_RS)
@@ -366,7 +366,7 @@ int emu_policy_set(emu_policy *p, const char *assignment, emu_error *err)
                 if (emu_scaled_format_parse(&all[i]->fmt, val, &ferr)) {
                     char msg[600];
                     emu_error_format(&ferr, msg, sizeof msg);
-                    return emu_fail(err, "policy", key, "%s", msg);
+                    return emu_fail(err, EMU_ESPEC, "policy", key, "%s", msg);
                 }
                 all[i]->on = true;
             }
@@ -378,7 +378,7 @@ int emu_policy_set(emu_policy *p, const char *assignment, emu_error *err)
         if (emu_tensor_scaling_parse(&p->tscale, val, &terr)) {
             char msg[600];
             emu_error_format(&terr, msg, sizeof msg);
-            return emu_fail(err, "policy", key, "%s", msg);
+            return emu_fail(err, EMU_ESPEC, "policy", key, "%s", msg);
         }
         return 0;
     }
@@ -389,7 +389,7 @@ int emu_policy_set(emu_policy *p, const char *assignment, emu_error *err)
         else if (!strcmp(val, "sr")) p->update = EMU_UPDATE_SR;
         else if (!strcmp(val, "kahan")) p->update = EMU_UPDATE_KAHAN;
         else
-            return emu_fail(err, "policy", key, "'%s' is not plain, sr or "
+            return emu_fail(err, EMU_ESPEC, "policy", key, "'%s' is not plain, sr or "
                             "kahan", val);
         return 0;
     }
@@ -402,7 +402,7 @@ int emu_policy_set(emu_policy *p, const char *assignment, emu_error *err)
                 p->scaling.kind = (emu_scaling)i;
                 return 0;
             }
-        return emu_fail(err, "policy", key, "'%s' is not none, static, "
+        return emu_fail(err, EMU_ESPEC, "policy", key, "'%s' is not none, static, "
                         "dynamic, enhanced or adaptive", val);
     }
     emu_loss_scaling *s = &p->scaling;
@@ -415,17 +415,17 @@ int emu_policy_set(emu_policy *p, const char *assignment, emu_error *err)
                    : !strcmp(key, "max_scale") ? &s->max : NULL;
     if (dfield) {
         if (parse_double(val, dfield))
-            return emu_fail(err, "policy", key, "'%s' is not a number", val);
+            return emu_fail(err, EMU_ESPEC, "policy", key, "'%s' is not a number", val);
         return 0;
     }
     if (!strcmp(key, "interval") || !strcmp(key, "floor_every")) {
         int *f = !strcmp(key, "interval") ? &s->interval : &s->floor_every;
         if (parse_int(val, 0, 1 << 30, f))
-            return emu_fail(err, "policy", key, "'%s' is not a step count",
+            return emu_fail(err, EMU_ESPEC, "policy", key, "'%s' is not a step count",
                             val);
         return 0;
     }
-    return emu_fail(err, "policy", key, "unknown policy key (weight, master, "
+    return emu_fail(err, EMU_ESPEC, "policy", key, "unknown policy key (weight, master, "
                     "activation, act_grad, weight_grad, opt_state, "
                     "<role>.mode, accum, exempt, exempt_format, update, "
                     "scaling, scale, growth, backoff, interval, floor, "
@@ -451,66 +451,66 @@ int emu_policy_validate(const emu_policy *p, emu_error *err)
                                    &p->opt_state, &p->exempt_prec };
     for (int i = 0; i < 7; i++) {
         if (!rps[i]->fmt.fits_carrier)
-            return emu_fail(err, "policy", roles[i], "%s is not held by the "
+            return emu_fail(err, EMU_EUNSUPPORTED, "policy", roles[i], "%s is not held by the "
                             "binary32 carrier", rps[i]->fmt.name);
         if (!rps[i]->fmt.has_zero)
-            return emu_fail(err, "policy", roles[i], "%s has no zero: it "
+            return emu_fail(err, EMU_EUNSUPPORTED, "policy", roles[i], "%s has no zero: it "
                             "cannot hold a tensor", rps[i]->fmt.name);
     }
     if (p->use_master) {
         const emu_format *w = &p->weight.fmt, *m = &p->master.fmt;
         if (m->p < w->p || m->emax < w->emax || m->min_value > w->min_value)
-            return emu_fail(err, "policy", "master", "the master copy (%s) is "
+            return emu_fail(err, EMU_ESPEC, "policy", "master", "the master copy (%s) is "
                             "narrower than the compute copy (%s): it must hold "
                             "every weight value", m->name, w->name);
     }
     if (p->update == EMU_UPDATE_KAHAN && p->use_master)
-        return emu_fail(err, "policy", "update", "Kahan-compensated updates "
+        return emu_fail(err, EMU_ESPEC, "policy", "update", "Kahan-compensated updates "
                         "replace the master copy; set master=none");
     if (emu_accum_validate(&p->accum, err))
         return -1;
     const emu_loss_scaling *s = &p->scaling;
     if (!(s->init > 0.0) || !isfinite(s->init))
-        return emu_fail(err, "policy", "scale", "the loss scale must be "
+        return emu_fail(err, EMU_ESPEC, "policy", "scale", "the loss scale must be "
                         "positive and finite (got %g)", s->init);
     /* The scale multiplies a binary32 loss: 2^128 and above would be
      * infinite there, every gradient with it. */
     if (s->init >= 0x1p128)
-        return emu_fail(err, "policy", "scale", "%g is 2^128 or more: the "
+        return emu_fail(err, EMU_ESPEC, "policy", "scale", "%g is 2^128 or more: the "
                         "scale multiplies the binary32 loss, whose largest "
                         "power of two is 2^127", s->init);
     if (s->kind != EMU_SCALE_NONE && s->kind != EMU_SCALE_ADAPTIVE &&
         !is_power_of_two(s->init))
-        return emu_fail(err, "policy", "scale", "%g is not a power of two: "
+        return emu_fail(err, EMU_ESPEC, "policy", "scale", "%g is not a power of two: "
                         "scaling would round every gradient", s->init);
     if (s->kind == EMU_SCALE_DYNAMIC || s->kind == EMU_SCALE_ENHANCED) {
         if (!is_power_of_two(s->growth) || s->growth <= 1.0)
-            return emu_fail(err, "policy", "growth", "must be a power of two "
+            return emu_fail(err, EMU_ESPEC, "policy", "growth", "must be a power of two "
                             "above 1 (got %g)", s->growth);
         if (!is_power_of_two(s->backoff) || s->backoff >= 1.0)
-            return emu_fail(err, "policy", "backoff", "must be a power of two "
+            return emu_fail(err, EMU_ESPEC, "policy", "backoff", "must be a power of two "
                             "below 1 (got %g)", s->backoff);
         if (s->interval < 1)
-            return emu_fail(err, "policy", "interval", "must be at least 1 "
+            return emu_fail(err, EMU_ESPEC, "policy", "interval", "must be at least 1 "
                             "step");
     }
     if (s->kind == EMU_SCALE_ENHANCED) {
         if (!is_power_of_two(s->floor))
-            return emu_fail(err, "policy", "floor", "must be a power of two "
+            return emu_fail(err, EMU_ESPEC, "policy", "floor", "must be a power of two "
                             "(got %g)", s->floor);
         if (s->floor_every && (!is_power_of_two(s->floor_growth) ||
                                s->floor_growth < 1.0))
-            return emu_fail(err, "policy", "floor_growth", "must be a power of "
+            return emu_fail(err, EMU_ESPEC, "policy", "floor_growth", "must be a power of "
                             "two >= 1");
     }
     if (s->kind == EMU_SCALE_ADAPTIVE && !(s->target > 0.0 && s->target < 1.0))
-        return emu_fail(err, "policy", "target", "the target underflow rate "
+        return emu_fail(err, EMU_ESPEC, "policy", "target", "the target underflow rate "
                         "must lie in (0, 1)");
     if (!is_power_of_two(s->max))
-        return emu_fail(err, "policy", "max_scale", "must be a power of two "
+        return emu_fail(err, EMU_ESPEC, "policy", "max_scale", "must be a power of two "
                         "(got %g)", s->max);
     if (s->max >= 0x1p128)
-        return emu_fail(err, "policy", "max_scale", "%g is 2^128 or more: the "
+        return emu_fail(err, EMU_ESPEC, "policy", "max_scale", "%g is 2^128 or more: the "
                         "scale multiplies the binary32 loss, whose largest "
                         "power of two is 2^127", s->max);
     const emu_operand_quant *qs[3] = { &p->q_weight, &p->q_activation,
@@ -527,10 +527,10 @@ int emu_policy_validate(const emu_policy *p, emu_error *err)
         if ((unsigned)qs[i]->mode >= EMU_RND_COUNT ||
             (qs[i]->mode == EMU_RS_BITS &&
              (qs[i]->sr_bits < 1 || qs[i]->sr_bits > 64)))
-            return emu_fail(err, "policy", qnames[i], "bad rounding mode");
+            return emu_fail(err, EMU_ESPEC, "policy", qnames[i], "bad rounding mode");
     }
     if (p->tscale.history < 1 || p->tscale.history > EMU_AMAX_HISTORY_MAX)
-        return emu_fail(err, "policy", "tensor_scaling", "history %d outside "
+        return emu_fail(err, EMU_ESPEC, "policy", "tensor_scaling", "history %d outside "
                         "1..%d", p->tscale.history, EMU_AMAX_HISTORY_MAX);
     return 0;
 }

@@ -142,7 +142,7 @@ static int add(const emu_format *fmt, const char *text, const char *origin,
     char where[256];
     if (!widths_match_name(fmt)) {
         key_where(text, origin, "name", where, sizeof where);
-        return emu_fail(err, where, "name", "'%s' reads as an eXmY spec but "
+        return emu_fail(err, EMU_ESPEC, where, "name", "'%s' reads as an eXmY spec but "
                         "the format has %d exponent and %d fraction bits",
                         fmt->name, fmt->ebits, fmt->mbits);
     }
@@ -151,11 +151,11 @@ static int add(const emu_format *fmt, const char *text, const char *origin,
     const emu_format *other = clash(fmt, taken, sizeof taken, &key);
     if (other) {
         key_where(text, origin, key, where, sizeof where);
-        return emu_fail(err, where, key, "'%s' is already a registered "
+        return emu_fail(err, EMU_ESTATE, where, key, "'%s' is already a registered "
                         "format (%s)", taken, other->name);
     }
     if (registry_len == REGISTRY_MAX)
-        return emu_fail(err, origin, "", "registry full (%d formats)",
+        return emu_fail(err, EMU_ESTATE, origin, "", "registry full (%d formats)",
                         REGISTRY_MAX);
     registry[registry_len++] = *fmt;
     return 0;
@@ -208,7 +208,7 @@ static char *read_spec_file(const char *path, size_t *len, emu_error *err)
 {
     FILE *fp = fopen(path, "rb");
     if (!fp) {
-        emu_fail(err, path, "", "cannot open: %s", strerror(errno));
+        emu_fail(err, EMU_EIO, path, "", "cannot open: %s", strerror(errno));
         return NULL;
     }
     enum { LIMIT = 65536 };
@@ -217,7 +217,7 @@ static char *read_spec_file(const char *path, size_t *len, emu_error *err)
     int bad = !buf || ferror(fp);
     fclose(fp);
     if (bad || n > LIMIT) {
-        emu_fail(err, path, "", "%s",
+        emu_fail(err, bad ? EMU_EIO : EMU_ESPEC, path, "", "%s",
                  bad ? "read error" : "larger than 64 KiB: not a spec file");
         free(buf);
         return NULL;

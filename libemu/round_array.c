@@ -822,9 +822,14 @@ static void identity_f32(float *out, const float *in, size_t n,
 
 int emu_round_array_f32(const emu_format *fmt, float *out, const float *in,
                         size_t n, const emu_array_rounding *a,
-                        emu_round_counts *counts)
+                        emu_round_counts *counts, emu_error *err)
 {
     EMU_HOSTFP_GUARD;
+    if (!fmt->fits_carrier)
+        return emu_fail(err, EMU_EUNSUPPORTED, fmt->name, "format",
+                        "%s has values that are not binary32 values: "
+                        "round binary64 arrays with emu_round_array_f64",
+                        fmt->name);
     return emu_round_array_f32_unguarded(fmt, out, in, n, a, counts);
 }
 

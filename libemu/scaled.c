@@ -75,7 +75,7 @@ static int set_format(emu_format *f, const char *name, const char *where,
 {
     const emu_format *g = emu_format_find(name);
     if (!g)
-        return emu_fail(err, where, key, "unknown format '%s' (a registered "
+        return emu_fail(err, EMU_ESPEC, where, key, "unknown format '%s' (a registered "
                         "name: see `emu formats`)", name);
     *f = *g;
     return 0;
@@ -125,10 +125,10 @@ int emu_scaled_format_parse(emu_scaled_format *sf, const char *spec,
     char where[200];
     snprintf(where, sizeof where, "scaled format '%.170s'", spec ? spec : "");
     if (!spec || !*spec)
-        return emu_fail(err, where, "", "empty spec");
+        return emu_fail(err, EMU_ESPEC, where, "", "empty spec");
     char buf[512];
     if (strlen(spec) >= sizeof buf)
-        return emu_fail(err, where, "", "spec longer than %zu characters",
+        return emu_fail(err, EMU_ESPEC, where, "", "spec longer than %zu characters",
                         sizeof buf - 1);
     strcpy(buf, spec);
     char *cur = buf, *tok = emu_next_token(&cur, ",");
@@ -143,7 +143,7 @@ int emu_scaled_format_parse(emu_scaled_format *sf, const char *spec,
             for (int i = 0; i < N_PRESETS; i++)
                 snprintf(names + strlen(names), sizeof names - strlen(names),
                          "%s%s", i ? ", " : "", presets[i].name);
-            return emu_fail(err, where, "", "unknown preset '%s' (known: %s; "
+            return emu_fail(err, EMU_ESPEC, where, "", "unknown preset '%s' (known: %s; "
                             "or keys elem=, scale=, block=, rule=)", tok, names);
         }
         from_preset(sf, p);
@@ -165,7 +165,7 @@ int emu_scaled_format_parse(emu_scaled_format *sf, const char *spec,
     for (; tok; tok = emu_next_token(&cur, ",")) {
         char *eq = strchr(tok, '=');
         if (!eq)
-            return emu_fail(err, where, tok, "expected key=value");
+            return emu_fail(err, EMU_ESPEC, where, tok, "expected key=value");
         *eq = '\0';
         const char *key = tok, *v = eq + 1;
         custom = true;
@@ -189,7 +189,7 @@ int emu_scaled_format_parse(emu_scaled_format *sf, const char *spec,
                 *x = '\0';
             if (parse_size(tmp, &sf->block[0]) ||
                 (x ? parse_size(x + 1, &sf->block[1]) : (sf->block[1] = 1, 0)))
-                return emu_fail(err, where, key, "'%s' is not N or NxM with "
+                return emu_fail(err, EMU_ESPEC, where, key, "'%s' is not N or NxM with "
                                 "sizes 1..1048576", v);
         } else if (!strcmp(key, "rule")) {
             int r = -1;
@@ -197,32 +197,32 @@ int emu_scaled_format_parse(emu_scaled_format *sf, const char *spec,
                 if (!strcmp(v, rule_names[i]))
                     r = i;
             if (r < 0)
-                return emu_fail(err, where, key, "'%s' is not floor, ceil or "
+                return emu_fail(err, EMU_ESPEC, where, key, "'%s' is not floor, ceil or "
                                 "amax", v);
             sf->rule = (emu_scale_rule)r;
         } else if (!strcmp(key, "scale_mode")) {
             unsigned bits;
             if (emu_rnd_parse(v, &sf->scale_mode, &bits) ||
                 emu_rnd_is_stochastic(sf->scale_mode))
-                return emu_fail(err, where, key, "'%s' is not a deterministic "
+                return emu_fail(err, EMU_ESPEC, where, key, "'%s' is not a deterministic "
                                 "rounding mode (rne, rna, rz, ru, rd, ro)", v);
         } else if (!strcmp(key, "tensor")) {
             if (parse_bool(v, &sf->tensor_scale))
-                return emu_fail(err, where, key, "'%s' is not yes or no", v);
+                return emu_fail(err, EMU_ESPEC, where, key, "'%s' is not yes or no", v);
         } else if (!strcmp(key, "pad")) {
             if (parse_bool(v, &sf->pad))
-                return emu_fail(err, where, key, "'%s' is not yes or no", v);
+                return emu_fail(err, EMU_ESPEC, where, key, "'%s' is not yes or no", v);
         } else if (!strcmp(key, "range")) {
             if (strcmp(v, "clamp") && strcmp(v, "error"))
-                return emu_fail(err, where, key, "'%s' is not clamp or error", v);
+                return emu_fail(err, EMU_ESPEC, where, key, "'%s' is not clamp or error", v);
             sf->strict_range = !strcmp(v, "error");
         } else {
-            return emu_fail(err, where, key, "unknown key (elem, scale, "
+            return emu_fail(err, EMU_ESPEC, where, key, "unknown key (elem, scale, "
                             "block, rule, scale_mode, tensor, pad, range)");
         }
     }
     if (!have_elem)
-        return emu_fail(err, where, "elem", "no element format (elem=FMT or "
+        return emu_fail(err, EMU_ESPEC, where, "elem", "no element format (elem=FMT or "
                         "a preset)");
     if (custom && strcmp(sf->name, "custom")) {
         /* A preset with overrides is no longer the preset. */
@@ -243,39 +243,39 @@ int emu_scaled_format_validate(const emu_scaled_format *sf, emu_error *err)
     const char *w = "scaled format";
     const emu_format *e = &sf->elem;
     if (!e->fits_carrier || !e->is_signed || !e->has_zero)
-        return emu_fail(err, w, "elem", "element format %s must be signed, "
+        return emu_fail(err, EMU_EUNSUPPORTED, w, "elem", "element format %s must be signed, "
                         "have a zero and fit binary32", e->name);
     if (sf->int_elem && (e->ebits != 1 || e->bits != 8 ||
                          e->specials != EMU_SPECIALS_FINITE))
-        return emu_fail(err, w, "elem", "integer elements need a sign-"
+        return emu_fail(err, EMU_ESPEC, w, "elem", "integer elements need a sign-"
                         "magnitude format with one exponent bit and no "
                         "specials (formats/int8.fmt)");
     if (!sf->block_scaled && !sf->tensor_scale)
-        return emu_fail(err, w, "scale", "neither block scales nor a tensor "
+        return emu_fail(err, EMU_ESPEC, w, "scale", "neither block scales nor a tensor "
                         "scale: that is the plain format %s", e->name);
     if (sf->block_scaled) {
         const emu_format *s = &sf->scale;
         if (!s->fits_carrier)
-            return emu_fail(err, w, "scale", "scale format %s does not fit "
+            return emu_fail(err, EMU_EUNSUPPORTED, w, "scale", "scale format %s does not fit "
                             "binary32", s->name);
         if (sf->block[0] < 1 || sf->block[1] < 1)
-            return emu_fail(err, w, "block", "block sizes must be at least 1");
+            return emu_fail(err, EMU_ESPEC, w, "block", "block sizes must be at least 1");
         if ((sf->rule == EMU_SCALE_RULE_FLOOR || sf->rule == EMU_SCALE_RULE_CEIL) &&
             (s->max < 1.0 || s->min_value > 1.0))
-            return emu_fail(err, w, "scale", "a power-of-two rule needs a "
+            return emu_fail(err, EMU_ESPEC, w, "scale", "a power-of-two rule needs a "
                             "scale format that holds 1 (%s holds %g..%g)",
                             s->name, s->min_value, s->max);
         if ((unsigned)sf->rule >= EMU_SCALE_RULE_COUNT)
-            return emu_fail(err, w, "rule", "unknown rule");
+            return emu_fail(err, EMU_ESPEC, w, "rule", "unknown rule");
         if (emu_rnd_is_stochastic(sf->scale_mode) ||
             (unsigned)sf->scale_mode >= EMU_RND_COUNT)
-            return emu_fail(err, w, "scale_mode", "the scale is rounded "
+            return emu_fail(err, EMU_ESPEC, w, "scale_mode", "the scale is rounded "
                             "deterministically");
     }
     int bits = e->p + (sf->block_scaled ? sf->scale.p : 0) +
                (sf->tensor_scale ? 24 : 0);
     if (bits > 53)
-        return emu_fail(err, w, "elem", "element (%d bits), scale (%d) and "
+        return emu_fail(err, EMU_EUNSUPPORTED, w, "elem", "element (%d bits), scale (%d) and "
                         "tensor scale (%d) significands exceed binary64's 53: "
                         "values would not be exact", e->p,
                         sf->block_scaled ? sf->scale.p : 0,
@@ -420,31 +420,31 @@ int emu_scaled_alloc(emu_scaled_tensor *q, const emu_scaled_format *sf,
     if (emu_scaled_format_validate(sf, err))
         return -1;
     if (ndim < 1 || ndim > EMU_SCALED_MAX_DIMS)
-        return emu_fail(err, w, "shape", "%d dimensions (1..%d)", ndim,
+        return emu_fail(err, EMU_EINVAL, w, "shape", "%d dimensions (1..%d)", ndim,
                         EMU_SCALED_MAX_DIMS);
     if (axis < 0)
         axis += ndim;
     if (axis < 0 || axis >= ndim)
-        return emu_fail(err, w, "axis", "axis out of range for %d dimensions",
+        return emu_fail(err, EMU_EINVAL, w, "axis", "axis out of range for %d dimensions",
                         ndim);
     size_t n = 1;
     for (int d = 0; d < ndim; d++) {
         if (shape[d] == 0)
-            return emu_fail(err, w, "shape", "dimension %d is zero", d);
+            return emu_fail(err, EMU_EINVAL, w, "shape", "dimension %d is zero", d);
         if (n > SIZE_MAX / sizeof(float) / shape[d])
-            return emu_fail(err, w, "shape", "too many elements");
+            return emu_fail(err, EMU_EINVAL, w, "shape", "too many elements");
         n *= shape[d];
     }
     if (sf->block_scaled) {
         if (sf->block[1] > 1 && ndim != 2)
-            return emu_fail(err, w, "block", "a %zux%zu tile needs a matrix, "
+            return emu_fail(err, EMU_EINVAL, w, "block", "a %zux%zu tile needs a matrix, "
                             "not %d dimensions", sf->block[0], sf->block[1],
                             ndim);
         if (!sf->pad) {
             size_t along = shape[axis];
             size_t across = ndim == 2 ? shape[1 - axis] : 1;
             if (along % sf->block[0] || (sf->block[1] > 1 && across % sf->block[1]))
-                return emu_fail(err, w, "block", "the block %zux%zu does not "
+                return emu_fail(err, EMU_EINVAL, w, "block", "the block %zux%zu does not "
                                 "divide the dimensions (%zu along the axis, "
                                 "%zu across) and the format says pad=no",
                                 sf->block[0], sf->block[1], along, across);
@@ -465,7 +465,7 @@ int emu_scaled_alloc(emu_scaled_tensor *q, const emu_scaled_format *sf,
     q->tensor_scale = 1.0f;
     if (!q->elem || !q->scale) {
         emu_scaled_free(q);
-        return emu_fail(err, w, "", "out of memory for %zu elements", n);
+        return emu_fail(err, EMU_ENOMEM, w, "", "out of memory for %zu elements", n);
     }
     for (size_t b = 0; b < q->nblocks; b++)
         q->scale[b] = 1.0f;
@@ -623,7 +623,7 @@ static int tensor_scale_of(qrun *R, emu_error *err)
                 : 1.0;
     }
     if (!(g > 0.0) || !isfinite(g) || (double)(float)g != g)
-        return emu_fail(err, "quantize", "tensor_scale", "%g is not a positive "
+        return emu_fail(err, EMU_EINVAL, "quantize", "tensor_scale", "%g is not a positive "
                         "finite binary32 value", g);
     R->g = g;
     return 0;
@@ -1075,11 +1075,11 @@ int emu_scaled_quantize(emu_scaled_tensor *q, const float *x,
     const emu_quant_opts *o = opts ? opts : &none;
     const emu_scaled_format *sf = &q->sf;
     if (!q->elem || !q->scale)
-        return emu_fail(err, "quantize", "", "scaled tensor not allocated");
+        return emu_fail(err, EMU_EINVAL, "quantize", "", "scaled tensor not allocated");
     if ((unsigned)o->mode >= EMU_RND_COUNT)
-        return emu_fail(err, "quantize", "mode", "unknown rounding mode");
+        return emu_fail(err, EMU_EINVAL, "quantize", "mode", "unknown rounding mode");
     if (o->mode == EMU_RS_BITS && (o->sr_bits < 1 || o->sr_bits > 64))
-        return emu_fail(err, "quantize", "sr_bits", "%u random bits (1..64)",
+        return emu_fail(err, EMU_EINVAL, "quantize", "sr_bits", "%u random bits (1..64)",
                         o->sr_bits);
     qrun R = { .q = q, .x = x, .o = o };
     R.rnd.mode = o->mode;
@@ -1104,7 +1104,7 @@ int emu_scaled_quantize(emu_scaled_tensor *q, const float *x,
     if (!sf->block_scaled && !sf->elem.has_nan)
         for (size_t i = 0; i < q->n; i++)
             if (isnan(x[i]))
-                return emu_fail(err, "quantize", "data", "element %zu is NaN "
+                return emu_fail(err, EMU_ERANGE, "quantize", "data", "element %zu is NaN "
                                 "and the element format %s has no NaN", i,
                                 sf->elem.name);
     /* A block holding inf or NaN gets a NaN scale: refuse up front (before
@@ -1112,7 +1112,7 @@ int emu_scaled_quantize(emu_scaled_tensor *q, const float *x,
     if (sf->block_scaled && !sf->scale.has_nan)
         for (size_t i = 0; i < q->n; i++)
             if (!isfinite(x[i]))
-                return emu_fail(err, "quantize", "data", "element %zu is %s "
+                return emu_fail(err, EMU_ERANGE, "quantize", "data", "element %zu is %s "
                                 "and the scale format %s has no NaN to mark "
                                 "its block", i, isnan(x[i]) ? "NaN" : "inf",
                                 sf->scale.name);
@@ -1128,7 +1128,7 @@ int emu_scaled_quantize(emu_scaled_tensor *q, const float *x,
             if (isfinite(a))
                 block_scale(sf, a, R.g, R.scale_lo, R.scale_hi, &clamped);
             if (clamped)
-                return emu_fail(err, "quantize", "range", "block %zu (amax %g"
+                return emu_fail(err, EMU_ERANGE, "quantize", "range", "block %zu (amax %g"
                                 "%s) needs a scale outside the range of %s "
                                 "(%g .. %g); range=clamp would clamp it and "
                                 "clip or flush its elements", b, a,
@@ -1147,7 +1147,7 @@ int emu_scaled_quantize(emu_scaled_tensor *q, const float *x,
     if (!tmp || !tmp64) {
         free(tmp);
         free(tmp64);
-        return emu_fail(err, "quantize", "", "out of memory for %zu values",
+        return emu_fail(err, EMU_ENOMEM, "quantize", "", "out of memory for %zu values",
                         cap);
     }
     const bool want_stats = counts || blocks;
@@ -1205,7 +1205,7 @@ int emu_scaled_dequantize(const emu_scaled_tensor *q, float *out,
             double v = isnan(s) ? NAN : (double)q->elem[i] * s * gs;
             float f = (float)v;
             if ((double)f != v && !isnan(v))
-                return emu_fail(err, "dequantize", "", "element %zu is %.17g, "
+                return emu_fail(err, EMU_EUNSUPPORTED, "dequantize", "", "element %zu is %.17g, "
                                 "not a binary32 value (%s)", i, v,
                                 fabs(v) > FLT_MAX ? "beyond binary32's range"
                                                   : "more bits than binary32 "
@@ -1270,7 +1270,7 @@ int emu_scaled_pack(const emu_scaled_tensor *q, uint8_t *buf, size_t size,
     EMU_HOSTFP_GUARD;
     size_t need = emu_scaled_packed_size(q);
     if (!need || size < need)
-        return emu_fail(err, "pack", "", "buffer of %zu bytes, %zu needed",
+        return emu_fail(err, EMU_EINVAL, "pack", "", "buffer of %zu bytes, %zu needed",
                         size, need);
     size_t eb = code_bytes(&q->sf.elem, q->n);
     if (codes_via_tensor(&q->sf.elem, q->elem, q->n, buf, eb, false, err))
@@ -1300,7 +1300,7 @@ int emu_scaled_unpack(emu_scaled_tensor *q, const uint8_t *buf, size_t size,
     EMU_HOSTFP_GUARD;
     size_t need = emu_scaled_packed_size(q);
     if (!need || size < need)
-        return emu_fail(err, "unpack", "", "buffer of %zu bytes, %zu needed",
+        return emu_fail(err, EMU_EINVAL, "unpack", "", "buffer of %zu bytes, %zu needed",
                         size, need);
     size_t eb = code_bytes(&q->sf.elem, q->n);
     uint8_t *tmp = NULL;
@@ -1308,12 +1308,12 @@ int emu_scaled_unpack(emu_scaled_tensor *q, const uint8_t *buf, size_t size,
     if (q->sf.int_elem) {
         tmp = malloc(eb);
         if (!tmp)
-            return emu_fail(err, "unpack", "", "out of memory");
+            return emu_fail(err, EMU_ENOMEM, "unpack", "", "out of memory");
         memcpy(tmp, buf, eb);
         for (size_t i = 0; i < eb; i++)
             if (tmp[i] == 0x80u) {
                 free(tmp);
-                return emu_fail(err, "unpack", "data", "element %zu is -128, "
+                return emu_fail(err, EMU_EDATA, "unpack", "data", "element %zu is -128, "
                                 "which MXINT8 leaves unused here (symmetric "
                                 "range)", i);
             }
@@ -1333,7 +1333,7 @@ int emu_scaled_unpack(emu_scaled_tensor *q, const uint8_t *buf, size_t size,
             return -1;
         for (size_t b = 0; b < q->nblocks; b++)
             if (!(q->scale[b] > 0.0f) && !isnan(q->scale[b]))
-                return emu_fail(err, "unpack", "data", "block %zu has scale "
+                return emu_fail(err, EMU_EDATA, "unpack", "data", "block %zu has scale "
                                 "%g: scales are positive", b,
                                 (double)q->scale[b]);
         off += sb;
@@ -1346,7 +1346,7 @@ int emu_scaled_unpack(emu_scaled_tensor *q, const uint8_t *buf, size_t size,
         float g;
         memcpy(&g, &u, 4);
         if (!(g > 0.0f) || !isfinite(g))
-            return emu_fail(err, "unpack", "data", "tensor scale %g is not a "
+            return emu_fail(err, EMU_EDATA, "unpack", "data", "tensor scale %g is not a "
                             "positive finite binary32", (double)g);
         q->tensor_scale = g;
     }
@@ -1412,28 +1412,28 @@ int emu_tensor_scaling_parse(emu_tensor_scaling *t, const char *spec,
     t->history = 16;
     char buf[256];
     if (!spec || strlen(spec) >= sizeof buf)
-        return emu_fail(err, where, "", "missing or too long");
+        return emu_fail(err, EMU_ESPEC, where, "", "missing or too long");
     strcpy(buf, spec);
     char *cur = buf, *tok = emu_next_token(&cur, ",");
     if (!tok)
-        return emu_fail(err, where, "", "empty spec (current or delayed)");
+        return emu_fail(err, EMU_ESPEC, where, "", "empty spec (current or delayed)");
     if (!strcmp(tok, "current"))
         t->kind = EMU_TSCALE_CURRENT;
     else if (!strcmp(tok, "delayed"))
         t->kind = EMU_TSCALE_DELAYED;
     else
-        return emu_fail(err, where, "", "'%s' is not current or delayed", tok);
+        return emu_fail(err, EMU_ESPEC, where, "", "'%s' is not current or delayed", tok);
     while ((tok = emu_next_token(&cur, ","))) {
         char *eq = strchr(tok, '=');
         if (!eq)
-            return emu_fail(err, where, tok, "expected key=value");
+            return emu_fail(err, EMU_ESPEC, where, tok, "expected key=value");
         *eq = '\0';
         const char *v = eq + 1;
         char *end;
         if (!strcmp(tok, "history")) {
             long h = strtol(v, &end, 10);
             if (*end || !*v || h < 1 || h > EMU_AMAX_HISTORY_MAX)
-                return emu_fail(err, where, tok, "'%s' is not 1..%d", v,
+                return emu_fail(err, EMU_ESPEC, where, tok, "'%s' is not 1..%d", v,
                                 EMU_AMAX_HISTORY_MAX);
             t->history = (int)h;
         } else if (!strcmp(tok, "algo")) {
@@ -1442,15 +1442,15 @@ int emu_tensor_scaling_parse(emu_tensor_scaling *t, const char *spec,
             else if (!strcmp(v, "recent"))
                 t->algo = EMU_AMAX_RECENT;
             else
-                return emu_fail(err, where, tok, "'%s' is not max or recent", v);
+                return emu_fail(err, EMU_ESPEC, where, tok, "'%s' is not max or recent", v);
         } else if (!strcmp(tok, "margin")) {
             long m = strtol(v, &end, 10);
             if (*end || !*v || m < -64 || m > 64)
-                return emu_fail(err, where, tok, "'%s' is not an integer in "
+                return emu_fail(err, EMU_ESPEC, where, tok, "'%s' is not an integer in "
                                 "-64..64", v);
             t->margin = (int)m;
         } else {
-            return emu_fail(err, where, tok, "unknown key (history, algo, "
+            return emu_fail(err, EMU_ESPEC, where, tok, "unknown key (history, algo, "
                             "margin)");
         }
     }

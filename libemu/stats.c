@@ -10,6 +10,7 @@
 
 #include "emu/stats.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -320,6 +321,43 @@ emu_site *emu_stats_site(emu_stats *s, const char *name, const char *kind,
     return site;
 }
 
+size_t emu_stats_site_count(const emu_stats *s)
+{
+    return s ? s->count : 0;
+}
+
+const emu_site *emu_stats_site_at(const emu_stats *s, size_t i)
+{
+    return s && i < s->count ? &s->sites[i] : NULL;
+}
+
+/* The first site named `name` (truncated as stored) with role `role`, or
+ * with any role if role is EMU_ROLE_COUNT. */
+static const emu_site *find(const emu_stats *s, const char *name,
+                            emu_role role)
+{
+    if (!s || !name)
+        return NULL;
+    char key[sizeof s->sites[0].name];
+    snprintf(key, sizeof key, "%s", name);
+    for (size_t i = 0; i < s->count; i++)
+        if ((role == EMU_ROLE_COUNT || s->sites[i].role == role) &&
+            !strcmp(s->sites[i].name, key))
+            return &s->sites[i];
+    return NULL;
+}
+
+const emu_site *emu_stats_find(const emu_stats *s, const char *name,
+                               emu_role role)
+{
+    return (unsigned)role < EMU_ROLE_COUNT ? find(s, name, role) : NULL;
+}
+
+const emu_site *emu_stats_find_name(const emu_stats *s, const char *name)
+{
+    return find(s, name, EMU_ROLE_COUNT);
+}
+
 void emu_stats_begin_step(emu_stats *s, int64_t step)
 {
     s->step = step;
@@ -354,33 +392,162 @@ static void csv_string(FILE *fp, const char *s)
     fputc('"', fp);
 }
 
-static const char csv_counter_header[] =
-    "results,inexact,underflow,to_zero,subnormal,overflow,nan,nan_produced,"
-    "adds,absorbed,ref_samples,ulp_mean,ulp_max,rel_mean,rel_max,"
-    "dot_samples,quant_mean,quant_max,accum_mean,accum_max,round_mean,"
-    "round_max,inexact_rate,to_zero_rate,underflow_rate,overflow_rate,"
-    "absorbed_rate";
+/* ---- the counters, by name ------------------------------------------------
+ * One table names every per-site number the exports write and
+ * emu_stats_counter reads, so the names cannot drift apart: the CSV
+ * header and rows, the JSON keys and the reader all walk it. */
+
+typedef enum counter_kind {
+    C_COUNT,  /* a uint64_t field                                         */
+    C_REAL,   /* a double field                                           */
+    C_MEAN,   /* double sum / uint64_t count (0 without samples)         */
+    C_RATE,   /* uint64_t / uint64_t (0 without a denominator): CSV only  */
+} counter_kind;
+
+typedef struct counter_def {
+    const char *name;
+    counter_kind kind;
+    size_t a, b;            /* offsets into emu_site_stats                 */
+    bool json_break;        /* the JSON export starts a line before it     */
+} counter_def;
+
+#define OFF(f) offsetof(emu_site_stats, f)
+static const counter_def counters[] = {
+    { "results", C_COUNT, OFF(results), 0, true },
+    { "inexact", C_COUNT, OFF(inexact), 0, false },
+    { "underflow", C_COUNT, OFF(underflow), 0, false },
+    { "to_zero", C_COUNT, OFF(to_zero), 0, false },
+    { "subnormal", C_COUNT, OFF(subnormal), 0, false },
+    { "overflow", C_COUNT, OFF(overflow), 0, false },
+    { "nan", C_COUNT, OFF(nan), 0, false },
+    { "nan_produced", C_COUNT, OFF(nan_produced), 0, false },
+    { "adds", C_COUNT, OFF(adds), 0, false },
+    { "absorbed", C_COUNT, OFF(absorbed), 0, false },
+    { "ref_samples", C_COUNT, OFF(ref_samples), 0, false },
+    { "ulp_mean", C_MEAN, OFF(ulp_sum), OFF(ref_samples), true },
+    { "ulp_max", C_REAL, OFF(ulp_max), 0, false },
+    { "rel_mean", C_MEAN, OFF(rel_sum), OFF(ref_samples), false },
+    { "rel_max", C_REAL, OFF(rel_max), 0, false },
+    { "dot_samples", C_COUNT, OFF(dot_samples), 0, false },
+    { "quant_mean", C_MEAN, OFF(quant_sum), OFF(dot_samples), false },
+    { "quant_max", C_REAL, OFF(quant_max), 0, false },
+    { "accum_mean", C_MEAN, OFF(accum_sum), OFF(dot_samples), false },
+    { "accum_max", C_REAL, OFF(accum_max), 0, false },
+    { "round_mean", C_MEAN, OFF(round_sum), OFF(dot_samples), false },
+    { "round_max", C_REAL, OFF(round_max), 0, false },
+    { "inexact_rate", C_RATE, OFF(inexact), OFF(results), false },
+    { "to_zero_rate", C_RATE, OFF(to_zero), OFF(results), false },
+    { "underflow_rate", C_RATE, OFF(underflow), OFF(results), false },
+    { "overflow_rate", C_RATE, OFF(overflow), OFF(results), false },
+    { "absorbed_rate", C_RATE, OFF(absorbed), OFF(adds), false },
+};
+enum { N_COUNTERS = sizeof counters / sizeof counters[0] };
+
+static uint64_t u64_at(const emu_site_stats *t, size_t off)
+{
+    uint64_t v;
+    memcpy(&v, (const char *)t + off, sizeof v);
+    return v;
+}
+
+static double f64_at(const emu_site_stats *t, size_t off)
+{
+    double v;
+    memcpy(&v, (const char *)t + off, sizeof v);
+    return v;
+}
+
+static double counter_value(const counter_def *c, const emu_site_stats *t)
+{
+    switch (c->kind) {
+    case C_COUNT: return (double)u64_at(t, c->a);
+    case C_REAL: return f64_at(t, c->a);
+    case C_MEAN: return mean(f64_at(t, c->a), u64_at(t, c->b));
+    case C_RATE: return ratio(u64_at(t, c->a), u64_at(t, c->b));
+    }
+    return 0.0;
+}
+
+static const emu_site_stats *span_of(const emu_site *site,
+                                    emu_stats_span span)
+{
+    return span == EMU_SPAN_TOTAL ? &site->total
+         : span == EMU_SPAN_STEP ? &site->step
+                                 : NULL;
+}
+
+size_t emu_stats_counter_count(void)
+{
+    return N_COUNTERS;
+}
+
+const char *emu_stats_counter_name(size_t i)
+{
+    return i < N_COUNTERS ? counters[i].name : NULL;
+}
+
+int emu_stats_counter(const emu_site *site, emu_stats_span span,
+                      const char *name, double *value)
+{
+    EMU_HOSTFP_GUARD; /* means and rates divide */
+    const emu_site_stats *t = site && name ? span_of(site, span) : NULL;
+    if (!t)
+        return -1;
+    for (int k = 0; k < N_COUNTERS; k++)
+        if (!strcmp(counters[k].name, name)) {
+            *value = counter_value(&counters[k], t);
+            return 0;
+        }
+    return -1;
+}
+
+/* The histograms by the names the histogram CSV gives them. */
+static const struct {
+    const char *which;
+    size_t off;
+} hists[] = {
+    { "exact", offsetof(emu_site_stats, hist_exact) },
+    { "rounded", offsetof(emu_site_stats, hist_rounded) },
+    { "scale", offsetof(emu_site_stats, hist_scale) },
+};
+enum { N_HISTS = sizeof hists / sizeof hists[0] };
+
+static const uint64_t *hist_of(const emu_site_stats *t, int k)
+{
+    return (const uint64_t *)(const void *)((const char *)t + hists[k].off);
+}
+
+int emu_stats_hist(const emu_site *site, emu_stats_span span,
+                   const char *which, uint64_t out[EMU_HIST_BINS])
+{
+    const emu_site_stats *t = site && which ? span_of(site, span) : NULL;
+    if (!t)
+        return -1;
+    for (int k = 0; k < N_HISTS; k++)
+        if (!strcmp(hists[k].which, which)) {
+            memcpy(out, hist_of(t, k), EMU_HIST_BINS * sizeof *out);
+            return 0;
+        }
+    return -1;
+}
+
+static void csv_counter_header(FILE *fp)
+{
+    for (int k = 0; k < N_COUNTERS; k++)
+        fprintf(fp, "%s%s", k ? "," : "", counters[k].name);
+}
 
 static void csv_counters(FILE *fp, const emu_site_stats *t)
 {
-    fprintf(fp,
-            "%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu,"
-            "%.9g,%.9g,%.9g,%.9g,%llu,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,"
-            "%.9g,%.9g,%.9g,%.9g,%.9g",
-            (unsigned long long)t->results, (unsigned long long)t->inexact,
-            (unsigned long long)t->underflow, (unsigned long long)t->to_zero,
-            (unsigned long long)t->subnormal, (unsigned long long)t->overflow,
-            (unsigned long long)t->nan, (unsigned long long)t->nan_produced,
-            (unsigned long long)t->adds, (unsigned long long)t->absorbed,
-            (unsigned long long)t->ref_samples, mean(t->ulp_sum, t->ref_samples),
-            t->ulp_max, mean(t->rel_sum, t->ref_samples), t->rel_max,
-            (unsigned long long)t->dot_samples,
-            mean(t->quant_sum, t->dot_samples), t->quant_max,
-            mean(t->accum_sum, t->dot_samples), t->accum_max,
-            mean(t->round_sum, t->dot_samples), t->round_max,
-            ratio(t->inexact, t->results), ratio(t->to_zero, t->results),
-            ratio(t->underflow, t->results), ratio(t->overflow, t->results),
-            ratio(t->absorbed, t->adds));
+    for (int k = 0; k < N_COUNTERS; k++) {
+        const counter_def *c = &counters[k];
+        if (k)
+            fputc(',', fp);
+        if (c->kind == C_COUNT)
+            fprintf(fp, "%llu", (unsigned long long)u64_at(t, c->a));
+        else
+            fprintf(fp, "%.9g", counter_value(c, t));
+    }
 }
 
 static void csv_site_prefix(FILE *fp, const emu_site *site)
@@ -393,11 +560,15 @@ static void csv_site_prefix(FILE *fp, const emu_site *site)
     fputc(',', fp);
 }
 
-int emu_stats_write_step_rows(const emu_stats *s, FILE *fp, bool header)
+int emu_stats_write_step_rows(const emu_stats *s, FILE *fp, bool header,
+                              emu_error *err)
 {
     EMU_HOSTFP_GUARD;
-    if (header)
-        fprintf(fp, "step,site,kind,role,format,%s\n", csv_counter_header);
+    if (header) {
+        fprintf(fp, "step,site,kind,role,format,");
+        csv_counter_header(fp);
+        fputc('\n', fp);
+    }
     for (size_t i = 0; i < s->count; i++) {
         const emu_site *site = &s->sites[i];
         if (!site->active)
@@ -407,13 +578,18 @@ int emu_stats_write_step_rows(const emu_stats *s, FILE *fp, bool header)
         csv_counters(fp, &site->step);
         fputc('\n', fp);
     }
-    return ferror(fp) ? -1 : 0;
+    if (ferror(fp))
+        return emu_fail(err, EMU_EIO, "step rows", "", "cannot write: %s",
+                        errno ? strerror(errno) : "write error");
+    return 0;
 }
 
 static int write_sites_csv(FILE *fp, const void *arg)
 {
     const emu_stats *s = arg;
-    fprintf(fp, "site,kind,role,format,%s\n", csv_counter_header);
+    fprintf(fp, "site,kind,role,format,");
+    csv_counter_header(fp);
+    fputc('\n', fp);
     for (size_t i = 0; i < s->count; i++) {
         csv_site_prefix(fp, &s->sites[i]);
         csv_counters(fp, &s->sites[i].total);
@@ -447,11 +623,10 @@ static int write_hist_csv(FILE *fp, const void *arg)
 {
     const emu_stats *s = arg;
     fprintf(fp, "site,kind,role,format,which,bin,log2_lower,count\n");
-    for (size_t i = 0; i < s->count; i++) {
-        hist_rows(fp, &s->sites[i], "exact", s->sites[i].total.hist_exact);
-        hist_rows(fp, &s->sites[i], "rounded", s->sites[i].total.hist_rounded);
-        hist_rows(fp, &s->sites[i], "scale", s->sites[i].total.hist_scale);
-    }
+    for (size_t i = 0; i < s->count; i++)
+        for (int k = 0; k < N_HISTS; k++)
+            hist_rows(fp, &s->sites[i], hists[k].which,
+                      hist_of(&s->sites[i].total, k));
     return 0;
 }
 
@@ -516,39 +691,17 @@ static int write_json(FILE *fp, const void *arg)
         fprintf(fp, ", \"role\": \"%s\", \"format\": ",
                 emu_role_name(site->role));
         json_string(fp, site->format);
-        fprintf(fp, ",\n     \"results\": %llu, \"inexact\": %llu, "
-                "\"underflow\": %llu, \"to_zero\": %llu, \"subnormal\": %llu, "
-                "\"overflow\": %llu, \"nan\": %llu, \"nan_produced\": %llu, "
-                "\"adds\": %llu, \"absorbed\": %llu, \"ref_samples\": %llu,",
-                (unsigned long long)t->results, (unsigned long long)t->inexact,
-                (unsigned long long)t->underflow,
-                (unsigned long long)t->to_zero,
-                (unsigned long long)t->subnormal,
-                (unsigned long long)t->overflow, (unsigned long long)t->nan,
-                (unsigned long long)t->nan_produced,
-                (unsigned long long)t->adds, (unsigned long long)t->absorbed,
-                (unsigned long long)t->ref_samples);
-        fprintf(fp, "\n     \"ulp_mean\": ");
-        json_number(fp, mean(t->ulp_sum, t->ref_samples));
-        fprintf(fp, ", \"ulp_max\": ");
-        json_number(fp, t->ulp_max);
-        fprintf(fp, ", \"rel_mean\": ");
-        json_number(fp, mean(t->rel_sum, t->ref_samples));
-        fprintf(fp, ", \"rel_max\": ");
-        json_number(fp, t->rel_max);
-        fprintf(fp, ", \"dot_samples\": %llu, \"quant_mean\": ",
-                (unsigned long long)t->dot_samples);
-        json_number(fp, mean(t->quant_sum, t->dot_samples));
-        fprintf(fp, ", \"quant_max\": ");
-        json_number(fp, t->quant_max);
-        fprintf(fp, ", \"accum_mean\": ");
-        json_number(fp, mean(t->accum_sum, t->dot_samples));
-        fprintf(fp, ", \"accum_max\": ");
-        json_number(fp, t->accum_max);
-        fprintf(fp, ", \"round_mean\": ");
-        json_number(fp, mean(t->round_sum, t->dot_samples));
-        fprintf(fp, ", \"round_max\": ");
-        json_number(fp, t->round_max);
+        for (int k = 0; k < N_COUNTERS; k++) {
+            const counter_def *c = &counters[k];
+            if (c->kind == C_RATE)
+                continue; /* derived: the CSV's convenience */
+            fprintf(fp, ",%s\"%s\": ", c->json_break ? "\n     " : " ",
+                    c->name);
+            if (c->kind == C_COUNT)
+                fprintf(fp, "%llu", (unsigned long long)u64_at(t, c->a));
+            else
+                json_number(fp, counter_value(c, t));
+        }
         fprintf(fp, ",\n     \"lost_bits\": ");
         json_array(fp, t->lost_bits, EMU_LOST_BINS);
         fprintf(fp, ",\n     \"ulp_hist\": ");

@@ -43,14 +43,14 @@ int emu_role_parse(const char *s, emu_role *r)
     return -1;
 }
 
-static int fail(emu_error *err, const char *name, const char *key,
-                const char *fmt, ...)
+static int fail(emu_error *err, emu_errcode code, const char *name,
+                const char *key, const char *fmt, ...)
 {
     char where[256];
     snprintf(where, sizeof where, "tensor '%s'", name ? name : "");
     va_list ap;
     va_start(ap, fmt);
-    emu_vfail(err, where, key, fmt, ap);
+    emu_vfail(err, code, where, key, fmt, ap);
     va_end(ap);
     return -1;
 }
@@ -63,34 +63,34 @@ int emu_tensor_alloc(emu_tensor *t, const char *name, emu_role role,
     if (!name)
         name = "";
     if (strlen(name) >= sizeof t->name)
-        return fail(err, name, "name", "longer than %d characters",
+        return fail(err, EMU_EINVAL, name, "name", "longer than %d characters",
                     EMU_TENSOR_NAME_MAX - 1);
     if ((unsigned)role >= EMU_ROLE_COUNT)
-        return fail(err, name, "role", "invalid role %d", (int)role);
+        return fail(err, EMU_EINVAL, name, "role", "invalid role %d", (int)role);
     if (!fmt)
-        return fail(err, name, "format", "no format given");
+        return fail(err, EMU_EINVAL, name, "format", "no format given");
     if (!fmt->fits_carrier)
-        return fail(err, name, "format", "%s has values that are not binary32 "
+        return fail(err, EMU_EUNSUPPORTED, name, "format", "%s has values that are not binary32 "
                     "values (p = %d, exponents %d..%d): the tensor carrier "
                     "cannot hold it", fmt->name, fmt->p, fmt->qmin, fmt->emax);
     if (!fmt->has_zero)
-        return fail(err, name, "format", "%s has no zero: it can scale "
+        return fail(err, EMU_EUNSUPPORTED, name, "format", "%s has no zero: it can scale "
                     "tensors but not hold one", fmt->name);
     if (ndim < 1 || ndim > EMU_TENSOR_MAX_DIMS)
-        return fail(err, name, "shape", "%d dimensions (1 to %d allowed)",
+        return fail(err, EMU_EINVAL, name, "shape", "%d dimensions (1 to %d allowed)",
                     ndim, EMU_TENSOR_MAX_DIMS);
     size_t n = 1;
     for (int d = 0; d < ndim; d++) {
         if (shape[d] == 0)
-            return fail(err, name, "shape", "dimension %d has size 0", d);
+            return fail(err, EMU_EINVAL, name, "shape", "dimension %d has size 0", d);
         if (n > SIZE_MAX / sizeof(float) / shape[d])
-            return fail(err, name, "shape", "too many elements: the byte "
+            return fail(err, EMU_EINVAL, name, "shape", "too many elements: the byte "
                         "count overflows");
         n *= shape[d];
     }
     float *data = calloc(n, sizeof *data);
     if (!data)
-        return fail(err, name, "shape", "out of memory for %zu elements", n);
+        return fail(err, EMU_ENOMEM, name, "shape", "out of memory for %zu elements", n);
     snprintf(t->name, sizeof t->name, "%s", name);
     t->role = role;
     t->fmt = *fmt;
@@ -173,7 +173,7 @@ int emu_tensor_pack(const emu_tensor *t, uint8_t *buf, size_t size,
     const emu_format *fmt = &t->fmt;
     size_t need = emu_packed_size(fmt, t->n);
     if (need == 0 || size < need)
-        return fail(err, t->name, "size", "buffer of %zu bytes, %zu needed",
+        return fail(err, EMU_EINVAL, t->name, "size", "buffer of %zu bytes, %zu needed",
                     size, need);
     const size_t eb = element_bytes(fmt);
     if (!eb)
@@ -182,7 +182,7 @@ int emu_tensor_pack(const emu_tensor *t, uint8_t *buf, size_t size,
         emu_bits b;
         double v = t->data[i];
         if (!emu_encode_unguarded(fmt, v, &b) && !isnan(v))
-            return fail(err, t->name, "data", "element %zu (%a) is not a "
+            return fail(err, EMU_EDATA, t->name, "data", "element %zu (%a) is not a "
                         "value of %s", i, v, fmt->name);
         if (eb) {
             for (size_t k = 0; k < eb; k++)
@@ -206,7 +206,7 @@ int emu_tensor_unpack(emu_tensor *t, const uint8_t *buf, size_t size,
     const emu_format *fmt = &t->fmt;
     size_t need = emu_packed_size(fmt, t->n);
     if (need == 0 || size < need)
-        return fail(err, t->name, "size", "%zu bytes given, %zu needed", size,
+        return fail(err, EMU_EINVAL, t->name, "size", "%zu bytes given, %zu needed", size,
                     need);
     const size_t eb = element_bytes(fmt);
     const uint64_t mask = (1ull << fmt->bits) - 1; /* bits <= 32 here */
@@ -219,7 +219,7 @@ int emu_tensor_unpack(emu_tensor *t, const uint8_t *buf, size_t size,
             for (size_t k = 0; k < eb; k++)
                 b.v |= (uint64_t)buf[i * eb + k] << (8 * k);
             if (b.v & ~mask)
-                return fail(err, t->name, "data", "element %zu: pattern "
+                return fail(err, EMU_EDATA, t->name, "data", "element %zu: pattern "
                             "0x%llx wider than %d bits", i,
                             (unsigned long long)b.v, fmt->bits);
         } else {

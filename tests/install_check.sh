@@ -90,6 +90,7 @@ for o in pcs cm-shared cm-static; do
 done
 version=$(sed -n 's/^#define EMU_VERSION_STRING "\(.*\)"/\1/p' "$prefix/include/emu/version.h")
 grep -qx "libemu $version" "$tmp/out.pc" || fail "version line missing"
+grep -qx "API [0-9]*" "$tmp/out.pc" || fail "API version line missing"
 grep -q "^e4m3: p = 4, emin = -6, emax = 8, max = 448," "$tmp/out.pc" ||
     fail "e4m3 constants wrong"
 grep -q "^rne(500) = nan" "$tmp/out.pc" || fail "e4m3 overflow is not NaN"

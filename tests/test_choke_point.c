@@ -61,13 +61,14 @@ static int bin_of_binade(int e)
     return EMU_HIST_FIRST + (e - EMU_HIST_EMIN);
 }
 
-static const emu_site *find_site(emu_stats *s, const char *name, emu_role r)
+/* The site (name, r), which the test expects to exist. */
+static const emu_site *find_site(const emu_stats *s, const char *name,
+                                 emu_role r)
 {
-    for (size_t i = 0; i < s->count; i++)
-        if (s->sites[i].role == r && !strcmp(s->sites[i].name, name))
-            return &s->sites[i];
-    ck_abort_msg("no site '%s'", name);
-    return NULL;
+    const emu_site *site = emu_stats_find(s, name, r);
+    if (!site)
+        ck_abort_msg("no site '%s' of role %s", name, emu_role_name(r));
+    return site;
 }
 
 /* ---- counts and histograms on hand-made values --------------------------- */
@@ -1423,10 +1424,10 @@ START_TEST(test_exports)
     emu_stats_begin_step(&stats, 7);
     FILE *tf = tmpfile();
     ck_assert_ptr_nonnull(tf);
-    ck_assert_int_eq(emu_stats_write_step_rows(&stats, tf, true), 0);
+    ck_assert_int_eq(emu_stats_write_step_rows(&stats, tf, true, NULL), 0);
     ck_assert_int_eq(emu_t_unary(&ctx, "act", &y, &a, EMU_UNARY_TANH, 0, 0,
                                  &test_rne), 0);
-    ck_assert_int_eq(emu_stats_write_step_rows(&stats, tf, false), 0);
+    ck_assert_int_eq(emu_stats_write_step_rows(&stats, tf, false, NULL), 0);
     rewind(tf);
     char line[4096];
     int rows = 0;
@@ -1486,6 +1487,135 @@ START_TEST(test_exports)
 }
 END_TEST
 
+/* The reading API (emu/stats.h): sites by (name, role), by name, by
+ * index; counters by the CSV's column names, with the values the CSV
+ * holds; histograms by the histogram CSV's names; whole run and step.
+ * Unknown names, roles, spans and indices are refused. */
+START_TEST(test_stats_api)
+{
+    char dir[] = "/tmp/emu_stats_api_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    const emu_format *h = test_format("binary16");
+    const size_t n = 64;
+    emu_tensor a, y;
+    make(&a, h, n, "a", EMU_ROLE_OTHER);
+    make(&y, h, n, "y", EMU_ROLE_ACTIVATION);
+    for (size_t i = 0; i < n; i++)
+        a.data[i] = (float)ldexp(1.0 + (double)i / 64.0, (int)i / 4 - 20);
+    emu_stats stats;
+    emu_stats_init(&stats);
+    emu_ctx ctx;
+    emu_ctx_init(&ctx, 2);
+    ctx.stats = &stats;
+    ctx.measure = EMU_MEASURE_ALL;
+    ctx.ref_rate = 1.0;
+    ck_assert_int_eq(emu_t_unary(&ctx, "sq", &y, &a, EMU_UNARY_SQUARE, 0, 0,
+                                 &test_rne), 0);
+    y.role = EMU_ROLE_WEIGHT; /* the same name, another role: another site */
+    ck_assert_int_eq(emu_t_scale(&ctx, "sq", &y, 0x1p-10f, &a, &test_rne), 0);
+    ck_assert_int_eq(emu_t_add(&ctx, "sum", &y, &a, &a, &test_rne), 0);
+
+    /* sites */
+    ck_assert_uint_eq(emu_stats_site_count(&stats), 3);
+    ck_assert_ptr_eq(emu_stats_site_at(&stats, 0), &stats.sites[0]);
+    ck_assert_ptr_eq(emu_stats_site_at(&stats, 2), &stats.sites[2]);
+    ck_assert_ptr_null(emu_stats_site_at(&stats, 3));
+    const emu_site *act = emu_stats_find(&stats, "sq", EMU_ROLE_ACTIVATION);
+    const emu_site *wt = emu_stats_find(&stats, "sq", EMU_ROLE_WEIGHT);
+    ck_assert_ptr_eq(act, &stats.sites[0]);
+    ck_assert_ptr_eq(wt, &stats.sites[1]);
+    ck_assert_ptr_eq(emu_stats_find_name(&stats, "sq"), act); /* the first */
+    ck_assert_ptr_eq(emu_stats_find_name(&stats, "sum"), &stats.sites[2]);
+    ck_assert_ptr_null(emu_stats_find(&stats, "sq", EMU_ROLE_MASTER));
+    ck_assert_ptr_null(emu_stats_find(&stats, "sq", EMU_ROLE_COUNT));
+    ck_assert_ptr_null(emu_stats_find(&stats, "sq2", EMU_ROLE_ACTIVATION));
+    ck_assert_ptr_null(emu_stats_find_name(&stats, "s"));
+    ck_assert_ptr_null(emu_stats_find_name(&stats, NULL));
+
+    /* counters: the names are the CSV's columns, in order, and the values
+     * are the CSV's */
+    char path[256];
+    emu_error err;
+    snprintf(path, sizeof path, "%s/sites.csv", dir);
+    ck_assert_int_eq(emu_stats_write_csv(&stats, path, &err), 0);
+    char *csv = slurp(path);
+    char *lines[8];
+    ck_assert_int_eq(lines_of(csv, lines, 8), 4);
+    static char f[64][128];
+    int width = csv_fields(lines[0], f, 64);
+    const size_t nc = emu_stats_counter_count();
+    ck_assert_int_eq(width, 4 + (int)nc);
+    ck_assert_str_eq(f[3], "format");
+    for (size_t k = 0; k < nc; k++)
+        ck_assert_str_eq(f[4 + k], emu_stats_counter_name(k));
+    ck_assert_ptr_null(emu_stats_counter_name(nc));
+    for (int r = 1; r < 4; r++) {
+        ck_assert_int_eq(csv_fields(lines[r], f, 64), width);
+        const emu_site *site = emu_stats_site_at(&stats, (size_t)r - 1);
+        for (size_t k = 0; k < nc; k++) {
+            double v = -1.0;
+            ck_assert_int_eq(emu_stats_counter(site, EMU_SPAN_TOTAL,
+                                               emu_stats_counter_name(k), &v),
+                             0);
+            char want[64], got[64];
+            snprintf(want, sizeof want, "%.9g", strtod(f[4 + k], NULL));
+            snprintf(got, sizeof got, "%.9g", v);
+            ck_assert_msg(!strcmp(want, got), "site %d column %s: CSV %s, "
+                          "API %s", r, emu_stats_counter_name(k), want, got);
+        }
+    }
+    free(csv);
+    double v = 0.0;
+    ck_assert_int_eq(emu_stats_counter(act, EMU_SPAN_TOTAL, "results", &v), 0);
+    ck_assert(v == (double)n);
+    ck_assert_int_eq(emu_stats_counter(act, EMU_SPAN_TOTAL, "ulp_max", &v), 0);
+    ck_assert(v == act->total.ulp_max && v > 0.0);
+    ck_assert_int_eq(emu_stats_counter(act, EMU_SPAN_TOTAL, "inexact_rate", &v), 0);
+    ck_assert(v == (double)act->total.inexact / (double)n);
+    ck_assert_int_eq(emu_stats_counter(act, EMU_SPAN_TOTAL, "Results", &v), -1);
+    ck_assert_int_eq(emu_stats_counter(act, EMU_SPAN_TOTAL, "", &v), -1);
+    ck_assert_int_eq(emu_stats_counter(act, EMU_SPAN_TOTAL, "hist_exact", &v), -1);
+    ck_assert_int_eq(emu_stats_counter(act, EMU_SPAN_COUNT, "results", &v), -1);
+    ck_assert_int_eq(emu_stats_counter(NULL, EMU_SPAN_TOTAL, "results", &v), -1);
+
+    /* histograms */
+    uint64_t hist[EMU_HIST_BINS];
+    ck_assert_int_eq(emu_stats_hist(act, EMU_SPAN_TOTAL, "exact", hist), 0);
+    ck_assert_mem_eq(hist, act->total.hist_exact, sizeof hist);
+    ck_assert_int_eq(emu_stats_hist(act, EMU_SPAN_TOTAL, "rounded", hist), 0);
+    ck_assert_mem_eq(hist, act->total.hist_rounded, sizeof hist);
+    ck_assert_int_eq(emu_stats_hist(act, EMU_SPAN_TOTAL, "scale", hist), 0);
+    ck_assert_mem_eq(hist, act->total.hist_scale, sizeof hist);
+    ck_assert_int_eq(emu_stats_hist(act, EMU_SPAN_TOTAL, "hist_exact", hist), -1);
+    ck_assert_int_eq(emu_stats_hist(act, EMU_SPAN_COUNT, "exact", hist), -1);
+
+    /* the current step against the whole run */
+    emu_stats_begin_step(&stats, 5);
+    y.role = EMU_ROLE_ACTIVATION;
+    ck_assert_int_eq(emu_t_unary(&ctx, "sq", &y, &a, EMU_UNARY_SQUARE, 0, 0,
+                                 &test_rne), 0);
+    ck_assert_int_eq(emu_stats_counter(act, EMU_SPAN_STEP, "results", &v), 0);
+    ck_assert(v == (double)n);
+    ck_assert_int_eq(emu_stats_counter(act, EMU_SPAN_TOTAL, "results", &v), 0);
+    ck_assert(v == (double)(2 * n));
+    ck_assert_int_eq(emu_stats_counter(wt, EMU_SPAN_STEP, "results", &v), 0);
+    ck_assert(v == 0.0);
+    ck_assert_int_eq(emu_stats_hist(act, EMU_SPAN_STEP, "rounded", hist), 0);
+    uint64_t sum = 0;
+    for (int b = 0; b < EMU_HIST_BINS; b++) {
+        ck_assert(2 * hist[b] == act->total.hist_rounded[b]);
+        sum += hist[b];
+    }
+    ck_assert_uint_eq(sum, n);
+
+    remove(path);
+    rmdir(dir);
+    emu_tensor_free(&a);
+    emu_tensor_free(&y);
+    emu_stats_free(&stats);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("choke_point");
@@ -1502,6 +1632,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_observer);
     tcase_add_test(tc, test_sr_streams);
     tcase_add_test(tc, test_exports);
+    tcase_add_test(tc, test_stats_api);
     suite_add_tcase(s, tc);
     /* Regressions: an infinite relative error went to the first bin, and
      * long site names made a new site on every call. */

@@ -83,14 +83,6 @@ static void fill_grid(test_rng *g, emu_tensor *t)
                                   (double)(1u << 20), -20);
 }
 
-static const emu_site *find_site(const emu_stats *s, const char *name)
-{
-    for (size_t i = 0; i < s->count; i++)
-        if (!strcmp(s->sites[i].name, name))
-            return &s->sites[i];
-    return NULL;
-}
-
 /* ---- geometry and the terms, written independently of the library ----- */
 
 typedef struct geo {
@@ -548,8 +540,8 @@ START_TEST(threads_do_not_matter)
                "output %s differs between 1 and 3 threads", a[k]->name);
     const char *sites[] = { "c", "cd", "cw", "cw.dbias" };
     for (int k = 0; k < 4; k++) {
-        const emu_site *s0 = find_site(&st[0], sites[k]);
-        const emu_site *s1 = find_site(&st[1], sites[k]);
+        const emu_site *s0 = emu_stats_find_name(&st[0], sites[k]);
+        const emu_site *s1 = emu_stats_find_name(&st[1], sites[k]);
         ck_assert(s0 && s1);
         EXPECT(s0->total.adds == s1->total.adds &&
                s0->total.absorbed == s1->total.absorbed &&
@@ -558,7 +550,7 @@ START_TEST(threads_do_not_matter)
                "site %s: swamping counts depend on threads", sites[k]);
     }
     /* sequential counts one add per term, zero terms included */
-    const emu_site *sy = find_site(&st[0], "c");
+    const emu_site *sy = emu_stats_find_name(&st[0], "c");
     size_t K = g.Ci * g.KH * g.KW + 1;
     EXPECT(sy->total.adds == p[0].y.n * K, "conv adds %llu, want %zu",
            (unsigned long long)sy->total.adds, p[0].y.n * K);
@@ -702,7 +694,7 @@ START_TEST(reference_callbacks)
         const char *sites[] = { "c", "cd", "cw", "cw.dbias" };
         const size_t n[] = { p.y.n, p.dx.n, p.dw.n, p.db.n };
         for (int k = 0; k < 4; k++) {
-            const emu_site *s = find_site(&st, sites[k]);
+            const emu_site *s = emu_stats_find_name(&st, sites[k]);
             ck_assert_msg(s != NULL, "site %s", sites[k]);
             /* zero exact dot products have no relative split */
             EXPECT(s->total.ref_samples == n[k] && s->total.dot_samples > 0,

@@ -57,14 +57,6 @@ static void fill(test_rng *g, emu_tensor *t, double r)
         t->data[i] = rand_in(g, r);
 }
 
-static const emu_site *find_site(const emu_stats *s, const char *name)
-{
-    for (size_t i = 0; i < s->count; i++)
-        if (!strcmp(s->sites[i].name, name))
-            return &s->sites[i];
-    return NULL;
-}
-
 /* out is the rounding under r of exact * (1 + d), |d| <= FUSED_SLACK. */
 static bool fused_ok(const emu_format *f, const emu_rounding *r,
                      mpfr_srcptr exact, double out)
@@ -198,7 +190,7 @@ START_TEST(reference_callbacks)
                             "mse.dpred" };
     const uint64_t counts[] = { 85, 85, 1, 85, 1, 85 };
     for (int i = 0; i < 6; i++) {
-        const emu_site *s = find_site(&st, names[i]);
+        const emu_site *s = emu_stats_find_name(&st, names[i]);
         ck_assert_msg(s != NULL, "site %s missing", names[i]);
         EXPECT(s->total.ref_samples == counts[i] &&
                s->total.results == counts[i],
@@ -238,7 +230,7 @@ START_TEST(softmax_in_place)
     for (size_t i = 0; i < x.n; i++)
         EXPECT(test_same(x.data[i], y.data[i]), "in-place [%zu]: %a vs %a", i,
                (double)x.data[i], (double)y.data[i]);
-    EXPECT(find_site(&st, "b")->total.ulp_max <= 0.5 + 0x1p-20,
+    EXPECT(emu_stats_find_name(&st, "b")->total.ulp_max <= 0.5 + 0x1p-20,
            "in-place reference saw the overwritten input");
     emu_stats_free(&st);
     emu_tensor_free(&x);
@@ -265,7 +257,7 @@ START_TEST(softmax_specials)
         ck_assert(isnan(y.data[4 + j]));
         ck_assert(isnan(y.data[8 + j]));
     }
-    const emu_site *s = find_site(&st, "s");
+    const emu_site *s = emu_stats_find_name(&st, "s");
     EXPECT(s->total.nan == 8 && s->total.nan_produced == 4,
            "nan %llu produced %llu, want 8 and 4",
            (unsigned long long)s->total.nan,

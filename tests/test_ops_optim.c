@@ -58,14 +58,6 @@ static float rand_val(test_rng *g, const emu_format *f, int elo, int ehi)
     return (float)emu_round(f, x, &rz, NULL);
 }
 
-static const emu_site *find_site(const emu_stats *s, const char *name)
-{
-    for (size_t i = 0; i < s->count; i++)
-        if (!strcmp(s->sites[i].name, name))
-            return &s->sites[i];
-    return NULL;
-}
-
 static void mp_prod(mpfr_ptr r, double a, double b)
 {
     mpfr_set_d(r, a, MPFR_RNDN);
@@ -362,7 +354,7 @@ START_TEST(reference_callbacks)
     const char *names[] = { "sgd.v", "sgd", "sgd0", "adam.m", "adam.v",
                             "adam" };
     for (int i = 0; i < 6; i++) {
-        const emu_site *s = find_site(&st, names[i]);
+        const emu_site *s = emu_stats_find_name(&st, names[i]);
         ck_assert_msg(s != NULL, "site %s missing", names[i]);
         EXPECT(s->total.ref_samples == n, "site %s: %llu samples", names[i],
                (unsigned long long)s->total.ref_samples);
@@ -402,7 +394,7 @@ static swamp_result plain_update(size_t n, float w0, float lr, float g,
     rnd.mode = mode;
     emu_sgd_opts o = { .lr = lr };
     ck_assert_int_eq(emu_t_sgd_update(&ctx, "upd", &w, NULL, &gr, &o, &rnd), 0);
-    const emu_site *s = find_site(&st, "upd");
+    const emu_site *s = emu_stats_find_name(&st, "upd");
     swamp_result r = { s->total.adds, s->total.absorbed,
                        s->total.lost_bits[EMU_LOST_BINS - 1], w.data[0] };
     uint64_t unchanged = 0;
@@ -516,7 +508,7 @@ START_TEST(absorbed_random)
                 adds++;
                 absorbed += w.data[i] == w0[i];
             }
-        const emu_site *s = find_site(&st, "s");
+        const emu_site *s = emu_stats_find_name(&st, "s");
         EXPECT(s->total.adds == adds && s->total.absorbed == absorbed,
                "mode %s: counted adds %llu absorbed %llu, actual %llu %llu",
                emu_rnd_name(modes[mi]), (unsigned long long)s->total.adds,
@@ -604,7 +596,7 @@ START_TEST(swamp_from_commit)
             absorbed += w.data[i] == w0[i];
             lost[lost_bin(w0[i], t, w.data[i])]++;
         }
-        const emu_site *s = find_site(&st, "s");
+        const emu_site *s = emu_stats_find_name(&st, "s");
         EXPECT(s->total.adds == adds && s->total.absorbed == absorbed &&
                !memcmp(s->total.lost_bits, lost, sizeof lost),
                "SGD, mode %s: counted adds %llu absorbed %llu, actual %llu "
@@ -630,7 +622,7 @@ START_TEST(swamp_from_commit)
                 adds++;
                 absorbed += w.data[i] == w0[i];
             }
-        s = find_site(&st, "a");
+        s = emu_stats_find_name(&st, "a");
         EXPECT(s->total.adds == adds && s->total.absorbed == absorbed &&
                absorbed > 0 && absorbed < adds,
                "Adam, mode %s: counted adds %llu absorbed %llu, actual %llu "
@@ -670,7 +662,7 @@ START_TEST(nan_accounting)
     ck_assert(isnan(w.data[0]));
     ck_assert(w.data[1] == INFINITY);
     ck_assert(isnan(w.data[2]));
-    const emu_site *s = find_site(&st, "s");
+    const emu_site *s = emu_stats_find_name(&st, "s");
     EXPECT(s->total.nan == 2 && s->total.nan_produced == 1,
            "nan %llu produced %llu", (unsigned long long)s->total.nan,
            (unsigned long long)s->total.nan_produced);

@@ -184,7 +184,7 @@ static void check_convert(const emu_format *in, const emu_format *out,
         emu_bits res = { 0 };
         emu_status st;
         int rc = emu_bits_op(EMU_OP_CONVERT, in, out, &(emu_bits){ b }, &r,
-                             &res, &st);
+                             &res, &st, NULL);
         int ternary = (st.ternary > 0) - (st.ternary < 0);
         EXPECT(rc == 0 && res.v == exp_bits && st.flags == exp_flags &&
                ternary == exp_ternary,
@@ -255,7 +255,7 @@ static void check_nan_op(emu_op op, const emu_format *F, emu_profile_id id,
     emu_rounding r = rounding(EMU_RNE, false, id);
     emu_bits res = { 0 };
     emu_status st;
-    int rc = emu_bits_op(op, F, F, ops, &r, &res, &st);
+    int rc = emu_bits_op(op, F, F, ops, &r, &res, &st, NULL);
     uint64_t want = model_propagated(F, id, F, b[first]);
     unsigned wflags = signals ? EMU_FLAG_INVALID : 0;
     EXPECT(rc == 0 && res.v == want && st.flags == wflags,
@@ -339,7 +339,7 @@ START_TEST(invalid_operations_give_the_default_nan)
             emu_bits ops[3] = { cases[c].a, cases[c].b, { 0 } }, res;
             emu_rounding r = rounding(EMU_RNE, false, (emu_profile_id)id);
             emu_status st;
-            emu_bits_op(cases[c].op, F, F, ops, &r, &res, &st);
+            emu_bits_op(cases[c].op, F, F, ops, &r, &res, &st, NULL);
             uint64_t want = model_new_nan(F, (emu_profile_id)id, 0);
             EXPECT(res.v == want && st.flags == EMU_FLAG_INVALID,
                    "%s %s 0x%llx 0x%llx, profile %s: got 0x%llx flags %#x, "
@@ -362,13 +362,13 @@ START_TEST(comparisons_signal_by_profile)
             emu_bits ops[3] = { { b }, { 0x3c }, { 0 } }, res;
             emu_rounding r = rounding(EMU_RNE, false, (emu_profile_id)id);
             emu_status st;
-            emu_bits_op(EMU_OP_EQ, F, F, ops, &r, &res, &st);
+            emu_bits_op(EMU_OP_EQ, F, F, ops, &r, &res, &st, NULL);
             unsigned want = model_signals(F, (emu_profile_id)id, b)
                           ? EMU_FLAG_INVALID : 0;
             EXPECT(st.flags == want, "eq e5m2 0x%02llx, profile %s: flags "
                    "%#x, expected %#x", (unsigned long long)b,
                    pname((emu_profile_id)id), st.flags, want);
-            emu_bits_op(EMU_OP_LT, F, F, ops, &r, &res, &st);
+            emu_bits_op(EMU_OP_LT, F, F, ops, &r, &res, &st, NULL);
             want = is_nan(F, b) ? EMU_FLAG_INVALID : 0;
             EXPECT(st.flags == want, "lt e5m2 0x%02llx, profile %s: flags "
                    "%#x, expected %#x", (unsigned long long)b,
@@ -387,7 +387,7 @@ static emu_status convert_bits(const char *in, const char *out, uint64_t b,
     emu_status st;
     ck_assert_int_eq(emu_bits_op(EMU_OP_CONVERT, test_format(in),
                                  test_format(out), &(emu_bits){ b }, &r, &o,
-                                 &st), 0);
+                                 &st, NULL), 0);
     *res = o.v;
     return st;
 }
@@ -471,7 +471,7 @@ START_TEST(individual_choices)
     r.profile.nan_negative = true;
     emu_bits o;
     emu_bits_op(EMU_OP_CONVERT, test_format("binary32"), e5m2,
-                &(emu_bits){ 0x7fc00000 }, &r, &o, &st);
+                &(emu_bits){ 0x7fc00000 }, &r, &o, &st, NULL);
     ck_assert_uint_eq(o.v, 0xfe);
 
     r = rounding(EMU_RNE, true, EMU_PROFILE_IEEE);
@@ -497,7 +497,7 @@ START_TEST(array_nans_match_scalar)
             emu_array_rounding a;
             memset(&a, 0, sizeof a);
             a.rnd.profile = emu_profile_preset((emu_profile_id)id);
-            emu_round_array_f32(F, out, in, N, &a, NULL);
+            emu_round_array_f32(F, out, in, N, &a, NULL, NULL);
             for (int i = 0; i < N; i++) {
                 float want = (float)emu_round(F, in[i], &a.rnd, NULL);
                 uint32_t w, g;

@@ -134,7 +134,7 @@ static void compare_f32(const emu_format *f, const emu_array_rounding *a,
                         const float *in, size_t n, float *out)
 {
     emu_round_counts got = { 0 }, want = { 0 };
-    int rc = emu_round_array_f32(f, out, in, n, a, &got);
+    int rc = emu_round_array_f32(f, out, in, n, a, &got, NULL);
     char mb[16];
     const mode_case mc = { a->rnd.mode, a->rnd.sr_bits };
     EXPECT(rc == 0, "%s: emu_round_array_f32 returned %d", f->name, rc);
@@ -163,7 +163,7 @@ static void compare_f32(const emu_format *f, const emu_array_rounding *a,
                                 &(emu_array_rounding){ a->rnd, a->seed,
                                                        a->stream,
                                                        a->first_index + i },
-                                &g1);
+                                &g1, NULL);
             uint64_t word = emu_random64(a->seed, a->stream,
                                          a->first_index + i);
             emu_status st;
@@ -294,8 +294,8 @@ START_TEST(test_in_place)
         emu_array_rounding a = make_rounding(&modes[m], false, false, 9, 77);
         emu_round_counts c1 = { 0 }, c2 = { 0 };
         memcpy(buf, in, sizeof buf);
-        emu_round_array_f32(f, out, in, N, &a, &c1);
-        emu_round_array_f32(f, buf, buf, N, &a, &c2);
+        emu_round_array_f32(f, out, in, N, &a, &c1, NULL);
+        emu_round_array_f32(f, buf, buf, N, &a, &c2, NULL);
         for (int i = 0; i < N; i++)
             EXPECT(fbits(buf[i]) == fbits(out[i]),
                    "%s mode %d: in place in[%d] = 0x%08" PRIx32
@@ -318,14 +318,14 @@ START_TEST(test_chunking)
         emu_array_rounding a = make_rounding(&modes[m], m & 1, false, 31,
                                              1000003);
         emu_round_counts cw = { 0 }, cp = { 0 };
-        emu_round_array_f32(f, whole, in, N, &a, &cw);
+        emu_round_array_f32(f, whole, in, N, &a, &cw, NULL);
         for (size_t i = 0; i < N;) {
             size_t len = 1 + test_below(&g, test_below(&g, 2) ? 17 : 3000);
             if (len > N - i)
                 len = N - i;
             emu_array_rounding part = a;
             part.first_index = a.first_index + i;
-            emu_round_array_f32(f, parts + i, in + i, len, &part, &cp);
+            emu_round_array_f32(f, parts + i, in + i, len, &part, &cp, NULL);
             i += len;
         }
         for (int i = 0; i < N; i++)
@@ -347,13 +347,13 @@ START_TEST(test_empty)
     for (int m = 0; m < N_MODES; m++) {
         emu_array_rounding a = make_rounding(&modes[m], false, false, 1, 0);
         emu_round_counts c = { 0 };
-        EXPECT(emu_round_array_f32(f, out, in, 0, &a, &c) == 0,
+        EXPECT(emu_round_array_f32(f, out, in, 0, &a, &c, NULL) == 0,
                "n = 0 must succeed");
         EXPECT(emu_round_array_f64(f, dout, din, 0, &a, &c) == 0,
                "n = 0 must succeed (f64)");
         EXPECT(out[0] == 7.0f && dout[0] == 7.0, "n = 0 wrote to out");
         EXPECT(c.n == 0 && c.flags == 0, "n = 0 changed the counts");
-        EXPECT(emu_round_array_f32(f, out, in, 0, &a, NULL) == 0,
+        EXPECT(emu_round_array_f32(f, out, in, 0, &a, NULL, NULL) == 0,
                "n = 0 with counts NULL must succeed");
     }
 }
@@ -394,7 +394,7 @@ START_TEST(test_refuses_wide_formats)
         float in[3] = { 1.0f, 2.0f, 3.0f }, out[3] = { -1.0f, -1.0f, -1.0f };
         emu_array_rounding a = make_rounding(&modes[0], false, false, 0, 0);
         emu_round_counts c = { 0 };
-        int rc = emu_round_array_f32(&f, out, in, 3, &a, &c);
+        int rc = emu_round_array_f32(&f, out, in, 3, &a, &c, NULL);
         EXPECT(rc == -1, "'%s' does not fit binary32: expected -1, got %d",
                specs[s], rc);
         EXPECT(out[0] == -1.0f && out[1] == -1.0f && out[2] == -1.0f,

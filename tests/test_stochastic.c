@@ -418,7 +418,7 @@ START_TEST(test_same_seed_same_stream)
             ck_assert_int_eq(emu_round_array_f64(f, c + i, x + i, cnt, &ar,
                                                  NULL), 0);
             ck_assert_int_eq(emu_round_array_f32(f, cf + i, xf + i, cnt, &ar,
-                                                 NULL), 0);
+                                                 NULL, NULL), 0);
         }
         for (size_t i = 0; i < n; i++) {
             EXPECT(test_same(a[i], b[i]), "%s %s%u: element %zu (%a): "

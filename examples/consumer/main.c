@@ -15,7 +15,16 @@ int main(void)
         fprintf(stderr, "consumer: no format e4m3\n");
         return 1;
     }
+    /* The header this program was compiled with against the library it
+     * runs with (the shared one, in the install check). */
+    if (emu_api_version() / 10000 != EMU_API_VERSION / 10000 ||
+        emu_api_version() < EMU_API_VERSION) {
+        fprintf(stderr, "consumer: built for libemu API %d, runs with %d\n",
+                EMU_API_VERSION, emu_api_version());
+        return 1;
+    }
     printf("libemu %s\n", EMU_VERSION_STRING);
+    printf("API %d\n", emu_api_version());
     printf("%s: p = %d, emin = %d, emax = %d, max = %g, min subnormal = %a\n",
            f->name, f->p, f->emin, f->emax, f->max, f->min_subnormal);
 

@@ -69,6 +69,7 @@ typedef enum emu_op {
 } emu_op;
 
 const char *emu_op_name(emu_op op);
+/* A look-up: 0, or -1 if s names no op ("add", "fma", "convert", ...). */
 int emu_op_parse(const char *s, emu_op *op);
 int emu_op_arity(emu_op op);
 bool emu_op_is_compare(emu_op op);
@@ -78,11 +79,12 @@ bool emu_op_is_compare(emu_op op);
  * raises invalid (r->profile says which patterns signal); a NaN result is
  * the profile's default NaN of the output format, or carries the first
  * NaN operand's sign and payload where the profile keeps them.
- * Returns 0, or -1 if an operand is not a pattern of `in`'s width or out
- * is not supported by the arithmetic. */
+ * Returns 0, or -1 with err: EMU_EINVAL for an unknown op or an operand
+ * wider than `in`, EMU_EUNSUPPORTED for arithmetic on a format it does
+ * not implement (emu_arith_supported). */
 int emu_bits_op(emu_op op, const emu_format *in, const emu_format *out,
                 const emu_bits *operands, const emu_rounding *r,
-                emu_bits *res, emu_status *st);
+                emu_bits *res, emu_status *st, emu_error *err);
 
 #ifdef __cplusplus
 }

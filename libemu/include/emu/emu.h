@@ -9,6 +9,7 @@
 #include "emu/bits.h"
 #include "emu/data.h"
 #include "emu/dpi.h"
+#include "emu/error.h"
 #include "emu/format.h"
 #include "emu/nn.h"
 #include "emu/ops.h"

@@ -10,7 +10,9 @@
  * Formats come from three places: the spec files in formats/ (embedded into
  * the library at build time), a user's spec file loaded at run time, and
  * inline spec strings such as "e5m10,bias=14" or "e4m3,nosubnormals,saturate".
- * All three go through the same parser and the same validation.
+ * All three go through the same parser and the same validation.  Errors
+ * follow emu/error.h: a bad spec is EMU_ESPEC with the key, a valid one
+ * the emulator cannot do exactly EMU_EUNSUPPORTED.
  */
 #ifndef EMU_FORMAT_H
 #define EMU_FORMAT_H
@@ -18,6 +20,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "emu/error.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -76,16 +80,6 @@ typedef struct emu_format {
     bool fits_double;    /* every value is a binary64 (scalar rounding)     */
 } emu_format;
 
-/* Error report from parsing or validating a spec: where and what. */
-typedef struct emu_error {
-    char where[256];     /* "formats/e4m3.fmt:3" or "inline spec 'e3m4,x'" */
-    char key[32];        /* the offending key, or "" */
-    char message[256];
-} emu_error;
-
-/* Formats one error as "where: key 'k': message" into buf. */
-void emu_error_format(const emu_error *err, char *buf, size_t size);
-
 /* Parse a spec in the file syntax (key = value lines, '#' comments).
  * `origin` names the source for messages (a path or "<string>").
  * Returns 0 on success, -1 with *err filled in. */
@@ -100,13 +94,16 @@ int emu_format_parse_inline(emu_format *out, const char *spec, emu_error *err);
  * Returns 0 or -1 with *err (key names the offending field). */
 int emu_format_validate(emu_format *fmt, emu_error *err);
 
-/* Registry: the embedded formats, plus any the user adds. */
+/* Registry: the embedded formats, plus any the user adds.  emu_format_at
+ * and emu_format_find are look-ups (emu/error.h): NULL for an index past
+ * the count or a name (or alias) not registered. */
 size_t emu_format_count(void);
 const emu_format *emu_format_at(size_t i);
-const emu_format *emu_format_find(const char *name); /* NULL if unknown */
+const emu_format *emu_format_find(const char *name);
 
-/* Add a format from a spec file on disk.  Errors name the file and line;
- * a name already registered is refused. */
+/* Add a format from a spec file on disk.  Errors name the file and line
+ * (EMU_EIO: unreadable; EMU_ESPEC: a bad spec); a name already registered
+ * is refused (EMU_ESTATE). */
 int emu_format_load_file(const char *path, emu_error *err);
 
 /* Resolve a user's string: a registered name, an inline spec or, if it

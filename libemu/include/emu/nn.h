@@ -220,7 +220,8 @@ void emu_model_free(emu_model *m);
 /* Parameters in all: the sum of weight and bias element counts. */
 size_t emu_model_param_count(const emu_model *m);
 
-/* Forward pass over the batch in m->x; logits in the last layer's y. */
+/* Forward pass over the batch in m->x; logits in the last layer's y.
+ * Like the ops, it and emu_model_backward return 0 or -1 with ctx->err. */
 int emu_model_forward(emu_model *m, emu_ctx *ctx, const emu_policy *p);
 /* Loss (times scale into dlogits) and backward pass: weight gradients in
  * each param's g.  labels has m->batch entries. */
@@ -272,9 +273,10 @@ void emu_train_config_default(emu_train_config *c);
  *   checkpoint.bin   the state to resume from
  * Every file is written atomically, the checkpoint first at step 0.
  * out_dir must be new, empty, or hold a run (replaced only with force;
- * a folder that holds other files is refused).  Progress goes to `log` (a
- * compact updating line on a terminal, plain lines otherwise).  Returns
- * 0, EMU_TRAIN_STOPPED, or -1 with err. */
+ * a folder that holds other files is refused: EMU_ESTATE).  Progress goes
+ * to `log` (a compact updating line on a terminal, plain lines otherwise).
+ * Returns 0, EMU_TRAIN_STOPPED (err filled, code EMU_ESTOPPED), or -1
+ * with err. */
 int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
               emu_error *err);
 
@@ -297,7 +299,7 @@ int emu_train_resume(const char *dir, int threads, bool quiet, FILE *log,
 /* Checks a checkpoint image (the bytes of a checkpoint.bin): its frame,
  * every checksum, and every section decoded (the configuration and policy
  * into cfg and p).  Returns 0, or -1 with err naming the offset that is
- * wrong.  The layout is documented in README.md ("Checkpoints"). */
+ * wrong (EMU_EDATA; EMU_EUNSUPPORTED for another layout version).  The layout is documented in README.md ("Checkpoints"). */
 int emu_checkpoint_check(const void *data, size_t size, emu_train_config *cfg,
                          emu_policy *p, emu_error *err);
 

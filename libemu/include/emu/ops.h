@@ -23,8 +23,9 @@
  * parameters, and the rounding last.  `site` names the place in the
  * program ("fc1.matmul"); statistics are kept per site and per role of the
  * output tensor.  Every op returns 0, or -1 with ctx->err saying what was
- * wrong (shape mismatch, format the carrier cannot hold, ...) and leaves
- * its outputs untouched.
+ * wrong (emu/error.h: code EMU_EINVAL for a bad argument or shape
+ * mismatch, EMU_ENOMEM, or the code of a failed accumulator or quantizer
+ * check; where = the site) and leaves its outputs untouched.
  *
  * Rounding and accumulation are arguments, never context state: every op
  * takes `const emu_rounding *rnd` as its last parameter, the rounding of

@@ -160,14 +160,14 @@ typedef struct emu_round_counts {
     unsigned flags;      /* OR of every element's flags                    */
 } emu_round_counts;
 
-/* Round n binary32 values into fmt.  fmt must fit the binary32 carrier
- * (fmt->fits_carrier); otherwise nothing is written and -1 is returned.
- * counts may be NULL.  Returns 0. */
+/* Round n binary32 values into fmt.  counts may be NULL.  Returns 0, or
+ * -1 with err (EMU_EUNSUPPORTED) and nothing written if fmt does not fit
+ * the binary32 carrier (fmt->fits_carrier). */
 int emu_round_array_f32(const emu_format *fmt, float *out, const float *in,
                         size_t n, const emu_array_rounding *a,
-                        emu_round_counts *counts);
+                        emu_round_counts *counts, emu_error *err);
 
-/* Round n binary64 values into fmt (any format).  Returns 0. */
+/* Round n binary64 values into fmt (any format).  Cannot fail: returns 0. */
 int emu_round_array_f64(const emu_format *fmt, double *out, const double *in,
                         size_t n, const emu_array_rounding *a,
                         emu_round_counts *counts);
@@ -179,7 +179,8 @@ void emu_round_counts_add(emu_round_counts *counts, double in, double out,
 
 /* Names as the CLI and spec files spell them ("rne", "rz", "sr", ...). */
 const char *emu_rnd_name(emu_rnd m);
-/* Parses a mode name; "sr13" means EMU_RS_BITS with 13 bits.  Returns 0 or -1. */
+/* Parses a mode name; "sr13" means EMU_RS_BITS with 13 bits.  A look-up:
+ * 0, or -1 if s is not a mode name (or srN with N outside 1..64). */
 int emu_rnd_parse(const char *s, emu_rnd *mode, unsigned *sr_bits);
 bool emu_rnd_is_stochastic(emu_rnd m);
 
@@ -187,7 +188,8 @@ bool emu_rnd_is_stochastic(emu_rnd m);
 emu_profile emu_profile_preset(emu_profile_id id);
 /* "ieee", "ocp", "riscv"; "?" for an unknown id. */
 const char *emu_profile_name(emu_profile_id id);
-/* Parses a profile name into *out.  Returns 0 or -1. */
+/* Parses a profile name into *out.  A look-up: 0, or -1 if s names no
+ * profile (emu_profile_names lists them). */
 int emu_profile_parse(const char *s, emu_profile *out, emu_profile_id *id);
 /* The id of a named profile with exactly these choices, or
  * EMU_PROFILE_COUNT if the choices were set one by one. */

@@ -109,7 +109,8 @@ typedef struct emu_stats {
 void emu_stats_init(emu_stats *s);
 void emu_stats_free(emu_stats *s);
 
-/* The site (name, role), created on first use.  NULL only if out of memory. */
+/* The site (name, role), created on first use.  NULL only if out of
+ * memory (EMU_ENOMEM is its one failure, so it takes no err). */
 emu_site *emu_stats_site(emu_stats *s, const char *name, const char *kind,
                          emu_role role, const emu_format *fmt);
 
@@ -117,8 +118,10 @@ emu_site *emu_stats_site(emu_stats *s, const char *name, const char *kind,
 void emu_stats_begin_step(emu_stats *s, int64_t step);
 
 /* Appends one CSV row per site active in the current step to fp (with the
- * header first if `header`).  Returns 0 or -1 on a write error. */
-int emu_stats_write_step_rows(const emu_stats *s, FILE *fp, bool header);
+ * header first if `header`).  Returns 0, or -1 with err (EMU_EIO) if fp
+ * reports a write error. */
+int emu_stats_write_step_rows(const emu_stats *s, FILE *fp, bool header,
+                              emu_error *err);
 
 /* Whole-run exports, each written atomically to `path`:
  *   sites CSV: one row per (site, role) with every counter and derived rates;
@@ -133,6 +136,48 @@ int emu_stats_write_json(const emu_stats *s, const char *path, emu_error *err);
 
 /* A human-readable table of the totals. */
 void emu_stats_print_summary(const emu_stats *s, FILE *fp);
+
+/* ---- reading statistics ----------------------------------------------------
+ * For programs (and the Python binding) that read measurements without
+ * walking the arrays above.  Every function here is a look-up
+ * (emu/error.h): NULL or -1 for a site, counter or histogram that does
+ * not exist, and nothing else can fail. */
+
+/* Sites in the order they were first used (the order of the exports). */
+size_t emu_stats_site_count(const emu_stats *s);
+const emu_site *emu_stats_site_at(const emu_stats *s, size_t i);
+
+/* The site (name, role).  A name longer than the stored field matches the
+ * site it was truncated into, as emu_stats_site does. */
+const emu_site *emu_stats_find(const emu_stats *s, const char *name,
+                               emu_role role);
+/* The first site of that name, whatever its role (a site usually writes
+ * tensors of one role; a program that shares a site name between roles
+ * asks emu_stats_find). */
+const emu_site *emu_stats_find_name(const emu_stats *s, const char *name);
+
+/* Which statistics of a site: the whole run, or the current step (since
+ * emu_stats_begin_step). */
+typedef enum emu_stats_span {
+    EMU_SPAN_TOTAL,
+    EMU_SPAN_STEP,
+    EMU_SPAN_COUNT
+} emu_stats_span;
+
+/* Counters, by the column names of the CSV exports ("results", "inexact",
+ * "underflow", "to_zero", ..., "ulp_mean", "ulp_max", ..., "inexact_rate",
+ * ...): the exports and these functions read one table, so a name here
+ * is a column there, in the same order.  Counts are exact in a double
+ * below 2^53; means and rates are 0 without samples, as exported. */
+size_t emu_stats_counter_count(void);
+const char *emu_stats_counter_name(size_t i);   /* NULL past the count */
+int emu_stats_counter(const emu_site *site, emu_stats_span span,
+                      const char *name, double *value);
+
+/* Copies the EMU_HIST_BINS counts of a histogram into out; `which` is
+ * "exact", "rounded" or "scale", as in the histogram CSV's which column. */
+int emu_stats_hist(const emu_site *site, emu_stats_span span,
+                   const char *which, uint64_t out[EMU_HIST_BINS]);
 
 #ifdef __cplusplus
 }

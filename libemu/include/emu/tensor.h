@@ -41,7 +41,8 @@ typedef enum emu_role {
 } emu_role;
 
 const char *emu_role_name(emu_role r);          /* "weight", "act_grad", ... */
-int emu_role_parse(const char *s, emu_role *r); /* 0 or -1 */
+/* A look-up: 0, or -1 if s names no role. */
+int emu_role_parse(const char *s, emu_role *r);
 
 typedef struct emu_tensor {
     char name[EMU_TENSOR_NAME_MAX];
@@ -58,7 +59,8 @@ typedef struct emu_tensor {
  * and the problem): a format the binary32 carrier cannot hold, 0 or more
  * than 4 dimensions, a zero-size dimension, a byte count that overflows
  * size_t, a format without zero (zero-fill impossible), failed allocation.
- * Returns 0 or -1; on -1 *t is left empty (safe to free). */
+ * Returns 0 or -1 with err (EMU_EUNSUPPORTED for the format, EMU_ENOMEM,
+ * EMU_EINVAL otherwise); on -1 *t is left empty (safe to free). */
 int emu_tensor_alloc(emu_tensor *t, const char *name, emu_role role,
                      const emu_format *fmt, int ndim, const size_t *shape,
                      emu_error *err);
@@ -87,13 +89,15 @@ void emu_tensor_shape_string(const emu_tensor *t, char *buf, size_t size);
 /* Bytes needed for n elements of fmt (0 if that overflows size_t). */
 size_t emu_packed_size(const emu_format *fmt, size_t n);
 
-/* Writes t's patterns.  Fails if size is too small. */
+/* Writes t's patterns.  Fails if size is too small (EMU_EINVAL), or if an
+ * element is not a value of t's format (EMU_EDATA: something wrote the
+ * tensor around the ops). */
 int emu_tensor_pack(const emu_tensor *t, uint8_t *buf, size_t size,
                     emu_error *err);
 
 /* Reads patterns into t (its format, its n).  Fails if size is too small
- * or a pattern is not a value the carrier can hold (a format without NaN
- * has none; NaN patterns become NaN). */
+ * (EMU_EINVAL) or a pattern is not a value the carrier can hold (EMU_EDATA;
+ * a format without NaN has none; NaN patterns become NaN). */
 int emu_tensor_unpack(emu_tensor *t, const uint8_t *buf, size_t size,
                       emu_error *err);
 
