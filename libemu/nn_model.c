@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "emu/extend.h" /* emu_ctx_fail */
 #include "emu/rng.h"
 #include "internal.h"
 

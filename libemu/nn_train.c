@@ -30,6 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "emu/extend.h" /* emu_ctx_fail */
 #include "emu/rng.h"
 #include "emu/version.h"
 #include "internal.h"
