@@ -35,6 +35,7 @@
 #include "emu/version.h"
 #include "internal.h"
 #include "nn_ckpt.h"
+#include "nn_internal.h"
 
 void emu_train_config_default(emu_train_config *c)
 {
@@ -970,10 +971,10 @@ static void ckpt_image(run *r, ckpt_out *o)
         const emu_layer *l = &r->m.layers[i];
         /* The scaled-operand recipes' state: amax histories, tensor scales. */
         ckpt_f64(o, l->scale);
-        for (int k = 0; k < 3; k++)
-            put_amax(o, &l->amax_hist[k]);
-        for (int k = 0; k < 3; k++)
-            ckpt_f64(o, l->tscale[k]);
+        for (int k = 0; k < EMU_QT_COUNT; k++)
+            put_amax(o, &l->priv->amax_hist[k]);
+        for (int k = 0; k < EMU_QT_COUNT; k++)
+            ckpt_f64(o, l->priv->tscale[k]);
     }
     ckpt_section(o, CKPT_TENS);
     emu_tensor *ts[MAX_STATE];
@@ -1061,12 +1062,15 @@ static int get_layers(ckpt_in *in, emu_model *m, layer_trace *trace)
             trace[i] = t;
     }
     for (uint32_t i = 0; i < n && !in->failed; i++) {
-        emu_layer scratch, *l = m ? &m->layers[i] : &scratch;
+        emu_layer scratch;
+        struct emu_layer_priv scratch_priv;
+        scratch.priv = &scratch_priv;
+        emu_layer *l = m ? &m->layers[i] : &scratch;
         l->scale = ckpt_get_f64(in);
-        for (int k = 0; k < 3; k++)
-            get_amax(in, &l->amax_hist[k]);
-        for (int k = 0; k < 3; k++)
-            l->tscale[k] = ckpt_get_f64(in);
+        for (int k = 0; k < EMU_QT_COUNT; k++)
+            get_amax(in, &l->priv->amax_hist[k]);
+        for (int k = 0; k < EMU_QT_COUNT; k++)
+            l->priv->tscale[k] = ckpt_get_f64(in);
     }
     return ckpt_done(in);
 }

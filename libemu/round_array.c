@@ -825,6 +825,8 @@ int emu_round_array_f32(const emu_format *fmt, float *out, const float *in,
                         emu_round_counts *counts)
 {
     EMU_HOSTFP_GUARD;
+    if (!emu_format_is_validated(fmt))
+        return -1;
     return emu_round_array_f32_unguarded(fmt, out, in, n, a, counts);
 }
 
@@ -879,6 +881,8 @@ int emu_round_array_f64(const emu_format *fmt, double *out, const double *in,
                         emu_round_counts *counts)
 {
     EMU_HOSTFP_GUARD;
+    if (!emu_format_is_validated(fmt))
+        return -1;
     return emu_round_array_f64_unguarded(fmt, out, in, n, a, counts);
 }
 

@@ -161,13 +161,15 @@ typedef struct emu_round_counts {
 } emu_round_counts;
 
 /* Round n binary32 values into fmt.  fmt must fit the binary32 carrier
- * (fmt->fits_carrier); otherwise nothing is written and -1 is returned.
- * counts may be NULL.  Returns 0. */
+ * (fmt->fits_carrier) and be validated (emu_format_is_validated);
+ * otherwise nothing is written and -1 is returned.  counts may be NULL.
+ * Returns 0. */
 int emu_round_array_f32(const emu_format *fmt, float *out, const float *in,
                         size_t n, const emu_array_rounding *a,
                         emu_round_counts *counts);
 
-/* Round n binary64 values into fmt (any format).  Returns 0. */
+/* Round n binary64 values into fmt (any validated format).  Returns 0,
+ * or -1 (nothing written) for a format emu_format_is_validated refuses. */
 int emu_round_array_f64(const emu_format *fmt, double *out, const double *in,
                         size_t n, const emu_array_rounding *a,
                         emu_round_counts *counts);
