@@ -113,9 +113,9 @@ static int gemm_operand(emu_ctx *ctx, const emu_policy *p, emu_layer *l,
         if (fresh) {
             double amax = emu_amax(t->data, t->n);
             struct emu_layer_priv *lp = l->priv;
-            lp->tscale[which] = emu_tensor_scale(&p->tscale,
-                                                 &lp->amax_hist[which], amax,
-                                                 lp->tscale[which], &oq->fmt);
+            lp->tscale[which] = emu_tensor_scaling_factor(
+                &p->tscale, &lp->amax_hist[which], amax, lp->tscale[which],
+                &oq->fmt);
             if (p->tscale.kind == EMU_TSCALE_DELAYED)
                 emu_amax_record(&lp->amax_hist[which], p->tscale.history, amax);
         }

@@ -1381,9 +1381,9 @@ void emu_amax_record(emu_amax_history *h, int history, double amax)
         h->len++;
 }
 
-double emu_tensor_scale(const emu_tensor_scaling *t,
-                        const emu_amax_history *h, double amax_now,
-                        double previous, const emu_scaled_format *sf)
+double emu_tensor_scaling_factor(const emu_tensor_scaling *t,
+                                 const emu_amax_history *h, double amax_now,
+                                 double previous, const emu_scaled_format *sf)
 {
     EMU_HOSTFP_GUARD;
     double a = 0.0;
