@@ -800,10 +800,9 @@ double emu_accum_dot_unguarded(const emu_accum *a, const float *x,
     return dot_init(a, x, incx, y, incy, n, NULL, rng, counts, lo);
 }
 
-double emu_accum_dot(const emu_accum *a, const float *x, ptrdiff_t incx,
-                     const float *y, ptrdiff_t incy, size_t n,
-                     const emu_accum_rng *rng, emu_accum_counts *counts,
-                     double *lo)
+double emu_accum_dot(double *lo, emu_accum_counts *counts, const emu_accum *a,
+                     const float *x, ptrdiff_t incx, const float *y,
+                     ptrdiff_t incy, size_t n, const emu_accum_rng *rng)
 {
     EMU_HOSTFP_GUARD;
     return dot_init(a, x, incx, y, incy, n, NULL, rng, counts, lo);
@@ -1645,10 +1644,10 @@ int emu_gemm_accum(const emu_accum *model, size_t M, size_t N, size_t K,
 }
 
 /* For units with an accumulator input C (emu/dpi.h). */
-double emu_accum_dot_init(const emu_accum *a, double init, const float *x,
+double emu_accum_dot_init(double *lo, emu_accum_counts *counts,
+                          const emu_accum *a, double init, const float *x,
                           ptrdiff_t incx, const float *y, ptrdiff_t incy,
-                          size_t n, const emu_accum_rng *rng,
-                          emu_accum_counts *counts, double *lo)
+                          size_t n, const emu_accum_rng *rng)
 {
     EMU_HOSTFP_GUARD;
     return dot_init(a, x, incx, y, incy, n, &init, rng, counts, lo);

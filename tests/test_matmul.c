@@ -86,9 +86,9 @@ static void expected_product(const emu_ctx *ctx, const emu_tensor *out,
                 size_t o = (bt * M + i) * N + j;
                 emu_accum_rng rng = { ctx->seed, op ^ ACCUM_TAG, o };
                 double lo;
-                double v = emu_accum_dot(&ctx->accum, ar, ta ? (ptrdiff_t)M : 1,
-                                         bc, tb ? 1 : (ptrdiff_t)N, K, &rng,
-                                         NULL, &lo);
+                double v = emu_accum_dot(&lo, NULL, &ctx->accum, ar,
+                                         ta ? (ptrdiff_t)M : 1, bc,
+                                         tb ? 1 : (ptrdiff_t)N, K, &rng);
                 uint64_t word = emu_rnd_is_stochastic(ctx->rnd.mode)
                               ? emu_random64(ctx->seed, op, o) : 0;
                 want[o] = emu_round2_word(&out->fmt, v, lo, &ctx->rnd, word, NULL);

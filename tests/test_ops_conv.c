@@ -404,8 +404,8 @@ static double model_out(const emu_ctx *ctx, const emu_format *of, uint64_t strea
 {
     emu_accum_rng rng = { ctx->seed, stream ^ ((uint64_t)1 << 63), dot };
     double lo;
-    double hi = emu_accum_dot(&ctx->accum, A, 1, B, B ? 1 : 0, k, &rng, NULL,
-                              &lo);
+    double hi = emu_accum_dot(&lo, NULL, &ctx->accum, A, 1, B, B ? 1 : 0, k,
+                              &rng);
     emu_rounding rne = { .mode = EMU_RNE };
     /* (hi + lo) alpha exactly (alpha need not be a power of two), then
      * the MPFR oracle's one rounding. */

@@ -112,8 +112,9 @@ static double expected(const emu_ctx *ctx, const emu_tensor *x,
     }
     emu_accum_rng rng = { ctx->seed, op ^ ACCUM_TAG, o };
     double lo;
-    double v = emu_accum_dot(&ctx->accum, p, inc, r == EMU_REDUCE_SUMSQ ? p : NULL,
-                             inc, g->len, &rng, cnt, &lo);
+    double v = emu_accum_dot(&lo, cnt, &ctx->accum, p, inc,
+                             r == EMU_REDUCE_SUMSQ ? p : NULL, inc, g->len,
+                             &rng);
     if (r != EMU_REDUCE_MEAN)
         return emu_round2_word(fo, v, lo, &ctx->rnd, word, NULL);
     if (!isfinite(v))
