@@ -3,7 +3,7 @@
  *
  * Called by the layers (linear forward and backward) and by users.  Each
  * output is one dot product formed by ctx->accum through the GEMM engine
- * (emu_gemm_accum_ex in accum.c), then rounded once into the output's
+ * (emu_gemm_accum_ex in accum_gemm.c), then rounded once into the output's
  * format by the choke point.  The MPFR reference of a sampled output is
  * mpfr_dot of the same row and column (plus the old output value when
  * accumulating), once from the op's inputs and once from their unquantized

@@ -557,7 +557,7 @@ END_TEST
 
 /* ---- 2. EXACT model against MPFR, and the reference callbacks ----------- */
 
-/* The exact dot product.  Its zero is +0: accum.c's EXACT model gives -0
+/* The exact dot product.  Its zero is +0: accum_ref.c's EXACT model gives -0
  * when every term is -0 (IEEE addition's rule), a convention of that file
  * (tested in test_accum.c), so zero results match up to sign here. */
 static void mp_dot(mpfr_ptr out, const float *A, const float *B, size_t k)
