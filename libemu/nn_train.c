@@ -31,7 +31,6 @@
 #include <unistd.h>
 
 #include "emu/extend.h" /* emu_ctx_fail */
-#include "emu/rng.h"
 #include "emu/version.h"
 #include "internal.h"
 #include "nn_ckpt.h"
@@ -382,20 +381,6 @@ static double lr_at(const emu_train_config *c, int64_t step, int64_t total)
     }
     default:
         return c->lr;
-    }
-}
-
-/* The order of epoch e: Fisher-Yates from Philox stream (1 << 48) + e. */
-static void permutation(size_t *perm, size_t n, uint64_t seed, int epoch)
-{
-    for (size_t i = 0; i < n; i++)
-        perm[i] = i;
-    for (size_t i = n - 1; i > 0; i--) {
-        uint64_t w = emu_random64(seed, ((uint64_t)1 << 48) + (uint64_t)epoch, i);
-        size_t j = (size_t)(w % (i + 1));
-        size_t t = perm[i];
-        perm[i] = perm[j];
-        perm[j] = t;
     }
 }
 
@@ -1387,7 +1372,7 @@ static int train_epochs(run *r, FILE *log, double *final_acc, emu_error *err)
             break;
         int epoch = (int)(r->step / r->steps_per_epoch);
         int64_t in_epoch = r->step % r->steps_per_epoch;
-        permutation(r->perm, r->train.n, c->seed, epoch);
+        emu_batch_permutation(r->perm, r->train.n, c->seed, (uint64_t)epoch);
         for (int64_t k = in_epoch; k < r->steps_per_epoch &&
                                    r->step < r->total_steps; k++) {
             double t_step = now();
