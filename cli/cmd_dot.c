@@ -41,7 +41,7 @@ uint64_t cli_dot_evaluate(const cli_dotopts *d, const uint64_t *ab,
         memset(&sum->counts, 0, sizeof sum->counts);
         counts = &sum->counts;
     }
-    double hi = emu_accum_dot(&d->model, a, 1, b, 1, d->k, &arng, counts, &lo);
+    double hi = emu_accum_dot(&lo, counts, &d->model, a, 1, b, 1, d->k, &arng);
     if (sum) {
         sum->hi = hi;
         sum->lo = lo;

@@ -100,7 +100,7 @@ void cli_sdot_sum(const cli_sdot *d, const cli_sdot_case *c, double *hi,
     scaled_values(d, c->a, c->sa, x);
     scaled_values(d, c->b, c->sb, y);
     *lo = 0.0;
-    *hi = emu_accum_dot(&d->model, x, 1, y, 1, d->k, NULL, NULL, lo);
+    *hi = emu_accum_dot(lo, NULL, &d->model, x, 1, y, 1, d->k, NULL);
 }
 
 /* ---- gen ----------------------------------------------------------------- */

@@ -45,6 +45,8 @@ static void check_format(const emu_format *f)
         fail(f, "max, min normal and min subnormal are out of order");
     if (f->has_inf != (f->specials == EMU_SPECIALS_IEEE))
         fail(f, "has_inf disagrees with the specials");
+    if (!emu_format_is_validated(f))
+        fail(f, "a parsed format is not sealed");
 
     char spec[256];
     emu_format_spec_string(f, spec, sizeof spec);

@@ -78,6 +78,10 @@ int emu_accum_validate(const emu_accum *a, emu_error *err)
     const emu_format *fs[3] = { &a->acc, &a->prod, &a->wide };
     const char *keys[3] = { "acc", "prod", "wide" };
     for (int i = 0; i < 3; i++)
+        if (!emu_format_is_validated(fs[i]))
+            return fail(err, EMU_EINVAL, name, keys[i], "%s was not validated, or was "
+                        "changed since: call emu_format_validate", fs[i]->name);
+    for (int i = 0; i < 3; i++)
         if (!fs[i]->fits_carrier)
             return fail(err, EMU_EUNSUPPORTED, name, keys[i], "%s is not held by the binary32 "
                         "carrier", fs[i]->name);

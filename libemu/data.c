@@ -24,6 +24,20 @@
 #include "emu/rng.h"
 #include "internal.h"
 
+void emu_batch_permutation(size_t *perm, size_t n, uint64_t seed,
+                           uint64_t epoch)
+{
+    for (size_t i = 0; i < n; i++)
+        perm[i] = i;
+    for (size_t i = n > 0 ? n - 1 : 0; i > 0; i--) {
+        uint64_t w = emu_random64(seed, ((uint64_t)1 << 48) + epoch, i);
+        size_t j = (size_t)(w % (i + 1));
+        size_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+}
+
 void emu_dataset_free(emu_dataset *d)
 {
     free(d->x);

@@ -440,8 +440,8 @@ int emu_dpi_dot(int h, int k, const emu_dpi_u64 *a, const emu_dpi_u64 *b,
     if (decode(&u->model.acc, c, "c", 0, &init))
         return -1;
     double lo = 0.0;
-    double hi = emu_accum_dot_init(&u->model, init, x, 1, y, 1, (size_t)k,
-                                   NULL, NULL, &lo);
+    double hi = emu_accum_dot_init(&lo, NULL, &u->model, init, x, 1, y, 1,
+                                   (size_t)k, NULL);
     return round_out(u, hi, lo, r, flags);
 }
 
@@ -516,8 +516,7 @@ int emu_dpi_dot_scaled(int h, int k, const emu_dpi_u64 *a,
     if (scaled_values(u, k, a, sa, "a", x) || scaled_values(u, k, b, sb, "b", y))
         return -1;
     double lo = 0.0;
-    double hi = emu_accum_dot(&u->model, x, 1, y, 1, (size_t)k, NULL, NULL,
-                              &lo);
+    double hi = emu_accum_dot(&lo, NULL, &u->model, x, 1, y, 1, (size_t)k, NULL);
     if (u->sf.tensor_scale) {
         double g[2] = { 0.0, 0.0 };
         if (decode(&u->in, ga, "ga", 0, &g[0]) ||

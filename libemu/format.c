@@ -481,9 +481,59 @@ int emu_format_parse_inline(emu_format *out, const char *spec, emu_error *err)
     return 0;
 }
 
+/* The seal of a validated format: every field that decides a result (the
+ * spec and what validation derives from it), mixed into 64 bits; never 0,
+ * which marks a format that was not validated. */
+static uint64_t seal_mix(uint64_t h, uint64_t v)
+{
+    h = (h ^ v) * 0xbf58476d1ce4e5b9u;
+    return h ^ (h >> 31);
+}
+
+static uint64_t double_bits(double x)
+{
+    uint64_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+
+static uint64_t format_seal(const emu_format *f)
+{
+    uint64_t h = 0x656d752d666d7431u; /* "emu-fmt1" */
+    const int64_t ints[] = {
+        f->ebits, f->mbits, f->bias, f->is_signed, f->subnormals,
+        f->has_zero, f->specials, f->overflow, f->bits, f->p, f->emin,
+        f->emax, f->qmin, f->has_inf, f->has_nan, f->fits_carrier,
+        f->fits_double };
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+        h = seal_mix(h, (uint64_t)ints[i]);
+    const double reals[] = { f->max, f->min_normal, f->min_subnormal,
+                             f->min_value, f->epsilon, f->unit_roundoff };
+    for (size_t i = 0; i < sizeof reals / sizeof reals[0]; i++)
+        h = seal_mix(h, double_bits(reals[i]));
+    h = seal_mix(h, f->finite_count);
+    return h ? h : 1;
+}
+
+bool emu_format_is_validated(const emu_format *f)
+{
+    return f && f->sealed != 0 && f->sealed == format_seal(f);
+}
+
+static int validate(emu_format *f, emu_error *err);
+
 int emu_format_validate(emu_format *f, emu_error *err)
 {
     EMU_HOSTFP_GUARD;
+    f->sealed = 0;
+    if (validate(f, err))
+        return -1;
+    f->sealed = format_seal(f);
+    return 0;
+}
+
+static int validate(emu_format *f, emu_error *err)
+{
     const char *where = f->name[0] ? f->name : "format";
     if (f->ebits < 1 || f->ebits > 11) {
         emu_fail(err, EMU_ESPEC, where, "exponent", "%d is not a width from 1 to 11",

@@ -38,8 +38,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "emu/extend.h" /* emu_ctx_fail */
 #include "emu/rng.h"
 #include "internal.h"
+#include "nn_internal.h"
 #include "ops_internal.h"
 
 /* The precision of a role in layer l. */
@@ -73,7 +75,7 @@ static const emu_operand_quant *operand_quant(const emu_policy *p,
 
 /* Operand t of one of layer l's GEMMs as that GEMM reads it: t itself, or,
  * if the policy quantizes it, its values without the tensor scale in
- * l->qbuf[slot], blocked along `axis` (of t, or of t seen as the matrix
+ * l->priv->qbuf[slot], blocked along `axis` (of t, or of t seen as the matrix
  * (shape[0], rest) if `matrix`).  *g receives the tensor scale (1 if
  * none).  `fresh` marks the first use of t in the step: the tensor scale
  * is chosen then (and a delayed recipe records t's amax), and reused by
@@ -93,7 +95,7 @@ static int gemm_operand(emu_ctx *ctx, const emu_policy *p, emu_layer *l,
     char site[64];
     snprintf(site, sizeof site, "%s.%s", l->name, tags[slot]);
     emu_error e;
-    emu_tensor *buf = &l->qbuf[slot];
+    emu_tensor *buf = &l->priv->qbuf[slot];
     if (!buf->data && emu_tensor_alloc(buf, site, t->role,
                                        emu_format_find("binary32"), t->ndim,
                                        t->shape, &e))
@@ -113,13 +115,14 @@ static int gemm_operand(emu_ctx *ctx, const emu_policy *p, emu_layer *l,
     if (oq->fmt.tensor_scale) {
         if (fresh) {
             double amax = emu_amax(t->data, t->n);
-            l->tscale[which] = emu_tensor_scale(&p->tscale,
-                                                &l->amax_hist[which], amax,
-                                                l->tscale[which], &oq->fmt);
+            struct emu_layer_priv *lp = l->priv;
+            lp->tscale[which] = emu_tensor_scaling_factor(
+                &p->tscale, &lp->amax_hist[which], amax, lp->tscale[which],
+                &oq->fmt);
             if (p->tscale.kind == EMU_TSCALE_DELAYED)
-                emu_amax_record(&l->amax_hist[which], p->tscale.history, amax);
+                emu_amax_record(&lp->amax_hist[which], p->tscale.history, amax);
         }
-        qo.tensor_scale = l->tscale[which];
+        qo.tensor_scale = l->priv->tscale[which];
     }
     /* The element rounding the policy names for the operand, with the
      * rest of the rounding (tininess, profile) of the tensor's role. */
@@ -424,9 +427,12 @@ void emu_model_free(emu_model *m)
         param_free(&l->weight);
         param_free(&l->bias);
         emu_tensor_free(&l->xq);
-        for (int k = 0; k < EMU_QB_COUNT; k++)
-            emu_tensor_free(&l->qbuf[k]);
-        emu_tensor_free(&l->qsum);
+        if (l->priv) {
+            for (int k = 0; k < EMU_QB_COUNT; k++)
+                emu_tensor_free(&l->priv->qbuf[k]);
+            emu_tensor_free(&l->priv->qsum);
+            free(l->priv);
+        }
         if (l->kind != EMU_LAYER_FLATTEN) {
             emu_tensor_free(&l->y);
             emu_tensor_free(&l->dx);
@@ -464,6 +470,9 @@ int emu_model_build(emu_model *m, const char *arch, const emu_policy *p,
     if (!m->layers)
         return emu_fail(err, EMU_ENOMEM, "model", "arch", "out of memory");
     m->n_layers = n;
+    for (int i = 0; i < n; i++)
+        if (!(m->layers[i].priv = calloc(1, sizeof *m->layers[i].priv)))
+            return build_fail(m, err, EMU_ENOMEM, "arch", "out of memory");
     m->batch = batch;
     m->in_dims[0] = in_c, m->in_dims[1] = in_h, m->in_dims[2] = in_w;
     m->classes = classes;
@@ -730,7 +739,7 @@ int emu_model_forward(emu_model *m, emu_ctx *ctx, const emu_policy *p)
 }
 
 /* dbias of a convolution = dY summed over the batch and the image, in two
- * reductions (over space into l->qsum (B, C), then over the batch): the
+ * reductions (over space into l->priv->qsum (B, C), then over the batch): the
  * path when the weight gradient's scales must not touch it. */
 static int conv_bias_grad(emu_ctx *ctx, const emu_policy *p, emu_layer *l,
                           const emu_tensor *dy, const emu_rounding *rnd)
@@ -738,19 +747,19 @@ static int conv_bias_grad(emu_ctx *ctx, const emu_policy *p, emu_layer *l,
     char site[64];
     site_of(site, sizeof site, l, "dbias.space");
     emu_error e;
-    if (!l->qsum.data &&
-        emu_tensor_alloc4(&l->qsum, site, EMU_ROLE_WEIGHT_GRAD, &l->bias.g.fmt,
+    emu_tensor *qsum = &l->priv->qsum;
+    if (!qsum->data &&
+        emu_tensor_alloc4(qsum, site, EMU_ROLE_WEIGHT_GRAD, &l->bias.g.fmt,
                           dy->shape[0], dy->shape[1], 0, 0, &e))
         return emu_ctx_failc(ctx, e.code, site, "%s", e.message);
     emu_tensor v = *dy;
     v.owns_data = false;
     v.ndim = 3;
     v.shape[2] = dy->shape[2] * dy->shape[3];
-    if (emu_t_reduce(ctx, site, &l->qsum, &v, EMU_REDUCE_SUM, 2, &p->accum,
-                     rnd))
+    if (emu_t_reduce(ctx, site, qsum, &v, EMU_REDUCE_SUM, 2, &p->accum, rnd))
         return -1;
     site_of(site, sizeof site, l, "dbias");
-    return emu_t_reduce(ctx, site, &l->bias.g, &l->qsum, EMU_REDUCE_SUM, 0,
+    return emu_t_reduce(ctx, site, &l->bias.g, qsum, EMU_REDUCE_SUM, 0,
                         &p->accum, rnd);
 }
 

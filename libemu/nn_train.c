@@ -30,11 +30,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "emu/rng.h"
+#include "emu/extend.h" /* emu_ctx_fail */
 #include "emu/version.h"
 #include "internal.h"
 #include "ops_internal.h"
 #include "nn_ckpt.h"
+#include "nn_internal.h"
 
 void emu_train_config_default(emu_train_config *c)
 {
@@ -381,20 +382,6 @@ static double lr_at(const emu_train_config *c, int64_t step, int64_t total)
     }
     default:
         return c->lr;
-    }
-}
-
-/* The order of epoch e: Fisher-Yates from Philox stream (1 << 48) + e. */
-static void permutation(size_t *perm, size_t n, uint64_t seed, int epoch)
-{
-    for (size_t i = 0; i < n; i++)
-        perm[i] = i;
-    for (size_t i = n - 1; i > 0; i--) {
-        uint64_t w = emu_random64(seed, ((uint64_t)1 << 48) + (uint64_t)epoch, i);
-        size_t j = (size_t)(w % (i + 1));
-        size_t t = perm[i];
-        perm[i] = perm[j];
-        perm[j] = t;
     }
 }
 
@@ -975,10 +962,10 @@ static void ckpt_image(run *r, ckpt_out *o)
         const emu_layer *l = &r->m.layers[i];
         /* The scaled-operand recipes' state: amax histories, tensor scales. */
         ckpt_f64(o, l->scale);
-        for (int k = 0; k < 3; k++)
-            put_amax(o, &l->amax_hist[k]);
-        for (int k = 0; k < 3; k++)
-            ckpt_f64(o, l->tscale[k]);
+        for (int k = 0; k < EMU_QT_COUNT; k++)
+            put_amax(o, &l->priv->amax_hist[k]);
+        for (int k = 0; k < EMU_QT_COUNT; k++)
+            ckpt_f64(o, l->priv->tscale[k]);
     }
     ckpt_section(o, CKPT_TENS);
     emu_tensor *ts[MAX_STATE];
@@ -1066,12 +1053,15 @@ static int get_layers(ckpt_in *in, emu_model *m, layer_trace *trace)
             trace[i] = t;
     }
     for (uint32_t i = 0; i < n && !in->failed; i++) {
-        emu_layer scratch, *l = m ? &m->layers[i] : &scratch;
+        emu_layer scratch;
+        struct emu_layer_priv scratch_priv;
+        scratch.priv = &scratch_priv;
+        emu_layer *l = m ? &m->layers[i] : &scratch;
         l->scale = ckpt_get_f64(in);
-        for (int k = 0; k < 3; k++)
-            get_amax(in, &l->amax_hist[k]);
-        for (int k = 0; k < 3; k++)
-            l->tscale[k] = ckpt_get_f64(in);
+        for (int k = 0; k < EMU_QT_COUNT; k++)
+            get_amax(in, &l->priv->amax_hist[k]);
+        for (int k = 0; k < EMU_QT_COUNT; k++)
+            l->priv->tscale[k] = ckpt_get_f64(in);
     }
     return ckpt_done(in);
 }
@@ -1388,7 +1378,7 @@ static int train_epochs(run *r, FILE *log, double *final_acc, emu_error *err)
             break;
         int epoch = (int)(r->step / r->steps_per_epoch);
         int64_t in_epoch = r->step % r->steps_per_epoch;
-        permutation(r->perm, r->train.n, c->seed, epoch);
+        emu_batch_permutation(r->perm, r->train.n, c->seed, (uint64_t)epoch);
         for (int64_t k = in_epoch; k < r->steps_per_epoch &&
                                    r->step < r->total_steps; k++) {
             double t_step = now();

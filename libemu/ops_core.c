@@ -12,7 +12,7 @@
  */
 #include "hostfp.h" /* first: no contraction, no excess precision */
 
-#include "emu/ops.h"
+#include "emu/extend.h"
 
 #include <math.h>
 #include <stdarg.h>

@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #include "emu/accum.h"
-#include "emu/ops.h"
+#include "emu/extend.h"
 #include "internal.h"
 
 /* Checks that t is a usable tensor (allocated, carrier format): on

@@ -3,7 +3,7 @@
  *
  * Called by the layers (linear forward and backward) and by users.  Each
  * output is one dot product formed by the options' accumulator model
- * through the GEMM engine (emu_gemm_accum_ex in accum.c), then rounded
+ * through the GEMM engine (emu_gemm_accum_ex in accum_gemm.c), then rounded
  * once into the output's format, under the op's rounding, by the choke
  * point.  The MPFR reference of a sampled output is
  * mpfr_dot of the same row and column (plus the old output value when

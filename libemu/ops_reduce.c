@@ -9,7 +9,7 @@
  * divided by the count with one rounding: the quotient is formed in MPFR,
  * rounded to odd at 106 bits and handed to the choke point as an exact
  * pair, which rounds it into the output format as the exact quotient
- * would be (round-to-odd with >= p + 2 bits; see accum.c).  The maximum is
+ * would be (round-to-odd with >= p + 2 bits; accum_internal.h).  The maximum is
  * exact (IEEE 754-2019 maximum: NaN if any element is NaN, +0 > -0).
  *
  * Shapes: x is (d0, ..., d_{n-1}); the output drops dimension `axis`, or

@@ -12,6 +12,9 @@ int emu_check_tensor(emu_ctx *ctx, const char *site, const char *what,
 {
     if (!t || !t->data || t->n == 0 || t->ndim < 1)
         return emu_ctx_fail(ctx, site, "%s: tensor not allocated", what);
+    if (!emu_format_is_validated(&t->fmt))
+        return emu_ctx_fail(ctx, site, "%s '%s': format %s was changed after "
+                            "emu_format_validate", what, t->name, t->fmt.name);
     if (!t->fmt.fits_carrier)
         return emu_ctx_fail(ctx, site, "%s '%s': format %s is not held by "
                             "the binary32 carrier", what, t->name, t->fmt.name);

@@ -450,6 +450,10 @@ int emu_policy_validate(const emu_policy *p, emu_error *err)
                                    &p->act_grad, &p->weight_grad,
                                    &p->opt_state, &p->exempt_prec };
     for (int i = 0; i < 7; i++) {
+        if (!emu_format_is_validated(&rps[i]->fmt))
+            return emu_fail(err, EMU_EINVAL, "policy", roles[i], "%s was not validated, "
+                            "or was changed since: call emu_format_validate",
+                            rps[i]->fmt.name);
         if (!rps[i]->fmt.fits_carrier)
             return emu_fail(err, EMU_EUNSUPPORTED, "policy", roles[i], "%s is not held by the "
                             "binary32 carrier", rps[i]->fmt.name);

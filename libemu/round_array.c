@@ -825,6 +825,10 @@ int emu_round_array_f32(const emu_format *fmt, float *out, const float *in,
                         emu_round_counts *counts, emu_error *err)
 {
     EMU_HOSTFP_GUARD;
+    if (!emu_format_is_validated(fmt))
+        return emu_fail(err, EMU_EINVAL, fmt ? fmt->name : "format", "format",
+                        "%s was not validated, or was changed since: call "
+                        "emu_format_validate", fmt ? fmt->name : "(null)");
     if (!fmt->fits_carrier)
         return emu_fail(err, EMU_EUNSUPPORTED, fmt->name, "format",
                         "%s has values that are not binary32 values: "
@@ -881,9 +885,13 @@ int emu_round_array_f32_unguarded(const emu_format *fmt, float *out,
 
 int emu_round_array_f64(const emu_format *fmt, double *out, const double *in,
                         size_t n, const emu_array_rounding *a,
-                        emu_round_counts *counts)
+                        emu_round_counts *counts, emu_error *err)
 {
     EMU_HOSTFP_GUARD;
+    if (!emu_format_is_validated(fmt))
+        return emu_fail(err, EMU_EINVAL, fmt ? fmt->name : "format", "format",
+                        "%s was not validated, or was changed since: call "
+                        "emu_format_validate", fmt ? fmt->name : "(null)");
     return emu_round_array_f64_unguarded(fmt, out, in, n, a, counts);
 }
 

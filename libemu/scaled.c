@@ -242,6 +242,13 @@ int emu_scaled_format_validate(const emu_scaled_format *sf, emu_error *err)
     EMU_HOSTFP_GUARD;
     const char *w = "scaled format";
     const emu_format *e = &sf->elem;
+    if (!emu_format_is_validated(e))
+        return emu_fail(err, EMU_EINVAL, w, "elem", "%s was not validated, or was changed "
+                        "since: call emu_format_validate", e->name);
+    if (sf->block_scaled && !emu_format_is_validated(&sf->scale))
+        return emu_fail(err, EMU_EINVAL, w, "scale", "%s was not validated, or was "
+                        "changed since: call emu_format_validate",
+                        sf->scale.name);
     if (!e->fits_carrier || !e->is_signed || !e->has_zero)
         return emu_fail(err, EMU_EUNSUPPORTED, w, "elem", "element format %s must be signed, "
                         "have a zero and fit binary32", e->name);
@@ -1374,9 +1381,9 @@ void emu_amax_record(emu_amax_history *h, int history, double amax)
         h->len++;
 }
 
-double emu_tensor_scale(const emu_tensor_scaling *t,
-                        const emu_amax_history *h, double amax_now,
-                        double previous, const emu_scaled_format *sf)
+double emu_tensor_scaling_factor(const emu_tensor_scaling *t,
+                                 const emu_amax_history *h, double amax_now,
+                                 double previous, const emu_scaled_format *sf)
 {
     EMU_HOSTFP_GUARD;
     double a = 0.0;

@@ -69,6 +69,10 @@ int emu_tensor_alloc(emu_tensor *t, const char *name, emu_role role,
         return fail(err, EMU_EINVAL, name, "role", "invalid role %d", (int)role);
     if (!fmt)
         return fail(err, EMU_EINVAL, name, "format", "no format given");
+    if (!emu_format_is_validated(fmt))
+        return fail(err, EMU_EINVAL, name, "format", "%s was not validated, "
+                    "or was changed since: call emu_format_validate",
+                    fmt->name);
     if (!fmt->fits_carrier)
         return fail(err, EMU_EUNSUPPORTED, name, "format", "%s has values that are not binary32 "
                     "values (p = %d, exponents %d..%d): the tensor carrier "

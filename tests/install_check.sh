@@ -2,7 +2,8 @@
 # install_check.sh — installs a built tree into a temporary prefix and builds
 # examples/consumer against the installed files, through pkg-config (shared
 # and static) and through find_package(libemu) (shared and static), runs each
-# build, and checks the outputs.  Exits non-zero on any failure.
+# build, and checks the outputs; and builds a small program on the opt-in
+# MPFR headers (emu/extend.h, emu/ref.h) with `pkg-config libemu mpfr`.  Exits non-zero on any failure.
 #
 # Usage: tests/install_check.sh [build-dir]     (default: build)
 # Needs cmake, a C compiler, make and pkg-config.
@@ -62,6 +63,31 @@ cc -std=c11 $(pkg-config --cflags libemu) -o "$tmp/pc/consumer-static" \
    $(pkg-config --static --libs libemu | sed 's/ -lemu / /; s/^-lemu //; s/ -lemu$//') \
    >"$tmp/pcs.log" 2>&1 || { cat "$tmp/pcs.log" >&2; fail "static pkg-config build"; }
 "$tmp/pc/consumer-static" >"$tmp/out.pcs" || fail "static pkg-config build does not run"
+
+# 2b. The opt-in headers emu/extend.h and emu/ref.h include <mpfr.h> (emu.h
+#     does not): a program that uses them adds MPFR to its own flags.
+cat >"$tmp/pc/oracle.c" <<'EOT'
+#include <stdio.h>
+#include <emu/emu.h>
+#include <emu/extend.h>
+#include <emu/ref.h>
+int main(void)
+{
+    mpfr_t x;
+    emu_rounding rne = { 0 };
+    emu_status st;
+    mpfr_init2(x, 64);
+    mpfr_set_d(x, 300.0, MPFR_RNDN);
+    double y = emu_ref_round(emu_format_find("e4m3"), x, &rne, &st);
+    mpfr_clear(x);
+    printf("oracle rne(300) = %g, commit at %p\n", y, (void *)&emu_commit);
+    return y != 288.0;
+}
+EOT
+cc -std=c11 $(pkg-config --cflags libemu mpfr) -o "$tmp/pc/oracle" "$tmp/pc/oracle.c" \
+   $(pkg-config --libs libemu mpfr) -Wl,-rpath,"$libdir" >"$tmp/oracle.log" 2>&1 ||
+    { cat "$tmp/oracle.log" >&2; fail "build with emu/extend.h and emu/ref.h"; }
+"$tmp/pc/oracle" >/dev/null || fail "the installed MPFR oracle does not round 300 to 288"
 
 # 3. and 4. find_package, shared and static.
 for kind in shared static; do

@@ -557,7 +557,8 @@ static void check_model(const emu_accum *a, ref_fn ref, const emu_format *in,
         memset(&got, 0, sizeof got);
         memset(&want, 0, sizeof want);
         double lo;
-        double v = emu_accum_dot(a, x, 1, plain ? NULL : y, 1, n, NULL, &got, &lo);
+        double v = emu_accum_dot(&lo, &got, a, x, 1, plain ? NULL : y, 1, n,
+                                 NULL);
         double r = ref(a, x, plain ? NULL : y, n, &want);
         char xs[200], ys[200];
         print_vec(xs, sizeof xs, x, n);
@@ -684,7 +685,8 @@ START_TEST(exact_vs_mpfr_dot)
         memset(&cnt, 0, sizeof cnt);
         double lo, rlo;
         bool plain = (c & 7) == 3;
-        double v = emu_accum_dot(&a, x, 1, plain ? NULL : y, 1, n, NULL, &cnt, &lo);
+        double v = emu_accum_dot(&lo, &cnt, &a, x, 1, plain ? NULL : y, 1, n,
+                                 NULL);
         double r = ref_exact(x, plain ? NULL : y, n, &rlo);
         char xs[200], ys[200];
         print_vec(xs, sizeof xs, x, n);
@@ -734,7 +736,7 @@ START_TEST(stochastic_words)
                 rand_vec(&g, fmt_named("binary16"), y, n, -8, 8, false);
                 uint64_t dot = test_below(&g, 1000);
                 emu_accum_rng rng = { seed, stream, dot };
-                double v = emu_accum_dot(&a, x, 1, y, 1, n, &rng, NULL, NULL);
+                double v = emu_accum_dot(NULL, NULL, &a, x, 1, y, 1, n, &rng);
                 uint64_t base = dot * EMU_ACCUM_WORDS_PER_DOT;
                 double s = 0.0;
                 for (size_t i = 0; i < n; i++) {
@@ -776,7 +778,7 @@ START_TEST(swamping_by_hand)
         float x[2] = { 1.0f, cases[c].t };
         emu_accum_counts cnt;
         memset(&cnt, 0, sizeof cnt);
-        double v = emu_accum_dot(&a, x, 1, NULL, 0, 2, NULL, &cnt, NULL);
+        double v = emu_accum_dot(NULL, &cnt, &a, x, 1, NULL, 0, 2, NULL);
         EXPECT(v == cases[c].sum, "1 + %a in binary16: %a, expected %a",
                (double)cases[c].t, v, cases[c].sum);
         EXPECT(cnt.adds == 2 && cnt.absorbed == cases[c].absorbed,
@@ -856,9 +858,10 @@ static void gemm_case(const emu_accum *a, test_rng *g, size_t M, size_t N,
     for (size_t i = 0; i < M; i++)
         for (size_t j = 0; j < N; j++) {
             emu_accum_rng rng = { seed, stream, dot0 + i * N + j };
-            whi[i * N + j] = emu_accum_dot(a, av + (ptrdiff_t)i * A.rs, A.cs,
+            whi[i * N + j] = emu_accum_dot(&wlo[i * N + j], &want, a,
+                                           av + (ptrdiff_t)i * A.rs, A.cs,
                                            bv + (ptrdiff_t)j * B.cs, B.rs, K,
-                                           &rng, &want, &wlo[i * N + j]);
+                                           &rng);
         }
     for (int threads = 1; threads <= 3; threads++) {
         emu_accum_counts got;
@@ -1152,7 +1155,7 @@ START_TEST(long_dot_own_words)
     a.round_products = true;
     a.prod = *fmt_named("binary16");
     emu_accum_rng rng = { seed, stream, dot };
-    double v = emu_accum_dot(&a, x, 1, y, 1, n, &rng, NULL, NULL);
+    double v = emu_accum_dot(NULL, NULL, &a, x, 1, y, 1, n, &rng);
     double own = seq_sr_dot(&a, x, y, n, seed,
                             stream ^ EMU_ACCUM_LONG_STREAM(25), dot << 25);
     double old = seq_sr_dot(&a, x, y, n, seed, stream,
@@ -1162,7 +1165,7 @@ START_TEST(long_dot_own_words)
            "overlapping ones %a", n, v, own, old);
     /* the longest short dot: the op's stream, as before */
     const size_t m = EMU_ACCUM_SHORT_DOT;
-    v = emu_accum_dot(&a, x, 1, y, 1, m, &rng, NULL, NULL);
+    v = emu_accum_dot(NULL, NULL, &a, x, 1, y, 1, m, &rng);
     old = seq_sr_dot(&a, x, y, m, seed, stream, dot * EMU_ACCUM_WORDS_PER_DOT);
     EXPECT(test_same(v, old), "dot of %zu terms: got %a, want %a from the "
            "op's stream", m, v, old);

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "testutil.h"
+#include "ops_internal.h" /* emu_check_tensor, which every op calls */
 
 /* Check's ck_assert records every passing check with a write to a file;
  * over loops of millions of cases that is most of the run time, so the
@@ -1016,6 +1017,109 @@ START_TEST(test_file_resolve)
 }
 END_TEST
 
+/* The seal (emu_format_is_validated): set by emu_format_validate, broken by
+ * any change to a spec or derived field, and checked by the entry points
+ * that keep a format or sweep arrays with it. */
+START_TEST(test_seal)
+{
+    const emu_format *e4m3 = test_format("e4m3");
+    ck_assert(emu_format_is_validated(e4m3));
+    ck_assert(!emu_format_is_validated(NULL));
+
+    /* Built by hand: unsealed until validated. */
+    emu_format f;
+    memset(&f, 0, sizeof f);
+    snprintf(f.name, sizeof f.name, "byhand");
+    f.ebits = 4, f.mbits = 3, f.bias = 7, f.is_signed = true;
+    f.subnormals = true, f.has_zero = true;
+    f.specials = EMU_SPECIALS_IEEE, f.overflow = EMU_OVERFLOW_INF;
+    ck_assert(!emu_format_is_validated(&f));
+    emu_error err;
+    ck_assert_int_eq(emu_format_validate(&f, &err), 0);
+    ck_assert(emu_format_is_validated(&f));
+
+    /* A renamed copy keeps its seal; a changed spec field or derived field
+     * breaks it, and validating again restores it. */
+    emu_format g = *e4m3;
+    snprintf(g.name, sizeof g.name, "renamed");
+    ck_assert(emu_format_is_validated(&g));
+    g.subnormals = false;
+    ck_assert(!emu_format_is_validated(&g));
+    ck_assert_int_eq(emu_format_validate(&g, &err), 0);
+    ck_assert(emu_format_is_validated(&g));
+    ck_assert(g.min_value == g.min_normal);
+    g = *e4m3;
+    g.max = 500.0;
+    ck_assert(!emu_format_is_validated(&g));
+    g = *e4m3;
+    g.p = 5;
+    ck_assert(!emu_format_is_validated(&g));
+    /* A failed validation leaves the format unsealed. */
+    g = *e4m3;
+    g.ebits = 0;
+    ck_assert_int_ne(emu_format_validate(&g, &err), 0);
+    g.ebits = e4m3->ebits;
+    ck_assert(!emu_format_is_validated(&g));
+
+    /* The entry points refuse the stale copy. */
+    emu_format stale = *e4m3;
+    stale.mbits = 2;
+    emu_tensor t;
+    const size_t shape[1] = { 4 };
+    ck_assert_int_ne(emu_tensor_alloc(&t, "t", EMU_ROLE_OTHER, &stale, 1,
+                                      shape, &err), 0);
+    ck_assert_str_eq(err.key, "format");
+    ck_assert_ptr_nonnull(strstr(err.message, "emu_format_validate"));
+
+    float in[4] = { 0.1f, 1.0f, 300.0f, -2.5f }, out[4] = { 7, 7, 7, 7 };
+    emu_array_rounding ar;
+    memset(&ar, 0, sizeof ar);
+    memset(&err, 0, sizeof err);
+    ck_assert_int_eq(emu_round_array_f32(&stale, out, in, 4, &ar, NULL, &err), -1);
+    ck_assert(out[0] == 7.0f);
+    ck_assert_int_eq(err.code, EMU_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.message, "emu_format_validate"));
+    double ind[1] = { 0.1 }, outd[1] = { 7 };
+    memset(&err, 0, sizeof err);
+    ck_assert_int_eq(emu_round_array_f64(&stale, outd, ind, 1, &ar, NULL, &err), -1);
+    ck_assert(outd[0] == 7.0);
+    ck_assert_int_eq(err.code, EMU_EINVAL);
+    ck_assert_int_eq(emu_round_array_f32(e4m3, out, in, 4, &ar, NULL, NULL), 0);
+
+    emu_accum a;
+    ck_assert_int_eq(emu_accum_parse(&a, "seq,acc=binary16", &err), 0);
+    ck_assert_int_eq(emu_accum_validate(&a, &err), 0);
+    a.acc.bias = 14;
+    ck_assert_int_ne(emu_accum_validate(&a, &err), 0);
+    ck_assert_str_eq(err.key, "acc");
+
+    emu_policy pol;
+    ck_assert_int_eq(emu_policy_preset(&pol, "fp16-mpt", &err), 0);
+    ck_assert_int_eq(emu_policy_validate(&pol, &err), 0);
+    pol.activation.fmt.mbits = 9;
+    ck_assert_int_ne(emu_policy_validate(&pol, &err), 0);
+    ck_assert_str_eq(err.key, "activation");
+
+    emu_scaled_format sf;
+    ck_assert_int_eq(emu_scaled_format_parse(&sf, "mxfp8", &err), 0);
+    sf.scale.bias = 100;
+    ck_assert_int_ne(emu_scaled_format_validate(&sf, &err), 0);
+    ck_assert_str_eq(err.key, "scale");
+
+    /* Every op checks its tensors: one whose format was edited in place
+     * after allocation is refused. */
+    ck_assert_int_eq(emu_tensor_alloc(&t, "t", EMU_ROLE_OTHER, e4m3, 1, shape,
+                                      &err), 0);
+    emu_ctx ctx;
+    emu_ctx_init(&ctx, 1);
+    ck_assert_int_eq(emu_check_tensor(&ctx, "op", "out", &t), 0);
+    t.fmt.mbits = 2;
+    ck_assert_int_eq(emu_check_tensor(&ctx, "op", "out", &t), -1);
+    ck_assert_ptr_nonnull(strstr(ctx.err.message, "emu_format_validate"));
+    emu_tensor_free(&t);
+}
+END_TEST
+
 static Suite *format_suite(void)
 {
     Suite *s = suite_create("format");
@@ -1059,6 +1163,10 @@ static Suite *format_suite(void)
     tcase_add_test(tc, test_file_garbage);
     tcase_add_test(tc, test_file_duplicate_names);
     tcase_add_test(tc, test_file_resolve);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("seal");
+    tcase_add_test(tc, test_seal);
     suite_add_tcase(s, tc);
     return s;
 }

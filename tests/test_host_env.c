@@ -341,7 +341,7 @@ static void work_array(records *out)
             memset(&c32, 0, sizeof c32);
             memset(&c64, 0, sizeof c64);
             ck_assert_int_eq(emu_round_array_f32(f, res, in, N, &a, &c32, NULL), 0);
-            ck_assert_int_eq(emu_round_array_f64(f, res64, in64, N, &a, &c64),
+            ck_assert_int_eq(emu_round_array_f64(f, res64, in64, N, &a, &c64, NULL),
                              0);
             put_floats(out, res, N);
             for (size_t i = 0; i < N; i++)

@@ -88,9 +88,9 @@ static void expected_product(const emu_ctx *ctx, const emu_accum *accum,
                 size_t o = (bt * M + i) * N + j;
                 emu_accum_rng rng = { ctx->seed, op ^ ACCUM_TAG, o };
                 double lo;
-                double v = emu_accum_dot(accum, ar, ta ? (ptrdiff_t)M : 1,
-                                         bc, tb ? 1 : (ptrdiff_t)N, K, &rng,
-                                         NULL, &lo);
+                double v = emu_accum_dot(&lo, NULL, accum, ar,
+                                         ta ? (ptrdiff_t)M : 1, bc,
+                                         tb ? 1 : (ptrdiff_t)N, K, &rng);
                 uint64_t word = emu_rnd_is_stochastic(rnd->mode)
                               ? emu_random64(ctx->seed, op, o) : 0;
                 want[o] = emu_round2_word(&out->fmt, v, lo, rnd, word, NULL);

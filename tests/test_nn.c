@@ -51,6 +51,7 @@
 #define _POSIX_C_SOURCE 200809L /* mkdtemp */
 
 #include <check.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -984,6 +985,70 @@ START_TEST(checkpoint_integrity)
 }
 END_TEST
 
+/* emu_batch_permutation: a bijection for every n (0 and 1 included), a
+ * function of (n, seed, epoch) alone, a new order per epoch and per seed,
+ * and each order about equally likely (n = 3: the six orders over 6,000
+ * epochs, each within 5 standard deviations of 1,000). */
+static bool is_permutation(const size_t *perm, size_t n)
+{
+    bool *seen = calloc(n ? n : 1, sizeof *seen);
+    bool ok = seen != NULL;
+    for (size_t i = 0; ok && i < n; i++) {
+        ok = perm[i] < n && !seen[perm[i]];
+        if (ok)
+            seen[perm[i]] = true;
+    }
+    free(seen);
+    return ok;
+}
+
+START_TEST(batch_permutation)
+{
+    static const size_t sizes[] = { 0, 1, 2, 3, 10, 64, 1000, 60000 };
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        const size_t n = sizes[k];
+        size_t *a = malloc((n + 1) * sizeof *a), *b = malloc((n + 1) * sizeof *b);
+        ck_assert(a && b);
+        a[n] = b[n] = 12345; /* nothing written past n */
+        for (uint64_t epoch = 0; epoch < 3; epoch++) {
+            emu_batch_permutation(a, n, 7, epoch);
+            EXPECT(is_permutation(a, n) && a[n] == 12345,
+                   "n %zu epoch %" PRIu64 ": not a permutation of 0..n-1",
+                   n, epoch);
+            emu_batch_permutation(b, n, 7, epoch);
+            EXPECT(!memcmp(a, b, n * sizeof *a),
+                   "n %zu epoch %" PRIu64 ": two calls differ", n, epoch);
+            if (n >= 10) {
+                emu_batch_permutation(b, n, 7, epoch + 1);
+                EXPECT(memcmp(a, b, n * sizeof *a),
+                       "n %zu: epochs %" PRIu64 " and %" PRIu64 " share an "
+                       "order", n, epoch, epoch + 1);
+                emu_batch_permutation(b, n, 8, epoch);
+                EXPECT(memcmp(a, b, n * sizeof *a),
+                       "n %zu epoch %" PRIu64 ": seeds 7 and 8 share an "
+                       "order", n, epoch);
+            }
+        }
+        free(a);
+        free(b);
+    }
+    unsigned count[3][3][3] = { { { 0 } } };
+    for (uint64_t epoch = 0; epoch < 6000; epoch++) {
+        size_t p[3];
+        emu_batch_permutation(p, 3, 1, epoch);
+        count[p[0]][p[1]][p[2]]++;
+    }
+    static const size_t orders[6][3] = { { 0, 1, 2 }, { 0, 2, 1 }, { 1, 0, 2 },
+                                         { 1, 2, 0 }, { 2, 0, 1 }, { 2, 1, 0 } };
+    for (int o = 0; o < 6; o++) {
+        unsigned c = count[orders[o][0]][orders[o][1]][orders[o][2]];
+        EXPECT(c >= 855 && c <= 1145, "order %zu%zu%zu came %u times in "
+               "6000 epochs (expected about 1000)", orders[o][0],
+               orders[o][1], orders[o][2], c);
+    }
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("nn");
@@ -1003,6 +1068,9 @@ static Suite *suite(void)
     tcase_add_test(tm, resume_other_configuration);
     tcase_add_test(tm, checkpoint_integrity);
     suite_add_tcase(s, tm);
+    TCase *td = tcase_create("data");
+    tcase_add_test(td, batch_permutation);
+    suite_add_tcase(s, td);
     return s;
 }
 

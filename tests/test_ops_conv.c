@@ -404,8 +404,7 @@ static double model_out(const emu_ctx *ctx, const emu_accum *accum,
 {
     emu_accum_rng rng = { ctx->seed, stream ^ ((uint64_t)1 << 63), dot };
     double lo;
-    double hi = emu_accum_dot(accum, A, 1, B, B ? 1 : 0, k, &rng, NULL,
-                              &lo);
+    double hi = emu_accum_dot(&lo, NULL, accum, A, 1, B, B ? 1 : 0, k, &rng);
     emu_rounding rne = { .mode = EMU_RNE };
     /* (hi + lo) alpha exactly (alpha need not be a power of two), then
      * the MPFR oracle's one rounding. */
@@ -564,7 +563,7 @@ END_TEST
 
 /* ---- 2. EXACT model against MPFR, and the reference callbacks ----------- */
 
-/* The exact dot product.  Its zero is +0: accum.c's EXACT model gives -0
+/* The exact dot product.  Its zero is +0: accum_ref.c's EXACT model gives -0
  * when every term is -0 (IEEE addition's rule), a convention of that file
  * (tested in test_accum.c), so zero results match up to sign here. */
 static void mp_dot(mpfr_ptr out, const float *A, const float *B, size_t k)

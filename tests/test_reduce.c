@@ -114,8 +114,9 @@ static double expected(const emu_ctx *ctx, const emu_accum *accum,
     }
     emu_accum_rng rng = { ctx->seed, op ^ ACCUM_TAG, o };
     double lo;
-    double v = emu_accum_dot(accum, p, inc, r == EMU_REDUCE_SUMSQ ? p : NULL,
-                             inc, g->len, &rng, cnt, &lo);
+    double v = emu_accum_dot(&lo, cnt, accum, p, inc,
+                             r == EMU_REDUCE_SUMSQ ? p : NULL, inc, g->len,
+                             &rng);
     if (r != EMU_REDUCE_MEAN)
         return emu_round2_word(fo, v, lo, rnd, word, NULL);
     if (!isfinite(v))

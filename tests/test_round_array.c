@@ -349,7 +349,7 @@ START_TEST(test_empty)
         emu_round_counts c = { 0 };
         EXPECT(emu_round_array_f32(f, out, in, 0, &a, &c, NULL) == 0,
                "n = 0 must succeed");
-        EXPECT(emu_round_array_f64(f, dout, din, 0, &a, &c) == 0,
+        EXPECT(emu_round_array_f64(f, dout, din, 0, &a, &c, NULL) == 0,
                "n = 0 must succeed (f64)");
         EXPECT(out[0] == 7.0f && dout[0] == 7.0, "n = 0 wrote to out");
         EXPECT(c.n == 0 && c.flags == 0, "n = 0 changed the counts");
@@ -487,7 +487,7 @@ static void compare_f64(const emu_format *f, const emu_array_rounding *a,
     emu_round_counts got = { 0 }, want = { 0 };
     char mb[16];
     const mode_case mc = { a->rnd.mode, a->rnd.sr_bits };
-    EXPECT(emu_round_array_f64(f, out, in, n, a, &got) == 0,
+    EXPECT(emu_round_array_f64(f, out, in, n, a, &got, NULL) == 0,
            "%s: emu_round_array_f64 failed", f->name);
     for (size_t i = 0; i < n; i++) {
         uint64_t word = emu_random64(a->seed, a->stream, a->first_index + i);

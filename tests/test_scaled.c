@@ -1924,15 +1924,17 @@ START_TEST(tensor_recipes)
               (what), (double)(got), (double)(want));                         \
     } while (0)
     emu_tensor_scaling cur = tscaling("current");
-    EXPECT_G("current, amax 100", emu_tensor_scale(&cur, NULL, 100.0, 0, &nv),
+    EXPECT_G("current, amax 100",
+             emu_tensor_scaling_factor(&cur, NULL, 100.0, 0, &nv),
              ref_rn32_quot(100.0, D));
     EXPECT_G("current, per-tensor e4m3, amax 100",
-             emu_tensor_scale(&cur, NULL, 100.0, 0, &pt), ref_rn32_quot(100.0, 448.0));
+             emu_tensor_scaling_factor(&cur, NULL, 100.0, 0, &pt),
+             ref_rn32_quot(100.0, 448.0));
     emu_tensor_scaling m3 = tscaling("current,margin=3");
-    EXPECT_G("margin 3", emu_tensor_scale(&m3, NULL, 100.0, 0, &nv),
+    EXPECT_G("margin 3", emu_tensor_scaling_factor(&m3, NULL, 100.0, 0, &nv),
              ref_rn32_quot(800.0, D));
     emu_tensor_scaling mm2 = tscaling("current,margin=-2");
-    EXPECT_G("margin -2", emu_tensor_scale(&mm2, NULL, 100.0, 0, &nv),
+    EXPECT_G("margin -2", emu_tensor_scaling_factor(&mm2, NULL, 100.0, 0, &nv),
              ref_rn32_quot(25.0, D));
 
     /* delayed: max and most recent of the history */
@@ -1941,25 +1943,25 @@ START_TEST(tensor_recipes)
     emu_tensor_scaling dmax = tscaling("delayed,history=4");
     emu_tensor_scaling drec = tscaling("delayed,history=4,algo=recent");
     EXPECT_G("delayed, empty history: amax_now",
-             emu_tensor_scale(&dmax, &h, 50.0, 0, &nv), ref_rn32_quot(50.0, D));
+             emu_tensor_scaling_factor(&dmax, &h, 50.0, 0, &nv), ref_rn32_quot(50.0, D));
     emu_amax_record(&h, 4, 0.0);
     emu_amax_record(&h, 4, 0.0);
     EXPECT_G("delayed, history of zeros: amax_now",
-             emu_tensor_scale(&dmax, &h, 50.0, 0, &nv), ref_rn32_quot(50.0, D));
+             emu_tensor_scaling_factor(&dmax, &h, 50.0, 0, &nv), ref_rn32_quot(50.0, D));
     memset(&h, 0, sizeof h);
     static const double steps[] = { 10, 20, 30, 40, 5, 6 };
     for (int k = 0; k < 6; k++)
         emu_amax_record(&h, 4, steps[k]);
     CHECK(h.len == 4, "history 4 after 6 records: len %d", h.len);
     EXPECT_G("delayed max over {5, 6, 30, 40}",
-             emu_tensor_scale(&dmax, &h, 1.0, 0, &nv), ref_rn32_quot(40.0, D));
-    EXPECT_G("delayed recent (6)", emu_tensor_scale(&drec, &h, 1.0, 0, &nv),
+             emu_tensor_scaling_factor(&dmax, &h, 1.0, 0, &nv), ref_rn32_quot(40.0, D));
+    EXPECT_G("delayed recent (6)", emu_tensor_scaling_factor(&drec, &h, 1.0, 0, &nv),
              ref_rn32_quot(6.0, D));
     emu_amax_record(&h, 4, 7.0);
     emu_amax_record(&h, 4, 8.0);
     EXPECT_G("delayed max after the ring wrapped {5, 6, 7, 8}",
-             emu_tensor_scale(&dmax, &h, 1.0, 0, &nv), ref_rn32_quot(8.0, D));
-    EXPECT_G("delayed recent (8)", emu_tensor_scale(&drec, &h, 1.0, 0, &nv),
+             emu_tensor_scaling_factor(&dmax, &h, 1.0, 0, &nv), ref_rn32_quot(8.0, D));
+    EXPECT_G("delayed recent (8)", emu_tensor_scaling_factor(&drec, &h, 1.0, 0, &nv),
              ref_rn32_quot(8.0, D));
     /* non-finite amax values are counted and skipped */
     emu_amax_record(&h, 4, INFINITY);
@@ -1967,11 +1969,11 @@ START_TEST(tensor_recipes)
     CHECK(h.rejected == 2 && h.len == 4, "rejected %" PRIu64 " (want 2), len "
           "%d", h.rejected, h.len);
     EXPECT_G("after rejected values, recent is still 8",
-             emu_tensor_scale(&drec, &h, 1.0, 0, &nv), ref_rn32_quot(8.0, D));
+             emu_tensor_scaling_factor(&drec, &h, 1.0, 0, &nv), ref_rn32_quot(8.0, D));
     emu_amax_record(&h, 4, 1000.0);
     emu_amax_record(&h, 4, 3.0);
     EXPECT_G("delayed max {7, 8, 1000, 3}",
-             emu_tensor_scale(&dmax, &h, 1.0, 0, &nv), ref_rn32_quot(1000.0, D));
+             emu_tensor_scaling_factor(&dmax, &h, 1.0, 0, &nv), ref_rn32_quot(1000.0, D));
 
     /* guards: no amax usable -> previous, or 1 */
     static const double bad_amax[] = { 0.0, INFINITY, NAN, -0.0 };
@@ -1982,7 +1984,7 @@ START_TEST(tensor_recipes)
     for (int k = 0; k < 2; k++)
         for (size_t a = 0; a < 4; a++)
             for (size_t p = 0; p < 5; p++) {
-                double gv = emu_tensor_scale(kinds[k], &empty, bad_amax[a],
+                double gv = emu_tensor_scaling_factor(kinds[k], &empty, bad_amax[a],
                                              prevs[p], &nv);
                 cases++;
                 CHECK(gv == (p == 0 ? 0.25 : 1.0), "%s, amax %a, previous %a: "
@@ -1994,8 +1996,8 @@ START_TEST(tensor_recipes)
     emu_tensor_scaling big = tscaling("current,margin=64"),
                        small = tscaling("current,margin=-64");
     for (int k = 0; k < 2; k++) {
-        double g1 = emu_tensor_scale(&big, NULL, ext[k], 0, &nv);
-        double g2 = emu_tensor_scale(&small, NULL, ext[k], 0, &nv);
+        double g1 = emu_tensor_scaling_factor(&big, NULL, ext[k], 0, &nv);
+        double g2 = emu_tensor_scaling_factor(&small, NULL, ext[k], 0, &nv);
         cases += 2;
         CHECK(g1 > 0 && g1 <= FLT_MAX && g2 > 0 && g2 <= FLT_MAX &&
               (double)(float)g1 == g1 && (double)(float)g2 == g2,

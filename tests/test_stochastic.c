@@ -416,7 +416,7 @@ START_TEST(test_same_seed_same_stream)
             size_t cnt = len < n - i ? len : n - i;
             ar.first_index = i;
             ck_assert_int_eq(emu_round_array_f64(f, c + i, x + i, cnt, &ar,
-                                                 NULL), 0);
+                                                 NULL, NULL), 0);
             ck_assert_int_eq(emu_round_array_f32(f, cf + i, xf + i, cnt, &ar,
                                                  NULL, NULL), 0);
         }

@@ -13,6 +13,10 @@
 #include <stdint.h>
 
 #include <emu/emu.h>
+/* The suites hold the library against MPFR and plug ops into the choke
+ * point: the two opt-in headers that emu/emu.h leaves out. */
+#include <emu/extend.h>
+#include <emu/ref.h>
 
 /* EMU_TEST_SCALE from the environment (default 1.0, clamped to
  * [0.001, 1000]); n times it, at least `floor`. */

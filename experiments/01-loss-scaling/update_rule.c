@@ -28,7 +28,6 @@
 
 #include "emu/data.h"
 #include "emu/nn.h"
-#include "emu/rng.h"
 
 enum { RATIO_MIN = -40, RATIO_MAX = 10, RATIO_BINS = RATIO_MAX - RATIO_MIN + 1 };
 
@@ -58,21 +57,6 @@ static int die(const char *what, const emu_error *err)
     emu_error_format(err, msg, sizeof msg);
     fprintf(stderr, "update_rule: %s: %s\n", what, msg);
     return 1;
-}
-
-/* The batch order of `emu train` (nn_train.c): Fisher-Yates driven by
- * Philox stream 2^48 + epoch, so both programs see the same batches. */
-static void permutation(size_t *perm, size_t n, uint64_t seed, int epoch)
-{
-    for (size_t i = 0; i < n; i++)
-        perm[i] = i;
-    for (size_t i = n - 1; i > 0; i--) {
-        uint64_t w = emu_random64(seed, ((uint64_t)1 << 48) + (uint64_t)epoch, i);
-        size_t j = (size_t)(w % (i + 1));
-        size_t t = perm[i];
-        perm[i] = perm[j];
-        perm[j] = t;
-    }
 }
 
 /* One parameter's update, with its tally. */
@@ -204,7 +188,9 @@ int main(int argc, char **argv)
     for (long s = 0; s < steps; s++) {
         if (s / per_epoch != epoch) {
             epoch = (int)(s / per_epoch);
-            permutation(perm, train.n, seed, epoch);
+            /* emu train's batch order, so both programs see the same
+             * batches. */
+            emu_batch_permutation(perm, train.n, seed, (uint64_t)epoch);
         }
         const size_t *idx = perm + (size_t)(s % per_epoch) * (size_t)batch;
         for (long i = 0; i < batch; i++) {

@@ -101,7 +101,7 @@ static double promoted_dot(const emu_accum *a, unsigned promote, const float *x,
     for (size_t i0 = 0; i0 < n; i0 += promote) {
         size_t m = n - i0 < promote ? n - i0 : promote;
         double lo = 0.0;
-        double s = emu_accum_dot(a, x + i0, 1, y + i0, 1, m, NULL, counts, &lo);
+        double s = emu_accum_dot(&lo, counts, a, x + i0, 1, y + i0, 1, m, NULL);
         double hi, err;
         two_sum(w, s, &hi, &err);
         double w_new = emu_round2(f32, hi, err, &rne, NULL);
@@ -216,8 +216,8 @@ int main(int argc, char **argv)
                         got = promoted_dot(&acc[m], MODELS[m].promote, x, y, K,
                                            &c[m].counts);
                     else
-                        got = emu_accum_dot(&acc[m], x, 1, y, 1, K, NULL,
-                                            &c[m].counts, &lo);
+                        got = emu_accum_dot(&lo, &c[m].counts, &acc[m], x, 1,
+                                            y, 1, K, NULL);
                     /* got + lo - exact, exactly enough in 256 bits. */
                     mpfr_set_d(d, got, MPFR_RNDN);
                     mpfr_add_d(d, d, lo, MPFR_RNDN);

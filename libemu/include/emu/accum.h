@@ -138,25 +138,26 @@ typedef struct emu_accum_rng {
     uint64_t seed, stream, dot;
 } emu_accum_rng;
 
-/* The reference definition: the model applied to
+/* The reference definition: the model a applied to
  * sum_{i<n} x[i*incx] * y[i*incy] (y may be NULL: a plain sum of x).
  * Returns the accumulator's final value as hi + *lo.  lo is zero except
  * for EXACT, whose exact sum (formed without error in a long fixed-point
  * accumulator) comes back as hi = RN(sum), lo = RN(sum - hi): the sign and
  * zeroness of lo are exact, which is all a deterministic output rounding
- * into a p <= 24 format needs.  counts and lo may be NULL. */
-double emu_accum_dot(const emu_accum *a, const float *x, ptrdiff_t incx,
-                     const float *y, ptrdiff_t incy, size_t n,
-                     const emu_accum_rng *rng, emu_accum_counts *counts,
-                     double *lo);
+ * into a p <= 24 format needs.  The swamping counts are added to *counts.
+ * Outputs first (lo, counts: each may be NULL), then the model, the
+ * inputs, and the random words last, as MPFR puts its rounding mode. */
+double emu_accum_dot(double *lo, emu_accum_counts *counts, const emu_accum *a,
+                     const float *x, ptrdiff_t incx, const float *y,
+                     ptrdiff_t incy, size_t n, const emu_accum_rng *rng);
 
 /* emu_accum_dot with the accumulator starting at init (a value of acc)
  * instead of +0, as a dot-product-accumulate unit D = C + sum x_i y_i
  * does: the fused model aligns init with the first group's terms. */
-double emu_accum_dot_init(const emu_accum *a, double init, const float *x,
+double emu_accum_dot_init(double *lo, emu_accum_counts *counts,
+                          const emu_accum *a, double init, const float *x,
                           ptrdiff_t incx, const float *y, ptrdiff_t incy,
-                          size_t n, const emu_accum_rng *rng,
-                          emu_accum_counts *counts, double *lo);
+                          size_t n, const emu_accum_rng *rng);
 
 /* Swamping bookkeeping for one addition s_new = round(s + t), shared by
  * every accumulator (and the optimizer updates): adds += 1, and

@@ -53,6 +53,18 @@ int emu_dataset_synthetic(emu_dataset *train, emu_dataset *test,
 
 void emu_dataset_free(emu_dataset *d);
 
+/* The order in which a training run visits n examples in epoch `epoch`
+ * (emu_train's batches are its consecutive runs of `batch` indices):
+ * perm[0..n) receives a permutation of 0..n-1 — every index exactly once.
+ * It is a function of (n, seed, epoch) alone, the same on every machine:
+ * a Fisher-Yates shuffle driven by Philox stream 2^48 + epoch of `seed`
+ * (j = w mod (i + 1), so each permutation has probability 1/n! up to a
+ * bias below n / 2^64), a stream no op of the library draws from.  So a
+ * program of its own replays emu_train's batches exactly, and each epoch
+ * has its own order. */
+void emu_batch_permutation(size_t *perm, size_t n, uint64_t seed,
+                           uint64_t epoch);
+
 #ifdef __cplusplus
 }
 #endif

@@ -7,6 +7,14 @@
  * validated, and stored beside the spec so that the rounding hot path never
  * recomputes it.
  *
+ * The derived fields are read-only: emu_format_validate() writes them and
+ * seals the result.  A format built or changed by hand (a struct literal, a
+ * copy with one spec field edited) must go through emu_format_validate()
+ * again before use.  The entry points that keep a format or sweep arrays
+ * with it (tensors and so every op, array rounding, accumulator specs,
+ * precision policies) refuse an unsealed one with an error; the scalar
+ * functions (emu_round, emu_add, emu_encode, ...) trust theirs, for speed.
+ *
  * Formats come from three places: the spec files in formats/ (embedded into
  * the library at build time), a user's spec file loaded at run time, and
  * inline spec strings such as "e5m10,bias=14" or "e4m3,nosubnormals,saturate".
@@ -61,7 +69,7 @@ typedef struct emu_format {
     emu_specials specials;
     emu_overflow overflow;
 
-    /* --- derived by emu_format_validate() ------------------------------ */
+    /* --- derived by emu_format_validate(): read-only -------------------- */
     int bits;            /* total width: sign + ebits + mbits               */
     int p;               /* precision in bits, mbits + 1                    */
     int emin;            /* exponent of the smallest normal, 2^emin         */
@@ -78,6 +86,9 @@ typedef struct emu_format {
     bool has_nan;
     bool fits_carrier;   /* every value is a binary32 (the tensor carrier)  */
     bool fits_double;    /* every value is a binary64 (scalar rounding)     */
+    /* The seal: a fingerprint of the spec and derived fields (not the
+     * names) that only emu_format_validate() writes; 0 if it never ran. */
+    uint64_t sealed;
 } emu_format;
 
 /* Parse a spec in the file syntax (key = value lines, '#' comments).
@@ -91,8 +102,13 @@ int emu_format_parse_file_text(emu_format *out, const char *text, size_t len,
 int emu_format_parse_inline(emu_format *out, const char *spec, emu_error *err);
 
 /* Fill the derived fields and check the spec can be emulated exactly.
- * Returns 0 or -1 with *err (key names the offending field). */
+ * Returns 0 (fmt sealed) or -1 with *err (key names the offending field;
+ * fmt is left unsealed). */
 int emu_format_validate(emu_format *fmt, emu_error *err);
+
+/* Whether fmt is as emu_format_validate() left it: sealed, and no field
+ * but the names changed since.  False for NULL. */
+bool emu_format_is_validated(const emu_format *fmt);
 
 /* Registry: the embedded formats, plus any the user adds.  emu_format_at
  * and emu_format_find are look-ups (emu/error.h): NULL for an index past

@@ -179,19 +179,10 @@ typedef struct emu_layer {
                                  is produced; 1 otherwise                  */
     double grad_scale;        /* the total scale its weight gradient carries
                                  (loss scale times the factors above it)   */
-    /* Scaled GEMM operands (policy q_*), indexed EMU_QT_*: the amax
-     * history and the tensor scale in use this step of W, X and dY; the
-     * operands' dequantized values (binary32, tensor scale left out) as
-     * each GEMM reads them, EMU_QB_*. */
-    emu_amax_history amax_hist[3];
-    double tscale[3];
-    emu_tensor qbuf[6];
-    emu_tensor qsum;          /* conv: dY summed over space, for dbias    */
+    /* Library-private, owned by the model: the scaled GEMM operands'
+     * state (amax histories, tensor scales) and scratch buffers. */
+    struct emu_layer_priv *priv;
 } emu_layer;
-
-enum { EMU_QT_W, EMU_QT_X, EMU_QT_DY };
-enum { EMU_QB_FWD_X, EMU_QB_FWD_W, EMU_QB_DW_DY, EMU_QB_DW_X, EMU_QB_DX_DY,
-       EMU_QB_DX_W, EMU_QB_COUNT };
 
 typedef struct emu_model {
     char arch[128];           /* the spec it was built from                 */

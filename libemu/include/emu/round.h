@@ -161,16 +161,19 @@ typedef struct emu_round_counts {
 } emu_round_counts;
 
 /* Round n binary32 values into fmt.  counts may be NULL.  Returns 0, or
- * -1 with err (EMU_EUNSUPPORTED) and nothing written if fmt does not fit
- * the binary32 carrier (fmt->fits_carrier). */
+ * -1 with err and nothing written if fmt was never validated or changed
+ * since (EMU_EINVAL, emu_format_is_validated) or does not fit the binary32
+ * carrier (EMU_EUNSUPPORTED, fmt->fits_carrier). */
 int emu_round_array_f32(const emu_format *fmt, float *out, const float *in,
                         size_t n, const emu_array_rounding *a,
                         emu_round_counts *counts, emu_error *err);
 
-/* Round n binary64 values into fmt (any format).  Cannot fail: returns 0. */
+/* Round n binary64 values into fmt (any format).  Returns 0, or -1 with
+ * err (EMU_EINVAL) and nothing written for a format that
+ * emu_format_is_validated refuses. */
 int emu_round_array_f64(const emu_format *fmt, double *out, const double *in,
                         size_t n, const emu_array_rounding *a,
-                        emu_round_counts *counts);
+                        emu_round_counts *counts, emu_error *err);
 
 /* Adds one element's outcome to counts (what the array forms do for each
  * element; exported for the slow paths of other modules). */

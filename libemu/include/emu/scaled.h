@@ -281,9 +281,9 @@ typedef struct emu_amax_history {
  * guards: an amax of 0, inf or NaN never makes a scale; if nothing usable
  * is left, g is `previous` (1 if that is not a positive finite value), so
  * g is always positive and finite.  Returns g. */
-double emu_tensor_scale(const emu_tensor_scaling *t,
-                        const emu_amax_history *h, double amax_now,
-                        double previous, const emu_scaled_format *sf);
+double emu_tensor_scaling_factor(const emu_tensor_scaling *t,
+                                 const emu_amax_history *h, double amax_now,
+                                 double previous, const emu_scaled_format *sf);
 
 /* Records a step's amax (a non-finite one is counted and skipped). */
 void emu_amax_record(emu_amax_history *h, int history, double amax);

@@ -1,45 +1,15 @@
 /*
- * accum.c — the accumulator models: how a dot product or a sum is formed.
+ * accum_gemm.c — the GEMM engine (emu_gemm_accum): many dot products at
+ * once, under any accumulator model.
  *
- * Called by matmul and the reductions (emu_accum_dot, emu_gemm_accum), by
- * the convolutions (emu_gemm_accum) and by the optimizer updates
- * (emu_accum_count_add).  The definitions are in emu/accum.h; this file has
- * three parts:
- *
- *  1. One accumulator step, round(hi + lo) into a carrier format, done by
- *     bit manipulation (fast_round, fast_round_sr) where the result is a
- *     normal value up to max (or a zero), and by the choke point
- *     emu_round2_word otherwise (subnormal or overflowing results, NaN,
- *     inf, fnuz zeros, unsigned formats).  hi + lo is the exact result of
- *     the step (TwoSum).  Deterministic modes first round it to odd at 53
- *     bits, one integer operation on hi's pattern, then round that double
- *     to p <= 24 bits by integer arithmetic on its pattern: rounding to odd
- *     with at least p + 2 bits and then to p bits equals rounding once, in
- *     every deterministic mode (Boldo and Melquiond, "Emulation of FMA and
- *     correctly rounded sums: proved algorithms using rounding to odd",
- *     IEEE TC 2008).  Stochastic modes read floor(F 2^64) off hi's low bits
- *     and lo.  tests/test_accum.c proves both bit-identical to the choke
- *     point.
- *
- *  2. The models, one dot product at a time (emu_accum_dot): the reference
- *     definitions, written to be read next to accum.h.
- *
- *  3. The GEMM engine (emu_gemm_accum): many dot products at once.  For
- *     the sequential, blocked, Kahan and pairwise models in deterministic
- *     modes with exact products, one row's dot products with a panel of JB
- *     columns run side by side as straight-line lane code that compilers
- *     vectorise; every other model calls emu_accum_dot per output; fast
- *     calls sgemm.  Rows are split over C11 threads.  Each value is
- *     bit-identical to emu_accum_dot of the same terms (fast with a BLAS
- *     excepted), and the counts are sums of integers, so neither depends
- *     on the thread count.
- *
- * Stochastic accumulator roundings: in dot product `dot`, the rounding of
- * product i takes word base + i, and the r-th accumulator rounding
- * (counted from 0 in the order the model performs them) takes word
- * base + n + r, base = dot * EMU_ACCUM_WORDS_PER_DOT for the dot products
- * short enough (accum.h), a range in a stream of their own for longer
- * ones, so that no two dot products share a word.
+ * Called by matmul and the convolutions.  For the sequential, blocked,
+ * Kahan and pairwise models in deterministic modes with exact products,
+ * one row's dot products with a panel of JB columns run side by side as
+ * straight-line lane code that compilers vectorise; every other model
+ * calls the reference definition (accum_ref.c) per output; fast calls
+ * sgemm.  Rows are split over C11 threads.  Each value is bit-identical
+ * to emu_accum_dot of the same terms (fast with a BLAS excepted), and the
+ * counts are sums of integers, so neither depends on the thread count.
  */
 #include "hostfp.h" /* first: no contraction, no excess precision */
 
@@ -50,766 +20,13 @@
 #include <string.h>
 #include <threads.h>
 
-#include "emu/rng.h"
-#include "ops_internal.h"
+#include "accum_internal.h"
 
 #ifdef EMU_HAVE_CBLAS
 #include <cblas.h>
 #endif
 
-#define SIGN_BIT ((uint64_t)1 << 63)
-
-static uint64_t d2u(double x)
-{
-    uint64_t u;
-    memcpy(&u, &x, sizeof u);
-    return u;
-}
-
-static double u2d(uint64_t u)
-{
-    double x;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
-
-/* ---- 1. one accumulator step ------------------------------------------- */
-
-/* What the fast rounding of one format and mode needs. */
-typedef struct fast_plan {
-    bool ok;            /* the fast path applies at all                   */
-    bool sr;            /* a stochastic mode (fast_round_sr)              */
-    bool zero_slow;     /* zero results must go to the choke point (fnuz) */
-    emu_rnd mode;
-    unsigned sr_bits;   /* random bits of a stochastic mode, 1..64        */
-    int p, emin;
-    int d;              /* fraction bits of a double dropped: 53 - p      */
-    uint64_t mask;      /* 2^d - 1                                         */
-    uint64_t half;      /* 2^(d - 1)                                       */
-    double min_normal;  /* 2^emin                                          */
-    double max;
-} fast_plan;
-
-static void plan_init(fast_plan *pl, const emu_format *f, const emu_rounding *r)
-{
-    memset(pl, 0, sizeof *pl);
-    pl->mode = r->mode;
-    pl->ok = f->fits_carrier && f->is_signed && f->has_zero && f->p >= 1 &&
-             f->p <= 51 && (unsigned)r->mode < EMU_RND_COUNT;
-    if (!pl->ok)
-        return;
-    pl->sr = emu_rnd_is_stochastic(r->mode);
-    pl->sr_bits = r->mode == EMU_RS_BITS && r->sr_bits >= 1 && r->sr_bits <= 64
-                ? r->sr_bits : 64;
-    pl->p = f->p;
-    pl->emin = f->emin;
-    pl->zero_slow = f->specials == EMU_SPECIALS_FNUZ;
-    pl->d = 53 - f->p;
-    pl->mask = ((uint64_t)1 << pl->d) - 1;
-    pl->half = (uint64_t)1 << (pl->d - 1);
-    pl->min_normal = f->min_normal;
-    pl->max = f->max;
-}
-
-/* |hi + lo| rounded to odd at 53 bits, as a pattern, from the pattern u of
- * |hi|: hi = RN(hi + lo), so the truncation is hi when lo points away from
- * zero and hi's predecessor (pattern u - 1, also across a binade) when it
- * points toward zero; the last bit is then set because the value is
- * inexact.  A zero lo leaves u alone. */
-static inline uint64_t odd53(uint64_t u, uint64_t hb, double lo)
-{
-    if (lo == 0.0)
-        return u;
-    return (u - ((hb ^ d2u(lo)) >> 63)) | 1;
-}
-
-/* Rounds the pattern u of a non-negative double to the format's grid in
- * the normal range (d low bits dropped); neg says whether the value it
- * stands for is negative (for the directed modes). */
-static inline uint64_t round_bits(emu_rnd mode, uint64_t u, bool neg, int d,
-                                  uint64_t mask, uint64_t half)
-{
-    switch (mode) {
-    case EMU_RNE:
-        return (u + (half - 1) + ((u >> d) & 1)) & ~mask;
-    case EMU_RNA:
-        return (u + half) & ~mask;
-    case EMU_RU:
-        return (u + (neg ? 0 : mask)) & ~mask;
-    case EMU_RD:
-        return (u + (neg ? mask : 0)) & ~mask;
-    case EMU_RO: {
-        uint64_t t = u & mask;
-        return (u - t) | (((t + mask) >> d) << d);
-    }
-    case EMU_RZ:
-    default:
-        return u & ~mask;
-    }
-}
-
-/* round(hi + lo) if the fast path covers it; false otherwise. */
-static inline bool fast_round(const fast_plan *pl, double hi, double lo,
-                              double *out)
-{
-    uint64_t hb = d2u(hi);
-    uint64_t sign = hb & SIGN_BIT;
-    uint64_t u = odd53(hb ^ sign, hb, lo);
-    uint64_t r = round_bits(pl->mode, u, sign != 0, pl->d, pl->mask, pl->half);
-    double a = u2d(u), rv = u2d(r);
-    if ((!(a >= pl->min_normal) && a != 0.0) || !(rv <= pl->max))
-        return false; /* subnormal range, overflow, inf, NaN */
-    if (rv == 0.0 && pl->zero_slow)
-        return false;
-    *out = u2d(r | sign);
-    return true;
-}
-
-/* Stochastic rounding of hi + lo (|lo| <= ulp(hi)/2) with `word`, when
- * the result is a normal value up to max; false otherwise.  Integer
- * arithmetic on hi's pattern: in hi's binade E (results below 2^emin, and
- * a value just under a power of two, whose binade is E - 1, decline) the
- * quantum is 2^q, q = E - p + 1; hi's d = 53 - p low significand bits R
- * and lo give floor(F 2^64) = R 2^(64-d) + floor(lo' 2^(64-q)), lo'
- * measured away from zero, borrowing one quantum when R = 0 and lo' < 0
- * (the value then lies just under hi's grid point).  The decision is then
- * README's (Rounding): a carry out of word + floor(F 2^64), or of the
- * top r bits of each. */
-static inline bool fast_round_sr(const fast_plan *pl, double hi, double lo,
-                                 uint64_t word, double *out)
-{
-    uint64_t hb = d2u(hi);
-    uint64_t sign = hb & SIGN_BIT;
-    uint64_t u = hb ^ sign;
-    int ef = (int)(u >> 52);
-    if (ef == 0 || ef == 0x7ff || ef - 1023 < pl->emin)
-        return false;
-    double al = sign ? -lo : lo;
-    if (al < 0.0 && (u & (((uint64_t)1 << 52) - 1)) == 0)
-        return false;
-    int q = ef - 1023 - pl->p + 1;
-    /* lo' 2^(64-q) exactly (a power-of-two scaling, |result| < 2^(p+11)),
-     * then its floor as an integer. */
-    double x = al * u2d((uint64_t)(1023 + 64 - q) << 52);
-    int64_t L = (int64_t)x;
-    if ((double)L > x || (al < 0.0 && L == 0 && x == 0.0))
-        L -= 1;
-    uint64_t R = u & pl->mask, base = u & ~pl->mask, Fq;
-    if (R == 0 && L < 0) {
-        base -= (uint64_t)1 << pl->d;
-        Fq = (uint64_t)0 - (uint64_t)(-L);
-    } else {
-        Fq = (R << (64 - pl->d)) + (uint64_t)L;
-    }
-    unsigned bits = pl->sr_bits;
-    bool up = bits >= 64 ? word + Fq < word
-                         : (((Fq >> (64 - bits)) + (word >> (64 - bits))) >> bits) != 0;
-    uint64_t r = base + ((uint64_t)up << pl->d);
-    if (!(u2d(r) <= pl->max))
-        return false;
-    *out = u2d(r | sign);
-    return true;
-}
-
-double emu_accum_round_step(const emu_format *f, const emu_rounding *r,
-                            double hi, double lo, uint64_t word, bool *fast)
-{
-    fast_plan pl;
-    plan_init(&pl, f, r);
-    double out;
-    if (pl.ok && (pl.sr ? fast_round_sr(&pl, hi, lo, word, &out)
-                        : fast_round(&pl, hi, lo, &out))) {
-        if (fast)
-            *fast = true;
-        return out;
-    }
-    if (fast)
-        *fast = false;
-    return emu_round2_word_unguarded(f, hi, lo, r, word, NULL);
-}
-
-/* Random words of one dot product, drawn WORD_RUN at a time: the models
- * consume them in order, and the bulk generator is four times faster. */
-enum { WORD_RUN = 64 };
-typedef struct word_cache {
-    uint64_t first;          /* index of w[0]; valid if n > 0 */
-    size_t n;
-    uint64_t w[WORD_RUN];
-} word_cache;
-
-/* Everything one dot product needs to round its steps. */
-typedef struct stepper {
-    const emu_format *f;
-    const emu_rounding *r;
-    fast_plan pl;
-    bool sr;
-    uint64_t seed, stream, base;
-    word_cache *wc;          /* stochastic modes */
-} stepper;
-
-/* The words of a dot product of n terms (accum.h): its own range of
- * EMU_ACCUM_WORDS_PER_DOT words in the op's stream while 5n + 1 fit,
- * else a range of 2^c words in the stream of size class c. */
-static void dot_words(const emu_accum_rng *rng, size_t n, uint64_t *stream,
-                      uint64_t *base)
-{
-    *stream = rng ? rng->stream : 0;
-    const uint64_t dot = rng ? rng->dot : 0;
-    if (n <= EMU_ACCUM_SHORT_DOT) {
-        *base = dot * EMU_ACCUM_WORDS_PER_DOT;
-        return;
-    }
-    unsigned c = 25;
-    while (c < 64 && ((uint64_t)1 << c) < 5 * (uint64_t)n + 1)
-        c++;
-    *stream ^= EMU_ACCUM_LONG_STREAM(c);
-    *base = c < 64 ? dot << c : 0;
-}
-
-static void stepper_init(stepper *s, const emu_format *f, const emu_rounding *r,
-                         const emu_accum_rng *rng, size_t n, word_cache *wc)
-{
-    s->f = f;
-    s->r = r;
-    plan_init(&s->pl, f, r);
-    s->sr = emu_rnd_is_stochastic(r->mode);
-    s->seed = rng ? rng->seed : 0;
-    dot_words(rng, n, &s->stream, &s->base);
-    s->wc = wc;
-    if (wc)
-        wc->n = 0;
-}
-
-/* Word idx of the dot product. */
-static uint64_t step_word(const stepper *s, uint64_t idx)
-{
-    word_cache *c = s->wc;
-    if (!c)
-        return emu_random64(s->seed, s->stream, s->base + idx);
-    if (c->n == 0 || idx - c->first >= WORD_RUN) {
-        emu_random_fill(s->seed, s->stream, s->base + idx, c->w, WORD_RUN);
-        c->first = idx;
-        c->n = WORD_RUN;
-    }
-    return c->w[idx - c->first];
-}
-
-/* round(hi + lo) with word `idx` of the dot product. */
-static double step_round(const stepper *s, double hi, double lo, uint64_t idx)
-{
-    double out;
-    if (!s->sr) {
-        if (s->pl.ok && fast_round(&s->pl, hi, lo, &out))
-            return out;
-        return emu_round2_word_unguarded(s->f, hi, lo, s->r, 0, NULL);
-    }
-    uint64_t word = step_word(s, idx);
-    if (s->pl.ok && fast_round_sr(&s->pl, hi, lo, word, &out))
-        return out;
-    return emu_round2_word_unguarded(s->f, hi, lo, s->r, word, NULL);
-}
-
-/* round(a + b): the exact sum as a TwoSum pair, with IEEE 754's sign for
- * an exact zero (the common sign of two like-signed zeros, else +0, or -0
- * when rounding toward -inf). */
-static double add_round(const stepper *s, double a, double b, uint64_t idx)
-{
-    double hi, lo;
-    emu_two_sum(a, b, &hi, &lo);
-    if (!isfinite(hi))
-        lo = 0.0; /* inf or NaN: the hardware sum is IEEE's answer */
-    else if (hi == 0.0 && s->r->mode == EMU_RD &&
-        !(a == 0.0 && b == 0.0 && !signbit(a) && !signbit(b)))
-        hi = -0.0;
-    return step_round(s, hi, lo, idx);
-}
-
-/* ---- swamping ------------------------------------------------------------ */
-
-/* Number of trailing zero bits of x != 0. */
-static int ctz64(uint64_t x)
-{
-#if defined(__GNUC__)
-    return __builtin_ctzll(x);
-#else
-    int n = 0;
-    while (!(x & 1)) {
-        x >>= 1;
-        n++;
-    }
-    return n;
-#endif
-}
-
-/* Exponent of the lowest set bit of a finite non-zero double. */
-static int lowest_bit(double t)
-{
-    uint64_t u = d2u(t) & ~SIGN_BIT;
-    int e = (int)(u >> 52);
-    uint64_t m = u & (((uint64_t)1 << 52) - 1);
-    if (e == 0)
-        return -1074 + ctz64(m);              /* subnormal: m != 0 */
-    return e - 1075 + ctz64(m | ((uint64_t)1 << 52));
-}
-
-/* floor(log2 |x|) of a finite non-zero double. */
-static int exponent_of(double x)
-{
-    uint64_t u = d2u(x) & ~SIGN_BIT;
-    int e = (int)(u >> 52);
-    if (e == 0)
-        return ilogb(x); /* subnormal */
-    return e - 1023;
-}
-
-/* Exponent of the quantum of fmt at |x| (x finite): round.c's q. */
-static int quantum_exp(const emu_format *f, double x)
-{
-    int e = x == 0.0 ? INT32_MIN : exponent_of(x);
-    if (e >= f->emin)
-        return e - f->p + 1;
-    return f->subnormals ? f->emin - f->p + 1 : f->emin;
-}
-
-/* Bits of t at or below 2^(q-1): from t's lowest set bit up to the lower
- * of t's leading bit and 2^(q-1). */
-static int bits_below(double t, int q)
-{
-    int msb = exponent_of(t), lsb = lowest_bit(t);
-    int top = msb < q - 1 ? msb : q - 1;
-    int n = top - lsb + 1;
-    return n < 0 ? 0 : n > 64 ? 64 : n;
-}
-
-void emu_accum_count_add_unguarded(emu_accum_counts *c, const emu_format *acc,
-                                   double s, double t, double s_new)
-{
-    c->adds++;
-    if (t != 0.0 && s_new == s) {
-        c->absorbed++;
-        c->lost_bits[EMU_LOST_BINS - 1]++;
-        return;
-    }
-    if (t == 0.0 || !isfinite(t) || !isfinite(s_new)) {
-        c->lost_bits[0]++;
-        return;
-    }
-    c->lost_bits[bits_below(t, quantum_exp(acc, s_new))]++;
-}
-
-void emu_accum_count_add(emu_accum_counts *c, const emu_format *acc, double s,
-                         double t, double s_new)
-{
-    EMU_HOSTFP_GUARD;
-    emu_accum_count_add_unguarded(c, acc, s, t, s_new);
-}
-
-/* ---- 2. the models, one dot product at a time --------------------------- */
-
-typedef struct dot_job {
-    const emu_accum *a;
-    const float *x, *y;
-    ptrdiff_t incx, incy;
-    size_t n;
-    bool has_init;          /* the accumulator starts at init, not 0     */
-    double init;
-    stepper acc, prod, wide;
-    emu_accum_counts *counts;
-} dot_job;
-
-/* Term i: the exact product (or x alone), rounded into prod if asked. */
-static double term(const dot_job *j, size_t i)
-{
-    double x = j->x[(ptrdiff_t)i * j->incx];
-    if (!j->y)
-        return x;
-    double t = x * (double)j->y[(ptrdiff_t)i * j->incy]; /* exact */
-    if (j->a->round_products)
-        t = step_round(&j->prod, t, 0.0, i);
-    return t;
-}
-
-static void count(const dot_job *j, const emu_format *f, double s, double t,
-                  double s_new)
-{
-    if (j->counts)
-        emu_accum_count_add_unguarded(j->counts, f, s, t, s_new);
-}
-
-static double dot_sequential(const dot_job *j)
-{
-    double s = j->has_init ? j->init : 0.0;
-    for (size_t i = 0; i < j->n; i++) {
-        double t = term(j, i);
-        double s_new = add_round(&j->acc, s, t, j->n + i);
-        count(j, &j->a->acc, s, t, s_new);
-        s = s_new;
-    }
-    return s;
-}
-
-/* Leaf l of the tree: the initial value, if any, is the leftmost. */
-static double leaf(const dot_job *j, size_t l)
-{
-    if (!j->has_init)
-        return term(j, l);
-    return l == 0 ? j->init : term(j, l - 1);
-}
-
-/* Pairwise sum of leaves [first, first + n), n >= 1; r counts the
- * accumulator roundings done so far (post-order). */
-static double pairwise(const dot_job *j, size_t first, size_t n, uint64_t *r)
-{
-    if (n == 1)
-        return leaf(j, first);
-    size_t nl = (n + 1) / 2;
-    double l = pairwise(j, first, nl, r);
-    double rt = pairwise(j, first + nl, n - nl, r);
-    double s = add_round(&j->acc, l, rt, j->n + (*r)++);
-    if (fabs(l) >= fabs(rt))
-        count(j, &j->a->acc, l, rt, s);
-    else
-        count(j, &j->a->acc, rt, l, s);
-    return s;
-}
-
-static double dot_pairwise(const dot_job *j)
-{
-    if (j->n == 0)
-        return j->has_init ? j->init : 0.0;
-    uint64_t r = 0;
-    if (j->has_init)
-        return pairwise(j, 0, j->n + 1, &r);
-    if (j->n == 1) {
-        /* One term: it still enters the accumulator, as 0 + t. */
-        double t = term(j, 0);
-        double s = add_round(&j->acc, 0.0, t, j->n);
-        count(j, &j->a->acc, 0.0, t, s);
-        return s;
-    }
-    return pairwise(j, 0, j->n, &r);
-}
-
-static double dot_blocked(const dot_job *j)
-{
-    const unsigned block = j->a->block ? j->a->block : 1;
-    double w = j->has_init ? j->init : 0.0;
-    uint64_t r = 0;
-    for (size_t i0 = 0; i0 < j->n; i0 += block) {
-        size_t i1 = j->n - i0 < block ? j->n : i0 + block;
-        double s = 0.0;
-        for (size_t i = i0; i < i1; i++) {
-            double t = term(j, i);
-            double s_new = add_round(&j->acc, s, t, j->n + r++);
-            count(j, &j->a->acc, s, t, s_new);
-            s = s_new;
-        }
-        double w_new = add_round(&j->wide, w, s, j->n + r++);
-        count(j, &j->a->wide, w, s, w_new);
-        w = w_new;
-    }
-    return w;
-}
-
-static double dot_kahan(const dot_job *j)
-{
-    double s = j->has_init ? j->init : 0.0, c = 0.0;
-    uint64_t r = j->n;
-    for (size_t i = 0; i < j->n; i++) {
-        double p = term(j, i);
-        double y = add_round(&j->acc, p, -c, r++);
-        double t = add_round(&j->acc, s, y, r++);
-        double d = add_round(&j->acc, t, -s, r++);
-        c = add_round(&j->acc, d, -y, r++);
-        count(j, &j->a->acc, s, y, t);
-        s = t;
-    }
-    return s;
-}
-
-/* Signed 128-bit integers as two's complement word pairs (ISO C has no
- * 128-bit type); the fused unit's exact sums need up to 73 bits. */
-typedef struct i128 {
-    uint64_t hi, lo;
-} i128;
-
-static void i128_add(i128 *a, uint64_t m, bool neg)
-{
-    if (!neg) {
-        a->lo += m;
-        a->hi += a->lo < m;
-    } else {
-        a->hi -= a->lo < m;
-        a->lo -= m;
-    }
-}
-
-/* The exact value N * 2^Q of an i128 N (|N| < 2^80) as a TwoSum pair. */
-static void i128_to_pair(i128 a, int Q, double *hi, double *lo)
-{
-    bool neg = a.hi >> 63;
-    if (neg) {
-        a.lo = ~a.lo + 1;
-        a.hi = ~a.hi + (a.lo == 0);
-    }
-    uint64_t top = (a.hi << 24) | (a.lo >> 40); /* N >> 40, < 2^40 */
-    uint64_t bot = a.lo & (((uint64_t)1 << 40) - 1);
-    double h, l;
-    emu_two_sum(ldexp((double)top, 40), (double)bot, &h, &l);
-    h = ldexp(h, Q);
-    l = ldexp(l, Q);
-    *hi = neg ? -h : h;
-    *lo = neg ? -l : l;
-}
-
-static double dot_fused(const dot_job *j)
-{
-    const unsigned k = j->a->fused_k ? j->a->fused_k : 1;
-    const int w = (int)j->a->fused_w;
-    double s = j->has_init ? j->init : 0.0;
-    uint64_t r = 0;
-    double v[4097];
-    for (size_t i0 = 0; i0 < j->n; i0 += k) {
-        size_t m = j->n - i0 < k ? j->n - i0 : k;
-        v[0] = s;
-        bool special = !isfinite(s);
-        int E = s != 0.0 && !special ? ilogb(s) : INT32_MIN;
-        for (size_t i = 0; i < m; i++) {
-            double t = term(j, i0 + i);
-            v[i + 1] = t;
-            if (!isfinite(t))
-                special = true;
-            else if (t != 0.0 && ilogb(t) > E)
-                E = ilogb(t);
-        }
-        double s_new;
-        int Q = E == INT32_MIN ? 0 : E - w + 1;
-        if (special) {
-            /* inf and NaN: IEEE's sum decides (no finite sum overflows). */
-            double x = 0.0;
-            for (size_t i = 0; i <= m; i++)
-                x += v[i];
-            s_new = step_round(&j->acc, x, 0.0, j->n + r++);
-        } else if (E == INT32_MIN) {
-            s_new = step_round(&j->acc, 0.0, 0.0, j->n + r++);
-        } else {
-            i128 N = { 0, 0 };
-            for (size_t i = 0; i <= m; i++)
-                if (v[i] != 0.0)
-                    i128_add(&N, (uint64_t)floor(ldexp(fabs(v[i]), -Q)),
-                             v[i] < 0.0);
-            double hi, lo;
-            i128_to_pair(N, Q, &hi, &lo);
-            s_new = step_round(&j->acc, hi, lo, j->n + r++);
-        }
-        if (j->counts) {
-            for (size_t i = 1; i <= m; i++) {
-                emu_accum_counts *c = j->counts;
-                double t = v[i];
-                c->adds++;
-                if (t == 0.0 || special) {
-                    c->lost_bits[0]++;
-                } else if (exponent_of(t) < Q) {
-                    c->absorbed++;
-                    c->lost_bits[EMU_LOST_BINS - 1]++;
-                } else if (!isfinite(s_new)) {
-                    c->lost_bits[0]++;
-                } else {
-                    int q = quantum_exp(&j->a->acc, s_new);
-                    c->lost_bits[bits_below(t, q > Q ? q : Q)]++;
-                }
-            }
-        }
-        s = s_new;
-    }
-    return s;
-}
-
-/* ---- the exact model: a fixed-point superaccumulator ---------------------
- * Terms are doubles with at most 53 significant bits, the lowest of weight
- * >= 2^-350 (a product of two binary32 values is at least 2^-298 with a
- * 48-bit significand, written as 53 bits) and magnitude < 2^256.  Bit b of
- * the accumulator weighs 2^(b - XBIAS); 12 limbs leave room for 2^60 terms
- * and the two's complement sign. */
-enum { XLIMBS = 12, XBIAS = 384 };
-
-typedef struct xacc {
-    uint64_t w[XLIMBS];
-} xacc;
-
-/* a += (neg ? -m : m) * 2^(pos - XBIAS), m < 2^53, 0 <= pos. */
-static void xacc_add(xacc *a, uint64_t m, int pos, bool neg)
-{
-    int li = pos / 64, sh = pos % 64;
-    uint64_t part[2] = { m << sh, sh ? m >> (64 - sh) : 0 };
-    uint64_t c = 0; /* carry or borrow */
-    for (int i = li; i < XLIMBS; i++) {
-        uint64_t v = i - li < 2 ? part[i - li] : 0;
-        if (i - li >= 2 && !c)
-            break;
-        uint64_t x = a->w[i];
-        if (!neg) {
-            uint64_t y = x + v;
-            uint64_t c1 = y < v;
-            y += c;
-            c = c1 | (y < c);
-            a->w[i] = y;
-        } else {
-            uint64_t b1 = x < v;
-            uint64_t y = x - v;
-            uint64_t b2 = y < c;
-            a->w[i] = y - c;
-            c = b1 | b2;
-        }
-    }
-}
-
-static void xacc_add_double(xacc *a, double t)
-{
-    if (t == 0.0)
-        return;
-    int e;
-    double m = frexp(fabs(t), &e); /* |t| = m 2^e */
-    uint64_t M = (uint64_t)ldexp(m, 53);
-    xacc_add(a, M, e - 53 + XBIAS, t < 0.0);
-}
-
-/* RN of the accumulator's value (the accumulator is not changed). */
-static double xacc_round(const xacc *acc)
-{
-    xacc a = *acc;
-    bool neg = a.w[XLIMBS - 1] >> 63;
-    if (neg) {
-        uint64_t carry = 1;
-        for (int i = 0; i < XLIMBS; i++) {
-            a.w[i] = ~a.w[i] + carry;
-            carry = carry && a.w[i] == 0;
-        }
-    }
-    int top = XLIMBS - 1;
-    while (top >= 0 && a.w[top] == 0)
-        top--;
-    if (top < 0)
-        return 0.0;
-    int lz = 0;
-    while (!(a.w[top] >> (63 - lz) & 1))
-        lz++;
-    int msb = top * 64 + 63 - lz; /* position of the leading bit */
-    /* The 64 bits from msb down, and a sticky bit for the rest. */
-    uint64_t hi64 = a.w[top] << lz;
-    bool sticky = false;
-    if (lz && top > 0)
-        hi64 |= a.w[top - 1] >> (64 - lz);
-    if (top > 0)
-        sticky = (lz ? a.w[top - 1] << lz : a.w[top - 1]) != 0;
-    for (int i = top - 2; i >= 0 && !sticky; i--)
-        sticky = a.w[i] != 0;
-    uint64_t m = hi64 >> 11, rest = hi64 & 0x7ff;
-    if (rest > 0x400 || (rest == 0x400 && (sticky || (m & 1))))
-        m++; /* a carry to 2^53 is still exact in a double */
-    double v = ldexp((double)m, msb - 63 + 11 - XBIAS);
-    return neg ? -v : v;
-}
-
-static double dot_exact(const dot_job *j, double *lo)
-{
-    xacc a;
-    memset(&a, 0, sizeof a);
-    size_t nt = j->n + j->has_init;
-    bool nan = false, pinf = false, ninf = false, all_negzero = nt > 0;
-    for (size_t l = 0; l < nt; l++) {
-        double t = leaf(j, l);
-        if (isnan(t))
-            nan = true;
-        else if (isinf(t))
-            *(t > 0.0 ? &pinf : &ninf) = true;
-        else
-            xacc_add_double(&a, t);
-        if (!(t == 0.0 && signbit(t)))
-            all_negzero = false;
-    }
-    if (j->counts) {
-        j->counts->adds += j->n;
-        j->counts->lost_bits[0] += j->n;
-    }
-    *lo = 0.0;
-    if (nan || (pinf && ninf))
-        return NAN;
-    if (pinf || ninf)
-        return pinf ? INFINITY : -INFINITY;
-    double hi = xacc_round(&a);
-    if (hi == 0.0)
-        return all_negzero ? -0.0 : 0.0;
-    xacc_add_double(&a, -hi); /* exact: hi lies on the accumulator's grid */
-    *lo = xacc_round(&a);
-    return hi;
-}
-
-static double dot_fast(const dot_job *j)
-{
-    float s = j->has_init ? (float)j->init : 0.0f;
-    for (size_t i = 0; i < j->n; i++) {
-        float x = j->x[(ptrdiff_t)i * j->incx];
-        s = j->y ? s + x * j->y[(ptrdiff_t)i * j->incy] : s + x;
-    }
-    return s;
-}
-
-/* emu_accum_dot, optionally starting from an initial value. */
-static double dot_init(const emu_accum *a, const float *x, ptrdiff_t incx,
-                       const float *y, ptrdiff_t incy, size_t n,
-                       const double *init, const emu_accum_rng *rng,
-                       emu_accum_counts *counts, double *lo)
-{
-    dot_job j = { .a = a, .x = x, .y = y, .incx = incx, .incy = incy, .n = n,
-                  .has_init = init != NULL, .init = init ? *init : 0.0,
-                  .counts = counts };
-    word_cache wc[3];
-    bool sr = emu_rnd_is_stochastic(a->rnd.mode);
-    stepper_init(&j.acc, &a->acc, &a->rnd, rng, n, sr ? &wc[0] : NULL);
-    stepper_init(&j.prod, &a->prod, &a->rnd, rng, n, sr ? &wc[1] : NULL);
-    stepper_init(&j.wide, &a->wide, &a->rnd, rng, n, sr ? &wc[2] : NULL);
-    double lo_local = 0.0;
-    if (!lo)
-        lo = &lo_local;
-    *lo = 0.0;
-    switch (a->kind) {
-    case EMU_ACCUM_PAIRWISE:
-        return dot_pairwise(&j);
-    case EMU_ACCUM_BLOCKED:
-        return dot_blocked(&j);
-    case EMU_ACCUM_FUSED:
-        return dot_fused(&j);
-    case EMU_ACCUM_KAHAN:
-        return dot_kahan(&j);
-    case EMU_ACCUM_EXACT:
-        return dot_exact(&j, lo);
-    case EMU_ACCUM_FAST:
-        return dot_fast(&j);
-    case EMU_ACCUM_SEQUENTIAL:
-    default:
-        return dot_sequential(&j);
-    }
-}
-
-double emu_accum_dot_unguarded(const emu_accum *a, const float *x,
-                               ptrdiff_t incx, const float *y, ptrdiff_t incy,
-                               size_t n, const emu_accum_rng *rng,
-                               emu_accum_counts *counts, double *lo)
-{
-    return dot_init(a, x, incx, y, incy, n, NULL, rng, counts, lo);
-}
-
-double emu_accum_dot(const emu_accum *a, const float *x, ptrdiff_t incx,
-                     const float *y, ptrdiff_t incy, size_t n,
-                     const emu_accum_rng *rng, emu_accum_counts *counts,
-                     double *lo)
-{
-    EMU_HOSTFP_GUARD;
-    return dot_init(a, x, incx, y, incy, n, NULL, rng, counts, lo);
-}
-
-/* ---- 3. the GEMM engine ------------------------------------------------- */
+/* ---- the GEMM engine ---------------------------------------------------- */
 
 typedef struct gemm_job {
     const emu_accum *model;
@@ -841,10 +58,11 @@ static void rows_generic(gemm_worker *w)
             size_t o = i * g->N + j;
             emu_accum_rng rng = { g->seed, g->stream, g->dot0 + o };
             double lo;
-            g->hi[o] = dot_init(g->model, g->a + (ptrdiff_t)i * g->a_rs,
-                                g->a_cs, g->b + (ptrdiff_t)j * g->b_cs,
-                                g->b_rs, g->K, g->c ? g->c + o : NULL, &rng,
-                                w->want_counts ? &w->counts : NULL, &lo);
+            g->hi[o] = emu_accum_dot_init_unguarded(
+                g->model, g->a + (ptrdiff_t)i * g->a_rs, g->a_cs,
+                g->b + (ptrdiff_t)j * g->b_cs, g->b_rs, g->K,
+                g->c ? g->c + o : NULL, &rng,
+                w->want_counts ? &w->counts : NULL, &lo);
             if (g->lo)
                 g->lo[o] = lo;
         }
@@ -954,8 +172,8 @@ static EMU_ALWAYS_INLINE void count_step(const seq_ctx *c, const double *s_old,
             hist[j][bin]++;
         } else {
             /* counted here in full; the caller's adds cover all lanes */
-            emu_accum_count_add_unguarded(cnt, &c->g->model->acc, s_old[j],
-                                          ak * b[j], s_new[j]);
+            accum_count_add(cnt, &c->g->model->acc, s_old[j],
+                            ak * b[j], s_new[j]);
             cnt->adds--;
         }
     }
@@ -1189,8 +407,8 @@ static EMU_ALWAYS_INLINE void seq_row_panel(const seq_ctx *c, emu_rnd mode,
             for (size_t j = 0; j < jn; j++) {
                 double w_new = add_round(&c->wide, w[j], s[j], 0);
                 if (cnt)
-                    emu_accum_count_add_unguarded(cnt, &g->model->wide, w[j],
-                                                  s[j], w_new);
+                    accum_count_add(cnt, &g->model->wide, w[j],
+                                    s[j], w_new);
                 w[j] = w_new;
                 s[j] = 0.0;
             }
@@ -1236,8 +454,8 @@ static EMU_ALWAYS_INLINE void kahan_row_panel(const seq_ctx *c, emu_rnd mode,
         lanes_add(c, mode, d, neg, cc, jn);
         if (cnt)
             for (size_t j = 0; j < jn; j++)
-                emu_accum_count_add_unguarded(cnt, &g->model->acc, s[j], y[j],
-                                              t[j]);
+                accum_count_add(cnt, &g->model->acc, s[j], y[j],
+                                t[j]);
         memcpy(s, t, sizeof s);
     }
     for (size_t j = 0; j < jn; j++)
@@ -1273,8 +491,8 @@ static EMU_ALWAYS_INLINE void pw_row_panel(const seq_ctx *c, emu_rnd mode,
         lanes_add(c, mode, zero, t, res, jn);
         if (cnt)
             for (size_t j = 0; j < jn; j++)
-                emu_accum_count_add_unguarded(cnt, &g->model->acc, 0.0, t[j],
-                                              res[j]);
+                accum_count_add(cnt, &g->model->acc, 0.0, t[j],
+                                res[j]);
     } else {
         enum { DEPTH = 130 };
         struct frame {
@@ -1311,10 +529,10 @@ static EMU_ALWAYS_INLINE void pw_row_panel(const seq_ctx *c, emu_rnd mode,
                 if (cnt)
                     for (size_t j = 0; j < jn; j++) {
                         bool lbig = fabs(l[j]) >= fabs(r[j]);
-                        emu_accum_count_add_unguarded(cnt, &g->model->acc,
-                                                      lbig ? l[j] : r[j],
-                                                      lbig ? r[j] : l[j],
-                                                      sum[j]);
+                        accum_count_add(cnt, &g->model->acc,
+                                        lbig ? l[j] : r[j],
+                                        lbig ? r[j] : l[j],
+                                        sum[j]);
                     }
                 nv -= 2;
                 memcpy(v[nv++], sum, sizeof sum);
@@ -1642,14 +860,4 @@ int emu_gemm_accum(const emu_accum *model, size_t M, size_t N, size_t K,
 {
     return emu_gemm_accum_ex(model, M, N, K, a, a_rs, a_cs, b, b_rs, b_cs,
                              NULL, hi, lo, seed, stream, 0, counts, threads);
-}
-
-/* For units with an accumulator input C (emu/dpi.h). */
-double emu_accum_dot_init(const emu_accum *a, double init, const float *x,
-                          ptrdiff_t incx, const float *y, ptrdiff_t incy,
-                          size_t n, const emu_accum_rng *rng,
-                          emu_accum_counts *counts, double *lo)
-{
-    EMU_HOSTFP_GUARD;
-    return dot_init(a, x, incx, y, incy, n, &init, rng, counts, lo);
 }

@@ -1,0 +1,34 @@
+/*
+ * nn_internal.h — the library-private part of a layer (nn_model.c builds
+ * and uses it, nn_train.c checkpoints it).
+ *
+ * emu_layer (emu/nn.h) is what a caller reads: parameters, activations,
+ * gradients, scales.  The scaled GEMM operands' state and buffers are the
+ * training loop's business: they live here, behind emu_layer.priv,
+ * allocated with the model for every layer.
+ */
+#ifndef EMU_NN_INTERNAL_H
+#define EMU_NN_INTERNAL_H
+
+#include "emu/nn.h"
+#include "emu/scaled.h"
+#include "emu/tensor.h"
+
+/* The quantized operands of a layer's GEMMs (policy q_*): W, X and dY. */
+enum { EMU_QT_W, EMU_QT_X, EMU_QT_DY, EMU_QT_COUNT };
+/* The dequantized operand buffers, one per (GEMM, operand). */
+enum { EMU_QB_FWD_X, EMU_QB_FWD_W, EMU_QB_DW_DY, EMU_QB_DW_X, EMU_QB_DX_DY,
+       EMU_QB_DX_W, EMU_QB_COUNT };
+
+struct emu_layer_priv {
+    /* Indexed EMU_QT_*: the amax history and the tensor scale in use this
+     * step of W, X and dY (checkpointed). */
+    emu_amax_history amax_hist[EMU_QT_COUNT];
+    double tscale[EMU_QT_COUNT];
+    /* The operands' dequantized values (binary32, tensor scale left out)
+     * as each GEMM reads them, EMU_QB_*. */
+    emu_tensor qbuf[EMU_QB_COUNT];
+    emu_tensor qsum;          /* conv: dY summed over space, for dbias    */
+};
+
+#endif
