@@ -50,5 +50,6 @@ sh fuzz/run.sh 20
 
 step "experiments (quick) and notebooks"
 EMU="$PWD/build/cli/emu" EMU_BUILD="$PWD/build" bash experiments/run_all.sh --quick
+step "bench against PyTorch (quick)"; /usr/bin/python3 bench/train_vs_torch.py --quick --emu build/cli/emu
 
 step "all checks passed"
