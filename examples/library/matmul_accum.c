@@ -54,8 +54,10 @@ static int die(const emu_error *err)
 static double counter(const emu_site *site, const char *name)
 {
     double v = -1;
-    if (emu_stats_counter(site, EMU_SPAN_TOTAL, name, &v) != 0)
-        fprintf(stderr, "FAIL: no counter '%s'\n", name), failures++;
+    if (emu_stats_counter(site, EMU_SPAN_TOTAL, name, &v) != 0) {
+        fprintf(stderr, "FAIL: no counter '%s'\n", name);
+        failures++;
+    }
     return v;
 }
 
@@ -87,8 +89,8 @@ static void check_against_reference(const emu_tensor *y, const emu_tensor *a,
 int main(void)
 {
     emu_error err;
-    const emu_format *b16 = emu_format_find("binary16");
-    const emu_format *b32 = emu_format_find("binary32");
+    const emu_format *f16 = emu_format_find("binary16");
+    const emu_format *f32 = emu_format_find("binary32");
 
     /* Statistics go to `stats`; measure everything, and check a quarter
      * of the outputs against MPFR. */
@@ -101,28 +103,28 @@ int main(void)
     ctx.ref_rate = 0.25;
 
     /* Tensors: binary32 sources, their binary16 roundings, the output. */
-    emu_tensor a32, b32t, a, b, y;
-    if (emu_tensor_alloc4(&a32, "a_src", EMU_ROLE_ACTIVATION, b32, M, K, 0, 0, &err) ||
-        emu_tensor_alloc4(&b32t, "b_src", EMU_ROLE_WEIGHT, b32, K, N, 0, 0, &err) ||
-        emu_tensor_alloc4(&a, "a", EMU_ROLE_ACTIVATION, b16, M, K, 0, 0, &err) ||
-        emu_tensor_alloc4(&b, "b", EMU_ROLE_WEIGHT, b16, K, N, 0, 0, &err) ||
-        emu_tensor_alloc4(&y, "y", EMU_ROLE_ACTIVATION, b16, M, N, 0, 0, &err))
+    emu_tensor a_src, b_src, a, b, y;
+    if (emu_tensor_alloc4(&a_src, "a_src", EMU_ROLE_ACTIVATION, f32, M, K, 0, 0, &err) ||
+        emu_tensor_alloc4(&b_src, "b_src", EMU_ROLE_WEIGHT, f32, K, N, 0, 0, &err) ||
+        emu_tensor_alloc4(&a, "a", EMU_ROLE_ACTIVATION, f16, M, K, 0, 0, &err) ||
+        emu_tensor_alloc4(&b, "b", EMU_ROLE_WEIGHT, f16, K, N, 0, 0, &err) ||
+        emu_tensor_alloc4(&y, "y", EMU_ROLE_ACTIVATION, f16, M, N, 0, 0, &err))
         return die(&err);
 
     /* Positive data in [0, 1): no cancellation, so the sums grow and
      * binary16's ulp grows with them (0.125 at 128). */
-    static float src_a[M * K], src_b[K * N];
+    static float data_a[M * K], data_b[K * N];
     for (size_t i = 0; i < M * K; i++)
-        src_a[i] = (float)((emu_random64(1, 0, i) >> 40) * 0x1p-24);
+        data_a[i] = (float)((emu_random64(1, 0, i) >> 40) * 0x1p-24);
     for (size_t i = 0; i < K * N; i++)
-        src_b[i] = (float)((emu_random64(1, 1, i) >> 40) * 0x1p-24);
+        data_b[i] = (float)((emu_random64(1, 1, i) >> 40) * 0x1p-24);
 
     /* Every op takes its rounding last; zero-initialised is nearest-even. */
     const emu_rounding rne = { .mode = EMU_RNE };
-    if (emu_t_load(&ctx, "a_src.load", &a32, src_a, M * K, &rne) ||
-        emu_t_load(&ctx, "b_src.load", &b32t, src_b, K * N, &rne) ||
-        emu_t_load(&ctx, "a.load", &a, src_a, M * K, &rne) ||
-        emu_t_load(&ctx, "b.load", &b, src_b, K * N, &rne))
+    if (emu_t_load(&ctx, "a_src.load", &a_src, data_a, M * K, &rne) ||
+        emu_t_load(&ctx, "b_src.load", &b_src, data_b, K * N, &rne) ||
+        emu_t_load(&ctx, "a.load", &a, data_a, M * K, &rne) ||
+        emu_t_load(&ctx, "b.load", &b, data_b, K * N, &rne))
         return die(&ctx.err);
 
     const char *models[] = { "sequential,acc=binary16",
@@ -132,12 +134,14 @@ int main(void)
     printf("%-36s %9s %8s %11s %11s %11s\n", "model", "absorbed", "samples",
            "quant_mean", "accum_mean", "round_mean");
     for (int m = 0; m < 3; m++) {
-        /* The accumulator model is named in the call, via the options. */
+        /* The accumulator model is named in the call, via the options;
+         * the binary32 sources let MPFR tell the inputs' quantization
+         * error from the accumulator's. */
         emu_accum acc;
         if (emu_accum_parse(&acc, models[m], &err) != 0)
             return die(&err);
         emu_matmul_opts opts = { .accum = &acc,
-                                 .a_src = &a32, .b_src = &b32t };
+                                 .a_src = &a_src, .b_src = &b_src };
         if (emu_t_matmul(&ctx, sites[m], &y, &a, &b, &opts, &rne) != 0)
             return die(&ctx.err);
 
@@ -176,7 +180,7 @@ int main(void)
            emu_error_code_name(ctx.err.code), msg);
     check(rc == -1 && ctx.err.code == EMU_EINVAL, "a missing model is an error");
 
-    emu_tensor_free(&a32), emu_tensor_free(&b32t);
+    emu_tensor_free(&a_src), emu_tensor_free(&b_src);
     emu_tensor_free(&a), emu_tensor_free(&b), emu_tensor_free(&y);
     emu_stats_free(&stats);
     if (failures) {

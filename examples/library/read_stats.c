@@ -169,8 +169,10 @@ int main(int argc, char **argv)
             emu_stats_counter(site, EMU_SPAN_STEP, "results", &step_results) ||
             emu_stats_counter(site, EMU_SPAN_TOTAL, "inexact_rate", &inexact_rate) ||
             emu_stats_counter(site, EMU_SPAN_TOTAL, "underflow", &underflow) ||
-            emu_stats_counter(site, EMU_SPAN_TOTAL, "absorbed", &absorbed))
-            return fprintf(stderr, "FAIL: a counter is missing\n"), 1;
+            emu_stats_counter(site, EMU_SPAN_TOTAL, "absorbed", &absorbed)) {
+            fprintf(stderr, "FAIL: a counter is missing\n");
+            return 1;
+        }
         printf("%-10s %-7s %-10s %-9s %7.0f %7.0f %9.2f %9.0f %8.0f\n",
                site->name, site->kind, emu_role_name(site->role),
                site->format, results, step_results, 100 * inexact_rate,
@@ -197,8 +199,10 @@ int main(int argc, char **argv)
                                         EMU_ROLE_ACT_GRAD);
     uint64_t hx[EMU_HIST_BINS], hr[EMU_HIST_BINS];
     if (!gc || emu_stats_hist(gc, EMU_SPAN_TOTAL, "exact", hx) ||
-        emu_stats_hist(gc, EMU_SPAN_TOTAL, "rounded", hr))
-        return fprintf(stderr, "FAIL: no grad.cast histograms\n"), 1;
+        emu_stats_hist(gc, EMU_SPAN_TOTAL, "rounded", hr)) {
+        fprintf(stderr, "FAIL: no grad.cast histograms\n");
+        return 1;
+    }
     printf("grad.cast  bin    exact  rounded\n");
     for (int b = 0; b < EMU_HIST_BINS; b++)
         if (hx[b] || hr[b]) {

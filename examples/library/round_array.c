@@ -33,6 +33,15 @@ static void check(int ok, const char *what)
     }
 }
 
+/* A failed call: print the library's message (emu/error.h), count it. */
+static void fail(const emu_error *err)
+{
+    char msg[600];
+    emu_error_format(err, msg, sizeof msg);
+    fprintf(stderr, "FAIL: %s\n", msg);
+    failures++;
+}
+
 /* Same value, NaN included: the array path and the scalar one must agree
  * bit for bit (a float holds every e4m3 and bfloat16 value exactly). */
 static int same(float a, double b)
@@ -86,10 +95,7 @@ static void round_and_check(const char *fmt_name, emu_rnd mode,
     emu_round_counts counts = { 0 };   /* calls add to it: zero it first */
     emu_error err;
     if (emu_round_array_f32(fmt, y, x, n, &ar, &counts, &err) != 0) {
-        char msg[600];
-        emu_error_format(&err, msg, sizeof msg);
-        fprintf(stderr, "FAIL: %s\n", msg);
-        failures++;
+        fail(&err);
         return;
     }
     printf("%-9s %-4s n=%llu inexact=%llu underflow=%llu to_zero=%llu "
