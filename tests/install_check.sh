@@ -2,8 +2,10 @@
 # install_check.sh — installs a built tree into a temporary prefix and builds
 # examples/consumer against the installed files, through pkg-config (shared
 # and static) and through find_package(libemu) (shared and static), runs each
-# build, and checks the outputs; and builds a small program on the opt-in
-# MPFR headers (emu/extend.h, emu/ref.h) with `pkg-config libemu mpfr`.  Exits non-zero on any failure.
+# build, and checks the outputs; builds a small program on the opt-in
+# MPFR headers (emu/extend.h, emu/ref.h) with `pkg-config libemu mpfr`,
+# and each examples/library/*.c with the pkg-config line its comment gives,
+# and runs it.  Exits non-zero on any failure.
 #
 # Usage: tests/install_check.sh [build-dir]     (default: build)
 # Needs cmake, a C compiler, make and pkg-config.
@@ -89,6 +91,18 @@ cc -std=c11 $(pkg-config --cflags libemu mpfr) -o "$tmp/pc/oracle" "$tmp/pc/orac
     { cat "$tmp/oracle.log" >&2; fail "build with emu/extend.h and emu/ref.h"; }
 "$tmp/pc/oracle" >/dev/null || fail "the installed MPFR oracle does not round 300 to 288"
 
+# 2c. The library examples (README's "Using the library") build with the
+#     command line their header comments give, and pass their own checks.
+mkdir "$tmp/ex"
+for ex in "$src"/examples/library/*.c; do
+    name=$(basename "$ex" .c)
+    cc -std=c11 "$ex" $(pkg-config --cflags --libs libemu) -lm \
+       -Wl,-rpath,"$libdir" -o "$tmp/ex/$name" >"$tmp/ex.log" 2>&1 ||
+        { cat "$tmp/ex.log" >&2; fail "examples/library/$name.c does not build"; }
+    (cd "$tmp/ex" && "./$name" >"$tmp/ex.log" 2>&1) ||
+        { cat "$tmp/ex.log" >&2; fail "examples/library/$name.c fails its checks"; }
+done
+
 # 3. and 4. find_package, shared and static.
 for kind in shared static; do
     static=OFF
@@ -122,5 +136,5 @@ grep -q "^e4m3: p = 4, emin = -6, emax = 8, max = 448," "$tmp/out.pc" ||
 grep -q "^rne(500) = nan" "$tmp/out.pc" || fail "e4m3 overflow is not NaN"
 grep -q "^rne(300) = 288 " "$tmp/out.pc" || fail "rne(300) in e4m3 is not 288"
 
-echo "install_check: OK ($prefix: pkg-config shared+static, find_package shared+static)"
+echo "install_check: OK ($prefix: pkg-config shared+static, find_package shared+static, examples/library)"
 sed 's/^/  /' "$tmp/out.pc"
