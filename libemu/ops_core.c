@@ -434,16 +434,25 @@ static void round_results(const emu_ctx *ctx, const emu_op_out *o,
         if (!o->lo ||
             (!sr && lo_harmless(o->hi + i0, o->lo + i0, m, out->fmt.p))) {
             ar.first_index = i0;
-            if (identity && carry_f32(res + i0, o->hi + i0, m, counts))
+            /* Both binary32 shortcuts below need every value of the chunk
+             * to be a binary32 value (or NaN): a first value that is not
+             * (an optimizer's new weights, mostly) rules them out without
+             * two passes over the chunk. */
+            const double h0 = o->hi[i0];
+            const bool wide0 = (double)(float)h0 != h0 && !isnan(h0);
+            if (!wide0 && identity && carry_f32(res + i0, o->hi + i0, m, counts))
                 continue;
             /* Most ops' values are binary32 values already (a fast-model
              * GEMM, sums of 16-bit values, casts): then the binary32 array
              * path, several times faster, rounds them the same way. */
             float fin[CHUNK];
-            bool narrow = true;
-            for (size_t j = 0; j < m; j++) {
-                fin[j] = (float)o->hi[i0 + j];
-                narrow &= (double)fin[j] == o->hi[i0 + j] || isnan(fin[j]);
+            bool narrow = !wide0;
+            for (size_t j = 0; narrow && j < m; j += 256) {
+                const size_t e = m - j < 256 ? m : j + 256;
+                for (size_t k = j; k < e; k++) {
+                    fin[k] = (float)o->hi[i0 + k];
+                    narrow &= (double)fin[k] == o->hi[i0 + k] || isnan(fin[k]);
+                }
             }
             if (narrow) {
                 emu_round_array_f32_unguarded(&out->fmt, res + i0, fin, m, &ar, counts);
