@@ -156,6 +156,8 @@ static float x_at(const conv_geom *g, const float *x, size_t n, size_t ci,
 static void im2row(const conv_geom *g, const float *x, bool ones, float *rows)
 {
     const size_t K = g->Ci * g->KH * g->KW + (ones ? 1 : 0);
+    const ptrdiff_t H = (ptrdiff_t)g->H, W = (ptrdiff_t)g->W;
+    const ptrdiff_t KW = (ptrdiff_t)g->KW;
     float *r = rows;
     for (size_t n = 0; n < g->N; n++)
         for (size_t oh = 0; oh < g->Ho; oh++)
@@ -163,13 +165,35 @@ static void im2row(const conv_geom *g, const float *x, bool ones, float *rows)
                 float *p = r;
                 if (ones)
                     *p++ = 1.0f;
-                ptrdiff_t h0 = (ptrdiff_t)(oh * g->s) - (ptrdiff_t)g->pad;
-                ptrdiff_t w0 = (ptrdiff_t)(ow * g->s) - (ptrdiff_t)g->pad;
-                for (size_t ci = 0; ci < g->Ci; ci++)
-                    for (size_t kh = 0; kh < g->KH; kh++)
-                        for (size_t kw = 0; kw < g->KW; kw++)
-                            *p++ = x_at(g, x, n, ci, h0 + (ptrdiff_t)kh,
-                                        w0 + (ptrdiff_t)kw);
+                const ptrdiff_t h0 = (ptrdiff_t)(oh * g->s) - (ptrdiff_t)g->pad;
+                const ptrdiff_t w0 = (ptrdiff_t)(ow * g->s) - (ptrdiff_t)g->pad;
+                /* The taps kw in [a, b) read inside the row, the others
+                 * are padding: one bounds check per row, not per value. */
+                ptrdiff_t a = w0 < 0 ? -w0 : 0, b = W - w0;
+                if (a > KW)
+                    a = KW;
+                if (b > KW)
+                    b = KW;
+                if (b < a)
+                    b = a;
+                for (size_t ci = 0; ci < g->Ci; ci++) {
+                    const float *xc = x + (n * g->Ci + ci) * g->H * g->W;
+                    for (size_t kh = 0; kh < g->KH; kh++, p += KW) {
+                        const ptrdiff_t ih = h0 + (ptrdiff_t)kh;
+                        if (ih < 0 || ih >= H) {
+                            for (ptrdiff_t kw = 0; kw < KW; kw++)
+                                p[kw] = 0.0f;
+                            continue;
+                        }
+                        const float *xr = xc + ih * W;
+                        for (ptrdiff_t kw = 0; kw < a; kw++)
+                            p[kw] = 0.0f;
+                        for (ptrdiff_t kw = a; kw < b; kw++)
+                            p[kw] = xr[w0 + kw];
+                        for (ptrdiff_t kw = b; kw < KW; kw++)
+                            p[kw] = 0.0f;
+                    }
+                }
                 r += K;
             }
 }

@@ -217,15 +217,113 @@ static void count_nans(const emu_op_out *o, const float *res, size_t n,
     s->nan = nan;
 }
 
-/* Swamping of an accumulation out = acc_old + addend, from the results. */
+static int ctz64(uint64_t x)
+{
+#if defined(__GNUC__)
+    return __builtin_ctzll(x);
+#else
+    int k = 0;
+    while (!(x & 1)) {
+        x >>= 1;
+        k++;
+    }
+    return k;
+#endif
+}
+
+/* floor(log2 |x|) of a finite non-zero binary32 value, |x| as bits. */
+static int f32_exponent(uint32_t a)
+{
+    if (a >= 0x800000)
+        return (int)(a >> 23) - 127;
+    int e = -149; /* subnormal: its leading bit */
+    while (a >>= 1)
+        e++;
+    return e;
+}
+
+/* Swamping of an accumulation out = acc_old + addend, from the results:
+ * emu_accum_count_add's rule (an unchanged result is absorbed with every
+ * bit lost; otherwise the bits of t below half the quantum of the result
+ * in out's format are lost), from the bits, inline: an update's weights
+ * are a call each otherwise.  Addends that are binary64 subnormals (no
+ * optimizer makes them) take the library's function. */
 static void count_swamp(const emu_op_out *o, const float *res, size_t n,
                         emu_accum_counts *c)
 {
+    const emu_format *f = &o->out->fmt;
+    const int q_tiny = f->subnormals ? f->emin - f->p + 1 : f->emin;
     for (size_t i = 0; i < n; i++) {
         const double t = o->addend[i];
-        if (t == 0.0 || !isfinite(t) || !isfinite(o->acc_old[i]))
+        const float old = o->acc_old[i];
+        uint64_t u;
+        uint32_t ob, rb;
+        memcpy(&u, &t, sizeof u);
+        memcpy(&ob, &old, sizeof ob);
+        u &= ~((uint64_t)1 << 63);
+        const int et = (int)(u >> 52);
+        if (u == 0 || et == 0x7ff || (ob & 0x7fffffff) >= 0x7f800000)
+            continue; /* zero or non-finite addend, non-finite old value */
+        if (et == 0) {
+            emu_accum_count_add_unguarded(c, f, old, t, res[i]);
             continue;
-        emu_accum_count_add_unguarded(c, &o->out->fmt, o->acc_old[i], t, res[i]);
+        }
+        c->adds++;
+        const float r = res[i];
+        if (r == old) {
+            c->absorbed++;
+            c->lost_bits[EMU_LOST_BINS - 1]++;
+            continue;
+        }
+        memcpy(&rb, &r, sizeof rb);
+        rb &= 0x7fffffff;
+        if (rb >= 0x7f800000) {
+            c->lost_bits[0]++;
+            continue;
+        }
+        int q = q_tiny; /* exponent of the result's quantum */
+        if (rb != 0) {
+            const int e = f32_exponent(rb);
+            if (e >= f->emin)
+                q = e - f->p + 1;
+        }
+        const int msb = et - 1023;
+        const int lsb = et - 1075 + ctz64((u & (((uint64_t)1 << 52) - 1)) |
+                                          ((uint64_t)1 << 52));
+        const int top = msb < q - 1 ? msb : q - 1;
+        const int bits = top - lsb + 1;
+        c->lost_bits[bits < 0 ? 0 : bits > 64 ? 64 : bits]++;
+    }
+}
+
+/* The exact values' histogram of pairs hi + lo: hi's bins, in one array
+ * pass, then moved down a bin where exact_bin says so (hi a power of two,
+ * lo toward zero): rare, found by a branch-free scan. */
+static void hist_pairs(uint64_t *hist, const double *hi, const double *lo,
+                       size_t n)
+{
+    emu_hist_add_unguarded(hist, hi, n);
+    for (size_t i0 = 0; i0 < n; i0 += CHUNK) {
+        const size_t m = n - i0 < CHUNK ? n - i0 : CHUNK;
+        uint64_t any = 0;
+        for (size_t j = 0; j < m; j++) {
+            uint64_t u, v;
+            memcpy(&u, &hi[i0 + j], sizeof u);
+            memcpy(&v, &lo[i0 + j], sizeof v);
+            any |= (uint64_t)((u << 12) == 0) & (uint64_t)((v << 1) != 0) &
+                   ((u ^ v) >> 63);
+        }
+        if (!any)
+            continue;
+        for (size_t j = 0; j < m; j++) {
+            const size_t i = i0 + j;
+            const int b = emu_hist_bin_unguarded(hi[i]);
+            const int e = exact_bin(hi[i], lo[i]);
+            if (e != b) {
+                hist[b]--;
+                hist[e]++;
+            }
+        }
     }
 }
 
@@ -258,9 +356,11 @@ static void measure_results(const emu_ctx *ctx, const emu_op_out *o,
     if (ctx->measure & EMU_MEASURE_HIST) {
         /* Plain values and binary32 results: the bins straight from
          * the arrays, in integers. */
-        if (o->scale || o->lo)
+        if (o->scale)
             for (size_t i = 0; i < n; i++)
                 s->hist_exact[exact_bin_of(o, i)]++;
+        else if (o->lo)
+            hist_pairs(s->hist_exact, o->hi, o->lo, n);
         else
             emu_hist_add_unguarded(s->hist_exact, o->hi, n);
         if (o->scale)
@@ -346,16 +446,25 @@ static void round_results(const emu_ctx *ctx, const emu_op_out *o,
         if (!o->lo ||
             (!sr && lo_harmless(o->hi + i0, o->lo + i0, m, out->fmt.p))) {
             ar.first_index = i0;
-            if (identity && carry_f32(res + i0, o->hi + i0, m, counts))
+            /* Both binary32 shortcuts below need every value of the chunk
+             * to be a binary32 value (or NaN): a first value that is not
+             * (an optimizer's new weights, mostly) rules them out without
+             * two passes over the chunk. */
+            const double h0 = o->hi[i0];
+            const bool wide0 = (double)(float)h0 != h0 && !isnan(h0);
+            if (!wide0 && identity && carry_f32(res + i0, o->hi + i0, m, counts))
                 continue;
             /* Most ops' values are binary32 values already (a fast-model
              * GEMM, sums of 16-bit values, casts): then the binary32 array
              * path, several times faster, rounds them the same way. */
             float fin[CHUNK];
-            bool narrow = true;
-            for (size_t j = 0; j < m; j++) {
-                fin[j] = (float)o->hi[i0 + j];
-                narrow &= (double)fin[j] == o->hi[i0 + j] || isnan(fin[j]);
+            bool narrow = !wide0;
+            for (size_t j = 0; narrow && j < m; j += 256) {
+                const size_t e = m - j < 256 ? m : j + 256;
+                for (size_t k = j; k < e; k++) {
+                    fin[k] = (float)o->hi[i0 + k];
+                    narrow &= (double)fin[k] == o->hi[i0 + k] || isnan(fin[k]);
+                }
             }
             if (narrow) {
                 emu_round_array_f32_unguarded(&out->fmt, res + i0, fin, m, &ar, counts);
@@ -363,9 +472,13 @@ static void round_results(const emu_ctx *ctx, const emu_op_out *o,
             }
             emu_round_array_f64_unguarded(&out->fmt, buf, o->hi + i0, m, &ar, counts);
         } else {
+            /* the words of element i0 + j, as emu_random64 gives them */
+            uint64_t words[CHUNK];
+            if (sr)
+                emu_random_fill(ctx->seed, stream, i0, words, m);
             for (size_t j = 0; j < m; j++) {
                 size_t i = i0 + j;
-                uint64_t word = sr ? emu_random64(ctx->seed, stream, i) : 0;
+                uint64_t word = sr ? words[j] : 0;
                 emu_status st;
                 buf[j] = emu_round2_word_unguarded(&out->fmt, o->hi[i], o->lo[i],
                                          &ar.rnd, word, &st);

@@ -19,6 +19,10 @@
  * rounds the exact sum, and stochastic rounding's probability is exact to
  * about 2^-64.  Adam's weight step needs a square root and divisions; its
  * update u is evaluated in binary64 and w - u is then formed exactly.
+ * emu_exact_sum_ref below is that sum's definition; the update passes
+ * form it with optim_sum.h's straight-line equivalents (tested bit for
+ * bit against it), one vectorisable loop per state tensor, and fall back
+ * to it only for elements whose terms are not finite.
  *
  * Swamping.  The weight update is the accumulation the mixed-precision
  * papers measure (an update below half an ulp of w vanishes).  Every
@@ -42,6 +46,7 @@
 #include <string.h>
 
 #include "ops_internal.h"
+#include "optim_sum.h"
 
 /* ---- exact sums of a few doubles -------------------------------------- */
 
@@ -59,7 +64,7 @@ static void two_prod(double a, double b, double *p, double *e)
  * sign(S - hi), and |lo - (S - hi)| <= 2^-52 |lo|.  A zero sum is -0
  * only if every term is -0 (IEEE addition's rule); a non-finite term
  * gives the plain IEEE sum in order. */
-static void exact_sum(const double *t, int n, double *hi, double *lo)
+void emu_exact_sum_ref(const double *t, int n, double *hi, double *lo)
 {
     double e[MAX_TERMS];
     int m = 0;
@@ -166,6 +171,155 @@ static double *scratch3(emu_ctx *ctx, const char *site, size_t n)
     return emu_scratch(ctx, site, 3 * n);
 }
 
+/* ---- the update passes --------------------------------------------------
+ *
+ * Each pass forms its exact sums with optim_sum.h's straight-line code
+ * (bit-identical to emu_exact_sum_ref for finite terms, and vectorisable),
+ * noting whether any result came out non-finite; only then does a second
+ * pass redo those elements with the reference, which also defines what
+ * non-finite terms give.  Products of two binary32 values, and of a
+ * binary32 value and a binary32-times-binary32 coefficient, are exact in
+ * one double; the others are Dekker pairs. */
+
+/* Whether x is an infinity or a NaN, as a 0/1 word (no branch). */
+static inline uint64_t nonfinite(double x)
+{
+    uint64_t u;
+    memcpy(&u, &x, sizeof u);
+    return (uint64_t)(((u >> 52) & 0x7ff) == 0x7ff);
+}
+
+/* The reference terms of SGD's velocity. */
+static void sgd_velocity_terms(double *terms, double mom, double wd, float v0,
+                               float g, float w0)
+{
+    terms[0] = coef_times(mom, v0);
+    terms[1] = g;
+    terms[2] = coef_times(wd, w0);
+}
+
+/* hi + lo = mom v0 + g + wd w0 (zero coefficients omit their terms). */
+static void sgd_velocity(double *restrict hi, double *restrict lo,
+                         const float *v0, const float *g, const float *w0,
+                         double mom, double wd, size_t n)
+{
+    const double m = mom, keep_m = mom != 0.0;
+    uint64_t odd = 0;
+    if (wd == 0.0) {
+        for (size_t i = 0; i < n; i++) {
+            const double a = keep_m ? m * v0[i] : 0.0;
+            emu_osum2z(a, g[i], &hi[i], &lo[i]);
+            odd |= nonfinite(hi[i]);
+        }
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            const double a = keep_m ? m * v0[i] : 0.0;
+            emu_osum3(a, g[i], wd * w0[i], &hi[i], &lo[i]);
+            odd |= nonfinite(hi[i]);
+        }
+    }
+    if (!odd)
+        return;
+    for (size_t i = 0; i < n; i++)
+        if (nonfinite(hi[i])) {
+            double terms[3];
+            sgd_velocity_terms(terms, mom, wd, v0[i], g[i], w0[i]);
+            emu_exact_sum_ref(terms, 3, &hi[i], &lo[i]);
+        }
+}
+
+/* The reference terms of plain SGD's step: w - lr g - (lr wd) w, lr wd
+ * exact, its product with w a TwoProduct pair. */
+static void sgd_plain_terms(double *terms, double lr, double lrwd, float g,
+                            float w0)
+{
+    double p = 0.0, pe = 0.0;
+    if (lrwd != 0.0)
+        two_prod(lrwd, w0, &p, &pe);
+    terms[0] = -(lr * g);
+    terms[1] = -p;
+    terms[2] = -pe;
+    terms[3] = w0;
+}
+
+/* t = -lr g - (lr wd) w0 (the addend), hi + lo = w0 + t. */
+static void sgd_plain(double *restrict hi, double *restrict lo,
+                      double *restrict t, const float *w0, const float *g,
+                      double lr, double wd, size_t n)
+{
+    const double lrwd = lr * wd;
+    uint64_t odd = 0;
+    if (lrwd == 0.0) {
+        /* The terms -p and -pe are -0: t is -lr g itself, and the sum
+         * TwoSum's pair (its zero is -0 only if w0 and t both are). */
+        for (size_t i = 0; i < n; i++) {
+            const double x = -(lr * g[i]);
+            double r;
+            t[i] = x;
+            emu_two_sum(w0[i], x, &hi[i], &r);
+            lo[i] = r + 0.0;
+            odd |= nonfinite(hi[i]);
+        }
+    } else {
+        double ah, al;
+        emu_osum_split(lrwd, &ah, &al);
+        for (size_t i = 0; i < n; i++) {
+            const double w = w0[i], x = -(lr * g[i]);
+            double p, pe, tl;
+            emu_osum_two_prod(lrwd, ah, al, w, &p, &pe);
+            emu_osum3(x, -p, -pe, &t[i], &tl);
+            emu_osum4(x, -p, -pe, w, &hi[i], &lo[i]);
+            odd |= nonfinite(hi[i]);
+        }
+    }
+    if (!odd)
+        return;
+    for (size_t i = 0; i < n; i++)
+        if (nonfinite(hi[i])) {
+            double terms[4], tl;
+            sgd_plain_terms(terms, lr, lrwd, g[i], w0[i]);
+            emu_exact_sum_ref(terms, 3, &t[i], &tl);
+            emu_exact_sum_ref(terms, 4, &hi[i], &lo[i]);
+        }
+}
+
+/* The reference terms of an Adam moment: beta s + (1 - beta) x, the
+ * second product a TwoProduct pair. */
+static void adam_moment_terms(double *terms, double beta, double c, float s,
+                              double x)
+{
+    terms[0] = coef_times(beta, s);
+    two_prod(c, x, &terms[1], &terms[2]);
+}
+
+/* hi + lo = beta s + c x with c = 1 - beta, x = g (first moment) or g^2
+ * (second: exact in a double). */
+static void adam_moment(double *restrict hi, double *restrict lo,
+                        const float *s, const float *g, bool square,
+                        double beta, double c, size_t n)
+{
+    const double keep_b = beta != 0.0;
+    double ch, cl;
+    emu_osum_split(c, &ch, &cl);
+    uint64_t odd = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double gi = g[i], x = square ? gi * gi : gi;
+        double p, pe;
+        emu_osum_two_prod(c, ch, cl, x, &p, &pe);
+        emu_osum3(keep_b ? beta * s[i] : 0.0, p, pe, &hi[i], &lo[i]);
+        odd |= nonfinite(hi[i]);
+    }
+    if (!odd)
+        return;
+    for (size_t i = 0; i < n; i++)
+        if (nonfinite(hi[i])) {
+            const double gi = g[i];
+            double terms[3];
+            adam_moment_terms(terms, beta, c, s[i], square ? gi * gi : gi);
+            emu_exact_sum_ref(terms, 3, &hi[i], &lo[i]);
+        }
+}
+
 /* ---- SGD -------------------------------------------------------------- */
 
 typedef struct sgd_op {
@@ -269,11 +423,7 @@ int emu_t_sgd_update(emu_ctx *ctx, const char *site, emu_tensor *w,
     int rc = 0;
 
     if (v) {
-        for (size_t i = 0; i < n; i++) {
-            double terms[3] = { coef_times(mom, v0[i]), g->data[i],
-                                coef_times(wd, w0[i]) };
-            exact_sum(terms, 3, &hi[i], &lo[i]);
-        }
+        sgd_velocity(hi, lo, v0, g->data, w0, mom, wd, n);
         char sub[EMU_TENSOR_NAME_MAX + 16];
         sub_site(sub, sizeof sub, site, "v");
         rc = emu_commit(ctx, &(emu_op_out){
@@ -287,18 +437,7 @@ int emu_t_sgd_update(emu_ctx *ctx, const char *site, emu_tensor *w,
             emu_two_sum(w0[i], t[i], &hi[i], &lo[i]);
         }
     } else {
-        /* w - lr g - (lr wd) w: lr wd is exact, its product with w a
-         * TwoProduct pair. */
-        const double lrwd = lr * wd;
-        for (size_t i = 0; i < n; i++) {
-            double p = 0.0, pe = 0.0;
-            if (lrwd != 0.0)
-                two_prod(lrwd, w0[i], &p, &pe);
-            double terms[4] = { -(lr * g->data[i]), -p, -pe, w0[i] };
-            double tl;
-            exact_sum(terms, 3, &t[i], &tl);
-            exact_sum(terms, 4, &hi[i], &lo[i]);
-        }
+        sgd_plain(hi, lo, t, w0, g->data, lr, wd, n);
     }
 
     if (rc == 0)
@@ -454,12 +593,7 @@ int emu_t_adam_update(emu_ctx *ctx, const char *site, emu_tensor *w,
     const double c1 = 1.0 - b1, c2 = 1.0 - b2;
     char sub[EMU_TENSOR_NAME_MAX + 16];
 
-    for (size_t i = 0; i < n; i++) {
-        double terms[3];
-        terms[0] = coef_times(b1, m0[i]);
-        two_prod(c1, g->data[i], &terms[1], &terms[2]);
-        exact_sum(terms, 3, &hi[i], &lo[i]);
-    }
+    adam_moment(hi, lo, m0, g->data, false, b1, c1, n);
     sub_site(sub, sizeof sub, site, "m");
     int rc = emu_commit(ctx, &(emu_op_out){
         .site = sub, .kind = "adam_m", .out = m, .hi = hi, .lo = lo,
@@ -467,12 +601,7 @@ int emu_t_adam_update(emu_ctx *ctx, const char *site, emu_tensor *w,
         .rnd = state_rnd });
 
     if (rc == 0) {
-        for (size_t i = 0; i < n; i++) {
-            double gi = g->data[i], terms[3];
-            terms[0] = coef_times(b2, v0[i]);
-            two_prod(c2, gi * gi, &terms[1], &terms[2]);
-            exact_sum(terms, 3, &hi[i], &lo[i]);
-        }
+        adam_moment(hi, lo, v0, g->data, true, b2, c2, n);
         sub_site(sub, sizeof sub, site, "v");
         rc = emu_commit(ctx, &(emu_op_out){
             .site = sub, .kind = "adam_v", .out = v, .hi = hi, .lo = lo,

@@ -154,10 +154,9 @@ typedef struct pool_op {
     float *buf;               /* window scratch for the callbacks          */
 } pool_op;
 
-/* Gathers the window of output o (window order kh, kw) into buf; also
- * returns the flat input index of each element if idx is not NULL. */
+/* Gathers the window of output o (window order kh, kw) into buf. */
 static size_t gather_window(const pool_geom *g, const float *x, size_t o,
-                            float *buf, size_t *idx)
+                            float *buf)
 {
     size_t ow = o % g->Wo, oh = (o / g->Wo) % g->Ho, nc = o / (g->Wo * g->Ho);
     size_t k = 0;
@@ -165,8 +164,6 @@ static size_t gather_window(const pool_geom *g, const float *x, size_t o,
         for (size_t kw = 0; kw < g->size; kw++) {
             size_t j = (nc * g->H + oh * g->stride + kh) * g->W +
                        ow * g->stride + kw;
-            if (idx)
-                idx[k] = j;
             buf[k++] = x[j];
         }
     return k;
@@ -175,7 +172,7 @@ static size_t gather_window(const pool_geom *g, const float *x, size_t o,
 static bool window_had_nan(const void *opv, size_t i)
 {
     const pool_op *op = opv;
-    size_t k = gather_window(&op->g, op->x, i, op->buf, NULL);
+    size_t k = gather_window(&op->g, op->x, i, op->buf);
     return emu_any_nan(op->buf, k);
 }
 
@@ -184,7 +181,7 @@ static int maxpool_ref(const void *opv, size_t i, mpfr_ptr exact,
 {
     (void)src;
     const pool_op *op = opv;
-    size_t k = gather_window(&op->g, op->x, i, op->buf, NULL);
+    size_t k = gather_window(&op->g, op->x, i, op->buf);
     if (emu_any_nan(op->buf, k)) {
         mpfr_set_nan(exact);
         return 0;
@@ -216,28 +213,42 @@ int emu_t_maxpool2d(emu_ctx *ctx, const char *site, emu_tensor *y,
     const float *xs = x->data;
     double *hi = emu_scratch(ctx, site, y->n);
     size_t *arg = hi ? malloc(y->n * sizeof *arg) : NULL;
-    float *buf = arg ? malloc(S * sizeof *buf) : NULL;
-    size_t *idx = buf ? malloc(S * sizeof *idx) : NULL;
-    if (!idx) {
+    float *buf = arg ? malloc(S * sizeof *buf) : NULL; /* for the callbacks */
+    if (!buf) {
         if (hi)
             emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory");
         free(hi);
         free(arg);
-        free(buf);
         return -1;
     }
-    for (size_t i = 0; i < y->n; i++) {
-        size_t k = gather_window(&g, xs, i, buf, idx);
-        size_t best = 0;
-        for (size_t j = 0; j < k && !isnan(buf[best]); j++) {
-            float v = buf[j], b = buf[best];
-            if (isnan(v) || v > b ||
-                (v == 0.0f && b == 0.0f && signbit(b) && !signbit(v)))
-                best = j;
-        }
-        hi[i] = buf[best];
-        arg[i] = idx[best];
-    }
+    /* Output i = (nc*Ho + oh)*Wo + ow, its window walked in place in
+     * window order (gather_window's, without the index arithmetic per
+     * output). */
+    size_t i = 0;
+    for (size_t nc = 0; nc < g.N * g.C; nc++)
+        for (size_t oh = 0; oh < g.Ho; oh++)
+            for (size_t ow = 0; ow < g.Wo; ow++, i++) {
+                const size_t base = (nc * g.H + oh * g.stride) * g.W +
+                                    ow * g.stride;
+                size_t best = base;
+                float b = xs[base];
+                for (size_t kh = 0; kh < g.size && !isnan(b); kh++) {
+                    const size_t row = base + kh * g.W;
+                    for (size_t kw = 0; kw < g.size; kw++) {
+                        const float v = xs[row + kw];
+                        if (isnan(v) || v > b ||
+                            (v == 0.0f && b == 0.0f && signbit(b) &&
+                             !signbit(v))) {
+                            best = row + kw;
+                            b = v;
+                            if (isnan(v))
+                                break; /* the first NaN wins */
+                        }
+                    }
+                }
+                hi[i] = b;
+                arg[i] = best;
+            }
     pool_op op = { .x = xs, .g = g, .buf = buf };
     int rc = emu_commit(ctx, &(emu_op_out){
         .site = site, .kind = "maxpool2d", .out = y, .hi = hi, .op = &op,
@@ -247,7 +258,6 @@ int emu_t_maxpool2d(emu_ctx *ctx, const char *site, emu_tensor *y,
     free(hi);
     free(arg);
     free(buf);
-    free(idx);
     return rc;
 }
 
@@ -256,7 +266,7 @@ static int avgpool_ref(const void *opv, size_t i, mpfr_ptr exact,
 {
     (void)src;
     const pool_op *op = opv;
-    size_t k = gather_window(&op->g, op->x, i, op->buf, NULL);
+    size_t k = gather_window(&op->g, op->x, i, op->buf);
     if (!emu_all_finite(op->buf, k))
         return -1;
     ref_sum(exact, op->buf, k);
@@ -290,7 +300,7 @@ int emu_t_avgpool2d(emu_ctx *ctx, const char *site, emu_tensor *y,
     emu_accum exact;
     exact_model(&exact);
     for (size_t i = 0; i < y->n; i++) {
-        size_t k = gather_window(&g, xs, i, buf, NULL);
+        size_t k = gather_window(&g, xs, i, buf);
         double sl, sh = exact_sum(&exact, buf, k, &sl);
         div_pair(sh, sl, (double)S, &hi[i], &lo[i]);
     }
@@ -362,10 +372,22 @@ static int bwd_commit(emu_ctx *ctx, const char *site, const char *kind,
     double *lo = hi + dx->n;
     emu_accum exact;
     exact_model(&exact);
-    for (size_t j = 0; j < dx->n; j++) {
-        size_t k = gather_routes(op, j, buf);
-        double sl, sh = exact_sum(&exact, buf, k, &sl);
-        div_pair(sh, sl, op->S, &hi[j], &lo[j]);
+    if (max_k <= 1 && op->S == 1.0) {
+        /* Windows that do not overlap (max pooling's usual stride = size):
+         * each dx is the one dy routed to it or +0, exactly, lo +0 (as
+         * exact_sum and div_pair give them), in one pass. */
+        const size_t *first = op->rt.first, *list = op->rt.list;
+        for (size_t j = 0; j < dx->n; j++) {
+            hi[j] = first[j + 1] > first[j] ? (double)op->dy[list[first[j]]]
+                                            : 0.0;
+            lo[j] = 0.0;
+        }
+    } else {
+        for (size_t j = 0; j < dx->n; j++) {
+            size_t k = gather_routes(op, j, buf);
+            double sl, sh = exact_sum(&exact, buf, k, &sl);
+            div_pair(sh, sl, op->S, &hi[j], &lo[j]);
+        }
     }
     op->buf = buf;
     int rc = emu_commit(ctx, &(emu_op_out){

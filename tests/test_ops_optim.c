@@ -23,6 +23,8 @@
 
 #include "testutil.h"
 
+#include "optim_sum.h" /* library-private: the fast sums and their reference */
+
 #define EXPECT(cond, ...)                                                     \
     do {                                                                      \
         if (!(cond))                                                          \
@@ -743,6 +745,208 @@ START_TEST(bad_input)
 }
 END_TEST
 
+/* ---- the fast sums against their reference ------------------------------- */
+
+/* Same bits (so -0 != +0, and NaNs compared by payload). */
+static bool same_bits(double a, double b)
+{
+    return emu_osum_bits(a) == emu_osum_bits(b);
+}
+
+/* A binary32 value of the kind the updates see, exponents in a window of
+ * 2^[-w, w] so that terms overlap and cancel; zeros of both signs. */
+static float rand_term32(test_rng *g, int w)
+{
+    switch (test_below(g, 16)) {
+    case 0:
+        return 0.0f;
+    case 1:
+        return -0.0f;
+    default:
+        break;
+    }
+    int e = (int)test_below(g, (uint64_t)(2 * w + 1)) - w;
+    uint32_t bits = (uint32_t)test_next(g);
+    /* short significands now and then: exact cancellations and ties */
+    int keep = test_below(g, 3) == 0 ? 1 + (int)test_below(g, 4) : 24;
+    double m = 1.0 + (double)((bits >> 9) >> (23 - (keep - 1))) *
+                         ldexp(1.0, -(keep - 1));
+    double x = ldexp(m, e);
+    return (float)((bits & 1) ? -x : x);
+}
+
+/* a term of a sum: a binary32 value, a product of two, or a TwoProduct
+ * pair's error; now and then the negation of an earlier term. */
+static double rand_term(test_rng *g, const double *prev, int k)
+{
+    if (k > 0 && test_below(g, 6) == 0)
+        return -prev[test_below(g, (uint64_t)k)];
+    const int w = test_below(g, 2) ? 4 : 40;
+    double a = rand_term32(g, w);
+    if (test_below(g, 2))
+        a *= rand_term32(g, w);
+    return a;
+}
+
+static void expect_same_pair(double hi, double lo, double rhi, double rlo,
+                             const char *what, const double *t, int n)
+{
+    EXPECT(same_bits(hi, rhi) && same_bits(lo, rlo),
+           "%s: %a + %a, reference %a + %a (terms %a %a %a %a)", what, hi,
+           lo, rhi, rlo, t[0], t[1], n > 2 ? t[2] : 0.0, n > 3 ? t[3] : 0.0);
+}
+
+START_TEST(fast_sums_match_reference)
+{
+    test_rng g = test_rng_make(0xf5);
+    const long n = test_scaled(2000000, 200000);
+    for (long it = 0; it < n; it++) {
+        double t[4], hi, lo, rhi, rlo;
+        for (int k = 0; k < 4; k++)
+            t[k] = rand_term(&g, t, k);
+        /* two terms and a +0 */
+        double t2[3] = { t[0], t[1], 0.0 };
+        emu_osum2z(t[0], t[1], &hi, &lo);
+        emu_exact_sum_ref(t2, 3, &rhi, &rlo);
+        expect_same_pair(hi, lo, rhi, rlo, "sum2z", t2, 3);
+        emu_osum3(t[0], t[1], t[2], &hi, &lo);
+        emu_exact_sum_ref(t, 3, &rhi, &rlo);
+        expect_same_pair(hi, lo, rhi, rlo, "sum3", t, 3);
+        emu_osum4(t[0], t[1], t[2], t[3], &hi, &lo);
+        emu_exact_sum_ref(t, 4, &rhi, &rlo);
+        expect_same_pair(hi, lo, rhi, rlo, "sum4", t, 4);
+        /* Dekker's product against fma's, as the updates use it: a
+         * binary64 coefficient (1 - beta, lr wd) times a product */
+        double c = 1.0 - (double)rand_term32(&g, 30);
+        if (test_below(&g, 2))
+            c = (double)rand_term32(&g, 60) * (double)rand_term32(&g, 60);
+        const double x = t[test_below(&g, 4)];
+        double ch, cl, p, pe;
+        emu_osum_split(c, &ch, &cl);
+        emu_osum_two_prod(c, ch, cl, x, &p, &pe);
+        const double rp = c * x, rpe = fma(c, x, -rp);
+        EXPECT(same_bits(p, rp) && same_bits(pe, rpe),
+               "two_prod %a * %a: %a + %a, fma %a + %a", c, x, p, pe, rp, rpe);
+    }
+}
+END_TEST
+
+/* The ops' pre-rounding values, seen by an observer, are the reference's
+ * exact sums of their terms, bit for bit: the library's own copies of the
+ * fast passes, infinities and NaNs (the reference's second pass)
+ * included. */
+typedef struct seen_pairs {
+    double *hi[4], *lo[4];
+    int count;
+    size_t n;
+} seen_pairs;
+
+static void see_pairs(void *user, const emu_op_event *ev)
+{
+    seen_pairs *s = user;
+    if (s->count >= 4 || !ev->lo)
+        return;
+    memcpy(s->hi[s->count], ev->hi, s->n * sizeof(double));
+    memcpy(s->lo[s->count], ev->lo, s->n * sizeof(double));
+    s->count++;
+}
+
+START_TEST(update_pairs_match_reference)
+{
+    enum { N = 4099 }; /* not a multiple of any vector width */
+    test_rng g = test_rng_make(0x5e1);
+    seen_pairs seen = { .n = N };
+    for (int k = 0; k < 4; k++) {
+        seen.hi[k] = malloc(N * sizeof(double));
+        seen.lo[k] = malloc(N * sizeof(double));
+    }
+    emu_tensor w = mk("w", "binary32", N), v = mk("v", "binary32", N),
+               m = mk("m", "binary32", N), gr = mk("g", "binary32", N);
+    for (int round = 0; round < 12; round++) {
+        const bool specials = round % 2;
+        float w0[N], v0[N], m0[N], g0[N];
+        for (size_t i = 0; i < N; i++) {
+            w0[i] = rand_term32(&g, 8);
+            v0[i] = rand_term32(&g, 8);
+            m0[i] = rand_term32(&g, 8);
+            g0[i] = rand_term32(&g, 8);
+            if (specials && test_below(&g, 50) == 0) {
+                const float sp[] = { INFINITY, -INFINITY, NAN };
+                float *which[] = { &w0[i], &v0[i], &m0[i], &g0[i] };
+                *which[test_below(&g, 4)] = sp[test_below(&g, 3)];
+            }
+        }
+        memcpy(w.data, w0, sizeof w0);
+        memcpy(v.data, v0, sizeof v0);
+        memcpy(m.data, m0, sizeof m0);
+        memcpy(gr.data, g0, sizeof g0);
+        emu_ctx ctx;
+        emu_ctx_init(&ctx, 7);
+        ctx.observer = see_pairs;
+        ctx.observer_user = &seen;
+        seen.count = 0;
+        const double lr = 0x1p-5, wd = (round / 2) % 3 == 0 ? 0.0 : 0x1.8p-9;
+        const double mom = (round / 2) % 3 == 2 ? 0.0 : 0.875;
+        double hi, lo;
+        if (round < 6) {
+            const bool with_v = round / 2 != 1;
+            emu_sgd_opts o = { .lr = (float)lr, .momentum = with_v ? (float)mom : 0.0f,
+                               .weight_decay = (float)wd };
+            ck_assert_int_eq(emu_t_sgd_update(&ctx, "s", &w, with_v ? &v : NULL,
+                                              &gr, &o), 0);
+            ck_assert_int_eq(seen.count, with_v ? 2 : 1);
+            for (size_t i = 0; i < N; i++) {
+                if (with_v) {
+                    double t[3] = { mom == 0.0 ? 0.0 : mom * v0[i], g0[i],
+                                    wd == 0.0 ? 0.0 : wd * w0[i] };
+                    emu_exact_sum_ref(t, 3, &hi, &lo);
+                    expect_same_pair(seen.hi[0][i], seen.lo[0][i], hi, lo,
+                                     "sgd v", t, 3);
+                } else {
+                    const double lrwd = lr * wd;
+                    double p = 0.0, pe = 0.0;
+                    if (lrwd != 0.0) {
+                        p = lrwd * w0[i];
+                        pe = fma(lrwd, w0[i], -p);
+                    }
+                    double t[4] = { -(lr * g0[i]), -p, -pe, w0[i] };
+                    emu_exact_sum_ref(t, 4, &hi, &lo);
+                    expect_same_pair(seen.hi[0][i], seen.lo[0][i], hi, lo,
+                                     "sgd plain w", t, 4);
+                }
+            }
+        } else {
+            const float b1 = round % 4 < 2 ? 0.9f : 0.0f, b2 = 0.999f;
+            emu_adam_opts o = { .lr = 1e-3f, .beta1 = b1, .beta2 = b2,
+                                .eps = 1e-8f, .weight_decay = (float)wd,
+                                .t = 3 };
+            ck_assert_int_eq(emu_t_adam_update(&ctx, "a", &w, &m, &v, &gr, &o), 0);
+            ck_assert_int_eq(seen.count, 3);
+            for (size_t i = 0; i < N; i++) {
+                const double gi = g0[i];
+                for (int k = 0; k < 2; k++) {
+                    const double beta = k ? b2 : b1, c = 1.0 - beta;
+                    const double s = k ? v0[i] : m0[i], x = k ? gi * gi : gi;
+                    double t[3] = { beta == 0.0 ? 0.0 : beta * s, c * x, 0.0 };
+                    t[2] = fma(c, x, -t[1]);
+                    emu_exact_sum_ref(t, 3, &hi, &lo);
+                    expect_same_pair(seen.hi[k][i], seen.lo[k][i], hi, lo,
+                                     k ? "adam v" : "adam m", t, 3);
+                }
+            }
+        }
+    }
+    for (int k = 0; k < 4; k++) {
+        free(seen.hi[k]);
+        free(seen.lo[k]);
+    }
+    emu_tensor_free(&w);
+    emu_tensor_free(&v);
+    emu_tensor_free(&m);
+    emu_tensor_free(&gr);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("ops_optim");
@@ -758,6 +962,8 @@ static Suite *suite(void)
     tcase_add_test(tc, swamp_from_commit);
     tcase_add_test(tc, nan_accounting);
     tcase_add_test(tc, bad_input);
+    tcase_add_test(tc, fast_sums_match_reference);
+    tcase_add_test(tc, update_pairs_match_reference);
     suite_add_tcase(s, tc);
     return s;
 }
