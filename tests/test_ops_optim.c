@@ -893,7 +893,7 @@ START_TEST(update_pairs_match_reference)
             emu_sgd_opts o = { .lr = (float)lr, .momentum = with_v ? (float)mom : 0.0f,
                                .weight_decay = (float)wd };
             ck_assert_int_eq(emu_t_sgd_update(&ctx, "s", &w, with_v ? &v : NULL,
-                                              &gr, &o), 0);
+                                              &gr, &o, &test_rne), 0);
             ck_assert_int_eq(seen.count, with_v ? 2 : 1);
             for (size_t i = 0; i < N; i++) {
                 if (with_v) {
@@ -920,7 +920,8 @@ START_TEST(update_pairs_match_reference)
             emu_adam_opts o = { .lr = 1e-3f, .beta1 = b1, .beta2 = b2,
                                 .eps = 1e-8f, .weight_decay = (float)wd,
                                 .t = 3 };
-            ck_assert_int_eq(emu_t_adam_update(&ctx, "a", &w, &m, &v, &gr, &o), 0);
+            ck_assert_int_eq(emu_t_adam_update(&ctx, "a", &w, &m, &v, &gr, &o,
+                                               &test_rne), 0);
             ck_assert_int_eq(seen.count, 3);
             for (size_t i = 0; i < N; i++) {
                 const double gi = g0[i];
