@@ -12,6 +12,13 @@
  * figure (the oracle's recipe, nearest-even) is measured on a slice of
  * --mpfr-n elements; its throughput stands for the whole array.
  *
+ * A second reference is a plain loop that rounds into bfloat16 to nearest
+ * even with the classic bit trick (add 0x7fff plus the last kept bit,
+ * NaNs made quiet), without counts: about what a hand-written conversion
+ * costs, timed in the same run.  The library's kernels run at the
+ * instruction-set level isa.c chooses (EMU_ISA=baseline|avx2|avx512 forces
+ * one); the header line names it.
+ *
  * The host-guard rows time the same rounding with the calling thread in
  * the default floating-point state (the guard's fast path: one MXCSR read
  * per call) and in a hostile one (upward, FTZ, DAZ: every call saves,
@@ -37,6 +44,13 @@
 
 #include "bench_util.h"
 
+/* BENCH_OLD_LIB: built against a library from before the ISA levels. */
+#ifdef BENCH_OLD_LIB
+#define BENCH_KERNEL_ISA() "clones"
+#else
+#define BENCH_KERNEL_ISA() emu_round_kernel_isa()
+#endif
+
 static void make_data(float *x, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
@@ -58,6 +72,48 @@ typedef struct row {
     const char *fmt, *mode;
     double melem;
 } row;
+
+/* The bit-trick reference: binary32 into bfloat16, nearest-even, in
+ * blocks of fixed length so that GCC's -O2 cost model vectorises them. */
+static uint32_t bf16_rne_bits(uint32_t u)
+{
+    uint32_t nan = (u & 0x7fffffffu) > 0x7f800000u;
+    uint32_t rounded = u + 0x7fffu + ((u >> 16) & 1u);
+    uint32_t quiet = u | 0x00400000u;
+    return (((0u - nan) & quiet) | ((nan - 1u) & rounded)) & 0xffff0000u;
+}
+
+static void bf16_bit_trick(float *restrict dst, const float *restrict src,
+                           size_t n)
+{
+    enum { B = 1024 };
+    size_t i = 0;
+    for (; i + B <= n; i += B)
+        for (size_t j = 0; j < B; j++) {
+            uint32_t u;
+            memcpy(&u, src + i + j, 4);
+            u = bf16_rne_bits(u);
+            memcpy(dst + i + j, &u, 4);
+        }
+    for (; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, src + i, 4);
+        u = bf16_rne_bits(u);
+        memcpy(dst + i, &u, 4);
+    }
+}
+
+static double best_bit_trick(float *dst, const float *src, size_t n, int reps)
+{
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        double t = bench_now();
+        bf16_bit_trick(dst, src, n);
+        t = bench_now() - t;
+        best = t < best ? t : best;
+    }
+    return best;
+}
 
 static double best_round(const emu_format *f, const emu_array_rounding *a,
                          float *dst, const float *src, size_t n, int reps)
@@ -201,8 +257,9 @@ int main(int argc, char **argv)
     make_data(src, n);
     memset(dst, 0, n * sizeof *dst); /* fault the pages in before timing */
 
-    static const char *const formats[] = { "binary16", "bfloat16", "e4m3",
-                                           "e5m2" };
+    static const char *const formats[] = { "bfloat16", "tf32", "binary16",
+                                           "e4m3", "e5m2", "e3m2", "e2m3",
+                                           "e2m1" };
     static const char *const modes[] = { "rne", "rz", "sr", "sr13" };
     enum { NF = sizeof formats / sizeof formats[0],
            NM = sizeof modes / sizeof modes[0] };
@@ -213,6 +270,7 @@ int main(int argc, char **argv)
      * groups too, and its best time over the whole run is the reference
      * (so a quiet moment for memcpy only makes the ratios smaller). */
     double t_copy = bench_best_memcpy(dst, src, n, reps);
+    double t_trick = best_bit_trick(dst, src, n, reps);
     for (size_t fi = 0; fi < NF; fi++) {
         const emu_format *f = emu_format_find(formats[fi]);
         if (!f) {
@@ -234,31 +292,43 @@ int main(int argc, char **argv)
         double t = bench_best_memcpy(dst, src, n, reps);
         if (t < t_copy)
             t_copy = t;
+        t = best_bit_trick(dst, src, n, reps);
+        if (t < t_trick)
+            t_trick = t;
     }
     const double copy_melem = (double)n / t_copy * 1e-6;
+    const double trick_melem = (double)n / t_trick * 1e-6;
 
     if (csv)
         printf("format,mode,melem_per_s,pct_of_memcpy,mpfr_melem_per_s,"
-               "speedup_vs_mpfr,memcpy_melem_per_s\n");
+               "speedup_vs_mpfr,memcpy_melem_per_s,pct_of_bit_trick,"
+               "bit_trick_melem_per_s,isa\n");
     else {
         printf("n = 2^%d binary32 values (log2|x| ~ N(-12, 8), 5%% zeros), "
-               "best of %d, single thread, with counts\n", log2n, reps);
-        printf("memcpy: %.0f Melem/s (%.2f GB/s), best over the run\n\n",
+               "best of %d, single thread, with counts, kernels: %s\n",
+               log2n, reps, BENCH_KERNEL_ISA());
+        printf("memcpy: %.0f Melem/s (%.2f GB/s), best over the run\n",
                copy_melem, copy_melem * 4e-3);
-        printf("%-9s %-5s %10s %9s %12s %9s\n", "format", "mode", "Melem/s",
-               "%memcpy", "MPFR Melem/s", "x MPFR");
+        printf("bit trick (bfloat16 rne, no counts): %.0f Melem/s "
+               "(%.1f%% of memcpy)\n\n", trick_melem,
+               100.0 * trick_melem / copy_melem);
+        printf("%-9s %-5s %10s %9s %9s %12s %9s\n", "format", "mode",
+               "Melem/s", "%memcpy", "%trick", "MPFR Melem/s", "x MPFR");
     }
     for (size_t k = 0; k < NF * NM; k++) {
         const row *rw = &rows[k];
         const double mp = mpfr_melem[k / NM];
         if (csv)
-            printf("%s,%s,%.1f,%.1f,%.2f,%.0f,%.0f\n", rw->fmt, rw->mode,
-                   rw->melem, 100.0 * rw->melem / copy_melem, mp,
-                   rw->melem / mp, copy_melem);
-        else
-            printf("%-9s %-5s %10.0f %8.1f%% %12.2f %8.0fx\n", rw->fmt,
+            printf("%s,%s,%.1f,%.1f,%.2f,%.0f,%.0f,%.1f,%.0f,%s\n", rw->fmt,
                    rw->mode, rw->melem, 100.0 * rw->melem / copy_melem, mp,
-                   rw->melem / mp);
+                   rw->melem / mp, copy_melem,
+                   100.0 * rw->melem / trick_melem, trick_melem,
+                   BENCH_KERNEL_ISA());
+        else
+            printf("%-9s %-5s %10.0f %8.1f%% %8.1f%% %12.2f %8.0fx\n",
+                   rw->fmt, rw->mode, rw->melem,
+                   100.0 * rw->melem / copy_melem,
+                   100.0 * rw->melem / trick_melem, mp, rw->melem / mp);
     }
     if (guard)
         guard_rows(dst, src, n, reps, csv);

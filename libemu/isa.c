@@ -16,6 +16,7 @@
  */
 #include "hostfp.h" /* first: no contraction, no excess precision */
 
+#include "emu/round.h"
 #include "internal.h"
 
 #include <stdatomic.h>
@@ -74,4 +75,9 @@ emu_isa emu_isa_active(void)
         atomic_store_explicit(&isa_cached, v, memory_order_relaxed);
     }
     return (emu_isa)v;
+}
+
+const char *emu_round_kernel_isa(void)
+{
+    return emu_isa_name(emu_isa_active());
 }
