@@ -197,7 +197,9 @@ static void blocks_avx2(uint64_t seed, uint64_t stream, uint64_t k0,
 }
 
 /* The same, eight lanes per register, the three-way XORs as one
- * vpternlogq. */
+ * vpternlogq, and four registers per state word: enough independent
+ * products to hide the multiplies' latency. */
+enum { V512 = 2 };
 EMU_ISA_TARGET_AVX512
 static void blocks_avx512(uint64_t seed, uint64_t stream, uint64_t k0,
                           uint64_t *out, uint32_t *hi)
@@ -210,9 +212,9 @@ static void blocks_avx512(uint64_t seed, uint64_t stream, uint64_t k0,
     const __m512i s_hi = _mm512_set1_epi64((long long)(stream >> 32));
     const __m512i idx_lo = _mm512_set_epi64(11, 3, 10, 2, 9, 1, 8, 0);
     const __m512i idx_hi = _mm512_set_epi64(15, 7, 14, 6, 13, 5, 12, 4);
-    for (int g = 0; g < LANES; g += 16) {
-        __m512i c0[2], c1[2], c2[2], c3[2];
-        for (int v = 0; v < 2; v++) {
+    for (int g = 0; g < LANES; g += 8 * V512) {
+        __m512i c0[V512], c1[V512], c2[V512], c3[V512];
+        for (int v = 0; v < V512; v++) {
             __m512i k = _mm512_add_epi64(
                 _mm512_set1_epi64((long long)(k0 + (uint64_t)(g + 8 * v))),
                 ramp);
@@ -226,7 +228,7 @@ static void blocks_avx512(uint64_t seed, uint64_t stream, uint64_t k0,
         for (int round = 0; round < 10; round++) {
             const __m512i key0 = _mm512_set1_epi64(ks0);
             const __m512i key1 = _mm512_set1_epi64(ks1);
-            for (int v = 0; v < 2; v++) {
+            for (int v = 0; v < V512; v++) {
                 __m512i p0 = _mm512_mul_epu32(c0[v], m0);
                 __m512i p1 = _mm512_mul_epu32(c2[v], m1);
                 c0[v] = _mm512_ternarylogic_epi64(_mm512_srli_epi64(p1, 32),
@@ -239,7 +241,7 @@ static void blocks_avx512(uint64_t seed, uint64_t stream, uint64_t k0,
             ks0 += PHILOX_W0;
             ks1 += PHILOX_W1;
         }
-        for (int v = 0; v < 2; v++) {
+        for (int v = 0; v < V512; v++) {
             const int j = g + 8 * v;
             if (out) {
                 /* word 2j: c1:c0, word 2j + 1: c3:c2 */

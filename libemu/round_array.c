@@ -30,18 +30,27 @@
  *    in a tie, probability 2^-32, redone separately).
  *
  * Both candidates are computed for every element and blended, so the
- * loops have no data-dependent branches and vectorise with SSE2 at the
- * default -O2 (no -march flags; no floating-point operation sits under a
- * condition, which -ftrapping-math would forbid if-converting).  Work
- * goes in tiles of TILE elements: (1) a per-mode loop computes the
- * magnitude of the result; (2) one common loop applies overflow, sign and
- * zero rules and counts the events; (3) the rare elements the fast code
- * does not cover (NaN and inf inputs, negatives into unsigned formats,
- * zeros in formats without zero, binary32 subnormals when emin <= -126)
- * are redone by the scalar choke point, and what pass 2 counted for them
- * is taken back.  Fusing (1) and (2) was measured slower: SSE2's sixteen
- * registers do not hold both.  The results of overflow are taken from
- * emu_round2_word itself, so the two paths cannot drift apart.
+ * loops have no data-dependent branches and vectorise (no floating-point
+ * operation sits under a condition, which -ftrapping-math would forbid
+ * if-converting).  Work goes in tiles of TILE elements, one fused pass
+ * per tile: each lane's rounding, then overflow, sign and zero rules, and
+ * its events summed in vector lanes; each input is read once and each
+ * result written once.  The rare lanes the fast code does not cover (NaN
+ * and inf inputs, negatives into unsigned formats, zeros in formats
+ * without zero, binary32 subnormals when emin <= -126, stochastic ties of
+ * probability 2^-32) are redone by the scalar choke point, and what the
+ * pass counted for them is taken back.  The results of overflow are taken
+ * from emu_round2_word itself, so the two paths cannot drift apart.
+ *
+ * The pass is specialised at compile time by mode, by whether the format
+ * needs the grid below 2^emin (not bfloat16 and tf32, whose lanes there
+ * are zeros or binary32 subnormals) and by whether it needs the general
+ * sign, zero and overflow rules (unsigned, fnuz, no zero, RU/RD), and each
+ * specialisation is compiled for baseline x86-64, AVX2 and AVX-512; isa.c
+ * picks the level per process (EMU_ISA forces a lower one, which is how
+ * the tests check every level).  Stochastic rounding takes the words'
+ * high halves from rng.c's vectorised Philox: the low halves matter only
+ * in the ties left to the choke point.
  *
  * binary64 input uses the same method on 64-bit patterns for the
  * deterministic modes (one element at a time; not the tensor hot path)
@@ -60,7 +69,7 @@
 #include <stdint.h>
 #include <string.h>
 
-enum { TILE = 512 };
+enum { TILE = 1024 };
 
 /* Below this, threads cost more than they save. */
 #define EMU_OMP_MIN_N ((size_t)1 << 16)
@@ -235,6 +244,10 @@ typedef struct f32_plan {
     uint32_t zero_sign;         /* sign bit a zero result may keep      */
     /* which elements go to the scalar path (see lane()) */
     bool neg_slow, small_slow, zero_slow;
+    /* Kernels with every rule; the others assume a signed format with a
+     * signed zero, whose overflow results for -x and x differ in the sign
+     * only (IEEE-like and fn formats in every mode but RU/RD) */
+    bool general;
     int32_t neg_above, small_below, zero_below;
     /* stochastic: r-bit words at and above 2^emin ... */
     uint32_t sr_keep, sr_shift_r, sr_shift_l;
@@ -295,6 +308,10 @@ static bool plan_f32(f32_plan *pl, const emu_format *f, const emu_rounding *r)
     /* Zero results (r = 0) in a format without zero. */
     pl->zero_slow = !f->has_zero;
     pl->zero_below = pl->zero_slow ? 1 : 0;
+    pl->general = pl->neg_slow || pl->zero_slow
+                  || pl->zero_sign != 0x80000000u
+                  || pl->ovf[1] != (pl->ovf[0] | 0x80000000u)
+                  || (pl->ovf[0] & 0x80000000u);
 
     unsigned rb = sr_bits_of(r);
     uint32_t k = rb < (unsigned)d ? rb : (uint32_t)d;
@@ -347,18 +364,6 @@ static inline float low_rz(const f32_plan *pl, float a)
     return fblend(mask_of(s > a), s_down, s);
 }
 
-/* floor(x) for 0 <= x < 2^32, through the signed conversion.  Lanes whose
- * result is discarded may pass anything (negative, inf, NaN): those
- * convert 0, as C leaves out-of-range conversions undefined. */
-static inline uint32_t floor_u32(float x)
-{
-    uint32_t big = x >= 2147483648.0f;
-    float x_low = x - 2147483648.0f;   /* exact when big: a multiple of 2^8 */
-    float y = fblend(mask_of(big), x_low, x);
-    y = fblend(mask_of((y >= 0.0f) & (y < 2147483648.0f)), y, 0.0f);
-    return (uint32_t)(int32_t)y + (big << 31);
-}
-
 /* Stochastic, r-bit or full, from the high half wh of the lane's word.
  *
  * At and above 2^emin only the top min(r, d) bits of the word can change
@@ -377,7 +382,11 @@ static inline uint32_t low_sr_high(const f32_plan *pl, float a, float *z)
 {
     *z = low_rz(pl, a);
     float x = ((a - *z) * pl->sr_scale1) * pl->sr_scale2;  /* F 2^32, exact */
-    return floor_u32(x);
+    /* 0 <= x < 2^32 in the lanes below 2^emin; the others may hold
+     * anything (inf, NaN from inf - inf), and are kept from a conversion
+     * that C leaves undefined.  AVX-512 converts to unsigned in one
+     * instruction. */
+    return (uint32_t)(x < 4294967296.0f ? x : 0.0f);
 }
 
 typedef struct tile_events {
@@ -389,8 +398,9 @@ typedef struct tile_events {
  * constants wherever this is inlined, so each kernel keeps only its own
  * arithmetic. */
 static EMU_KERNEL_INLINE uint32_t lane(const f32_plan *p, const int mode,
-                                       const bool low, uint32_t b,
-                                       uint32_t wh, tile_events *e)
+                                       const bool low, const bool general,
+                                       uint32_t b, uint32_t wh,
+                                       tile_events *e)
 {
     const uint32_t u = b & 0x7fffffffu, neg = b >> 31;
     const int32_t su = (int32_t)u, emin = (int32_t)p->emin_bits;
@@ -468,9 +478,10 @@ static EMU_KERNEL_INLINE uint32_t lane(const f32_plan *p, const int mode,
     /* Negative non-zero inputs to unsigned formats (b ^ sign > 0:
      * negative and not -0), and zero results in formats without zero: one
      * signed comparison each with a threshold that is never passed in the
-     * other formats. */
-    slow |= ((int32_t)(b ^ 0x80000000u) > p->neg_above)
-          | ((int32_t)r < p->zero_below);
+     * other formats, which have kernels without them. */
+    if (general)
+        slow |= ((int32_t)(b ^ 0x80000000u) > p->neg_above)
+              | ((int32_t)r < p->zero_below);
 
     const int32_t sr = (int32_t)r;
     const uint32_t ovf = sr > (int32_t)p->max_bits;
@@ -478,7 +489,8 @@ static EMU_KERNEL_INLINE uint32_t lane(const f32_plan *p, const int mode,
     const uint32_t zero = r == 0;
     e->inexact += inx;
     e->overflow += ovf;
-    e->overflow_neg += ovf & neg;
+    if (general)
+        e->overflow_neg += ovf & neg;
     e->slow += slow;
     if (low) {
         /* Tiny after rounding: the unbounded rounding n is below 2^emin
@@ -488,6 +500,8 @@ static EMU_KERNEL_INLINE uint32_t lane(const f32_plan *p, const int mode,
         e->to_zero += zero & (su != 0);
         e->subnormal += (zero ^ 1) & (sr < emin);
     }
+    if (!general) /* signed zeros, overflow results -x's = -(x's) */
+        return blend(mask_of(ovf), p->ovf[0], r) | (b & 0x80000000u);
     const uint32_t zero_drop = p->zero_sign ^ 0x80000000u;
     const uint32_t sign = b & (0x80000000u ^ (mask_of(zero) & zero_drop));
     const uint32_t ovf_res = p->ovf[0] ^ ((0u - neg) & (p->ovf[0] ^ p->ovf[1]));
@@ -498,7 +512,8 @@ static EMU_KERNEL_INLINE uint32_t lane(const f32_plan *p, const int mode,
  * fixed count: GCC's cost model at -O2 vectorises only loops that need no
  * scalar epilogue. */
 static EMU_KERNEL_INLINE void kernel_run(const f32_plan *plan, const int mode,
-                                         const bool low, float *restrict out,
+                                         const bool low, const bool general,
+                                         float *restrict out,
                                          const float *restrict in,
                                          const uint32_t *restrict wh,
                                          tile_events *ev)
@@ -508,7 +523,8 @@ static EMU_KERNEL_INLINE void kernel_run(const f32_plan *plan, const int mode,
     tile_events e = { 0 };
     for (size_t i = 0; i < TILE; i++) {
         uint32_t b = f2u(in[i]);
-        out[i] = u2f(lane(&p, mode, low, b, mode == K_SR ? wh[i] : 0, &e));
+        out[i] = u2f(lane(&p, mode, low, general, b,
+                          mode == K_SR ? wh[i] : 0, &e));
     }
     *ev = e;
 }
@@ -520,10 +536,14 @@ static EMU_KERNEL_INLINE void kernel_any(const f32_plan *p, float *restrict out,
 {
 #define K_CASE(k)                                                             \
     case k:                                                                   \
-        if (p->small_slow)                                                    \
-            kernel_run(p, k, false, out, in, wh, e);                     \
+        if (p->small_slow && p->general)                                      \
+            kernel_run(p, k, false, true, out, in, wh, e);                    \
+        else if (p->small_slow)                                               \
+            kernel_run(p, k, false, false, out, in, wh, e);                   \
+        else if (p->general)                                                  \
+            kernel_run(p, k, true, true, out, in, wh, e);                     \
         else                                                                  \
-            kernel_run(p, k, true, out, in, wh, e);                      \
+            kernel_run(p, k, true, false, out, in, wh, e);                    \
         break
     switch (p->kmode) {
     K_CASE(K_RNE);
@@ -588,10 +608,14 @@ static tile_events lane_events(const f32_plan *p, uint32_t b, uint32_t wh)
     const bool low = !p->small_slow;
 #define K_CASE(k)                                                             \
     case k:                                                                   \
-        if (low)                                                              \
-            lane(p, k, true, b, wh, &e);                                      \
+        if (!low && p->general)                                               \
+            lane(p, k, false, true, b, wh, &e);                               \
+        else if (!low)                                                        \
+            lane(p, k, false, false, b, wh, &e);                              \
+        else if (p->general)                                                  \
+            lane(p, k, true, true, b, wh, &e);                                \
         else                                                                  \
-            lane(p, k, false, b, wh, &e);                                     \
+            lane(p, k, true, false, b, wh, &e);                               \
         break
     switch (p->kmode) {
     K_CASE(K_RNE);
@@ -668,8 +692,11 @@ static void tile_f32(const f32_plan *pl, tile_kernel kern,
         e.overflow -= back.overflow;
         e.overflow_neg -= back.overflow_neg;
     }
-    uint32_t nan = (pl->ovf_nan[0] ? e.overflow - e.overflow_neg : 0)
-                 + (pl->ovf_nan[1] ? e.overflow_neg : 0);
+    /* Without the general rules the overflow results of both signs are
+     * NaN or neither, and overflow_neg is not counted. */
+    uint32_t nan = !pl->general ? (pl->ovf_nan[0] ? e.overflow : 0)
+                 : (pl->ovf_nan[0] ? e.overflow - e.overflow_neg : 0)
+                   + (pl->ovf_nan[1] ? e.overflow_neg : 0);
     c->n += len - e.slow;
     c->inexact += e.inexact;
     c->underflow += e.underflow;
@@ -998,15 +1025,11 @@ static inline void rne_kernel_one(uint32_t min_normal, uint32_t max,
 }
 
 /* Tiles of fixed length, so that compilers vectorize the loop; compiled
- * also for AVX2 and AVX-512 and chosen at load time (x86-64 Linux, GCC), as
- * the GEMM kernels are: the same integer and IEEE operations, so the same
- * results. */
-#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && \
-    !defined(EMU_NO_TARGET_CLONES)
-__attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
-#endif
-static void rne_sat_run(const emu_rne_sat_plan *k, float *restrict out,
-                        const float *restrict in, size_t n)
+ * also for AVX2 and AVX-512 and chosen by isa.c, as the array kernels
+ * are: the same integer and IEEE operations, so the same results. */
+static EMU_KERNEL_INLINE void rne_sat_any(const emu_rne_sat_plan *k,
+                                          float *restrict out,
+                                          const float *restrict in, size_t n)
 {
     const uint32_t mn = k->min_normal, mx = k->max, sh = k->shift,
                    h = k->half_minus_1;
@@ -1019,10 +1042,37 @@ static void rne_sat_run(const emu_rne_sat_plan *k, float *restrict out,
         rne_kernel_one(mn, mx, sh, h, mg, out + i, in + i);
 }
 
-/* The clones are static (as the GEMM kernels are): compilers disagree on
- * multiversioned functions with external linkage. */
+static void rne_sat_base(const emu_rne_sat_plan *k, float *restrict out,
+                         const float *restrict in, size_t n)
+{
+    rne_sat_any(k, out, in, n);
+}
+
+#if EMU_HAVE_ISA_CLONES
+EMU_ISA_TARGET_AVX2
+static void rne_sat_avx2(const emu_rne_sat_plan *k, float *restrict out,
+                         const float *restrict in, size_t n)
+{
+    rne_sat_any(k, out, in, n);
+}
+
+EMU_ISA_TARGET_AVX512
+static void rne_sat_avx512(const emu_rne_sat_plan *k, float *restrict out,
+                           const float *restrict in, size_t n)
+{
+    rne_sat_any(k, out, in, n);
+}
+#endif
+
 void emu_rne_sat_f32(const emu_rne_sat_plan *k, float *out, const float *in,
                      size_t n)
 {
-    rne_sat_run(k, out, in, n);
+#if EMU_HAVE_ISA_CLONES
+    switch (emu_isa_active()) {
+    case EMU_ISA_AVX512: rne_sat_avx512(k, out, in, n); return;
+    case EMU_ISA_AVX2:   rne_sat_avx2(k, out, in, n); return;
+    default: break;
+    }
+#endif
+    rne_sat_base(k, out, in, n);
 }
