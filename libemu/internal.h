@@ -154,7 +154,7 @@ typedef enum emu_isa {
 #define EMU_HAVE_ISA_CLONES 1
 #define EMU_ISA_TARGET_AVX2 __attribute__((target("avx2")))
 #define EMU_ISA_TARGET_AVX512 \
-    __attribute__((target("arch=x86-64-v4,prefer-vector-width=512")))
+    __attribute__((target("arch=x86-64-v4")))
 #else
 #define EMU_HAVE_ISA_CLONES 0
 #endif
