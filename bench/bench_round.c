@@ -12,6 +12,13 @@
  * figure (the oracle's recipe, nearest-even) is measured on a slice of
  * --mpfr-n elements; its throughput stands for the whole array.
  *
+ * A second reference is a plain loop that rounds into bfloat16 to nearest
+ * even with the classic bit trick (add 0x7fff plus the last kept bit,
+ * NaNs made quiet), without counts: about what a hand-written conversion
+ * costs, timed in the same run.  The library's kernels run at the
+ * instruction-set level isa.c chooses (EMU_ISA=baseline|avx2|avx512 forces
+ * one); the header line names it.
+ *
  * The host-guard rows time the same rounding with the calling thread in
  * the default floating-point state (the guard's fast path: one MXCSR read
  * per call) and in a hostile one (upward, FTZ, DAZ: every call saves,
@@ -21,7 +28,9 @@
  * default-state figures with a library without the guard.
  *
  * Usage: bench_round [--csv] [--log2n N] [--reps R] [--mpfr-n N]
- *                    [--no-guard-rows]
+ *                    [--no-guard-rows] [--cpu]
+ * --cpu times the rows (memcpy and the bit trick included) with the
+ * process's CPU clock: the figure to use on a machine shared with others.
  * A program, not a test: it is never registered with CTest.
  */
 #include <math.h>
@@ -36,6 +45,13 @@
 #include <emu/emu.h>
 
 #include "bench_util.h"
+
+/* BENCH_OLD_LIB: built against a library from before the ISA levels. */
+#ifdef BENCH_OLD_LIB
+#define BENCH_KERNEL_ISA() "clones"
+#else
+#define BENCH_KERNEL_ISA() emu_round_kernel_isa()
+#endif
 
 static void make_data(float *x, size_t n)
 {
@@ -59,15 +75,81 @@ typedef struct row {
     double melem;
 } row;
 
+/* --cpu: time with the process's CPU clock instead of the wall clock.  On
+ * a machine shared with other jobs the wall time of a pass counts the
+ * time slices others got; the CPU time does not (memory bandwidth is still
+ * shared).  The program runs one thread, so process time is its time. */
+static int use_cpu_clock;
+
+static double clock_now(void)
+{
+    return use_cpu_clock ? (double)clock() / CLOCKS_PER_SEC : bench_now();
+}
+
+/* memcpy, timed with clock_now(). */
+static double best_memcpy(float *dst, const float *src, size_t n, int reps)
+{
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        double t = clock_now();
+        memcpy(dst, src, n * sizeof *src);
+        t = clock_now() - t;
+        best = t < best ? t : best;
+    }
+    return best;
+}
+
+/* The bit-trick reference: binary32 into bfloat16, nearest-even, in
+ * blocks of fixed length so that GCC's -O2 cost model vectorises them. */
+static uint32_t bf16_rne_bits(uint32_t u)
+{
+    uint32_t nan = (u & 0x7fffffffu) > 0x7f800000u;
+    uint32_t rounded = u + 0x7fffu + ((u >> 16) & 1u);
+    uint32_t quiet = u | 0x00400000u;
+    return (((0u - nan) & quiet) | ((nan - 1u) & rounded)) & 0xffff0000u;
+}
+
+static void bf16_bit_trick(float *restrict dst, const float *restrict src,
+                           size_t n)
+{
+    enum { B = 1024 };
+    size_t i = 0;
+    for (; i + B <= n; i += B)
+        for (size_t j = 0; j < B; j++) {
+            uint32_t u;
+            memcpy(&u, src + i + j, 4);
+            u = bf16_rne_bits(u);
+            memcpy(dst + i + j, &u, 4);
+        }
+    for (; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, src + i, 4);
+        u = bf16_rne_bits(u);
+        memcpy(dst + i, &u, 4);
+    }
+}
+
+static double best_bit_trick(float *dst, const float *src, size_t n, int reps)
+{
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        double t = clock_now();
+        bf16_bit_trick(dst, src, n);
+        t = clock_now() - t;
+        best = t < best ? t : best;
+    }
+    return best;
+}
+
 static double best_round(const emu_format *f, const emu_array_rounding *a,
                          float *dst, const float *src, size_t n, int reps)
 {
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
         emu_round_counts c = { 0 };
-        double t = bench_now();
+        double t = clock_now();
         emu_round_array_f32(f, dst, src, n, a, &c, NULL);
-        t = bench_now() - t;
+        t = clock_now() - t;
         if (t < best)
             best = t;
         if (c.n != n) {
@@ -89,7 +171,7 @@ static double mpfr_recipe(const emu_format *f, float *dst, const float *src,
     mpfr_init2(m, f->p);
     const mpfr_exp_t emin0 = mpfr_get_emin(), emax0 = mpfr_get_emax();
     const mpfr_exp_t emin = f->emin - f->p + 2, emax = f->emax + 1;
-    double t = bench_now();
+    double t = clock_now();
     for (size_t i = 0; i < n; i++) {
         int ter = mpfr_set_flt(m, src[i], MPFR_RNDN);
         mpfr_set_emin(emin);
@@ -100,7 +182,7 @@ static double mpfr_recipe(const emu_format *f, float *dst, const float *src,
         mpfr_set_emin(emin0);
         mpfr_set_emax(emax0);
     }
-    t = bench_now() - t;
+    t = clock_now() - t;
     mpfr_clear(m);
     return t;
 }
@@ -180,9 +262,12 @@ int main(int argc, char **argv)
             mpfr_n = (size_t)strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--no-guard-rows"))
             guard = 0;
+        else if (!strcmp(argv[i], "--cpu"))
+            use_cpu_clock = 1;
         else {
             fprintf(stderr, "usage: bench_round [--csv] [--log2n N] "
-                            "[--reps R] [--mpfr-n N] [--no-guard-rows]\n");
+                            "[--reps R] [--mpfr-n N] [--no-guard-rows] "
+                            "[--cpu]\n");
             return 2;
         }
     }
@@ -201,8 +286,9 @@ int main(int argc, char **argv)
     make_data(src, n);
     memset(dst, 0, n * sizeof *dst); /* fault the pages in before timing */
 
-    static const char *const formats[] = { "binary16", "bfloat16", "e4m3",
-                                           "e5m2" };
+    static const char *const formats[] = { "bfloat16", "tf32", "binary16",
+                                           "e4m3", "e5m2", "e3m2", "e2m3",
+                                           "e2m1" };
     static const char *const modes[] = { "rne", "rz", "sr", "sr13" };
     enum { NF = sizeof formats / sizeof formats[0],
            NM = sizeof modes / sizeof modes[0] };
@@ -212,7 +298,8 @@ int main(int argc, char **argv)
     /* The machine may be shared: memcpy is timed between the format
      * groups too, and its best time over the whole run is the reference
      * (so a quiet moment for memcpy only makes the ratios smaller). */
-    double t_copy = bench_best_memcpy(dst, src, n, reps);
+    double t_copy = best_memcpy(dst, src, n, reps);
+    double t_trick = best_bit_trick(dst, src, n, reps);
     for (size_t fi = 0; fi < NF; fi++) {
         const emu_format *f = emu_format_find(formats[fi]);
         if (!f) {
@@ -231,34 +318,47 @@ int main(int argc, char **argv)
             rows[fi * NM + mi] = (row){ formats[fi], modes[mi],
                                         (double)n / t * 1e-6 };
         }
-        double t = bench_best_memcpy(dst, src, n, reps);
+        double t = best_memcpy(dst, src, n, reps);
         if (t < t_copy)
             t_copy = t;
+        t = best_bit_trick(dst, src, n, reps);
+        if (t < t_trick)
+            t_trick = t;
     }
     const double copy_melem = (double)n / t_copy * 1e-6;
+    const double trick_melem = (double)n / t_trick * 1e-6;
 
     if (csv)
         printf("format,mode,melem_per_s,pct_of_memcpy,mpfr_melem_per_s,"
-               "speedup_vs_mpfr,memcpy_melem_per_s\n");
+               "speedup_vs_mpfr,memcpy_melem_per_s,pct_of_bit_trick,"
+               "bit_trick_melem_per_s,isa\n");
     else {
         printf("n = 2^%d binary32 values (log2|x| ~ N(-12, 8), 5%% zeros), "
-               "best of %d, single thread, with counts\n", log2n, reps);
-        printf("memcpy: %.0f Melem/s (%.2f GB/s), best over the run\n\n",
+               "best of %d, single thread, with counts, kernels: %s, "
+               "%s time\n", log2n, reps, BENCH_KERNEL_ISA(),
+               use_cpu_clock ? "CPU" : "wall");
+        printf("memcpy: %.0f Melem/s (%.2f GB/s), best over the run\n",
                copy_melem, copy_melem * 4e-3);
-        printf("%-9s %-5s %10s %9s %12s %9s\n", "format", "mode", "Melem/s",
-               "%memcpy", "MPFR Melem/s", "x MPFR");
+        printf("bit trick (bfloat16 rne, no counts): %.0f Melem/s "
+               "(%.1f%% of memcpy)\n\n", trick_melem,
+               100.0 * trick_melem / copy_melem);
+        printf("%-9s %-5s %10s %9s %9s %12s %9s\n", "format", "mode",
+               "Melem/s", "%memcpy", "%trick", "MPFR Melem/s", "x MPFR");
     }
     for (size_t k = 0; k < NF * NM; k++) {
         const row *rw = &rows[k];
         const double mp = mpfr_melem[k / NM];
         if (csv)
-            printf("%s,%s,%.1f,%.1f,%.2f,%.0f,%.0f\n", rw->fmt, rw->mode,
-                   rw->melem, 100.0 * rw->melem / copy_melem, mp,
-                   rw->melem / mp, copy_melem);
-        else
-            printf("%-9s %-5s %10.0f %8.1f%% %12.2f %8.0fx\n", rw->fmt,
+            printf("%s,%s,%.1f,%.1f,%.2f,%.0f,%.0f,%.1f,%.0f,%s\n", rw->fmt,
                    rw->mode, rw->melem, 100.0 * rw->melem / copy_melem, mp,
-                   rw->melem / mp);
+                   rw->melem / mp, copy_melem,
+                   100.0 * rw->melem / trick_melem, trick_melem,
+                   BENCH_KERNEL_ISA());
+        else
+            printf("%-9s %-5s %10.0f %8.1f%% %8.1f%% %12.2f %8.0fx\n",
+                   rw->fmt, rw->mode, rw->melem,
+                   100.0 * rw->melem / copy_melem,
+                   100.0 * rw->melem / trick_melem, mp, rw->melem / mp);
     }
     if (guard)
         guard_rows(dst, src, n, reps, csv);

@@ -138,4 +138,47 @@ double emu_accum_dot_unguarded(const emu_accum *a, const float *x,
                                size_t n, const emu_accum_rng *rng,
                                emu_accum_counts *counts, double *lo);
 
+/* ---- instruction-set levels of the array kernels (isa.c) ----------------
+ * The hot array passes are compiled for baseline x86-64, AVX2 and AVX-512
+ * and one is chosen per process: the best the CPU has, or a lower one named
+ * by the environment variable EMU_ISA ("baseline", "avx2", "avx512"), which
+ * is how the tests run each version.  EMU_ISA_TARGET_AVX2/_AVX512 are the
+ * attributes that compile a function for a level. */
+typedef enum emu_isa {
+    EMU_ISA_BASELINE,
+    EMU_ISA_AVX2,
+    EMU_ISA_AVX512,
+    EMU_ISA_COUNT
+} emu_isa;
+
+#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && \
+    !defined(EMU_NO_TARGET_CLONES)
+#define EMU_HAVE_ISA_CLONES 1
+#define EMU_ISA_TARGET_AVX2 __attribute__((target("avx2")))
+#define EMU_ISA_TARGET_AVX512 \
+    __attribute__((target("arch=x86-64-v4")))
+#else
+#define EMU_HAVE_ISA_CLONES 0
+#endif
+
+#if defined(__GNUC__)
+#define EMU_KERNEL_INLINE inline __attribute__((always_inline))
+#else
+#define EMU_KERNEL_INLINE inline
+#endif
+
+/* The level in use (decided at the first call). */
+emu_isa emu_isa_active(void);
+/* The best level this CPU and build have. */
+emu_isa emu_isa_best(void);
+/* The level EMU_ISA names, or EMU_ISA_COUNT if it names none. */
+emu_isa emu_isa_requested(void);
+const char *emu_isa_name(emu_isa isa);
+
+/* Words (uint32_t)(emu_random64(seed, stream, index + i) >> 32) for i < n:
+ * the high halves, which decide stochastic rounding in binary32 but for
+ * ties of probability 2^-32 (rng.c). */
+void emu_random_fill_hi32(uint64_t seed, uint64_t stream, uint64_t index,
+                          uint32_t *out, size_t n);
+
 #endif

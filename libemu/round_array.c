@@ -30,18 +30,27 @@
  *    in a tie, probability 2^-32, redone separately).
  *
  * Both candidates are computed for every element and blended, so the
- * loops have no data-dependent branches and vectorise with SSE2 at the
- * default -O2 (no -march flags; no floating-point operation sits under a
- * condition, which -ftrapping-math would forbid if-converting).  Work
- * goes in tiles of TILE elements: (1) a per-mode loop computes the
- * magnitude of the result; (2) one common loop applies overflow, sign and
- * zero rules and counts the events; (3) the rare elements the fast code
- * does not cover (NaN and inf inputs, negatives into unsigned formats,
- * zeros in formats without zero, binary32 subnormals when emin <= -126)
- * are redone by the scalar choke point, and what pass 2 counted for them
- * is taken back.  Fusing (1) and (2) was measured slower: SSE2's sixteen
- * registers do not hold both.  The results of overflow are taken from
- * emu_round2_word itself, so the two paths cannot drift apart.
+ * loops have no data-dependent branches and vectorise (no floating-point
+ * operation sits under a condition, which -ftrapping-math would forbid
+ * if-converting).  Work goes in tiles of TILE elements, one fused pass
+ * per tile: each lane's rounding, then overflow, sign and zero rules, and
+ * its events summed in vector lanes; each input is read once and each
+ * result written once.  The rare lanes the fast code does not cover (NaN
+ * and inf inputs, negatives into unsigned formats, zeros in formats
+ * without zero, binary32 subnormals when emin <= -126, stochastic ties of
+ * probability 2^-32) are redone by the scalar choke point, and what the
+ * pass counted for them is taken back.  The results of overflow are taken
+ * from emu_round2_word itself, so the two paths cannot drift apart.
+ *
+ * The pass is specialised at compile time by mode, by whether the format
+ * needs the grid below 2^emin (not bfloat16 and tf32, whose lanes there
+ * are zeros or binary32 subnormals) and by whether it needs the general
+ * sign, zero and overflow rules (unsigned, fnuz, no zero, RU/RD), and each
+ * specialisation is compiled for baseline x86-64, AVX2 and AVX-512; isa.c
+ * picks the level per process (EMU_ISA forces a lower one, which is how
+ * the tests check every level).  Stochastic rounding takes the words'
+ * high halves from rng.c's vectorised Philox: the low halves matter only
+ * in the ties left to the choke point.
  *
  * binary64 input uses the same method on 64-bit patterns for the
  * deterministic modes (one element at a time; not the tensor hot path)
@@ -60,7 +69,7 @@
 #include <stdint.h>
 #include <string.h>
 
-enum { TILE = 512 };
+enum { TILE = 1024 };
 
 /* Below this, threads cost more than they save. */
 #define EMU_OMP_MIN_N ((size_t)1 << 16)
@@ -218,9 +227,13 @@ static int low_quantum(const emu_format *f)
 
 /* ---- binary32: the plan ----------------------------------------------- */
 
+/* The kernels' modes: the deterministic ones, and stochastic (full or
+ * r-bit, told apart by the plan's constants). */
+enum { K_RNE, K_RZ, K_RNA, K_RU, K_RD, K_RO, K_SR };
+
 typedef struct f32_plan {
-    emu_rnd mode;
-    bool tiny_before;
+    int kmode;                  /* K_*                                  */
+    uint32_t tiny_u;            /* all ones: tininess before rounding   */
     uint32_t d, mask, half;     /* dropped bits at and above 2^emin     */
     uint32_t emin_bits;         /* pattern of 2^emin                    */
     uint32_t max_bits;          /* pattern of max                       */
@@ -229,8 +242,12 @@ typedef struct f32_plan {
     float half_q;               /* 2^(qs - 1): the tie distance         */
     uint32_t ovf[2], ovf_nan[2];/* overflow result and whether NaN      */
     uint32_t zero_sign;         /* sign bit a zero result may keep      */
-    /* which elements go to the scalar path (see slow_general) */
+    /* which elements go to the scalar path (see lane()) */
     bool neg_slow, small_slow, zero_slow;
+    /* Kernels with every rule; the others assume a signed format with a
+     * signed zero, whose overflow results for -x and x differ in the sign
+     * only (IEEE-like and fn formats in every mode but RU/RD) */
+    bool general;
     int32_t neg_above, small_below, zero_below;
     /* stochastic: r-bit words at and above 2^emin ... */
     uint32_t sr_keep, sr_shift_r, sr_shift_l;
@@ -252,8 +269,16 @@ static bool plan_f32(f32_plan *pl, const emu_format *f, const emu_rounding *r)
         || (unsigned)r->mode >= EMU_RND_COUNT)
         return false;
     memset(pl, 0, sizeof *pl);
-    pl->mode = r->mode;
-    pl->tiny_before = r->tininess == EMU_TINY_BEFORE;
+    switch (r->mode) {
+    case EMU_RNE: pl->kmode = K_RNE; break;
+    case EMU_RZ:  pl->kmode = K_RZ; break;
+    case EMU_RNA: pl->kmode = K_RNA; break;
+    case EMU_RU:  pl->kmode = K_RU; break;
+    case EMU_RD:  pl->kmode = K_RD; break;
+    case EMU_RO:  pl->kmode = K_RO; break;
+    default:      pl->kmode = K_SR; break;
+    }
+    pl->tiny_u = mask_of(r->tininess == EMU_TINY_BEFORE);
     pl->d = (uint32_t)d;
     pl->mask = (1u << d) - 1;
     pl->half = 1u << (d - 1);
@@ -283,6 +308,10 @@ static bool plan_f32(f32_plan *pl, const emu_format *f, const emu_rounding *r)
     /* Zero results (r = 0) in a format without zero. */
     pl->zero_slow = !f->has_zero;
     pl->zero_below = pl->zero_slow ? 1 : 0;
+    pl->general = pl->neg_slow || pl->zero_slow
+                  || pl->zero_sign != 0x80000000u
+                  || pl->ovf[1] != (pl->ovf[0] | 0x80000000u)
+                  || (pl->ovf[0] & 0x80000000u);
 
     unsigned rb = sr_bits_of(r);
     uint32_t k = rb < (unsigned)d ? rb : (uint32_t)d;
@@ -299,14 +328,26 @@ static bool plan_f32(f32_plan *pl, const emu_format *f, const emu_rounding *r)
     return true;
 }
 
-/* ---- binary32: pass 1, the magnitude of the result per mode ----------
+/* ---- binary32: the fused kernel ---------------------------------------
  *
- * Each loop writes r[i], the rounded magnitude pattern, and rn[i], the
- * integer rounding at d bits.  Below 2^emin rn is the rounding with an
- * unbounded exponent range, which tininess after rounding asks for (in
- * the binade just below 2^emin, the only place where it differs from
- * tininess before rounding).  Lanes that go to the scalar path may hold
- * anything. */
+ * One pass per tile reads each input once and writes each result once:
+ * per lane, the rounded magnitude r (the integer rounding n at d bits at
+ * and above 2^emin, the quantum-grid rounding below), then the range
+ * rules (overflow, sign, zero) and the lane's events, summed in 32-bit
+ * lanes.  Lanes that the fast code does not cover are marked "slow" and
+ * redone by the scalar choke point afterwards.
+ *
+ * Below 2^emin n is the rounding with an unbounded exponent range, which
+ * tininess after rounding asks for (in the binade just below 2^emin, the
+ * only place where it differs from tininess before rounding).  In formats
+ * with emin <= -126 ("wide": bfloat16, tf32) every non-zero magnitude
+ * below 2^emin is a binary32 subnormal, which is slow: those kernels skip
+ * the grid rounding and the tiny-result events, which cannot happen in
+ * their other lanes.
+ *
+ * In lanes the fast path covers, the input magnitude u and the rounded
+ * magnitudes r and n are below 2^31 (u <= max float, plus at most one
+ * quantum), so signed comparisons, which SSE2 has, are exact. */
 
 /* Below 2^emin: a rounded to nearest-even on the quantum grid. */
 static inline float low_rne(const f32_plan *pl, float a)
@@ -323,100 +364,7 @@ static inline float low_rz(const f32_plan *pl, float a)
     return fblend(mask_of(s > a), s_down, s);
 }
 
-static void pass1_rne(const f32_plan *pl, const uint32_t *b, uint32_t *r,
-                      uint32_t *rn)
-{
-    const uint32_t d = pl->d, keep = ~pl->mask, bias = pl->half - 1;
-    const uint32_t emin = pl->emin_bits;
-    for (int i = 0; i < TILE; i++) {
-        uint32_t u = b[i] & 0x7fffffffu;
-        /* The last kept bit; with p = 1 it is the implicit bit (1). */
-        uint32_t n = (u + bias + (((u | 0x800000u) >> d) & 1)) & keep;
-        uint32_t lo = f2u(low_rne(pl, u2f(u)));
-        rn[i] = n;
-        r[i] = blend(mask_of(u < emin), lo, n);
-    }
-}
-
-static void pass1_rz(const f32_plan *pl, const uint32_t *b, uint32_t *r,
-                     uint32_t *rn)
-{
-    const uint32_t keep = ~pl->mask, emin = pl->emin_bits;
-    for (int i = 0; i < TILE; i++) {
-        uint32_t u = b[i] & 0x7fffffffu;
-        uint32_t n = u & keep;
-        uint32_t lo = f2u(low_rz(pl, u2f(u)));
-        rn[i] = n;
-        r[i] = blend(mask_of(u < emin), lo, n);
-    }
-}
-
-static void pass1_rna(const f32_plan *pl, const uint32_t *b, uint32_t *r,
-                      uint32_t *rn)
-{
-    const uint32_t keep = ~pl->mask, half = pl->half, emin = pl->emin_bits;
-    for (int i = 0; i < TILE; i++) {
-        uint32_t u = b[i] & 0x7fffffffu;
-        uint32_t n = (u + half) & keep;
-        float a = u2f(u), s = low_rne(pl, a), s_up = s + pl->quantum;
-        /* A tie that nearest-even sent down goes up instead. */
-        float lo = fblend(mask_of(a - s == pl->half_q), s_up, s);
-        rn[i] = n;
-        r[i] = blend(mask_of(u < emin), f2u(lo), n);
-    }
-}
-
-/* Toward +inf and -inf: away from zero for one sign, toward it for the
- * other. */
-static void pass1_directed(const f32_plan *pl, const uint32_t *b,
-                           uint32_t *r, uint32_t *rn)
-{
-    const uint32_t keep = ~pl->mask, mask = pl->mask, emin = pl->emin_bits;
-    const uint32_t away_sign = pl->mode == EMU_RU ? 0 : 1;
-    for (int i = 0; i < TILE; i++) {
-        uint32_t u = b[i] & 0x7fffffffu;
-        uint32_t away = (b[i] >> 31) == away_sign;
-        uint32_t n = (u + (away ? mask : 0)) & keep;
-        float a = u2f(u), z = low_rz(pl, a), z_up = z + pl->quantum;
-        float lo = fblend(mask_of(away && z != a), z_up, z);
-        rn[i] = n;
-        r[i] = blend(mask_of(u < emin), f2u(lo), n);
-    }
-}
-
-/* Round to odd: truncate, then set the last kept bit if anything was
- * dropped (an odd result stays, an even one moves up by one unit). */
-static void pass1_ro(const f32_plan *pl, const uint32_t *b, uint32_t *r,
-                     uint32_t *rn)
-{
-    const uint32_t d = pl->d, mask = pl->mask, unit = mask + 1;
-    const uint32_t emin = pl->emin_bits;
-    const float magic = pl->magic;
-    for (int i = 0; i < TILE; i++) {
-        uint32_t u = b[i] & 0x7fffffffu;
-        uint32_t odd = ((u | 0x800000u) >> d) & 1;
-        uint32_t n = (u & ~mask) + (mask_of((u & mask) != 0 && !odd) & unit);
-        float a = u2f(u), z = low_rz(pl, a);
-        /* z + magic is exact and its last bit is the parity of z / 2^qs. */
-        uint32_t k = f2u(z + magic) | (mask_of(z != a) & 1);
-        rn[i] = n;
-        r[i] = blend(mask_of(u < emin), f2u(u2f(k) - magic), n);
-    }
-}
-
-/* floor(x) for 0 <= x < 2^32, through the signed conversion.  Lanes whose
- * result is discarded may pass anything (negative, inf, NaN): those
- * convert 0, as C leaves out-of-range conversions undefined. */
-static inline uint32_t floor_u32(float x)
-{
-    uint32_t big = x >= 2147483648.0f;
-    float x_low = x - 2147483648.0f;   /* exact when big: a multiple of 2^8 */
-    float y = fblend(mask_of(big), x_low, x);
-    y = fblend(mask_of((y >= 0.0f) & (y < 2147483648.0f)), y, 0.0f);
-    return (uint32_t)(int32_t)y + (big << 31);
-}
-
-/* Stochastic, r-bit or full.
+/* Stochastic, r-bit or full, from the high half wh of the lane's word.
  *
  * At and above 2^emin only the top min(r, d) bits of the word can change
  * the outcome, so they are added below the kept bits (after clearing the
@@ -425,211 +373,316 @@ static inline uint32_t floor_u32(float x)
  * Below 2^emin, with z the truncation and F = (a - z) / 2^qs exactly, the
  * outcome is the carry out of floor(F 2^64) + word, each cut to its top r
  * bits.  Split both into 32-bit halves fh:fl and wh:wl: the high halves
- * decide unless wh + fh = 2^32 - 1 exactly, which a uniform word gives with
- * probability 2^-32.  The loop decides on the high halves and counts those
- * ties; low_sr_exact() redoes them with the low halves. */
+ * decide unless wh + fh = 2^32 - 1 exactly, which a uniform word gives
+ * with probability 2^-32.  The kernel decides on the high halves and
+ * leaves those ties to the choke point, with the whole word. */
 
 /* floor(F 2^32) for the lane, and z. */
 static inline uint32_t low_sr_high(const f32_plan *pl, float a, float *z)
 {
     *z = low_rz(pl, a);
     float x = ((a - *z) * pl->sr_scale1) * pl->sr_scale2;  /* F 2^32, exact */
-    return floor_u32(x);
+    /* 0 <= x < 2^32 in the lanes below 2^emin; the others may hold
+     * anything (inf, NaN from inf - inf), and are kept from a conversion
+     * that C leaves undefined.  AVX-512 converts to unsigned in one
+     * instruction. */
+    return (uint32_t)(x < 4294967296.0f ? x : 0.0f);
 }
-
-static uint32_t low_sr_exact(const f32_plan *pl, uint32_t u, uint64_t w)
-{
-    float a = u2f(u), z;
-    uint32_t mh = pl->sr_mask_hi, ml = pl->sr_mask_lo;
-    uint32_t fh = low_sr_high(pl, a, &z) & mh;
-    float x = ((a - z) * pl->sr_scale1) * pl->sr_scale2;
-    /* At 2^24 and above x is an integer: no low half. */
-    float xs = x < 16777216.0f ? x : 0.0f;
-    uint32_t fl = floor_u32((xs - (float)(int32_t)xs) * 4294967296.0f) & ml;
-    uint32_t gh = (uint32_t)(w >> 32) & mh, gl = (uint32_t)w & ml;
-    bool up = gh > ~fh || (gh == ~fh && gl > ~fl);
-    return f2u(up ? z + pl->quantum : z);
-}
-
-static void pass1_sr(const f32_plan *pl, const uint32_t *b, const uint64_t *w,
-                     uint32_t *r, uint32_t *rn)
-{
-    const uint32_t keep = ~pl->mask, emin = pl->emin_bits;
-    const uint32_t sr_keep = pl->sr_keep, shr = pl->sr_shift_r,
-                   shl = pl->sr_shift_l;
-    const uint32_t mh = pl->sr_mask_hi;
-    /* With r <= 32 the low halves are cut away: no ties to redo. */
-    const uint32_t ties_matter = pl->sr_mask_lo != 0;
-    const float quantum = pl->quantum;
-    uint32_t ties = 0;
-    for (int i = 0; i < TILE; i++) {
-        uint32_t u = b[i] & 0x7fffffffu;
-        uint32_t wh = (uint32_t)(w[i] >> 32);
-        uint32_t n = ((u & sr_keep) + ((wh >> shr) << shl)) & keep;
-        float a = u2f(u), z;
-        uint32_t fh = low_sr_high(pl, a, &z) & mh, gh = wh & mh;
-        float z_up = z + quantum;
-        float lo = fblend(mask_of(gh > ~fh), z_up, z);
-        uint32_t low = u < emin;
-        ties += low & (gh == ~fh) & ties_matter;
-        rn[i] = n;
-        r[i] = blend(mask_of(low), f2u(lo), n);
-    }
-    if (ties)
-        for (int i = 0; i < TILE; i++) {
-            uint32_t u = b[i] & 0x7fffffffu;
-            if (u < emin)
-                r[i] = low_sr_exact(pl, u, w[i]);
-        }
-}
-
-/* ---- binary32: pass 2, range rules and counts ------------------------
- *
- * In lanes the fast path covers, the input magnitude u and the rounded
- * magnitudes r and rn are below 2^31 (u <= max float, plus at most one
- * quantum), so signed comparisons, which SSE2 has, are exact. */
 
 typedef struct tile_events {
     uint32_t inexact, underflow, to_zero, subnormal, overflow, overflow_neg;
     uint32_t slow;
 } tile_events;
 
-/* The plan's constants for pass 2, in locals the compiler can keep in
- * registers (it cannot know that stores to the tile leave *plan alone). */
-typedef struct pass2_consts {
-    int32_t emin, max;
-    uint32_t tiny_u;     /* all ones: tininess before rounding (test u)  */
-    uint32_t zero_drop;  /* sign bit that a zero result loses            */
-    uint32_t ovf0, ovf01;/* overflow result for +; xor with the one for - */
-} pass2_consts;
-
-static pass2_consts pass2_consts_of(const f32_plan *pl)
+/* One lane: its result pattern, its events added to *e.  mode and low are
+ * constants wherever this is inlined, so each kernel keeps only its own
+ * arithmetic. */
+static EMU_KERNEL_INLINE uint32_t lane(const f32_plan *p, const int mode,
+                                       const bool low, const bool general,
+                                       uint32_t b, uint32_t wh,
+                                       tile_events *e)
 {
-    pass2_consts k = {
-        (int32_t)pl->emin_bits, (int32_t)pl->max_bits,
-        mask_of(pl->tiny_before), pl->zero_sign ^ 0x80000000u,
-        pl->ovf[0], pl->ovf[0] ^ pl->ovf[1],
-    };
-    return k;
-}
+    const uint32_t u = b & 0x7fffffffu, neg = b >> 31;
+    const int32_t su = (int32_t)u, emin = (int32_t)p->emin_bits;
+    const uint32_t keep = ~p->mask;
+    const float a = u2f(u);
+    uint32_t n, lo = 0, tie = 0;
+    switch (mode) {
+    case K_RNE:
+        /* The last kept bit; with p = 1 it is the implicit bit (1). */
+        n = (u + (p->half - 1) + (((u | 0x800000u) >> p->d) & 1)) & keep;
+        if (low)
+            lo = f2u(low_rne(p, a));
+        break;
+    case K_RZ:
+        n = u & keep;
+        if (low)
+            lo = f2u(low_rz(p, a));
+        break;
+    case K_RNA:
+        n = (u + p->half) & keep;
+        if (low) {
+            float s = low_rne(p, a), s_up = s + p->quantum;
+            /* A tie that nearest-even sent down goes up instead. */
+            lo = f2u(fblend(mask_of(a - s == p->half_q), s_up, s));
+        }
+        break;
+    case K_RU:
+    case K_RD: {
+        /* Away from zero for one sign, toward it for the other. */
+        const uint32_t away = neg ^ (mode == K_RU);
+        n = (u + (mask_of(away) & p->mask)) & keep;
+        if (low) {
+            float z = low_rz(p, a), z_up = z + p->quantum;
+            lo = f2u(fblend(mask_of(away & (z != a)), z_up, z));
+        }
+        break;
+    }
+    case K_RO: {
+        /* Truncate, then set the last kept bit if anything was dropped
+         * (an odd result stays, an even one moves up by one unit). */
+        const uint32_t odd = ((u | 0x800000u) >> p->d) & 1;
+        n = (u & keep) + (mask_of(((u & p->mask) != 0) & (odd ^ 1))
+                          & (p->mask + 1));
+        if (low) {
+            float z = low_rz(p, a);
+            /* z + magic is exact; its last bit is the parity of z / 2^qs. */
+            uint32_t k = f2u(z + p->magic) | (mask_of(z != a) & 1);
+            lo = f2u(u2f(k) - p->magic);
+        }
+        break;
+    }
+    default: /* K_SR */
+        n = ((u & p->sr_keep) + ((wh >> p->sr_shift_r) << p->sr_shift_l))
+            & keep;
+        if (low) {
+            float z;
+            uint32_t fh = low_sr_high(p, a, &z) & p->sr_mask_hi;
+            uint32_t gh = wh & p->sr_mask_hi;
+            float z_up = z + p->quantum;
+            lo = f2u(fblend(mask_of(gh > ~fh), z_up, z));
+            /* With r <= 32 the low halves are cut away: no ties. */
+            tie = (gh == ~fh) & (p->sr_mask_lo != 0);
+        }
+        break;
+    }
+    uint32_t r = n, slow = (uint32_t)(su > 0x7f7fffff); /* NaN, inf */
+    if (low) {
+        const uint32_t is_low = su < emin;
+        r = blend(mask_of(is_low), lo, n);
+        slow |= tie & is_low;
+    } else {
+        /* binary32 subnormals: 1 <= u <= 0x7fffff */
+        slow |= (int32_t)((u - 1) ^ 0x80000000u) < p->small_below;
+    }
+    /* Negative non-zero inputs to unsigned formats (b ^ sign > 0:
+     * negative and not -0), and zero results in formats without zero: one
+     * signed comparison each with a threshold that is never passed in the
+     * other formats, which have kernels without them. */
+    if (general)
+        slow |= ((int32_t)(b ^ 0x80000000u) > p->neg_above)
+              | ((int32_t)r < p->zero_below);
 
-/* One lane: the result pattern, and its events added to *e. */
-static inline uint32_t finish(const pass2_consts *k, uint32_t b,
-                              uint32_t r, uint32_t rn, tile_events *e)
-{
-    uint32_t u = b & 0x7fffffffu;
-    int32_t su = (int32_t)u, sr = (int32_t)r;
-    /* Tiny after rounding: the unbounded rounding rn is below 2^emin
-     * (which implies u is); before rounding: u is. */
-    int32_t st = (int32_t)blend(k->tiny_u, u, rn);
-    uint32_t ovf = sr > k->max;
-    uint32_t inx = (r != u) | ovf;
-    uint32_t zero = r == 0;
+    const int32_t sr = (int32_t)r;
+    const uint32_t ovf = sr > (int32_t)p->max_bits;
+    const uint32_t inx = (r != u) | ovf;
+    const uint32_t zero = r == 0;
     e->inexact += inx;
-    e->underflow += (st < k->emin) & inx;
-    e->to_zero += zero & (su != 0);
-    e->subnormal += (zero ^ 1) & (sr < k->emin);
     e->overflow += ovf;
-    e->overflow_neg += ovf & (b >> 31);
-    uint32_t sign = b & (0x80000000u ^ (mask_of(zero) & k->zero_drop));
-    uint32_t ovf_res = k->ovf0 ^ ((0u - (b >> 31)) & k->ovf01);
+    if (general)
+        e->overflow_neg += ovf & neg;
+    e->slow += slow;
+    if (low) {
+        /* Tiny after rounding: the unbounded rounding n is below 2^emin
+         * (which implies u is); before rounding: u is. */
+        const int32_t st = (int32_t)blend(p->tiny_u, u, n);
+        e->underflow += (st < emin) & inx;
+        e->to_zero += zero & (su != 0);
+        e->subnormal += (zero ^ 1) & (sr < emin);
+    }
+    if (!general) /* signed zeros, overflow results -x's = -(x's) */
+        return blend(mask_of(ovf), p->ovf[0], r) | (b & 0x80000000u);
+    const uint32_t zero_drop = p->zero_sign ^ 0x80000000u;
+    const uint32_t sign = b & (0x80000000u ^ (mask_of(zero) & zero_drop));
+    const uint32_t ovf_res = p->ovf[0] ^ ((0u - neg) & (p->ovf[0] ^ p->ovf[1]));
     return blend(mask_of(ovf), ovf_res, r | sign);
 }
 
-/* Lanes the fast path leaves to the scalar one: NaN and inf inputs, ... */
-static uint32_t slow_plain(uint32_t b)
+/* TILE lanes of one mode; wh is read by the stochastic kernels only.  A
+ * fixed count: GCC's cost model at -O2 vectorises only loops that need no
+ * scalar epilogue. */
+static EMU_KERNEL_INLINE void kernel_run(const f32_plan *plan, const int mode,
+                                         const bool low, const bool general,
+                                         float *restrict out,
+                                         const float *restrict in,
+                                         const uint32_t *restrict wh,
+                                         tile_events *ev)
 {
-    return (int32_t)(b & 0x7fffffffu) > 0x7f7fffff;
-}
-
-/* ... and, for the formats that need it, negative non-zero inputs to
- * unsigned formats, binary32 subnormals when emin <= -126 and zero results
- * in formats without zero.  Each test is one signed comparison with a
- * threshold that makes it never true for the other formats. */
-static inline uint32_t slow_general(const f32_plan *pl, uint32_t b,
-                                    uint32_t r)
-{
-    int32_t su = (int32_t)(b & 0x7fffffffu);
-    /* b ^ sign > 0: negative and not -0 */
-    return slow_plain(b)
-         | ((int32_t)(b ^ 0x80000000u) > pl->neg_above)
-         | ((int32_t)(((uint32_t)su - 1) ^ 0x80000000u) < pl->small_below)
-         | ((int32_t)r < pl->zero_below);
-}
-
-/* Writes the results as floats: type-based aliasing then tells the
- * compiler that they cannot overlap the tile's integer arrays, and the
- * loop vectorises without run-time overlap checks. */
-static void pass2(const f32_plan *pl, const uint32_t *b, const uint32_t *r,
-                  const uint32_t *rn, float *out, tile_events *ev)
-{
-    const pass2_consts k = pass2_consts_of(pl);
+    /* The constants in a local the compiler keeps in registers. */
+    const f32_plan p = *plan;
     tile_events e = { 0 };
-    if (!pl->neg_slow && !pl->small_slow && !pl->zero_slow) {
-        for (int i = 0; i < TILE; i++) {
-            out[i] = u2f(finish(&k, b[i], r[i], rn[i], &e));
-            e.slow += slow_plain(b[i]);
-        }
-    } else {
-        const f32_plan p = *pl;
-        for (int i = 0; i < TILE; i++) {
-            out[i] = u2f(finish(&k, b[i], r[i], rn[i], &e));
-            e.slow += slow_general(&p, b[i], r[i]);
-        }
+    for (size_t i = 0; i < TILE; i++) {
+        uint32_t b = f2u(in[i]);
+        out[i] = u2f(lane(&p, mode, low, general, b,
+                          mode == K_SR ? wh[i] : 0, &e));
     }
     *ev = e;
 }
 
-static void tile_f32(const f32_plan *pl, const emu_format *f, float *out,
-                     const float *in, size_t len, const emu_array_rounding *a,
-                     uint64_t first, emu_round_counts *c)
+static EMU_KERNEL_INLINE void kernel_any(const f32_plan *p, float *restrict out,
+                                         const float *restrict in,
+                                         const uint32_t *restrict wh,
+                                         tile_events *e)
 {
-    uint32_t b[TILE], r[TILE], rn[TILE];
-    float part[TILE];
-    float *res = len == TILE ? out : part;  /* pass 2 writes TILE lanes */
-    memcpy(b, in, len * sizeof b[0]);
+#define K_CASE(k)                                                             \
+    case k:                                                                   \
+        if (p->small_slow && p->general)                                      \
+            kernel_run(p, k, false, true, out, in, wh, e);                    \
+        else if (p->small_slow)                                               \
+            kernel_run(p, k, false, false, out, in, wh, e);                   \
+        else if (p->general)                                                  \
+            kernel_run(p, k, true, true, out, in, wh, e);                     \
+        else                                                                  \
+            kernel_run(p, k, true, false, out, in, wh, e);                    \
+        break
+    switch (p->kmode) {
+    K_CASE(K_RNE);
+    K_CASE(K_RZ);
+    K_CASE(K_RNA);
+    K_CASE(K_RU);
+    K_CASE(K_RD);
+    K_CASE(K_RO);
+    default:
+    K_CASE(K_SR);
+    }
+#undef K_CASE
+}
+
+/* The kernel for each instruction-set level (isa.c chooses): the same
+ * integer and IEEE operations, so the same results. */
+typedef void (*tile_kernel)(const f32_plan *, float *restrict,
+                            const float *restrict, const uint32_t *restrict,
+                            tile_events *);
+
+static void kernel_base(const f32_plan *p, float *restrict out,
+                        const float *restrict in, const uint32_t *restrict wh,
+                        tile_events *e)
+{
+    kernel_any(p, out, in, wh, e);
+}
+
+#if EMU_HAVE_ISA_CLONES
+EMU_ISA_TARGET_AVX2
+static void kernel_avx2(const f32_plan *p, float *restrict out,
+                        const float *restrict in, const uint32_t *restrict wh,
+                        tile_events *e)
+{
+    kernel_any(p, out, in, wh, e);
+}
+
+EMU_ISA_TARGET_AVX512
+static void kernel_avx512(const f32_plan *p, float *restrict out,
+                          const float *restrict in,
+                          const uint32_t *restrict wh, tile_events *e)
+{
+    kernel_any(p, out, in, wh, e);
+}
+#endif
+
+static tile_kernel kernel_for(emu_isa isa)
+{
+#if EMU_HAVE_ISA_CLONES
+    if (isa == EMU_ISA_AVX512)
+        return kernel_avx512;
+    if (isa == EMU_ISA_AVX2)
+        return kernel_avx2;
+#endif
+    (void)isa;
+    return kernel_base;
+}
+
+/* The events the kernels count for one lane: the same code, one lane. */
+static tile_events lane_events(const f32_plan *p, uint32_t b, uint32_t wh)
+{
+    tile_events e = { 0 };
+    const bool low = !p->small_slow;
+#define K_CASE(k)                                                             \
+    case k:                                                                   \
+        if (!low && p->general)                                               \
+            lane(p, k, false, true, b, wh, &e);                               \
+        else if (!low)                                                        \
+            lane(p, k, false, false, b, wh, &e);                              \
+        else if (p->general)                                                  \
+            lane(p, k, true, true, b, wh, &e);                                \
+        else                                                                  \
+            lane(p, k, true, false, b, wh, &e);                               \
+        break
+    switch (p->kmode) {
+    K_CASE(K_RNE);
+    K_CASE(K_RZ);
+    K_CASE(K_RNA);
+    K_CASE(K_RU);
+    K_CASE(K_RD);
+    K_CASE(K_RO);
+    default:
+    K_CASE(K_SR);
+    }
+#undef K_CASE
+    return e;
+}
+
+static void tile_f32(const f32_plan *pl, tile_kernel kern,
+                     const emu_format *f, float *out, const float *in,
+                     size_t len, const emu_array_rounding *a, uint64_t first,
+                     emu_round_counts *c)
+{
+    uint32_t wh[TILE];
+    float copy[TILE], part[TILE];
+    const float *src = in;
+    float *dst = out;
+    /* A short tile is padded with +0; in place, the slow lanes need their
+     * inputs after the kernel overwrote them. */
+    const uintptr_t o = (uintptr_t)out, i0 = (uintptr_t)in,
+                    size = len * sizeof *in;
+    if (len < TILE || (o < i0 + size && i0 < o + size)) {
+        memcpy(copy, in, len * sizeof copy[0]);
+        memset(copy + len, 0, (TILE - len) * sizeof copy[0]);
+        src = copy;
+    }
     if (len < TILE)
-        memset(b + len, 0, (TILE - len) * sizeof b[0]);
-
-    switch (pl->mode) {
-    case EMU_RNE: pass1_rne(pl, b, r, rn); break;
-    case EMU_RZ:  pass1_rz(pl, b, r, rn); break;
-    case EMU_RNA: pass1_rna(pl, b, r, rn); break;
-    case EMU_RU:
-    case EMU_RD:  pass1_directed(pl, b, r, rn); break;
-    case EMU_RO:  pass1_ro(pl, b, r, rn); break;
-    case EMU_RS:
-    case EMU_RS_BITS:
-    default: {
-        uint64_t w[TILE];
-        emu_random_fill(a->seed, a->stream, first, w, len);
-        if (len < TILE)
-            memset(w + len, 0, (TILE - len) * sizeof w[0]);
-        pass1_sr(pl, b, w, r, rn);
-        break;
+        dst = part;
+    const bool sr = pl->kmode == K_SR;
+    if (sr) {
+        emu_random_fill_hi32(a->seed, a->stream, first, wh, len);
+        /* +0 with word 0 is no tie: the padding stays out of the slow
+         * lanes */
+        memset(wh + len, 0, (TILE - len) * sizeof wh[0]);
     }
-    }
-
     tile_events e;
-    pass2(pl, b, r, rn, res, &e);
-    /* Padding lanes are +0 inputs: they raise no events, but a format
-     * without zero sends them to the scalar path. */
-    uint32_t pad_slow = (uint32_t)(TILE - len) * pl->zero_slow;
-    if (e.slow > pad_slow) {
+    kern(pl, dst, src, wh, &e);
+    /* Padding lanes raise no events, but a format without zero sends
+     * them to the scalar path. */
+    e.slow -= (uint32_t)(TILE - len) * (pl->zero_below > 0);
+    if (e.slow) {
         /* Redo the slow lanes with the choke point, and take back what
-         * pass 2 counted for them. */
-        const pass2_consts k = pass2_consts_of(pl);
+         * the kernel counted for them. */
         tile_events back = { 0 };
         for (size_t i = 0; i < len; i++) {
-            if (!slow_general(pl, b[i], r[i]))
+            tile_events one = lane_events(pl, f2u(src[i]), sr ? wh[i] : 0);
+            if (!one.slow)
                 continue;
-            finish(&k, b[i], r[i], rn[i], &back);
+            back.inexact += one.inexact;
+            back.underflow += one.underflow;
+            back.to_zero += one.to_zero;
+            back.subnormal += one.subnormal;
+            back.overflow += one.overflow;
+            back.overflow_neg += one.overflow_neg;
             emu_status st;
-            uint64_t word = emu_rnd_is_stochastic(a->rnd.mode)
-                          ? emu_random64(a->seed, a->stream, first + i) : 0;
-            double x = u2f(b[i]);   /* in[i] is gone if out == in */
+            uint64_t word = sr ? emu_random64(a->seed, a->stream, first + i)
+                               : 0;
+            double x = src[i];
             double y = emu_round2_word_unguarded(f, x, 0.0, &a->rnd, word, &st);
-            res[i] = (float)y;
+            dst[i] = (float)y;
             emu_round_counts_add_unguarded(c, x, y, st.flags);
         }
         e.inexact -= back.inexact;
@@ -639,9 +692,12 @@ static void tile_f32(const f32_plan *pl, const emu_format *f, float *out,
         e.overflow -= back.overflow;
         e.overflow_neg -= back.overflow_neg;
     }
-    uint32_t nan = (pl->ovf_nan[0] ? e.overflow - e.overflow_neg : 0)
-                 + (pl->ovf_nan[1] ? e.overflow_neg : 0);
-    c->n += len - (e.slow - pad_slow);
+    /* Without the general rules the overflow results of both signs are
+     * NaN or neither, and overflow_neg is not counted. */
+    uint32_t nan = !pl->general ? (pl->ovf_nan[0] ? e.overflow : 0)
+                 : (pl->ovf_nan[0] ? e.overflow - e.overflow_neg : 0)
+                   + (pl->ovf_nan[1] ? e.overflow_neg : 0);
+    c->n += len - e.slow;
     c->inexact += e.inexact;
     c->underflow += e.underflow;
     c->to_zero += e.to_zero;
@@ -653,8 +709,8 @@ static void tile_f32(const f32_plan *pl, const emu_format *f, float *out,
               | (e.overflow ? EMU_FLAG_OVERFLOW : 0)
               | (e.subnormal ? EMU_FLAG_SUBNORMAL : 0)
               | (e.to_zero && !f->subnormals ? EMU_FLAG_FLUSHED : 0);
-    if (res != out)
-        memcpy(out, res, len * sizeof res[0]);
+    if (dst != out)
+        memcpy(out, dst, len * sizeof dst[0]);
 }
 
 /* ---- binary64 --------------------------------------------------------- */
@@ -853,6 +909,7 @@ int emu_round_array_f32_unguarded(const emu_format *fmt, float *out,
     }
     f32_plan pl;
     const bool fast = plan_f32(&pl, fmt, &a->rnd);
+    const tile_kernel kern = kernel_for(emu_isa_active());
     const size_t tiles = (n + TILE - 1) / TILE;
     uint64_t c_n = 0, c_inx = 0, c_unf = 0, c_tz = 0, c_sub = 0, c_ovf = 0,
              c_nan = 0, c_inv = 0;
@@ -867,7 +924,8 @@ int emu_round_array_f32_unguarded(const emu_format *fmt, float *out,
         size_t i = t * TILE, len = n - i < TILE ? n - i : TILE;
         emu_round_counts c = { 0 };
         if (fast)
-            tile_f32(&pl, fmt, out + i, in + i, len, a, a->first_index + i, &c);
+            tile_f32(&pl, kern, fmt, out + i, in + i, len, a,
+                     a->first_index + i, &c);
         else
             scalar_tile_f32(fmt, out + i, in + i, len, a, a->first_index + i,
                             &c);
@@ -980,15 +1038,11 @@ static inline void rne_kernel_one(uint32_t min_normal, uint32_t max,
 }
 
 /* Tiles of fixed length, so that compilers vectorize the loop; compiled
- * also for AVX2 and AVX-512 and chosen at load time (x86-64 Linux, GCC), as
- * the GEMM kernels are: the same integer and IEEE operations, so the same
- * results. */
-#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && \
-    !defined(EMU_NO_TARGET_CLONES)
-__attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
-#endif
-static void rne_sat_run(const emu_rne_sat_plan *k, float *restrict out,
-                        const float *restrict in, size_t n)
+ * also for AVX2 and AVX-512 and chosen by isa.c, as the array kernels
+ * are: the same integer and IEEE operations, so the same results. */
+static EMU_KERNEL_INLINE void rne_sat_any(const emu_rne_sat_plan *k,
+                                          float *restrict out,
+                                          const float *restrict in, size_t n)
 {
     const uint32_t mn = k->min_normal, mx = k->max, sh = k->shift,
                    h = k->half_minus_1;
@@ -1001,10 +1055,37 @@ static void rne_sat_run(const emu_rne_sat_plan *k, float *restrict out,
         rne_kernel_one(mn, mx, sh, h, mg, out + i, in + i);
 }
 
-/* The clones are static (as the GEMM kernels are): compilers disagree on
- * multiversioned functions with external linkage. */
+static void rne_sat_base(const emu_rne_sat_plan *k, float *restrict out,
+                         const float *restrict in, size_t n)
+{
+    rne_sat_any(k, out, in, n);
+}
+
+#if EMU_HAVE_ISA_CLONES
+EMU_ISA_TARGET_AVX2
+static void rne_sat_avx2(const emu_rne_sat_plan *k, float *restrict out,
+                         const float *restrict in, size_t n)
+{
+    rne_sat_any(k, out, in, n);
+}
+
+EMU_ISA_TARGET_AVX512
+static void rne_sat_avx512(const emu_rne_sat_plan *k, float *restrict out,
+                           const float *restrict in, size_t n)
+{
+    rne_sat_any(k, out, in, n);
+}
+#endif
+
 void emu_rne_sat_f32(const emu_rne_sat_plan *k, float *out, const float *in,
                      size_t n)
 {
-    rne_sat_run(k, out, in, n);
+#if EMU_HAVE_ISA_CLONES
+    switch (emu_isa_active()) {
+    case EMU_ISA_AVX512: rne_sat_avx512(k, out, in, n); return;
+    case EMU_ISA_AVX2:   rne_sat_avx2(k, out, in, n); return;
+    default: break;
+    }
+#endif
+    rne_sat_base(k, out, in, n);
 }

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "testutil.h"
+#include "internal.h" /* emu_random_fill_hi32, the ISA levels */
 
 /* Check's ck_assert records every passing check with a write to a file;
  * over loops of millions of cases that is most of the run time, so the
@@ -96,7 +97,7 @@ END_TEST
 static void check_fill(uint64_t seed, uint64_t stream, uint64_t index,
                        size_t n)
 {
-    enum { MAXN = 80 };
+    enum { MAXN = 700 };
     uint64_t out[MAXN + 2];
     /* Guard words catch a fill that writes past n. */
     out[n] = 0x5a5a5a5a5a5a5a5aull;
@@ -114,6 +115,28 @@ static void check_fill(uint64_t seed, uint64_t stream, uint64_t index,
                   out[n + 1] == 0xa5a5a5a5a5a5a5a5ull,
                   "emu_random_fill(index %#" PRIx64 ", n %zu) wrote past n",
                   index, n);
+}
+
+/* The high halves' fill, which stochastic rounding of binary32 reads. */
+static void check_fill_hi32(uint64_t seed, uint64_t stream, uint64_t index,
+                            size_t n)
+{
+    enum { MAXN = 700 };
+    uint32_t out[MAXN + 2];
+    out[n] = 0x5a5a5a5au;
+    out[n + 1] = 0xa5a5a5a5u;
+    emu_random_fill_hi32(seed, stream, index, out, n);
+    for (size_t j = 0; j < n; j++) {
+        uint32_t want = (uint32_t)(emu_random64(seed, stream, index + j) >> 32);
+        EXPECT(out[j] == want,
+               "emu_random_fill_hi32(seed %#" PRIx64 ", stream %#" PRIx64
+               ", index %#" PRIx64 ", n %zu)[%zu]: expected %#010" PRIx32
+               " got %#010" PRIx32 " (kernels %s)", seed, stream, index, n, j,
+               want, out[j], emu_round_kernel_isa());
+    }
+    EXPECT(out[n] == 0x5a5a5a5au && out[n + 1] == 0xa5a5a5a5u,
+           "emu_random_fill_hi32(index %#" PRIx64 ", n %zu) wrote past n",
+           index, n);
 }
 
 static void check_x4(uint64_t seed, uint64_t stream, uint64_t index)
@@ -153,6 +176,33 @@ START_TEST(test_bulk_forms)
                 check_fill(seeds[s], streams[t], far[f], 64);
             }
         }
+}
+END_TEST
+
+/* The vectorised block function (LANES blocks = 128 words at a time, one
+ * version per instruction-set level) against the scalar one: lengths
+ * around whole and partial batches, both start parities, and block
+ * counters whose low half carries into the high half within a batch. */
+START_TEST(test_vector_blocks)
+{
+    static const uint64_t seeds[] = { 0, 0xdeadbeefcafef00dull, UINT64_MAX };
+    static const uint64_t streams[] = { 0, 0x8000000000000001ull };
+    static const size_t lens[] = { 127, 128, 129, 255, 256, 257, 383, 512,
+                                   641, 700 };
+    static const uint64_t starts[] = {
+        0, 1, 2, 127, 128, 0x1ffffff80ull, 0x1ffffff81ull, /* carry at 2^32 */
+        0xfffffffffffffff0ull, 0xfffffffffffffff1ull,     /* wrap at 2^64 */
+        0x123456789abcdefull,
+    };
+    for (size_t s = 0; s < sizeof seeds / sizeof seeds[0]; s++)
+        for (size_t t = 0; t < sizeof streams / sizeof streams[0]; t++)
+            for (size_t k = 0; k < sizeof starts / sizeof starts[0]; k++)
+                for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++) {
+                    check_fill(seeds[s], streams[t], starts[k], lens[l]);
+                    check_fill_hi32(seeds[s], streams[t], starts[k], lens[l]);
+                }
+    for (size_t n = 0; n <= 80; n++)
+        check_fill_hi32(7, 9, 3, n);
 }
 END_TEST
 
@@ -328,6 +378,7 @@ static Suite *rng_suite(void)
     tc = tcase_create("bulk");
     tcase_add_test(tc, test_bulk_forms);
     tcase_add_test(tc, test_bulk_forms_wrap);
+    tcase_add_test(tc, test_vector_blocks);
     tcase_add_test(tc, test_sequential_view);
     suite_add_tcase(s, tc);
 
@@ -342,6 +393,8 @@ static Suite *rng_suite(void)
 
 int main(void)
 {
+    if (test_isa_skip())
+        return 77;
     SRunner *sr = srunner_create(rng_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

@@ -6,6 +6,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+bool test_isa_skip(void)
+{
+    const char *want = getenv("EMU_ISA");
+    const char *got = emu_round_kernel_isa();
+    if (want && *want && strcmp(want, got) != 0) {
+        printf("EMU_ISA=%s: this CPU or build runs %s at most; skipped\n",
+               want, got);
+        return true;
+    }
+    printf("array kernels: %s\n", got);
+    return false;
+}
+
 uint64_t test_scaled(uint64_t n, uint64_t floor)
 {
     static double scale = -1.0;

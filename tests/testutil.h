@@ -32,6 +32,12 @@ void test_oracle_leave(test_fpstate saved);
 
 uint64_t test_scaled(uint64_t n, uint64_t floor);
 
+/* For the suites CTest runs once per instruction-set level of the array
+ * kernels (EMU_ISA=baseline|avx2|avx512): prints the level in use, and
+ * returns true (skip: exit 77) if EMU_ISA names a level that this CPU or
+ * build does not have, which would otherwise test another level twice. */
+bool test_isa_skip(void);
+
 /* A stream of 64-bit test words. */
 typedef struct test_rng {
     uint64_t seed, index;

@@ -168,6 +168,12 @@ int emu_round_array_f32(const emu_format *fmt, float *out, const float *in,
                         size_t n, const emu_array_rounding *a,
                         emu_round_counts *counts, emu_error *err);
 
+/* The instruction-set level the array kernels of this process run at:
+ * "avx512", "avx2" or "baseline" — the best the CPU has, or the one the
+ * environment variable EMU_ISA names if lower.  Results are the same at
+ * every level. */
+const char *emu_round_kernel_isa(void);
+
 /* Round n binary64 values into fmt (any format).  Returns 0, or -1 with
  * err (EMU_EINVAL) and nothing written for a format that
  * emu_format_is_validated refuses. */
