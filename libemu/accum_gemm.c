@@ -120,8 +120,8 @@ static int lowest_bit_f(float x)
  * t's lowest set bit lsb (the factors' lowest bits, tabulated as
  * L = lsb(a) + lsb(b) + 1022) up to t's leading bit.  A zero t has a zero
  * exponent field and lands in bin 0 by the clamp.  Lanes whose s_new is not
- * a normal finite value get bin -1: the caller counts them by the
- * definition itself.  Vectorisable like lanes_step. */
+ * a normal finite value, or whose t is inf or NaN, get bin -1: the caller
+ * counts them by the definition itself.  Vectorisable like lanes_step. */
 static EMU_ALWAYS_INLINE uint64_t lanes_bins(const double *restrict sv,
                                          const double *restrict nv,
                                          const double *restrict b, double ak,
@@ -144,7 +144,10 @@ static EMU_ALWAYS_INLINE uint64_t lanes_bins(const double *restrict sv,
         uint64_t x = nb ^ sb;
         uint64_t ab = (1 ^ ((x | (0 - x)) >> 63)) & ((tb | (0 - tb)) >> 63);
         n += (int64_t)((uint64_t)(EMU_LOST_BINS - 1 - n) & (0 - ab));
-        uint64_t odd = ((nu - mn) >> 63) | ((mx - nu) >> 63);
+        /* s_new out of the normal range, or t inf or NaN (whose s_new
+         * may still be finite: a saturating acc) */
+        uint64_t odd = ((nu - mn) >> 63) | ((mx - nu) >> 63) |
+                       (uint64_t)(et == 0x7ff);
         bins[j] = n | (int64_t)(0 - odd);
         any |= odd;
     }
