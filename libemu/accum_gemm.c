@@ -186,6 +186,60 @@ static EMU_ALWAYS_INLINE void count_step(const seq_ctx *c, const double *s_old,
     }
 }
 
+/* count_step for any addend vector t (not only products with tabulated
+ * lowest bits): t's lowest set bit read off its pattern, the significand's
+ * lowest set bit isolated (m & -m, below the implicit bit) and converted
+ * to a double by the 2^52 trick, whose exponent is its position.  Zero t is bin 0; subnormal t
+ * (which no carrier value or binary32 product is) goes to the definition
+ * with the other odd lanes.  Every lane j < jn is counted, adds included. */
+static EMU_ALWAYS_INLINE void count_lanes(const seq_ctx *c,
+                                          const emu_format *f,
+                                          const double *restrict sv,
+                                          const double *restrict nv,
+                                          const double *restrict tv,
+                                          size_t jn,
+                                          uint32_t (*hist)[EMU_LOST_BINS],
+                                          emu_accum_counts *cnt)
+{
+    const uint64_t mn = d2u(c->pl.min_normal), mx = d2u(c->pl.max);
+    const int64_t p = c->p;
+    const uint64_t frac = ((uint64_t)1 << 52) - 1, two52 = 0x4330000000000000u;
+    int64_t bins[JB];
+    uint64_t any = 0;
+    for (size_t j = 0; j < JB; j++) {
+        uint64_t tu = d2u(tv[j]), tb = tu << 1;
+        uint64_t nb = d2u(nv[j]), sb = d2u(sv[j]);
+        uint64_t nu = nb & ~SIGN_BIT;
+        int64_t et = (int64_t)(tb >> 53);
+        uint64_t m = tu & frac;
+        uint64_t low = m & (0 - m);                    /* 2^ctz(m), < 2^52 */
+        int64_t ctz = (int64_t)(d2u(u2d(low | two52) - 0x1p52) >> 52) - 1023;
+        ctz = m ? ctz : 52;                            /* the implicit bit */
+        int64_t lsb = et - 52 + ctz;                   /* biased */
+        int64_t top = (int64_t)(nu >> 52) - p;
+        int64_t hb = et < top ? et : top;
+        int64_t n = hb - lsb + 1;
+        n = n < 0 ? 0 : n > 64 ? 64 : n;
+        uint64_t x = nb ^ sb;
+        n = x == 0 && tb != 0 ? EMU_LOST_BINS - 1 : n;
+        n = tb == 0 ? 0 : n;
+        uint64_t odd = (uint64_t)((nu < mn) | (nu > mx) | (et == 0x7ff) |
+                                  ((et == 0) & (tb != 0)));
+        bins[j] = odd ? -1 : n;
+        any |= odd;
+    }
+    for (size_t j = 0; j < jn; j++) {
+        if (bins[j] >= 0)
+            hist[j][bins[j]]++;
+        else
+            accum_count_add(cnt, f, sv[j], tv[j], nv[j]);
+    }
+    (void)any;
+    /* accum_count_add counted the odd lanes' adds itself */
+    for (size_t j = 0; j < jn; j++)
+        cnt->adds += bins[j] >= 0;
+}
+
 /* Adds the interleaved histograms to cnt and clears them. */
 static void flush_hist(uint32_t (*hist)[EMU_LOST_BINS], emu_accum_counts *cnt)
 {
@@ -441,6 +495,9 @@ static EMU_ALWAYS_INLINE void kahan_row_panel(const seq_ctx *c, emu_rnd mode,
     const size_t jn = g->N - j0 < JB ? g->N - j0 : JB;
     const double *bp = c->bp;
     double s[JB], cc[JB], p[JB], y[JB], t[JB], d[JB], neg[JB];
+    uint32_t hist[JB][EMU_LOST_BINS];
+    if (cnt)
+        memset(hist, 0, sizeof hist);
     for (size_t j = 0; j < JB; j++) {
         s[j] = g->c && j < jn ? g->c[i * g->N + j0 + j] : 0.0;
         cc[j] = 0.0;
@@ -460,13 +517,13 @@ static EMU_ALWAYS_INLINE void kahan_row_panel(const seq_ctx *c, emu_rnd mode,
             neg[j] = -y[j];
         lanes_add(c, mode, d, neg, cc, jn);
         if (cnt)
-            for (size_t j = 0; j < jn; j++)
-                accum_count_add(cnt, &g->model->acc, s[j], y[j],
-                                t[j]);
+            count_lanes(c, &g->model->acc, s, t, y, jn, hist, cnt);
         memcpy(s, t, sizeof s);
     }
     for (size_t j = 0; j < jn; j++)
         g->hi[i * g->N + j0 + j] = s[j];
+    if (cnt)
+        flush_hist(hist, cnt);
 }
 
 /* The pairwise tree of dot_pairwise on the lanes, walked without
@@ -487,6 +544,9 @@ static EMU_ALWAYS_INLINE void pw_row_panel(const seq_ctx *c, emu_rnd mode,
     double iv[JB];
     for (size_t j = 0; j < JB; j++)
         iv[j] = init && j < jn ? g->c[i * g->N + j0 + j] : 0.0;
+    uint32_t hist[JB][EMU_LOST_BINS];
+    if (cnt)
+        memset(hist, 0, sizeof hist);
     double res[JB];
     if (K == 0) {
         memcpy(res, iv, sizeof res);
@@ -533,14 +593,18 @@ static EMU_ALWAYS_INLINE void pw_row_panel(const seq_ctx *c, emu_rnd mode,
                 double sum[JB];
                 const double *l = v[nv - 2], *r = v[nv - 1];
                 lanes_add(c, mode, l, r, sum, jn);
-                if (cnt)
-                    for (size_t j = 0; j < jn; j++) {
+                if (cnt) {
+                    /* the addend: the operand of smaller magnitude, the
+                     * right one on a tie */
+                    double big[JB], small[JB];
+                    for (size_t j = 0; j < JB; j++) {
                         bool lbig = fabs(l[j]) >= fabs(r[j]);
-                        accum_count_add(cnt, &g->model->acc,
-                                        lbig ? l[j] : r[j],
-                                        lbig ? r[j] : l[j],
-                                        sum[j]);
+                        big[j] = lbig ? l[j] : r[j];
+                        small[j] = lbig ? r[j] : l[j];
                     }
+                    count_lanes(c, &g->model->acc, big, sum, small, jn, hist,
+                                cnt);
+                }
                 nv -= 2;
                 memcpy(v[nv++], sum, sizeof sum);
                 nf--;
@@ -550,6 +614,8 @@ static EMU_ALWAYS_INLINE void pw_row_panel(const seq_ctx *c, emu_rnd mode,
     }
     for (size_t j = 0; j < jn; j++)
         g->hi[i * g->N + j0 + j] = res[j];
+    if (cnt)
+        flush_hist(hist, cnt);
 }
 
 static EMU_ALWAYS_INLINE void row_panel(const seq_ctx *c, emu_rnd mode,
@@ -784,6 +850,7 @@ static EMU_ALWAYS_INLINE bool fused_row_panel(const seq_ctx *c, size_t i,
             for (size_t k = k0; k < k1; k++) {
                 const double ak = arow[k], *b = bp + k * JB;
                 const int64_t *lk = lb + k * JB, l0 = la[k] + 1;
+                int64_t bins[JB]; /* vector code, then the increments */
                 for (size_t j = 0; j < JB; j++) {
                     uint64_t tb = d2u(ak * b[j]) << 1;
                     int64_t et = (int64_t)(tb >> 53);
@@ -791,9 +858,10 @@ static EMU_ALWAYS_INLINE bool fused_row_panel(const seq_ctx *c, size_t i,
                     int64_t nb = hb - (l0 + lk[j]) + 1;
                     nb = nb < 0 ? 0 : nb > 64 ? 64 : nb;
                     nb = et < qb[j] ? EMU_LOST_BINS - 1 : nb;
-                    nb = tb == 0 ? 0 : nb;
-                    hist[j][nb]++;
+                    bins[j] = tb == 0 ? 0 : nb;
                 }
+                for (size_t j = 0; j < JB; j++)
+                    hist[j][bins[j]]++;
             }
         }
         for (size_t j = 0; j < jn; j++)
