@@ -103,6 +103,8 @@ typedef struct seq_ctx {
     int p;                      /* acc's precision (counting)                 */
     /* The other kernels (fused, exact, stochastic sequential): */
     bool sr;                    /* a stochastic mode                          */
+    bool sums_exact;            /* the sum of two acc values is exact in a
+                                   binary64 (Kahan's last three steps)       */
     bool row_finite, panel_finite; /* no inf or NaN in the row / the panel   */
     int row_w, panel_w;         /* widest significand (bits) of row / panel   */
 } seq_ctx;
@@ -270,6 +272,7 @@ static void flush_hist(uint32_t (*hist)[EMU_LOST_BINS], emu_accum_counts *cnt)
  * x - y, x != 0 as the sign bit of x | -x), so that baseline SSE2 runs the
  * lanes in pairs (and the AVX clones of seq_rows in fours and eights). */
 static EMU_ALWAYS_INLINE uint64_t lanes_step(emu_rnd mode, bool pairs,
+                                             bool exact,
                                              const double *restrict sv,
                                              const double *restrict b,
                                              double ak, double *restrict ns,
@@ -288,7 +291,7 @@ static EMU_ALWAYS_INLINE uint64_t lanes_step(emu_rnd mode, bool pairs,
         uint64_t sg = hb & SIGN_BIT;
         uint64_t u = hb ^ sg;
         uint64_t neg = sg >> 63, r, mid = 0;
-        if (!nearest) {
+        if (!nearest && !exact) {
             double bv = h - sj, av = h - bv;
             double l = (sj - av) + (tj - bv);
             uint64_t lbits = d2u(l);
@@ -355,14 +358,18 @@ static void redo_lanes(const seq_ctx *c, const double *sv, const double *b,
     }
 }
 
-/* out[j] = round(x[j] + y[j]) for the JB lanes, every lane exact. */
+/* out[j] = round(x[j] + y[j]) for the JB lanes, every lane exact.  With
+ * `exact` the caller knows x + y to be exact in binary64 (two values of
+ * an accumulator whose whole grid spans at most 53 bits, sums_exact), so
+ * that binary64's sum is the pair (h, 0) and needs no TwoSum. */
 static EMU_ALWAYS_INLINE void lanes_add(const seq_ctx *c, emu_rnd mode,
-                                        const double *x, const double *y,
-                                        double *out, size_t jn)
+                                        bool exact, const double *x,
+                                        const double *y, double *out,
+                                        size_t jn)
 {
     const uint64_t zs = c->pl.zero_slow || mode == EMU_RD;
     uint64_t bad[JB];
-    if (lanes_step(mode, true, x, y, 1.0, out, bad, c->pl.d, c->pl.mask,
+    if (lanes_step(mode, true, exact, x, y, 1.0, out, bad, c->pl.d, c->pl.mask,
                    c->pl.half, d2u(c->pl.min_normal), d2u(c->pl.max), zs))
         redo_lanes(c, x, y, 1.0, out, bad, jn);
 }
@@ -391,7 +398,7 @@ static EMU_ALWAYS_INLINE size_t seq_steps(const seq_ctx *c, emu_rnd mode,
         const double ak = arow[k];
         const double *b = bp + k * JB;
         uint64_t bad[JB];
-        uint64_t any = lanes_step(mode, pairs, cur, b, ak, nxt, bad, d, mask,
+        uint64_t any = lanes_step(mode, pairs, false, cur, b, ak, nxt, bad, d, mask,
                                   half, mn, mx, zs);
         redone += any != 0;
         if (any)
@@ -504,18 +511,31 @@ static EMU_ALWAYS_INLINE void kahan_row_panel(const seq_ctx *c, emu_rnd mode,
     }
     for (size_t k = 0; k < K; k++) {
         const double ak = arow[k], *b = bp + k * JB;
+        /* s is a value of acc from the second step on (the initial value
+         * need not be); y, t, d always are */
+        const bool ex = c->sums_exact && k > 0;
         for (size_t j = 0; j < JB; j++) {
             p[j] = ak * b[j];
             neg[j] = -cc[j];
         }
-        lanes_add(c, mode, p, neg, y, jn);
-        lanes_add(c, mode, s, y, t, jn);
+        lanes_add(c, mode, false, p, neg, y, jn);
+        /* the exact variants inlined apart, so that each stays vector code */
+        if (ex)
+            lanes_add(c, mode, true, s, y, t, jn);
+        else
+            lanes_add(c, mode, false, s, y, t, jn);
         for (size_t j = 0; j < JB; j++)
             neg[j] = -s[j];
-        lanes_add(c, mode, t, neg, d, jn);
+        if (ex)
+            lanes_add(c, mode, true, t, neg, d, jn);
+        else
+            lanes_add(c, mode, false, t, neg, d, jn);
         for (size_t j = 0; j < JB; j++)
             neg[j] = -y[j];
-        lanes_add(c, mode, d, neg, cc, jn);
+        if (c->sums_exact)
+            lanes_add(c, mode, true, d, neg, cc, jn);
+        else
+            lanes_add(c, mode, false, d, neg, cc, jn);
         if (cnt)
             count_lanes(c, &g->model->acc, s, t, y, jn, hist, cnt);
         memcpy(s, t, sizeof s);
@@ -555,7 +575,7 @@ static EMU_ALWAYS_INLINE void pw_row_panel(const seq_ctx *c, emu_rnd mode,
         double zero[JB] = { 0.0 }, t[JB];
         for (size_t j = 0; j < JB; j++)
             t[j] = arow[0] * bp[j];
-        lanes_add(c, mode, zero, t, res, jn);
+        lanes_add(c, mode, false, zero, t, res, jn);
         if (cnt)
             for (size_t j = 0; j < jn; j++)
                 accum_count_add(cnt, &g->model->acc, 0.0, t[j],
@@ -592,7 +612,7 @@ static EMU_ALWAYS_INLINE void pw_row_panel(const seq_ctx *c, emu_rnd mode,
             } else {
                 double sum[JB];
                 const double *l = v[nv - 2], *r = v[nv - 1];
-                lanes_add(c, mode, l, r, sum, jn);
+                lanes_add(c, mode, false, l, r, sum, jn);
                 if (cnt) {
                     /* the addend: the operand of smaller magnitude, the
                      * right one on a tie */
@@ -1410,6 +1430,9 @@ int emu_gemm_accum_ex(const emu_accum *model, size_t M, size_t N, size_t K,
         sc->npanels = (N + JB - 1) / JB;
         sc->p = model->acc.p;
         sc->sr = sc->pl.sr;
+        /* acc's values are multiples of 2^(emin - p + 1) below 2^(emax + 1) */
+        sc->sums_exact = sc->pl.ok && model->acc.emax + 2 -
+                                      (model->acc.emin - model->acc.p + 1) <= 53;
         /* The lowest-bit tables serve the sequential and fused kernels'
          * counts. */
         sc->tables = counts && (model->kind == EMU_ACCUM_SEQUENTIAL ||
