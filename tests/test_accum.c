@@ -1396,6 +1396,32 @@ START_TEST(gemm_kernels_seq_sr)
 }
 END_TEST
 
+/* The deterministic lane kernels (sequential, blocked, Kahan, pairwise) on
+ * the same data: Kahan's exact-sum shortcut (binary16, FP8) must not be
+ * taken where two values of acc can be 2^53 apart. */
+START_TEST(gemm_kernels_lanes)
+{
+    test_rng g = test_rng_make(0x1a7e5);
+    static const char *const accs[] = { "binary16", "binary32", "bfloat16",
+                                        "e4m3", "e5m2" };
+    static const emu_accum_kind kinds[] = { EMU_ACCUM_KAHAN,
+                                            EMU_ACCUM_PAIRWISE,
+                                            EMU_ACCUM_SEQUENTIAL,
+                                            EMU_ACCUM_BLOCKED };
+    const int cases = (int)test_scaled(6, 5);
+    for (int ki = 0; ki < 4; ki++)
+        for (int fi = 0; fi < 5; fi++)
+            for (int m = 0; m < TEST_DET_MODES; m++) {
+                emu_accum a = model_of(kinds[ki], fmt_named(accs[fi]),
+                                       (emu_rnd)m);
+                a.block = 9;
+                char spec[160];
+                emu_accum_string(&a, spec, sizeof spec);
+                kernel_shapes(&a, &g, spec, cases);
+            }
+}
+END_TEST
+
 static Suite *accum_suite(void)
 {
     Suite *s = suite_create("accum");
@@ -1427,6 +1453,7 @@ static Suite *accum_suite(void)
     tcase_add_test(tc, gemm_kernels_fused);
     tcase_add_test(tc, gemm_kernels_exact);
     tcase_add_test(tc, gemm_kernels_seq_sr);
+    tcase_add_test(tc, gemm_kernels_lanes);
     suite_add_tcase(s, tc);
     tc = tcase_create("streams");
     tcase_set_timeout(tc, 600);
