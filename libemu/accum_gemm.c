@@ -18,6 +18,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
 #include <threads.h>
 
 #include "accum_internal.h"
@@ -107,6 +108,8 @@ typedef struct seq_ctx {
                                    binary64 (Kahan's last three steps)       */
     bool row_finite, panel_finite; /* no inf or NaN in the row / the panel   */
     int row_w, panel_w;         /* widest significand (bits) of row / panel   */
+    int row_lo, row_hi;         /* least and greatest exponent of a non-zero */
+    int panel_lo, panel_hi;     /* value of the row / the panel (exact)      */
 } seq_ctx;
 
 /* Exponent of the lowest set bit of a binary32 value (0 for zero, inf and
@@ -904,7 +907,7 @@ static EMU_ALWAYS_INLINE bool fused_row_panel(const seq_ctx *c, size_t i,
  * exactly in a double; the bins are emptied into the accumulator that
  * often.  The sum is the same exact number, so its roundings are
  * dot_exact's. */
-enum { XB_SHIFT = 3, XB_FIRST = 90, XB_N = 71, XB_MAX_W = 40 };
+enum { XB_SHIFT = 3, XB_FIRST = 90, XB_N = 71, XB_MAX_W = 40, XV_RUN = 8 };
 
 static void exact_flush(double *bins, xacc *xa, size_t jn)
 {
@@ -944,6 +947,52 @@ static EMU_ALWAYS_INLINE bool exact_row_panel(const seq_ctx *c, size_t i,
             xacc_add_double(&xa[j], v);
             nz[j] &= d2u(v) == SIGN_BIT;
         }
+    /* With few bins, bins of g binades over the products' exponent range,
+     * each a vector of lanes added to under a mask: the terms' exponents
+     * lie in [lo, hi] (the row's and the panel's ranges added, and one
+     * binade more for the carry of the significands' product), and up to
+     * 2^XV_RUN of them add up exactly in a bin of g binades: below
+     * 2^(g + XV_RUN) times the bin's least power, multiples of 2^(1 - W)
+     * times it, so g + XV_RUN + W - 1 <= 53. */
+    const int g4 = 54 - W - XV_RUN;
+    if (c->row_lo <= c->row_hi && c->panel_lo <= c->panel_hi && g4 >= 1) {
+        const int64_t lo = c->row_lo + c->panel_lo + 1023;
+        const int64_t span = (int64_t)(c->row_hi + c->panel_hi + 1023 + 1) - lo + 1;
+        if (span <= 4 * (int64_t)g4) {
+            const int64_t b1 = lo + g4, b2 = lo + 2 * g4, b3 = lo + 3 * g4;
+            double v0[JB], v1[JB], v2[JB], v3[JB];
+            for (size_t k0 = 0; k0 < K; k0 += (size_t)1 << XV_RUN) {
+                const size_t k1 = K - k0 < ((size_t)1 << XV_RUN) ? K : k0 + ((size_t)1 << XV_RUN);
+                for (size_t j = 0; j < JB; j++)
+                    v0[j] = v1[j] = v2[j] = v3[j] = 0.0;
+                for (size_t k = k0; k < k1; k++) {
+                    const double ak = arow[k], *b = bp + k * JB;
+                    for (size_t j = 0; j < JB; j++) {
+                        double t = ak * b[j];
+                        uint64_t tb = d2u(t);
+                        int64_t f = (int64_t)((tb & ~SIGN_BIT) >> 52);
+                        bool m1 = f >= b1, m2 = f >= b2, m3 = f >= b3;
+                        v0[j] += !m1 ? t : 0.0;
+                        v1[j] += m1 && !m2 ? t : 0.0;
+                        v2[j] += m2 && !m3 ? t : 0.0;
+                        v3[j] += m3 ? t : 0.0;
+                        nz[j] &= tb == SIGN_BIT;
+                    }
+                }
+                for (size_t j = 0; j < jn; j++) {
+                    if (v0[j] != 0.0)
+                        xacc_add_double(&xa[j], v0[j]);
+                    if (v1[j] != 0.0)
+                        xacc_add_double(&xa[j], v1[j]);
+                    if (v2[j] != 0.0)
+                        xacc_add_double(&xa[j], v2[j]);
+                    if (v3[j] != 0.0)
+                        xacc_add_double(&xa[j], v3[j]);
+                }
+            }
+            goto round;
+        }
+    }
     for (size_t k = 0, since = 0; k < K; k++) {
         const double ak = arow[k], *b = bp + k * JB;
         for (size_t j = 0; j < JB; j++) {
@@ -961,6 +1010,7 @@ static EMU_ALWAYS_INLINE bool exact_row_panel(const seq_ctx *c, size_t i,
         }
     }
     exact_flush(bins, xa, jn);
+round:
     for (size_t j = 0; j < jn; j++) {
         size_t o = i * g->N + j0 + j;
         double hi = xacc_round(&xa[j]), lo = 0.0;
@@ -1139,7 +1189,7 @@ static void kern_rows(seq_ctx *c, gemm_kernel kern, size_t q, size_t r0,
     const gemm_job *g = c->g;
     for (size_t i = r0; i < r1; i++) {
         bool fin = true;
-        int wmax = 0;
+        int wmax = 0, elo = INT_MAX, ehi = INT_MIN;
         for (size_t k = 0; k < g->K; k++) {
             float x = g->a[(ptrdiff_t)i * g->a_rs + (ptrdiff_t)k * g->a_cs];
             arow[k] = x;
@@ -1149,9 +1199,16 @@ static void kern_rows(seq_ctx *c, gemm_kernel kern, size_t q, size_t r0,
             if (kern == KERN_EXACT) {
                 int wx = sig_width_f(x);
                 wmax = wx > wmax ? wx : wmax;
+                if (wx) {
+                    int e = exponent_of(x);
+                    elo = e < elo ? e : elo;
+                    ehi = e > ehi ? e : ehi;
+                }
             }
         }
         c->row_finite = fin;
+        c->row_lo = elo;
+        c->row_hi = ehi;
         c->row_w = wmax;
         bool done;
         switch (kern) {
@@ -1248,7 +1305,7 @@ static int worker_main(void *arg)
         c.lbp = lbp;
         for (size_t q = 0; q < c.npanels; q++) {
             bool fin = true;
-            int wmax = 0;
+            int wmax = 0, elo = INT_MAX, ehi = INT_MIN;
             for (size_t k = 0; k < K; k++)
                 for (size_t j = 0; j < JB; j++) {
                     size_t col = q * JB + j;
@@ -1262,10 +1319,17 @@ static int worker_main(void *arg)
                         fin &= isfinite(x) != 0;
                         int wx = sig_width_f(x);
                         wmax = wx > wmax ? wx : wmax;
+                        if (wx) {
+                            int e = exponent_of(x);
+                            elo = e < elo ? e : elo;
+                            ehi = e > ehi ? e : ehi;
+                        }
                     }
                 }
             c.panel_finite = fin;
             c.panel_w = wmax;
+            c.panel_lo = elo;
+            c.panel_hi = ehi;
             emu_accum_counts *cnt = w->want_counts ? &w->counts : NULL;
             if (kern == KERN_SEQ)
                 seq_rows(&c, q, w->r0, w->r1, arow, la, cnt);

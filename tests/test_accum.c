@@ -1221,6 +1221,15 @@ static float awkward_val(test_rng *g, int kind)
     case 5:
         return (float)ldexp((double)((test_next(g) >> 45) | 0x80001), -19 +
                             (int)test_below(g, 4));
+    case 6:
+        return (float)ldexp((double)((test_next(g) >> 50) | 0x4001) *
+                            (neg ? -1.0 : 1.0),
+                            -14 - 60 + (int)test_below(g, 121));
+    case 7:
+    case 8:
+        return (float)ldexp((double)((test_next(g) >> 45) | 0x80001), -19 +
+                            (kind == 7 ? 7 * (int)test_below(g, 2)
+                                       : (int)test_below(g, 41) - 20));
     default:
         if ((w & 15) == 0)
             return (float)ldexp(1.0, (int)test_below(g, 8) - 12);
@@ -1359,6 +1368,10 @@ START_TEST(gemm_kernels_exact)
      * data of 11 + 11 bits, every 2^24 terms). */
     kernel_case(&a, &g, 2, 20, 3000, 0, false, "exact long");
     kernel_case(&a, &g, 2, 17, 1500, 5, false, "exact wide");
+    kernel_case(&a, &g, 3, 18, 700, 6, false, "exact spread");
+    kernel_case(&a, &g, 2, 17, 1000, 7, false, "exact wide bins");
+    kernel_case(&a, &g, 2, 17, 3000, 8, false, "exact wide spread");
+    kernel_case(&a, &g, 2, 33, 300, 6, true, "exact spread init");
 }
 END_TEST
 
