@@ -2,12 +2,14 @@
  * accum_gemm.c — the GEMM engine (emu_gemm_accum): many dot products at
  * once, under any accumulator model.
  *
- * Called by matmul and the convolutions.  For the sequential, blocked,
- * Kahan and pairwise models in deterministic modes with exact products,
- * one row's dot products with a panel of JB columns run side by side as
- * straight-line lane code that compilers vectorise; every other model
- * calls the reference definition (accum_ref.c) per output; fast calls
- * sgemm.  Rows are split over C11 threads.  Each value is bit-identical
+ * Called by matmul and the convolutions.  With exact products, one row's
+ * dot products with a panel of JB columns run side by side as
+ * straight-line lane code that compilers vectorise: seq_rows for the
+ * sequential, blocked, Kahan and pairwise models in deterministic modes,
+ * kern_rows for the fused unit, the exact sum and stochastic sequential
+ * summation (which hand a row-panel they cannot take to the definition);
+ * every other model calls the reference definition (accum_ref.c) per
+ * output; fast calls sgemm.  Rows are split over C11 threads.  Each value is bit-identical
  * to emu_accum_dot of the same terms (fast with a BLAS excepted), and the
  * counts are sums of integers, so neither depends on the thread count.
  */

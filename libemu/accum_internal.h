@@ -4,7 +4,9 @@
  * random words of a dot product.  accum_step.c (the step as a function,
  * and swamping), accum_ref.c (the models, one dot product at a time) and
  * accum_gemm.c (the GEMM engine) include it; its functions are static
- * inline so that the kernels inline them as before.
+ * inline so that the kernels inline them as before.  The exact model's
+ * fixed-point accumulator (xacc) is here too: the reference and the GEMM
+ * kernel sum into the same one.
  *
  * One accumulator step, round(hi + lo) into a carrier format, is done by
  * bit manipulation (fast_round, fast_round_sr) where the result is a
