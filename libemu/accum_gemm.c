@@ -212,7 +212,6 @@ static EMU_ALWAYS_INLINE void count_lanes(const seq_ctx *c,
     const int64_t p = c->p;
     const uint64_t frac = ((uint64_t)1 << 52) - 1, two52 = 0x4330000000000000u;
     int64_t bins[JB];
-    uint64_t any = 0;
     for (size_t j = 0; j < JB; j++) {
         uint64_t tu = d2u(tv[j]), tb = tu << 1;
         uint64_t nb = d2u(nv[j]), sb = d2u(sv[j]);
@@ -233,7 +232,6 @@ static EMU_ALWAYS_INLINE void count_lanes(const seq_ctx *c,
         uint64_t odd = (uint64_t)((nu < mn) | (nu > mx) | (et == 0x7ff) |
                                   ((et == 0) & (tb != 0)));
         bins[j] = odd ? -1 : n;
-        any |= odd;
     }
     for (size_t j = 0; j < jn; j++) {
         if (bins[j] >= 0)
@@ -241,7 +239,6 @@ static EMU_ALWAYS_INLINE void count_lanes(const seq_ctx *c,
         else
             accum_count_add(cnt, f, sv[j], tv[j], nv[j]);
     }
-    (void)any;
     /* accum_count_add counted the odd lanes' adds itself */
     for (size_t j = 0; j < jn; j++)
         cnt->adds += bins[j] >= 0;
