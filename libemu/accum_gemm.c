@@ -2,12 +2,14 @@
  * accum_gemm.c — the GEMM engine (emu_gemm_accum): many dot products at
  * once, under any accumulator model.
  *
- * Called by matmul and the convolutions.  For the sequential, blocked,
- * Kahan and pairwise models in deterministic modes with exact products,
- * one row's dot products with a panel of JB columns run side by side as
- * straight-line lane code that compilers vectorise; every other model
- * calls the reference definition (accum_ref.c) per output; fast calls
- * sgemm.  Rows are split over C11 threads.  Each value is bit-identical
+ * Called by matmul and the convolutions.  With exact products, one row's
+ * dot products with a panel of JB columns run side by side as
+ * straight-line lane code that compilers vectorise: seq_rows for the
+ * sequential, blocked, Kahan and pairwise models in deterministic modes,
+ * kern_rows for the fused unit, the exact sum and stochastic sequential
+ * summation (which hand a row-panel they cannot take to the definition);
+ * every other model calls the reference definition (accum_ref.c) per
+ * output; fast calls sgemm.  Rows are split over C11 threads.  Each value is bit-identical
  * to emu_accum_dot of the same terms (fast with a BLAS excepted), and the
  * counts are sums of integers, so neither depends on the thread count.
  */
@@ -18,6 +20,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
 #include <threads.h>
 
 #include "accum_internal.h"
@@ -101,6 +104,14 @@ typedef struct seq_ctx {
     const double *bp;           /* the worker's current panel, [k][j]         */
     const int64_t *lbp;         /* lsb(b) + 1022, same layout (tables)        */
     int p;                      /* acc's precision (counting)                 */
+    /* The other kernels (fused, exact, stochastic sequential): */
+    bool sr;                    /* a stochastic mode                          */
+    bool sums_exact;            /* the sum of two acc values is exact in a
+                                   binary64 (Kahan's last three steps)       */
+    bool row_finite, panel_finite; /* no inf or NaN in the row / the panel   */
+    int row_w, panel_w;         /* widest significand (bits) of row / panel   */
+    int row_lo, row_hi;         /* least and greatest exponent of a non-zero */
+    int panel_lo, panel_hi;     /* value of the row / the panel (exact)      */
 } seq_ctx;
 
 /* Exponent of the lowest set bit of a binary32 value (0 for zero, inf and
@@ -116,8 +127,8 @@ static int lowest_bit_f(float x)
  * t's lowest set bit lsb (the factors' lowest bits, tabulated as
  * L = lsb(a) + lsb(b) + 1022) up to t's leading bit.  A zero t has a zero
  * exponent field and lands in bin 0 by the clamp.  Lanes whose s_new is not
- * a normal finite value get bin -1: the caller counts them by the
- * definition itself.  Vectorisable like lanes_step. */
+ * a normal finite value, or whose t is inf or NaN, get bin -1: the caller
+ * counts them by the definition itself.  Vectorisable like lanes_step. */
 static EMU_ALWAYS_INLINE uint64_t lanes_bins(const double *restrict sv,
                                          const double *restrict nv,
                                          const double *restrict b, double ak,
@@ -140,7 +151,10 @@ static EMU_ALWAYS_INLINE uint64_t lanes_bins(const double *restrict sv,
         uint64_t x = nb ^ sb;
         uint64_t ab = (1 ^ ((x | (0 - x)) >> 63)) & ((tb | (0 - tb)) >> 63);
         n += (int64_t)((uint64_t)(EMU_LOST_BINS - 1 - n) & (0 - ab));
-        uint64_t odd = ((nu - mn) >> 63) | ((mx - nu) >> 63);
+        /* s_new out of the normal range, or t inf or NaN (whose s_new
+         * may still be finite: a saturating acc) */
+        uint64_t odd = ((nu - mn) >> 63) | ((mx - nu) >> 63) |
+                       (uint64_t)(et == 0x7ff);
         bins[j] = n | (int64_t)(0 - odd);
         any |= odd;
     }
@@ -179,6 +193,57 @@ static EMU_ALWAYS_INLINE void count_step(const seq_ctx *c, const double *s_old,
     }
 }
 
+/* count_step for any addend vector t (not only products with tabulated
+ * lowest bits): t's lowest set bit read off its pattern, the significand's
+ * lowest set bit isolated (m & -m, below the implicit bit) and converted
+ * to a double by the 2^52 trick, whose exponent is its position.  Zero t is bin 0; subnormal t
+ * (which no carrier value or binary32 product is) goes to the definition
+ * with the other odd lanes.  Every lane j < jn is counted, adds included. */
+static EMU_ALWAYS_INLINE void count_lanes(const seq_ctx *c,
+                                          const emu_format *f,
+                                          const double *restrict sv,
+                                          const double *restrict nv,
+                                          const double *restrict tv,
+                                          size_t jn,
+                                          uint32_t (*hist)[EMU_LOST_BINS],
+                                          emu_accum_counts *cnt)
+{
+    const uint64_t mn = d2u(c->pl.min_normal), mx = d2u(c->pl.max);
+    const int64_t p = c->p;
+    const uint64_t frac = ((uint64_t)1 << 52) - 1, two52 = 0x4330000000000000u;
+    int64_t bins[JB];
+    for (size_t j = 0; j < JB; j++) {
+        uint64_t tu = d2u(tv[j]), tb = tu << 1;
+        uint64_t nb = d2u(nv[j]), sb = d2u(sv[j]);
+        uint64_t nu = nb & ~SIGN_BIT;
+        int64_t et = (int64_t)(tb >> 53);
+        uint64_t m = tu & frac;
+        uint64_t low = m & (0 - m);                    /* 2^ctz(m), < 2^52 */
+        int64_t ctz = (int64_t)(d2u(u2d(low | two52) - 0x1p52) >> 52) - 1023;
+        ctz = m ? ctz : 52;                            /* the implicit bit */
+        int64_t lsb = et - 52 + ctz;                   /* biased */
+        int64_t top = (int64_t)(nu >> 52) - p;
+        int64_t hb = et < top ? et : top;
+        int64_t n = hb - lsb + 1;
+        n = n < 0 ? 0 : n > 64 ? 64 : n;
+        uint64_t x = nb ^ sb;
+        n = x == 0 && tb != 0 ? EMU_LOST_BINS - 1 : n;
+        n = tb == 0 ? 0 : n;
+        uint64_t odd = (uint64_t)((nu < mn) | (nu > mx) | (et == 0x7ff) |
+                                  ((et == 0) & (tb != 0)));
+        bins[j] = odd ? -1 : n;
+    }
+    for (size_t j = 0; j < jn; j++) {
+        if (bins[j] >= 0)
+            hist[j][bins[j]]++;
+        else
+            accum_count_add(cnt, f, sv[j], tv[j], nv[j]);
+    }
+    /* accum_count_add counted the odd lanes' adds itself */
+    for (size_t j = 0; j < jn; j++)
+        cnt->adds += bins[j] >= 0;
+}
+
 /* Adds the interleaved histograms to cnt and clears them. */
 static void flush_hist(uint32_t (*hist)[EMU_LOST_BINS], emu_accum_counts *cnt)
 {
@@ -209,6 +274,7 @@ static void flush_hist(uint32_t (*hist)[EMU_LOST_BINS], emu_accum_counts *cnt)
  * x - y, x != 0 as the sign bit of x | -x), so that baseline SSE2 runs the
  * lanes in pairs (and the AVX clones of seq_rows in fours and eights). */
 static EMU_ALWAYS_INLINE uint64_t lanes_step(emu_rnd mode, bool pairs,
+                                             bool exact,
                                              const double *restrict sv,
                                              const double *restrict b,
                                              double ak, double *restrict ns,
@@ -227,7 +293,7 @@ static EMU_ALWAYS_INLINE uint64_t lanes_step(emu_rnd mode, bool pairs,
         uint64_t sg = hb & SIGN_BIT;
         uint64_t u = hb ^ sg;
         uint64_t neg = sg >> 63, r, mid = 0;
-        if (!nearest) {
+        if (!nearest && !exact) {
             double bv = h - sj, av = h - bv;
             double l = (sj - av) + (tj - bv);
             uint64_t lbits = d2u(l);
@@ -294,14 +360,18 @@ static void redo_lanes(const seq_ctx *c, const double *sv, const double *b,
     }
 }
 
-/* out[j] = round(x[j] + y[j]) for the JB lanes, every lane exact. */
+/* out[j] = round(x[j] + y[j]) for the JB lanes, every lane exact.  With
+ * `exact` the caller knows x + y to be exact in binary64 (two values of
+ * an accumulator whose whole grid spans at most 53 bits, sums_exact), so
+ * that binary64's sum is the pair (h, 0) and needs no TwoSum. */
 static EMU_ALWAYS_INLINE void lanes_add(const seq_ctx *c, emu_rnd mode,
-                                        const double *x, const double *y,
-                                        double *out, size_t jn)
+                                        bool exact, const double *x,
+                                        const double *y, double *out,
+                                        size_t jn)
 {
     const uint64_t zs = c->pl.zero_slow || mode == EMU_RD;
     uint64_t bad[JB];
-    if (lanes_step(mode, true, x, y, 1.0, out, bad, c->pl.d, c->pl.mask,
+    if (lanes_step(mode, true, exact, x, y, 1.0, out, bad, c->pl.d, c->pl.mask,
                    c->pl.half, d2u(c->pl.min_normal), d2u(c->pl.max), zs))
         redo_lanes(c, x, y, 1.0, out, bad, jn);
 }
@@ -330,7 +400,7 @@ static EMU_ALWAYS_INLINE size_t seq_steps(const seq_ctx *c, emu_rnd mode,
         const double ak = arow[k];
         const double *b = bp + k * JB;
         uint64_t bad[JB];
-        uint64_t any = lanes_step(mode, pairs, cur, b, ak, nxt, bad, d, mask,
+        uint64_t any = lanes_step(mode, pairs, false, cur, b, ak, nxt, bad, d, mask,
                                   half, mn, mx, zs);
         redone += any != 0;
         if (any)
@@ -434,32 +504,48 @@ static EMU_ALWAYS_INLINE void kahan_row_panel(const seq_ctx *c, emu_rnd mode,
     const size_t jn = g->N - j0 < JB ? g->N - j0 : JB;
     const double *bp = c->bp;
     double s[JB], cc[JB], p[JB], y[JB], t[JB], d[JB], neg[JB];
+    uint32_t hist[JB][EMU_LOST_BINS];
+    if (cnt)
+        memset(hist, 0, sizeof hist);
     for (size_t j = 0; j < JB; j++) {
         s[j] = g->c && j < jn ? g->c[i * g->N + j0 + j] : 0.0;
         cc[j] = 0.0;
     }
     for (size_t k = 0; k < K; k++) {
         const double ak = arow[k], *b = bp + k * JB;
+        /* s is a value of acc from the second step on (the initial value
+         * need not be); y, t, d always are */
+        const bool ex = c->sums_exact && k > 0;
         for (size_t j = 0; j < JB; j++) {
             p[j] = ak * b[j];
             neg[j] = -cc[j];
         }
-        lanes_add(c, mode, p, neg, y, jn);
-        lanes_add(c, mode, s, y, t, jn);
+        lanes_add(c, mode, false, p, neg, y, jn);
+        /* the exact variants inlined apart, so that each stays vector code */
+        if (ex)
+            lanes_add(c, mode, true, s, y, t, jn);
+        else
+            lanes_add(c, mode, false, s, y, t, jn);
         for (size_t j = 0; j < JB; j++)
             neg[j] = -s[j];
-        lanes_add(c, mode, t, neg, d, jn);
+        if (ex)
+            lanes_add(c, mode, true, t, neg, d, jn);
+        else
+            lanes_add(c, mode, false, t, neg, d, jn);
         for (size_t j = 0; j < JB; j++)
             neg[j] = -y[j];
-        lanes_add(c, mode, d, neg, cc, jn);
+        if (c->sums_exact)
+            lanes_add(c, mode, true, d, neg, cc, jn);
+        else
+            lanes_add(c, mode, false, d, neg, cc, jn);
         if (cnt)
-            for (size_t j = 0; j < jn; j++)
-                accum_count_add(cnt, &g->model->acc, s[j], y[j],
-                                t[j]);
+            count_lanes(c, &g->model->acc, s, t, y, jn, hist, cnt);
         memcpy(s, t, sizeof s);
     }
     for (size_t j = 0; j < jn; j++)
         g->hi[i * g->N + j0 + j] = s[j];
+    if (cnt)
+        flush_hist(hist, cnt);
 }
 
 /* The pairwise tree of dot_pairwise on the lanes, walked without
@@ -480,6 +566,9 @@ static EMU_ALWAYS_INLINE void pw_row_panel(const seq_ctx *c, emu_rnd mode,
     double iv[JB];
     for (size_t j = 0; j < JB; j++)
         iv[j] = init && j < jn ? g->c[i * g->N + j0 + j] : 0.0;
+    uint32_t hist[JB][EMU_LOST_BINS];
+    if (cnt)
+        memset(hist, 0, sizeof hist);
     double res[JB];
     if (K == 0) {
         memcpy(res, iv, sizeof res);
@@ -488,7 +577,7 @@ static EMU_ALWAYS_INLINE void pw_row_panel(const seq_ctx *c, emu_rnd mode,
         double zero[JB] = { 0.0 }, t[JB];
         for (size_t j = 0; j < JB; j++)
             t[j] = arow[0] * bp[j];
-        lanes_add(c, mode, zero, t, res, jn);
+        lanes_add(c, mode, false, zero, t, res, jn);
         if (cnt)
             for (size_t j = 0; j < jn; j++)
                 accum_count_add(cnt, &g->model->acc, 0.0, t[j],
@@ -525,15 +614,19 @@ static EMU_ALWAYS_INLINE void pw_row_panel(const seq_ctx *c, emu_rnd mode,
             } else {
                 double sum[JB];
                 const double *l = v[nv - 2], *r = v[nv - 1];
-                lanes_add(c, mode, l, r, sum, jn);
-                if (cnt)
-                    for (size_t j = 0; j < jn; j++) {
+                lanes_add(c, mode, false, l, r, sum, jn);
+                if (cnt) {
+                    /* the addend: the operand of smaller magnitude, the
+                     * right one on a tie */
+                    double big[JB], small[JB];
+                    for (size_t j = 0; j < JB; j++) {
                         bool lbig = fabs(l[j]) >= fabs(r[j]);
-                        accum_count_add(cnt, &g->model->acc,
-                                        lbig ? l[j] : r[j],
-                                        lbig ? r[j] : l[j],
-                                        sum[j]);
+                        big[j] = lbig ? l[j] : r[j];
+                        small[j] = lbig ? r[j] : l[j];
                     }
+                    count_lanes(c, &g->model->acc, big, sum, small, jn, hist,
+                                cnt);
+                }
                 nv -= 2;
                 memcpy(v[nv++], sum, sizeof sum);
                 nf--;
@@ -543,6 +636,8 @@ static EMU_ALWAYS_INLINE void pw_row_panel(const seq_ctx *c, emu_rnd mode,
     }
     for (size_t j = 0; j < jn; j++)
         g->hi[i * g->N + j0 + j] = res[j];
+    if (cnt)
+        flush_hist(hist, cnt);
 }
 
 static EMU_ALWAYS_INLINE void row_panel(const seq_ctx *c, emu_rnd mode,
@@ -603,23 +698,571 @@ static void seq_rows(const seq_ctx *c, size_t q, size_t r0, size_t r1,
     }
 }
 
-/* Whether the kernels cover a model: sequential, blocked, Kahan or
- * pairwise, exact products, a deterministic mode the fast rounding
- * handles. */
-static bool seq_kernel_applies(const emu_accum *m)
+/* ---- the other kernels: fused unit, exact sum, stochastic sequential -----
+ * The same panels and lanes as above.  Each kernel covers the common case
+ * (finite inputs, every step's result in range) and hands a whole
+ * row-panel to the definition when it meets anything else before it has
+ * counted anything outside its own histograms: its results and counts are
+ * then the definition's by construction. */
+
+/* Width in bits of x's significand, from its leading to its lowest set
+ * bit (0 for zero, inf and NaN). */
+static int sig_width_f(float x)
 {
-    if ((m->kind != EMU_ACCUM_SEQUENTIAL && m->kind != EMU_ACCUM_BLOCKED &&
-         m->kind != EMU_ACCUM_KAHAN && m->kind != EMU_ACCUM_PAIRWISE) ||
-        m->round_products)
+    if (!isfinite(x) || x == 0.0f)
+        return 0;
+    return exponent_of(x) - lowest_bit(x) + 1;
+}
+
+/* Row i against panel q by the definition, one dot product at a time. */
+static void ref_row_panel(const seq_ctx *c, size_t i, size_t q,
+                          emu_accum_counts *cnt)
+{
+    const gemm_job *g = c->g;
+    const size_t j0 = q * JB, jn = g->N - j0 < JB ? g->N - j0 : JB;
+    for (size_t j = 0; j < jn; j++) {
+        size_t o = i * g->N + j0 + j;
+        emu_accum_rng rng = { g->seed, g->stream, g->dot0 + o };
+        double lo;
+        g->hi[o] = emu_accum_dot_init_unguarded(
+            g->model, g->a + (ptrdiff_t)i * g->a_rs, g->a_cs,
+            g->b + (ptrdiff_t)(j0 + j) * g->b_cs, g->b_rs, g->K,
+            g->c ? g->c + o : NULL, &rng, cnt, &lo);
+        if (g->lo)
+            g->lo[o] = lo;
+    }
+}
+
+/* Where the random words of output o start (accum.h): its stream, and
+ * the index of its word 0. */
+static void out_words(const seq_ctx *c, size_t o, uint64_t *stream,
+                      uint64_t *base)
+{
+    emu_accum_rng rng = { c->g->seed, c->g->stream, c->g->dot0 + o };
+    dot_words(&rng, c->g->K, stream, base);
+}
+
+/* n words of output o from its word `first` on (emu_random_fill asked from
+ * an even index, where it runs its vector blocks); tmp holds n + 1. */
+static void out_fill(const seq_ctx *c, uint64_t stream, uint64_t first,
+                     uint64_t *out, size_t n, uint64_t *tmp)
+{
+    size_t odd = (size_t)(first & 1);
+    emu_random_fill(c->g->seed, stream, first - odd, tmp, n + odd);
+    memcpy(out, tmp + odd, n * sizeof *out);
+}
+
+/* round(hi + lo) into acc with `word` (stochastic modes): step_round. */
+static double round_pair(const seq_ctx *c, double hi, double lo,
+                         uint64_t word)
+{
+    const emu_accum *m = c->g->model;
+    double out;
+    if (c->pl.ok && (c->sr ? fast_round_sr(&c->pl, hi, lo, word, &out)
+                           : fast_round(&c->pl, hi, lo, &out)))
+        return out;
+    return emu_round2_word_unguarded(&m->acc, hi, lo, &m->rnd,
+                                     c->sr ? word : 0, NULL);
+}
+
+/* Adds the histograms of lanes j < jn to cnt with their adds. */
+static void flush_lanes(uint32_t (*hist)[EMU_LOST_BINS], size_t jn,
+                        uint64_t adds_per_lane, emu_accum_counts *cnt)
+{
+    for (size_t j = jn; j < JB; j++)
+        memset(hist[j], 0, sizeof hist[j]);
+    flush_hist(hist, cnt);
+    cnt->adds += adds_per_lane * jn;
+}
+
+/* trunc(x) for |x| < 2^52: the nearest integer of |x| by the addition of
+ * 2^52 (binary64 rounds to nearest under the guard), one less if that
+ * went up, and x's sign back. */
+static EMU_ALWAYS_INLINE double trunc52(double x)
+{
+    uint64_t xb = d2u(x), sg = xb & SIGN_BIT;
+    double ax = u2d(xb ^ sg);
+    double r = (ax + 0x1p52) - 0x1p52;
+    r = r > ax ? r - 1.0 : r;
+    return u2d(d2u(r) | sg);
+}
+
+/* dot_fused on the lanes.  Per group, the largest magnitude among s and
+ * the terms gives E (a maximum of doubles, then its exponent field; all
+ * of them are normal binary64 values or zeros), each value is scaled by
+ * 2^-Q, exact, or below 1 and truncated to zero anyway, and truncated; the
+ * sum of the truncated integers is exact in a double because the kernel
+ * takes the model only when (k + 1) 2^w <= 2^53 (gemm_kernel_of).  Scaled
+ * back by 2^Q it is dot_fused's hi, and lo a zero of its sign.  Swamping
+ * per term from the patterns: the leading bit from the exponent field,
+ * the lowest from the lowest-bit tables. */
+static EMU_ALWAYS_INLINE bool fused_row_panel(const seq_ctx *c, size_t i,
+                                              size_t q, const double *arow,
+                                              const int *la,
+                                              emu_accum_counts *cnt,
+                                              uint64_t *words, uint64_t *tmp)
+{
+    const gemm_job *g = c->g;
+    const emu_accum *m = g->model;
+    const size_t K = g->K, j0 = q * JB;
+    const size_t jn = g->N - j0 < JB ? g->N - j0 : JB;
+    const size_t kk = m->fused_k ? m->fused_k : 1;
+    const int64_t w = (int64_t)m->fused_w;
+    const double *bp = c->bp;
+    const int64_t *lb = c->lbp;
+    if (!c->row_finite || !c->panel_finite)
         return false;
+    double s[JB];
+    for (size_t j = 0; j < JB; j++) {
+        s[j] = g->c && j < jn ? g->c[i * g->N + j0 + j] : 0.0;
+        if (!isfinite(s[j]))
+            return false;
+    }
+    const size_t groups = (K + kk - 1) / kk;
+    if (c->sr)
+        for (size_t j = 0; j < jn; j++) {
+            uint64_t st, base;
+            out_words(c, i * g->N + j0 + j, &st, &base);
+            out_fill(c, st, base + K, words + j * groups, groups, tmp);
+        }
+    uint32_t hist[JB][EMU_LOST_BINS];
+    if (cnt)
+        memset(hist, 0, sizeof hist);
+    for (size_t k0 = 0, r = 0; k0 < K; k0 += kk, r++) {
+        const size_t k1 = K - k0 < kk ? K : k0 + kk;
+        double mx[JB], sc[JB], n[JB], sn[JB];
+        int64_t qe[JB];
+        for (size_t j = 0; j < JB; j++)
+            mx[j] = fabs(s[j]);
+        for (size_t k = k0; k < k1; k++) {
+            const double ak = arow[k], *b = bp + k * JB;
+            for (size_t j = 0; j < JB; j++) {
+                double t = fabs(ak * b[j]);
+                mx[j] = t > mx[j] ? t : mx[j];
+            }
+        }
+        for (size_t j = 0; j < JB; j++) {
+            int64_t ef = (int64_t)(d2u(mx[j]) >> 52);
+            int64_t Q = ef ? ef - 1023 - w + 1 : 0; /* all zero: Q = 0 */
+            qe[j] = Q;
+            sc[j] = u2d((uint64_t)(1023 - Q) << 52);
+            n[j] = 0.0 + trunc52(s[j] * sc[j]); /* +0 for a zero sum */
+        }
+        for (size_t k = k0; k < k1; k++) {
+            const double ak = arow[k], *b = bp + k * JB;
+            for (size_t j = 0; j < JB; j++)
+                n[j] += trunc52(ak * b[j] * sc[j]);
+        }
+        for (size_t j = 0; j < jn; j++) {
+            double hv = n[j] * u2d((uint64_t)(1023 + qe[j]) << 52);
+            sn[j] = round_pair(c, hv, u2d(d2u(hv) & SIGN_BIT),
+                               c->sr ? words[j * groups + r] : 0);
+            if (!isfinite(sn[j]))
+                return false; /* later groups are dot_fused's special ones */
+        }
+        if (cnt) {
+            /* Biased exponents: absorbed below Q, bits lost below the
+             * coarser of 2^Q and ulp(s_new). */
+            int64_t top[JB], qb[JB];
+            for (size_t j = 0; j < JB; j++) {
+                int64_t qa = j < jn ? quantum_exp(&m->acc, sn[j]) : 0;
+                qb[j] = qe[j] + 1023;
+                top[j] = (qa > qe[j] ? qa : qe[j]) - 1 + 1023;
+            }
+            for (size_t k = k0; k < k1; k++) {
+                const double ak = arow[k], *b = bp + k * JB;
+                const int64_t *lk = lb + k * JB, l0 = la[k] + 1;
+                int64_t bins[JB]; /* vector code, then the increments */
+                for (size_t j = 0; j < JB; j++) {
+                    uint64_t tb = d2u(ak * b[j]) << 1;
+                    int64_t et = (int64_t)(tb >> 53);
+                    int64_t hb = et < top[j] ? et : top[j];
+                    int64_t nb = hb - (l0 + lk[j]) + 1;
+                    nb = nb < 0 ? 0 : nb > 64 ? 64 : nb;
+                    nb = et < qb[j] ? EMU_LOST_BINS - 1 : nb;
+                    bins[j] = tb == 0 ? 0 : nb;
+                }
+                for (size_t j = 0; j < JB; j++)
+                    hist[j][bins[j]]++;
+            }
+        }
+        for (size_t j = 0; j < jn; j++)
+            s[j] = sn[j];
+    }
+    for (size_t j = 0; j < jn; j++)
+        g->hi[i * g->N + j0 + j] = s[j];
+    if (cnt)
+        flush_lanes(hist, jn, K, cnt);
+    return true;
+}
+
+/* The exact model: per lane, binary64 bins of 2^XB_SHIFT binades each
+ * (bin = exponent field >> XB_SHIFT, less XB_FIRST, at least 0; a product
+ * of two binary32 values has a field in [725, 1278]), and dot_exact's
+ * fixed-point accumulator for the bins' sums.  A bin's terms are
+ * multiples of 2^(e0 - W + 1) below 2^(e0 + 8) in magnitude (e0 its
+ * lowest binade, W the widest product significand: the row's widest
+ * significand plus the panel's), so up to 2^(46 - W) of them add up
+ * exactly in a double; the bins are emptied into the accumulator that
+ * often.  The sum is the same exact number, so its roundings are
+ * dot_exact's. */
+enum { XB_SHIFT = 3, XB_FIRST = 90, XB_N = 71, XB_MAX_W = 40, XV_RUN = 8 };
+
+static void exact_flush(double *bins, xacc *xa, size_t jn)
+{
+    for (size_t j = 0; j < jn; j++)
+        for (size_t b = 0; b < XB_N; b++)
+            if (bins[j * XB_N + b] != 0.0) {
+                xacc_add_double(&xa[j], bins[j * XB_N + b]);
+                bins[j * XB_N + b] = 0.0;
+            }
+}
+
+static EMU_ALWAYS_INLINE bool exact_row_panel(const seq_ctx *c, size_t i,
+                                              size_t q, const double *arow,
+                                              emu_accum_counts *cnt,
+                                              double *bins, xacc *xa)
+{
+    const gemm_job *g = c->g;
+    const size_t K = g->K, j0 = q * JB;
+    const size_t jn = g->N - j0 < JB ? g->N - j0 : JB;
+    const double *bp = c->bp;
+    const int W = c->row_w + c->panel_w;
+    if (!c->row_finite || !c->panel_finite || W > XB_MAX_W)
+        return false;
+    const bool init = g->c != NULL;
+    for (size_t j = 0; j < jn; j++)
+        if (init && !isfinite(g->c[i * g->N + j0 + j]))
+            return false;
+    const size_t F = (size_t)1 << (46 - W);
+    memset(bins, 0, JB * XB_N * sizeof *bins);
+    memset(xa, 0, JB * sizeof *xa);
+    uint64_t nz[JB]; /* every leaf so far is -0 */
+    for (size_t j = 0; j < JB; j++)
+        nz[j] = K + init > 0;
+    if (init)
+        for (size_t j = 0; j < jn; j++) {
+            double v = g->c[i * g->N + j0 + j];
+            xacc_add_double(&xa[j], v);
+            nz[j] &= d2u(v) == SIGN_BIT;
+        }
+    /* With few bins, bins of g binades over the products' exponent range,
+     * each a vector of lanes added to under a mask: the terms' exponents
+     * lie in [lo, hi] (the row's and the panel's ranges added, and one
+     * binade more for the carry of the significands' product), and up to
+     * 2^XV_RUN of them add up exactly in a bin of g binades: below
+     * 2^(g + XV_RUN) times the bin's least power, multiples of 2^(1 - W)
+     * times it, so g + XV_RUN + W - 1 <= 53. */
+    const int g4 = 54 - W - XV_RUN;
+    if (c->row_lo <= c->row_hi && c->panel_lo <= c->panel_hi && g4 >= 1) {
+        const int64_t lo = c->row_lo + c->panel_lo + 1023;
+        const int64_t span = (int64_t)(c->row_hi + c->panel_hi + 1023 + 1) - lo + 1;
+        if (span <= 4 * (int64_t)g4) {
+            const int64_t b1 = lo + g4, b2 = lo + 2 * g4, b3 = lo + 3 * g4;
+            double v0[JB], v1[JB], v2[JB], v3[JB];
+            for (size_t k0 = 0; k0 < K; k0 += (size_t)1 << XV_RUN) {
+                const size_t k1 = K - k0 < ((size_t)1 << XV_RUN) ? K : k0 + ((size_t)1 << XV_RUN);
+                for (size_t j = 0; j < JB; j++)
+                    v0[j] = v1[j] = v2[j] = v3[j] = 0.0;
+                for (size_t k = k0; k < k1; k++) {
+                    const double ak = arow[k], *b = bp + k * JB;
+                    for (size_t j = 0; j < JB; j++) {
+                        double t = ak * b[j];
+                        uint64_t tb = d2u(t);
+                        int64_t f = (int64_t)((tb & ~SIGN_BIT) >> 52);
+                        bool m1 = f >= b1, m2 = f >= b2, m3 = f >= b3;
+                        v0[j] += !m1 ? t : 0.0;
+                        v1[j] += m1 && !m2 ? t : 0.0;
+                        v2[j] += m2 && !m3 ? t : 0.0;
+                        v3[j] += m3 ? t : 0.0;
+                        nz[j] &= tb == SIGN_BIT;
+                    }
+                }
+                for (size_t j = 0; j < jn; j++) {
+                    if (v0[j] != 0.0)
+                        xacc_add_double(&xa[j], v0[j]);
+                    if (v1[j] != 0.0)
+                        xacc_add_double(&xa[j], v1[j]);
+                    if (v2[j] != 0.0)
+                        xacc_add_double(&xa[j], v2[j]);
+                    if (v3[j] != 0.0)
+                        xacc_add_double(&xa[j], v3[j]);
+                }
+            }
+            goto round;
+        }
+    }
+    for (size_t k = 0, since = 0; k < K; k++) {
+        const double ak = arow[k], *b = bp + k * JB;
+        for (size_t j = 0; j < JB; j++) {
+            double t = ak * b[j];
+            uint64_t tb = d2u(t);
+            int64_t bi = (int64_t)((tb & ~SIGN_BIT) >> (52 + XB_SHIFT)) -
+                         XB_FIRST;
+            bi = bi < 0 ? 0 : bi;
+            bins[j * XB_N + (size_t)bi] += t;
+            nz[j] &= tb == SIGN_BIT;
+        }
+        if (++since == F) {
+            exact_flush(bins, xa, jn);
+            since = 0;
+        }
+    }
+    exact_flush(bins, xa, jn);
+round:
+    for (size_t j = 0; j < jn; j++) {
+        size_t o = i * g->N + j0 + j;
+        double hi = xacc_round(&xa[j]), lo = 0.0;
+        if (hi == 0.0) {
+            hi = nz[j] ? -0.0 : 0.0;
+        } else {
+            xacc_add_double(&xa[j], -hi); /* exact, as in dot_exact */
+            lo = xacc_round(&xa[j]);
+        }
+        g->hi[o] = hi;
+        if (g->lo)
+            g->lo[o] = lo;
+    }
+    if (cnt) {
+        cnt->adds += K * jn;
+        cnt->lost_bits[0] += K * jn;
+    }
+    return true;
+}
+
+/* One stochastic step of the JB lanes: ns[j] = round(sv[j] + ak b[j])
+ * with word wv[j], fast_round_sr on the TwoSum pair written branch-free
+ * (floor and the conversion to an integer by the 1.5 2^52 trick, valid
+ * because |lo' 2^(64-q)| < 2^(p+11) there); the lanes fast_round_sr
+ * declines are flagged for redo_sr.  Lanes out of the domain compute
+ * garbage without undefined behaviour (the scale is clamped). */
+static EMU_ALWAYS_INLINE uint64_t lanes_sr(const double *restrict sv,
+                                           const double *restrict b,
+                                           double ak,
+                                           const uint64_t *restrict wv,
+                                           double *restrict ns,
+                                           uint64_t *restrict bad, int d,
+                                           int64_t p, int64_t eminb,
+                                           unsigned bits, uint64_t mx)
+{
+    const uint64_t mask = ((uint64_t)1 << d) - 1;
+    const uint64_t frac = ((uint64_t)1 << 52) - 1;
+    const double magic = 0x1.8p52;
+    uint64_t any = 0;
+    for (size_t j = 0; j < JB; j++) {
+        double sj = sv[j], tj = ak * b[j];
+        double h = sj + tj, bv = h - sj, av = h - bv;
+        double l = (sj - av) + (tj - bv);
+        uint64_t hb = d2u(h), sg = hb & SIGN_BIT, u = hb ^ sg;
+        int64_t ef = (int64_t)(u >> 52);
+        double al = u2d(d2u(l) ^ sg);
+        /* 2^(64 - q), q = ef - 1023 - p + 1 */
+        int64_t se = 2109 + p - ef;
+        se = se < 1 ? 1 : se > 2046 ? 2046 : se;
+        double x = al * u2d((uint64_t)se << 52);
+        double r = (x + magic) - magic;
+        r = r > x ? r - 1.0 : r;
+        int64_t L = (int64_t)(d2u(r + magic) - d2u(magic));
+        L -= (int64_t)((al < 0.0) & (x == 0.0));
+        uint64_t R = u & mask, base = u & ~mask;
+        base -= (uint64_t)((R == 0) & (L < 0)) << d;
+        uint64_t Fq = (R << (64 - d)) + (uint64_t)L;
+        uint64_t wj = wv[j], up;
+        if (bits >= 64)
+            up = wj + Fq < wj;
+        else
+            up = ((Fq >> (64 - bits)) + (wj >> (64 - bits))) >> bits;
+        uint64_t rr = base + (up << d);
+        uint64_t out = (uint64_t)((ef == 0) | (ef == 0x7ff) | (ef < eminb) |
+                                  ((al < 0.0) & ((u & frac) == 0)) |
+                                  (rr > mx));
+        bad[j] = out;
+        any |= out;
+        ns[j] = u2d(rr | sg);
+    }
+    return any;
+}
+
+/* Redoes the flagged lanes j < jn as add_round does. */
+static void redo_sr(const seq_ctx *c, const double *sv, const double *b,
+                    double ak, const uint64_t *wv, double *ns,
+                    const uint64_t *bad, size_t jn)
+{
+    for (size_t j = 0; j < jn; j++) {
+        if (!bad[j])
+            continue;
+        double hi, lo;
+        emu_two_sum(sv[j], ak * b[j], &hi, &lo);
+        if (!isfinite(hi))
+            lo = 0.0;
+        ns[j] = round_pair(c, hi, lo, wv[j]);
+    }
+}
+
+/* dot_sequential in a stochastic mode on the lanes: step k of output o
+ * takes its word K + k (accum.h), drawn SR_RUN steps at a time per lane
+ * and laid out [step][lane]. */
+enum { SR_RUN = 128 };
+
+static EMU_ALWAYS_INLINE void srseq_row_panel(const seq_ctx *c, size_t i,
+                                              size_t q, const double *arow,
+                                              const int *la,
+                                              emu_accum_counts *cnt,
+                                              uint64_t *wk, uint64_t *tmp)
+{
+    const gemm_job *g = c->g;
+    const size_t K = g->K, j0 = q * JB;
+    const size_t jn = g->N - j0 < JB ? g->N - j0 : JB;
+    const double *bp = c->bp;
+    const int64_t *lb = c->lbp;
+    const int d = c->pl.d;
+    const int64_t p = c->pl.p, eminb = c->pl.emin + 1023;
+    const unsigned bits = c->pl.sr_bits;
+    const uint64_t mx = d2u(c->pl.max);
+    uint64_t st[JB], base[JB];
+    double buf[2][JB];
+    double *cur = buf[0], *nxt = buf[1];
+    for (size_t j = 0; j < JB; j++) {
+        cur[j] = g->c && j < jn ? g->c[i * g->N + j0 + j] : 0.0;
+        if (j < jn)
+            out_words(c, i * g->N + j0 + j, &st[j], &base[j]);
+    }
+    uint32_t hist[JB][EMU_LOST_BINS];
+    if (cnt)
+        memset(hist, 0, sizeof hist);
+    for (size_t k0 = 0; k0 < K; k0 += SR_RUN) {
+        const size_t ch = K - k0 < SR_RUN ? K - k0 : SR_RUN;
+        memset(wk, 0, SR_RUN * JB * sizeof *wk);
+        for (size_t j = 0; j < jn; j++) {
+            out_fill(c, st[j], base[j] + K + k0, tmp, ch, tmp + SR_RUN);
+            for (size_t kk = 0; kk < ch; kk++)
+                wk[kk * JB + j] = tmp[kk];
+        }
+        for (size_t kk = 0; kk < ch; kk++) {
+            const size_t k = k0 + kk;
+            const double ak = arow[k], *b = bp + k * JB;
+            uint64_t bad[JB];
+            if (lanes_sr(cur, b, ak, wk + kk * JB, nxt, bad, d, p, eminb,
+                         bits, mx))
+                redo_sr(c, cur, b, ak, wk + kk * JB, nxt, bad, jn);
+            if (cnt)
+                count_step(c, cur, nxt, ak, b, la[k], lb + k * JB, jn, hist,
+                           cnt);
+            double *t = cur;
+            cur = nxt;
+            nxt = t;
+        }
+    }
+    for (size_t j = 0; j < jn; j++)
+        g->hi[i * g->N + j0 + j] = cur[j];
+    if (cnt) {
+        flush_hist(hist, cnt);
+        cnt->adds += K * jn;
+    }
+}
+
+/* Which kernel runs a model. */
+typedef enum gemm_kernel {
+    KERN_GENERIC,   /* emu_accum_dot per output                       */
+    KERN_SEQ,       /* sequential, blocked, Kahan, pairwise (seq_rows) */
+    KERN_FUSED,
+    KERN_EXACT,
+    KERN_SEQ_SR,    /* sequential, stochastic modes                    */
+} gemm_kernel;
+
+/* Scratch of the kernels above, per worker. */
+typedef struct kern_scratch {
+    uint64_t *words, *tmp; /* fused and stochastic words */
+    double *bins;          /* exact: JB x XB_N            */
+    xacc *xa;              /* exact: JB                   */
+} kern_scratch;
+
+#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && \
+    !defined(EMU_NO_TARGET_CLONES)
+__attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+#endif
+static void kern_rows(seq_ctx *c, gemm_kernel kern, size_t q, size_t r0,
+                      size_t r1, double *arow, int *la, emu_accum_counts *cnt,
+                      const kern_scratch *ks)
+{
+    const gemm_job *g = c->g;
+    for (size_t i = r0; i < r1; i++) {
+        bool fin = true;
+        int wmax = 0, elo = INT_MAX, ehi = INT_MIN;
+        for (size_t k = 0; k < g->K; k++) {
+            float x = g->a[(ptrdiff_t)i * g->a_rs + (ptrdiff_t)k * g->a_cs];
+            arow[k] = x;
+            fin &= isfinite(x) != 0;
+            if (c->tables)
+                la[k] = lowest_bit_f(x);
+            if (kern == KERN_EXACT) {
+                int wx = sig_width_f(x);
+                wmax = wx > wmax ? wx : wmax;
+                if (wx) {
+                    int e = exponent_of(x);
+                    elo = e < elo ? e : elo;
+                    ehi = e > ehi ? e : ehi;
+                }
+            }
+        }
+        c->row_finite = fin;
+        c->row_lo = elo;
+        c->row_hi = ehi;
+        c->row_w = wmax;
+        bool done;
+        switch (kern) {
+        case KERN_FUSED:
+            done = fused_row_panel(c, i, q, arow, la, cnt, ks->words, ks->tmp);
+            break;
+        case KERN_EXACT:
+            done = exact_row_panel(c, i, q, arow, cnt, ks->bins, ks->xa);
+            break;
+        default:
+            srseq_row_panel(c, i, q, arow, la, cnt, ks->words, ks->tmp);
+            done = true;
+            break;
+        }
+        if (!done)
+            ref_row_panel(c, i, q, cnt);
+    }
+}
+
+/* Which kernel covers a model: seq_rows the sequential, blocked, Kahan
+ * and pairwise models in deterministic modes; kern_rows the fused unit
+ * (when its group sums fit a double), the exact sum and the stochastic
+ * sequential model; all with exact products and an accumulator the fast
+ * rounding handles.  Anything else, one emu_accum_dot per output. */
+static gemm_kernel gemm_kernel_of(const emu_accum *m)
+{
     fast_plan pl;
     plan_init(&pl, &m->acc, &m->rnd);
-    return pl.ok && !pl.sr;
+    if (m->round_products)
+        return KERN_GENERIC;
+    switch (m->kind) {
+    case EMU_ACCUM_EXACT:
+        return KERN_EXACT;
+    case EMU_ACCUM_SEQUENTIAL:
+        if (pl.ok && pl.sr)
+            return KERN_SEQ_SR;
+        return pl.ok ? KERN_SEQ : KERN_GENERIC;
+    case EMU_ACCUM_BLOCKED:
+    case EMU_ACCUM_KAHAN:
+    case EMU_ACCUM_PAIRWISE:
+        return pl.ok && !pl.sr ? KERN_SEQ : KERN_GENERIC;
+    case EMU_ACCUM_FUSED: {
+        uint64_t k = m->fused_k ? m->fused_k : 1;
+        if (!pl.ok || m->fused_w > 40 || (k + 1) << m->fused_w > (uint64_t)1 << 53)
+            return KERN_GENERIC;
+        return KERN_FUSED;
+    }
+    default:
+        return KERN_GENERIC;
+    }
 }
 
 typedef struct shared {
-    seq_ctx seq;                /* when the kernel applies                  */
-    bool use_seq;
+    seq_ctx seq;                /* when a kernel applies                    */
+    gemm_kernel kern;
 } shared;
 
 static int worker_main(void *arg)
@@ -627,7 +1270,7 @@ static int worker_main(void *arg)
     EMU_HOSTFP_GUARD; /* a new thread's state is the platform's choice */
     gemm_worker *w = arg;
     const shared *sh = w->sh;
-    if (!sh->use_seq) {
+    if (sh->kern == KERN_GENERIC) {
         rows_generic(w);
         return 0;
     }
@@ -636,39 +1279,73 @@ static int worker_main(void *arg)
      * reread per panel (a 1/JB overhead on the loads). */
     const gemm_job *g = w->job;
     const size_t K = g->K, K1 = K ? K : 1;
+    const gemm_kernel kern = sh->kern;
     seq_ctx c = sh->seq;
     double *arow = malloc(K1 * sizeof *arow);
     int *la = malloc(K1 * sizeof *la);
     double *bp = malloc(K1 * JB * sizeof *bp);
     int64_t *lbp = c.tables ? malloc(K1 * JB * sizeof *lbp) : NULL;
-    if (!arow || !la || !bp || (c.tables && !lbp)) {
-        free(arow);
-        free(la);
-        free(bp);
-        free(lbp);
-        w->status = -1;
-        return 0;
+    kern_scratch ks = { NULL, NULL, NULL, NULL };
+    bool ok = arow && la && bp && (!c.tables || lbp);
+    if (kern == KERN_FUSED || kern == KERN_SEQ_SR) {
+        const size_t kk = g->model->fused_k ? g->model->fused_k : 1;
+        size_t nw = kern == KERN_FUSED ? JB * ((K + kk - 1) / kk)
+                                       : (size_t)SR_RUN * JB;
+        ks.words = malloc((nw ? nw : 1) * sizeof *ks.words);
+        ks.tmp = malloc((K1 + 2 * SR_RUN + 2) * sizeof *ks.tmp);
+        ok = ok && ks.words && ks.tmp;
+    } else if (kern == KERN_EXACT) {
+        ks.bins = malloc(JB * XB_N * sizeof *ks.bins);
+        ks.xa = malloc(JB * sizeof *ks.xa);
+        ok = ok && ks.bins && ks.xa;
     }
-    c.bp = bp;
-    c.lbp = lbp;
-    for (size_t q = 0; q < c.npanels; q++) {
-        for (size_t k = 0; k < K; k++)
-            for (size_t j = 0; j < JB; j++) {
-                size_t col = q * JB + j;
-                float x = col < g->N ? g->b[(ptrdiff_t)k * g->b_rs +
-                                            (ptrdiff_t)col * g->b_cs]
-                                     : 0.0f;
-                bp[k * JB + j] = x;
-                if (lbp)
-                    lbp[k * JB + j] = lowest_bit_f(x) + 1022;
-            }
-        seq_rows(&c, q, w->r0, w->r1, arow, la,
-                 w->want_counts ? &w->counts : NULL);
+    if (ok) {
+        c.bp = bp;
+        c.lbp = lbp;
+        for (size_t q = 0; q < c.npanels; q++) {
+            bool fin = true;
+            int wmax = 0, elo = INT_MAX, ehi = INT_MIN;
+            for (size_t k = 0; k < K; k++)
+                for (size_t j = 0; j < JB; j++) {
+                    size_t col = q * JB + j;
+                    float x = col < g->N ? g->b[(ptrdiff_t)k * g->b_rs +
+                                                (ptrdiff_t)col * g->b_cs]
+                                         : 0.0f;
+                    bp[k * JB + j] = x;
+                    if (lbp)
+                        lbp[k * JB + j] = lowest_bit_f(x) + 1022;
+                    if (kern != KERN_SEQ) {
+                        fin &= isfinite(x) != 0;
+                        int wx = sig_width_f(x);
+                        wmax = wx > wmax ? wx : wmax;
+                        if (wx) {
+                            int e = exponent_of(x);
+                            elo = e < elo ? e : elo;
+                            ehi = e > ehi ? e : ehi;
+                        }
+                    }
+                }
+            c.panel_finite = fin;
+            c.panel_w = wmax;
+            c.panel_lo = elo;
+            c.panel_hi = ehi;
+            emu_accum_counts *cnt = w->want_counts ? &w->counts : NULL;
+            if (kern == KERN_SEQ)
+                seq_rows(&c, q, w->r0, w->r1, arow, la, cnt);
+            else
+                kern_rows(&c, kern, q, w->r0, w->r1, arow, la, cnt, &ks);
+        }
+    } else {
+        w->status = -1;
     }
     free(arow);
     free(la);
     free(bp);
     free(lbp);
+    free(ks.words);
+    free(ks.tmp);
+    free(ks.bins);
+    free(ks.xa);
     return 0;
 }
 
@@ -803,7 +1480,8 @@ int emu_gemm_accum_ex(const emu_accum *model, size_t M, size_t N, size_t K,
         T = MAX_THREADS;
     shared sh;
     memset(&sh, 0, sizeof sh);
-    if (seq_kernel_applies(model)) {
+    sh.kern = gemm_kernel_of(model);
+    if (sh.kern != KERN_GENERIC) {
         seq_ctx *sc = &sh.seq;
         sc->g = &g;
         plan_init(&sc->pl, &model->acc, &model->rnd);
@@ -814,12 +1492,17 @@ int emu_gemm_accum_ex(const emu_accum *model, size_t M, size_t N, size_t K,
         sc->block = sc->blocked ? (model->block ? model->block : 1) : K;
         sc->npanels = (N + JB - 1) / JB;
         sc->p = model->acc.p;
-        /* The lowest-bit tables serve the sequential kernel's counts. */
+        sc->sr = sc->pl.sr;
+        /* acc's values are multiples of 2^(emin - p + 1) below 2^(emax + 1) */
+        sc->sums_exact = sc->pl.ok && model->acc.emax + 2 -
+                                      (model->acc.emin - model->acc.p + 1) <= 53;
+        /* The lowest-bit tables serve the sequential and fused kernels'
+         * counts. */
         sc->tables = counts && (model->kind == EMU_ACCUM_SEQUENTIAL ||
-                                model->kind == EMU_ACCUM_BLOCKED);
+                                model->kind == EMU_ACCUM_BLOCKED ||
+                                model->kind == EMU_ACCUM_FUSED);
         if (K > SIZE_MAX / (JB * sizeof(double)))
             return -1;
-        sh.use_seq = true;
     }
     gemm_worker w[MAX_THREADS];
     thrd_t tid[MAX_THREADS];

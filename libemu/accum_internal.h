@@ -4,7 +4,9 @@
  * random words of a dot product.  accum_step.c (the step as a function,
  * and swamping), accum_ref.c (the models, one dot product at a time) and
  * accum_gemm.c (the GEMM engine) include it; its functions are static
- * inline so that the kernels inline them as before.
+ * inline so that the kernels inline them as before.  The exact model's
+ * fixed-point accumulator (xacc) is here too: the reference and the GEMM
+ * kernel sum into the same one.
  *
  * One accumulator step, round(hi + lo) into a carrier format, is done by
  * bit manipulation (fast_round, fast_round_sr) where the result is a
@@ -367,6 +369,92 @@ static inline void accum_count_add(emu_accum_counts *c, const emu_format *acc,
         return;
     }
     c->lost_bits[bits_below(t, quantum_exp(acc, s_new))]++;
+}
+
+/* ---- the exact model: a fixed-point superaccumulator ---------------------
+ * Terms are doubles with at most 53 significant bits, the lowest of weight
+ * >= 2^-350 (a product of two binary32 values is at least 2^-298 with a
+ * 48-bit significand, written as 53 bits) and magnitude < 2^256.  Bit b of
+ * the accumulator weighs 2^(b - XBIAS); 12 limbs leave room for 2^60 terms
+ * and the two's complement sign. */
+enum { XLIMBS = 12, XBIAS = 384 };
+
+typedef struct xacc {
+    uint64_t w[XLIMBS];
+} xacc;
+
+/* a += (neg ? -m : m) * 2^(pos - XBIAS), m < 2^53, 0 <= pos. */
+static inline void xacc_add(xacc *a, uint64_t m, int pos, bool neg)
+{
+    int li = pos / 64, sh = pos % 64;
+    uint64_t part[2] = { m << sh, sh ? m >> (64 - sh) : 0 };
+    uint64_t c = 0; /* carry or borrow */
+    for (int i = li; i < XLIMBS; i++) {
+        uint64_t v = i - li < 2 ? part[i - li] : 0;
+        if (i - li >= 2 && !c)
+            break;
+        uint64_t x = a->w[i];
+        if (!neg) {
+            uint64_t y = x + v;
+            uint64_t c1 = y < v;
+            y += c;
+            c = c1 | (y < c);
+            a->w[i] = y;
+        } else {
+            uint64_t b1 = x < v;
+            uint64_t y = x - v;
+            uint64_t b2 = y < c;
+            a->w[i] = y - c;
+            c = b1 | b2;
+        }
+    }
+}
+
+static inline void xacc_add_double(xacc *a, double t)
+{
+    if (t == 0.0)
+        return;
+    int e;
+    double m = frexp(fabs(t), &e); /* |t| = m 2^e */
+    uint64_t M = (uint64_t)ldexp(m, 53);
+    xacc_add(a, M, e - 53 + XBIAS, t < 0.0);
+}
+
+/* RN of the accumulator's value (the accumulator is not changed). */
+static inline double xacc_round(const xacc *acc)
+{
+    xacc a = *acc;
+    bool neg = a.w[XLIMBS - 1] >> 63;
+    if (neg) {
+        uint64_t carry = 1;
+        for (int i = 0; i < XLIMBS; i++) {
+            a.w[i] = ~a.w[i] + carry;
+            carry = carry && a.w[i] == 0;
+        }
+    }
+    int top = XLIMBS - 1;
+    while (top >= 0 && a.w[top] == 0)
+        top--;
+    if (top < 0)
+        return 0.0;
+    int lz = 0;
+    while (!(a.w[top] >> (63 - lz) & 1))
+        lz++;
+    int msb = top * 64 + 63 - lz; /* position of the leading bit */
+    /* The 64 bits from msb down, and a sticky bit for the rest. */
+    uint64_t hi64 = a.w[top] << lz;
+    bool sticky = false;
+    if (lz && top > 0)
+        hi64 |= a.w[top - 1] >> (64 - lz);
+    if (top > 0)
+        sticky = (lz ? a.w[top - 1] << lz : a.w[top - 1]) != 0;
+    for (int i = top - 2; i >= 0 && !sticky; i--)
+        sticky = a.w[i] != 0;
+    uint64_t m = hi64 >> 11, rest = hi64 & 0x7ff;
+    if (rest > 0x400 || (rest == 0x400 && (sticky || (m & 1))))
+        m++; /* a carry to 2^53 is still exact in a double */
+    double v = ldexp((double)m, msb - 63 + 11 - XBIAS);
+    return neg ? -v : v;
 }
 
 /* emu_accum_dot, optionally starting from an initial value (init NULL:

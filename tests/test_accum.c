@@ -17,6 +17,7 @@
  * thread count.
  */
 #include <check.h>
+#include <float.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -1174,6 +1175,266 @@ START_TEST(long_dot_own_words)
 }
 END_TEST
 
+/* ---- 4. the kernels' fast paths on awkward inputs ------------------------
+ * The fused, exact and stochastic sequential kernels decide in integers on
+ * the common case and hand anything else to the definition; these inputs
+ * sit on the edges of that split: exact cancellation, products far below
+ * the accumulator's subnormals, significands too wide for the exact
+ * kernel's bins, exponents spread over all of binary32, sums that
+ * overflow the accumulator, inf and NaN, zeros of both signs and whole
+ * zero rows, and K not a multiple of the fused unit's width. */
+
+/* A binary32 value of kind `kind`:
+ *  0 binary16 values in [2^-10, 2^6] (the usual data), 1/8 of them zero;
+ *  1 anything binary16 holds, subnormals included, 1/4 zero;
+ *  2 full binary32 significands over all of binary32's exponents;
+ *  3 ones and powers of two of both signs (exact cancellation);
+ *  4 mostly -0, a few +0 and small values (the exact model's zero sign);
+ *  5 positive, 20-bit significands (last bit set) in [1, 16): products
+ *    40 bits wide within one of the exact kernel's bins, the widest it
+ *    takes, whose sums need the bins emptied every 64 terms. */
+static float awkward_val(test_rng *g, int kind)
+{
+    uint64_t w = test_next(g);
+    bool neg = (w >> 7) & 1;
+    switch (kind) {
+    case 0:
+        if ((w & 7) == 0)
+            return neg ? -0.0f : 0.0f;
+        return rand_val(g, fmt_named("binary16"), -10, 6, false);
+    case 1:
+        if ((w & 3) == 0)
+            return neg ? -0.0f : 0.0f;
+        return rand_val(g, fmt_named("binary16"), -25, 15, false);
+    case 2: {
+        int e = -149 + (int)test_below(g, 149 + 128);
+        float x = (float)ldexp(1.0 + ldexp((double)(test_next(g) >> 40), -24),
+                               e);
+        if (!isfinite(x))
+            x = FLT_MAX;
+        return neg ? -x : x;
+    }
+    case 3: {
+        float x = ldexpf(1.0f, (int)test_below(g, 7) - 3);
+        return neg ? -x : x;
+    }
+    case 5:
+        return (float)ldexp((double)((test_next(g) >> 45) | 0x80001), -19 +
+                            (int)test_below(g, 4));
+    case 6:
+        return (float)ldexp((double)((test_next(g) >> 50) | 0x4001) *
+                            (neg ? -1.0 : 1.0),
+                            -14 - 60 + (int)test_below(g, 121));
+    case 7:
+    case 8:
+        return (float)ldexp((double)((test_next(g) >> 45) | 0x80001), -19 +
+                            (kind == 7 ? 7 * (int)test_below(g, 2)
+                                       : (int)test_below(g, 41) - 20));
+    default:
+        if ((w & 15) == 0)
+            return (float)ldexp(1.0, (int)test_below(g, 8) - 12);
+        return (w & 15) == 1 ? 0.0f : -0.0f;
+    }
+}
+
+/* One product on the kernels against emu_accum_dot(_init) per output, for
+ * 1 to 3 threads, with and without counts. */
+static void kernel_case(const emu_accum *a, test_rng *g, size_t M, size_t N,
+                        size_t K, int kind, bool init, const char *spec)
+{
+    float *av = malloc((M * K + 1) * sizeof *av);
+    float *bv = malloc((K * N + 1) * sizeof *bv);
+    double *cv = malloc(M * N * sizeof *cv);
+    double *hi = malloc(M * N * sizeof *hi), *lo = malloc(M * N * sizeof *lo);
+    double *whi = malloc(M * N * sizeof *whi), *wlo = malloc(M * N * sizeof *wlo);
+    ck_assert(av && bv && cv && hi && lo && whi && wlo);
+    for (size_t i = 0; i < M * K; i++)
+        av[i] = awkward_val(g, kind);
+    for (size_t i = 0; i < K * N; i++)
+        bv[i] = awkward_val(g, kind == 3 ? 3 : kind == 4 ? 0 : kind);
+    if (kind == 3)
+        /* pairs of terms that cancel exactly: a_2k b_2k = -a_2k+1 b_2k+1 */
+        for (size_t i = 0; i < M; i++)
+            for (size_t k = 1; k < K; k += 2) {
+                av[i * K + k] = av[i * K + k - 1];
+                for (size_t j = 0; j < N; j++)
+                    bv[k * N + j] = -bv[(k - 1) * N + j];
+            }
+    if (kind == 4 && M > 1)
+        for (size_t k = 0; k < K; k++)
+            av[k] = -0.0f; /* row 0: every product a zero */
+    /* inf and NaN now and then, in one row or one column */
+    if (test_below(g, 5) == 0 && K > 0) {
+        float sp = test_below(g, 2) ? NAN : -INFINITY;
+        if (test_below(g, 2))
+            av[test_below(g, M) * K + test_below(g, K)] = sp;
+        else
+            bv[test_below(g, K) * N + test_below(g, N)] = sp;
+    }
+    for (size_t o = 0; o < M * N; o++) {
+        float c = kind == 4 ? -0.0f
+                            : rand_val(g, fmt_named("binary16"), -4, 8, false);
+        cv[o] = emu_round(&a->acc, c, NULL, NULL);
+    }
+    const uint64_t seed = 11, stream = 3, dot0 = test_below(g, 50);
+    emu_accum_counts want;
+    memset(&want, 0, sizeof want);
+    for (size_t i = 0; i < M; i++)
+        for (size_t j = 0; j < N; j++) {
+            size_t o = i * N + j;
+            emu_accum_rng rng = { seed, stream, dot0 + o };
+            whi[o] = init ? emu_accum_dot_init(&wlo[o], &want, a, cv[o],
+                                               av + i * K, 1, bv + j,
+                                               (ptrdiff_t)N, K, &rng)
+                          : emu_accum_dot(&wlo[o], &want, a, av + i * K, 1,
+                                          bv + j, (ptrdiff_t)N, K, &rng);
+        }
+    for (int threads = 1; threads <= 3; threads++)
+        for (int counting = 0; counting < 2; counting++) {
+            emu_accum_counts got;
+            memset(&got, 0, sizeof got);
+            ck_assert_int_eq(emu_gemm_accum_ex(a, M, N, K, av, (ptrdiff_t)K, 1,
+                                               bv, (ptrdiff_t)N, 1,
+                                               init ? cv : NULL, hi, lo, seed,
+                                               stream, dot0,
+                                               counting ? &got : NULL,
+                                               threads),
+                             0);
+            for (size_t o = 0; o < M * N; o++)
+                EXPECT(test_same(hi[o], whi[o]) && test_same(lo[o], wlo[o]),
+                       "%s kind %d%s: M %zu N %zu K %zu threads %d: output "
+                       "(%zu, %zu) = %a + %a, emu_accum_dot %a + %a", spec,
+                       kind, init ? " init" : "", M, N, K, threads, o / N,
+                       o % N, hi[o], lo[o], whi[o], wlo[o]);
+            if (counting) {
+                char what[300];
+                snprintf(what, sizeof what, "%s kind %d%s counts (M %zu N %zu "
+                         "K %zu, threads %d)", spec, kind, init ? " init" : "",
+                         M, N, K, threads);
+                expect_counts(&got, &want, what);
+            }
+        }
+    free(av);
+    free(bv);
+    free(cv);
+    free(hi);
+    free(lo);
+    free(whi);
+    free(wlo);
+}
+
+/* Shapes: several panels and a partial one, K around the unit's width. */
+static void kernel_shapes(const emu_accum *a, test_rng *g, const char *spec,
+                          int cases)
+{
+    for (int c = 0; c < cases; c++) {
+        size_t M = 1 + (size_t)test_below(g, 4);
+        size_t N = 1 + (size_t)test_below(g, 40);
+        size_t K = c == 0 ? 0 : c == 1 ? 1 : (size_t)test_below(g, 150);
+        kernel_case(a, g, M, N, K, c % 5, c % 3 == 2, spec);
+    }
+}
+
+START_TEST(gemm_kernels_fused)
+{
+    test_rng g = test_rng_make(0xf05ed);
+    static const char *const accs[] = { "binary32", "bfloat16", "binary16",
+                                        "e4m3", "e5m6,nosubnormals",
+                                        "e4m3fnuz" };
+    static const unsigned ks[] = { 1, 5, 16, 32 };
+    static const unsigned ws[] = { 2, 12, 25, 40 };
+    const int cases = (int)test_scaled(10, 5);
+    for (int fi = 0; fi < 6; fi++)
+        for (int m = 0; m <= EMU_RS_BITS; m++) {
+            emu_accum a = model_of(EMU_ACCUM_FUSED, fmt_named(accs[fi]),
+                                   (emu_rnd)m);
+            a.rnd.sr_bits = m == EMU_RS_BITS ? 5 : 64;
+            a.fused_k = ks[test_below(&g, 4)];
+            a.fused_w = ws[test_below(&g, 4)];
+            char spec[160];
+            emu_accum_string(&a, spec, sizeof spec);
+            kernel_shapes(&a, &g, spec, cases);
+        }
+}
+END_TEST
+
+START_TEST(gemm_kernels_exact)
+{
+    test_rng g = test_rng_make(0xe8ac7);
+    emu_accum a = model_of(EMU_ACCUM_EXACT, fmt_named("binary32"), EMU_RNE);
+    kernel_shapes(&a, &g, "exact", (int)test_scaled(60, 20));
+    /* A long K: the bins emptied into the accumulator more than once
+     * (binary32 significands: W = 48 goes to the definition; binary16
+     * data of 11 + 11 bits, every 2^24 terms). */
+    kernel_case(&a, &g, 2, 20, 3000, 0, false, "exact long");
+    kernel_case(&a, &g, 2, 17, 1500, 5, false, "exact wide");
+    kernel_case(&a, &g, 3, 18, 700, 6, false, "exact spread");
+    kernel_case(&a, &g, 2, 17, 1000, 7, false, "exact wide bins");
+    kernel_case(&a, &g, 2, 17, 3000, 8, false, "exact wide spread");
+    kernel_case(&a, &g, 2, 33, 300, 6, true, "exact spread init");
+}
+END_TEST
+
+START_TEST(gemm_kernels_seq_sr)
+{
+    test_rng g = test_rng_make(0x5e95);
+    static const char *const accs[] = { "bfloat16", "binary16", "binary32",
+                                        "e4m3", "e5m2", "e5m6,nosubnormals",
+                                        "e4m3fnuz", "e4m3,saturate" };
+    static const unsigned bits[] = { 64, 1, 13, 63 };
+    const int cases = (int)test_scaled(10, 5);
+    /* The deterministic kernel on the same data: a saturating accumulator
+     * keeps a sum with an inf term finite, which its counts once missed. */
+    for (int m = 0; m < TEST_DET_MODES; m++) {
+        emu_accum d = model_of(EMU_ACCUM_SEQUENTIAL,
+                               fmt_named("e4m3,saturate"), (emu_rnd)m);
+        char spec[160];
+        emu_accum_string(&d, spec, sizeof spec);
+        kernel_shapes(&d, &g, spec, cases);
+    }
+    for (int fi = 0; fi < 8; fi++)
+        for (int bi = 0; bi < 4; bi++) {
+            emu_accum a = model_of(EMU_ACCUM_SEQUENTIAL, fmt_named(accs[fi]),
+                                   bi ? EMU_RS_BITS : EMU_RS);
+            a.rnd.sr_bits = bits[bi];
+            char spec[160];
+            emu_accum_string(&a, spec, sizeof spec);
+            kernel_shapes(&a, &g, spec, cases);
+        }
+    /* several runs of SR_RUN words, starting at odd indices */
+    emu_accum a = model_of(EMU_ACCUM_SEQUENTIAL, fmt_named("bfloat16"), EMU_RS);
+    a.rnd.sr_bits = 64;
+    kernel_case(&a, &g, 3, 21, 301, 0, false, "sr long");
+    kernel_case(&a, &g, 3, 21, 257, 1, true, "sr long init");
+}
+END_TEST
+
+/* The deterministic lane kernels (sequential, blocked, Kahan, pairwise) on
+ * the same data: Kahan's exact-sum shortcut (binary16, FP8) must not be
+ * taken where two values of acc can be 2^53 apart. */
+START_TEST(gemm_kernels_lanes)
+{
+    test_rng g = test_rng_make(0x1a7e5);
+    static const char *const accs[] = { "binary16", "binary32", "bfloat16",
+                                        "e4m3", "e5m2" };
+    static const emu_accum_kind kinds[] = { EMU_ACCUM_KAHAN,
+                                            EMU_ACCUM_PAIRWISE,
+                                            EMU_ACCUM_SEQUENTIAL,
+                                            EMU_ACCUM_BLOCKED };
+    const int cases = (int)test_scaled(6, 5);
+    for (int ki = 0; ki < 4; ki++)
+        for (int fi = 0; fi < 5; fi++)
+            for (int m = 0; m < TEST_DET_MODES; m++) {
+                emu_accum a = model_of(kinds[ki], fmt_named(accs[fi]),
+                                       (emu_rnd)m);
+                a.block = 9;
+                char spec[160];
+                emu_accum_string(&a, spec, sizeof spec);
+                kernel_shapes(&a, &g, spec, cases);
+            }
+}
+END_TEST
+
 static Suite *accum_suite(void)
 {
     Suite *s = suite_create("accum");
@@ -1199,6 +1460,13 @@ static Suite *accum_suite(void)
     tcase_add_test(tc, gemm_double_rounding_traps);
     tcase_add_test(tc, gemm_fast);
     tcase_add_test(tc, gemm_fast_threads);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("kernels");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, gemm_kernels_fused);
+    tcase_add_test(tc, gemm_kernels_exact);
+    tcase_add_test(tc, gemm_kernels_seq_sr);
+    tcase_add_test(tc, gemm_kernels_lanes);
     suite_add_tcase(s, tc);
     tc = tcase_create("streams");
     tcase_set_timeout(tc, 600);
