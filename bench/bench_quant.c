@@ -16,6 +16,8 @@
  * the whole run).
  *
  * Usage: bench_quant [--csv] [--log2n N] [--reps R] [--only SPEC]
+ *                    [--mode rne|sr] [--fn] (only that mode; only "fn" rows
+ *                    without statistics: for profiling one path)
  * A program, not a test: it is never registered with CTest.
  */
 #include <math.h>
@@ -63,19 +65,24 @@ static int quantize_op(emu_scaled_tensor *q, emu_tensor *x,
 int main(int argc, char **argv)
 {
     int csv = 0, log2n = 22, reps = 5;
-    const char *only = NULL;
+    const char *only = NULL, *only_mode = NULL;
+    int fn_only = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--csv"))
             csv = 1;
         else if (!strcmp(argv[i], "--only") && i + 1 < argc)
             only = argv[++i];
+        else if (!strcmp(argv[i], "--mode") && i + 1 < argc)
+            only_mode = argv[++i];
+        else if (!strcmp(argv[i], "--fn"))
+            fn_only = 1;
         else if (!strcmp(argv[i], "--log2n") && i + 1 < argc)
             log2n = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: bench_quant [--csv] [--log2n N] [--reps R] "
-                            "[--only SPEC]\n");
+                            "[--only SPEC] [--mode rne|sr] [--fn]\n");
             return 2;
         }
     }
@@ -121,6 +128,9 @@ int main(int argc, char **argv)
         for (int mi = 0; mi < NM; mi++)
             for (int st = 0; st < 4; st++) {
                 const bool op = st >= 2, stats = st & 1;
+                if ((only_mode && strcmp(only_mode, modes[mi])) ||
+                    (fn_only && st != 0))
+                    continue;
                 emu_quant_opts o;
                 memset(&o, 0, sizeof o);
                 unsigned bits;
