@@ -1022,7 +1022,9 @@ EMU_INLINE uint32_t sr_quotient(const sr_plan *P, float xf, double d,
     /* floor by truncation (floor() does not vectorize under strict ISO C
      * here): 0 <= m < 2^63 where ok; 0 stands in otherwise */
     const double M0 = (double)(int64_t)sel(ok, m, 0.0), fr = m - M0;
-    const bool below = (fr == 0.0) & (al < 0.0); /* hi on the grid, Q below */
+    /* hi on the grid, Q below: decide()'s case (kept, although a binary32
+     * x over a binary64 d does not seem to reach it) */
+    const bool below = (fr == 0.0) & (al < 0.0);
     const double M = sel(below, M0 - 1.0, M0);
     /* Fq = floor(F 2^64) as decide() forms it: floor(fr 2^64), corrected
      * by floor(lo 2^(64-q)) when fr 2^64 is an integer (F = 1 + lo when
@@ -1052,32 +1054,36 @@ EMU_INLINE uint32_t sr_quotient(const sr_plan *P, float xf, double d,
     return (uint32_t)(ok | zero);
 }
 
-/* Stochastic rounding of the n elements from e0 (one divisor d, finite),
- * word k of `words` for element e0 + k: the branch-free pass, then the
- * choke point for the few it did not decide. */
-EMU_INLINE void sr_run(const qrun *R, size_t e0, size_t n, double d,
-                       const uint64_t *words)
+/* Stochastic rounding of n quotients x[k] / d (d finite) into out with
+ * word k each: the branch-free pass, then the choke point for the few it
+ * did not decide (on the same word: elem_by_definition's). */
+EMU_INLINE void sr_run(const sr_plan *P, const emu_format *ef,
+                       const emu_rounding *rnd, float *out, const float *x,
+                       size_t n, double d, const uint64_t *words)
 {
-    float *out = R->q->elem + e0;
-    const float *x = R->x + e0;
-    const sr_plan P = R->sr;
+    const sr_plan Pl = *P;
     uint32_t all = 1;
     size_t k = 0;
     for (; k + 16 <= n; k += 16) { /* fixed-length runs vectorize */
         float ov[16];
         for (int j = 0; j < 16; j++)
-            all &= sr_quotient(&P, x[k + (size_t)j], d, words[k + (size_t)j],
+            all &= sr_quotient(&Pl, x[k + (size_t)j], d, words[k + (size_t)j],
                                &ov[j]);
         memcpy(out + k, ov, sizeof ov);
     }
     for (; k < n; k++)
-        all &= sr_quotient(&P, x[k], d, words[k], &out[k]);
+        all &= sr_quotient(&Pl, x[k], d, words[k], &out[k]);
     if (all)
         return;
+    const bool pow2 = emu_is_pow2(d);
     for (k = 0; k < n; k++) {
         float tmp;
-        if (!sr_quotient(&P, x[k], d, words[k], &tmp))
-            out[k] = elem_by_definition(R, e0 + k, d);
+        if (sr_quotient(&Pl, x[k], d, words[k], &tmp))
+            continue;
+        double hi, lo;
+        quotient(x[k], d, pow2, &hi, &lo);
+        out[k] = (float)emu_round2_word_unguarded(ef, hi, lo, rnd, words[k],
+                                                  NULL);
     }
 }
 
@@ -1368,7 +1374,8 @@ static void quantize_rows(const qrun *R, size_t r0, size_t r1, float *tmp,
                 if (isnan(d))
                     memset(q->elem + start, 0, cnt * sizeof *q->elem);
                 else
-                    sr_run(R, start, cnt, d, words + (start - e0));
+                    sr_run(&R->sr, ef, &R->rnd, q->elem + start, x + start,
+                           cnt, d, words + (start - e0));
             }
         return;
     }
@@ -1409,7 +1416,36 @@ static void quantize_flat(const qrun *R, size_t e0, size_t n, float *tmp,
     }
     uint64_t *words = (uint64_t *)tmp64;
     emu_random_fill(R->o->seed, R->o->stream, e0, words, n);
-    sr_run(R, e0, n, d, words);
+    sr_run(&R->sr, &R->q->sf.elem, &R->rnd, R->q->elem + e0, R->x + e0, n, d,
+           words);
+}
+
+/* The stochastic fast path on given words (internal.h): for the tests,
+ * which choose words next to each decision's threshold.  Compiled for the
+ * same CPUs as the chunk loops. */
+#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && \
+    !defined(EMU_NO_TARGET_CLONES)
+__attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+#endif
+static void sr_words(const sr_plan *P, const emu_format *ef,
+                     const emu_rounding *rnd, float *out, const float *x,
+                     size_t n, double d, const uint64_t *words)
+{
+    sr_run(P, ef, rnd, out, x, n, d, words);
+}
+
+bool emu_scaled_sr_words(const emu_format *f, const emu_rounding *r, double d,
+                         float *out, const float *x, const uint64_t *words,
+                         size_t n)
+{
+    EMU_HOSTFP_GUARD;
+    emu_rounding rs = *r;
+    rs.saturate = true;
+    sr_plan P;
+    if (!sr_plan_make(&P, f, &rs) || !(d > 0.0) || !isfinite(d))
+        return false;
+    sr_words(&P, f, &rs, out, x, n, d, words);
+    return true;
 }
 
 int emu_scaled_quantize(emu_scaled_tensor *q, const float *x,
