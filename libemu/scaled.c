@@ -705,27 +705,33 @@ static inline double amax_run(const float *xs, size_t n)
 }
 
 /* The largest finite |x| of n values (0 if none), on the bit patterns as
- * amax_run (inf and NaN count as 0). */
+ * amax_run (inf and NaN count as 0; |x| < 2^31 as an integer, so signed
+ * lanes, which baseline SSE2 compares too).  A whole-tensor pass (the
+ * tensor scale): compiled also for AVX2 and AVX-512. */
+#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && \
+    !defined(EMU_NO_TARGET_CLONES)
+__attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+#endif
 static double amax_finite(const float *xs, size_t n)
 {
-    uint32_t lane[16] = { 0 };
+    int32_t lane[16] = { 0 };
     size_t k = 0;
     for (; k + 16 <= n; k += 16)
         for (int j = 0; j < 16; j++) {
-            uint32_t u;
+            int32_t u;
             memcpy(&u, &xs[k + (size_t)j], sizeof u);
-            u &= 0x7fffffffu;
-            u = u < 0x7f800000u ? u : 0;
+            u &= 0x7fffffff;
+            u = u < 0x7f800000 ? u : 0;
             lane[j] = u > lane[j] ? u : lane[j];
         }
-    uint32_t m = 0;
+    int32_t m = 0;
     for (int j = 0; j < 16; j++)
         m = lane[j] > m ? lane[j] : m;
     for (; k < n; k++) {
-        uint32_t u;
+        int32_t u;
         memcpy(&u, &xs[k], sizeof u);
-        u &= 0x7fffffffu;
-        u = u < 0x7f800000u ? u : 0;
+        u &= 0x7fffffff;
+        u = u < 0x7f800000 ? u : 0;
         m = u > m ? u : m;
     }
     float f;
@@ -786,7 +792,11 @@ static void no_negative_zero(const qrun *R, size_t e0, size_t n)
     if (!R->q->sf.int_elem)
         return;
     float *e = R->q->elem + e0;
-    for (size_t i = 0; i < n; i++)
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) /* fixed-length runs vectorize */
+        for (int j = 0; j < 16; j++)
+            e[i + (size_t)j] += 0.0f;
+    for (; i < n; i++)
         e[i] += 0.0f;
 }
 
