@@ -1103,7 +1103,7 @@ EMU_INLINE void sr_run(const sr_plan *P, const emu_format *ef,
  * normal range (zero, subnormal, clamped) is left to block_scale too.
  * Then t's bits round to the nearest-even normal value, which is at most
  * max (t <= max, and max is a grid point). */
-static inline bool scale_rne_fast(const qrun *R, double a, double *s)
+EMU_INLINE bool scale_rne_fast(const qrun *R, double a, double *s)
 {
     const uint32_t u = f32_bits((float)(a * R->amax_inv));
     const emu_rne_sat_plan *k = &R->scale_kernel;
@@ -1347,7 +1347,14 @@ static void quantize_rows(const qrun *R, size_t r0, size_t r1, float *tmp,
             /* amax inline, so that it is compiled into the AVX clones */
             const float *xs = x + start;
             const double m = amax_run(xs, cnt);
-            const double d = scale_of_amax(R, b, m, counts, blocks) * R->g;
+            double s;
+            /* NVFP4's scales inline when no statistic is asked for */
+            if (R->scale_fast && !counts && !blocks && m <= DBL_MAX &&
+                scale_rne_fast(R, m, &s))
+                q->scale[b] = (float)s;
+            else
+                s = scale_of_amax(R, b, m, counts, blocks);
+            const double d = s * R->g;
             if (pow2) {
                 const float inv = (float)(1.0 / d);
                 /* d > 0: a power of two has no fraction bits */
@@ -1358,9 +1365,24 @@ static void quantize_rows(const qrun *R, size_t r0, size_t r1, float *tmp,
                     scale_run(tmp + (start - e0), xs, isnan(d) ? 0.0f : inv,
                               cnt);
             }
-            if (fast_div)
-                invs[b - r0 * nb] = isnan(d) ? 0.0 : 1.0 / d;
         }
+    if (!pow2 && fast_div) {
+        /* 1/d of every block of the chunk, in runs that vectorize (a
+         * division per block in the loop above would stall it) */
+        const size_t nbc = (r1 - r0) * nb;
+        const float *sc = q->scale + r0 * nb;
+        const double g = R->g;
+        size_t k = 0;
+        for (; k + 16 <= nbc; k += 16)
+            for (int j = 0; j < 16; j++) {
+                const double d = (double)sc[k + (size_t)j] * g, v = 1.0 / d;
+                invs[k + (size_t)j] = sel(d == d, v, 0.0);
+            }
+        for (; k < nbc; k++) {
+            const double d = (double)sc[k] * g;
+            invs[k] = d == d ? 1.0 / d : 0.0;
+        }
+    }
     if (!pow2 && R->div_ok) {
         for (size_t r = r0; r < r1; r++)
             for (size_t j = 0; j < nb; j++) {
