@@ -12,13 +12,18 @@
  *     rounding (any mode), or for nearest-even a lean kernel, rounds the
  *     whole chunk, and those few exceptions are redone by the choke point;
  *   - other divisors (NVFP4's E4M3 scales, tensor scales), nearest-even:
- *     RN32(x / d) through the same kernel, redoing the quotients whose
- *     binary32 lands on a rounding boundary (see round_chunk);
- *   - other divisors, other deterministic modes: fl(x / d) in binary64
- *     through the binary64 array rounding, likewise redoing boundary cases;
- *   - other divisors, stochastic modes: the choke point for every element.
+ *     RN32(x * (1/d)) through the same kernel, redoing the quotients whose
+ *     binary32 has the shape of a rounding boundary (div_run has the
+ *     proof); NVFP4's scales themselves likewise (scale_rne_fast);
+ *   - other divisors, stochastic modes: the choke point's decision on
+ *     hi + lo written out branch-free (sr_quotient), same words, so that
+ *     it vectorizes; the choke point for the few it does not decide;
+ *   - other divisors, other deterministic modes (and layouts other than
+ *     the two below): fl(x / d) in binary64 through the binary64 array
+ *     rounding, redoing boundary cases (round_chunk).
  * The usual layout (1-d blocks along the last axis) runs fused, a chunk of
- * rows at a time, while the chunk is in cache.
+ * rows at a time, while the chunk is in cache; per-tensor formats run in
+ * chunks of one divisor.
  */
 #include "hostfp.h" /* first: no contraction, no excess precision */
 
@@ -1103,6 +1108,22 @@ EMU_INLINE void sr_run(const sr_plan *P, const emu_format *ef,
  * normal range (zero, subnormal, clamped) is left to block_scale too.
  * Then t's bits round to the nearest-even normal value, which is at most
  * max (t <= max, and max is a grid point). */
+/* scale_rne_fast for a run of blocks, branch-free: the scale, or 0 where
+ * block_scale must decide (a NaN amax gives a NaN t, above max). */
+EMU_INLINE uint32_t scale_rne_bits(const qrun *R, double a, float *s)
+{
+    const uint32_t u = f32_bits((float)(a * R->amax_inv));
+    const emu_rne_sat_plan *k = &R->scale_kernel;
+    const uint32_t ok = (uint32_t)(u >= k->min_normal) &
+                        (uint32_t)(u <= k->max) &
+                        (uint32_t)((u & R->scale_fmask) != 0);
+    const uint32_t sh = k->shift;
+    const uint32_t r = (u + k->half_minus_1 + ((u >> sh) & 1u)) &
+                       ~((1u << sh) - 1u);
+    *s = f32_of(r & (0u - ok));
+    return ok;
+}
+
 EMU_INLINE bool scale_rne_fast(const qrun *R, double a, double *s)
 {
     const uint32_t u = f32_bits((float)(a * R->amax_inv));
@@ -1340,6 +1361,35 @@ static void quantize_rows(const qrun *R, size_t r0, size_t r1, float *tmp,
     /* 1/d of each block of the chunk (0 for a NaN block), for div_run */
     double *invs = tmp64;
     bool pow2 = true;
+    if (R->scale_fast && !counts && !blocks && fast_div) {
+        /* NVFP4 without statistics: the block amaxes, then their scales by
+         * scale_rne_fast sixteen to a run (vectorized), then block_scale
+         * (via scale_of_amax) for the few it leaves: boundary-shaped,
+         * clamped, zero, non-finite.  The divisors are not powers of two. */
+        const size_t nbc = (r1 - r0) * nb;
+        double *am = tmp64 + n; /* nbc <= n; the SR words come later */
+        float *sv = tmp;        /* the scales; tmp is free until div_run */
+        for (size_t r = r0; r < r1; r++)
+            for (size_t j = 0; j < nb; j++) {
+                const size_t start = r * len + j * bs;
+                const size_t cnt = len - j * bs < bs ? len - j * bs : bs;
+                am[(r - r0) * nb + j] = amax_run(x + start, cnt);
+            }
+        uint32_t all = 1;
+        size_t k = 0;
+        for (; k + 16 <= nbc; k += 16)
+            for (int j = 0; j < 16; j++)
+                all &= scale_rne_bits(R, am[k + (size_t)j], &sv[k + (size_t)j]);
+        for (; k < nbc; k++)
+            all &= scale_rne_bits(R, am[k], &sv[k]);
+        float *sc = q->scale + r0 * nb;
+        memcpy(sc, sv, nbc * sizeof *sc);
+        if (!all)
+            for (k = 0; k < nbc; k++)
+                if (sv[k] == 0.0f)
+                    scale_of_amax(R, r0 * nb + k, am[k], counts, blocks);
+        pow2 = false;
+    } else
     for (size_t r = r0; r < r1; r++)
         for (size_t j = 0; j < nb; j++) {
             const size_t b = r * nb + j, start = r * len + j * bs;

@@ -608,6 +608,24 @@ static void check_quantization(const emu_scaled_format *sf, const char *desc,
         emu_scaled_free(&q);
         return;
     }
+    /* Without statistics the quantizer takes other paths (NVFP4's scales
+     * sixteen to a run): the same scales and elements. */
+    {
+        emu_scaled_tensor q0;
+        sq_alloc(&q0, sf, ndim, shape, axis);
+        int rc0 = emu_scaled_quantize(&q0, x, o, NULL, NULL, &err);
+        CHECK(rc0 == 0, "%s: quantize without statistics failed: %s", desc,
+              err.message);
+        for (size_t b = 0; rc0 == 0 && b < q.nblocks; b++)
+            CHECK(test_same(q0.scale[b], q.scale[b]), "%s: block %zu: scale "
+                  "%a without statistics, %a with", desc, b,
+                  (double)q0.scale[b], (double)q.scale[b]);
+        for (size_t i = 0; rc0 == 0 && i < q.n; i++)
+            CHECK(test_same(q0.elem[i], q.elem[i]), "%s: element %zu: %a "
+                  "without statistics, %a with", desc, i, (double)q0.elem[i],
+                  (double)q.elem[i]);
+        emu_scaled_free(&q0);
+    }
     ref_q r;
     ref_quantize(&r, sf, ndim, shape, axis, x, o);
     const bool sr = emu_rnd_is_stochastic(o->mode);
