@@ -15,9 +15,17 @@
  * training).  memcpy of the array is the reference (its best time over
  * the whole run).
  *
- * Usage: bench_quant [--csv] [--log2n N] [--reps R] [--only SPEC]
+ * --cpu times both the rows and memcpy in this thread's CPU time, not wall
+ * time: on a machine shared with other jobs, a wall-clock best of R still
+ * varies run to run by 2-4x, the CPU time much less.
+ *
+ * Usage: bench_quant [--csv] [--cpu] [--log2n N] [--reps R] [--only SPEC]
+ *                    [--mode rne|sr] [--fn] (only that mode; only "fn" rows
+ *                    without statistics: for profiling one path)
  * A program, not a test: it is never registered with CTest.
  */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime: --cpu */
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +35,31 @@
 #include <emu/emu.h>
 
 #include "bench_util.h"
+
+static int use_cpu;
+
+/* Seconds: wall time, or this thread's CPU time with --cpu. */
+static double now(void)
+{
+    if (!use_cpu)
+        return bench_now();
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* The best of `reps` copies of n binary32 values, on now()'s clock. */
+static double best_memcpy(float *dst, const float *src, size_t n, int reps)
+{
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        double t = now();
+        memcpy(dst, src, n * sizeof *src);
+        t = now() - t;
+        best = t < best ? t : best;
+    }
+    return best;
+}
 
 static void make_data(float *x, size_t n)
 {
@@ -63,19 +96,26 @@ static int quantize_op(emu_scaled_tensor *q, emu_tensor *x,
 int main(int argc, char **argv)
 {
     int csv = 0, log2n = 22, reps = 5;
-    const char *only = NULL;
+    const char *only = NULL, *only_mode = NULL;
+    int fn_only = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--csv"))
             csv = 1;
+        else if (!strcmp(argv[i], "--cpu"))
+            use_cpu = 1;
         else if (!strcmp(argv[i], "--only") && i + 1 < argc)
             only = argv[++i];
+        else if (!strcmp(argv[i], "--mode") && i + 1 < argc)
+            only_mode = argv[++i];
+        else if (!strcmp(argv[i], "--fn"))
+            fn_only = 1;
         else if (!strcmp(argv[i], "--log2n") && i + 1 < argc)
             log2n = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: bench_quant [--csv] [--log2n N] [--reps R] "
-                            "[--only SPEC]\n");
+            fprintf(stderr, "usage: bench_quant [--csv] [--cpu] [--log2n N] [--reps R] "
+                            "[--only SPEC] [--mode rne|sr] [--fn]\n");
             return 2;
         }
     }
@@ -103,7 +143,7 @@ int main(int argc, char **argv)
                       .shape = { shape[0], shape[1] }, .n = n, .data = src };
     xt.fmt = *emu_format_find("binary32");
     size_t nrows = 0;
-    double t_copy = bench_best_memcpy(dst, src, n, reps);
+    double t_copy = best_memcpy(dst, src, n, reps);
     for (size_t si = 0; si < NS; si++) {
         emu_scaled_format sf;
         emu_error err;
@@ -121,6 +161,9 @@ int main(int argc, char **argv)
         for (int mi = 0; mi < NM; mi++)
             for (int st = 0; st < 4; st++) {
                 const bool op = st >= 2, stats = st & 1;
+                if ((only_mode && strcmp(only_mode, modes[mi])) ||
+                    (fn_only && st != 0))
+                    continue;
                 emu_quant_opts o;
                 memset(&o, 0, sizeof o);
                 unsigned bits;
@@ -131,12 +174,12 @@ int main(int argc, char **argv)
                 for (int r = 0; r < reps; r++) {
                     emu_quant_counts c;
                     memset(&c, 0, sizeof c);
-                    double t = bench_now();
+                    double t = now();
                     int rc = op ? quantize_op(&q, &xt, &o, stats, &err)
                                 : emu_scaled_quantize(&q, src, &o,
                                                       stats ? &c : NULL, NULL,
                                                       &err);
-                    t = bench_now() - t;
+                    t = now() - t;
                     if (rc) {
                         fprintf(stderr, "bench_quant: %s\n", err.message);
                         return 1;
@@ -148,7 +191,7 @@ int main(int argc, char **argv)
                                        (double)n / best * 1e-6 };
             }
         emu_scaled_free(&q);
-        double t = bench_best_memcpy(dst, src, n, reps);
+        double t = best_memcpy(dst, src, n, reps);
         t_copy = t < t_copy ? t : t_copy;
     }
     const double copy = (double)n / t_copy * 1e-6;
@@ -156,9 +199,11 @@ int main(int argc, char **argv)
         printf("format,mode,via,stats,melem_per_s,pct_of_memcpy,memcpy_melem_per_s\n");
     else
         printf("n = 2^%d binary32 values as (%zu, %zu), blocks along the last "
-               "axis, best of %d, single thread\nmemcpy: %.0f Melem/s\n\n"
+               "axis, best of %d, single thread, %s time\nmemcpy: %.0f "
+               "Melem/s\n\n"
                "%-32s %-4s %-3s %-5s %9s %8s\n", log2n, shape[0], shape[1],
-               reps, copy, "format", "mode", "via", "stats", "Melem/s",
+               reps, use_cpu ? "CPU" : "wall", copy, "format", "mode", "via",
+               "stats", "Melem/s",
                "%memcpy");
     for (size_t i = 0; i < nrows; i++) {
         const row *r = &rows[i];

@@ -88,6 +88,16 @@ void emu_rne_sat_f32(const emu_rne_sat_plan *k, float *out, const float *in,
 #include "emu/accum.h"
 #include "emu/bits.h"
 #include "emu/round.h"
+/* Block-scaled quantization's stochastic fast path (scaled.c) on given
+ * words, for the tests: out[k] = x[k] / d rounded into f by r's
+ * stochastic mode (saturating) with words[k], which must be what the
+ * choke point gives for the pair hi = fl(x / d), lo = fl(fma(-hi, d, x)
+ * / d).  False (nothing written) if f or r is not one it covers or d is
+ * not positive and finite. */
+bool emu_scaled_sr_words(const emu_format *f, const emu_rounding *r, double d,
+                         float *out, const float *x, const uint64_t *words,
+                         size_t n);
+
 double emu_round2_word_unguarded(const emu_format *fmt, double hi, double lo,
                                  const emu_rounding *r, uint64_t word,
                                  emu_status *st);

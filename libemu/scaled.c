@@ -12,13 +12,18 @@
  *     rounding (any mode), or for nearest-even a lean kernel, rounds the
  *     whole chunk, and those few exceptions are redone by the choke point;
  *   - other divisors (NVFP4's E4M3 scales, tensor scales), nearest-even:
- *     RN32(x / d) through the same kernel, redoing the quotients whose
- *     binary32 lands on a rounding boundary (see round_chunk);
- *   - other divisors, other deterministic modes: fl(x / d) in binary64
- *     through the binary64 array rounding, likewise redoing boundary cases;
- *   - other divisors, stochastic modes: the choke point for every element.
+ *     RN32(x * (1/d)) through the same kernel, redoing the quotients whose
+ *     binary32 has the shape of a rounding boundary (div_run has the
+ *     proof); NVFP4's scales themselves likewise (scale_rne_fast);
+ *   - other divisors, stochastic modes: the choke point's decision on
+ *     hi + lo written out branch-free (sr_quotient), same words, so that
+ *     it vectorizes; the choke point for the few it does not decide;
+ *   - other divisors, other deterministic modes (and layouts other than
+ *     the two below): fl(x / d) in binary64 through the binary64 array
+ *     rounding, redoing boundary cases (round_chunk).
  * The usual layout (1-d blocks along the last axis) runs fused, a chunk of
- * rows at a time, while the chunk is in cache.
+ * rows at a time, while the chunk is in cache; per-tensor formats run in
+ * chunks of one divisor.
  */
 #include "hostfp.h" /* first: no contraction, no excess precision */
 
@@ -594,6 +599,15 @@ static emu_rnd tensor_scale_mode(const emu_scaled_format *sf)
 
 /* ---- quantization ------------------------------------------------------------ */
 
+/* What sr_quotient needs to know about the element format. */
+typedef struct sr_plan {
+    int p, emin, qsub;   /* precision, 2^emin, the quantum below 2^emin   */
+    double max;
+    unsigned shift;      /* 64 - the random bits compared (0 for EMU_RS)  */
+    uint64_t lim;        /* 2^bits - 1                                    */
+    bool neg_zero;       /* a negative value that rounds to 0 gives -0    */
+} sr_plan;
+
 typedef struct qrun {
     emu_scaled_tensor *q;
     const float *x;
@@ -605,8 +619,18 @@ typedef struct qrun {
     bool kernel_ok;             /* the nearest-even kernel applies          */
     bool pow2_scales;           /* every s g is a power of two whose
                                    reciprocal is a binary32 (known ahead) */
+    bool div_ok;                /* nearest-even by x * (1/d), see div_run  */
+    bool sr_ok;                 /* stochastic by sr_quotient               */
+    bool scale_fast;            /* AMAX scales by scale_rne_fast           */
+    uint32_t div_fmask;         /* binary32 fraction bits below p + 1      */
+    uint32_t scale_fmask;       /* the same for the scale format           */
+    double amax_inv;            /* 1 / (max_elem g), for scale_rne_fast    */
     emu_rne_sat_plan kernel;
+    emu_rne_sat_plan scale_kernel;
+    sr_plan sr;
 } qrun;
+
+static double amax_finite(const float *xs, size_t n);
 
 static int tensor_scale_of(qrun *R, emu_error *err)
 {
@@ -618,12 +642,7 @@ static int tensor_scale_of(qrun *R, emu_error *err)
     if (g == 0.0) {
         /* The largest finite |x|: one inf must not decide the scale of
          * every other element (it saturates on its own). */
-        double a = 0.0;
-        for (size_t i = 0; i < R->q->n; i++) {
-            double v = fabs((double)R->x[i]);
-            if (v > a && v <= FLT_MAX)
-                a = v;
-        }
+        const double a = amax_finite(R->x, R->q->n);
         double ms = sf->block_scaled ? sf->scale.max : 1.0;
         g = isfinite(a) && a > 0.0
                 ? div_to_f32(a, sf->elem.max * ms, tensor_scale_mode(sf))
@@ -697,6 +716,41 @@ static inline double amax_run(const float *xs, size_t n)
     return m > 0x7f800000u ? NAN : (double)f;
 }
 
+/* The largest finite |x| of n values (0 if none), on the bit patterns as
+ * amax_run (inf and NaN count as 0; |x| < 2^31 as an integer, so signed
+ * lanes, which baseline SSE2 compares too).  A whole-tensor pass (the
+ * tensor scale): compiled also for AVX2 and AVX-512. */
+#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && \
+    !defined(EMU_NO_TARGET_CLONES)
+__attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+#endif
+static double amax_finite(const float *xs, size_t n)
+{
+    int32_t lane[16] = { 0 };
+    size_t k = 0;
+    for (; k + 16 <= n; k += 16)
+        for (int j = 0; j < 16; j++) {
+            int32_t u;
+            memcpy(&u, &xs[k + (size_t)j], sizeof u);
+            u &= 0x7fffffff;
+            u = u < 0x7f800000 ? u : 0;
+            lane[j] = u > lane[j] ? u : lane[j];
+        }
+    int32_t m = 0;
+    for (int j = 0; j < 16; j++)
+        m = lane[j] > m ? lane[j] : m;
+    for (; k < n; k++) {
+        int32_t u;
+        memcpy(&u, &xs[k], sizeof u);
+        u &= 0x7fffffff;
+        u = u < 0x7f800000 ? u : 0;
+        m = u > m ? u : m;
+    }
+    float f;
+    memcpy(&f, &m, sizeof f);
+    return (double)f;
+}
+
 double emu_amax(const float *x, size_t n)
 {
     EMU_HOSTFP_GUARD;
@@ -750,7 +804,11 @@ static void no_negative_zero(const qrun *R, size_t e0, size_t n)
     if (!R->q->sf.int_elem)
         return;
     float *e = R->q->elem + e0;
-    for (size_t i = 0; i < n; i++)
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) /* fixed-length runs vectorize */
+        for (int j = 0; j < 16; j++)
+            e[i + (size_t)j] += 0.0f;
+    for (; i < n; i++)
         e[i] += 0.0f;
 }
 
@@ -790,6 +848,299 @@ static inline bool pow2_quotient_suspect(float t, float x)
 {
     t = fabsf(t);
     return (t < FLT_MIN && x != 0.0f) || !(t <= FLT_MAX) || !isfinite(x);
+}
+
+/* ---- divisors that are not powers of two ----------------------------------
+ * Nearest-even (div_run, then the lean kernel).  Let Q = x / d (exact, x a
+ * binary32, d = s g a binary64 with d and 1/d normal) and
+ * t = RN32(RN64(x * RN64(1/d))): then y = RN64(x * RN64(1/d)) = Q (1 + δ)
+ * with |δ| < 2^-51.  Every rounding boundary B of the element format (a
+ * grid point or a midpoint: at most p + 1 significant bits, at or above
+ * 2^(qmin-1) >= 2^-149) is a binary32.  Claim: if t is no boundary, then t
+ * and Q lie on the same side of every boundary, so the kernel rounds t
+ * like the exact quotient.  For Q < B < t: RN32 is monotonic and fixes B,
+ * so y > B, and t >= B+ (the next binary32) means y >= (B + B+) / 2, hence
+ * y - Q > (B+ - B) / 2 >= 2^-25 B (2^-150 for a binary32 subnormal B),
+ * while y - Q = Q δ < 2^-51 B.  For t < B < Q: y <= (B- + B) / 2, so
+ * Q - y >= (B - B-) / 2 >= 2^-25 B (or 2^-150), while
+ * Q - y = Q |δ| < 2^-51 y / (1 - 2^-51) < 2^-50 B.  Both impossible.  So
+ * only a t shaped like a boundary (its fraction bits below p + 1 clear),
+ * a t below 2^-126 (binary32 subnormals, zero), and a non-finite t (inf,
+ * NaN: an element of a NaN block, or x non-finite) are redone by the
+ * choke point; x = ±0 gives t = ±0, which the kernel keeps, as the choke
+ * point does.  Probability about 2^(p-23) per element: a cheap redo.
+ *
+ * Stochastic (sr_quotient): the choke point's decision for the pair it is
+ * given, hi = fl(x / d) and lo = fl(fma(-hi, d, x) / d), written out for
+ * the common case (finite x, normal hi) without its general entry, so
+ * that it inlines into the chunk loop: the same operations in the same
+ * order (round.c's decide(), EMU_RS and EMU_RS_BITS), hence the same
+ * result for the same word.  The choke point first normalises the pair
+ * (hi, lo) by TwoSum; |lo| <= ulp(hi) / 2 with hi = RN(hi + lo), so that
+ * is the identity, and sr_quotient checks hi + lo == hi rather than
+ * assume it. */
+
+/* The chunk loops inline their helpers, so that the helpers are compiled
+ * into each CPU clone of the loop. */
+#if defined(__GNUC__)
+#define EMU_INLINE static inline __attribute__((always_inline))
+#else
+#define EMU_INLINE static inline
+#endif
+
+static inline uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static inline uint64_t f64_bits(double v)
+{
+    uint64_t u;
+    memcpy(&u, &v, sizeof u);
+    return u;
+}
+
+static inline float f32_of(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* t = RN32(x * inv) through binary64, for n contiguous values, in
+ * fixed-length runs that vectorize. */
+static inline void div_run(float *restrict t, const float *restrict x,
+                           double inv, size_t n)
+{
+    size_t k = 0;
+    for (; k + 16 <= n; k += 16) {
+        float v[16];
+        memcpy(v, x + k, sizeof v);
+        for (int j = 0; j < 16; j++)
+            v[j] = (float)((double)v[j] * inv);
+        memcpy(t + k, v, sizeof v);
+    }
+    for (; k < n; k++)
+        t[k] = (float)((double)x[k] * inv);
+}
+
+/* Whether div_run's t for source x must be redone (see above). */
+static inline uint32_t div_suspect(uint32_t t, uint32_t x, uint32_t fmask)
+{
+    t &= 0x7fffffffu;
+    return (uint32_t)((x & 0x7fffffffu) != 0) &
+           ((uint32_t)((t & fmask) == 0) | (uint32_t)(t < 0x00800000u) |
+            (uint32_t)(t >= 0x7f800000u));
+}
+
+/* Scans elements [e0, e0 + n) for those the fast pass may have rounded
+ * wrongly (div: div_suspect, else pow2_quotient_suspect), a branch-free
+ * test per tile of 64, and redoes them: 0 in a NaN block, else the choke
+ * point.  blocked: 1-d contiguous blocks along the last axis; otherwise
+ * one divisor, R->g. */
+EMU_INLINE void fix_suspects(const qrun *R, size_t e0, size_t n,
+                                const float *tmp, bool div, bool blocked)
+{
+    enum { KTILE = 64 };
+    const emu_scaled_tensor *q = R->q;
+    const float *x = R->x + e0;
+    const uint32_t fm = R->div_fmask;
+    for (size_t k0 = 0; k0 < n; k0 += KTILE) {
+        const size_t len2 = n - k0 < KTILE ? n - k0 : KTILE;
+        uint32_t any = 1;
+        if (len2 == KTILE) {
+            any = 0;
+            for (int j = 0; j < KTILE; j++) {
+                const uint32_t t = f32_bits(tmp[k0 + (size_t)j]),
+                               xa = f32_bits(x[k0 + (size_t)j]) & 0x7fffffffu;
+                if (div) {
+                    any |= div_suspect(t, xa, fm);
+                } else {
+                    const uint32_t ta = t & 0x7fffffffu;
+                    any |= (uint32_t)(ta < 0x00800000u && xa != 0) |
+                           (uint32_t)(ta >= 0x7f800000u) |
+                           (uint32_t)(xa >= 0x7f800000u);
+                }
+            }
+        }
+        if (!any)
+            continue;
+        for (size_t k = k0; k < k0 + len2; k++) {
+            if (div ? !div_suspect(f32_bits(tmp[k]), f32_bits(x[k]), fm)
+                    : !pow2_quotient_suspect(tmp[k], x[k]))
+                continue;
+            const size_t i = e0 + k;
+            size_t b = 0;
+            if (blocked) {
+                const size_t len = R->geo.len, r = i / len;
+                b = r * R->geo.nb + (i - r * len) / q->sf.block[0];
+            }
+            const double d = (double)q->scale[b] * R->g;
+            q->elem[i] = isnan(d) ? 0.0f : elem_by_definition(R, i, d);
+        }
+    }
+}
+
+/* The element format's parameters for sr_quotient; false if the format
+ * is one it does not cover (unsigned, no zero). */
+static bool sr_plan_make(sr_plan *P, const emu_format *f, const emu_rounding *r)
+{
+    if (!emu_rnd_is_stochastic(r->mode) || !f->is_signed || !f->has_zero ||
+        !f->fits_carrier)
+        return false;
+    P->p = f->p;
+    P->emin = f->emin;
+    P->qsub = f->subnormals ? f->emin - f->p + 1 : f->emin;
+    P->max = f->max;
+    unsigned bits = r->mode == EMU_RS ? 64 : r->sr_bits;
+    if (bits == 0 || bits > 64)
+        bits = 64;
+    P->shift = 64 - bits;
+    P->lim = UINT64_MAX >> P->shift;
+    P->neg_zero = f->specials != EMU_SPECIALS_FNUZ;
+    return true;
+}
+
+/* x / d (x a binary32, d > 0 finite) rounded stochastically with `word`,
+ * saturating, as the choke point rounds hi + lo (see above).  Branch-free
+ * (the signs and ties it looks at are random: branches would mispredict),
+ * so that the chunk loop runs straight and vectorizes where the CPU has
+ * the conversions.  Returns 0 where it does not decide (*out is then
+ * meaningless): x not finite, hi outside [2^-1000, 2^1000), a pair that
+ * is not normalised. */
+/* c ? a : b on the bit patterns: both operands are computed, so
+ * compilers keep the code straight (a conditional FP operation could trap,
+ * which keeps them from if-converting it). */
+static inline double sel(bool c, double a, double b)
+{
+    const uint64_t m = (uint64_t)0 - (uint64_t)c;
+    const uint64_t u = (f64_bits(a) & m) | (f64_bits(b) & ~m);
+    double v;
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
+
+EMU_INLINE uint32_t sr_quotient(const sr_plan *P, float xf, double d,
+                                uint64_t word, float *out)
+{
+    /* Every operation unconditional, then selects (&, not &&; sel): what
+     * compilers if-convert and vectorize. */
+    const bool zero = xf == 0.0f;
+    const double x = sel(zero, 1.0, (double)xf);
+    const double hi = x / d;
+    const uint64_t uh = f64_bits(hi) & 0x7fffffffffffffffu;
+    const int eh = (int)(uh >> 52) - 1023; /* NaN, inf: 1024 */
+    const double lo = fma(-hi, d, x) / d;
+    const bool ok = (eh >= -1000) & (eh < 1000) & (hi + lo == hi);
+    const bool neg = hi < 0.0;
+    const double ah = fabs(hi), al = sel(neg, -lo, lo);
+    /* the exact value below 2^eh: its binade is eh - 1 */
+    const int e = eh - (int)((al < 0.0) &
+                             ((uh & (((uint64_t)1 << 52) - 1)) == 0));
+    const int q = (e < P->emin ? P->qsub : e - P->p + 1) & -(int)ok;
+    const double m = ah * pow2i(-q); /* exact */
+    /* floor by truncation (floor() does not vectorize under strict ISO C
+     * here): 0 <= m < 2^63 where ok; 0 stands in otherwise */
+    const double M0 = (double)(int64_t)sel(ok, m, 0.0), fr = m - M0;
+    /* hi on the grid, Q below: decide()'s case (kept, although a binary32
+     * x over a binary64 d does not seem to reach it) */
+    const bool below = (fr == 0.0) & (al < 0.0);
+    const double M = sel(below, M0 - 1.0, M0);
+    /* Fq = floor(F 2^64) as decide() forms it: floor(fr 2^64), corrected
+     * by floor(lo 2^(64-q)) when fr 2^64 is an integer (F = 1 + lo when
+     * below: 2^64 wraps to 0).  An exact value gives Fq = 0, up = 0. */
+    const double xl = al * pow2i(64 - q);
+    const double xc = sel(ok, xl, 0.0); /* |xl| < 2^(11+p) where ok */
+    const double tr = (double)(int64_t)xc;
+    const double fl = sel((al < 0.0) & (xl == 0.0), -1.0,
+                          sel(tr > xc, tr - 1.0, tr)); /* floor(xl) */
+    const double fx = sel(ok, fl, 0.0);
+    const double t = sel(below | !ok, 0.0, fr * 0x1p64);
+    const uint64_t T = (uint64_t)t;
+    const int64_t fxi = (int64_t)fx;
+    const uint64_t corr = (uint64_t)fxi &
+                          ((uint64_t)0 - (uint64_t)((double)T == t));
+    const uint64_t Fq = T + corr;
+    /* up: the carry out of the top `bits` bits of Fq plus those of the
+     * word, a + w >= 2^bits, i.e. a > (2^bits - 1) - w (no shift by 64) */
+    const uint64_t a = Fq >> P->shift, w = word >> P->shift;
+    const double up = sel(a > P->lim - w, 1.0, 0.0);
+    double v = (M + up) * pow2i(q); /* exact */
+    v = sel(v > P->max, P->max, v); /* saturating */
+    double r = sel(neg, -v, v);
+    r = sel(P->neg_zero, r, r + 0.0); /* fnuz: -0 -> +0 */
+    r = sel(zero, sel(P->neg_zero, (double)xf, 0.0), r);
+    *out = (float)r;
+    return (uint32_t)(ok | zero);
+}
+
+/* Stochastic rounding of n quotients x[k] / d (d finite) into out with
+ * word k each: the branch-free pass, then the choke point for the few it
+ * did not decide (on the same word: elem_by_definition's). */
+EMU_INLINE void sr_run(const sr_plan *P, const emu_format *ef,
+                       const emu_rounding *rnd, float *out, const float *x,
+                       size_t n, double d, const uint64_t *words)
+{
+    const sr_plan Pl = *P;
+    uint32_t all = 1;
+    size_t k = 0;
+    for (; k + 16 <= n; k += 16) { /* fixed-length runs vectorize */
+        float ov[16];
+        for (int j = 0; j < 16; j++)
+            all &= sr_quotient(&Pl, x[k + (size_t)j], d, words[k + (size_t)j],
+                               &ov[j]);
+        memcpy(out + k, ov, sizeof ov);
+    }
+    for (; k < n; k++)
+        all &= sr_quotient(&Pl, x[k], d, words[k], &out[k]);
+    if (all)
+        return;
+    const bool pow2 = emu_is_pow2(d);
+    for (k = 0; k < n; k++) {
+        float tmp;
+        if (sr_quotient(&Pl, x[k], d, words[k], &tmp))
+            continue;
+        double hi, lo;
+        quotient(x[k], d, pow2, &hi, &lo);
+        out[k] = (float)emu_round2_word_unguarded(ef, hi, lo, rnd, words[k],
+                                                  NULL);
+    }
+}
+
+/* An AMAX-rule scale rounded to nearest-even: t = RN32(a (1/(max_elem g)))
+ * decides like the exact quotient unless t is shaped like a boundary of
+ * the scale format (the argument above); t outside the scale format's
+ * normal range (zero, subnormal, clamped) is left to block_scale too.
+ * Then t's bits round to the nearest-even normal value, which is at most
+ * max (t <= max, and max is a grid point). */
+/* scale_rne_fast for a run of blocks, branch-free: the scale, or 0 where
+ * block_scale must decide (a NaN amax gives a NaN t, above max). */
+EMU_INLINE uint32_t scale_rne_bits(const qrun *R, double a, float *s)
+{
+    const uint32_t u = f32_bits((float)(a * R->amax_inv));
+    const emu_rne_sat_plan *k = &R->scale_kernel;
+    const uint32_t ok = (uint32_t)(u >= k->min_normal) &
+                        (uint32_t)(u <= k->max) &
+                        (uint32_t)((u & R->scale_fmask) != 0);
+    const uint32_t sh = k->shift;
+    const uint32_t r = (u + k->half_minus_1 + ((u >> sh) & 1u)) &
+                       ~((1u << sh) - 1u);
+    *s = f32_of(r & (0u - ok));
+    return ok;
+}
+
+EMU_INLINE bool scale_rne_fast(const qrun *R, double a, double *s)
+{
+    const uint32_t u = f32_bits((float)(a * R->amax_inv));
+    const emu_rne_sat_plan *k = &R->scale_kernel;
+    if (u < k->min_normal || u > k->max || (u & R->scale_fmask) == 0)
+        return false;
+    const uint32_t sh = k->shift;
+    *s = f32_of((u + k->half_minus_1 + ((u >> sh) & 1u)) &
+                ~((1u << sh) - 1u));
+    return true;
 }
 
 /* Rounds the elements of blocks [b0, b1), which cover flat indices
@@ -971,10 +1322,12 @@ static double scale_of_amax(const qrun *R, size_t b, double a,
     bool clamped = false;
     /* A per-tensor format's inf and NaN go through the element rounding
      * (inf stays or saturates; NaN where the element format has it). */
-    if (sf->block_scaled)
-        s = isfinite(a) ? block_scale(sf, a, R->g, R->scale_lo, R->scale_hi,
-                                      &clamped)
-                        : NAN;
+    if (sf->block_scaled) {
+        if (!isfinite(a))
+            s = NAN;
+        else if (!R->scale_fast || !scale_rne_fast(R, a, &s))
+            s = block_scale(sf, a, R->g, R->scale_lo, R->scale_hi, &clamped);
+    }
     R->q->scale[b] = (float)s;
     if (counts) {
         counts->blocks++;
@@ -1011,7 +1364,39 @@ static void quantize_rows(const qrun *R, size_t r0, size_t r1, float *tmp,
     const size_t len = R->geo.len, nb = R->geo.nb, bs = q->sf.block[0];
     const size_t e0 = r0 * len, n = (r1 - r0) * len;
     const float *x = R->x;
+    const bool fast_div = R->div_ok || R->sr_ok;
+    /* 1/d of each block of the chunk (0 for a NaN block), for div_run */
+    double *invs = tmp64;
     bool pow2 = true;
+    if (R->scale_fast && !counts && !blocks && fast_div) {
+        /* NVFP4 without statistics: the block amaxes, then their scales by
+         * scale_rne_fast sixteen to a run (vectorized), then block_scale
+         * (via scale_of_amax) for the few it leaves: boundary-shaped,
+         * clamped, zero, non-finite.  The divisors are not powers of two. */
+        const size_t nbc = (r1 - r0) * nb;
+        double *am = tmp64 + n; /* nbc <= n; the SR words come later */
+        float *sv = tmp;        /* the scales; tmp is free until div_run */
+        for (size_t r = r0; r < r1; r++)
+            for (size_t j = 0; j < nb; j++) {
+                const size_t start = r * len + j * bs;
+                const size_t cnt = len - j * bs < bs ? len - j * bs : bs;
+                am[(r - r0) * nb + j] = amax_run(x + start, cnt);
+            }
+        uint32_t all = 1;
+        size_t k = 0;
+        for (; k + 16 <= nbc; k += 16)
+            for (int j = 0; j < 16; j++)
+                all &= scale_rne_bits(R, am[k + (size_t)j], &sv[k + (size_t)j]);
+        for (; k < nbc; k++)
+            all &= scale_rne_bits(R, am[k], &sv[k]);
+        float *sc = q->scale + r0 * nb;
+        memcpy(sc, sv, nbc * sizeof *sc);
+        if (!all)
+            for (k = 0; k < nbc; k++)
+                if (sv[k] == 0.0f)
+                    scale_of_amax(R, r0 * nb + k, am[k], counts, blocks);
+        pow2 = false;
+    } else
     for (size_t r = r0; r < r1; r++)
         for (size_t j = 0; j < nb; j++) {
             const size_t b = r * nb + j, start = r * len + j * bs;
@@ -1019,15 +1404,70 @@ static void quantize_rows(const qrun *R, size_t r0, size_t r1, float *tmp,
             /* amax inline, so that it is compiled into the AVX clones */
             const float *xs = x + start;
             const double m = amax_run(xs, cnt);
-            const double d = scale_of_amax(R, b, m, counts, blocks) * R->g;
-            const float inv = (float)(1.0 / d);
-            if (!R->pow2_scales && !isnan(d) &&
-                !(emu_is_pow2(d) && (double)inv == 1.0 / d))
-                pow2 = false;
-            if (!pow2)
-                continue;
-            scale_run(tmp + (start - e0), xs, isnan(d) ? 0.0f : inv, cnt);
+            double s;
+            /* NVFP4's scales inline when no statistic is asked for */
+            if (R->scale_fast && !counts && !blocks && m <= DBL_MAX &&
+                scale_rne_fast(R, m, &s))
+                q->scale[b] = (float)s;
+            else
+                s = scale_of_amax(R, b, m, counts, blocks);
+            const double d = s * R->g;
+            if (pow2) {
+                const float inv = (float)(1.0 / d);
+                /* d > 0: a power of two has no fraction bits */
+                if (!R->pow2_scales && !isnan(d) &&
+                    !(frac_of(d) == 0 && (double)inv == 1.0 / d))
+                    pow2 = false;
+                else
+                    scale_run(tmp + (start - e0), xs, isnan(d) ? 0.0f : inv,
+                              cnt);
+            }
         }
+    if (!pow2 && fast_div) {
+        /* 1/d of every block of the chunk, in runs that vectorize (a
+         * division per block in the loop above would stall it) */
+        const size_t nbc = (r1 - r0) * nb;
+        const float *sc = q->scale + r0 * nb;
+        const double g = R->g;
+        size_t k = 0;
+        for (; k + 16 <= nbc; k += 16)
+            for (int j = 0; j < 16; j++) {
+                const double d = (double)sc[k + (size_t)j] * g, v = 1.0 / d;
+                invs[k + (size_t)j] = sel(d == d, v, 0.0);
+            }
+        for (; k < nbc; k++) {
+            const double d = (double)sc[k] * g;
+            invs[k] = d == d ? 1.0 / d : 0.0;
+        }
+    }
+    if (!pow2 && R->div_ok) {
+        for (size_t r = r0; r < r1; r++)
+            for (size_t j = 0; j < nb; j++) {
+                const size_t start = r * len + j * bs;
+                const size_t cnt = len - j * bs < bs ? len - j * bs : bs;
+                div_run(tmp + (start - e0), x + start, invs[r * nb + j - r0 * nb],
+                        cnt);
+            }
+        emu_rne_sat_f32(&R->kernel, q->elem + e0, tmp, n);
+        fix_suspects(R, e0, n, tmp, true, true);
+        return;
+    }
+    if (!pow2 && R->sr_ok) {
+        uint64_t *words = (uint64_t *)tmp64 + n;
+        emu_random_fill(R->o->seed, R->o->stream, e0, words, n);
+        for (size_t r = r0; r < r1; r++)
+            for (size_t j = 0; j < nb; j++) {
+                const size_t b = r * nb + j, start = r * len + j * bs;
+                const size_t cnt = len - j * bs < bs ? len - j * bs : bs;
+                const double d = (double)q->scale[b] * R->g;
+                if (isnan(d))
+                    memset(q->elem + start, 0, cnt * sizeof *q->elem);
+                else
+                    sr_run(&R->sr, ef, &R->rnd, q->elem + start, x + start,
+                           cnt, d, words + (start - e0));
+            }
+        return;
+    }
     if (!pow2) {
         round_chunk(R, r0 * nb, r1 * nb, e0, n, tmp, tmp64);
         return;
@@ -1044,33 +1484,57 @@ static void quantize_rows(const qrun *R, size_t r0, size_t r1, float *tmp,
      * NaN or inf there); quotients that binary32 could not hold exactly
      * (below 2^-126, or beyond its range) are redone from the exact one.
      * Both are rare: a branch-free scan of each tile finds them. */
-    enum { KTILE = 64 };
-    for (size_t k0 = 0; k0 < n; k0 += KTILE) {
-        const size_t len2 = n - k0 < KTILE ? n - k0 : KTILE;
-        uint32_t any = 0;
-        if (len2 == KTILE)
-            for (int j = 0; j < KTILE; j++) {
-                uint32_t t, xa;
-                memcpy(&t, tmp + k0 + (size_t)j, 4);
-                memcpy(&xa, x + e0 + k0 + (size_t)j, 4);
-                t &= 0x7fffffffu;
-                xa &= 0x7fffffffu;
-                any |= (uint32_t)(t < 0x00800000u && xa != 0) |
-                       (uint32_t)(t >= 0x7f800000u) |
-                       (uint32_t)(xa >= 0x7f800000u);
-            }
-        else
-            any = 1;
-        if (!any)
-            continue;
-        for (size_t k = k0; k < k0 + len2; k++) {
-            if (!pow2_quotient_suspect(tmp[k], x[e0 + k]))
-                continue;
-            const size_t i = e0 + k, r = i / len, b = r * nb + (i - r * len) / bs;
-            const double d = (double)q->scale[b] * R->g;
-            q->elem[i] = isnan(d) ? 0.0f : elem_by_definition(R, i, d);
-        }
+    fix_suspects(R, e0, n, tmp, false, true);
+}
+
+/* A per-tensor format (one divisor, g), elements [e0, e0 + n) while they
+ * are in cache: nearest-even or stochastic by the fast paths above. */
+#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && \
+    !defined(EMU_NO_TARGET_CLONES)
+__attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+#endif
+static void quantize_flat(const qrun *R, size_t e0, size_t n, float *tmp,
+                          double *tmp64)
+{
+    const double d = R->g;
+    if (R->div_ok) {
+        div_run(tmp, R->x + e0, 1.0 / d, n);
+        emu_rne_sat_f32(&R->kernel, R->q->elem + e0, tmp, n);
+        fix_suspects(R, e0, n, tmp, true, false);
+        return;
     }
+    uint64_t *words = (uint64_t *)tmp64;
+    emu_random_fill(R->o->seed, R->o->stream, e0, words, n);
+    sr_run(&R->sr, &R->q->sf.elem, &R->rnd, R->q->elem + e0, R->x + e0, n, d,
+           words);
+}
+
+/* The stochastic fast path on given words (internal.h): for the tests,
+ * which choose words next to each decision's threshold.  Compiled for the
+ * same CPUs as the chunk loops. */
+#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && \
+    !defined(EMU_NO_TARGET_CLONES)
+__attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+#endif
+static void sr_words(const sr_plan *P, const emu_format *ef,
+                     const emu_rounding *rnd, float *out, const float *x,
+                     size_t n, double d, const uint64_t *words)
+{
+    sr_run(P, ef, rnd, out, x, n, d, words);
+}
+
+bool emu_scaled_sr_words(const emu_format *f, const emu_rounding *r, double d,
+                         float *out, const float *x, const uint64_t *words,
+                         size_t n)
+{
+    EMU_HOSTFP_GUARD;
+    emu_rounding rs = *r;
+    rs.saturate = true;
+    sr_plan P;
+    if (!sr_plan_make(&P, f, &rs) || !(d > 0.0) || !isfinite(d))
+        return false;
+    sr_words(&P, f, &rs, out, x, n, d, words);
+    return true;
 }
 
 int emu_scaled_quantize(emu_scaled_tensor *q, const float *x,
@@ -1105,6 +1569,17 @@ int emu_scaled_quantize(emu_scaled_tensor *q, const float *x,
     R.pow2_scales = sf->block_scaled && R.g == 1.0 &&
                     sf->rule != EMU_SCALE_RULE_AMAX && R.scale_lo >= -126 &&
                     R.scale_hi <= 126;
+    /* Other divisors (see div_run): the boundaries must be binary32s. */
+    R.div_ok = R.kernel_ok && sf->elem.qmin - 1 >= -149;
+    R.div_fmask = (1u << (23 - sf->elem.p)) - 1;
+    R.sr_ok = sr_plan_make(&R.sr, &sf->elem, &R.rnd);
+    if (sf->block_scaled && sf->rule == EMU_SCALE_RULE_AMAX &&
+        sf->scale_mode == EMU_RNE && sf->scale.qmin - 1 >= -149 &&
+        emu_rne_sat_plan_make(&R.scale_kernel, &sf->scale)) {
+        R.scale_fast = true;
+        R.scale_fmask = (1u << (23 - sf->scale.p)) - 1;
+        R.amax_inv = 1.0 / (sf->elem.max * R.g); /* max_elem g: exact */
+    }
 
     /* A per-tensor format rounds NaN into the element format: refuse it
      * if that has no NaN (inf saturates). */
@@ -1145,9 +1620,13 @@ int emu_scaled_quantize(emu_scaled_tensor *q, const float *x,
         }
 
     const bool contig = sf->block_scaled && !R.geo.tile && R.geo.inner == 1;
+    /* a per-tensor format by the fast paths: chunks of one divisor */
+    const bool flat = !sf->block_scaled && (R.div_ok || R.sr_ok);
     const size_t rows_per = contig ? (R.geo.len < CHUNK ? CHUNK / R.geo.len : 1)
                                    : 0;
-    const size_t cap = contig ? rows_per * R.geo.len : q->n;
+    const size_t cap = contig ? rows_per * R.geo.len
+                       : flat ? (q->n < CHUNK ? q->n : CHUNK)
+                              : q->n;
     float *tmp = malloc((cap ? cap : 1) * sizeof *tmp);
     /* binary64 quotients, then as many random words (round_chunk) */
     double *tmp64 = cap <= SIZE_MAX / 16 ? malloc((cap ? 2 * cap : 1) * 8) : NULL;
@@ -1158,7 +1637,22 @@ int emu_scaled_quantize(emu_scaled_tensor *q, const float *x,
                         cap);
     }
     const bool want_stats = counts || blocks;
-    if (!contig) {
+    if (flat) {
+        /* the one block's amax is only a statistic here */
+        double a = 0.0;
+        if (blocks) {
+            block_ref br = block_at(q, &R.geo, 0);
+            block_amax(&R, &br, &a);
+        }
+        scale_of_amax(&R, 0, a, counts, blocks);
+        for (size_t e0 = 0; e0 < q->n; e0 += cap) {
+            const size_t len = q->n - e0 < cap ? q->n - e0 : cap;
+            quantize_flat(&R, e0, len, tmp, tmp64);
+            no_negative_zero(&R, e0, len);
+        }
+        if (want_stats)
+            chunk_stats(&R, 0, 1, counts, blocks);
+    } else if (!contig) {
         for (size_t b = 0; b < q->nblocks; b++)
             set_scale(&R, b, block_at(q, &R.geo, b), counts, blocks);
         round_chunk(&R, 0, q->nblocks, 0, q->n, tmp, tmp64);

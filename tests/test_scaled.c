@@ -39,6 +39,7 @@
 
 #include <mpfr.h>
 
+#include "internal.h" /* emu_scaled_sr_words: the SR fast path, given words */
 #include "testutil.h"
 
 /* Mismatches printed per test before the rest are only counted: a broken
@@ -606,6 +607,24 @@ static void check_quantization(const emu_scaled_format *sf, const char *desc,
         free(bl);
         emu_scaled_free(&q);
         return;
+    }
+    /* Without statistics the quantizer takes other paths (NVFP4's scales
+     * sixteen to a run): the same scales and elements. */
+    {
+        emu_scaled_tensor q0;
+        sq_alloc(&q0, sf, ndim, shape, axis);
+        int rc0 = emu_scaled_quantize(&q0, x, o, NULL, NULL, &err);
+        CHECK(rc0 == 0, "%s: quantize without statistics failed: %s", desc,
+              err.message);
+        for (size_t b = 0; rc0 == 0 && b < q.nblocks; b++)
+            CHECK(test_same(q0.scale[b], q.scale[b]), "%s: block %zu: scale "
+                  "%a without statistics, %a with", desc, b,
+                  (double)q0.scale[b], (double)q.scale[b]);
+        for (size_t i = 0; rc0 == 0 && i < q.n; i++)
+            CHECK(test_same(q0.elem[i], q.elem[i]), "%s: element %zu: %a "
+                  "without statistics, %a with", desc, i, (double)q0.elem[i],
+                  (double)q.elem[i]);
+        emu_scaled_free(&q0);
     }
     ref_q r;
     ref_quantize(&r, sf, ndim, shape, axis, x, o);
@@ -2735,6 +2754,395 @@ START_TEST(range_error)
 }
 END_TEST
 
+/* ---- the fast paths of divisors that are not powers of two ----------------
+ * scaled.c rounds x / d for such divisors without the choke point: nearest
+ * even through RN32(x * (1/d)) and the lean kernel (boundary-shaped values
+ * redone), stochastic modes by the choke point's decision written out
+ * branch-free.  The MPFR oracle checks the deterministic results; the
+ * stochastic ones must be the choke point's own on the same words. */
+
+/* Every element of q (quantized from x with seed, stream and rnd) against
+ * emu_round2_word on the pair the choke point is given, hi = fl(x / d)
+ * and lo = fl(fma(-hi, d, x) / d), with word i of the stream. */
+static unsigned long long check_sr_words(const emu_scaled_tensor *q,
+                                         const float *x, const emu_rounding *rnd,
+                                         uint64_t seed, uint64_t stream,
+                                         const char *desc)
+{
+    unsigned long long n = 0;
+    emu_rounding r = *rnd;
+    r.saturate = true;
+    for (size_t i = 0; i < q->n; i++) {
+        const size_t b = emu_scaled_block_of(q, i);
+        const double d = (q->sf.block_scaled ? (double)q->scale[b] : 1.0) *
+                         (double)q->tensor_scale;
+        n++;
+        if (isnan(d)) {
+            /* a NaN block's elements are zeros (of either sign: the MX
+             * path keeps the sign of a -0 source), decoded as NaN */
+            CHECK(q->elem[i] == 0.0f, "%s: element %zu of NaN block %zu is "
+                  "%a, not zero", desc, i, b, (double)q->elem[i]);
+            continue;
+        }
+        double want;
+        {
+            const double hi = x[i] / d;
+            int e;
+            const bool pow2 = fabs(frexp(d, &e)) == 0.5;
+            const double lo = !pow2 && isfinite(hi) && hi != 0.0
+                                  ? fma(-hi, d, x[i]) / d
+                                  : 0.0;
+            want = emu_round2_word(&q->sf.elem, hi, lo, &r,
+                                   emu_random64(seed, stream, i), NULL);
+            if (q->sf.int_elem)
+                want += 0.0;
+        }
+        CHECK(test_same(q->elem[i], want), "%s: element %zu x=%a d=%a: %a, "
+              "the choke point on word %zu gives %a", desc, i, (double)x[i], d,
+              (double)q->elem[i], i, want);
+    }
+    return n;
+}
+
+/* Stochastic quantization through every kind of divisor, all modes of
+ * random bits, against the choke point on the same words: random data
+ * (zeros, binary32 subnormals, huge values), tensor scales that put the
+ * quotients past the element format's max (saturation) and deep into its
+ * subnormals (where fr 2^64 is no integer), and non-finite values (NaN
+ * blocks; infinities into a per-tensor format).  Tensors of several chunks,
+ * so that the words follow the elements across chunk boundaries. */
+START_TEST(sr_fast_paths_match_choke_point)
+{
+    unsigned long long before = begin_test(), cases = 0;
+    static const char *const specs[] = {
+        "nvfp4", "elem=e4m3,scale=none,tensor=yes",
+        "elem=e2m1,scale=none,tensor=yes", "elem=e5m2,scale=none,tensor=yes",
+        "elem=e4m3fnuz,scale=none,tensor=yes",
+        "elem=dlfloat,scale=none,tensor=yes",
+        "elem=e3m2,scale=e4m3,block=8,rule=amax",
+        "elem=e2m1,scale=e4m3,block=16,rule=amax,tensor=yes,scale_mode=ru",
+        "mxfp6-e2m3", "mxint8,block=5" };
+    static const double gs[] = { 0.0, 0x1.3c0ca4p+0, 0x1p-24, 0x1.8p+40,
+                                 0x1.fffffep+0 };
+    static const unsigned bits[] = { 64, 1, 3, 8, 23, 52, 63 };
+    test_rng g = test_rng_make(0x5f);
+    const size_t R = 70, C = 131, n = R * C; /* > 2 chunks of 4096 */
+    float *x = malloc(n * sizeof *x);
+    ck_assert(x);
+    for (size_t s = 0; s < sizeof specs / sizeof specs[0]; s++) {
+        const emu_scaled_format sf = sfmt(specs[s]);
+        for (size_t gi = 0; gi < sizeof gs / sizeof gs[0]; gi++) {
+            if (!sf.tensor_scale && gi > 0)
+                break;
+            for (size_t bi = 0; bi < sizeof bits / sizeof bits[0]; bi++) {
+                gen_data(&g, x, n);
+                /* some non-finite values where the format takes them */
+                const bool nan_ok = sf.block_scaled ? sf.scale.has_nan
+                                                    : sf.elem.has_nan;
+                const bool inf_ok = sf.block_scaled ? sf.scale.has_nan : true;
+                for (int k = 0; k < 6; k++) {
+                    size_t i = (size_t)test_below(&g, n);
+                    if (k < 3 && nan_ok)
+                        x[i] = NAN;
+                    else if (k >= 3 && inf_ok)
+                        x[i] = k & 1 ? -INFINITY : INFINITY;
+                }
+                emu_rounding rnd = test_rne;
+                rnd.mode = bits[bi] == 64 ? EMU_RS : EMU_RS_BITS;
+                rnd.sr_bits = bits[bi];
+                emu_quant_opts o;
+                memset(&o, 0, sizeof o);
+                o.mode = rnd.mode;
+                o.sr_bits = rnd.sr_bits;
+                o.seed = 1000 + s;
+                o.stream = 3 + bi;
+                o.tensor_scale = gs[gi];
+                const size_t shape[2] = { R, C };
+                emu_scaled_tensor q;
+                sq_alloc(&q, &sf, 2, shape, 1);
+                emu_error err;
+                int rc = emu_scaled_quantize(&q, x, &o, NULL, NULL, &err);
+                CHECK(rc == 0, "%s: quantize: %s", specs[s], err.message);
+                char desc[200];
+                snprintf(desc, sizeof desc, "%s, g %a, %u random bits",
+                         specs[s], gs[gi], bits[bi]);
+                if (rc == 0)
+                    cases += check_sr_words(&q, x, &rnd, o.seed, o.stream, desc);
+                emu_scaled_free(&q);
+            }
+        }
+    }
+    free(x);
+    fprintf(stderr, "test_scaled: %-44s %llu cases\n",
+            "stochastic fast paths vs the choke point", cases);
+    FINISH("stochastic fast paths vs the choke point", before);
+}
+END_TEST
+
+/* The boundaries of f up to its max, positive: grid points, midpoints,
+ * and the midpoint above max (the overflow threshold).  Returns how many. */
+static int boundaries(const emu_format *f, double *out, int cap)
+{
+    int n = 0;
+    double prev = 0.0;
+    for (double v = f->min_value; v <= f->max && n + 2 < cap;
+         v = emu_next_up(f, v)) {
+        out[n++] = (prev + v) / 2;
+        out[n++] = v;
+        prev = v;
+    }
+    out[n++] = f->max + (f->max - emu_next_down(f, f->max)) / 2;
+    return n;
+}
+
+/* NVFP4 with quotients next to every boundary of E2M1 through
+ * block scales that are not powers of two: each block carries an amax that
+ * makes its E4M3 scale s (6 s g, rounded to binary32), then the boundaries
+ * B times s g and their binary32 neighbours.  Every deterministic mode
+ * against MPFR, and stochastic rounding against the choke point. */
+START_TEST(nvfp4_near_boundaries)
+{
+    unsigned long long before = begin_test(), cases = 0;
+    const emu_scaled_format sf = sfmt("nvfp4");
+    double bnd[64];
+    const int nbnd = boundaries(&sf.elem, bnd, 64);
+    static const float gs[] = { 0x1.3cp+0f, 0x1.fffffep+0f, 0x1.000002p-3f,
+                                0x1.5555p-100f };
+    static const double ss[] = { 1.0, 1.125, 1.375, 0x1.ep-3, 0x1.cp+5,
+                                 0x1.2p-6, 0x1.8p-8 /* subnormal */, 448.0 };
+    for (size_t gi = 0; gi < sizeof gs / sizeof gs[0]; gi++) {
+        float *x = malloc(sizeof ss / sizeof ss[0] * (size_t)nbnd * 6 * 16 *
+                          sizeof *x);
+        ck_assert(x);
+        size_t n = 0;
+        for (size_t si = 0; si < sizeof ss / sizeof ss[0]; si++) {
+            const double d = ss[si] * gs[gi];
+            /* the candidates of this scale, 15 to a block behind its amax */
+            float cand[64 * 6];
+            size_t nc = 0;
+            for (int k = 0; k < nbnd; k++) {
+                if (bnd[k] >= 6.0)
+                    continue; /* above the amax: it would set the scale */
+                const float c = (float)(bnd[k] * d);
+                const float three[3] = { nextafterf(c, 0.0f), c,
+                                         nextafterf(c, INFINITY) };
+                for (int j = 0; j < 3; j++) {
+                    cand[nc++] = three[j];
+                    cand[nc++] = -three[j];
+                }
+            }
+            for (size_t c0 = 0; c0 < nc; c0 += 15) {
+                x[n++] = (float)(6.0 * d);
+                for (size_t j = 0; j < 15; j++)
+                    x[n++] = c0 + j < nc ? cand[c0 + j] : 0.0f;
+            }
+        }
+        const size_t shape[2] = { n / 16, 16 };
+        for (int m = 0; m < TEST_DET_MODES; m++) {
+            emu_quant_opts o;
+            memset(&o, 0, sizeof o);
+            o.mode = (emu_rnd)m;
+            o.tensor_scale = gs[gi];
+            char desc[200];
+            snprintf(desc, sizeof desc, "nvfp4 near boundaries: g %a, mode %s",
+                     (double)gs[gi], emu_rnd_name(o.mode));
+            check_quantization(&sf, desc, 2, shape, 1, x, &o);
+        }
+        for (int b = 0; b < 2; b++) {
+            emu_rounding rnd = test_rne;
+            rnd.mode = b ? EMU_RS_BITS : EMU_RS;
+            rnd.sr_bits = b ? 5 : 64;
+            emu_quant_opts o;
+            memset(&o, 0, sizeof o);
+            o.mode = rnd.mode;
+            o.sr_bits = rnd.sr_bits;
+            o.seed = 77;
+            o.stream = gi;
+            o.tensor_scale = gs[gi];
+            emu_scaled_tensor q;
+            sq_alloc(&q, &sf, 2, shape, 1);
+            emu_error err;
+            CHECK(emu_scaled_quantize(&q, x, &o, NULL, NULL, &err) == 0,
+                  "nvfp4 near boundaries, SR: %s", err.message);
+            char desc[200];
+            snprintf(desc, sizeof desc, "nvfp4 near boundaries: g %a, %s",
+                     (double)gs[gi], emu_rnd_name(rnd.mode));
+            cases += check_sr_words(&q, x, &rnd, o.seed, o.stream, desc);
+            emu_scaled_free(&q);
+        }
+        free(x);
+    }
+    fprintf(stderr, "test_scaled: %-44s %llu cases\n",
+            "nvfp4 near boundaries (SR vs choke point)", cases);
+    FINISH("nvfp4 quotients next to rounding boundaries", before);
+}
+END_TEST
+
+/* AMAX-rule scales whose quotient amax / (max_elem g) lies next to every
+ * boundary of E4M3 (blocks of one element: the amax is the element), the
+ * clamped ones beyond E4M3's max and below its smallest subnormal
+ * included: the scales (fast path or block_scale) against MPFR. */
+START_TEST(amax_scales_near_boundaries)
+{
+    unsigned long long before = begin_test();
+    const emu_scaled_format sf =
+        sfmt("elem=e2m1,scale=e4m3,block=1,rule=amax,tensor=yes");
+    double bnd[600];
+    const int nbnd = boundaries(&sf.scale, bnd, 590);
+    static const float gs[] = { 0x1.3c0ca4p+0f, 0x1.000002p+0f, 0x1p-3f };
+    float *x = malloc((size_t)(nbnd + 2) * 6 * sizeof *x);
+    ck_assert(x);
+    for (size_t gi = 0; gi < sizeof gs / sizeof gs[0]; gi++) {
+        size_t n = 0;
+        for (int k = 0; k < nbnd + 2; k++) {
+            const double v = k < nbnd ? bnd[k]
+                             : k == nbnd ? sf.scale.min_value / 4
+                                         : sf.scale.max * 4;
+            const float c = (float)(v * 6.0 * gs[gi]);
+            const float three[3] = { nextafterf(c, 0.0f), c,
+                                     nextafterf(c, INFINITY) };
+            for (int j = 0; j < 3; j++) {
+                x[n++] = three[j];
+                x[n++] = -three[j];
+            }
+        }
+        const size_t shape[1] = { n };
+        emu_quant_opts o;
+        memset(&o, 0, sizeof o);
+        o.tensor_scale = gs[gi];
+        char desc[200];
+        snprintf(desc, sizeof desc, "E4M3 scales near boundaries: g %a",
+                 (double)gs[gi]);
+        check_quantization(&sf, desc, 1, shape, 0, x, &o);
+    }
+    free(x);
+    FINISH("AMAX scales next to rounding boundaries", before);
+}
+END_TEST
+
+/* floor(F 2^64) of the exact |x / d| in f (F its fraction at the quantum
+ * 2^q that round.c uses: the binade's, or the subnormal one), and
+ * M = floor(|x / d| 2^-q), from MPFR; *exact if F = 0. */
+static uint64_t exact_fq(const emu_format *f, float x, double d, double *M,
+                         int *q, bool *exact)
+{
+    mpfr_t Q, t, fl;
+    mpfr_inits2(WPREC + 80, Q, t, fl, (mpfr_ptr)0);
+    quot_sticky(Q, fabs((double)x), d);
+    const int e = (int)mpfr_get_exp(Q) - 1; /* 2^e <= |Q| < 2^(e+1) */
+    *q = e < f->emin ? (f->subnormals ? f->emin - f->p + 1 : f->emin)
+                     : e - f->p + 1;
+    mpfr_mul_2si(t, Q, -*q, MPFR_RNDN); /* exact */
+    mpfr_floor(fl, t);
+    *M = mpfr_get_d(fl, MPFR_RNDN);
+    mpfr_sub(t, t, fl, MPFR_RNDN); /* F, exact */
+    *exact = mpfr_zero_p(t) != 0;
+    mpfr_mul_2si(t, t, 64, MPFR_RNDN);
+    mpfr_floor(t, t);
+    mpz_t z;
+    mpz_init(z);
+    mpfr_get_z(z, t, MPFR_RNDN);
+    uint64_t fq = (uint64_t)mpz_get_ui(z) & 0xffffffffu;
+    mpz_fdiv_q_2exp(z, z, 32);
+    fq |= (uint64_t)mpz_get_ui(z) << 32;
+    mpz_clear(z);
+    mpfr_clears(Q, t, fl, (mpfr_ptr)0);
+    return fq;
+}
+
+/* The stochastic fast path on words chosen next to each decision's
+ * threshold (random words almost never tell the low bits of F, where the
+ * remainder lo enters): against the choke point on the same words, and
+ * the choke point against the exact decision from MPFR. */
+START_TEST(sr_threshold_words)
+{
+    unsigned long long before = begin_test(), cases = 0;
+    static const char *const fmts[] = { "e2m1", "e3m2", "e4m3", "e5m2",
+                                        "e4m3fnuz", "dlfloat", "int8" };
+    static const double ds[] = { 0x1.cp+0 * 0x1.3c0ca4p+0, 0x1.2p-6 * 0x1.fffffep-1,
+                                 3.0, 0x1.5p+30 * 0x1.000002p+0,
+                                 0x1.ep-20 * 0x1.8p-3 };
+    static const unsigned bitsv[] = { 64, 5, 40 };
+    enum { NX = 64, NW = 40 };
+    test_rng g = test_rng_make(0x7e5);
+    for (size_t fi = 0; fi < sizeof fmts / sizeof fmts[0]; fi++) {
+        const emu_format *f = test_format(fmts[fi]);
+        for (size_t di = 0; di < sizeof ds / sizeof ds[0]; di++)
+            for (size_t bi = 0; bi < sizeof bitsv / sizeof bitsv[0]; bi++) {
+                const double d = ds[di];
+                const unsigned b = bitsv[bi];
+                emu_rounding r = test_rne;
+                r.mode = b == 64 ? EMU_RS : EMU_RS_BITS;
+                r.sr_bits = b;
+                r.saturate = true;
+                /* quotients from deep below f's subnormals to past its max */
+                int elo, ehi;
+                frexp(d, &elo);
+                ehi = elo + f->emax + 3;
+                elo = elo + f->emin - f->p - 6;
+                for (int k = 0; k < NX; k++) {
+                    float x = rand_f32(&g, elo < -149 ? -149 : elo,
+                                       ehi > 127 ? 127 : ehi);
+                    double M;
+                    int q;
+                    bool exact;
+                    const uint64_t fq = exact_fq(f, x, d, &M, &q, &exact);
+                    /* the threshold word: up iff word >= 2^64 - Fq (in the
+                     * top b bits: w >= 2^b - (Fq >> (64 - b))) */
+                    const unsigned sh = 64 - b;
+                    const uint64_t thr = ((UINT64_C(0) - (fq >> sh)) &
+                                          (UINT64_MAX >> sh)) << sh;
+                    float xs[NW], got[NW];
+                    uint64_t ws[NW];
+                    for (int j = 0; j < NW; j++) {
+                        xs[j] = x;
+                        int64_t delta = j < 3 ? j - 1
+                                        : j < 33 ? (j & 1 ? 1 : -1) *
+                                                       ((int64_t)1 << ((j - 3) / 2 + 1))
+                                                 : 0;
+                        /* below the compared bits: anything */
+                        const uint64_t low = test_next(&g) &
+                                             ((UINT64_C(1) << sh) - 1);
+                        ws[j] = j < 33 ? (thr + ((uint64_t)delta << sh)) | low
+                                       : test_next(&g);
+                    }
+                    const bool ran = emu_scaled_sr_words(f, &r, d, got, xs, ws,
+                                                         NW);
+                    CHECK(ran, "%s: the stochastic fast path refused", fmts[fi]);
+                    if (!ran)
+                        break;
+                    const double hi = (double)x / d;
+                    const double lo = isfinite(hi) && hi != 0.0
+                                          ? fma(-hi, d, (double)x) / d
+                                          : 0.0;
+                    for (int j = 0; j < NW; j++) {
+                        const double want = emu_round2_word(f, hi, lo, &r, ws[j],
+                                                            NULL);
+                        cases++;
+                        CHECK(test_same(got[j], want), "%s, d %a, %u bits: x %a "
+                              "word %016" PRIx64 ": fast path %a, choke point %a",
+                              fmts[fi], d, b, (double)x, ws[j], (double)got[j],
+                              want);
+                        /* and the choke point against the exact decision */
+                        const uint64_t a = fq >> sh, w = ws[j] >> sh;
+                        const bool up = !exact &&
+                                        a > (UINT64_MAX >> sh) - w;
+                        double v = ldexp(M + (up ? 1.0 : 0.0), q);
+                        v = v > f->max ? f->max : v;
+                        CHECK(fabs(want) == v, "%s, d %a, %u bits: x %a word "
+                              "%016" PRIx64 ": choke point %a, exact (MPFR) "
+                              "decision %a", fmts[fi], d, b, (double)x, ws[j],
+                              want, v);
+                    }
+                }
+            }
+    }
+    fprintf(stderr, "test_scaled: %-44s %llu cases\n",
+            "stochastic decisions at threshold words", cases);
+    FINISH("stochastic decisions at threshold words", before);
+}
+END_TEST
+
 static Suite *scaled_suite(void)
 {
     Suite *s = suite_create("scaled");
@@ -2760,6 +3168,10 @@ static Suite *scaled_suite(void)
     tcase_add_test(tc, near_boundaries);
     tcase_add_test(tc, matmul_error_split);
     tcase_add_test(tc, range_error);
+    tcase_add_test(tc, sr_fast_paths_match_choke_point);
+    tcase_add_test(tc, nvfp4_near_boundaries);
+    tcase_add_test(tc, amax_scales_near_boundaries);
+    tcase_add_test(tc, sr_threshold_words);
     suite_add_tcase(s, tc);
     return s;
 }
