@@ -40,6 +40,11 @@ int emu_check_same_shape(emu_ctx *ctx, const char *site, const char *what_a,
  * objects, where comparing pointers would be undefined. */
 bool emu_tensors_overlap(const emu_tensor *a, const emu_tensor *b);
 
+/* Whether an op that reads input element i (of the n at in) for output i
+ * alone may let the choke point store each chunk early (emu_op_out's
+ * store_early): in is out's own storage, or shares none of it. */
+bool emu_store_early_ok(const emu_tensor *out, const float *in, size_t n);
+
 /* "site: WHAT 'name' is (shape), expected WANT" in ctx->err; -1. */
 int emu_shape_fail(emu_ctx *ctx, const char *site, const char *what,
                    const emu_tensor *t, const char *want);
