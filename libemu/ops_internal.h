@@ -2,9 +2,10 @@
  * ops_internal.h — what the op files share (library-private).
  *
  * Every op file follows one pattern: check its arguments (emu_ctx_fail on
- * any problem, before touching an output), compute the pre-rounding value
- * of each output into a scratch array (exactly where it can: TwoSum pairs,
- * exact products, accumulator models), describe how MPFR recomputes an
+ * any problem, before touching an output), describe how to produce the
+ * pre-rounding value of each output (exactly where it can: TwoSum pairs,
+ * exact products, accumulator models) — a producer the choke point calls
+ * a chunk at a time, or a scratch array — and how MPFR recomputes an
  * output, and call emu_commit().
  */
 #ifndef EMU_OPS_INTERNAL_H

@@ -4,8 +4,9 @@
  * An op computes, for each of its outputs, the value it would have before
  * the final rounding — exactly where the inputs allow (a sum as TwoSum's
  * hi + lo, a product in one double), or the accumulator model's result for
- * dot products, or a binary64 evaluation for exp/log/tanh — and hands the
- * whole array to emu_commit().  The choke point alone then
+ * dot products, or a binary64 evaluation for exp/log/tanh — and hands
+ * them to emu_commit(), as arrays or a chunk at a time (emu_op_out's fill).
+ * The choke point alone then, in one pass over the outputs,
  *   1. rounds every value into the output tensor's format under the op's
  *      rounding;
  *   2. counts results, inexact, underflow to zero, subnormal, overflow,
@@ -69,7 +70,9 @@ enum {
 };
 
 /* What an observer sees after each op.  The pointers are valid only during
- * the observer call (ops free their scratch arrays right after). */
+ * the observer call (ops free their scratch arrays right after).  hi and lo
+ * are whole arrays even for an op that produces its values a chunk at a
+ * time: with an observer installed, the choke point gathers them first. */
 typedef struct emu_op_event {
     const char *site;
     const char *kind;
@@ -139,7 +142,8 @@ void emu_ctx_init(emu_ctx *ctx, uint64_t seed);
  * histograms bin values: src[i] before rounding, the element times its
  * scales after; hist_scale (or NULL) is added to the site's.
  *
- * hi NULL means the op wrote out->data itself, with a fast path tested
+ * hi NULL (and no producer, below) means the op wrote out->data itself,
+ * with a fast path tested
  * bit-identical to this rounding of its values, because nothing is to be
  * measured: allowed only when emu_commit_measures(ctx) is false; the
  * choke point then only advances the op index. */
