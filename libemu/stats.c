@@ -178,10 +178,14 @@ void emu_hist_tables_add(emu_hist_tables *t, const void *x, size_t n, bool f32)
     const size_t size = f32 ? sizeof(float) : sizeof(double);
     const char *p = x;
     uint16_t bins[BIN_CHUNK];
-    for (size_t i = 0; i < n; i += BIN_CHUNK) {
-        const size_t m = n - i < BIN_CHUNK ? n - i : BIN_CHUNK;
-        bins_of(bins, p + i * size, m, f32);
-        tables_count((bin_tables *)t->t, bins, m);
+    size_t i = 0;
+    for (; i + BIN_CHUNK <= n; i += BIN_CHUNK) {
+        bins_of(bins, p + i * size, BIN_CHUNK, f32); /* constant: vectorised */
+        tables_count((bin_tables *)t->t, bins, BIN_CHUNK);
+    }
+    if (i < n) {
+        bins_of(bins, p + i * size, n - i, f32);
+        tables_count((bin_tables *)t->t, bins, n - i);
     }
 }
 
