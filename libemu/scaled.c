@@ -630,7 +630,40 @@ typedef struct qrun {
     sr_plan sr;
 } qrun;
 
-static double amax_finite(const float *xs, size_t n);
+/* The largest finite |x| of n values (0 if none), on the bit patterns as
+ * amax_run below (inf and NaN count as 0; |x| < 2^31 as an integer, so signed
+ * lanes, which baseline SSE2 compares too).  A whole-tensor pass (the
+ * tensor scale): compiled also for AVX2 and AVX-512. */
+#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && \
+    !defined(EMU_NO_TARGET_CLONES)
+__attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+#endif
+static double amax_finite(const float *xs, size_t n)
+{
+    int32_t lane[16] = { 0 };
+    size_t k = 0;
+    for (; k + 16 <= n; k += 16)
+        for (int j = 0; j < 16; j++) {
+            int32_t u;
+            memcpy(&u, &xs[k + (size_t)j], sizeof u);
+            u &= 0x7fffffff;
+            u = u < 0x7f800000 ? u : 0;
+            lane[j] = u > lane[j] ? u : lane[j];
+        }
+    int32_t m = 0;
+    for (int j = 0; j < 16; j++)
+        m = lane[j] > m ? lane[j] : m;
+    for (; k < n; k++) {
+        int32_t u;
+        memcpy(&u, &xs[k], sizeof u);
+        u &= 0x7fffffff;
+        u = u < 0x7f800000 ? u : 0;
+        m = u > m ? u : m;
+    }
+    float f;
+    memcpy(&f, &m, sizeof f);
+    return (double)f;
+}
 
 static int tensor_scale_of(qrun *R, emu_error *err)
 {
@@ -714,41 +747,6 @@ static inline double amax_run(const float *xs, size_t n)
     float f;
     memcpy(&f, &m, sizeof f);
     return m > 0x7f800000u ? NAN : (double)f;
-}
-
-/* The largest finite |x| of n values (0 if none), on the bit patterns as
- * amax_run (inf and NaN count as 0; |x| < 2^31 as an integer, so signed
- * lanes, which baseline SSE2 compares too).  A whole-tensor pass (the
- * tensor scale): compiled also for AVX2 and AVX-512. */
-#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && \
-    !defined(EMU_NO_TARGET_CLONES)
-__attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
-#endif
-static double amax_finite(const float *xs, size_t n)
-{
-    int32_t lane[16] = { 0 };
-    size_t k = 0;
-    for (; k + 16 <= n; k += 16)
-        for (int j = 0; j < 16; j++) {
-            int32_t u;
-            memcpy(&u, &xs[k + (size_t)j], sizeof u);
-            u &= 0x7fffffff;
-            u = u < 0x7f800000 ? u : 0;
-            lane[j] = u > lane[j] ? u : lane[j];
-        }
-    int32_t m = 0;
-    for (int j = 0; j < 16; j++)
-        m = lane[j] > m ? lane[j] : m;
-    for (; k < n; k++) {
-        int32_t u;
-        memcpy(&u, &xs[k], sizeof u);
-        u &= 0x7fffffff;
-        u = u < 0x7f800000 ? u : 0;
-        m = u > m ? u : m;
-    }
-    float f;
-    memcpy(&f, &m, sizeof f);
-    return (double)f;
 }
 
 double emu_amax(const float *x, size_t n)
