@@ -32,6 +32,14 @@ mkdir -p "$seeds/fuzz_format_spec" "$seeds/fuzz_vectors" "$seeds/fuzz_scaled" \
     "$build/corpus/fuzz_format_spec" "$build/corpus/fuzz_vectors" \
     "$build/corpus/fuzz_scaled" "$build/artifacts"
 
+# Inputs that once failed (fuzz/regress/HARNESS-what) start every run of
+# their harness, so a regression is found at once, not by chance.
+for f in "$root"/fuzz/regress/*; do
+    [ -f "$f" ] || continue
+    h=$(basename "$f"); h=${h%%-*}
+    mkdir -p "$seeds/$h" && cp "$f" "$seeds/$h/"
+done
+
 # Spec seeds: every shipped spec file and a few inline specs.
 cp "$root"/formats/*.fmt "$seeds/fuzz_format_spec/"
 i=0

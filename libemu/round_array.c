@@ -383,10 +383,10 @@ static inline uint32_t low_sr_high(const f32_plan *pl, float a, float *z)
     *z = low_rz(pl, a);
     float x = ((a - *z) * pl->sr_scale1) * pl->sr_scale2;  /* F 2^32, exact */
     /* 0 <= x < 2^32 in the lanes below 2^emin; the others may hold
-     * anything (inf, NaN from inf - inf), and are kept from a conversion
-     * that C leaves undefined.  AVX-512 converts to unsigned in one
-     * instruction. */
-    return (uint32_t)(x < 4294967296.0f ? x : 0.0f);
+     * anything (inf, NaN from inf - inf, negative values of lanes whose
+     * z lies above a), and are kept from a conversion that C leaves
+     * undefined.  AVX-512 converts to unsigned in one instruction. */
+    return (uint32_t)(x >= 0.0f && x < 4294967296.0f ? x : 0.0f);
 }
 
 typedef struct tile_events {
