@@ -44,20 +44,6 @@
 
 #define SIGN_BIT ((uint64_t)1 << 63)
 
-static inline uint64_t d2u(double x)
-{
-    uint64_t u;
-    memcpy(&u, &x, sizeof u);
-    return u;
-}
-
-static inline double u2d(uint64_t u)
-{
-    double x;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
-
 /* ---- one accumulator step ---------------------------------------------- */
 
 /* What the fast rounding of one format and mode needs. */

@@ -26,6 +26,37 @@ char *emu_next_token(char **cursor, const char *delims);
  * with `return emu_fail(...)`. */
 #include <stdarg.h>
 #include "emu/error.h"
+
+/* The bits of a binary32 or binary64 value and back (memcpy: no aliasing
+ * rules broken, one move once compiled); shared by the array kernels, the
+ * accumulator kernels and the block-scaled quantizer. */
+static inline uint32_t f2u(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+
+static inline float u2f(uint32_t u)
+{
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+static inline uint64_t d2u(double x)
+{
+    uint64_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+
+static inline double u2d(uint64_t u)
+{
+    double x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
 int emu_fail(emu_error *err, emu_errcode code, const char *where,
              const char *key, const char *fmt, ...)
 #if defined(__GNUC__)

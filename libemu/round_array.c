@@ -108,34 +108,6 @@ static void counts_merge(emu_round_counts *c, const emu_round_counts *d)
     c->flags |= d->flags;
 }
 
-static inline uint32_t f2u(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    return u;
-}
-
-static inline float u2f(uint32_t u)
-{
-    float x;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
-
-static inline uint64_t d2u(double x)
-{
-    uint64_t u;
-    memcpy(&u, &x, sizeof u);
-    return u;
-}
-
-static inline double u2d(uint64_t u)
-{
-    double x;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
-
 /* m ? x : y for m all ones or zero.  Written as a mask blend so that the
  * compiler keeps both operands' (floating-point) computations
  * unconditional: it may not move a possibly trapping operation under a

@@ -886,13 +886,6 @@ static inline bool pow2_quotient_suspect(float t, float x)
 #define EMU_INLINE static inline
 #endif
 
-static inline uint32_t f32_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
 static inline uint64_t f64_bits(double v)
 {
     uint64_t u;
@@ -951,8 +944,8 @@ EMU_INLINE void fix_suspects(const qrun *R, size_t e0, size_t n,
         if (len2 == KTILE) {
             any = 0;
             for (int j = 0; j < KTILE; j++) {
-                const uint32_t t = f32_bits(tmp[k0 + (size_t)j]),
-                               xa = f32_bits(x[k0 + (size_t)j]) & 0x7fffffffu;
+                const uint32_t t = f2u(tmp[k0 + (size_t)j]),
+                               xa = f2u(x[k0 + (size_t)j]) & 0x7fffffffu;
                 if (div) {
                     any |= div_suspect(t, xa, fm);
                 } else {
@@ -966,7 +959,7 @@ EMU_INLINE void fix_suspects(const qrun *R, size_t e0, size_t n,
         if (!any)
             continue;
         for (size_t k = k0; k < k0 + len2; k++) {
-            if (div ? !div_suspect(f32_bits(tmp[k]), f32_bits(x[k]), fm)
+            if (div ? !div_suspect(f2u(tmp[k]), f2u(x[k]), fm)
                     : !pow2_quotient_suspect(tmp[k], x[k]))
                 continue;
             const size_t i = e0 + k;
@@ -1117,7 +1110,7 @@ EMU_INLINE void sr_run(const sr_plan *P, const emu_format *ef,
  * block_scale must decide (a NaN amax gives a NaN t, above max). */
 EMU_INLINE uint32_t scale_rne_bits(const qrun *R, double a, float *s)
 {
-    const uint32_t u = f32_bits((float)(a * R->amax_inv));
+    const uint32_t u = f2u((float)(a * R->amax_inv));
     const emu_rne_sat_plan *k = &R->scale_kernel;
     const uint32_t ok = (uint32_t)(u >= k->min_normal) &
                         (uint32_t)(u <= k->max) &
@@ -1131,7 +1124,7 @@ EMU_INLINE uint32_t scale_rne_bits(const qrun *R, double a, float *s)
 
 EMU_INLINE bool scale_rne_fast(const qrun *R, double a, double *s)
 {
-    const uint32_t u = f32_bits((float)(a * R->amax_inv));
+    const uint32_t u = f2u((float)(a * R->amax_inv));
     const emu_rne_sat_plan *k = &R->scale_kernel;
     if (u < k->min_normal || u > k->max || (u & R->scale_fmask) == 0)
         return false;
