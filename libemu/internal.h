@@ -170,6 +170,15 @@ int emu_hist_bin_f32_unguarded(float x);
 /* hist[bin of x[i]]++ for each of the n values. */
 void emu_hist_add_unguarded(uint64_t *hist, const double *x, size_t n);
 void emu_hist_add_f32_unguarded(uint64_t *hist, const float *x, size_t n);
+/* The same counting spread over several calls (the choke point's chunks):
+ * zero the tables, add values (binary32 if f32, else binary64), merge
+ * into a histogram once at the end. */
+typedef struct emu_hist_tables {
+    uint64_t t[4][EMU_HIST_BINS];
+} emu_hist_tables;
+void emu_hist_tables_add(emu_hist_tables *t, const void *x, size_t n,
+                         bool f32);
+void emu_hist_tables_merge(uint64_t *hist, const emu_hist_tables *t);
 int emu_ulperr_bin_unguarded(double ulps);
 int emu_relerr_bin_unguarded(double rel);
 void emu_accum_count_add_unguarded(emu_accum_counts *c, const emu_format *acc,

@@ -226,16 +226,6 @@ static float dy_at(const conv_geom *g, const float *dy, size_t n, size_t co,
     return dy[((n * g->Co + co) * g->Ho + oh) * g->Wo + ow];
 }
 
-/* NCHW from the GEMM's (N*P, C) layout: hi[(n*C + c)*P + p] = t[(n*P + p)*C + c]. */
-static void to_nchw(double *dst, const double *src, size_t N, size_t C,
-                    size_t P)
-{
-    for (size_t n = 0; n < N; n++)
-        for (size_t p = 0; p < P; p++)
-            for (size_t c = 0; c < C; c++)
-                dst[(n * C + c) * P + p] = src[(n * P + p) * C + c];
-}
-
 static bool swamp_measured(const emu_ctx *ctx)
 {
     return ctx->stats && (ctx->measure & EMU_MEASURE_SWAMP);
@@ -266,7 +256,37 @@ struct conv_op {
     gather_fn gather;
     size_t max_terms;
     ref_ws *ws;
+    /* The GEMM's results in its (N*P, C) layout, for the producer that
+     * hands them to the choke point in NCHW order (lo NULL: none). */
+    const double *th, *tl;
+    size_t tc, tp;
 };
+
+/* emu_op_out.fill of the forward and data-gradient ops: output
+ * (n*C + c)*P + p is the GEMM's result (n*P + p)*C + c, read in NCHW
+ * order while the choke point rounds the chunk (a transpose that costs no
+ * pass of its own). */
+static int conv_fill_nchw(const void *opv, size_t i0, size_t m, double *hi,
+                          double *lo)
+{
+    const conv_op *op = opv;
+    const size_t C = op->tc, P = op->tp;
+    size_t n = i0 / (C * P), c = i0 / P % C, p = i0 % P;
+    for (size_t j = 0; j < m; j++) {
+        const size_t src = (n * P + p) * C + c;
+        hi[j] = op->th[src];
+        if (op->tl)
+            lo[j] = op->tl[src];
+        if (++p == P) {
+            p = 0;
+            if (++c == C) {
+                c = 0;
+                n++;
+            }
+        }
+    }
+    return op->tl != NULL;
+}
 
 static size_t gather_fwd(const conv_op *op, size_t i, float *a, float *b)
 {
@@ -410,21 +430,35 @@ static bool conv_had_nan(const void *opv, size_t i)
 }
 
 /* Commits hi (and lo for the EXACT model), scaled by alpha, with the op's
- * reference. */
+ * reference: as they are, or (channels > 0) from the GEMM's (N*P, C)
+ * layout in NCHW order.  Outputs share no storage with inputs
+ * (check_no_alias): each chunk is stored as soon as it is measured. */
 static int conv_commit(emu_ctx *ctx, const char *site, const char *kind,
                        emu_tensor *out, double *hi, double *lo,
-                       const emu_accum_counts *swamp, conv_op *op,
-                       const emu_accum *model, const emu_rounding *rnd)
+                       size_t channels, const emu_accum_counts *swamp,
+                       conv_op *op, const emu_accum *model,
+                       const emu_rounding *rnd)
 {
     const bool exact = model->kind == EMU_ACCUM_EXACT;
     emu_scale_pairs(hi, lo, exact, out->n, op->g.alpha);
+    const double *l = exact || !emu_is_pow2(op->g.alpha) ? lo : NULL;
     ref_ws ws = { 0 };
     op->ws = &ws;
-    int rc = emu_commit(ctx, &(emu_op_out){
-        .site = site, .kind = kind, .out = out, .hi = hi,
-        .lo = exact || !emu_is_pow2(op->g.alpha) ? lo : NULL,
-        .swamp = swamp, .op = op, .ref = conv_ref,
-        .inputs_had_nan = conv_had_nan, .rnd = rnd });
+    emu_op_out o = { .site = site, .kind = kind, .out = out, .swamp = swamp,
+                     .op = op, .ref = conv_ref,
+                     .inputs_had_nan = conv_had_nan, .rnd = rnd,
+                     .store_early = true };
+    if (channels) {
+        op->th = hi;
+        op->tl = l;
+        op->tc = channels;
+        op->tp = out->n ? out->n / (op->g.N * channels) : 0;
+        o.fill = conv_fill_nchw;
+    } else {
+        o.hi = hi;
+        o.lo = l;
+    }
+    int rc = emu_commit(ctx, &o);
     ws_free(&ws);
     return rc;
 }
@@ -456,13 +490,13 @@ int emu_t_conv2d(emu_ctx *ctx, const char *site, emu_tensor *y,
     const size_t P = g.N * g.Ho * g.Wo;
     float *rows = falloc(ctx, site, P, K);
     float *wp = rows ? falloc(ctx, site, g.Co, K) : NULL;
-    double *t = wp ? emu_scratch(ctx, site, 3 * y->n) : NULL;
+    double *t = wp ? emu_scratch(ctx, site, 2 * y->n) : NULL;
     if (!t) {
         free(rows);
         free(wp);
         return -1;
     }
-    double *hi = t + y->n, *lo = t + 2 * y->n;
+    double *lo = t + y->n;
     im2row(&g, x->data, bias != NULL, rows);
     /* Weights as (Co, K) with the bias first: B(k, co) = wp[co*K + k]. */
     for (size_t co = 0; co < g.Co; co++) {
@@ -483,12 +517,10 @@ int emu_t_conv2d(emu_ctx *ctx, const char *site, emu_tensor *y,
     free(rows);
     free(wp);
     if (rc == 0) {
-        to_nchw(hi, t, g.N, g.Co, g.Ho * g.Wo);
-        to_nchw(t, lo, g.N, g.Co, g.Ho * g.Wo);
         conv_op op = { .g = g, .x = x->data, .w = w->data,
                        .bias = bias ? bias->data : NULL,
                        .gather = gather_fwd, .max_terms = K };
-        rc = conv_commit(ctx, site, "conv2d", y, hi, t,
+        rc = conv_commit(ctx, site, "conv2d", y, t, lo, g.Co,
                          count ? &swamp : NULL, &op, o->accum, rnd);
     }
     free(t);
@@ -516,13 +548,13 @@ int emu_t_conv2d_backward_data(emu_ctx *ctx, const char *site, emu_tensor *dx,
     const size_t P = g.N * g.H * g.W;
     float *rows = falloc(ctx, site, P, K);
     float *wt = rows ? falloc(ctx, site, g.Ci, K) : NULL;
-    double *t = wt ? emu_scratch(ctx, site, 3 * dx->n) : NULL;
+    double *t = wt ? emu_scratch(ctx, site, 2 * dx->n) : NULL;
     if (!t) {
         free(rows);
         free(wt);
         return -1;
     }
-    double *hi = t + dx->n, *lo = t + 2 * dx->n;
+    double *lo = t + dx->n;
     /* The output row fed by input row ih through tap kh (or none), and the
      * same for columns: dy_at's divisions done once per (position, tap). */
     ptrdiff_t *ohm = malloc((g.H * g.KH + g.W * g.KW) * sizeof *ohm);
@@ -572,11 +604,9 @@ int emu_t_conv2d_backward_data(emu_ctx *ctx, const char *site, emu_tensor *dx,
     free(rows);
     free(wt);
     if (rc == 0) {
-        to_nchw(hi, t, g.N, g.Ci, g.H * g.W);
-        to_nchw(t, lo, g.N, g.Ci, g.H * g.W);
         conv_op op = { .g = g, .w = w->data, .dy = dy->data,
                        .gather = gather_data, .max_terms = K };
-        rc = conv_commit(ctx, site, "conv2d_bwd_data", dx, hi, t,
+        rc = conv_commit(ctx, site, "conv2d_bwd_data", dx, t, lo, g.Ci,
                          count ? &swamp : NULL, &op, o->accum, rnd);
     }
     free(t);
@@ -640,7 +670,7 @@ int emu_t_conv2d_backward_weights(emu_ctx *ctx, const char *site,
     conv_op op = { .g = g, .x = x->data, .dy = dy->data,
                    .gather = gather_weights, .max_terms = T };
     if (rc == 0)
-        rc = conv_commit(ctx, site, "conv2d_bwd_weights", dw, hi, lo,
+        rc = conv_commit(ctx, site, "conv2d_bwd_weights", dw, hi, lo, 0,
                          count ? &swamp : NULL, &op, o->accum, rnd);
     if (rc == 0 && dbias) {
         /* Plain sums of dy under the same model; the stream is that of the
@@ -658,7 +688,7 @@ int emu_t_conv2d_backward_weights(emu_ctx *ctx, const char *site,
         char sub[EMU_TENSOR_NAME_MAX + 16];
         snprintf(sub, sizeof sub, "%s.dbias", site ? site : "op");
         op.gather = gather_bias;
-        rc = conv_commit(ctx, sub, "conv2d_bwd_bias", dbias, bh, bl,
+        rc = conv_commit(ctx, sub, "conv2d_bwd_bias", dbias, bh, bl, 0,
                          count ? &bswamp : NULL, &op, o->accum, rnd);
     }
     free(dyp);

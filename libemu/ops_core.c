@@ -93,8 +93,8 @@ typedef struct ref_work {
 } ref_work;
 
 /* Error of one sampled output against MPFR. */
-static void sample(const emu_op_out *o, size_t i, double out, ref_work *w,
-                   emu_site_stats *st)
+static void sample(const emu_op_out *o, size_t i, double out, double hi,
+                   const double *lo, ref_work *w, emu_site_stats *st)
 {
     int dot = o->ref(o->op, i, w->exact, w->src);
     if (dot < 0 || mpfr_nan_p(w->exact) || !isfinite(out) ||
@@ -120,9 +120,9 @@ static void sample(const emu_op_out *o, size_t i, double out, ref_work *w,
     if (dot != 1 || mpfr_zero_p(w->src))
         return;
     /* The accumulator's value before output rounding, exactly hi + lo. */
-    mpfr_set_d(w->pre, o->hi[i], MPFR_RNDN);
-    if (o->lo)
-        mpfr_add_d(w->pre, w->pre, o->lo[i], MPFR_RNDN);
+    mpfr_set_d(w->pre, hi, MPFR_RNDN);
+    if (lo)
+        mpfr_add_d(w->pre, w->pre, *lo, MPFR_RNDN);
     double q = rel_diff(w->exact, w->src, w->src, w->t);
     double a = rel_diff(w->pre, w->exact, w->src, w->t);
     double r = rel_diff(w->out, w->pre, w->src, w->t);
@@ -150,7 +150,7 @@ static int exact_bin(double hi, double lo)
     return b;
 }
 
-enum { CHUNK = 1024 };
+enum { CHUNK = EMU_COMMIT_CHUNK };
 
 /* Whether rounding hi alone gives what rounding hi + lo gives, for every
  * element of a chunk, under a deterministic mode into a format of
@@ -182,40 +182,19 @@ bool emu_commit_measures(const emu_ctx *ctx)
     return (ctx->stats && (ctx->measure & EMU_MEASURE_ALL)) || ctx->observer;
 }
 
-/* Output i's value before rounding, for the histogram: hi + lo, or the
- * source of a scaled output. */
-static int exact_bin_of(const emu_op_out *o, size_t i)
-{
-    if (o->scale)
-        return emu_hist_bin_unguarded(o->src[i]);
-    return o->lo ? exact_bin(o->hi[i], o->lo[i]) : emu_hist_bin_unguarded(o->hi[i]);
-}
+/* ---- one pass per op ----------------------------------------------------
+ * emu_commit walks the outputs CHUNK at a time.  A chunk's values before
+ * rounding come from the op's arrays (hi, lo) or its producer (fill,
+ * fill32); while they and the chunk's results are in cache, the chunk is
+ * rounded (step 1), counted, binned, checked for NaN provenance and
+ * swamping, sampled (steps 2 to 4) and stored.  Everything measured is a
+ * sum over outputs (integer counts, and error sums added in output order),
+ * so the totals do not depend on the chunking: tests/test_choke_point.c
+ * holds the chunked producers equal to the whole arrays. */
 
-/* Output i's value after rounding: the element times its scales (exact:
- * the scaled formats keep every such product a binary64). */
-static double value_of(const emu_op_out *o, const float *res, size_t i)
-{
-    return o->scale ? (double)res[i] * (double)o->scale[i] * o->scale_g
-                    : (double)res[i];
-}
-
-/* NaN results, and those made from numbers rather than passed on. */
-static void count_nans(const emu_op_out *o, const float *res, size_t n,
-                       emu_site_stats *s)
-{
-    if (!o->scale && !s->nan)
-        return;
-    uint64_t nan = 0; /* of the values: a scaled element's scale may be NaN */
-    for (size_t i = 0; i < n; i++) {
-        if (!isnan(value_of(o, res, i)))
-            continue;
-        nan++;
-        const bool nan_in = isnan(o->hi[i]) || (o->scale && isnan(o->scale[i]));
-        if (!nan_in || (o->inputs_had_nan && !o->inputs_had_nan(o->op, i)))
-            s->nan_produced++;
-    }
-    s->nan = nan;
-}
+/* Histograms below this many outputs are counted directly: the tables
+ * would cost more than they save (as in stats.c). */
+enum { HIST_TABLES_MIN = 64 };
 
 static int ctz64(uint64_t x)
 {
@@ -242,20 +221,21 @@ static int f32_exponent(uint32_t a)
     return e;
 }
 
-/* Swamping of an accumulation out = acc_old + addend, from the results:
+/* Swamping of an accumulation out = acc_old + addend, for the outputs
+ * i0 .. i0+m-1 of a chunk, from its results res[0..m):
  * emu_accum_count_add's rule (an unchanged result is absorbed with every
  * bit lost; otherwise the bits of t below half the quantum of the result
  * in out's format are lost), from the bits, inline: an update's weights
  * are a call each otherwise.  Addends that are binary64 subnormals (no
  * optimizer makes them) take the library's function. */
-static void count_swamp(const emu_op_out *o, const float *res, size_t n,
-                        emu_accum_counts *c)
+static void count_swamp(const emu_op_out *o, size_t i0, const float *res,
+                        size_t m, emu_accum_counts *c)
 {
     const emu_format *f = &o->out->fmt;
     const int q_tiny = f->subnormals ? f->emin - f->p + 1 : f->emin;
-    for (size_t i = 0; i < n; i++) {
-        const double t = o->addend[i];
-        const float old = o->acc_old[i];
+    for (size_t j = 0; j < m; j++) {
+        const double t = o->addend[i0 + j];
+        const float old = o->acc_old[i0 + j];
         uint64_t u;
         uint32_t ob, rb;
         memcpy(&u, &t, sizeof u);
@@ -265,11 +245,11 @@ static void count_swamp(const emu_op_out *o, const float *res, size_t n,
         if (u == 0 || et == 0x7ff || (ob & 0x7fffffff) >= 0x7f800000)
             continue; /* zero or non-finite addend, non-finite old value */
         if (et == 0) {
-            emu_accum_count_add_unguarded(c, f, old, t, res[i]);
+            emu_accum_count_add_unguarded(c, f, old, t, res[j]);
             continue;
         }
         c->adds++;
-        const float r = res[i];
+        const float r = res[j];
         if (r == old) {
             c->absorbed++;
             c->lost_bits[EMU_LOST_BINS - 1]++;
@@ -296,94 +276,23 @@ static void count_swamp(const emu_op_out *o, const float *res, size_t n,
     }
 }
 
-/* The exact values' histogram of pairs hi + lo: hi's bins, in one array
- * pass, then moved down a bin where exact_bin says so (hi a power of two,
- * lo toward zero): rare, found by a branch-free scan. */
-static void hist_pairs(uint64_t *hist, const double *hi, const double *lo,
-                       size_t n)
-{
-    emu_hist_add_unguarded(hist, hi, n);
-    for (size_t i0 = 0; i0 < n; i0 += CHUNK) {
-        const size_t m = n - i0 < CHUNK ? n - i0 : CHUNK;
-        uint64_t any = 0;
-        for (size_t j = 0; j < m; j++) {
-            uint64_t u, v;
-            memcpy(&u, &hi[i0 + j], sizeof u);
-            memcpy(&v, &lo[i0 + j], sizeof v);
-            any |= (uint64_t)((u << 12) == 0) & (uint64_t)((v << 1) != 0) &
-                   ((u ^ v) >> 63);
-        }
-        if (!any)
-            continue;
-        for (size_t j = 0; j < m; j++) {
-            const size_t i = i0 + j;
-            const int b = emu_hist_bin_unguarded(hi[i]);
-            const int e = exact_bin(hi[i], lo[i]);
-            if (e != b) {
-                hist[b]--;
-                hist[e]++;
-            }
-        }
-    }
-}
-
-/* Steps 2 to 4 of emu_commit: everything measured about the results. */
-static void measure_results(const emu_ctx *ctx, const emu_op_out *o,
-                            const float *res, const emu_round_counts *counts,
-                            uint64_t stream, emu_site_stats *s)
-{
-    const size_t n = o->out->n;
-    memset(s, 0, sizeof *s);
-    s->results = counts->n;
-    s->inexact = counts->inexact;
-    s->underflow = counts->underflow;
-    s->to_zero = counts->to_zero;
-    s->subnormal = counts->subnormal;
-    s->overflow = counts->overflow;
-    s->nan = counts->nan;
-    count_nans(o, res, n, s);
-    if ((o->swamp || o->addend) && (ctx->measure & EMU_MEASURE_SWAMP)) {
-        emu_accum_counts c;
-        memset(&c, 0, sizeof c);
-        if (o->swamp)
-            c = *o->swamp;
-        if (o->addend)
-            count_swamp(o, res, n, &c);
-        s->adds = c.adds;
-        s->absorbed = c.absorbed;
-        memcpy(s->lost_bits, c.lost_bits, sizeof s->lost_bits);
-    }
-    if (ctx->measure & EMU_MEASURE_HIST) {
-        /* Plain values and binary32 results: the bins straight from
-         * the arrays, in integers. */
-        if (o->scale)
-            for (size_t i = 0; i < n; i++)
-                s->hist_exact[exact_bin_of(o, i)]++;
-        else if (o->lo)
-            hist_pairs(s->hist_exact, o->hi, o->lo, n);
-        else
-            emu_hist_add_unguarded(s->hist_exact, o->hi, n);
-        if (o->scale)
-            for (size_t i = 0; i < n; i++)
-                s->hist_rounded[emu_hist_bin_unguarded(value_of(o, res, i))]++;
-        else
-            emu_hist_add_f32_unguarded(s->hist_rounded, res, n);
-        if (o->hist_scale)
-            for (int b = 0; b < EMU_HIST_BINS; b++)
-                s->hist_scale[b] += o->hist_scale[b];
-    }
-    if ((ctx->measure & EMU_MEASURE_REF) && o->ref && ctx->ref_rate > 0.0) {
-        /* Threshold on a 64-bit word; rate 1 samples every output. */
-        const bool all = ctx->ref_rate >= 1.0;
-        const uint64_t cut = all ? 0 : (uint64_t)ldexp(ctx->ref_rate, 64);
-        ref_work w;
-        mpfr_inits2(REF_PREC, w.exact, w.src, w.pre, w.out, w.t, (mpfr_ptr)0);
-        for (size_t i = 0; i < n; i++)
-            if (all || emu_random64(ctx->seed, stream ^ SAMPLE_TAG, i) < cut)
-                sample(o, i, res[i], &w, s);
-        mpfr_clears(w.exact, w.src, w.pre, w.out, w.t, (mpfr_ptr)0);
-    }
-}
+/* What one commit carries from chunk to chunk. */
+typedef struct commit_run {
+    const emu_ctx *ctx;
+    const emu_op_out *o;
+    uint64_t stream;
+    emu_array_rounding ar;
+    bool sr, identity;
+    emu_round_counts counts;
+    bool measure, hist, tables, swamp, ref, ref_all;
+    uint64_t cut;           /* sampling threshold on a 64-bit word        */
+    ref_work w;
+    emu_site_stats s;       /* accumulated over the chunks               */
+    uint64_t nan;           /* NaN values found by the chunks' NaN loops  */
+    emu_accum_counts c;     /* swamping                                   */
+    emu_hist_tables *hx, *hr; /* exact and rounded bins (tables)          */
+    float *res;             /* results kept aside, or NULL: stored early */
+} commit_run;
 
 /* A chunk of values into binary32 itself, under a rounding that maps
  * binary32 to itself (emu_round_is_identity_f32): if every value is a
@@ -425,69 +334,256 @@ static bool carry_f32(float *res, const double *hi, size_t m,
     return true;
 }
 
-/* Step 1 of emu_commit: rounds o's values into res.  The array path where
- * the values are plain doubles, the scalar choke point where a low part
- * must be seen. */
-static void round_results(const emu_ctx *ctx, const emu_op_out *o,
-                          uint64_t stream, float *res,
+/* A chunk of binary32 values into binary32 under an identity rounding:
+ * carry_f32's work without its check, which binary32 values pass. */
+static void carry_f32_f32(float *res, const float *v, size_t m,
                           emu_round_counts *counts)
 {
-    const emu_tensor *out = o->out;
-    const size_t n = out->n;
-    emu_array_rounding ar = { .rnd = *o->rnd,
-                              .seed = ctx->seed, .stream = stream,
-                              .first_index = 0 };
-    ar.rnd.rng = NULL;
-    const bool sr = emu_rnd_is_stochastic(ar.rnd.mode);
-    const bool identity = emu_round_is_identity_f32(&out->fmt, &ar.rnd);
+    const uint32_t qnan = 0x7fc00000;
+    uint64_t sub = 0, nan = 0;
+    for (size_t j = 0; j < m; j++) {
+        uint32_t w;
+        memcpy(&w, &v[j], sizeof w);
+        const uint32_t a = w & 0x7fffffff;
+        const uint32_t is_nan = a > 0x7f800000;
+        sub += a - 1 < 0x7fffff;
+        nan += is_nan;
+        w = is_nan ? qnan : w;
+        memcpy(&res[j], &w, sizeof w);
+    }
+    counts->n += m;
+    counts->subnormal += sub;
+    counts->nan += nan;
+    if (sub)
+        counts->flags |= EMU_FLAG_SUBNORMAL;
+}
+
+/* Step 1 for one chunk: outputs i0 .. i0+m-1, whose values are h (and l,
+ * or NULL), or the binary32 values v, rounded into res[0..m).  The array
+ * path where the values are plain doubles, the scalar choke point where a
+ * low part must be seen. */
+static void round_chunk(commit_run *r, size_t i0, size_t m, const double *h,
+                        const double *l, const float *v, float *res)
+{
+    const emu_format *fmt = &r->o->out->fmt;
+    emu_round_counts *counts = &r->counts;
+    r->ar.first_index = i0;
+    float fin[CHUNK];
+    if (v) {
+        if (r->identity) {
+            carry_f32_f32(res, v, m, counts);
+            return;
+        }
+        /* As the values were read before through a binary64: a
+         * signalling NaN quiet, sign and payload kept. */
+        for (size_t j = 0; j < m; j++) {
+            uint32_t w;
+            memcpy(&w, &v[j], sizeof w);
+            w |= ((w & 0x7fffffff) > 0x7f800000) ? 0x00400000u : 0u;
+            memcpy(&fin[j], &w, sizeof w);
+        }
+        emu_round_array_f32_unguarded(fmt, res, fin, m, &r->ar, counts);
+        return;
+    }
     double buf[CHUNK];
-    for (size_t i0 = 0; i0 < n; i0 += CHUNK) {
-        size_t m = n - i0 < CHUNK ? n - i0 : CHUNK;
-        if (!o->lo ||
-            (!sr && lo_harmless(o->hi + i0, o->lo + i0, m, out->fmt.p))) {
-            ar.first_index = i0;
-            /* Both binary32 shortcuts below need every value of the chunk
-             * to be a binary32 value (or NaN): a first value that is not
-             * (an optimizer's new weights, mostly) rules them out without
-             * two passes over the chunk. */
-            const double h0 = o->hi[i0];
-            const bool wide0 = (double)(float)h0 != h0 && !isnan(h0);
-            if (!wide0 && identity && carry_f32(res + i0, o->hi + i0, m, counts))
-                continue;
-            /* Most ops' values are binary32 values already (a fast-model
-             * GEMM, sums of 16-bit values, casts): then the binary32 array
-             * path, several times faster, rounds them the same way. */
-            float fin[CHUNK];
-            bool narrow = !wide0;
-            for (size_t j = 0; narrow && j < m; j += 256) {
-                const size_t e = m - j < 256 ? m : j + 256;
-                for (size_t k = j; k < e; k++) {
-                    fin[k] = (float)o->hi[i0 + k];
-                    narrow &= (double)fin[k] == o->hi[i0 + k] || isnan(fin[k]);
-                }
-            }
-            if (narrow) {
-                emu_round_array_f32_unguarded(&out->fmt, res + i0, fin, m, &ar, counts);
-                continue;
-            }
-            emu_round_array_f64_unguarded(&out->fmt, buf, o->hi + i0, m, &ar, counts);
-        } else {
-            /* the words of element i0 + j, as emu_random64 gives them */
-            uint64_t words[CHUNK];
-            if (sr)
-                emu_random_fill(ctx->seed, stream, i0, words, m);
-            for (size_t j = 0; j < m; j++) {
-                size_t i = i0 + j;
-                uint64_t word = sr ? words[j] : 0;
-                emu_status st;
-                buf[j] = emu_round2_word_unguarded(&out->fmt, o->hi[i], o->lo[i],
-                                         &ar.rnd, word, &st);
-                emu_round_counts_add_unguarded(counts, o->hi[i], buf[j], st.flags);
+    if (!l || (!r->sr && lo_harmless(h, l, m, fmt->p))) {
+        /* Both binary32 shortcuts below need every value of the chunk
+         * to be a binary32 value (or NaN): a first value that is not
+         * (an optimizer's new weights, mostly) rules them out without
+         * two passes over the chunk. */
+        const bool wide0 = (double)(float)h[0] != h[0] && !isnan(h[0]);
+        if (!wide0 && r->identity && carry_f32(res, h, m, counts))
+            return;
+        /* Most ops' values are binary32 values already (a fast-model
+         * GEMM, sums of 16-bit values, casts): then the binary32 array
+         * path, several times faster, rounds them the same way. */
+        bool narrow = !wide0;
+        for (size_t j = 0; narrow && j < m; j += 256) {
+            const size_t e = m - j < 256 ? m : j + 256;
+            for (size_t k = j; k < e; k++) {
+                fin[k] = (float)h[k];
+                narrow &= (double)fin[k] == h[k] || isnan(fin[k]);
             }
         }
-        for (size_t j = 0; j < m; j++)
-            res[i0 + j] = (float)buf[j]; /* exact: a carrier value */
+        if (narrow) {
+            emu_round_array_f32_unguarded(fmt, res, fin, m, &r->ar, counts);
+            return;
+        }
+        emu_round_array_f64_unguarded(fmt, buf, h, m, &r->ar, counts);
+    } else {
+        /* the words of element i0 + j, as emu_random64 gives them */
+        uint64_t words[CHUNK];
+        if (r->sr)
+            emu_random_fill(r->ctx->seed, r->stream, i0, words, m);
+        for (size_t j = 0; j < m; j++) {
+            uint64_t word = r->sr ? words[j] : 0;
+            emu_status st;
+            buf[j] = emu_round2_word_unguarded(fmt, h[j], l[j], &r->ar.rnd,
+                                               word, &st);
+            emu_round_counts_add_unguarded(counts, h[j], buf[j], st.flags);
+        }
     }
+    for (size_t j = 0; j < m; j++)
+        res[j] = (float)buf[j]; /* exact: a carrier value */
+}
+
+/* Output i's value after rounding (res: its element): the element times
+ * its scales (exact: the scaled formats keep every such product a
+ * binary64). */
+static double value_of(const emu_op_out *o, float res, size_t i)
+{
+    return o->scale ? (double)res * (double)o->scale[i] * o->scale_g
+                    : (double)res;
+}
+
+/* m values into a histogram: through the tables, or directly. */
+static void hist_put(const commit_run *r, emu_hist_tables *t, uint64_t *hist,
+                     const void *x, size_t m, bool f32)
+{
+    if (r->tables) {
+        emu_hist_tables_add(t, x, m, f32);
+        return;
+    }
+    for (size_t j = 0; j < m; j++)
+        hist[f32 ? emu_hist_bin_f32_unguarded(((const float *)x)[j])
+                 : emu_hist_bin_unguarded(((const double *)x)[j])]++;
+}
+
+/* The exact values' histogram of a chunk of pairs hi + lo: hi's bins, as
+ * for plain values, then moved down a bin where exact_bin says so (hi a
+ * power of two, lo toward zero): rare, found by a branch-free scan.  With
+ * the tables, hi's counts reach hist_exact only at the merge, so a move
+ * may take hist_exact below zero for a while: unsigned, the sum is right. */
+static void hist_pairs(commit_run *r, const double *h, const double *l,
+                       size_t m)
+{
+    uint64_t *hist = r->s.hist_exact;
+    hist_put(r, r->hx, hist, h, m, false);
+    uint64_t any = 0;
+    for (size_t j = 0; j < m; j++) {
+        uint64_t u, v;
+        memcpy(&u, &h[j], sizeof u);
+        memcpy(&v, &l[j], sizeof v);
+        any |= (uint64_t)((u << 12) == 0) & (uint64_t)((v << 1) != 0) &
+               ((u ^ v) >> 63);
+    }
+    if (!any)
+        return;
+    for (size_t j = 0; j < m; j++) {
+        const int b = emu_hist_bin_unguarded(h[j]);
+        const int e = exact_bin(h[j], l[j]);
+        if (e != b) {
+            hist[b]--;
+            hist[e]++;
+        }
+    }
+}
+
+/* Steps 2 to 4 for one chunk (as round_chunk's arguments, res rounded;
+ * nan: the NaN results the rounding counted in it). */
+static void measure_chunk(commit_run *r, size_t i0, size_t m, const double *h,
+                          const double *l, const float *v, const float *res,
+                          uint64_t nan)
+{
+    const emu_op_out *o = r->o;
+    emu_site_stats *s = &r->s;
+    /* NaN results, and those made from numbers rather than passed on.  A
+     * scaled element's scale may be NaN: its values are looked at all. */
+    if (o->scale || nan) {
+        for (size_t j = 0; j < m; j++) {
+            const size_t i = i0 + j;
+            if (!isnan(value_of(o, res[j], i)))
+                continue;
+            r->nan++;
+            const bool nan_in = (v ? isnan(v[j]) : isnan(h[j])) ||
+                                (o->scale && isnan(o->scale[i]));
+            if (!nan_in || (o->inputs_had_nan && !o->inputs_had_nan(o->op, i)))
+                s->nan_produced++;
+        }
+    }
+    /* Swamping of an accumulation out = acc_old + addend. */
+    if (r->swamp && o->addend)
+        count_swamp(o, i0, res, m, &r->c);
+    if (r->hist) {
+        /* Plain values and binary32 results: the bins straight from the
+         * arrays, in integers.  The exact value hi + lo: hi's binade
+         * unless hi is a power of two and lo points toward zero. */
+        if (o->scale) {
+            for (size_t j = 0; j < m; j++)
+                s->hist_exact[emu_hist_bin_unguarded(o->src[i0 + j])]++;
+            for (size_t j = 0; j < m; j++)
+                s->hist_rounded[emu_hist_bin_unguarded(
+                    value_of(o, res[j], i0 + j))]++;
+        } else {
+            if (v)
+                hist_put(r, r->hx, s->hist_exact, v, m, true);
+            else if (l)
+                hist_pairs(r, h, l, m);
+            else
+                hist_put(r, r->hx, s->hist_exact, h, m, false);
+            hist_put(r, r->hr, s->hist_rounded, res, m, true);
+        }
+    }
+    if (r->ref) {
+        for (size_t j = 0; j < m; j++) {
+            const size_t i = i0 + j;
+            if (r->ref_all ||
+                emu_random64(r->ctx->seed, r->stream ^ SAMPLE_TAG, i) < r->cut)
+                sample(o, i, res[j], v ? (double)v[j] : h[j],
+                       l ? &l[j] : NULL, &r->w, s);
+        }
+    }
+}
+
+/* One chunk, all steps, then its results stored. */
+static void run_chunk(commit_run *r, size_t i0, size_t m, const double *h,
+                      const double *l, const float *v)
+{
+    float res[CHUNK];
+    const uint64_t nan0 = r->counts.nan;
+    round_chunk(r, i0, m, h, l, v, res);
+    if (r->measure)
+        measure_chunk(r, i0, m, h, l, v, res, r->counts.nan - nan0);
+    memcpy(r->res ? r->res + i0 : r->o->out->data + i0, res,
+           m * sizeof *res);
+}
+
+/* With an observer, which sees whole arrays: the producer's values
+ * gathered into out->n doubles (lo kept only if a chunk had low parts),
+ * then committed as arrays. */
+static int commit_gathered(emu_ctx *ctx, const emu_op_out *o)
+{
+    const size_t n = o->out->n;
+    double *hi = emu_scratch(ctx, o->site, n ? n : 1);
+    double *lo = o->fill && hi ? emu_scratch(ctx, o->site, n ? n : 1) : NULL;
+    if (!hi || (o->fill && !lo)) {
+        free(hi);
+        return -1;
+    }
+    bool any_lo = false;
+    for (size_t i0 = 0; i0 < n; i0 += CHUNK) {
+        const size_t m = n - i0 < CHUNK ? n - i0 : CHUNK;
+        if (o->fill) {
+            if (o->fill(o->op, i0, m, hi + i0, lo + i0))
+                any_lo = true;
+            else
+                memset(lo + i0, 0, m * sizeof *lo); /* +0.0 */
+        } else {
+            float v[CHUNK];
+            o->fill32(o->op, i0, m, v);
+            for (size_t j = 0; j < m; j++)
+                hi[i0 + j] = v[j];
+        }
+    }
+    emu_op_out a = *o;
+    a.fill = NULL;
+    a.fill32 = NULL;
+    a.hi = hi;
+    a.lo = any_lo ? lo : NULL;
+    int rc = emu_commit(ctx, &a);
+    free(hi);
+    free(lo);
+    return rc;
 }
 
 int emu_commit(emu_ctx *ctx, const emu_op_out *o)
@@ -499,7 +595,10 @@ int emu_commit(emu_ctx *ctx, const emu_op_out *o)
      * rounding shows whatever is being measured. */
     if (emu_check_rounding(ctx, o->site, o->rnd))
         return -1;
-    if (!o->hi) {
+    if (!!o->hi + !!o->fill + !!o->fill32 > 1)
+        return emu_ctx_fail(ctx, o->site, "internal: results committed "
+                            "both as arrays and by a producer");
+    if (!o->hi && !o->fill && !o->fill32) {
         /* The op rounded its results itself: legal only when nothing here
          * would have looked at them. */
         if (emu_commit_measures(ctx))
@@ -508,8 +607,8 @@ int emu_commit(emu_ctx *ctx, const emu_op_out *o)
         ctx->op_index++;
         return 0;
     }
-    const uint64_t stream = ctx->op_index++;
-    emu_round_counts counts = { 0 };
+    if (!o->hi && ctx->observer)
+        return commit_gathered(ctx, o);
 
     const bool measure = ctx->stats && (ctx->measure & EMU_MEASURE_ALL);
     emu_site *site = NULL;
@@ -517,32 +616,112 @@ int emu_commit(emu_ctx *ctx, const emu_op_out *o)
         site = emu_stats_site(ctx->stats, o->site, o->kind, out->role,
                               &out->fmt);
         if (!site)
-            return emu_ctx_failc(ctx, EMU_ENOMEM, o->site, "out of memory for statistics");
+            return emu_ctx_failc(ctx, EMU_ENOMEM, o->site,
+                                 "out of memory for statistics");
+    }
+    /* Unless the op says its callbacks never look back at out's storage,
+     * the results go to a private array first: the measurements read the
+     * op's inputs (MPFR reference, NaN provenance, old values of an
+     * accumulation), and an in-place op's output is one of them. */
+    float *res = NULL;
+    if (!o->store_early) {
+        res = malloc((n ? n : 1) * sizeof *res);
+        if (!res)
+            return emu_ctx_failc(ctx, EMU_ENOMEM, o->site,
+                                 "out of memory for %zu results", n);
+    }
+    emu_hist_tables tables[2];
+    commit_run r = {
+        .ctx = ctx, .o = o, .stream = ctx->op_index++,
+        .measure = measure, .res = res,
+        .hist = measure && (ctx->measure & EMU_MEASURE_HIST),
+        .tables = n >= HIST_TABLES_MIN,
+        .swamp = measure && (o->swamp || o->addend) &&
+                 (ctx->measure & EMU_MEASURE_SWAMP),
+        .ref = measure && (ctx->measure & EMU_MEASURE_REF) && o->ref &&
+               ctx->ref_rate > 0.0,
+    };
+    r.ar = (emu_array_rounding){ .rnd = *o->rnd, .seed = ctx->seed,
+                                 .stream = r.stream, .first_index = 0 };
+    r.ar.rnd.rng = NULL;
+    r.sr = emu_rnd_is_stochastic(r.ar.rnd.mode);
+    r.identity = emu_round_is_identity_f32(&out->fmt, &r.ar.rnd);
+    if (r.hist && r.tables) {
+        memset(tables, 0, sizeof tables);
+        r.hx = &tables[0];
+        r.hr = &tables[1];
+    }
+    if (r.swamp && o->swamp)
+        r.c = *o->swamp;
+    if (r.ref) {
+        /* Threshold on a 64-bit word; rate 1 samples every output. */
+        r.ref_all = ctx->ref_rate >= 1.0;
+        r.cut = r.ref_all ? 0 : (uint64_t)ldexp(ctx->ref_rate, 64);
+        mpfr_inits2(REF_PREC, r.w.exact, r.w.src, r.w.pre, r.w.out, r.w.t,
+                    (mpfr_ptr)0);
     }
 
-    /* The results go to a private array first: the measurements below read
-     * the op's inputs (MPFR reference, NaN provenance, old values of an
-     * accumulation), and an in-place op's output is one of them. */
-    float *res = malloc(n * sizeof *res);
-    if (!res)
-        return emu_ctx_failc(ctx, EMU_ENOMEM, o->site, "out of memory for %zu results", n);
-    round_results(ctx, o, stream, res, &counts);
+    if (o->hi) {
+        for (size_t i0 = 0; i0 < n; i0 += CHUNK)
+            run_chunk(&r, i0, n - i0 < CHUNK ? n - i0 : CHUNK, o->hi + i0,
+                      o->lo ? o->lo + i0 : NULL, NULL);
+    } else if (o->fill) {
+        double h[CHUNK], l[CHUNK];
+        for (size_t i0 = 0; i0 < n; i0 += CHUNK) {
+            const size_t m = n - i0 < CHUNK ? n - i0 : CHUNK;
+            const bool has_lo = o->fill(o->op, i0, m, h, l) != 0;
+            run_chunk(&r, i0, m, h, has_lo ? l : NULL, NULL);
+        }
+    } else {
+        float v[CHUNK];
+        for (size_t i0 = 0; i0 < n; i0 += CHUNK) {
+            const size_t m = n - i0 < CHUNK ? n - i0 : CHUNK;
+            o->fill32(o->op, i0, m, v);
+            run_chunk(&r, i0, m, NULL, NULL, v);
+        }
+    }
 
     if (measure) {
-        emu_site_stats s;
-        measure_results(ctx, o, res, &counts, stream, &s);
-        emu_site_stats_merge(&site->total, &s);
-        emu_site_stats_merge(&site->step, &s);
+        emu_site_stats *s = &r.s;
+        const emu_round_counts *c = &r.counts;
+        s->results = c->n;
+        s->inexact = c->inexact;
+        s->underflow = c->underflow;
+        s->to_zero = c->to_zero;
+        s->subnormal = c->subnormal;
+        s->overflow = c->overflow;
+        /* The NaN loops ran over every chunk holding a NaN result (all of
+         * them for scaled outputs): with none, the rounding's count. */
+        s->nan = o->scale || c->nan ? r.nan : c->nan;
+        if (r.swamp) {
+            s->adds = r.c.adds;
+            s->absorbed = r.c.absorbed;
+            memcpy(s->lost_bits, r.c.lost_bits, sizeof s->lost_bits);
+        }
+        if (r.hist) {
+            if (r.tables) {
+                emu_hist_tables_merge(s->hist_exact, r.hx);
+                emu_hist_tables_merge(s->hist_rounded, r.hr);
+            }
+            if (o->hist_scale)
+                for (int b = 0; b < EMU_HIST_BINS; b++)
+                    s->hist_scale[b] += o->hist_scale[b];
+        }
+        emu_site_stats_merge(&site->total, s);
+        emu_site_stats_merge(&site->step, s);
         site->active = true;
     }
-
-    memcpy(out->data, res, n * sizeof *res);
-    free(res);
+    if (r.ref)
+        mpfr_clears(r.w.exact, r.w.src, r.w.pre, r.w.out, r.w.t, (mpfr_ptr)0);
+    if (res) {
+        memcpy(out->data, res, n * sizeof *res);
+        free(res);
+    }
 
     if (ctx->observer) {
         emu_op_event ev = { .site = o->site, .kind = o->kind, .out = out,
-                            .hi = o->hi, .lo = o->lo, .counts = &counts,
-                            .op_index = stream };
+                            .hi = o->hi, .lo = o->lo, .counts = &r.counts,
+                            .op_index = r.stream };
         ctx->observer(ctx->observer_user, &ev);
     }
     return 0;

@@ -579,6 +579,8 @@ typedef struct ew_op {
     double p1, p2;    /* unary parameters                                */
     size_t inner;     /* add_bias: b's index is (i / inner) % dim        */
     size_t dim;
+    const emu_format *fmt; /* the output's (transcendental functions)    */
+    emu_rnd mode;     /* the sign of an exact zero sum                   */
 } ew_op;
 
 static size_t b_index(const ew_op *op, size_t i)
@@ -756,50 +758,158 @@ static int ew_ref(const void *vop, size_t i, mpfr_ptr e, mpfr_ptr src)
     return 0;
 }
 
-/* ---- the common path ---------------------------------------------------- */
+/* ---- the common path ----------------------------------------------------
+ * Each op hands the choke point a producer: the values of a chunk of
+ * outputs, computed while the choke point rounds, counts and stores the
+ * chunk before (no array of out->n doubles).  Selections and casts, whose
+ * values are binary32 values, produce binary32. */
 
-/* Commits hi (and lo) into out with op's callbacks, then frees the
- * scratch arrays. */
-static int ew_commit(emu_ctx *ctx, const char *site, const char *kind,
-                     emu_tensor *out, ew_op *op, double *hi, double *lo,
-                     const emu_rounding *rnd)
+static double unary_value(const emu_format *f, emu_unary fn, double x,
+                          double p1, double p2, double *lo);
+static double backward_value(const emu_format *f, emu_unary fn, double dy,
+                             double v, double slope, double *lo);
+
+/* Whether op's values have low parts (the kinds formed by TwoSum, an fma
+ * remainder or sum3). */
+static bool ew_has_lo(const ew_op *op)
 {
-    /* All low parts zero (sums of 16-bit values always are): the choke
-     * point's array path rounds the same values faster. */
-    if (lo) {
-        size_t i = 0;
-        while (i < out->n && lo[i] == 0.0)
-            i++;
-        if (i == out->n) {
-            free(lo);
-            lo = NULL;
-        }
+    switch (op->kind) {
+    case EW_ADD: case EW_SUB: case EW_DIV: case EW_AXPY: case EW_BIAS:
+        return true;
+    case EW_UNARY:
+        return op->f == EMU_UNARY_SQRT;
+    case EW_BACKWARD:
+        return op->f == EMU_UNARY_TANH || op->f == EMU_UNARY_SIGMOID ||
+               op->f == EMU_UNARY_LOG || op->f == EMU_UNARY_SQRT;
+    default:
+        return false;
     }
-    /* In-place use is fine: the choke point measures (and calls back into
-     * op's inputs) before it writes the output. */
-    emu_op_out o = { .site = site, .kind = kind, .out = out, .hi = hi,
-                     .lo = lo, .op = op, .ref = ew_ref,
-                     .inputs_had_nan = ew_had_nan, .rnd = rnd };
-    int rc = emu_commit(ctx, &o);
-    free(hi);
-    free(lo);
-    return rc;
 }
 
-/* Scratch for n values, and for n low parts if want_lo. */
-static int scratch2(emu_ctx *ctx, const char *site, size_t n, bool want_lo,
-                    double **hi, double **lo)
+/* emu_op_out.fill: outputs i0 .. i0+m-1.  Low parts that are all zero
+ * (sums of 16-bit values always are) are reported as none: the choke
+ * point's array path then rounds the same values faster. */
+static int ew_fill(const void *vop, size_t i0, size_t m, double *hi,
+                   double *lo)
 {
-    *lo = NULL;
-    *hi = emu_scratch(ctx, site, n);
-    if (!*hi)
-        return -1;
-    if (want_lo && !(*lo = emu_scratch(ctx, site, n))) {
-        free(*hi);
-        *hi = NULL;
-        return -1;
+    const ew_op *op = vop;
+    const float *a = op->a + i0;
+    const float *b = op->b && op->kind != EW_BIAS ? op->b + i0 : NULL;
+    const emu_rnd mode = op->mode;
+    switch (op->kind) {
+    case EW_ADD:
+        for (size_t j = 0; j < m; j++)
+            exact_sum(a[j], b[j], mode, &hi[j], &lo[j]);
+        break;
+    case EW_SUB:
+        for (size_t j = 0; j < m; j++)
+            exact_sum(a[j], -(double)b[j], mode, &hi[j], &lo[j]);
+        break;
+    case EW_DIV:
+        for (size_t j = 0; j < m; j++)
+            exact_div(a[j], b[j], &hi[j], &lo[j]);
+        break;
+    case EW_MUL:
+        for (size_t j = 0; j < m; j++)
+            hi[j] = exact_mul(a[j], b[j]);
+        break;
+    case EW_SCALE:
+        for (size_t j = 0; j < m; j++)
+            hi[j] = exact_mul(op->alpha, a[j]);
+        break;
+    case EW_AXPY:
+        for (size_t j = 0; j < m; j++)
+            exact_fma(op->alpha, a[j], b[j], mode, &hi[j], &lo[j]);
+        break;
+    case EW_BIAS:
+        for (size_t j = 0; j < m; j++)
+            exact_sum(a[j], op->b[b_index(op, i0 + j)], mode, &hi[j], &lo[j]);
+        break;
+    case EW_UNARY:
+        for (size_t j = 0; j < m; j++)
+            hi[j] = unary_value(op->fmt, op->f, a[j], op->p1, op->p2, &lo[j]);
+        break;
+    case EW_BACKWARD:
+        for (size_t j = 0; j < m; j++)
+            hi[j] = backward_value(op->fmt, op->f, a[j], op->b[i0 + j], op->p1,
+                                   &lo[j]);
+        break;
+    case EW_CAST:
+        for (size_t j = 0; j < m; j++)
+            hi[j] = a[j];
+        break;
     }
-    return 0;
+    if (!ew_has_lo(op))
+        return 0;
+    bool any = false;
+    for (size_t j = 0; j < m; j++)
+        any |= lo[j] != 0.0;
+    return any;
+}
+
+/* The ops whose values are binary32 values: casts and selections. */
+static bool ew_is_f32(const ew_op *op)
+{
+    if (op->kind == EW_CAST)
+        return true;
+    return op->kind == EW_UNARY &&
+           (op->f == EMU_UNARY_NEG || op->f == EMU_UNARY_ABS ||
+            op->f == EMU_UNARY_RELU || op->f == EMU_UNARY_CLAMP);
+}
+
+/* emu_op_out.fill32 for those: the same values as unary_value's, in
+ * binary32 (the clamp bounds are binary32 parameters). */
+static void ew_fill32(const void *vop, size_t i0, size_t m, float *v)
+{
+    const ew_op *op = vop;
+    const float *a = op->a + i0;
+    if (op->kind == EW_CAST) {
+        memcpy(v, a, m * sizeof *v);
+        return;
+    }
+    const float p1 = (float)op->p1, p2 = (float)op->p2;
+    switch (op->f) {
+    case EMU_UNARY_NEG:
+        for (size_t j = 0; j < m; j++)
+            v[j] = -a[j];
+        break;
+    case EMU_UNARY_ABS:
+        for (size_t j = 0; j < m; j++)
+            v[j] = fabsf(a[j]);
+        break;
+    case EMU_UNARY_RELU:
+        for (size_t j = 0; j < m; j++)
+            v[j] = isnan(a[j]) || a[j] > 0.0f ? a[j] : 0.0f;
+        break;
+    default: /* EMU_UNARY_CLAMP */
+        for (size_t j = 0; j < m; j++)
+            v[j] = a[j] < p1 ? p1 : a[j] > p2 ? p2 : a[j];
+        break;
+    }
+}
+
+/* Commits op's values into out under rnd.  In-place use is fine: output i
+ * reads input element i alone (add_bias's bias aside, which must not
+ * share out's storage for the early stores), and the choke point measures
+ * (and calls back into op's inputs) before it stores. */
+static int ew_commit(emu_ctx *ctx, const char *site, const char *kind,
+                     emu_tensor *out, ew_op *op, const emu_rounding *rnd)
+{
+    op->fmt = &out->fmt;
+    op->mode = rnd->mode;
+    bool early = emu_store_early_ok(out, op->a, out->n);
+    if (op->kind == EW_BIAS)
+        early &= op->b != out->data && emu_store_early_ok(out, op->b, op->dim);
+    else
+        early &= emu_store_early_ok(out, op->b, out->n);
+    emu_op_out o = { .site = site, .kind = kind, .out = out, .op = op,
+                     .ref = ew_ref, .inputs_had_nan = ew_had_nan, .rnd = rnd,
+                     .store_early = early };
+    if (ew_is_f32(op))
+        o.fill32 = ew_fill32;
+    else
+        o.fill = ew_fill;
+    return emu_commit(ctx, &o);
 }
 
 static const char *site_or(const char *site, const char *kind)
@@ -821,23 +931,8 @@ static int binary(emu_ctx *ctx, const char *site, emu_tensor *out,
         emu_check_same_shape(ctx, site, "a", a, "b", b) ||
         emu_check_same_shape(ctx, site, "out", out, "a", a))
         return -1;
-    const size_t n = out->n;
-    const bool want_lo = kind == EW_ADD || kind == EW_SUB || kind == EW_DIV;
-    double *hi, *lo;
-    if (scratch2(ctx, site, n, want_lo, &hi, &lo))
-        return -1;
-    const emu_rnd mode = rnd->mode;
-    for (size_t i = 0; i < n; i++) {
-        double x = a->data[i], y = b->data[i];
-        switch (kind) {
-        case EW_ADD: exact_sum(x, y, mode, &hi[i], &lo[i]); break;
-        case EW_SUB: exact_sum(x, -y, mode, &hi[i], &lo[i]); break;
-        case EW_DIV: exact_div(x, y, &hi[i], &lo[i]); break;
-        default: hi[i] = exact_mul(x, y); break;
-        }
-    }
     ew_op op = { .kind = kind, .a = a->data, .b = b->data };
-    return ew_commit(ctx, site, name, out, &op, hi, lo, rnd);
+    return ew_commit(ctx, site, name, out, &op, rnd);
 }
 
 int emu_t_add(emu_ctx *ctx, const char *site, emu_tensor *out,
@@ -882,13 +977,8 @@ int emu_t_scale(emu_ctx *ctx, const char *site, emu_tensor *out,
         emu_check_tensor(ctx, site, "x", x) ||
         emu_check_same_shape(ctx, site, "out", out, "x", x))
         return -1;
-    double *hi, *lo;
-    if (scratch2(ctx, site, out->n, false, &hi, &lo))
-        return -1;
-    for (size_t i = 0; i < out->n; i++)
-        hi[i] = exact_mul(alpha, x->data[i]);
     ew_op op = { .kind = EW_SCALE, .a = x->data, .alpha = alpha };
-    return ew_commit(ctx, site, "scale", out, &op, hi, lo, rnd);
+    return ew_commit(ctx, site, "scale", out, &op, rnd);
 }
 
 int emu_t_axpy(emu_ctx *ctx, const char *site, emu_tensor *out, float alpha,
@@ -904,13 +994,8 @@ int emu_t_axpy(emu_ctx *ctx, const char *site, emu_tensor *out, float alpha,
         emu_check_same_shape(ctx, site, "x", x, "y", y) ||
         emu_check_same_shape(ctx, site, "out", out, "x", x))
         return -1;
-    double *hi, *lo;
-    if (scratch2(ctx, site, out->n, true, &hi, &lo))
-        return -1;
-    for (size_t i = 0; i < out->n; i++)
-        exact_fma(alpha, x->data[i], y->data[i], rnd->mode, &hi[i], &lo[i]);
     ew_op op = { .kind = EW_AXPY, .a = x->data, .b = y->data, .alpha = alpha };
-    return ew_commit(ctx, site, "axpy", out, &op, hi, lo, rnd);
+    return ew_commit(ctx, site, "axpy", out, &op, rnd);
 }
 
 int emu_t_add_bias(emu_ctx *ctx, const char *site, emu_tensor *out,
@@ -940,13 +1025,7 @@ int emu_t_add_bias(emu_ctx *ctx, const char *site, emu_tensor *out,
         inner *= x->shape[d];
     ew_op op = { .kind = EW_BIAS, .a = x->data, .b = bias->data,
                  .inner = inner, .dim = x->shape[axis] };
-    double *hi, *lo;
-    if (scratch2(ctx, site, out->n, true, &hi, &lo))
-        return -1;
-    for (size_t i = 0; i < out->n; i++)
-        exact_sum(x->data[i], bias->data[b_index(&op, i)], rnd->mode,
-                  &hi[i], &lo[i]);
-    return ew_commit(ctx, site, "add_bias", out, &op, hi, lo, rnd);
+    return ew_commit(ctx, site, "add_bias", out, &op, rnd);
 }
 
 /* ---- unary ops ----------------------------------------------------------- */
@@ -996,18 +1075,9 @@ int emu_t_unary(emu_ctx *ctx, const char *site, emu_tensor *out,
     if (f == EMU_UNARY_CLAMP && !(param <= param2))
         return emu_ctx_fail(ctx, site, "clamp bounds [%g, %g] are not an "
                             "interval", (double)param, (double)param2);
-    double *hi, *lo;
-    if (scratch2(ctx, site, out->n, f == EMU_UNARY_SQRT, &hi, &lo))
-        return -1;
-    for (size_t i = 0; i < out->n; i++) {
-        double l;
-        hi[i] = unary_value(&out->fmt, f, x->data[i], param, param2, &l);
-        if (lo)
-            lo[i] = l;
-    }
     ew_op op = { .kind = EW_UNARY, .f = f, .a = x->data, .p1 = param,
                  .p2 = param2 };
-    return ew_commit(ctx, site, emu_unary_name(f), out, &op, hi, lo, rnd);
+    return ew_commit(ctx, site, emu_unary_name(f), out, &op, rnd);
 }
 
 /* ---- backward ------------------------------------------------------------
@@ -1062,21 +1132,9 @@ int emu_t_unary_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
     if (f == EMU_UNARY_LEAKY_RELU && !isfinite(param))
         return emu_ctx_fail(ctx, site, "leaky relu slope %g is not finite",
                             (double)param);
-    const bool want_lo = f == EMU_UNARY_TANH || f == EMU_UNARY_SIGMOID ||
-                         f == EMU_UNARY_LOG || f == EMU_UNARY_SQRT;
-    double *hi, *lo;
-    if (scratch2(ctx, site, dx->n, want_lo, &hi, &lo))
-        return -1;
-    for (size_t i = 0; i < dx->n; i++) {
-        double l;
-        hi[i] = backward_value(&dx->fmt, f, dy->data[i], x_or_y->data[i],
-                               param, &l);
-        if (lo)
-            lo[i] = l;
-    }
     ew_op op = { .kind = EW_BACKWARD, .f = f, .a = dy->data,
                  .b = x_or_y->data, .p1 = param };
-    return ew_commit(ctx, site, kind, dx, &op, hi, lo, rnd);
+    return ew_commit(ctx, site, kind, dx, &op, rnd);
 }
 
 /* ---- casts --------------------------------------------------------------- */
@@ -1091,13 +1149,8 @@ int emu_t_cast(emu_ctx *ctx, const char *site, emu_tensor *out,
         emu_check_tensor(ctx, site, "in", in) ||
         emu_check_same_shape(ctx, site, "out", out, "in", in))
         return -1;
-    double *hi, *lo;
-    if (scratch2(ctx, site, out->n, false, &hi, &lo))
-        return -1;
-    for (size_t i = 0; i < out->n; i++)
-        hi[i] = in->data[i];
     ew_op op = { .kind = EW_CAST, .a = in->data };
-    return ew_commit(ctx, site, "cast", out, &op, hi, lo, rnd);
+    return ew_commit(ctx, site, "cast", out, &op, rnd);
 }
 
 /* src holds n binary32 values; the tensor takes the first out->n. */
@@ -1114,11 +1167,6 @@ int emu_t_load(emu_ctx *ctx, const char *site, emu_tensor *out,
     if (n < out->n)
         return emu_ctx_fail(ctx, site, "%zu source values for the %zu "
                             "elements of '%s'", n, out->n, out->name);
-    double *hi, *lo;
-    if (scratch2(ctx, site, out->n, false, &hi, &lo))
-        return -1;
-    for (size_t i = 0; i < out->n; i++)
-        hi[i] = src[i];
     ew_op op = { .kind = EW_CAST, .a = src };
-    return ew_commit(ctx, site, "load", out, &op, hi, lo, rnd);
+    return ew_commit(ctx, site, "load", out, &op, rnd);
 }

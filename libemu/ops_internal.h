@@ -2,9 +2,10 @@
  * ops_internal.h — what the op files share (library-private).
  *
  * Every op file follows one pattern: check its arguments (emu_ctx_fail on
- * any problem, before touching an output), compute the pre-rounding value
- * of each output into a scratch array (exactly where it can: TwoSum pairs,
- * exact products, accumulator models), describe how MPFR recomputes an
+ * any problem, before touching an output), describe how to produce the
+ * pre-rounding value of each output (exactly where it can: TwoSum pairs,
+ * exact products, accumulator models) — a producer the choke point calls
+ * a chunk at a time, or a scratch array — and how MPFR recomputes an
  * output, and call emu_commit().
  */
 #ifndef EMU_OPS_INTERNAL_H
@@ -49,6 +50,11 @@ int emu_ctx_failc(emu_ctx *ctx, emu_errcode code, const char *site,
     __attribute__((format(printf, 4, 5)))
 #endif
     ;
+
+/* Whether an op that reads input element i (of the n at in) for output i
+ * alone may let the choke point store each chunk early (emu_op_out's
+ * store_early): in is out's own storage, or shares none of it. */
+bool emu_store_early_ok(const emu_tensor *out, const float *in, size_t n);
 
 /* "site: WHAT 'name' is (shape), expected WANT" in ctx->err; -1. */
 int emu_shape_fail(emu_ctx *ctx, const char *site, const char *what,

@@ -282,7 +282,10 @@ static int mm_run(emu_ctx *ctx, const char *site, const char *kind, int nd,
     emu_op_out oo = { .site = site, .kind = kind, .out = out, .hi = hi,
                       .lo = lo, .swamp = swamp ? &counts : NULL, .op = &m,
                       .ref = mm_ref, .inputs_had_nan = mm_inputs_had_nan,
-                      .rnd = rnd };
+                      .rnd = rnd,
+                      /* no input shares out's storage (mm_check); the
+                       * old values the reference reads are copied in c */
+                      .store_early = true };
     rc = emu_commit(ctx, &oo);
 
     if (ref)

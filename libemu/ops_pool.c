@@ -152,6 +152,8 @@ typedef struct pool_op {
     const float *x;           /* forward: the input                       */
     pool_geom g;
     float *buf;               /* window scratch for the callbacks          */
+    size_t *arg;              /* max: the argmax output, or NULL           */
+    emu_accum exact;          /* avg: the exact sums' model                */
 } pool_op;
 
 /* Gathers the window of output o (window order kh, kw) into buf. */
@@ -197,6 +199,43 @@ static int maxpool_ref(const void *opv, size_t i, mpfr_ptr exact,
     return 0;
 }
 
+/* emu_op_out.fill32 of max pooling: outputs i0 .. i0+m-1, each the first
+ * maximum of its window in window order (kh, kw) by IEEE maximum's order
+ * (-0 < +0), or its first NaN. */
+static void maxpool_fill32(const void *opv, size_t i0, size_t m, float *v)
+{
+    const pool_op *op = opv;
+    const pool_geom *g = &op->g;
+    size_t ow = i0 % g->Wo, oh = i0 / g->Wo % g->Ho, nc = i0 / (g->Wo * g->Ho);
+    for (size_t j = 0; j < m; j++) {
+        const size_t base = (nc * g->H + oh * g->stride) * g->W + ow * g->stride;
+        const float *xw = op->x + base;
+        size_t best = 0;
+        float b = xw[0];
+        for (size_t kh = 0; kh < g->size && !isnan(b); kh++)
+            for (size_t kw = 0; kw < g->size; kw++) {
+                const float c = xw[kh * g->W + kw];
+                if (isnan(c) || c > b ||
+                    (c == 0.0f && b == 0.0f && signbit(b) && !signbit(c))) {
+                    b = c;
+                    best = kh * g->W + kw;
+                    if (isnan(b))
+                        break;
+                }
+            }
+        v[j] = b;
+        if (op->arg)
+            op->arg[i0 + j] = base + best;
+        if (++ow == g->Wo) {
+            ow = 0;
+            if (++oh == g->Ho) {
+                oh = 0;
+                nc++;
+            }
+        }
+    }
+}
+
 int emu_t_maxpool2d(emu_ctx *ctx, const char *site, emu_tensor *y,
                     size_t *argmax, const emu_tensor *x,
                     const emu_pool_opts *o, const emu_rounding *rnd)
@@ -210,53 +249,17 @@ int emu_t_maxpool2d(emu_ctx *ctx, const char *site, emu_tensor *y,
         check_pooled(ctx, site, "y", y, &g))
         return -1;
     const size_t S = g.size * g.size;
-    const float *xs = x->data;
-    double *hi = emu_scratch(ctx, site, y->n);
-    size_t *arg = hi ? malloc(y->n * sizeof *arg) : NULL;
-    float *buf = arg ? malloc(S * sizeof *buf) : NULL; /* for the callbacks */
-    if (!buf) {
-        if (hi)
-            emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory");
-        free(hi);
-        free(arg);
-        return -1;
-    }
-    /* Output i = (nc*Ho + oh)*Wo + ow, its window walked in place in
-     * window order (gather_window's, without the index arithmetic per
-     * output). */
-    size_t i = 0;
-    for (size_t nc = 0; nc < g.N * g.C; nc++)
-        for (size_t oh = 0; oh < g.Ho; oh++)
-            for (size_t ow = 0; ow < g.Wo; ow++, i++) {
-                const size_t base = (nc * g.H + oh * g.stride) * g.W +
-                                    ow * g.stride;
-                size_t best = base;
-                float b = xs[base];
-                for (size_t kh = 0; kh < g.size && !isnan(b); kh++) {
-                    const size_t row = base + kh * g.W;
-                    for (size_t kw = 0; kw < g.size; kw++) {
-                        const float v = xs[row + kw];
-                        if (isnan(v) || v > b ||
-                            (v == 0.0f && b == 0.0f && signbit(b) &&
-                             !signbit(v))) {
-                            best = row + kw;
-                            b = v;
-                            if (isnan(v))
-                                break; /* the first NaN wins */
-                        }
-                    }
-                }
-                hi[i] = b;
-                arg[i] = best;
-            }
-    pool_op op = { .x = xs, .g = g, .buf = buf };
+    float *buf = malloc(S * sizeof *buf);
+    if (!buf)
+        return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory");
+    /* The selected values are binary32 values: produced as such, chunk by
+     * chunk, with argmax written as they are selected (the choke point
+     * fails, if at all, before it asks for values). */
+    pool_op op = { .x = x->data, .g = g, .buf = buf, .arg = argmax };
     int rc = emu_commit(ctx, &(emu_op_out){
-        .site = site, .kind = "maxpool2d", .out = y, .hi = hi, .op = &op,
-        .ref = maxpool_ref, .rnd = rnd });
-    if (rc == 0 && argmax)
-        memcpy(argmax, arg, y->n * sizeof *arg);
-    free(hi);
-    free(arg);
+        .site = site, .kind = "maxpool2d", .out = y, .fill32 = maxpool_fill32,
+        .op = &op, .ref = maxpool_ref, .rnd = rnd,
+        .store_early = !emu_tensors_overlap(y, x) });
     free(buf);
     return rc;
 }
@@ -274,6 +277,20 @@ static int avgpool_ref(const void *opv, size_t i, mpfr_ptr exact,
     return 0;
 }
 
+/* emu_op_out.fill of average pooling: the exact window sums / size^2. */
+static int avgpool_fill(const void *opv, size_t i0, size_t m, double *hi,
+                        double *lo)
+{
+    const pool_op *op = opv;
+    const double S = (double)(op->g.size * op->g.size);
+    for (size_t j = 0; j < m; j++) {
+        size_t k = gather_window(&op->g, op->x, i0 + j, op->buf);
+        double sl, sh = exact_sum(&op->exact, op->buf, k, &sl);
+        div_pair(sh, sl, S, &hi[j], &lo[j]);
+    }
+    return 1;
+}
+
 int emu_t_avgpool2d(emu_ctx *ctx, const char *site, emu_tensor *y,
                     const emu_tensor *x, const emu_pool_opts *o,
                     const emu_rounding *rnd)
@@ -287,29 +304,15 @@ int emu_t_avgpool2d(emu_ctx *ctx, const char *site, emu_tensor *y,
         check_pooled(ctx, site, "y", y, &g))
         return -1;
     const size_t S = g.size * g.size;
-    const float *xs = x->data;
-    double *hi = emu_scratch(ctx, site, 2 * y->n);
-    float *buf = hi ? malloc(S * sizeof *buf) : NULL;
-    if (!buf) {
-        if (hi)
-            emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory");
-        free(hi);
-        return -1;
-    }
-    double *lo = hi + y->n;
-    emu_accum exact;
-    exact_model(&exact);
-    for (size_t i = 0; i < y->n; i++) {
-        size_t k = gather_window(&g, xs, i, buf);
-        double sl, sh = exact_sum(&exact, buf, k, &sl);
-        div_pair(sh, sl, (double)S, &hi[i], &lo[i]);
-    }
-    pool_op op = { .x = xs, .g = g, .buf = buf };
+    float *buf = malloc(S * sizeof *buf);
+    if (!buf)
+        return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory");
+    pool_op op = { .x = x->data, .g = g, .buf = buf };
+    exact_model(&op.exact);
     int rc = emu_commit(ctx, &(emu_op_out){
-        .site = site, .kind = "avgpool2d", .out = y, .hi = hi, .lo = lo,
+        .site = site, .kind = "avgpool2d", .out = y, .fill = avgpool_fill,
         .op = &op, .ref = avgpool_ref, .inputs_had_nan = window_had_nan,
-        .rnd = rnd });
-    free(hi);
+        .rnd = rnd, .store_early = !emu_tensors_overlap(y, x) });
     free(buf);
     return rc;
 }
@@ -328,6 +331,7 @@ typedef struct pool_bwd_op {
     routes rt;
     float *buf;      /* max_k scratch for the callbacks */
     double S;        /* divisor: 1 for max, size^2 for avg */
+    emu_accum exact; /* the exact sums' model */
 } pool_bwd_op;
 
 static size_t gather_routes(const pool_bwd_op *op, size_t j, float *buf)
@@ -356,44 +360,51 @@ static int bwd_ref(const void *opv, size_t j, mpfr_ptr exact, mpfr_ptr src)
     return 0;
 }
 
-/* Pre-rounding values of dx from the routes: the exact sums divided by S. */
-static int bwd_commit(emu_ctx *ctx, const char *site, const char *kind,
-                      emu_tensor *dx, pool_bwd_op *op, size_t max_k,
-                      const emu_rounding *rnd)
+/* emu_op_out.fill of the backward passes: the exact sums of the routed
+ * dy divided by S. */
+static int bwd_fill(const void *opv, size_t i0, size_t m, double *hi,
+                    double *lo)
 {
-    double *hi = emu_scratch(ctx, site, 2 * dx->n);
-    float *buf = hi ? malloc((max_k ? max_k : 1) * sizeof *buf) : NULL;
-    if (!buf) {
-        if (hi)
-            emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory");
-        free(hi);
-        return -1;
+    const pool_bwd_op *op = opv;
+    for (size_t j = 0; j < m; j++) {
+        size_t k = gather_routes(op, i0 + j, op->buf);
+        double sl, sh = exact_sum(&op->exact, op->buf, k, &sl);
+        div_pair(sh, sl, op->S, &hi[j], &lo[j]);
     }
-    double *lo = hi + dx->n;
-    emu_accum exact;
-    exact_model(&exact);
-    if (max_k <= 1 && op->S == 1.0) {
-        /* Windows that do not overlap (max pooling's usual stride = size):
-         * each dx is the one dy routed to it or +0, exactly, lo +0 (as
-         * exact_sum and div_pair give them), in one pass. */
-        const size_t *first = op->rt.first, *list = op->rt.list;
-        for (size_t j = 0; j < dx->n; j++) {
-            hi[j] = first[j + 1] > first[j] ? (double)op->dy[list[first[j]]]
-                                            : 0.0;
-            lo[j] = 0.0;
-        }
-    } else {
-        for (size_t j = 0; j < dx->n; j++) {
-            size_t k = gather_routes(op, j, buf);
-            double sl, sh = exact_sum(&exact, buf, k, &sl);
-            div_pair(sh, sl, op->S, &hi[j], &lo[j]);
-        }
+    return 1;
+}
+
+/* emu_op_out.fill32 where at most one dy reaches each input and S is 1
+ * (max pooling with windows that do not overlap): the sum of nothing is
+ * +0 and of one value that value itself, -0 included (exact_sum), a
+ * binary32 value. */
+static void bwd_fill32(const void *opv, size_t i0, size_t m, float *v)
+{
+    const pool_bwd_op *op = opv;
+    const size_t *first = op->rt.first;
+    for (size_t j = 0; j < m; j++) {
+        const size_t r = first[i0 + j];
+        v[j] = r < first[i0 + j + 1] ? op->dy[op->rt.list[r]] : 0.0f;
     }
+}
+
+/* Commits dx from the routes: the exact sums divided by S, produced a
+ * chunk at a time. */
+static int bwd_commit(emu_ctx *ctx, const char *site, const char *kind,
+                      emu_tensor *dx, const emu_tensor *dy, pool_bwd_op *op,
+                      size_t max_k, const emu_rounding *rnd)
+{
+    float *buf = malloc((max_k ? max_k : 1) * sizeof *buf);
+    if (!buf)
+        return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory");
     op->buf = buf;
+    exact_model(&op->exact);
+    const bool f32 = max_k <= 1 && op->S == 1.0;
     int rc = emu_commit(ctx, &(emu_op_out){
-        .site = site, .kind = kind, .out = dx, .hi = hi, .lo = lo, .op = op,
-        .ref = bwd_ref, .inputs_had_nan = bwd_had_nan, .rnd = rnd });
-    free(hi);
+        .site = site, .kind = kind, .out = dx, .op = op,
+        .fill = f32 ? NULL : bwd_fill, .fill32 = f32 ? bwd_fill32 : NULL,
+        .ref = bwd_ref, .inputs_had_nan = bwd_had_nan, .rnd = rnd,
+        .store_early = !emu_tensors_overlap(dx, dy) });
     free(buf);
     return rc;
 }
@@ -408,8 +419,8 @@ static int routes_alloc(emu_ctx *ctx, const char *site, routes *rt,
     if (!rt->first || !rt->list) {
         free(rt->first);
         free(rt->list);
-        return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory for the routing of "
-                            "%zu gradients", n_list);
+        return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory for the "
+                             "routing of %zu gradients", n_list);
     }
     return 0;
 }
@@ -465,7 +476,7 @@ int emu_t_maxpool2d_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
     for (size_t j = dx->n; j > 0; j--)
         first[j] = first[j - 1];
     first[0] = 0;
-    int rc = bwd_commit(ctx, site, "maxpool2d_bwd", dx, &op, max_k, rnd);
+    int rc = bwd_commit(ctx, site, "maxpool2d_bwd", dx, dy, &op, max_k, rnd);
     routes_free(&op.rt);
     return rc;
 }
@@ -506,7 +517,7 @@ int emu_t_avgpool2d_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
         if (k - k0 > max_k)
             max_k = k - k0;
     }
-    int rc = bwd_commit(ctx, site, "avgpool2d_bwd", dx, &op, max_k, rnd);
+    int rc = bwd_commit(ctx, site, "avgpool2d_bwd", dx, dy, &op, max_k, rnd);
     routes_free(&op.rt);
     return rc;
 }

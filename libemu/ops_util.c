@@ -76,6 +76,15 @@ bool emu_tensors_overlap(const emu_tensor *a, const emu_tensor *b)
     return a0 < b1 && b0 < a1;
 }
 
+bool emu_store_early_ok(const emu_tensor *out, const float *in, size_t n)
+{
+    if (!in || in == out->data)
+        return true;
+    uintptr_t a0 = (uintptr_t)out->data, a1 = (uintptr_t)(out->data + out->n);
+    uintptr_t b0 = (uintptr_t)in, b1 = (uintptr_t)(in + n);
+    return !(a0 < b1 && b0 < a1);
+}
+
 int emu_shape_fail(emu_ctx *ctx, const char *site, const char *what,
                    const emu_tensor *t, const char *want)
 {

@@ -170,6 +170,31 @@ static void hist_add(uint64_t *hist, const void *x, size_t n, bool f32)
     tables_merge(hist, &tab);
 }
 
+/* The choke point bins its outputs a chunk at a time: the tables then
+ * live across its chunks and are merged once, at the end, rather than
+ * cleared and merged per chunk (which would cost more than the binning). */
+void emu_hist_tables_add(emu_hist_tables *t, const void *x, size_t n, bool f32)
+{
+    _Static_assert(sizeof t->t == sizeof(bin_tables), "emu_hist_tables");
+    const size_t size = f32 ? sizeof(float) : sizeof(double);
+    const char *p = x;
+    uint16_t bins[BIN_CHUNK];
+    size_t i = 0;
+    for (; i + BIN_CHUNK <= n; i += BIN_CHUNK) {
+        bins_of(bins, p + i * size, BIN_CHUNK, f32); /* constant: vectorised */
+        tables_count((bin_tables *)t->t, bins, BIN_CHUNK);
+    }
+    if (i < n) {
+        bins_of(bins, p + i * size, n - i, f32);
+        tables_count((bin_tables *)t->t, bins, n - i);
+    }
+}
+
+void emu_hist_tables_merge(uint64_t *hist, const emu_hist_tables *t)
+{
+    tables_merge(hist, (const bin_tables *)t->t);
+}
+
 void emu_hist_add_unguarded(uint64_t *hist, const double *x, size_t n)
 {
     hist_add(hist, x, n, false);

@@ -25,6 +25,11 @@
  *               rounding) gives the results and counts of the scalar
  *               choke point, for edges, specials and random patterns,
  *               under every profile, with and without saturation;
+ *   chunks      the chunked producers (fill, fill32), with and without
+ *               early stores and an observer, equal the whole arrays in
+ *               results and in every counter, histogram and sampled error,
+ *               at sizes 0, 1, chunk - 1, chunk, chunk + 1 and larger, on
+ *               values with NaN, inf, overflow and subnormals, in place too;
  *   exports     CSV (header + one row per site, quoted names), histogram
  *               CSV, JSON (checked by a small parser), step rows, summary,
  *               and the atomic writes' failure paths.
@@ -1616,6 +1621,346 @@ START_TEST(test_stats_api)
 }
 END_TEST
 
+/* ---- chunked producers against whole arrays ------------------------------ */
+
+/* An op whose values are given arrays: the producers read them back a
+ * chunk at a time, so every commit below sees the same values. */
+typedef struct arr_op {
+    const double *hi, *lo;   /* lo may be NULL                           */
+    const float *f;          /* the same values as binary32 (fill32)     */
+    bool lo_per_chunk;       /* fill reports all-zero chunks as no lo     */
+    size_t calls, next;      /* producer calls, and the i0 expected next  */
+} arr_op;
+
+static int arr_fill(const void *vop, size_t i0, size_t m, double *hi,
+                    double *lo)
+{
+    arr_op *op = (arr_op *)vop;
+    ck_assert_uint_eq(i0, op->next);
+    ck_assert_uint_le(m, EMU_COMMIT_CHUNK);
+    ck_assert_uint_gt(m, 0);
+    op->next = i0 + m;
+    op->calls++;
+    memcpy(hi, op->hi + i0, m * sizeof *hi);
+    if (!op->lo)
+        return 0;
+    bool any = false;
+    for (size_t j = 0; j < m; j++)
+        any |= op->lo[i0 + j] != 0.0;
+    if (op->lo_per_chunk && !any)
+        return 0;
+    memcpy(lo, op->lo + i0, m * sizeof *lo);
+    return 1;
+}
+
+static void arr_fill32(const void *vop, size_t i0, size_t m, float *v)
+{
+    arr_op *op = (arr_op *)vop;
+    ck_assert_uint_eq(i0, op->next);
+    op->next = i0 + m;
+    op->calls++;
+    memcpy(v, op->f + i0, m * sizeof *v);
+}
+
+/* The exact value hi + lo from MPFR; as a dot product, with sources a
+ * relative 2^-20 away, so that the error split is exercised too. */
+static int arr_ref(const void *vop, size_t i, mpfr_ptr exact, mpfr_ptr src)
+{
+    const arr_op *op = vop;
+    if (isnan(op->hi[i]))
+        return -1;
+    mpfr_set_d(exact, op->hi[i], MPFR_RNDN);
+    if (op->lo)
+        mpfr_add_d(exact, exact, op->lo[i], MPFR_RNDN);
+    if (i % 2)
+        return 0;
+    mpfr_mul_d(src, exact, 1.0 + 0x1p-20, MPFR_RNDN);
+    return 1;
+}
+
+static bool arr_had_nan(const void *vop, size_t i)
+{
+    (void)vop;
+    return i % 3 == 0;
+}
+
+/* Awkward values for chunk tests: a random mix of binary32 values, wider
+ * doubles, subnormals of both the carrier and the small formats, values
+ * beyond every format's range, zeros, infinities and NaNs; low parts in
+ * some chunks only (the second chunk has none), some exactly at ties. */
+static void awkward_values(double *hi, double *lo, float *f, size_t n,
+                           test_rng *g)
+{
+    static const double specials[] = {
+        0.0, -0.0, INFINITY, -INFINITY, NAN, -NAN, 1e300, -1e300, 70000.0,
+        65520.0, 0x1p-149, -0x1p-150, 0x1p-24, 0x1p-25, 0x1.8p-25, 3e38,
+        0x1p-1030, 1.0, 0x1.002p0, 0x1.0000008p0
+    };
+    const size_t ns = sizeof specials / sizeof *specials;
+    for (size_t i = 0; i < n; i++) {
+        const uint64_t r = test_next(g);
+        double x;
+        switch (r % 8) {
+        case 0: x = specials[(r >> 8) % ns]; break;
+        case 1: x = ldexp((double)(r >> 11) * 0x1p-53, (int)((r >> 3) % 300) - 170); break;
+        case 2: x = -ldexp(1.0 + (double)(r >> 40) * 0x1p-24, (int)((r >> 3) % 40) - 30); break;
+        default: {
+            uint32_t w = (uint32_t)(r >> 16);
+            float v;
+            memcpy(&v, &w, sizeof v);
+            x = v;
+        }
+        }
+        hi[i] = x;
+        const bool chunk_lo = (i / EMU_COMMIT_CHUNK) % 2 == 0;
+        lo[i] = chunk_lo && isfinite(x) && x != 0.0 && (r >> 60) < 8
+              ? ldexp(x, -60 + (int)((r >> 56) % 4)) * ((r >> 55) & 1 ? 1 : -1)
+              : 0.0;
+        if (lo[i] != 0.0 && fabs(x) < 0x1p-960)
+            lo[i] = 0.0; /* a pair stays exact: lo at most ulp(hi) / 2 */
+        f[i] = (float)x;
+    }
+}
+
+/* Every counter, histogram and sampled error of two sites is equal. */
+static void same_stats(const emu_site_stats *a, const emu_site_stats *b,
+                       const char *what)
+{
+    ck_assert_msg(a->results == b->results && a->inexact == b->inexact &&
+                  a->underflow == b->underflow && a->to_zero == b->to_zero &&
+                  a->subnormal == b->subnormal && a->overflow == b->overflow &&
+                  a->nan == b->nan && a->nan_produced == b->nan_produced &&
+                  a->adds == b->adds && a->absorbed == b->absorbed,
+                  "%s: counters differ (results %llu/%llu inexact %llu/%llu "
+                  "nan %llu/%llu produced %llu/%llu)", what,
+                  (unsigned long long)a->results, (unsigned long long)b->results,
+                  (unsigned long long)a->inexact, (unsigned long long)b->inexact,
+                  (unsigned long long)a->nan, (unsigned long long)b->nan,
+                  (unsigned long long)a->nan_produced,
+                  (unsigned long long)b->nan_produced);
+    ck_assert_msg(!memcmp(a->lost_bits, b->lost_bits, sizeof a->lost_bits),
+                  "%s: lost bits differ", what);
+    ck_assert_msg(!memcmp(a->hist_exact, b->hist_exact, sizeof a->hist_exact),
+                  "%s: exact histograms differ", what);
+    ck_assert_msg(!memcmp(a->hist_rounded, b->hist_rounded,
+                          sizeof a->hist_rounded),
+                  "%s: rounded histograms differ", what);
+    ck_assert_msg(a->ref_samples == b->ref_samples &&
+                  a->dot_samples == b->dot_samples,
+                  "%s: samples %llu/%llu", what,
+                  (unsigned long long)a->ref_samples,
+                  (unsigned long long)b->ref_samples);
+    const double da[] = { a->ulp_sum, a->ulp_max, a->rel_sum, a->rel_max,
+                          a->quant_sum, a->quant_max, a->accum_sum,
+                          a->accum_max, a->round_sum, a->round_max };
+    const double db[] = { b->ulp_sum, b->ulp_max, b->rel_sum, b->rel_max,
+                          b->quant_sum, b->quant_max, b->accum_sum,
+                          b->accum_max, b->round_sum, b->round_max };
+    for (size_t k = 0; k < sizeof da / sizeof *da; k++)
+        ck_assert_msg(test_same(da[k], db[k]), "%s: error sum %zu: %a vs %a",
+                      what, k, da[k], db[k]);
+    ck_assert_msg(!memcmp(a->ulp_hist, b->ulp_hist, sizeof a->ulp_hist) &&
+                  !memcmp(a->rel_hist, b->rel_hist, sizeof a->rel_hist),
+                  "%s: error histograms differ", what);
+}
+
+/* One commit of n outputs through `how` (0 arrays, 1 fill, 2 fill32), with
+ * or without early stores and an observer; returns the site's totals and
+ * the results in y. */
+static emu_site_stats commit_how(const emu_format *fmt, const emu_rounding *r,
+                                 arr_op *op, const float *acc_old,
+                                 const double *addend, size_t n, int how,
+                                 bool early, bool observer, double rate,
+                                 emu_tensor *y, obs_log *log)
+{
+    /* Tensors are never empty; the choke point must still take n = 0. */
+    make(y, fmt, n ? n : 1, "y", EMU_ROLE_OTHER);
+    y->n = n;
+    emu_stats stats;
+    emu_stats_init(&stats);
+    emu_ctx ctx;
+    emu_ctx_init(&ctx, 77);
+    ctx.stats = &stats;
+    ctx.measure = EMU_MEASURE_ALL;
+    ctx.ref_rate = rate;
+    if (observer) {
+        ctx.observer = observe;
+        ctx.observer_user = log;
+    }
+    op->calls = op->next = 0;
+    emu_op_out o = { .site = "chunks", .kind = "test", .out = y, .op = op,
+                     .ref = arr_ref, .inputs_had_nan = arr_had_nan, .rnd = r,
+                     .acc_old = acc_old, .addend = addend,
+                     .store_early = early };
+    if (how == 0) {
+        o.hi = op->hi;
+        o.lo = op->lo;
+    } else if (how == 1) {
+        o.fill = arr_fill;
+    } else {
+        o.fill32 = arr_fill32;
+    }
+    ck_assert_int_eq(emu_commit(&ctx, &o), 0);
+    ck_assert_uint_eq(ctx.op_index, 1);
+    if (how)
+        ck_assert_uint_eq(op->next, n);
+    emu_site_stats t = { 0 };
+    if (stats.count)
+        t = find_site(&stats, "chunks", EMU_ROLE_OTHER)->total;
+    emu_stats_free(&stats);
+    return t;
+}
+
+START_TEST(test_chunked_equals_arrays)
+{
+    const size_t C = EMU_COMMIT_CHUNK;
+    const size_t sizes[] = { 0, 1, C - 1, C, C + 1, 5 * C + 77 };
+    const struct { const char *fmt; emu_rnd mode; } cases[] = {
+        { "binary16", EMU_RNE }, { "binary16", EMU_RS }, { "bfloat16", EMU_RZ },
+        { "e5m2", EMU_RNE }, { "e4m3", EMU_RNA }, { "binary32", EMU_RNE },
+        { "binary32", EMU_RS }, { "e2m1", EMU_RO },
+    };
+    test_rng g = test_rng_make(12);
+    for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
+        const size_t n = sizes[si], na = n ? n : 1;
+        double *hi = malloc(na * sizeof *hi), *lo = malloc(na * sizeof *lo);
+        double *hi32 = malloc(na * sizeof *hi32), *addend = malloc(na * sizeof *addend);
+        float *f = malloc(na * sizeof *f), *acc_old = malloc(na * sizeof *acc_old);
+        awkward_values(hi, lo, f, n, &g);
+        for (size_t i = 0; i < n; i++) {
+            hi32[i] = f[i]; /* the binary32 values, as the array path sees them */
+            acc_old[i] = (float)ldexp(1.0 + (double)(test_next(&g) >> 40) * 0x1p-24,
+                                      (int)(test_next(&g) % 40) - 20);
+            addend[i] = i % 5 == 0 ? 0.0 : hi[i] - acc_old[i];
+        }
+        for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++)
+        for (int with_lo = 0; with_lo < 2; with_lo++)
+        for (int rate = 0; rate < 2; rate++) {
+            const emu_format *fmt = test_format(cases[ci].fmt);
+            emu_rounding r = { .mode = cases[ci].mode, .sr_bits = 64 };
+            const double ref_rate = rate ? 1.0 : 0.3;
+            char what[160];
+            snprintf(what, sizeof what, "n %zu, %s, mode %d, lo %d, rate %g", n,
+                     cases[ci].fmt, (int)cases[ci].mode, with_lo, ref_rate);
+            arr_op op = { .hi = hi, .lo = with_lo ? lo : NULL, .f = f };
+            emu_tensor y0, y1;
+            obs_log log = { 0 };
+            const emu_site_stats want = commit_how(
+                fmt, &r, &op, acc_old, addend, n, 0, false, false, ref_rate,
+                &y0, &log);
+            /* fill: with and without early stores, low parts whole or
+             * reported per chunk, through an observer or not */
+            for (int v = 0; v < 8; v++) {
+                op.lo_per_chunk = v & 1;
+                const bool early = v & 2, obs = v & 4;
+                memset(&log, 0, sizeof log);
+                const emu_site_stats got = commit_how(
+                    fmt, &r, &op, acc_old, addend, n, 1, early, obs, ref_rate,
+                    &y1, &log);
+                char w2[200];
+                snprintf(w2, sizeof w2, "%s, fill variant %d", what, v);
+                same_stats(&want, &got, w2);
+                ck_assert_msg(!memcmp(y0.data, y1.data, n * sizeof *y0.data),
+                              "%s: results differ", w2);
+                if (obs) {
+                    ck_assert_int_eq(log.calls, 1);
+                    for (size_t i = 0; i < n && i < 64; i++) {
+                        ck_assert(test_same(log.hi[0][i], hi[i]));
+                        ck_assert(test_same(log.lo[0][i], with_lo ? lo[i] : 0.0));
+                    }
+                }
+                emu_tensor_free(&y1);
+            }
+            emu_tensor_free(&y0);
+            if (with_lo)
+                continue;
+            /* fill32 against arrays of the same binary32 values */
+            arr_op op32 = { .hi = hi32, .f = f };
+            const emu_site_stats want32 = commit_how(
+                fmt, &r, &op32, acc_old, addend, n, 0, false, false, ref_rate,
+                &y0, &log);
+            for (int v = 0; v < 4; v++) {
+                memset(&log, 0, sizeof log);
+                const emu_site_stats got = commit_how(
+                    fmt, &r, &op32, acc_old, addend, n, 2, v & 1, v & 2,
+                    ref_rate, &y1, &log);
+                char w2[200];
+                snprintf(w2, sizeof w2, "%s, fill32 variant %d", what, v);
+                same_stats(&want32, &got, w2);
+                ck_assert_msg(!memcmp(y0.data, y1.data, n * sizeof *y0.data),
+                              "%s: results differ", w2);
+                emu_tensor_free(&y1);
+            }
+            emu_tensor_free(&y0);
+        }
+        free(hi);
+        free(lo);
+        free(hi32);
+        free(addend);
+        free(f);
+        free(acc_old);
+    }
+}
+END_TEST
+
+/* In place: a producer that reads out's own storage at its own position
+ * (an elementwise op on out), stored early, gives what the arrays give
+ * with the results kept aside. */
+START_TEST(test_chunked_in_place)
+{
+    const size_t n = 3 * EMU_COMMIT_CHUNK + 5;
+    const emu_format *h = test_format("binary16");
+    emu_tensor y;
+    make(&y, h, n, "y", EMU_ROLE_OTHER);
+    test_rng g = test_rng_make(5);
+    float *x0 = malloc(n * sizeof *x0);
+    double *hi = malloc(n * sizeof *hi);
+    for (size_t i = 0; i < n; i++) {
+        x0[i] = (float)ldexp((double)(test_next(&g) >> 11) * 0x1p-53,
+                             (int)(test_next(&g) % 60) - 30);
+        hi[i] = (double)x0[i] * 3.0; /* exact */
+    }
+    float *want = malloc(n * sizeof *want);
+    for (int early = 0; early < 2; early++) {
+        memcpy(y.data, x0, n * sizeof *x0);
+        emu_stats stats;
+        emu_stats_init(&stats);
+        emu_ctx ctx;
+        emu_ctx_init(&ctx, 1);
+        ctx.stats = &stats;
+        ctx.measure = EMU_MEASURE_ALL;
+        /* acc_old is out itself: the update out = out + addend */
+        double *addend = malloc(n * sizeof *addend);
+        for (size_t i = 0; i < n; i++)
+            addend[i] = hi[i] - y.data[i];
+        emu_op_out o = { .site = "inplace", .kind = "test", .out = &y,
+                         .hi = early ? NULL : hi, .rnd = &test_rne,
+                         .acc_old = y.data, .addend = addend,
+                         .store_early = early };
+        arr_op op = { .hi = hi };
+        if (early) {
+            o.fill = arr_fill;
+            o.op = &op;
+        }
+        ck_assert_int_eq(emu_commit(&ctx, &o), 0);
+        const emu_site *s = find_site(&stats, "inplace", EMU_ROLE_OTHER);
+        if (!early) {
+            memcpy(want, y.data, n * sizeof *want);
+            ck_assert_uint_eq(s->total.adds, n);
+        } else {
+            ck_assert(!memcmp(want, y.data, n * sizeof *want));
+            ck_assert_uint_eq(s->total.adds, n);
+        }
+        free(addend);
+        emu_stats_free(&stats);
+    }
+    free(x0);
+    free(hi);
+    free(want);
+    emu_tensor_free(&y);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("choke_point");
@@ -1633,6 +1978,8 @@ static Suite *suite(void)
     tcase_add_test(tc, test_sr_streams);
     tcase_add_test(tc, test_exports);
     tcase_add_test(tc, test_stats_api);
+    tcase_add_test(tc, test_chunked_equals_arrays);
+    tcase_add_test(tc, test_chunked_in_place);
     suite_add_tcase(s, tc);
     /* Regressions: an infinite relative error went to the first bin, and
      * long site names made a new site on every call. */

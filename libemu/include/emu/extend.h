@@ -67,7 +67,8 @@ extern "C" {
  * histograms bin values: src[i] before rounding, the element times its
  * scales after; hist_scale (or NULL) is added to the site's.
  *
- * hi NULL means the op wrote out->data itself, with a fast path tested
+ * hi NULL (and no producer, below) means the op wrote out->data itself,
+ * with a fast path tested
  * bit-identical to this rounding of its values, because nothing is to be
  * measured: allowed only when emu_commit_measures(ctx) is false; the
  * choke point then only advances the op index. */
@@ -88,7 +89,34 @@ typedef struct emu_op_out {
     double scale_g;
     const float *src;
     const uint64_t *hist_scale;        /* EMU_HIST_BINS counts, or NULL     */
+    /* ---- one pass per op: chunked producers -------------------------------
+     * Instead of whole hi/lo arrays, an op may hand over a producer that the
+     * choke point calls for outputs i0 .. i0+m-1, m <= EMU_COMMIT_CHUNK, in
+     * increasing order of i0, each output once; each chunk is then rounded,
+     * counted, binned, sampled and stored while it is in cache, and no
+     * out->n-sized array of doubles exists.  Set at most one of hi, fill and
+     * fill32.
+     *   fill writes the values before rounding to hi[0..m) and returns 1 if
+     *     it also wrote low parts to lo[0..m), 0 if they are all zero (lo is
+     *     then left alone).
+     *   fill32 writes values that are binary32 values already (selections,
+     *     casts, exact products that fit): into a binary32 output under a
+     *     rounding that maps binary32 to itself they are only copied.
+     * With an observer installed (which sees whole arrays) the choke point
+     * first calls the producer into arrays of out->n doubles, then proceeds
+     * as with hi/lo.
+     * store_early: the op's callbacks (fill, fill32, ref, inputs_had_nan)
+     * for output i read out's storage only at positions >= i (elementwise
+     * ops and in-place updates), or not at all: each chunk may then be
+     * stored as soon as it is measured.  Otherwise the results are kept
+     * aside until every callback has run (a copy of out->n floats). */
+    int (*fill)(const void *op, size_t i0, size_t m, double *hi, double *lo);
+    void (*fill32)(const void *op, size_t i0, size_t m, float *v);
+    bool store_early;
 } emu_op_out;
+
+/* The most outputs a producer is asked for at once. */
+enum { EMU_COMMIT_CHUNK = 1024 };
 
 /* Rounds, measures and writes o->out.  Advances ctx->op_index.  The
  * callbacks (ref, inputs_had_nan) run before o->out is written, so an op

@@ -4,8 +4,10 @@
  * An op computes, for each of its outputs, the value it would have before
  * the final rounding — exactly where the inputs allow (a sum as TwoSum's
  * hi + lo, a product in one double), or the accumulator model's result for
- * dot products, or a binary64 evaluation for exp/log/tanh — and hands the
- * whole array to emu_commit().  The choke point alone then
+ * dot products, or a binary64 evaluation for exp/log/tanh — and hands
+ * them to emu_commit(), as arrays or a chunk at a time (emu_op_out's fill,
+ * emu/extend.h).
+ * The choke point alone then, in one pass over the outputs,
  *   1. rounds every value into the output tensor's format under the op's
  *      rounding;
  *   2. counts results, inexact, underflow to zero, subnormal, overflow,
@@ -69,7 +71,9 @@ enum {
 };
 
 /* What an observer sees after each op.  The pointers are valid only during
- * the observer call (ops free their scratch arrays right after). */
+ * the observer call (ops free their scratch arrays right after).  hi and lo
+ * are whole arrays even for an op that produces its values a chunk at a
+ * time: with an observer installed, the choke point gathers them first. */
 typedef struct emu_op_event {
     const char *site;
     const char *kind;
