@@ -1385,40 +1385,38 @@ static const float *sgemm_operand(const float *p, ptrdiff_t rs, ptrdiff_t cs,
 }
 #endif
 
-static int gemm_fast(const gemm_job *g)
+/* The fast model's values as binary32, out[i*N + j] (what gemm_fast
+ * widens into hi). */
+static int gemm_fast_f32(const gemm_job *g, float *out)
 {
     const size_t M = g->M, N = g->N, K = g->K;
     if (K == 0) {
         for (size_t o = 0; o < M * N; o++)
-            g->hi[o] = g->c ? (double)(float)g->c[o] : 0.0;
+            out[o] = g->c ? (float)g->c[o] : 0.0f;
         return 0;
     }
 #ifdef EMU_HAVE_CBLAS
-    float *ap = NULL, *bp = NULL, *cp = malloc(M * N * sizeof *cp);
+    float *ap = NULL, *bp = NULL;
     enum CBLAS_TRANSPOSE ta, tb;
     blasint lda, ldb;
     const float *A = sgemm_operand(g->a, g->a_rs, g->a_cs, M, K, &ta, &lda, &ap);
     const float *B = sgemm_operand(g->b, g->b_rs, g->b_cs, K, N, &tb, &ldb, &bp);
-    if (!cp || !A || !B) {
+    if (!A || !B) {
         free(ap);
         free(bp);
-        free(cp);
         return -1;
     }
     if (g->c)
         for (size_t o = 0; o < M * N; o++)
-            cp[o] = (float)g->c[o];
+            out[o] = (float)g->c[o];
     /* OpenBLAS's kernels (and so its summation order) change with its
      * thread count: pinned to one thread, a run's results do not depend
      * on the machine it runs on. */
     openblas_set_num_threads(1);
     cblas_sgemm(CblasRowMajor, ta, tb, (blasint)M, (blasint)N, (blasint)K,
-                1.0f, A, lda, B, ldb, g->c ? 1.0f : 0.0f, cp, (blasint)N);
-    for (size_t o = 0; o < M * N; o++)
-        g->hi[o] = cp[o];
+                1.0f, A, lda, B, ldb, g->c ? 1.0f : 0.0f, out, (blasint)N);
     free(ap);
     free(bp);
-    free(cp);
     return 0;
 #else
     float *bp = malloc(JB * K * sizeof *bp);
@@ -1441,12 +1439,38 @@ static int gemm_fast(const gemm_job *g)
                     acc[j] = acc[j] + x * bp[k * JB + j];
             }
             for (size_t j = 0; j < jn; j++)
-                g->hi[i * N + j0 + j] = acc[j];
+                out[i * N + j0 + j] = acc[j];
         }
     }
     free(bp);
     return 0;
 #endif
+}
+
+static int gemm_fast(const gemm_job *g)
+{
+    const size_t mn = g->M * g->N;
+    float *cp = malloc((mn ? mn : 1) * sizeof *cp);
+    if (!cp)
+        return -1;
+    int rc = gemm_fast_f32(g, cp);
+    for (size_t o = 0; rc == 0 && o < g->M * g->N; o++)
+        g->hi[o] = cp[o];
+    free(cp);
+    return rc;
+}
+
+int emu_gemm_fast_f32(size_t M, size_t N, size_t K,
+                      const float *a, ptrdiff_t a_rs, ptrdiff_t a_cs,
+                      const float *b, ptrdiff_t b_rs, ptrdiff_t b_cs,
+                      const double *c, float *out)
+{
+    static const emu_accum fast = { .kind = EMU_ACCUM_FAST };
+    gemm_job g = { &fast, M, N, K, a, b, a_rs, a_cs, b_rs, b_cs, c, NULL,
+                   NULL, 0, 0, 0 };
+    if (M == 0 || N == 0)
+        return 0;
+    return gemm_fast_f32(&g, out);
 }
 
 static void counts_merge(emu_accum_counts *into, const emu_accum_counts *from)

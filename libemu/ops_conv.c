@@ -256,36 +256,49 @@ struct conv_op {
     gather_fn gather;
     size_t max_terms;
     ref_ws *ws;
-    /* The GEMM's results in its (N*P, C) layout, for the producer that
-     * hands them to the choke point in NCHW order (lo NULL: none). */
-    const double *th, *tl;
-    size_t tc, tp;
+    /* The GEMM's results, for the producer that hands them to the choke
+     * point (from the GEMM's (N*P, C) layout in NCHW order, or as they
+     * are). */
+    emu_gemm_src out;
 };
 
-/* emu_op_out.fill of the forward and data-gradient ops: output
- * (n*C + c)*P + p is the GEMM's result (n*P + p)*C + c, read in NCHW
- * order while the choke point rounds the chunk (a transpose that costs no
- * pass of its own). */
-static int conv_fill_nchw(const void *opv, size_t i0, size_t m, double *hi,
-                          double *lo)
+/* emu_op_out.fill and fill32: the GEMM's results, read in NCHW order
+ * while the choke point rounds the chunk (a transpose that costs no pass
+ * of its own). */
+static int conv_fill(const void *opv, size_t i0, size_t m, double *hi,
+                     double *lo)
 {
-    const conv_op *op = opv;
-    const size_t C = op->tc, P = op->tp;
-    size_t n = i0 / (C * P), c = i0 / P % C, p = i0 % P;
-    for (size_t j = 0; j < m; j++) {
-        const size_t src = (n * P + p) * C + c;
-        hi[j] = op->th[src];
-        if (op->tl)
-            lo[j] = op->tl[src];
-        if (++p == P) {
-            p = 0;
-            if (++c == C) {
-                c = 0;
-                n++;
-            }
-        }
+    return emu_gemm_src_fill(&((const conv_op *)opv)->out, i0, m, hi, lo);
+}
+
+static void conv_fill32(const void *opv, size_t i0, size_t m, float *v)
+{
+    emu_gemm_src_fill32(&((const conv_op *)opv)->out, i0, m, v);
+}
+
+/* The GEMM of a convolution: emu_gemm_accum's values in hi (lo), or
+ * under the fast model its binary32 values in a new array *f32 (the
+ * producers scale and transpose them; nothing is widened). */
+static int conv_gemm(emu_ctx *ctx, const emu_accum *model, size_t M,
+                     size_t N, size_t K, const float *a, ptrdiff_t a_rs,
+                     ptrdiff_t a_cs, const float *b, ptrdiff_t b_rs,
+                     ptrdiff_t b_cs, double *hi, double *lo,
+                     emu_accum_counts *counts, float **f32)
+{
+    *f32 = NULL;
+    if (model->kind != EMU_ACCUM_FAST)
+        return emu_gemm_accum(model, M, N, K, a, a_rs, a_cs, b, b_rs, b_cs,
+                              hi, lo, ctx->seed, accum_stream(ctx), counts,
+                              ctx->threads);
+    const size_t mn = M * N;
+    float *f = malloc((mn ? mn : 1) * sizeof *f);
+    if (!f || emu_gemm_fast_f32(M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, NULL,
+                                f)) {
+        free(f);
+        return -1;
     }
-    return op->tl != NULL;
+    *f32 = f;
+    return 0;
 }
 
 static size_t gather_fwd(const conv_op *op, size_t i, float *a, float *b)
@@ -429,19 +442,24 @@ static bool conv_had_nan(const void *opv, size_t i)
     return false;
 }
 
-/* Commits hi (and lo for the EXACT model), scaled by alpha, with the op's
- * reference: as they are, or (channels > 0) from the GEMM's (N*P, C)
- * layout in NCHW order.  Outputs share no storage with inputs
- * (check_no_alias): each chunk is stored as soon as it is measured. */
+/* Commits hi (and lo for the EXACT model), or the fast model's f32,
+ * scaled by alpha, with the op's reference: as they are, or (channels > 0)
+ * from the GEMM's (N*P, C) layout in NCHW order.  Outputs share no
+ * storage with inputs (check_no_alias): each chunk is stored as soon as
+ * it is measured. */
 static int conv_commit(emu_ctx *ctx, const char *site, const char *kind,
                        emu_tensor *out, double *hi, double *lo,
-                       size_t channels, const emu_accum_counts *swamp,
-                       conv_op *op, const emu_accum *model,
-                       const emu_rounding *rnd)
+                       const float *f32, size_t channels,
+                       const emu_accum_counts *swamp, conv_op *op,
+                       const emu_accum *model, const emu_rounding *rnd)
 {
     const bool exact = model->kind == EMU_ACCUM_EXACT;
-    emu_scale_pairs(hi, lo, exact, out->n, op->g.alpha);
-    const double *l = exact || !emu_is_pow2(op->g.alpha) ? lo : NULL;
+    op->out = (emu_gemm_src){ .f = f32, .alpha = op->g.alpha };
+    if (!f32) {
+        emu_scale_pairs(hi, lo, exact, out->n, op->g.alpha);
+        op->out.hi = hi;
+        op->out.lo = exact || !emu_is_pow2(op->g.alpha) ? lo : NULL;
+    }
     ref_ws ws = { 0 };
     op->ws = &ws;
     emu_op_out o = { .site = site, .kind = kind, .out = out, .swamp = swamp,
@@ -449,14 +467,16 @@ static int conv_commit(emu_ctx *ctx, const char *site, const char *kind,
                      .inputs_had_nan = conv_had_nan, .rnd = rnd,
                      .store_early = true };
     if (channels) {
-        op->th = hi;
-        op->tl = l;
-        op->tc = channels;
-        op->tp = out->n ? out->n / (op->g.N * channels) : 0;
-        o.fill = conv_fill_nchw;
+        op->out.tc = channels;
+        op->out.tp = out->n ? out->n / (op->g.N * channels) : 0;
+    }
+    if (!f32 && !channels) {
+        o.hi = op->out.hi;
+        o.lo = op->out.lo;
+    } else if (emu_gemm_src_f32(&op->out)) {
+        o.fill32 = conv_fill32;
     } else {
-        o.hi = hi;
-        o.lo = l;
+        o.fill = conv_fill;
     }
     int rc = emu_commit(ctx, &o);
     ws_free(&ws);
@@ -510,9 +530,9 @@ int emu_t_conv2d(emu_ctx *ctx, const char *site, emu_tensor *y,
     memset(&swamp, 0, sizeof swamp);
     const bool count = swamp_measured(ctx);
     int rc = 0;
-    if (emu_gemm_accum(o->accum, P, g.Co, K, rows, (ptrdiff_t)K, 1, wp, 1,
-                       (ptrdiff_t)K, t, lo, ctx->seed, accum_stream(ctx),
-                       count ? &swamp : NULL, ctx->threads))
+    float *f32;
+    if (conv_gemm(ctx, o->accum, P, g.Co, K, rows, (ptrdiff_t)K, 1, wp, 1,
+                  (ptrdiff_t)K, t, lo, count ? &swamp : NULL, &f32))
         rc = emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory in the GEMM engine");
     free(rows);
     free(wp);
@@ -520,9 +540,10 @@ int emu_t_conv2d(emu_ctx *ctx, const char *site, emu_tensor *y,
         conv_op op = { .g = g, .x = x->data, .w = w->data,
                        .bias = bias ? bias->data : NULL,
                        .gather = gather_fwd, .max_terms = K };
-        rc = conv_commit(ctx, site, "conv2d", y, t, lo, g.Co,
+        rc = conv_commit(ctx, site, "conv2d", y, t, lo, f32, g.Co,
                          count ? &swamp : NULL, &op, o->accum, rnd);
     }
+    free(f32);
     free(t);
     return rc;
 }
@@ -597,18 +618,19 @@ int emu_t_conv2d_backward_data(emu_ctx *ctx, const char *site, emu_tensor *dx,
     memset(&swamp, 0, sizeof swamp);
     const bool count = swamp_measured(ctx);
     int rc = 0;
-    if (emu_gemm_accum(o->accum, P, g.Ci, K, rows, (ptrdiff_t)K, 1, wt, 1,
-                       (ptrdiff_t)K, t, lo, ctx->seed, accum_stream(ctx),
-                       count ? &swamp : NULL, ctx->threads))
+    float *f32;
+    if (conv_gemm(ctx, o->accum, P, g.Ci, K, rows, (ptrdiff_t)K, 1, wt, 1,
+                  (ptrdiff_t)K, t, lo, count ? &swamp : NULL, &f32))
         rc = emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory in the GEMM engine");
     free(rows);
     free(wt);
     if (rc == 0) {
         conv_op op = { .g = g, .w = w->data, .dy = dy->data,
                        .gather = gather_data, .max_terms = K };
-        rc = conv_commit(ctx, site, "conv2d_bwd_data", dx, t, lo, g.Ci,
+        rc = conv_commit(ctx, site, "conv2d_bwd_data", dx, t, lo, f32, g.Ci,
                          count ? &swamp : NULL, &op, o->accum, rnd);
     }
+    free(f32);
     free(t);
     return rc;
 }
@@ -662,16 +684,17 @@ int emu_t_conv2d_backward_weights(emu_ctx *ctx, const char *site,
     memset(&swamp, 0, sizeof swamp);
     const bool count = swamp_measured(ctx);
     int rc = 0;
-    if (emu_gemm_accum(o->accum, g.Co, K0, T, dyp, (ptrdiff_t)T, 1, rows,
-                       (ptrdiff_t)K0, 1, hi, lo, ctx->seed, accum_stream(ctx),
-                       count ? &swamp : NULL, ctx->threads))
+    float *f32;
+    if (conv_gemm(ctx, o->accum, g.Co, K0, T, dyp, (ptrdiff_t)T, 1, rows,
+                  (ptrdiff_t)K0, 1, hi, lo, count ? &swamp : NULL, &f32))
         rc = emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory in the GEMM engine");
     free(rows);
     conv_op op = { .g = g, .x = x->data, .dy = dy->data,
                    .gather = gather_weights, .max_terms = T };
     if (rc == 0)
-        rc = conv_commit(ctx, site, "conv2d_bwd_weights", dw, hi, lo, 0,
+        rc = conv_commit(ctx, site, "conv2d_bwd_weights", dw, hi, lo, f32, 0,
                          count ? &swamp : NULL, &op, o->accum, rnd);
+    free(f32);
     if (rc == 0 && dbias) {
         /* Plain sums of dy under the same model; the stream is that of the
          * bias commit (the next op). */
@@ -688,7 +711,7 @@ int emu_t_conv2d_backward_weights(emu_ctx *ctx, const char *site,
         char sub[EMU_TENSOR_NAME_MAX + 16];
         snprintf(sub, sizeof sub, "%s.dbias", site ? site : "op");
         op.gather = gather_bias;
-        rc = conv_commit(ctx, sub, "conv2d_bwd_bias", dbias, bh, bl, 0,
+        rc = conv_commit(ctx, sub, "conv2d_bwd_bias", dbias, bh, bl, NULL, 0,
                          count ? &bswamp : NULL, &op, o->accum, rnd);
     }
     free(dyp);

@@ -106,6 +106,35 @@ int emu_gemm_accum_ex(const emu_accum *model, size_t M, size_t N, size_t K,
                       uint64_t stream, uint64_t dot0,
                       emu_accum_counts *counts, int threads);
 
+/* The fast model's products as binary32 values, out[i*N + j] (M x N,
+ * row-major): what emu_gemm_accum_ex with EMU_ACCUM_FAST gives as doubles,
+ * without the widening, for the producers below.  Returns 0, or -1 if out
+ * of memory. */
+int emu_gemm_fast_f32(size_t M, size_t N, size_t K,
+                      const float *a, ptrdiff_t a_rs, ptrdiff_t a_cs,
+                      const float *b, ptrdiff_t b_rs, ptrdiff_t b_cs,
+                      const double *c, float *out);
+
+/* A GEMM's results handed to the choke point a chunk at a time (matmul,
+ * convolution): the engine's values hi (and lo, or NULL), already scaled
+ * by the op's alpha; or the fast model's binary32 values f, which the
+ * producer scales by alpha (emu_scale_pairs on each chunk: the same
+ * values, element by element).  tc > 0 reads a GEMM laid out as
+ * (N*tp + p)*tc + c in NCHW order, output (n*tc + c)*tp + p. */
+typedef struct emu_gemm_src {
+    const float *f;
+    const double *hi, *lo;
+    double alpha;
+    size_t tc, tp;
+} emu_gemm_src;
+
+/* emu_op_out.fill and fill32 over an emu_gemm_src: fill32 only for f with
+ * alpha 1 (emu_gemm_src_f32 says when); fill for every source. */
+bool emu_gemm_src_f32(const emu_gemm_src *s);
+int emu_gemm_src_fill(const emu_gemm_src *s, size_t i0, size_t m, double *hi,
+                      double *lo);
+void emu_gemm_src_fill32(const emu_gemm_src *s, size_t i0, size_t m, float *v);
+
 /* One accumulator rounding of hi + lo as the models do it: the inline fast
  * path where it applies (*fast = true), else the scalar choke point; the
  * two are tested bit-identical. */

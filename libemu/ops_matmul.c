@@ -36,7 +36,18 @@ typedef struct mm_op {
     ptrdiff_t a_rs, a_cs, b_rs, b_cs;
     mpfr_t *xa, *xb;                /* K + 1 terms each, binary32-exact     */
     mpfr_ptr *pa, *pb;
+    emu_gemm_src out;               /* the fast model's products            */
 } mm_op;
+
+static int mm_fill(const void *op, size_t i0, size_t m, double *hi, double *lo)
+{
+    return emu_gemm_src_fill(&((const mm_op *)op)->out, i0, m, hi, lo);
+}
+
+static void mm_fill32(const void *op, size_t i0, size_t m, float *v)
+{
+    emu_gemm_src_fill32(&((const mm_op *)op)->out, i0, m, v);
+}
 
 static const float *a_elem(const mm_op *m, const float *a, size_t bt, size_t i,
                            size_t k)
@@ -220,16 +231,35 @@ static int mm_run(emu_ctx *ctx, const char *site, const char *kind, int nd,
     const emu_accum *model = o->accum;
     const size_t n = out->n, mn = m.M * m.N;
     const bool exact = model->kind == EMU_ACCUM_EXACT;
-    const bool pairs = exact || !emu_is_pow2(m.alpha);
-    double *hi = emu_scratch(ctx, site, n);
-    double *lo = pairs ? emu_scratch(ctx, site, n) : NULL;
+    /* The fast model's products are binary32 values: kept as such and
+     * handed to the choke point a chunk at a time (scaled by alpha there),
+     * with no array of doubles and, into binary32 under an identity
+     * rounding, nothing to round.  The other models' values come from the
+     * engine as arrays (a dot product each, far more work than a pass). */
+    const bool fast = model->kind == EMU_ACCUM_FAST;
+    const bool pairs = !fast && (exact || !emu_is_pow2(m.alpha));
+    double *hi = NULL, *lo = NULL;
+    float *p32 = NULL;
+    if (fast) {
+        p32 = malloc(n * sizeof *p32);
+        if (!p32)
+            return emu_ctx_failc(ctx, EMU_ENOMEM, site,
+                                 "out of memory for %zu values", n);
+    } else {
+        hi = emu_scratch(ctx, site, n);
+        lo = pairs && hi ? emu_scratch(ctx, site, n) : NULL;
+        if (!hi || (pairs && !lo)) {
+            free(hi);
+            return -1;
+        }
+    }
     /* Accumulating: the old values (for the reference) and where the
      * accumulator starts, out / alpha (exact in binary64). */
     float *c = NULL;
     double *c0 = NULL;
-    if (o->accumulate && hi) {
+    if (o->accumulate) {
         c = malloc(n * sizeof *c);
-        c0 = emu_scratch(ctx, site, n);
+        c0 = c ? emu_scratch(ctx, site, n) : NULL;
         if (c && c0) {
             memcpy(c, out->data, n * sizeof *c);
             for (size_t i = 0; i < n; i++)
@@ -237,13 +267,14 @@ static int mm_run(emu_ctx *ctx, const char *site, const char *kind, int nd,
         } else if (!c) {
             emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory for %zu values", n);
         }
-    }
-    if (!hi || (pairs && !lo) || (o->accumulate && (!c || !c0))) {
-        free(hi);
-        free(lo);
-        free(c);
-        free(c0);
-        return -1;
+        if (!c || !c0) {
+            free(hi);
+            free(lo);
+            free(p32);
+            free(c);
+            free(c0);
+            return -1;
+        }
     }
     m.c = c;
 
@@ -252,21 +283,27 @@ static int mm_run(emu_ctx *ctx, const char *site, const char *kind, int nd,
     memset(&counts, 0, sizeof counts);
     const uint64_t stream = emu_ctx_stream(ctx) ^ ACCUM_STREAM_TAG;
     int rc = 0;
-    for (size_t bt = 0; bt < m.batch && rc == 0; bt++)
-        rc = emu_gemm_accum_ex(model, m.M, m.N, m.K,
-                               m.a + bt * m.M * m.K, m.a_rs, m.a_cs,
-                               m.b + bt * m.K * m.N, m.b_rs, m.b_cs,
-                               c0 ? c0 + bt * mn : NULL, hi + bt * mn,
-                               exact ? lo + bt * mn : NULL, ctx->seed, stream,
-                               bt * mn, swamp ? &counts : NULL, ctx->threads);
+    for (size_t bt = 0; bt < m.batch && rc == 0; bt++) {
+        const float *ab = m.a + bt * m.M * m.K, *bb = m.b + bt * m.K * m.N;
+        const double *cb = c0 ? c0 + bt * mn : NULL;
+        rc = fast ? emu_gemm_fast_f32(m.M, m.N, m.K, ab, m.a_rs, m.a_cs, bb,
+                                      m.b_rs, m.b_cs, cb, p32 + bt * mn)
+                  : emu_gemm_accum_ex(model, m.M, m.N, m.K, ab, m.a_rs,
+                                      m.a_cs, bb, m.b_rs, m.b_cs, cb,
+                                      hi + bt * mn, exact ? lo + bt * mn : NULL,
+                                      ctx->seed, stream, bt * mn,
+                                      swamp ? &counts : NULL, ctx->threads);
+    }
     free(c0);
     if (rc) {
         free(hi);
         free(lo);
+        free(p32);
         free(c);
         return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory in the GEMM engine");
     }
-    emu_scale_pairs(hi, lo, exact, n, m.alpha);
+    if (!fast)
+        emu_scale_pairs(hi, lo, exact, n, m.alpha);
 
     /* MPFR terms for the sampled references, only if sampling is on. */
     const bool ref = ctx->stats && (ctx->measure & EMU_MEASURE_REF) &&
@@ -275,6 +312,7 @@ static int mm_run(emu_ctx *ctx, const char *site, const char *kind, int nd,
     if (ref && ref_terms_alloc(&m, nt)) {
         free(hi);
         free(lo);
+        free(p32);
         free(c);
         return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory for the reference");
     }
@@ -286,12 +324,20 @@ static int mm_run(emu_ctx *ctx, const char *site, const char *kind, int nd,
                       /* no input shares out's storage (mm_check); the
                        * old values the reference reads are copied in c */
                       .store_early = true };
+    if (fast) {
+        m.out = (emu_gemm_src){ .f = p32, .alpha = m.alpha };
+        if (emu_gemm_src_f32(&m.out))
+            oo.fill32 = mm_fill32;
+        else
+            oo.fill = mm_fill;
+    }
     rc = emu_commit(ctx, &oo);
 
     if (ref)
         ref_terms_free(&m, nt);
     free(hi);
     free(lo);
+    free(p32);
     free(c);
     return rc;
 }

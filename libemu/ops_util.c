@@ -1,9 +1,11 @@
-/* ops_util.c — argument checks and scratch memory shared by the op files. */
+/* ops_util.c — argument checks, scratch memory and the GEMM results' chunk
+ * producers shared by the op files. */
 #include "hostfp.h" /* first: no contraction, no excess precision */
 
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "ops_internal.h"
 
@@ -151,4 +153,70 @@ void emu_scale_pairs(double *hi, double *lo, bool lo_valid, size_t n,
     }
     if (init)
         mpfr_clears(x, t, (mpfr_ptr)0);
+}
+
+/* ---- GEMM results as chunk producers ------------------------------------- */
+
+/* The source index of outputs i0 .. i0+m-1 (idx[j]): themselves, or the
+ * NCHW transpose of a (N*P, C) GEMM. */
+static void gemm_src_index(const emu_gemm_src *s, size_t i0, size_t m,
+                           size_t *idx)
+{
+    if (!s->tc) {
+        for (size_t j = 0; j < m; j++)
+            idx[j] = i0 + j;
+        return;
+    }
+    const size_t C = s->tc, P = s->tp;
+    size_t n = i0 / (C * P), c = i0 / P % C, p = i0 % P;
+    for (size_t j = 0; j < m; j++) {
+        idx[j] = (n * P + p) * C + c;
+        if (++p == P) {
+            p = 0;
+            if (++c == C) {
+                c = 0;
+                n++;
+            }
+        }
+    }
+}
+
+bool emu_gemm_src_f32(const emu_gemm_src *s)
+{
+    return s->f && s->alpha == 1.0;
+}
+
+int emu_gemm_src_fill(const emu_gemm_src *s, size_t i0, size_t m, double *hi,
+                      double *lo)
+{
+    size_t idx[EMU_COMMIT_CHUNK];
+    gemm_src_index(s, i0, m, idx);
+    if (!s->f) {
+        for (size_t j = 0; j < m; j++)
+            hi[j] = s->hi[idx[j]];
+        if (!s->lo)
+            return 0;
+        for (size_t j = 0; j < m; j++)
+            lo[j] = s->lo[idx[j]];
+        return 1;
+    }
+    for (size_t j = 0; j < m; j++)
+        hi[j] = s->f[idx[j]];
+    /* as emu_scale_pairs scales the whole array: its low parts (TwoProduct
+     * residuals) exist only for an alpha that is not a power of two */
+    const bool pairs = !emu_is_pow2(s->alpha);
+    emu_scale_pairs(hi, pairs ? lo : NULL, false, m, s->alpha);
+    return pairs;
+}
+
+void emu_gemm_src_fill32(const emu_gemm_src *s, size_t i0, size_t m, float *v)
+{
+    if (!s->tc) {
+        memcpy(v, s->f + i0, m * sizeof *v);
+        return;
+    }
+    size_t idx[EMU_COMMIT_CHUNK];
+    gemm_src_index(s, i0, m, idx);
+    for (size_t j = 0; j < m; j++)
+        v[j] = s->f[idx[j]];
 }

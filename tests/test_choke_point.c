@@ -30,6 +30,13 @@
  *               results and in every counter, histogram and sampled error,
  *               at sizes 0, 1, chunk - 1, chunk, chunk + 1 and larger, on
  *               values with NaN, inf, overflow and subnormals, in place too;
+ *   ops         matmul (fast model) hands its
+ *               outputs to the choke point a chunk at a time: each equals
+ *               its values formed independently here, whole, and committed
+ *               as arrays, in results and every counter and histogram, at
+ *               1, chunk - 1, chunk, chunk + 1 and 3000 outputs (rows split
+ *               by chunk boundaries), statistics on and off, nearest and
+ *               stochastic, binary32 and binary16 outputs;
  *   exports     CSV (header + one row per site, quoted names), histogram
  *               CSV, JSON (checked by a small parser), step rows, summary,
  *               and the atomic writes' failure paths.
@@ -52,6 +59,7 @@
 
 #include "testutil.h"
 #include "internal.h" /* the integer bin functions the commit loops call */
+#include "ops_internal.h" /* the GEMM engine: the matmul tests' reference */
 
 static void make(emu_tensor *t, const emu_format *f, size_t n,
                  const char *name, emu_role role)
@@ -1961,6 +1969,167 @@ START_TEST(test_chunked_in_place)
 }
 END_TEST
 
+/* ---- ops through their producers against whole arrays -------------------- */
+
+/* Sizes around the chunk, each with a (rows, columns) split whose rows a
+ * chunk boundary cuts (341 and 205 do not divide 1024). */
+static const struct { size_t rows, cols; } op_sizes[] = {
+    { 1, 1 }, { 3, 341 }, { 2, 512 }, { 5, 205 }, { 300, 10 },
+};
+
+/* Finite binary32 values over a wide range (overflow and underflow in
+ * binary16 and its subnormals; no NaN: the reference commits below give
+ * no NaN provenance callbacks), some zeros. */
+static void wide_values(float *v, size_t n, test_rng *g, int emin, int emax)
+{
+    for (size_t i = 0; i < n; i++) {
+        const uint64_t r = test_next(g);
+        if (r % 29 == 0) {
+            v[i] = 0.0f;
+            continue;
+        }
+        const double m = 1.0 + (double)(r >> 40) * 0x1p-24;
+        const int e = emin + (int)((r >> 8) % (uint64_t)(emax - emin + 1));
+        v[i] = (float)ldexp((r >> 7) & 1 ? -m : m, e);
+    }
+}
+
+typedef struct op_case {
+    const char *fmt;
+    emu_rounding rnd;
+    bool stats;
+} op_case;
+
+static const op_case op_cases[] = {
+    { "binary32", { .mode = EMU_RNE }, true },
+    { "binary32", { .mode = EMU_RNE }, false },
+    { "binary16", { .mode = EMU_RNE }, true },
+    { "binary16", { .mode = EMU_RS, .sr_bits = 64 }, true },
+    { "binary16", { .mode = EMU_RS, .sr_bits = 64 }, false },
+    { "binary32", { .mode = EMU_RS, .sr_bits = 64 }, true },
+    { "e4m3", { .mode = EMU_RZ }, true },
+};
+
+static void op_ctx(emu_ctx *ctx, emu_stats *stats, bool on)
+{
+    emu_ctx_init(ctx, 99);
+    emu_stats_init(stats);
+    ctx->stats = on ? stats : NULL;
+    ctx->measure = EMU_MEASURE_ALL;
+}
+
+/* The op's site totals (zero without statistics). */
+static emu_site_stats op_totals(const emu_stats *stats, const char *site,
+                                emu_role role, bool on)
+{
+    emu_site_stats t = { 0 };
+    if (on)
+        t = find_site(stats, site, role)->total;
+    return t;
+}
+
+/* Commits hi (lo) as arrays into a copy of y's format, as op number k of
+ * a context like op_ctx's; the results in *ref, the totals returned. */
+static emu_site_stats commit_arrays(const emu_tensor *y, const char *site,
+                                    const char *kind, const double *hi,
+                                    const double *lo,
+                                    const emu_accum_counts *swamp,
+                                    const emu_rounding *rnd, bool on,
+                                    uint64_t k, emu_tensor *ref)
+{
+    emu_error err;
+    ck_assert(emu_tensor_alloc(ref, y->name, y->role, &y->fmt, y->ndim,
+                               y->shape, &err) == 0);
+    emu_stats stats;
+    emu_ctx ctx;
+    op_ctx(&ctx, &stats, on);
+    ctx.op_index = k;
+    emu_op_out o = { .site = site, .kind = kind, .out = ref, .hi = hi,
+                     .lo = lo, .swamp = swamp, .rnd = rnd };
+    ck_assert_int_eq(emu_commit(&ctx, &o), 0);
+    emu_site_stats t = op_totals(&stats, site, y->role, on);
+    emu_stats_free(&stats);
+    return t;
+}
+
+static void alloc2(emu_tensor *t, const char *name, const char *fmt,
+                   size_t r, size_t c)
+{
+    emu_error err;
+    size_t shape[2] = { r, c };
+    ck_assert_msg(emu_tensor_alloc(t, name, EMU_ROLE_ACTIVATION,
+                                   test_format(fmt), 2, shape, &err) == 0,
+                  "%s", err.message);
+}
+
+static void same_op(const emu_tensor *y, const emu_tensor *ref,
+                    const emu_site_stats *got, const emu_site_stats *want,
+                    const char *what)
+{
+    same_stats(want, got, what);
+    ck_assert_msg(!memcmp(y->data, ref->data, y->n * sizeof *y->data),
+                  "%s: results differ", what);
+}
+
+/* matmul under the fast model: the sgemm products chunk by chunk
+ * (binary32, scaled by alpha in the producer) against the engine's
+ * doubles scaled whole and committed as arrays. */
+START_TEST(test_matmul_chunks)
+{
+    static const double alphas[] = { 1.0, 0x1p-3, 0.75 };
+    emu_accum fast;
+    emu_accum_default(&fast);
+    fast.kind = EMU_ACCUM_FAST;
+    test_rng g = test_rng_make(31);
+    for (size_t si = 0; si < sizeof op_sizes / sizeof *op_sizes; si++)
+    for (size_t ci = 0; ci < sizeof op_cases / sizeof *op_cases; ci++)
+    for (size_t ai = 0; ai < 3; ai++) {
+        const size_t M = op_sizes[si].rows, N = op_sizes[si].cols;
+        const size_t K = 3 + si * 4, n = M * N;
+        const op_case *c = &op_cases[ci];
+        const double alpha = alphas[ai];
+        emu_tensor a, b, y, ref;
+        alloc2(&a, "a", "binary32", M, K);
+        alloc2(&b, "b", "binary32", K, N);
+        alloc2(&y, "y", c->fmt, M, N);
+        wide_values(a.data, a.n, &g, -12, 5);
+        wide_values(b.data, b.n, &g, -12, 5);
+        emu_stats stats;
+        emu_ctx ctx;
+        op_ctx(&ctx, &stats, c->stats);
+        emu_matmul_opts o = { .accum = &fast, .alpha = alpha };
+        ck_assert_int_eq(emu_t_matmul(&ctx, "mm", &y, &a, &b, &o, &c->rnd), 0);
+        const emu_site_stats got = op_totals(&stats, "mm", y.role, c->stats);
+        emu_stats_free(&stats);
+
+        double *hi = malloc(n * sizeof *hi), *lo = malloc(n * sizeof *lo);
+        const bool pairs = !emu_is_pow2(alpha);
+        ck_assert_int_eq(emu_gemm_accum_ex(&fast, M, N, K, a.data,
+                                           (ptrdiff_t)K, 1, b.data,
+                                           (ptrdiff_t)N, 1, NULL, hi,
+                                           pairs ? lo : NULL, 99, 0, 0, NULL,
+                                           1), 0);
+        emu_scale_pairs(hi, pairs ? lo : NULL, false, n, alpha);
+        const emu_site_stats want = commit_arrays(
+            &y, "mm", "matmul", hi, pairs ? lo : NULL, NULL, &c->rnd,
+            c->stats, 0, &ref);
+        char what[128];
+        snprintf(what, sizeof what, "matmul %zux%zux%zu, %s, mode %d, "
+                 "stats %d, alpha %g", M, N, K, c->fmt, (int)c->rnd.mode,
+                 c->stats, alpha);
+        same_op(&y, &ref, &got, &want, what);
+        free(hi);
+        free(lo);
+        emu_tensor_free(&a);
+        emu_tensor_free(&b);
+        emu_tensor_free(&y);
+        emu_tensor_free(&ref);
+    }
+}
+END_TEST
+
+
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("choke_point");
@@ -1980,6 +2149,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_stats_api);
     tcase_add_test(tc, test_chunked_equals_arrays);
     tcase_add_test(tc, test_chunked_in_place);
+    tcase_add_test(tc, test_matmul_chunks);
     suite_add_tcase(s, tc);
     /* Regressions: an infinite relative error went to the first bin, and
      * long site names made a new site on every call. */
