@@ -651,8 +651,6 @@ int emu_commit(emu_ctx *ctx, const emu_op_out *o)
         r.hx = &tables[0];
         r.hr = &tables[1];
     }
-    if (r.swamp && o->swamp)
-        r.c = *o->swamp;
     if (r.ref) {
         /* Threshold on a 64-bit word; rate 1 samples every output. */
         r.ref_all = ctx->ref_rate >= 1.0;
@@ -694,6 +692,14 @@ int emu_commit(emu_ctx *ctx, const emu_op_out *o)
          * them for scaled outputs): with none, the rounding's count. */
         s->nan = o->scale || c->nan ? r.nan : c->nan;
         if (r.swamp) {
+            /* The op's own counts are read now, after its producer's last
+             * chunk: a producer may count while it forms its values. */
+            if (o->swamp) {
+                r.c.adds += o->swamp->adds;
+                r.c.absorbed += o->swamp->absorbed;
+                for (int b = 0; b < EMU_LOST_BINS; b++)
+                    r.c.lost_bits[b] += o->swamp->lost_bits[b];
+            }
             s->adds = r.c.adds;
             s->absorbed = r.c.absorbed;
             memcpy(s->lost_bits, r.c.lost_bits, sizeof s->lost_bits);

@@ -133,7 +133,34 @@ typedef struct softmax_op {
     size_t B, C;
     bool log;
     ref_scratch *w;
+    /* the producer's row: exp(x - m) of row `row` (SIZE_MAX: none yet),
+     * its maximum m, sum s and log(s) */
+    double *e;
+    size_t row;
+    double m, s, ls;
 } softmax_op;
+
+/* emu_op_out.fill: outputs i0 .. i0+m-1, row by row in binary64 as the
+ * op defines them; a row that a chunk boundary splits is kept for the
+ * next chunk, so every row is evaluated once. */
+static int softmax_fill(const void *opv, size_t i0, size_t m, double *hi,
+                        double *lo)
+{
+    (void)lo;
+    softmax_op *op = (softmax_op *)opv; /* the row cache is the op's own */
+    const size_t C = op->C;
+    for (size_t j = 0; j < m; j++) {
+        const size_t i = i0 + j, r = i / C, k = i % C;
+        const float *xr = op->x + r * C;
+        if (r != op->row) {
+            op->m = row_max(xr, C);
+            op->s = row_exp(xr, C, op->m, op->e, &op->ls);
+            op->row = r;
+        }
+        hi[j] = op->log ? ((double)xr[k] - op->m) - op->ls : op->e[k] / op->s;
+    }
+    return 0;
+}
 
 static int softmax_ref(const void *opv, size_t i, mpfr_ptr exact,
                        mpfr_ptr exact_src)
@@ -177,30 +204,21 @@ static int softmax_common(emu_ctx *ctx, const char *site, emu_tensor *out,
         return -1;
     const size_t B = x->shape[0], C = x->shape[1];
     const float *xs = x->data;
-    double *hi = emu_scratch(ctx, site, x->n);
-    if (!hi)
+    double *e = emu_scratch(ctx, site, C);
+    if (!e)
         return -1;
-    for (size_t r = 0; r < B; r++) {
-        const float *xr = xs + r * C;
-        double *h = hi + r * C;
-        double m = row_max(xr, C), ls;
-        double s = row_exp(xr, C, m, h, &ls);
-        if (log_form) {
-            for (size_t j = 0; j < C; j++)
-                h[j] = ((double)xr[j] - m) - ls;
-        } else {
-            for (size_t j = 0; j < C; j++)
-                h[j] /= s;
-        }
-    }
     ref_scratch w = { 0 };
-    softmax_op op = { .x = xs, .B = B, .C = C, .log = log_form, .w = &w };
+    softmax_op op = { .x = xs, .B = B, .C = C, .log = log_form, .w = &w,
+                      .e = e, .row = SIZE_MAX };
+    /* The callbacks read x; in place, a row must be read before any of
+     * it is stored: early stores only when out and x share nothing. */
     int rc = emu_commit(ctx, &(emu_op_out){
         .site = site, .kind = log_form ? "log_softmax" : "softmax",
-        .out = out, .hi = hi, .op = &op, .ref = softmax_ref,
-        .inputs_had_nan = softmax_had_nan, .rnd = rnd });
+        .out = out, .fill = softmax_fill, .op = &op, .ref = softmax_ref,
+        .inputs_had_nan = softmax_had_nan, .rnd = rnd,
+        .store_early = !emu_tensors_overlap(out, x) });
     scratch_clear(&w);
-    free(hi);
+    free(e);
     return rc;
 }
 
@@ -226,7 +244,27 @@ typedef struct xent_op {
     size_t B, C;
     double scale;
     ref_scratch *w;
+    /* the producer's: exp(x - m) per element, and per row the sum s and
+     * the sum of the exponentials other than the label's */
+    const double *e, *s, *others;
 } xent_op;
+
+/* emu_op_out.fill of dlogits: (softmax - onehot) * scale / B from the
+ * row sums, the label's entry as -(others / s) (see below). */
+static int xent_grad_fill(const void *opv, size_t i0, size_t m, double *hi,
+                          double *lo)
+{
+    (void)lo;
+    const xent_op *op = opv;
+    const size_t C = op->C;
+    for (size_t j = 0; j < m; j++) {
+        const size_t i = i0 + j, r = i / C;
+        const double p = i % C == (size_t)op->labels[r]
+                       ? -(op->others[r] / op->s[r]) : op->e[i] / op->s[r];
+        hi[j] = p * op->scale / (double)op->B;
+    }
+    return 0;
+}
 
 static bool xent_loss_had_nan(const void *opv, size_t i)
 {
@@ -321,13 +359,15 @@ int emu_t_cross_entropy(emu_ctx *ctx, const char *site, emu_tensor *loss,
                                 labels[r], r, logits->name, C);
 
     const float *xs = logits->data;
-    double *g = emu_scratch(ctx, site, logits->n);
+    double *g = emu_scratch(ctx, site, logits->n + 2 * B);
     if (!g)
         return -1;
-    /* g holds exp(x - m) per row, then the gradient.  The label's entry
-     * is -(sum of the other exponentials) / s rather than softmax - 1, so
-     * that a confident prediction (softmax near 1) keeps its relative
-     * accuracy instead of cancelling; the loss likewise (below). */
+    double *rs = g + logits->n, *ro = rs + B;
+    /* g holds exp(x - m) per row; the producer forms the gradient from
+     * it while the choke point rounds.  The label's entry is -(sum of the
+     * other exponentials) / s rather than softmax - 1, so that a
+     * confident prediction (softmax near 1) keeps its relative accuracy
+     * instead of cancelling; the loss likewise (below). */
     double total = 0.0;
     for (size_t r = 0; r < B; r++) {
         const float *xr = xs + r * C;
@@ -342,16 +382,14 @@ int emu_t_cross_entropy(emu_ctx *ctx, const char *site, emu_tensor *loss,
         /* log(s) - (x_label - m): both terms are non-negative, and log(s)
          * is accurate even for a confident row (row_exp). */
         total += ls - ((double)xr[lab] - m);
-        for (size_t j = 0; j < C; j++) {
-            double p = j == lab ? -(others / s) : gr[j] / s;
-            gr[j] = p * (double)scale / (double)B;
-        }
+        rs[r] = s;
+        ro[r] = others;
     }
     double lossv = total / (double)B;
 
     ref_scratch w = { 0 };
     xent_op op = { .x = xs, .labels = labels, .B = B, .C = C,
-                   .scale = scale, .w = &w };
+                   .scale = scale, .w = &w, .e = g, .s = rs, .others = ro };
     int rc = emu_commit(ctx, &(emu_op_out){
         .site = site, .kind = "cross_entropy", .out = loss, .hi = &lossv,
         .op = &op, .ref = xent_loss_ref, .inputs_had_nan = xent_loss_had_nan,
@@ -362,8 +400,9 @@ int emu_t_cross_entropy(emu_ctx *ctx, const char *site, emu_tensor *loss,
         w.row = SIZE_MAX;
         rc = emu_commit(ctx, &(emu_op_out){
             .site = sub, .kind = "cross_entropy_grad", .out = dlogits,
-            .hi = g, .op = &op, .ref = xent_grad_ref,
-            .inputs_had_nan = xent_grad_had_nan, .rnd = rnd });
+            .fill = xent_grad_fill, .op = &op, .ref = xent_grad_ref,
+            .inputs_had_nan = xent_grad_had_nan, .rnd = rnd,
+            .store_early = !emu_tensors_overlap(dlogits, logits) });
     }
     scratch_clear(&w);
     free(g);
@@ -377,6 +416,20 @@ typedef struct mse_op {
     size_t n;
     double scale;
 } mse_op;
+
+/* emu_op_out.fill of dpred: 2 (p - t) scale / n in binary64. */
+static int mse_grad_fill(const void *opv, size_t i0, size_t m, double *hi,
+                         double *lo)
+{
+    (void)lo;
+    const mse_op *op = opv;
+    for (size_t j = 0; j < m; j++) {
+        const size_t i = i0 + j;
+        const double d = (double)op->p[i] - (double)op->t[i];
+        hi[j] = d * (2.0 * op->scale) / (double)op->n;
+    }
+    return 0;
+}
 
 static bool mse_loss_had_nan(const void *opv, size_t i)
 {
@@ -457,15 +510,11 @@ int emu_t_mse(emu_ctx *ctx, const char *site, emu_tensor *loss,
         return emu_ctx_fail(ctx, site, "loss and dpred share storage");
 
     const float *ps = pred->data, *ts = target->data;
-    double *g = emu_scratch(ctx, site, pred->n);
-    if (!g)
-        return -1;
     const size_t n = pred->n;
     double sum = 0.0;
     for (size_t i = 0; i < n; i++) {
         double d = (double)ps[i] - (double)ts[i];
         sum += d * d;
-        g[i] = d * (2.0 * (double)scale) / (double)n;
     }
     double lossv = sum / (double)n;
 
@@ -476,11 +525,13 @@ int emu_t_mse(emu_ctx *ctx, const char *site, emu_tensor *loss,
     if (rc == 0 && dpred) {
         char sub[EMU_TENSOR_NAME_MAX + 16];
         sub_site(sub, sizeof sub, site, "dpred");
+        /* element i reads pred and target at i alone */
         rc = emu_commit(ctx, &(emu_op_out){
-            .site = sub, .kind = "mse_grad", .out = dpred, .hi = g,
-            .op = &op, .ref = mse_grad_ref,
-            .inputs_had_nan = mse_grad_had_nan, .rnd = rnd });
+            .site = sub, .kind = "mse_grad", .out = dpred,
+            .fill = mse_grad_fill, .op = &op, .ref = mse_grad_ref,
+            .inputs_had_nan = mse_grad_had_nan, .rnd = rnd,
+            .store_early = emu_store_early_ok(dpred, ps, n) &&
+                           emu_store_early_ok(dpred, ts, n) });
     }
-    free(g);
     return rc;
 }

@@ -38,6 +38,11 @@ typedef struct red_op {
     size_t len, inner;
     mpfr_t *t;         /* len terms, binary32-exact */
     mpfr_ptr *pt;
+    /* the producer's: the model, its words, swamping, the mean's MPFR */
+    const emu_accum *accum;
+    uint64_t seed, stream;
+    emu_accum_counts *counts;   /* NULL: not counted */
+    mpfr_ptr s, q, rem;
 } red_op;
 
 static const float *first_of(const red_op *m, size_t o)
@@ -113,6 +118,46 @@ static void mean_pair(double *hi, double *lo, size_t n, mpfr_ptr s,
         *lo = 0.0;
 }
 
+/* emu_op_out.fill: outputs i0 .. i0+m-1, each its own dot product (its
+ * accumulator words numbered by the output, so the chunking changes
+ * nothing), formed while the choke point rounds the chunk.  Low parts
+ * only where the value needs one (the mean, the exact model). */
+static int red_fill(const void *opv, size_t i0, size_t m, double *hi,
+                    double *lo)
+{
+    const red_op *op = opv;
+    const emu_reduce r = op->r;
+    const size_t len = op->len;
+    const ptrdiff_t inc = (ptrdiff_t)op->inner;
+    const bool need_lo = r == EMU_REDUCE_MEAN ||
+                         (r != EMU_REDUCE_MAX &&
+                          op->accum->kind == EMU_ACCUM_EXACT);
+    for (size_t j = 0; j < m; j++) {
+        const size_t o = i0 + j;
+        const float *p = first_of(op, o);
+        if (r == EMU_REDUCE_MAX) {
+            double v = p[0];
+            for (size_t k = 1; k < len; k++) {
+                double y = p[(ptrdiff_t)k * inc];
+                if (isnan(v) || isnan(y))
+                    v = NAN;
+                else if (y > v || (y == 0.0 && v == 0.0 && !signbit(y)))
+                    v = y;
+            }
+            hi[j] = v;
+            continue;
+        }
+        emu_accum_rng rng = { op->seed, op->stream, o };
+        hi[j] = emu_accum_dot_unguarded(op->accum, p, inc,
+                                        r == EMU_REDUCE_SUMSQ ? p : NULL, inc,
+                                        len, &rng, op->counts,
+                                        need_lo ? &lo[j] : NULL);
+        if (r == EMU_REDUCE_MEAN)
+            mean_pair(&hi[j], &lo[j], len, op->s, op->q, op->rem);
+    }
+    return need_lo;
+}
+
 int emu_t_reduce(emu_ctx *ctx, const char *site, emu_tensor *out,
                  const emu_tensor *x, emu_reduce r, int axis,
                  const emu_accum *accum, const emu_rounding *rnd)
@@ -164,68 +209,34 @@ int emu_t_reduce(emu_ctx *ctx, const char *site, emu_tensor *out,
     if (r != EMU_REDUCE_MAX && emu_check_accum(ctx, site, accum))
         return -1;
 
-    const size_t n = out->n;
-    red_op m = { .x = x->data, .r = r, .len = len, .inner = inner };
-    /* Low parts only where the value before rounding needs one. */
-    const bool need_lo = r == EMU_REDUCE_MEAN ||
-                         (r != EMU_REDUCE_MAX && accum->kind == EMU_ACCUM_EXACT);
-    double lo_none = 0.0;
-    double *hi = emu_scratch(ctx, site, n);
-    double *lo = need_lo ? emu_scratch(ctx, site, n) : &lo_none;
+    red_op m = { .x = x->data, .r = r, .len = len, .inner = inner,
+                 .accum = accum, .seed = ctx->seed };
     float *xs = NULL;
-    if (hi && lo && out->data == x->data) {
-        /* In place (a 1-element x reduced into itself): the reference
-         * must still see the input. */
+    if (emu_tensors_overlap(out, x)) {
+        /* In place (a 1-element x reduced into itself): the producer and
+         * the reference must still see the input. */
         xs = malloc(x->n * sizeof *xs);
-        if (xs) {
-            memcpy(xs, x->data, x->n * sizeof *xs);
-            m.x = xs;
-        } else {
-            emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory for %zu values", x->n);
-        }
-    }
-    if (!hi || !lo || (out->data == x->data && !xs)) {
-        free(hi);
-        if (need_lo)
-            free(lo);
-        free(xs);
-        return -1;
+        if (!xs)
+            return emu_ctx_failc(ctx, EMU_ENOMEM, site,
+                                 "out of memory for %zu values", x->n);
+        memcpy(xs, x->data, x->n * sizeof *xs);
+        m.x = xs;
     }
 
     const bool swamp = ctx->stats && (ctx->measure & EMU_MEASURE_SWAMP);
     emu_accum_counts counts;
     memset(&counts, 0, sizeof counts);
-    const uint64_t stream = emu_ctx_stream(ctx) ^ ACCUM_STREAM_TAG;
+    if (swamp && r != EMU_REDUCE_MAX)
+        m.counts = &counts;
+    m.stream = emu_ctx_stream(ctx) ^ ACCUM_STREAM_TAG;
     mpfr_t s, q, rem;
-    if (r == EMU_REDUCE_MEAN)
+    if (r == EMU_REDUCE_MEAN) {
         mpfr_inits2(1200, s, (mpfr_ptr)0);
-    if (r == EMU_REDUCE_MEAN)
         mpfr_inits2(106, q, rem, (mpfr_ptr)0);
-    for (size_t o = 0; o < n; o++) {
-        const float *p = first_of(&m, o);
-        const ptrdiff_t inc = (ptrdiff_t)inner;
-        if (r == EMU_REDUCE_MAX) {
-            double v = p[0];
-            for (size_t k = 1; k < len; k++) {
-                double y = p[(ptrdiff_t)k * inc];
-                if (isnan(v) || isnan(y))
-                    v = NAN;
-                else if (y > v || (y == 0.0 && v == 0.0 && !signbit(y)))
-                    v = y;
-            }
-            hi[o] = v;
-            continue;
-        }
-        emu_accum_rng rng = { ctx->seed, stream, o };
-        hi[o] = emu_accum_dot_unguarded(accum, p, inc,
-                                        r == EMU_REDUCE_SUMSQ ? p : NULL, inc,
-                                        len, &rng, swamp ? &counts : NULL,
-                                        need_lo ? &lo[o] : NULL);
-        if (r == EMU_REDUCE_MEAN)
-            mean_pair(&hi[o], &lo[o], len, s, q, rem);
+        m.s = s;
+        m.q = q;
+        m.rem = rem;
     }
-    if (r == EMU_REDUCE_MEAN)
-        mpfr_clears(s, q, rem, (mpfr_ptr)0);
 
     const bool ref = ctx->stats && (ctx->measure & EMU_MEASURE_REF) &&
                      ctx->ref_rate > 0.0 && r != EMU_REDUCE_MAX;
@@ -235,9 +246,8 @@ int emu_t_reduce(emu_ctx *ctx, const char *site, emu_tensor *out,
         if (!m.t || !m.pt) {
             free(m.t);
             free(m.pt);
-            free(hi);
-            if (need_lo)
-                free(lo);
+            if (r == EMU_REDUCE_MEAN)
+                mpfr_clears(s, q, rem, (mpfr_ptr)0);
             free(xs);
             return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory for the reference");
         }
@@ -246,11 +256,14 @@ int emu_t_reduce(emu_ctx *ctx, const char *site, emu_tensor *out,
             m.pt[k] = m.t[k];
         }
     }
+    /* The producer adds its chunks' swamping to counts, which the choke
+     * point reads after the last chunk.  The callbacks read only x (a
+     * copy if it shares out's storage): chunks are stored early. */
     emu_op_out oo = { .site = site, .kind = reduce_names[r], .out = out,
-                      .hi = hi, .lo = need_lo ? lo : NULL,
-                      .swamp = swamp && r != EMU_REDUCE_MAX ? &counts : NULL,
+                      .fill = red_fill, .swamp = m.counts,
                       .op = &m, .ref = red_ref,
-                      .inputs_had_nan = red_inputs_had_nan, .rnd = rnd };
+                      .inputs_had_nan = red_inputs_had_nan, .rnd = rnd,
+                      .store_early = true };
     int rc = emu_commit(ctx, &oo);
     if (ref) {
         for (size_t k = 0; k < len; k++)
@@ -258,9 +271,8 @@ int emu_t_reduce(emu_ctx *ctx, const char *site, emu_tensor *out,
         free(m.t);
         free(m.pt);
     }
-    free(hi);
-    if (need_lo)
-        free(lo);
+    if (r == EMU_REDUCE_MEAN)
+        mpfr_clears(s, q, rem, (mpfr_ptr)0);
     free(xs);
     return rc;
 }

@@ -30,7 +30,7 @@
  *               results and in every counter, histogram and sampled error,
  *               at sizes 0, 1, chunk - 1, chunk, chunk + 1 and larger, on
  *               values with NaN, inf, overflow and subnormals, in place too;
- *   ops         matmul (fast model) hands its
+ *   ops         matmul (fast model), reductions and the losses hand their
  *               outputs to the choke point a chunk at a time: each equals
  *               its values formed independently here, whole, and committed
  *               as arrays, in results and every counter and histogram, at
@@ -2128,7 +2128,188 @@ START_TEST(test_matmul_chunks)
 }
 END_TEST
 
+/* Reductions: each output's dot product formed here by emu_accum_dot
+ * (its words numbered by the output), the swamping summed, committed as
+ * arrays; along the last axis and along the first (strided). */
+START_TEST(test_reduce_chunks)
+{
+    static const char *const models[] = {
+        "fast", "sequential,acc=binary16", "exact",
+        "sequential,acc=bfloat16,mode=sr",
+    };
+    static const emu_reduce kinds[] = {
+        EMU_REDUCE_SUM, EMU_REDUCE_SUMSQ, EMU_REDUCE_MAX,
+    };
+    test_rng g = test_rng_make(32);
+    for (size_t si = 0; si < sizeof op_sizes / sizeof *op_sizes; si++)
+    for (size_t ci = 0; ci < sizeof op_cases / sizeof *op_cases; ci++)
+    for (size_t mi = 0; mi < sizeof models / sizeof *models; mi++)
+    for (size_t ki = 0; ki < 3; ki++)
+    for (int axis = 0; axis < 2; axis++) {
+        const op_case *c = &op_cases[ci];
+        const size_t n = op_sizes[si].rows * op_sizes[si].cols;
+        const size_t L = 2 + (si + mi + ki) % 5;
+        emu_accum acc;
+        emu_error err;
+        ck_assert(emu_accum_parse(&acc, models[mi], &err) == 0);
+        /* axis 1: x (n, L) -> (n); axis 0: x (L, n) -> (n) */
+        emu_tensor x, y, ref;
+        if (axis)
+            alloc2(&x, "x", "binary32", n, L);
+        else
+            alloc2(&x, "x", "binary32", L, n);
+        size_t yshape = n;
+        ck_assert(emu_tensor_alloc(&y, "y", EMU_ROLE_ACTIVATION,
+                                   test_format(c->fmt), 1, &yshape, &err) == 0);
+        wide_values(x.data, x.n, &g, -14, 6);
+        emu_stats stats;
+        emu_ctx ctx;
+        op_ctx(&ctx, &stats, c->stats);
+        const emu_reduce r = kinds[ki];
+        ck_assert_int_eq(emu_t_reduce(&ctx, "red", &y, &x, r, axis, &acc,
+                                      &c->rnd), 0);
+        const emu_site_stats got = op_totals(&stats, "red", y.role, c->stats);
+        emu_stats_free(&stats);
 
+        double *hi = malloc(n * sizeof *hi), *lo = malloc(n * sizeof *lo);
+        emu_accum_counts sw;
+        memset(&sw, 0, sizeof sw);
+        const ptrdiff_t inc = axis ? 1 : (ptrdiff_t)n;
+        bool any_lo = false;
+        for (size_t o = 0; o < n; o++) {
+            const float *p = axis ? x.data + o * L : x.data + o;
+            lo[o] = 0.0;
+            if (r == EMU_REDUCE_MAX) {
+                double v = p[0];
+                for (size_t k = 1; k < L; k++) /* no NaN, no -0 race */
+                    if (p[(ptrdiff_t)k * inc] > v ||
+                        (p[(ptrdiff_t)k * inc] == 0.0 && v == 0.0 &&
+                         !signbit(p[(ptrdiff_t)k * inc])))
+                        v = p[(ptrdiff_t)k * inc];
+                hi[o] = v;
+                continue;
+            }
+            emu_accum_rng rng = { 99, (uint64_t)1 << 63, o };
+            hi[o] = emu_accum_dot(&lo[o], c->stats ? &sw : NULL, &acc, p, inc,
+                                  r == EMU_REDUCE_SUMSQ ? p : NULL, inc, L,
+                                  &rng);
+            any_lo |= lo[o] != 0.0;
+        }
+        const bool with_lo = r != EMU_REDUCE_MAX && acc.kind == EMU_ACCUM_EXACT;
+        ck_assert(with_lo || !any_lo);
+        const emu_site_stats want = commit_arrays(
+            &y, "red", "sum", hi, with_lo ? lo : NULL,
+            c->stats && r != EMU_REDUCE_MAX ? &sw : NULL, &c->rnd, c->stats,
+            0, &ref);
+        char what[160];
+        snprintf(what, sizeof what, "reduce %d axis %d, %zu outputs of %zu, "
+                 "%s, %s, mode %d, stats %d", (int)r, axis, n, L, models[mi],
+                 c->fmt, (int)c->rnd.mode, c->stats);
+        same_op(&y, &ref, &got, &want, what);
+        free(hi);
+        free(lo);
+        emu_tensor_free(&x);
+        emu_tensor_free(&y);
+        emu_tensor_free(&ref);
+    }
+}
+END_TEST
+
+/* The losses' gradients and softmax: rows evaluated here in binary64 by
+ * the ops' stated formulas, whole, committed as arrays. */
+START_TEST(test_loss_chunks)
+{
+    test_rng g = test_rng_make(33);
+    for (size_t si = 0; si < sizeof op_sizes / sizeof *op_sizes; si++)
+    for (size_t ci = 0; ci < sizeof op_cases / sizeof *op_cases; ci++)
+    for (int which = 0; which < 4; which++) {
+        const op_case *c = &op_cases[ci];
+        const size_t B = op_sizes[si].rows, C = op_sizes[si].cols, n = B * C;
+        emu_tensor x, t, y, ref, loss;
+        alloc2(&x, "x", "binary32", B, C);
+        alloc2(&t, "t", "binary32", B, C);
+        alloc2(&y, "y", c->fmt, B, C);
+        size_t one = 1;
+        emu_error err;
+        ck_assert(emu_tensor_alloc(&loss, "loss", EMU_ROLE_OTHER,
+                                   test_format("binary32"), 1, &one, &err) == 0);
+        wide_values(x.data, n, &g, -3, 4);
+        wide_values(t.data, n, &g, -3, 4);
+        int *labels = malloc(B * sizeof *labels);
+        for (size_t r = 0; r < B; r++)
+            labels[r] = (int)(test_next(&g) % C);
+        const float scale = 1024.0f;
+        emu_stats stats;
+        emu_ctx ctx;
+        op_ctx(&ctx, &stats, c->stats);
+        const char *site = which == 2 ? "ce.dlogits" : which == 3 ? "l2.dpred"
+                                                                  : "sm";
+        int rc = which == 0 ? emu_t_softmax(&ctx, "sm", &y, &x, &c->rnd)
+               : which == 1 ? emu_t_log_softmax(&ctx, "sm", &y, &x, &c->rnd)
+               : which == 2 ? emu_t_cross_entropy(&ctx, "ce", &loss, &y, &x,
+                                                  labels, scale, &c->rnd)
+                            : emu_t_mse(&ctx, "l2", &loss, &y, &x, &t, scale,
+                                        &c->rnd);
+        ck_assert_int_eq(rc, 0);
+        const emu_site_stats got = op_totals(&stats, site, y.role, c->stats);
+        emu_stats_free(&stats);
+
+        double *hi = malloc(n * sizeof *hi), *e = malloc(C * sizeof *e);
+        for (size_t r = 0; r < B; r++) {
+            const float *xr = x.data + r * C;
+            double m = -INFINITY;
+            for (size_t j = 0; j < C; j++)
+                m = xr[j] > m ? xr[j] : m;
+            double s = 0.0, rest = 0.0;
+            size_t jm = C;
+            for (size_t j = 0; j < C; j++) {
+                e[j] = exp((double)xr[j] - m);
+                s += e[j];
+                if (jm == C && (double)xr[j] == m)
+                    jm = j;
+                else
+                    rest += e[j];
+            }
+            const double ls = e[jm] == 1.0 ? log1p(rest) : log(s);
+            double others = 0.0;
+            for (size_t j = 0; j < C; j++)
+                if (j != (size_t)labels[r])
+                    others += e[j];
+            for (size_t j = 0; j < C; j++) {
+                double h;
+                if (which == 0) {
+                    h = e[j] / s;
+                } else if (which == 1) {
+                    h = ((double)xr[j] - m) - ls;
+                } else if (which == 2) {
+                    const double p = j == (size_t)labels[r] ? -(others / s)
+                                                            : e[j] / s;
+                    h = p * (double)scale / (double)B;
+                } else {
+                    const double d = (double)xr[j] - (double)t.data[r * C + j];
+                    h = d * (2.0 * (double)scale) / (double)n;
+                }
+                hi[r * C + j] = h;
+            }
+        }
+        const emu_site_stats want = commit_arrays(
+            &y, site, "loss", hi, NULL, NULL, &c->rnd, c->stats,
+            which >= 2 ? 1 : 0, &ref);
+        char what[128];
+        snprintf(what, sizeof what, "loss op %d, %zux%zu, %s, mode %d, "
+                 "stats %d", which, B, C, c->fmt, (int)c->rnd.mode, c->stats);
+        same_op(&y, &ref, &got, &want, what);
+        free(hi);
+        free(e);
+        free(labels);
+        emu_tensor_free(&x);
+        emu_tensor_free(&t);
+        emu_tensor_free(&y);
+        emu_tensor_free(&ref);
+        emu_tensor_free(&loss);
+    }
+}
+END_TEST
 
 static Suite *suite(void)
 {
@@ -2150,6 +2331,8 @@ static Suite *suite(void)
     tcase_add_test(tc, test_chunked_equals_arrays);
     tcase_add_test(tc, test_chunked_in_place);
     tcase_add_test(tc, test_matmul_chunks);
+    tcase_add_test(tc, test_reduce_chunks);
+    tcase_add_test(tc, test_loss_chunks);
     suite_add_tcase(s, tc);
     /* Regressions: an infinite relative error went to the first bin, and
      * long site names made a new site on every call. */

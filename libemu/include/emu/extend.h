@@ -54,7 +54,9 @@ extern "C" {
  * gives acc_old and addend (out->n each, or NULL): the choke point counts
  * its swamping from the values it rounds, with emu_accum_count_add in
  * out's format, over the outputs whose addend is non-zero and finite and
- * whose acc_old is finite; swamp, if also given, is added.
+ * whose acc_old is finite; swamp, if also given, is added (read after
+ * the producer's last chunk: a producer may add its chunks' swamping to
+ * it as it forms them).
  *
  * Scaled outputs (block-scaled formats, emu/scaled.h): scale (or NULL)
  * holds out->n binary32 factors and scale_g one more, and output i is an
