@@ -291,6 +291,8 @@ typedef struct commit_run {
     uint64_t nan;           /* NaN values found by the chunks' NaN loops  */
     emu_accum_counts c;     /* swamping                                   */
     emu_hist_tables *hx, *hr; /* exact and rounded bins (tables)          */
+    emu_hist_tables *hb;    /* bins of both, for chunks carried unrounded */
+    bool hb_used;           /* hb zeroed and holding counts               */
     float *res;             /* results kept aside, or NULL: stored early */
 } commit_run;
 
@@ -361,8 +363,10 @@ static void carry_f32_f32(float *res, const float *v, size_t m,
 /* Step 1 for one chunk: outputs i0 .. i0+m-1, whose values are h (and l,
  * or NULL), or the binary32 values v, rounded into res[0..m).  The array
  * path where the values are plain doubles, the scalar choke point where a
- * low part must be seen. */
-static void round_chunk(commit_run *r, size_t i0, size_t m, const double *h,
+ * low part must be seen.  Returns true if the chunk was carried into
+ * binary32 unrounded (no low parts): its values and results then fall in
+ * the same histogram bins (a NaN's payload aside, which bins as NaN). */
+static bool round_chunk(commit_run *r, size_t i0, size_t m, const double *h,
                         const double *l, const float *v, float *res)
 {
     const emu_format *fmt = &r->o->out->fmt;
@@ -372,7 +376,7 @@ static void round_chunk(commit_run *r, size_t i0, size_t m, const double *h,
     if (v) {
         if (r->identity) {
             carry_f32_f32(res, v, m, counts);
-            return;
+            return true;
         }
         /* As the values were read before through a binary64: a
          * signalling NaN quiet, sign and payload kept. */
@@ -383,7 +387,7 @@ static void round_chunk(commit_run *r, size_t i0, size_t m, const double *h,
             memcpy(&fin[j], &w, sizeof w);
         }
         emu_round_array_f32_unguarded(fmt, res, fin, m, &r->ar, counts);
-        return;
+        return false;
     }
     double buf[CHUNK];
     if (!l || (!r->sr && lo_harmless(h, l, m, fmt->p))) {
@@ -393,7 +397,7 @@ static void round_chunk(commit_run *r, size_t i0, size_t m, const double *h,
          * two passes over the chunk. */
         const bool wide0 = (double)(float)h[0] != h[0] && !isnan(h[0]);
         if (!wide0 && r->identity && carry_f32(res, h, m, counts))
-            return;
+            return !l;
         /* Most ops' values are binary32 values already (a fast-model
          * GEMM, sums of 16-bit values, casts): then the binary32 array
          * path, several times faster, rounds them the same way. */
@@ -407,7 +411,7 @@ static void round_chunk(commit_run *r, size_t i0, size_t m, const double *h,
         }
         if (narrow) {
             emu_round_array_f32_unguarded(fmt, res, fin, m, &r->ar, counts);
-            return;
+            return false;
         }
         emu_round_array_f64_unguarded(fmt, buf, h, m, &r->ar, counts);
     } else {
@@ -425,6 +429,7 @@ static void round_chunk(commit_run *r, size_t i0, size_t m, const double *h,
     }
     for (size_t j = 0; j < m; j++)
         res[j] = (float)buf[j]; /* exact: a carrier value */
+    return false;
 }
 
 /* Output i's value after rounding (res: its element): the element times
@@ -479,11 +484,30 @@ static void hist_pairs(commit_run *r, const double *h, const double *l,
     }
 }
 
+/* The bins of a carried chunk, into both histograms at once. */
+static void hist_both(commit_run *r, const float *res, size_t m)
+{
+    if (!r->tables) {
+        for (size_t j = 0; j < m; j++) {
+            const int b = emu_hist_bin_f32_unguarded(res[j]);
+            r->s.hist_exact[b]++;
+            r->s.hist_rounded[b]++;
+        }
+        return;
+    }
+    if (!r->hb_used) {
+        memset(r->hb, 0, sizeof *r->hb);
+        r->hb_used = true;
+    }
+    emu_hist_tables_add(r->hb, res, m, true);
+}
+
 /* Steps 2 to 4 for one chunk (as round_chunk's arguments, res rounded;
- * nan: the NaN results the rounding counted in it). */
+ * nan: the NaN results the rounding counted in it; carried: round_chunk's
+ * answer). */
 static void measure_chunk(commit_run *r, size_t i0, size_t m, const double *h,
                           const double *l, const float *v, const float *res,
-                          uint64_t nan)
+                          uint64_t nan, bool carried)
 {
     const emu_op_out *o = r->o;
     emu_site_stats *s = &r->s;
@@ -508,7 +532,9 @@ static void measure_chunk(commit_run *r, size_t i0, size_t m, const double *h,
         /* Plain values and binary32 results: the bins straight from the
          * arrays, in integers.  The exact value hi + lo: hi's binade
          * unless hi is a power of two and lo points toward zero. */
-        if (o->scale) {
+        if (carried && !o->scale) {
+            hist_both(r, res, m);
+        } else if (o->scale) {
             for (size_t j = 0; j < m; j++)
                 s->hist_exact[emu_hist_bin_unguarded(o->src[i0 + j])]++;
             for (size_t j = 0; j < m; j++)
@@ -541,9 +567,9 @@ static void run_chunk(commit_run *r, size_t i0, size_t m, const double *h,
 {
     float res[CHUNK];
     const uint64_t nan0 = r->counts.nan;
-    round_chunk(r, i0, m, h, l, v, res);
+    const bool carried = round_chunk(r, i0, m, h, l, v, res);
     if (r->measure)
-        measure_chunk(r, i0, m, h, l, v, res, r->counts.nan - nan0);
+        measure_chunk(r, i0, m, h, l, v, res, r->counts.nan - nan0, carried);
     memcpy(r->res ? r->res + i0 : r->o->out->data + i0, res,
            m * sizeof *res);
 }
@@ -630,7 +656,7 @@ int emu_commit(emu_ctx *ctx, const emu_op_out *o)
             return emu_ctx_failc(ctx, EMU_ENOMEM, o->site,
                                  "out of memory for %zu results", n);
     }
-    emu_hist_tables tables[2];
+    emu_hist_tables tables[3];
     commit_run r = {
         .ctx = ctx, .o = o, .stream = ctx->op_index++,
         .measure = measure, .res = res,
@@ -647,9 +673,10 @@ int emu_commit(emu_ctx *ctx, const emu_op_out *o)
     r.sr = emu_rnd_is_stochastic(r.ar.rnd.mode);
     r.identity = emu_round_is_identity_f32(&out->fmt, &r.ar.rnd);
     if (r.hist && r.tables) {
-        memset(tables, 0, sizeof tables);
+        memset(tables, 0, 2 * sizeof *tables); /* the third when used */
         r.hx = &tables[0];
         r.hr = &tables[1];
+        r.hb = &tables[2];
     }
     if (r.ref) {
         /* Threshold on a 64-bit word; rate 1 samples every output. */
@@ -708,6 +735,10 @@ int emu_commit(emu_ctx *ctx, const emu_op_out *o)
             if (r.tables) {
                 emu_hist_tables_merge(s->hist_exact, r.hx);
                 emu_hist_tables_merge(s->hist_rounded, r.hr);
+                if (r.hb_used) {
+                    emu_hist_tables_merge(s->hist_exact, r.hb);
+                    emu_hist_tables_merge(s->hist_rounded, r.hb);
+                }
             }
             if (o->hist_scale)
                 for (int b = 0; b < EMU_HIST_BINS; b++)

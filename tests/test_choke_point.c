@@ -508,16 +508,29 @@ static void carrier_values(double *hi, size_t n, test_rng *g)
     memcpy(&hi[ne], &nan, sizeof nan);
 }
 
+/* A producer of binary32 values (the op is the array). */
+static void carrier_fill32(const void *op, size_t i0, size_t m, float *v)
+{
+    memcpy(v, (const float *)op + i0, m * sizeof *v);
+}
+
 START_TEST(test_commit_carrier)
 {
     const emu_format *f32 = test_format("binary32");
     const size_t n = 3 * 1024 + 17;
     emu_tensor y;
     make(&y, f32, n, "y", EMU_ROLE_OTHER);
-    double *hi = malloc(n * sizeof *hi);
+    double *hi = malloc(n * sizeof *hi), *hv = malloc(n * sizeof *hv);
+    float *fv = malloc(n * sizeof *fv);
     test_rng g = test_rng_make(32);
     carrier_values(hi, n, &g);
+    for (size_t i = 0; i < n; i++) {
+        fv[i] = (float)hi[i];
+        hv[i] = fv[i];
+    }
     const emu_rnd modes[] = { EMU_RNE, EMU_RZ, EMU_RS };
+    /* the values as doubles, then as binary32 values through fill32 */
+    for (int via = 0; via < 2; via++)
     for (int pid = 0; pid < EMU_PROFILE_COUNT; pid++)
     for (int sat = 0; sat < 2; sat++)
     for (size_t k = 0; k < sizeof modes / sizeof *modes; k++) {
@@ -530,22 +543,31 @@ START_TEST(test_commit_carrier)
         ctx.stats = &stats;
         ctx.measure = EMU_MEASURE_COUNTS | EMU_MEASURE_HIST;
         const uint64_t stream = emu_ctx_stream(&ctx);
+        const double *x = via ? hv : hi;
         emu_op_out o = { .site = "carrier", .kind = "test", .out = &y,
-                         .hi = hi, .rnd = &r };
+                         .rnd = &r };
+        if (via) {
+            o.fill32 = carrier_fill32;
+            o.op = fv;
+        } else {
+            o.hi = hi;
+        }
         ck_assert_int_eq(emu_commit(&ctx, &o), 0);
         /* the scalar choke point, element by element */
         emu_round_counts want = { 0 };
-        uint64_t hist[EMU_HIST_BINS] = { 0 };
+        uint64_t hist[EMU_HIST_BINS] = { 0 }, hist_x[EMU_HIST_BINS] = { 0 };
         for (size_t i = 0; i < n; i++) {
             emu_status st;
-            const double z = emu_round2_word(f32, hi[i], 0.0, &r,
+            const double z = emu_round2_word(f32, x[i], 0.0, &r,
                                              emu_random64(9, stream, i), &st);
-            emu_round_counts_add(&want, hi[i], z, st.flags);
+            emu_round_counts_add(&want, x[i], z, st.flags);
             hist[emu_hist_bin(z)]++;
+            hist_x[emu_hist_bin(x[i])]++;
             const float zf = (float)z;
             ck_assert_msg(memcmp(&zf, &y.data[i], sizeof zf) == 0,
-                          "profile %d sat %d mode %d: element %zu (%a): "
-                          "%a want %a", pid, sat, (int)modes[k], i, hi[i],
+                          "via %d profile %d sat %d mode %d: element %zu "
+                          "(%a): %a want %a", via, pid, sat, (int)modes[k],
+                          i, x[i],
                           (double)y.data[i], z);
         }
         const emu_site_stats *t =
@@ -557,12 +579,16 @@ START_TEST(test_commit_carrier)
         ck_assert_uint_eq(t->subnormal, want.subnormal);
         ck_assert_uint_eq(t->overflow, want.overflow);
         ck_assert_uint_eq(t->nan, want.nan);
-        for (int b = 0; b < EMU_HIST_BINS; b++)
+        for (int b = 0; b < EMU_HIST_BINS; b++) {
             ck_assert_uint_eq(t->hist_rounded[b], hist[b]);
+            ck_assert_uint_eq(t->hist_exact[b], hist_x[b]);
+        }
         emu_stats_free(&stats);
     }
     emu_tensor_free(&y);
     free(hi);
+    free(hv);
+    free(fv);
 }
 END_TEST
 
