@@ -98,6 +98,17 @@ static inline bool emu_ends_with(const char *s, const char *suffix)
 struct emu_scaled_tensor;
 void emu_scaled_element_scales(const struct emu_scaled_tensor *q, float *out);
 
+/* emu_scaled_quantize without the elements (scaled.c): every check and
+ * refusal, the tensor scale and the block scales, as it sets them; the
+ * elements are left alone.  For the quantize op while it measures, whose
+ * choke point rounds every element itself (the same map and words as the
+ * quantizer's fast paths, tested bit-identical): one rounding pass, not
+ * two. */
+struct emu_quant_opts;
+int emu_scaled_quantize_scales(struct emu_scaled_tensor *q, const float *x,
+                               const struct emu_quant_opts *o,
+                               emu_error *err);
+
 /* Nearest-even rounding with saturation of binary32 values into a format
  * with subnormals and a signed zero (round_array.c): the lean kernel of
  * block-scaled quantization, for finite inputs only (NaN and inf give

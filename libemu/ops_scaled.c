@@ -38,7 +38,28 @@ typedef struct quant_op {
     const float *scale;      /* s_b(i) per element                        */
     double g;
     const bool *block_nan;   /* per block: it held a NaN (NULL: none did)  */
+    bool pow2;               /* every divisor a power of two (or NaN)      */
 } quant_op;
+
+/* emu_op_out.fill: the exact quotients x_i / (s_b(i) g) of a chunk, as
+ * pairs where a divisor is not a power of two; a NaN block's elements are
+ * zero. */
+static int quant_fill(const void *opv, size_t i0, size_t m, double *hi,
+                      double *lo)
+{
+    const quant_op *op = opv;
+    for (size_t j = 0; j < m; j++) {
+        const size_t i = i0 + j;
+        const double xi = op->x[i], d = (double)op->scale[i] * op->g; /* exact */
+        hi[j] = isnan(d) ? 0.0 : xi / d; /* exact if d is a power of two */
+        if (op->pow2)
+            continue;
+        lo[j] = 0.0;
+        if (!isnan(d) && isfinite(hi[j]) && hi[j] != 0.0)
+            lo[j] = fma(-hi[j], d, xi) / d; /* the remainder's sign exact */
+    }
+    return !op->pow2;
+}
 
 /* The exact quotient x_i / (s_b(i) g): the value the element rounds. */
 static int quant_ref(const void *opv, size_t i, mpfr_ptr exact, mpfr_ptr src)
@@ -77,10 +98,10 @@ static bool *nan_blocks(const emu_scaled_tensor *q, const float *x)
     return nb;
 }
 
-/* Commits a quantization that emu_scaled_quantize has written into q:
- * the choke point rounds every quotient x_i / (s_b g) again, by the same
- * map and words (the quantizer's fast paths are tested bit-identical to
- * it), counts, bins, samples and shows the op like any other. */
+/* Commits a quantization whose scales are in q: the choke point rounds
+ * every quotient x_i / (s_b g) into q's elements (the quantizer's fast
+ * paths are tested bit-identical to this map and its words), counts,
+ * bins, samples and shows the op like any other, a chunk at a time. */
 static int commit_quantized(emu_ctx *ctx, const char *site,
                             emu_scaled_tensor *q, const emu_tensor *x,
                             const emu_rounding *elem_rnd)
@@ -101,33 +122,16 @@ static int commit_quantized(emu_ctx *ctx, const char *site,
 
     const double g = q->tensor_scale;
     /* Power-of-two divisors (MX's scales, no tensor scale) give exact
-     * quotients: no low parts to compute, store or look at. */
+     * quotients: no low parts to compute or look at. */
     bool pow2 = true;
     for (size_t b = 0; b < q->nblocks && pow2; b++) {
         const double d = (q->sf.block_scaled ? (double)q->scale[b] : 1.0) * g;
         pow2 = isnan(d) || emu_is_pow2(d);
     }
     float *sc = malloc(n * sizeof *sc);
-    double *hi = emu_scratch(ctx, site, pow2 ? n
-                                      : n > SIZE_MAX / 2 ? SIZE_MAX : 2 * n);
-    if (!sc || !hi) {
-        free(sc);
-        free(hi);
-        return hi ? emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory for %zu scales", n)
-                  : -1;
-    }
-    double *lo = pow2 ? NULL : hi + n;
+    if (!sc)
+        return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory for %zu scales", n);
     emu_scaled_element_scales(q, sc);
-    for (size_t i = 0; i < n; i++) {
-        const double xi = x->data[i], d = (double)sc[i] * g; /* exact */
-        /* a NaN block's elements are zero */
-        hi[i] = isnan(d) ? 0.0 : xi / d; /* exact if d is a power of two */
-        if (!lo)
-            continue;
-        lo[i] = 0.0;
-        if (!isnan(d) && isfinite(hi[i]) && hi[i] != 0.0)
-            lo[i] = fma(-hi[i], d, xi) / d; /* the remainder's sign exact */
-    }
     uint64_t hist[EMU_HIST_BINS] = { 0 };
     for (size_t b = 0; b < q->nblocks; b++) {
         const double sb = q->sf.block_scaled ? q->scale[b] : 1.0;
@@ -136,19 +140,22 @@ static int commit_quantized(emu_ctx *ctx, const char *site,
     }
     bool *block_nan = nan_blocks(q, x->data);
     quant_op op = { .q = q, .x = x->data, .scale = sc, .g = g,
-                    .block_nan = block_nan };
+                    .block_nan = block_nan, .pow2 = pow2 };
     emu_rounding rnd = *elem_rnd;
     rnd.saturate = true; /* the OCP MX rule: elements clamp to ±max */
+    /* The callbacks read x, the scales and the NaN blocks, never the
+     * elements: each chunk is stored when measured, unless x is stored
+     * in them. */
     int rc = emu_commit(ctx, &(emu_op_out){
-        .site = site, .kind = "quantize", .out = &view, .hi = hi, .lo = lo,
+        .site = site, .kind = "quantize", .out = &view, .fill = quant_fill,
         .op = &op, .ref = quant_ref, .inputs_had_nan = quant_had_nan,
         .rnd = &rnd, .scale = sc, .scale_g = g, .src = x->data,
-        .hist_scale = hist });
+        .hist_scale = hist,
+        .store_early = emu_store_early_ok(&view, x->data, n) });
     if (q->sf.int_elem) /* two's complement integers have no -0 */
         for (size_t i = 0; i < n; i++)
             q->elem[i] += 0.0f;
     free(block_nan);
-    free(hi);
     free(sc);
     return rc;
 }
@@ -175,12 +182,18 @@ int emu_t_quantize_scaled(emu_ctx *ctx, const char *site,
     qo.seed = ctx->seed;
     qo.stream = emu_ctx_stream(ctx);
     /* The scales, and the elements by the fast paths: all that is needed
-     * when nothing is measured. */
+     * when nothing is measured.  Measured, the choke point rounds the
+     * elements (commit_quantized), so the quantizer sets the scales only
+     * unless the caller wants its counts, which it takes from its own
+     * elements. */
     emu_error e;
-    if (emu_scaled_quantize(q, x->data, &qo, counts, NULL, &e))
+    const bool measured = emu_commit_measures(ctx);
+    if (measured && !counts ? emu_scaled_quantize_scales(q, x->data, &qo, &e)
+                            : emu_scaled_quantize(q, x->data, &qo, counts,
+                                                  NULL, &e))
         return emu_ctx_failc(ctx, e.code, site, "%s%s%s", e.key, e.key[0] ? ": " : "",
                             e.message);
-    if (!emu_commit_measures(ctx)) {
+    if (!measured) {
         emu_tensor none = { .n = q->n };
         return emu_commit(ctx, &(emu_op_out){ .site = site,
                                               .kind = "quantize",

@@ -1528,11 +1528,12 @@ bool emu_scaled_sr_words(const emu_format *f, const emu_rounding *r, double d,
     return true;
 }
 
-int emu_scaled_quantize(emu_scaled_tensor *q, const float *x,
-                        const emu_quant_opts *opts, emu_quant_counts *counts,
-                        emu_block_stats *blocks, emu_error *err)
+/* emu_scaled_quantize, or (elements false; counts and blocks NULL) its
+ * checks and scales alone: emu_scaled_quantize_scales. */
+static int quantize(emu_scaled_tensor *q, const float *x,
+                    const emu_quant_opts *opts, emu_quant_counts *counts,
+                    emu_block_stats *blocks, bool elements, emu_error *err)
 {
-    EMU_HOSTFP_GUARD;
     static const emu_quant_opts none;
     const emu_quant_opts *o = opts ? opts : &none;
     const emu_scaled_format *sf = &q->sf;
@@ -1610,6 +1611,17 @@ int emu_scaled_quantize(emu_scaled_tensor *q, const float *x,
                                 sf->scale.max);
         }
 
+    if (!elements) {
+        /* each block's scale as the statistics path sets it (the fused
+         * paths' fast scales are tested equal to it); a per-tensor
+         * format's one "block scale" is 1 */
+        if (!sf->block_scaled)
+            q->scale[0] = 1.0f;
+        else
+            for (size_t b = 0; b < q->nblocks; b++)
+                set_scale(&R, b, block_at(q, &R.geo, b), NULL, NULL);
+        return 0;
+    }
     const bool contig = sf->block_scaled && !R.geo.tile && R.geo.inner == 1;
     /* a per-tensor format by the fast paths: chunks of one divisor */
     const bool flat = !sf->block_scaled && (R.div_ok || R.sr_ok);
@@ -1663,6 +1675,20 @@ int emu_scaled_quantize(emu_scaled_tensor *q, const float *x,
     free(tmp);
     free(tmp64);
     return 0;
+}
+
+int emu_scaled_quantize(emu_scaled_tensor *q, const float *x,
+                        const emu_quant_opts *opts, emu_quant_counts *counts,
+                        emu_block_stats *blocks, emu_error *err)
+{
+    EMU_HOSTFP_GUARD;
+    return quantize(q, x, opts, counts, blocks, true, err);
+}
+
+int emu_scaled_quantize_scales(emu_scaled_tensor *q, const float *x,
+                               const emu_quant_opts *opts, emu_error *err)
+{
+    return quantize(q, x, opts, NULL, NULL, false, err);
 }
 
 void emu_scaled_element_scales(const emu_scaled_tensor *q, float *out)

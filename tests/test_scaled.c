@@ -2385,6 +2385,46 @@ START_TEST(quantize_site_stats)
                 diff += !test_same(q.elem[i], q2.elem[i]);
             CHECK(diff == 0, "%s %s: %zu elements differ from emu_scaled_quantize"
                   " with seed 31, stream 7", specs[s], emu_rnd_name(o.mode), diff);
+            /* without the caller's counts the quantizer sets the scales
+             * only and the choke point rounds the elements (one pass): the
+             * same elements, scales and site statistics */
+            {
+                emu_scaled_tensor q3;
+                sq_alloc(&q3, &sf, 2, shape, 1);
+                emu_ctx ctx3;
+                emu_ctx_init(&ctx3, 31);
+                ctx3.measure = EMU_MEASURE_ALL;
+                ctx3.ref_rate = 1.0;
+                ctx3.op_index = 7;
+                emu_stats st3;
+                emu_stats_init(&st3);
+                ctx3.stats = &st3;
+                ck_assert_int_eq(emu_t_quantize_scaled(&ctx3, "q.w", &q3, &x,
+                                                       NULL, NULL, &rnd), 0);
+                size_t d3 = 0;
+                for (size_t i = 0; i < x.n; i++)
+                    d3 += !test_same(q3.elem[i], q2.elem[i]);
+                for (size_t b = 0; b < q3.nblocks; b++)
+                    d3 += !test_same(q3.scale[b], q2.scale[b]);
+                d3 += !test_same(q3.tensor_scale, q2.tensor_scale);
+                const emu_site_stats *a = &emu_stats_find(&st, "q.w", EMU_ROLE_WEIGHT)->total;
+                const emu_site_stats *b3 = &emu_stats_find(&st3, "q.w", EMU_ROLE_WEIGHT)->total;
+                CHECK(d3 == 0 && a->results == b3->results &&
+                      a->inexact == b3->inexact && a->underflow == b3->underflow &&
+                      a->to_zero == b3->to_zero && a->subnormal == b3->subnormal &&
+                      a->overflow == b3->overflow && a->nan == b3->nan &&
+                      a->ref_samples == b3->ref_samples &&
+                      test_same(a->ulp_sum, b3->ulp_sum) &&
+                      test_same(a->rel_sum, b3->rel_sum) &&
+                      !memcmp(a->hist_exact, b3->hist_exact, sizeof a->hist_exact) &&
+                      !memcmp(a->hist_rounded, b3->hist_rounded, sizeof a->hist_rounded) &&
+                      !memcmp(a->hist_scale, b3->hist_scale, sizeof a->hist_scale),
+                      "%s %s: one pass (no counts): %zu elements or scales "
+                      "differ, or the site's statistics", specs[s],
+                      emu_rnd_name(o.mode), d3);
+                emu_stats_free(&st3);
+                emu_scaled_free(&q3);
+            }
             /* the scale histogram: one count per block, in the bin of the
              * block's scale times the tensor scale (from the scales by hand) */
             uint64_t want_hist[EMU_HIST_BINS] = { 0 };
