@@ -296,21 +296,57 @@ typedef struct commit_run {
     float *res;             /* results kept aside, or NULL: stored early */
 } commit_run;
 
+/* Subnormals and NaNs among CARRY_RUN binary32 values: a loop of constant
+ * length, which gcc's cheap vectoriser (-O2) takes. */
+enum { CARRY_RUN = 64 };
+
+static void carry_scan(const float *v, uint32_t *sub, uint32_t *nan)
+{
+    uint32_t w[CARRY_RUN], s = 0, q = 0;
+    memcpy(w, v, sizeof w);
+    for (int j = 0; j < CARRY_RUN; j++) {
+        const uint32_t a = w[j] & 0x7fffffff;
+        s += a - 1 < 0x7fffff; /* 0 < |f| < 2^-126 */
+        q += a > 0x7f800000;
+    }
+    *sub = s;
+    *nan = q;
+}
+
 /* A chunk of values into binary32 itself, under a rounding that maps
  * binary32 to itself (emu_round_is_identity_f32): if every value is a
  * binary32 value (or a NaN), res gets them, NaNs made the canonical quiet
  * NaN, counted as emu_round_array_f32 counts them (nothing inexact,
- * subnormals flagged), and true; else false, counts untouched.  One
- * branch-free pass where a narrowing pass and the array path's scalar
- * identity loop were a tenth of an fp32 training step.  (gcc -O2 does not
- * vectorise it yet: the double-to-bits loads stop it.) */
+ * subnormals flagged), and true; else false, counts untouched.  Runs of
+ * CARRY_RUN go through loops of constant length, which gcc -O2
+ * vectorises: narrowed, checked (a value that narrowing changed, other
+ * than a NaN, is wider than binary32), scanned and copied; a run with a
+ * NaN and the rest of the chunk go one element at a time. */
 static bool carry_f32(float *res, const double *hi, size_t m,
                       emu_round_counts *counts)
 {
     const uint64_t d_inf = (uint64_t)0x7ff << 52;
     const uint32_t qnan = 0x7fc00000;
     uint64_t wide = 0, sub = 0, nan = 0;
-    for (size_t j = 0; j < m; j++) {
+    size_t j0 = 0;
+    for (; j0 + CARRY_RUN <= m; j0 += CARRY_RUN) {
+        float f[CARRY_RUN];
+        uint32_t bad = 0, s, q;
+        for (int j = 0; j < CARRY_RUN; j++)
+            f[j] = (float)hi[j0 + (size_t)j];
+        for (int j = 0; j < CARRY_RUN; j++) {
+            const double h = hi[j0 + (size_t)j];
+            bad |= (uint32_t)((double)f[j] != h) & (uint32_t)(h == h);
+        }
+        if (bad)
+            return false;
+        carry_scan(f, &s, &q);
+        if (q)
+            break;
+        sub += s;
+        memcpy(res + j0, f, sizeof f);
+    }
+    for (size_t j = j0; j < m; j++) {
         const float f = (float)hi[j];
         const double back = (double)f;
         uint64_t u, v;
@@ -334,23 +370,6 @@ static bool carry_f32(float *res, const double *hi, size_t m,
     if (sub)
         counts->flags |= EMU_FLAG_SUBNORMAL;
     return true;
-}
-
-/* Subnormals and NaNs among CARRY_RUN binary32 values: a loop of constant
- * length, which gcc's cheap vectoriser (-O2) takes. */
-enum { CARRY_RUN = 64 };
-
-static void carry_scan(const float *v, uint32_t *sub, uint32_t *nan)
-{
-    uint32_t w[CARRY_RUN], s = 0, q = 0;
-    memcpy(w, v, sizeof w);
-    for (int j = 0; j < CARRY_RUN; j++) {
-        const uint32_t a = w[j] & 0x7fffffff;
-        s += a - 1 < 0x7fffff; /* 0 < |f| < 2^-126 */
-        q += a > 0x7f800000;
-    }
-    *sub = s;
-    *nan = q;
 }
 
 /* A chunk of binary32 values into binary32 under an identity rounding:
