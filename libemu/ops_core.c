@@ -313,6 +313,16 @@ static void carry_scan(const float *v, uint32_t *sub, uint32_t *nan)
     *nan = q;
 }
 
+/* CARRY_RUN binary32 values with each signalling NaN made quiet. */
+static void quiet_run(float *out, const float *v)
+{
+    uint32_t w[CARRY_RUN];
+    memcpy(w, v, sizeof w);
+    for (int j = 0; j < CARRY_RUN; j++)
+        w[j] |= ((w[j] & 0x7fffffff) > 0x7f800000) ? 0x00400000u : 0u;
+    memcpy(out, w, sizeof w);
+}
+
 /* A chunk of values into binary32 itself, under a rounding that maps
  * binary32 to itself (emu_round_is_identity_f32): if every value is a
  * binary32 value (or a NaN), res gets them, NaNs made the canonical quiet
@@ -425,8 +435,12 @@ static bool round_chunk(commit_run *r, size_t i0, size_t m, const double *h,
             return true;
         }
         /* As the values were read before through a binary64: a
-         * signalling NaN quiet, sign and payload kept. */
-        for (size_t j = 0; j < m; j++) {
+         * signalling NaN quiet, sign and payload kept (runs of constant
+         * length, which gcc -O2 vectorises, then the tail). */
+        size_t j = 0;
+        for (; j + CARRY_RUN <= m; j += CARRY_RUN)
+            quiet_run(fin + j, v + j);
+        for (; j < m; j++) {
             uint32_t w;
             memcpy(&w, &v[j], sizeof w);
             w |= ((w & 0x7fffffff) > 0x7f800000) ? 0x00400000u : 0u;
