@@ -5,7 +5,8 @@
  * output is one dot product formed by the options' accumulator model
  * through the GEMM engine (emu_gemm_accum_ex in accum_gemm.c), then rounded
  * once into the output's format, under the op's rounding, by the choke
- * point.  The MPFR reference of a sampled output is
+ * point.  The fast model's products stay binary32 (emu_gemm_fast_f32) and
+ * reach the choke point a chunk at a time (emu_gemm_src).  The MPFR reference of a sampled output is
  * mpfr_dot of the same row and column (plus the old output value when
  * accumulating), once from the op's inputs and once from their unquantized
  * sources, which is what splits the error into quantization, accumulation
