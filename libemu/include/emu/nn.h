@@ -285,6 +285,11 @@ typedef struct emu_train_config {
     int threads;
     char out_dir[512];
     bool force, resume, quiet;
+    /* A weights file (emu_model_load_weights) to start from instead of
+     * the random initialisation ("": none).  Read when a run starts, not
+     * on resume (the checkpoint holds the weights); recorded in
+     * meta.json with its checksum. */
+    char init_from[512];
 } emu_train_config;
 
 void emu_train_config_default(emu_train_config *c);
@@ -299,6 +304,8 @@ void emu_train_config_default(emu_train_config *c);
  *   layers_steps.csv per layer and step: gradient underflow rates and scales
  *   eval.csv         test accuracy and loss per epoch
  *   checkpoint.bin   the state to resume from
+ *   weights.safetensors  the final weights (emu_model_save_weights), when
+ *                    the run completes
  * Every file is written atomically, the checkpoint first at step 0.
  * out_dir must be new, empty, or hold a run (replaced only with force;
  * a folder that holds other files is refused: EMU_ESTATE).  Progress goes
