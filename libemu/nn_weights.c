@@ -21,6 +21,7 @@
 
 #include "emu/nn.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -248,7 +249,9 @@ int emu_model_load_weights(emu_model *m, emu_ctx *ctx, const emu_policy *p,
             continue;
         }
         for (size_t j = 0; j < f->n; j++)
-            if ((double)(float)f->values[j] != f->values[j]) {
+            /* (Out of binary32's range, the cast itself is undefined.) */
+            if (fabs(f->values[j]) > FLT_MAX ||
+                (double)(float)f->values[j] != f->values[j]) {
                 note(&r, "%s: element %zu, %.17g, is not a binary32 value "
                      "(convert the tensor to float32)", name, j, f->values[j]);
                 break;

@@ -259,11 +259,11 @@ START_TEST(dtypes_and_rounding)
     net n;
     net_make(&n, "bf16-nearest", "mlp:784-1-10", 1);
     /* A file in F64 by hand: fc1.weight (1, 784) holding 0.1 (no
-     * binary32) is refused; holding 1 + 2^-20 (a binary32, no bfloat16)
-     * loads, rounded into bfloat16 and counted. */
+     * binary32) or 1e300 (beyond binary32) is refused; holding 1 + 2^-20
+     * (a binary32, no bfloat16) loads, rounded into bfloat16 and counted. */
     FILE *fp;
-    for (int pass = 0; pass < 2; pass++) {
-        double v = pass ? 1.0 + 0x1p-20 : 0.1;
+    for (int pass = 0; pass < 3; pass++) {
+        double v = pass == 2 ? 1.0 + 0x1p-20 : pass ? 1e300 : 0.1;
         char json[1024];
         snprintf(json, sizeof json,
                  "{\"fc1.weight\":{\"dtype\":\"F64\",\"shape\":[1,784],\"data_offsets\":[0,6272]},"
@@ -288,10 +288,12 @@ START_TEST(dtypes_and_rounding)
         fclose(fp);
         emu_error err;
         int rc = emu_model_load_weights(&n.m, &n.ctx, &n.p, path, &err);
-        if (!pass) {
+        if (pass < 2) {
             ck_assert_int_eq(rc, -1);
-            ck_assert_msg(strstr(err.message, "fc1.weight: element 0, "
-                                 "0.10000000000000001, is not a binary32 value"),
+            ck_assert_msg(strstr(err.message, pass ? "fc1.weight: element 0, "
+                                 "1.0000000000000001e+300, is not a binary32 value"
+                                 : "fc1.weight: element 0, 0.10000000000000001, is "
+                                 "not a binary32 value"),
                           "%s", err.message);
             continue;
         }
