@@ -963,7 +963,7 @@ int emu_tensorfile_write(const char *path, const emu_tf_out *tensors,
                           t->name);
         counts[i] = n;
     }
-    for (int i = 0; meta && meta[i] && !rc; i += 2)
+    for (int i = 0; !rc && meta && meta[i]; i += 2)
         if (!meta[i + 1] || !utf8_valid(meta[i]) || !utf8_valid(meta[i + 1]))
             rc = emu_fail(err, EMU_EINVAL, path, "__metadata__", "key '%.60s': no "
                           "value, or text that is not UTF-8", meta[i]);
