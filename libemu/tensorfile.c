@@ -347,7 +347,7 @@ static int parse_entry(parser *ps, raw_entry *e)
         char *field;
         if (parse_string(ps, "header", &field))
             return -1;
-        if (expect(ps, ':', field, "':'")) {
+        if (expect(ps, ':', "header", "':'")) {
             free(field);
             return -1;
         }

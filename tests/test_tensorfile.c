@@ -248,6 +248,7 @@ START_TEST(bad_json)
         { "{\"w\xf4\x90\x80\x80\":{}}", "header", "not UTF-8" }, /* > U+10FFFF */
         { "{\"w\":{}}", "header", "tensor 'w': no dtype, shape or data_offsets" },
         { "{\"\":{}}", "header", "an empty tensor name" },
+        { "{\"w\":{\"\"dtype\":\"F32\"}}", "header", "expected ':', found 'd'" },
         { "{\"w\":{\"dtype\":\"F32\",\"shape\":[2]}}", "data_offsets",
           "tensor 'w' has no data_offsets" },
         { "{\"w\":{\"dtype\":\"F32\",\"data_offsets\":[0,8]}}", "shape",
