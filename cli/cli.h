@@ -263,6 +263,7 @@ int cmd_verify(int argc, char **argv);
 int cmd_coverage(int argc, char **argv);
 int cmd_version(int argc, char **argv);
 int cmd_train(int argc, char **argv);
+int cmd_weights(int argc, char **argv);
 int cmd_dot(int argc, char **argv);
 /* emu dot with block-scaled operands (cmd_dot_scaled.c): cmd_dot hands
  * over when cli_dot_is_scaled says so. */

@@ -62,6 +62,14 @@ static void help(void)
         "                       at the start, every --checkpoint-every steps\n"
         "                       and on Ctrl-C or SIGTERM, exit 130 or 143)\n"
         "  --quiet              no progress output\n"
+        "Weights (safetensors files, see 'emu weights'):\n"
+        "  --init-from FILE     start from these weights instead of the random\n"
+        "                       initialisation (names and shapes must be the\n"
+        "                       model's); a resumed run takes its weights from\n"
+        "                       the checkpoint and does not read FILE again\n"
+        "  --export FILE        copy the final weights to FILE as well (every\n"
+        "                       completed run writes DIR/weights.safetensors);\n"
+        "                       may be given with --resume\n"
         "\n"
         "Example: emu train --preset bf16-sr --model cnn --epochs 2 --out runs/sr\n");
 }
@@ -81,13 +89,15 @@ static const cli_opt opts[] = {
     { "checkpoint-every", 0, true }, { "threads", 0, true },
     { "out", 0, true },           { "force", 0, false },
     { "resume", 0, true },        { "quiet", 0, false },
-    { "help", 'h', false },       { NULL, 0, false },
+    { "help", 'h', false },       { "init-from", 0, true },
+    { "export", 0, true },        { NULL, 0, false },
 };
 enum {
     O_PRESET, O_SET, O_CONFIG, O_MODEL, O_DATA, O_DATA_DIR, O_TRAIN_N, O_TEST_N,
     O_EPOCHS, O_STEPS, O_BATCH, O_OPT, O_LR, O_MOMENTUM, O_WD, O_SCHEDULE,
     O_LR_FINAL, O_LR_STEP, O_LOSS_MULT, O_SEED, O_REF_RATE, O_STATS_EVERY,
-    O_CKPT_EVERY, O_THREADS, O_OUT, O_FORCE, O_RESUME, O_QUIET, O_HELP
+    O_CKPT_EVERY, O_THREADS, O_OUT, O_FORCE, O_RESUME, O_QUIET, O_HELP,
+    O_INIT_FROM, O_EXPORT
 };
 
 /* What a real option must satisfy. */
@@ -139,6 +149,7 @@ typedef struct settings {
     char *owned[3 * MAX_SETTINGS];     /* copies of config-file text          */
     int nsets, nowned;
     bool have_preset;
+    const char *export_to;             /* --export FILE, or NULL             */
 } settings;
 
 static char *own(settings *s, const char *fmt, ...)
@@ -215,6 +226,17 @@ static void apply(settings *s, int o, const char *val, const char *where)
     case O_CKPT_EVERY: c->checkpoint_every = (int)parse_count(where, val, 0, 1 << 30); break;
     case O_THREADS: c->threads = (int)parse_count(where, val, 1, 256); break;
     case O_OUT: snprintf(c->out_dir, sizeof c->out_dir, "%s", val); break;
+    case O_INIT_FROM:
+        if (!*val || strlen(val) >= sizeof c->init_from)
+            cli_usage_error("train", "%s: '%.60s' is empty or longer than %zu "
+                            "bytes", where, val, sizeof c->init_from - 1);
+        snprintf(c->init_from, sizeof c->init_from, "%s", val);
+        break;
+    case O_EXPORT:
+        if (!*val)
+            cli_usage_error("train", "%s: an empty file name", where);
+        s->export_to = val;
+        break;
     case O_FORCE: c->force = true; break;
     case O_QUIET: c->quiet = true; break;
     default: break;
@@ -313,6 +335,38 @@ static void catch_signals(void)
     sigaction(SIGTERM, &sa, NULL);
 }
 
+/* --export FILE: a copy of the run's weights.safetensors, written as
+ * every output file is (atomically; a device or FIFO in place). */
+static int export_weights(const char *dir, const char *to)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/weights.safetensors", dir);
+    FILE *in = fopen(path, "rb");
+    if (!in) {
+        cli_error("train", "--export %s: cannot read %s: %s", to, path,
+                  strerror(errno));
+        return -1;
+    }
+    cli_output out;
+    if (cli_output_open(&out, "train", to)) {
+        fclose(in);
+        return -1;
+    }
+    char buf[65536];
+    size_t got;
+    bool bad = false;
+    while ((got = fread(buf, 1, sizeof buf, in)) > 0)
+        bad |= fwrite(buf, 1, got, out.fp) != got;
+    bad |= ferror(in) != 0;
+    fclose(in);
+    if (bad) {
+        cli_error("train", "--export %s: cannot copy %s", to, path);
+        cli_output_abort(&out);
+        return -1;
+    }
+    return cli_output_commit(&out, "train");
+}
+
 int cmd_train(int argc, char **argv)
 {
     settings s;
@@ -351,7 +405,7 @@ int cmd_train(int argc, char **argv)
             threads = (int)parse_count(where, val, 1, 256);
         else if (o == O_QUIET)
             quiet = true;
-        else
+        else if (o != O_EXPORT)
             others = true;
         apply(&s, o, val, o == O_SET ? "--set" : where);
     }
@@ -363,7 +417,8 @@ int cmd_train(int argc, char **argv)
     if (resume) {
         if (others || config)
             cli_usage_error("train", "--resume takes the run's settings from its "
-                            "checkpoint; only --threads and --quiet may be given");
+                            "checkpoint; only --threads, --quiet and --export "
+                            "may be given");
         rc = emu_train_resume(resume, threads, quiet, stderr, &err);
     } else {
         emu_policy policy;
@@ -394,8 +449,16 @@ int cmd_train(int argc, char **argv)
     }
     if (rc) {
         emu_error_format(&err, msg, sizeof msg);
-        cli_error("train", "%s", msg);
+        /* A weights file's own message names the file; say which option
+         * brought it. */
+        if (!resume && s.cfg.init_from[0] && !strcmp(err.where, s.cfg.init_from))
+            cli_error("train", "--init-from %s", msg);
+        else
+            cli_error("train", "%s", msg);
         return CLI_EXIT_USAGE;
     }
+    if (s.export_to &&
+        export_weights(resume ? resume : s.cfg.out_dir, s.export_to))
+        return CLI_EXIT_USAGE;
     return CLI_EXIT_OK;
 }

@@ -26,6 +26,7 @@ static const struct command {
     { "dot", cmd_dot, "test vectors of a dot-product unit (gen, verify)" },
     { "scaled", cmd_scaled, "block-scaled formats (MX, NVFP4): quantize, pack, unpack" },
     { "train", cmd_train, "train a model in an emulated precision policy" },
+    { "weights", cmd_weights, "what a weights file (safetensors) holds: show" },
     { "version", cmd_version, "print the version" },
 };
 

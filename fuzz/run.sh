@@ -20,7 +20,7 @@ CC=$cc cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DEMU_BUILD_FUZZ=ON -DEMU_BUILD_TESTS=OFF -DEMU_BUILD_BENCH=OFF > "$build.cmake.log" 2>&1 ||
     { cat "$build.cmake.log" >&2; exit 2; }
 cmake --build "$build" -j2 --target fuzz_format_spec fuzz_vectors fuzz_scaled \
-    fuzz_vec_header fuzz_dot_header > "$build.build.log" 2>&1 ||
+    fuzz_vec_header fuzz_dot_header fuzz_tensorfile > "$build.build.log" 2>&1 ||
     { tail -n 40 "$build.build.log" >&2; exit 2; }
 # fuzz_checkpoint, and emu to write its seeds.
 cmake --build "$build" -j2 --target fuzz_checkpoint emu >> "$build.build.log" 2>&1 ||
@@ -76,17 +76,29 @@ done
 
 # Checkpoint seeds: short runs of small models under policies with
 # different state (master weights and a dynamic scale; delayed FP8
-# scaling with its amax histories; MX operands; Kahan buffers).
-mkdir -p "$seeds/fuzz_checkpoint" "$build/corpus/fuzz_checkpoint"
+# scaling with its amax histories; MX operands; Kahan buffers).  Their
+# final weights (weights.safetensors) seed the tensor-file reader.
+mkdir -p "$seeds/fuzz_checkpoint" "$build/corpus/fuzz_checkpoint" \
+    "$seeds/fuzz_tensorfile" "$build/corpus/fuzz_tensorfile"
 i=0
 for pol in fp16-mpt fp8-delayed mxfp4 bf16-kahan; do
     i=$((i + 1))
     "$build/cli/emu" train --quiet --preset $pol --model mlp:784-4-10 --train-examples 32 \
         --test-examples 16 --batch 16 --steps 1 --stats-every 0 --out "$seeds/run$i" > /dev/null 2>&1 &&
-        cp "$seeds/run$i/checkpoint.bin" "$seeds/fuzz_checkpoint/seed$i"
+        cp "$seeds/run$i/checkpoint.bin" "$seeds/fuzz_checkpoint/seed$i" &&
+        cp "$seeds/run$i/weights.safetensors" "$seeds/fuzz_tensorfile/seed$i"
     rm -rf "$seeds/run$i"
 done
-
+# Tensor-file seeds in the other dtypes, with escapes and metadata (the
+# 8-byte length, the JSON header, the data).
+tf_seed() { # NAME JSON DATA(printf escapes)
+    n=$(printf '%s' "$2" | wc -c)
+    { printf "\\$(printf %o $((n % 256)))\\$(printf %o $((n / 256 % 256)))\\0\\0\\0\\0\\0\\0"
+      printf '%s' "$2"; printf "$3"; } > "$seeds/fuzz_tensorfile/$1"
+}
+tf_seed f16 '{"__metadata__":{"k":"v\u00e9"},"h":{"dtype":"F16","shape":[2],"data_offsets":[0,4]}}' '\000\074\001\200'
+tf_seed mixed '{"b":{"dtype":"BF16","shape":[],"data_offsets":[8,10]},"d":{"dtype":"F64","shape":[1,1],"data_offsets":[0,8]}}' \
+    '\232\231\231\231\231\231\271\077\200\077'
 
 # Header seeds: the headers emu gen and emu dot gen write.
 for h in fuzz_vec_header fuzz_dot_header; do
@@ -105,7 +117,7 @@ HDR
 printf '#! emu-dot in=e4m3 accum=fused,k=4,w=14,acc=binary32 k=16\n' > "$seeds/fuzz_dot_header/fused"
 
 status=0
-harnesses="fuzz_format_spec fuzz_vectors fuzz_scaled fuzz_vec_header fuzz_dot_header fuzz_checkpoint"
+harnesses="fuzz_format_spec fuzz_vectors fuzz_scaled fuzz_vec_header fuzz_dot_header fuzz_checkpoint fuzz_tensorfile"
 for h in $harnesses; do
     echo "== $h: $secs s"
     if ! "$build/fuzz/$h" -max_total_time="$secs" -print_final_stats=1 \

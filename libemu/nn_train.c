@@ -206,6 +206,10 @@ typedef struct run {
     size_t *perm;
     double t0, elapsed_before;
     bool tty;
+    /* meta.json's "init_from" value (JSON), "" if the run started from
+     * the random initialisation; a resumed run takes it from the
+     * meta.json it continues. */
+    char init_json[1400];
 } run;
 
 static double now(void)
@@ -280,7 +284,8 @@ static int make_dirs(const char *path)
 
 static const char *const run_files[] = {
     "meta.json", "steps.csv", "ops_steps.csv", "layers_steps.csv", "eval.csv",
-    "ops.csv", "hist.csv", "ops.json", "summary.txt", "checkpoint.bin", NULL,
+    "ops.csv", "hist.csv", "ops.json", "summary.txt", "checkpoint.bin",
+    "weights.safetensors", NULL,
 };
 
 /* Whether path is a run's record: libemu's meta.json begins so. */
@@ -1173,6 +1178,8 @@ static int write_meta(run *r, bool completed, double test_acc, emu_error *err)
     else
         sb_printf(&b, "null,\n");
     sb_printf(&b, "  \"seconds\": %.3f,\n", r->elapsed_before + (now() - r->t0));
+    if (r->init_json[0])
+        sb_printf(&b, "  \"init_from\": %s,\n", r->init_json);
     sb_printf(&b, "  \"config\": {\"preset\": \"%s\", \"arch\": \"%s\", "
               "\"data\": \"%s\", \"epochs\": %d, \"max_steps\": %lld, "
               "\"batch\": %d, \"optimizer\": \"%s\", \"lr\": %.17g, "
@@ -1224,6 +1231,18 @@ static int write_stats_file(FILE *fp, const void *arg)
     return 0;
 }
 
+/* The final weights, with what made them. */
+static int save_weights(run *r, emu_error *err)
+{
+    char step[32], seed[32];
+    snprintf(step, sizeof step, "%lld", (long long)r->step);
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)r->cfg->seed);
+    const char *meta[] = { "policy", r->p->name, "step", step, "seed", seed,
+                           NULL };
+    return emu_model_save_weights_meta(&r->m, path_in(r, "weights.safetensors"),
+                                       meta, err);
+}
+
 static int save_all(run *r, bool final, double test_acc, emu_error *err)
 {
     if (save_sbuf(r, &r->steps, "steps.csv", err) ||
@@ -1235,6 +1254,8 @@ static int save_all(run *r, bool final, double test_acc, emu_error *err)
         emu_stats_write_json(&r->stats, path_in(r, "ops.json"), err) ||
         emu_write_atomic(path_in(r, "summary.txt"), write_stats_file, &r->stats,
                          err))
+        return -1;
+    if (final && save_weights(r, err))
         return -1;
     /* The checkpoint last but one and meta last: a reader that sees
      * "completed" sees every other file of the finished run. */
@@ -1467,6 +1488,78 @@ static int train_epochs(run *r, FILE *log, double *final_acc, emu_error *err)
     return 0;
 }
 
+/* ---- starting from a weights file ----------------------------------------------- */
+
+static void json_string(char *out, size_t size, const char *s)
+{
+    size_t n = 0;
+    if (size < 3)
+        return;
+    out[n++] = '"';
+    for (; *s && n + 8 < size; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            n += (size_t)snprintf(out + n, size - n, "\\%c", c);
+        else if (c < 0x20)
+            n += (size_t)snprintf(out + n, size - n, "\\u%04x", c);
+        else
+            out[n++] = (char)c;
+    }
+    out[n++] = '"';
+    out[n] = '\0';
+}
+
+/* Loads cfg->init_from over the random initialisation, and records the
+ * file (path, size, FNV-1a of its bytes) for meta.json.  The load's ops
+ * round nearest-even and draw no random words; the op counter is put
+ * back, so that the stochastic streams of a run from a file are those of
+ * the run whose weights it holds: a run started from the initial
+ * weights another run exported repeats that run bit for bit. */
+static int init_from(run *r, emu_error *err)
+{
+    const char *path = r->cfg->init_from;
+    const uint64_t op_index = r->ctx.op_index;
+    if (emu_model_load_weights(&r->m, &r->ctx, r->p, path, err))
+        return -1;
+    r->ctx.op_index = op_index;
+    FILE *fp = fopen(path, "rb");
+    uint64_t h = 0xcbf29ce484222325ull, size = 0;
+    if (fp) {
+        unsigned char buf[65536];
+        size_t got;
+        while ((got = fread(buf, 1, sizeof buf, fp)) > 0) {
+            for (size_t i = 0; i < got; i++) {
+                h ^= buf[i];
+                h *= 0x100000001b3ull;
+            }
+            size += got;
+        }
+        fclose(fp);
+    }
+    char name[1100];
+    json_string(name, sizeof name, path);
+    snprintf(r->init_json, sizeof r->init_json, "{\"path\": %s, \"bytes\": %llu, "
+             "\"fnv1a64\": \"%016llx\"}", name, (unsigned long long)size,
+             (unsigned long long)h);
+    return 0;
+}
+
+/* A resumed run's record keeps the "init_from" its start wrote (one line
+ * of the meta.json being continued). */
+static void carry_init_from(run *r, const char *meta)
+{
+    static const char key[] = "\n  \"init_from\": ";
+    const char *s = strstr(meta, key);
+    if (!s)
+        return;
+    s += sizeof key - 1;
+    size_t n = strcspn(s, "\n");
+    if (n && s[n - 1] == ',')
+        n--;
+    if (n < sizeof r->init_json)
+        snprintf(r->init_json, sizeof r->init_json, "%.*s", (int)n, s);
+}
+
 /* Each setting on its own, so that a message names the one that is wrong
  * and the rule it breaks. */
 static int check_config(const emu_train_config *c, const emu_policy *p,
@@ -1570,6 +1663,7 @@ int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
     if (emu_model_build(&r->m, cfg->arch, p, cfg->batch, r->train.channels,
                         r->train.height, r->train.width, r->train.classes,
                         cfg->seed, &r->ctx, err) ||
+        (!cfg->resume && cfg->init_from[0] && init_from(r, err)) ||
         claim_dir(r, err))
         goto done;
     r->trace = calloc((size_t)r->m.n_layers + 1, sizeof *r->trace);
@@ -1622,6 +1716,8 @@ int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
             goto done;
         }
         bool same = meta.p && strstr(meta.p, want);
+        if (same)
+            carry_init_from(r, meta.p);
         sb_free(&meta);
         if (!same) {
             emu_fail(err, EMU_ESTATE, r->dir, "", "checkpoint.bin is from another "

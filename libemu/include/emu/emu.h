@@ -23,6 +23,7 @@
 #include "emu/round.h"
 #include "emu/stats.h"
 #include "emu/tensor.h"
+#include "emu/tensorfile.h"
 #include "emu/version.h"
 
 #endif

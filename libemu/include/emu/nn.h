@@ -211,6 +211,43 @@ void emu_model_free(emu_model *m);
 /* Parameters in all: the sum of weight and bias element counts. */
 size_t emu_model_param_count(const emu_model *m);
 
+/* ---- tensors by name, weights files ---------------------------------------
+ * A model's named tensors are PyTorch's state_dict entries of the same
+ * model, in its order: for each layer with parameters "<layer>.weight"
+ * then "<layer>.bias" (layers are named fc1, conv1, ...), a layer's
+ * buffers after its parameters.  Each is a parameter (its master copy,
+ * if any, holds the values the optimizer updates) or a buffer. */
+int emu_model_named_count(const emu_model *m);
+/* The i-th name (0 <= i < emu_model_named_count), and in *param or
+ * *buffer (either may be NULL) its tensor, the other set NULL; NULL if i
+ * is out of range.  The name lives in a per-thread buffer, valid until
+ * the next call in the same thread. */
+const char *emu_model_named_at(emu_model *m, int i, emu_param **param,
+                               emu_tensor **buffer);
+
+/* Writes every named tensor as F32 (emu/tensorfile.h) to path, atomically:
+ * each parameter's master copy where the policy keeps one, else its
+ * compute copy.  Metadata: format "libemu-weights", libemu_version, arch,
+ * copy ("master" or "compute"); _meta adds the caller's key/value pairs
+ * (NULL-terminated; emu_train adds policy, step and seed).  Returns 0 or
+ * -1 with err. */
+int emu_model_save_weights(const emu_model *m, const char *path, emu_error *err);
+int emu_model_save_weights_meta(const emu_model *m, const char *path,
+                                const char *const *meta, emu_error *err);
+/* Reads a tensor file into the model's parameters and buffers.  Its names
+ * and shapes must be the model's exactly, and its values binary32 values
+ * (F32, F16, BF16; F64 holding binary32 values) and finite: otherwise it
+ * fails with EMU_EDATA naming every missing, extra or mis-shaped tensor
+ * that fits the message, and the model is unchanged.  The values are
+ * rounded nearest-even into the master copy (exact when it is binary32),
+ * and that into the compute copy, through the choke point (sites
+ * "<name>.load" and "<name>.load.cast"; ctx->op_index advances), as the
+ * random initialisation does; p is the policy the model was built with.
+ * Meant for a model just built: optimizer state is left as it is.
+ * Returns 0 or -1 with err. */
+int emu_model_load_weights(emu_model *m, emu_ctx *ctx, const emu_policy *p,
+                           const char *path, emu_error *err);
+
 /* Forward pass over the batch in m->x; logits in the last layer's y.
  * Like the ops, it and emu_model_backward return 0 or -1 with ctx->err. */
 int emu_model_forward(emu_model *m, emu_ctx *ctx, const emu_policy *p);
@@ -248,6 +285,11 @@ typedef struct emu_train_config {
     int threads;
     char out_dir[512];
     bool force, resume, quiet;
+    /* A weights file (emu_model_load_weights) to start from instead of
+     * the random initialisation ("": none).  Read when a run starts, not
+     * on resume (the checkpoint holds the weights); recorded in
+     * meta.json with its checksum. */
+    char init_from[512];
 } emu_train_config;
 
 void emu_train_config_default(emu_train_config *c);
@@ -262,6 +304,8 @@ void emu_train_config_default(emu_train_config *c);
  *   layers_steps.csv per layer and step: gradient underflow rates and scales
  *   eval.csv         test accuracy and loss per epoch
  *   checkpoint.bin   the state to resume from
+ *   weights.safetensors  the final weights (emu_model_save_weights), when
+ *                    the run completes
  * Every file is written atomically, the checkpoint first at step 0.
  * out_dir must be new, empty, or hold a run (replaced only with force;
  * a folder that holds other files is refused: EMU_ESTATE).  Progress goes

@@ -1,0 +1,339 @@
+#!/usr/bin/python3
+"""The PyTorch peer test (llm.c's way): each model built twice, by libemu
+(fp32 preset) and by PyTorch with the same parameter names, from the same
+weights file, must agree on a fixed batch of the embedded data -- the loss,
+the logits and every parameter gradient -- and over the first 10 optimizer
+steps of `emu train` (SGD with momentum and weight decay; Adam, whose
+weight decay in libemu is decoupled, i.e. PyTorch's AdamW).
+
+Weights go both ways: for the gradient check PyTorch initialises the model
+and writes the file (json.dumps formatting, not libemu's), libemu loads it;
+for the training check libemu writes its own initial weights and PyTorch
+loads them.
+
+Tolerances (fp32 on both sides; the two sum in different orders, and
+libemu's fp32 preset rounds each op's exact result once, where PyTorch
+rounds every partial sum):
+  gradients   |emu - torch| <= 1e-4 * |torch| + 1e-5 * max|torch of the
+              tensor|, elementwise.  A gradient element is a sum of up to
+              B * 784 products; its rounding error is of the order of
+              sqrt(terms) * 2^-24 ~ 1e-5 relative to the sum of |terms|,
+              which for elements that cancel can exceed the element itself:
+              hence the part relative to the tensor's largest element.
+              llm.c uses 1e-2 absolute.  Measured (this script prints them
+              each run): max |diff| / max|grad| 2.5e-7 (mlp), 3.4e-7
+              (mlp-gelu), 2.3e-6 (cnn, conv1.weight, whose elements sum
+              B * 28 * 28 products), all below 3e-8 in absolute terms.
+  loss, logits  1e-5 relative (measured: under 1.1e-7).
+  10 steps    losses 1e-5 relative: the step-1 differences above, carried
+              through 10 updates (measured: under 1.5e-7, SGD and AdamW).
+
+Usage: torch_peer.py --peer PATH --emu PATH [--keep DIR]
+Exit status 0 pass, 1 fail, 77 skipped (no torch).
+"""
+import argparse
+import csv
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+try:
+    import numpy as np
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+except ImportError as e:  # CTest reports 77 as skipped
+    print(f'SKIP: {e}')
+    sys.exit(77)
+
+SEED, NTRAIN, NTEST, BATCH, STEPS = 5, 320, 64, 32, 10
+
+
+# ---- the file format, in a few lines (README "Weights files") -------------
+
+def read_weights(path):
+    with open(path, 'rb') as f:
+        n = struct.unpack('<Q', f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    meta = header.pop('__metadata__', {})
+    dt = {'F32': '<f4', 'F64': '<f8', 'F16': '<f2'}
+    return meta, {k: np.frombuffer(data[v['data_offsets'][0]:v['data_offsets'][1]],
+                                   dtype=dt[v['dtype']]).reshape(v['shape'])
+                  for k, v in header.items()}
+
+
+def write_weights(path, tensors, meta):
+    header, blobs, off = {'__metadata__': meta}, [], 0
+    for name, t in tensors.items():
+        b = np.ascontiguousarray(t, dtype='<f4').tobytes()
+        header[name] = {'dtype': 'F32', 'shape': list(t.shape),
+                        'data_offsets': [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header).encode()
+    h += b' ' * (-len(h) % 8)
+    with open(path, 'wb') as f:
+        f.write(struct.pack('<Q', len(h)) + h + b''.join(blobs))
+
+
+# ---- the models, named as libemu names them --------------------------------
+
+class MLP(nn.Module):
+    def __init__(self, sizes, act):
+        super().__init__()
+        self.n = len(sizes) - 1
+        for i in range(self.n):
+            setattr(self, f'fc{i + 1}', nn.Linear(sizes[i], sizes[i + 1]))
+        self.act = act
+
+    def forward(self, x):
+        x = x.flatten(1)
+        for i in range(self.n):
+            x = getattr(self, f'fc{i + 1}')(x)
+            if i < self.n - 1:
+                x = self.act(x)
+        return x
+
+
+class CNN(nn.Module):
+    """LeNet-style: conv5 (same padding) + pool2, conv5 + pool2, fc..."""
+
+    def __init__(self, c1, c2, fcs, act):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, c1, 5, padding=2)
+        self.conv2 = nn.Conv2d(c1, c2, 5)
+        sizes = [c2 * 25] + fcs + [10]
+        self.n = len(sizes) - 1
+        for i in range(self.n):
+            setattr(self, f'fc{i + 1}', nn.Linear(sizes[i], sizes[i + 1]))
+        self.act = act
+
+    def forward(self, x):
+        x = F.max_pool2d(self.act(self.conv1(x)), 2)
+        x = F.max_pool2d(self.act(self.conv2(x)), 2).flatten(1)
+        for i in range(self.n):
+            x = getattr(self, f'fc{i + 1}')(x)
+            if i < self.n - 1:
+                x = self.act(x)
+        return x
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout, eps=1e-5, momentum=0.1)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout, eps=1e-5, momentum=0.1)
+        self.downsample = None
+        if stride != 1 or cin != cout:
+            self.downsample = nn.Sequential(
+                nn.Conv2d(cin, cout, 1, stride, bias=False),
+                nn.BatchNorm2d(cout, eps=1e-5, momentum=0.1))
+
+    def forward(self, x):
+        identity = x if self.downsample is None else self.downsample(x)
+        out = F.relu(self.bn1(self.conv1(x)))
+        return F.relu(self.bn2(self.conv2(out)) + identity)
+
+
+class ResNet(nn.Module):
+    """He et al.'s CIFAR ResNet on 28x28 grey images, torchvision names:
+    resnet:1 is ResNet-8 (3 stages of 1 BasicBlock, 16/32/64 channels)."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 16, 3, 1, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(16, eps=1e-5, momentum=0.1)
+        stages, cin = [], 16
+        for i, c in enumerate((16, 32, 64)):
+            blocks = [BasicBlock(cin, c, 1 if i == 0 else 2)]
+            blocks += [BasicBlock(c, c, 1) for _ in range(n - 1)]
+            setattr(self, f'layer{i + 1}', nn.Sequential(*blocks))
+            cin = c
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(64, 10)
+
+    def forward(self, x):
+        x = F.relu(self.bn1(self.conv1(x)))
+        x = self.layer3(self.layer2(self.layer1(x)))
+        return self.fc(self.avgpool(x).flatten(1))
+
+
+def build(arch):
+    kind, _, rest = arch.partition(':')
+    act = nn.GELU() if kind.endswith('-gelu') else nn.ReLU()
+    kind = kind.replace('-gelu', '')
+    if kind == 'mlp':
+        sizes = []
+        for part in rest.split('-'):
+            w, _, rep = part.partition('x')
+            sizes += [int(w)] * (int(rep) if rep else 1)
+        return MLP(sizes, act)
+    if kind == 'cnn':
+        s = [int(v) for v in (rest or '6-16-120-84').split('-')]
+        return CNN(s[0], s[1], s[2:], act)
+    if kind == 'resnet':
+        return ResNet(int(rest or 1))
+    raise ValueError(arch)
+
+
+# ---- the checks -----------------------------------------------------------
+
+class Checker:
+    def __init__(self):
+        self.failures = 0
+
+    def close(self, what, emu, ref, rtol, atol_rel):
+        emu, ref = np.asarray(emu, np.float64), np.asarray(ref, np.float64)
+        if emu.shape != ref.shape:
+            print(f'FAIL {what}: shape {emu.shape} vs {ref.shape}')
+            self.failures += 1
+            return 0.0, 0.0
+        scale = float(np.max(np.abs(ref))) if ref.size else 0.0
+        diff = np.abs(emu - ref)
+        bound = rtol * np.abs(ref) + atol_rel * scale
+        bad = diff > bound
+        worst = float(diff.max()) if diff.size else 0.0
+        if bad.any():
+            i = np.unravel_index(np.argmax(diff - bound), diff.shape)
+            print(f'FAIL {what}: element {tuple(int(v) for v in i)}: emu '
+                  f'{emu[i]:.9g} torch {ref[i]:.9g} (|diff| {diff[i]:.3g}, '
+                  f'bound {bound[i]:.3g}); {int(bad.sum())} of {diff.size} outside')
+            self.failures += 1
+        return worst, (worst / scale if scale else 0.0)
+
+
+def run(cmd):
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       universal_newlines=True)
+    if r.returncode:
+        raise RuntimeError(f'{" ".join(cmd)}: exit {r.returncode}: {r.stderr.strip()}')
+    return r
+
+
+def gradient_check(chk, args, arch, tmp):
+    """PyTorch initialises and writes the weights; libemu loads them."""
+    torch.manual_seed(SEED)
+    model = build(arch)
+    wpath = os.path.join(tmp, 'torch_init.safetensors')
+    sd = model.state_dict()
+    write_weights(wpath, {k: v.numpy() for k, v in sd.items()
+                          if not k.endswith('num_batches_tracked')},
+                  {'written_by': 'torch_peer.py'})
+    gpath = os.path.join(tmp, 'grad.safetensors')
+    run([args.peer, 'grad', arch, wpath, str(SEED), str(NTRAIN), str(NTEST),
+         str(BATCH), str(STEPS), gpath])
+    _, out = read_weights(gpath)
+    model.train()
+    x = torch.from_numpy(out['x.0'].copy())
+    y = torch.from_numpy(out['y.0'].astype(np.int64))
+    logits = model(x)
+    loss = F.cross_entropy(logits, y)
+    loss.backward()
+    chk.close(f'{arch} loss', out['loss'], loss.item(), 1e-5, 0)
+    chk.close(f'{arch} logits', out['logits'], logits.detach().numpy(), 1e-5, 1e-6)
+    worst_abs = worst_rel = 0.0
+    worst_name = ''
+    for name, p in model.named_parameters():
+        a, r = chk.close(f'{arch} grad {name}', out['grad.' + name],
+                         p.grad.numpy(), 1e-4, 1e-5)
+        if r >= worst_rel:
+            worst_rel, worst_name = r, name
+        worst_abs = max(worst_abs, a)
+    for name, b in model.named_buffers():
+        if 'after.' + name in out:
+            chk.close(f'{arch} buffer {name}', out['after.' + name], b.numpy(),
+                      1e-5, 1e-6)
+    print(f'{arch}: loss emu {float(out["loss"]):.9g} torch {loss.item():.9g}; '
+          f'gradients: max |diff| {worst_abs:.3g}, max |diff| / max|grad| '
+          f'{worst_rel:.3g} ({worst_name})')
+    return out
+
+
+def training_check(chk, args, arch, opt, tmp, batches):
+    """libemu writes its initial weights; `emu train --init-from` and
+    PyTorch train from them on the same batches."""
+    wpath = os.path.join(tmp, 'emu_init.safetensors')
+    run([args.peer, 'init', arch, 'fp32', str(SEED), wpath])
+    _, w = read_weights(wpath)
+    model = build(arch)
+    missing, unexpected = model.load_state_dict(
+        {k: torch.from_numpy(v.copy()) for k, v in w.items()}, strict=False)
+    assert not unexpected and all(k.endswith('num_batches_tracked') for k in missing), \
+        (missing, unexpected)
+    if opt == 'sgd':
+        flags = ['--optimizer', 'sgd', '--lr', '0.05', '--momentum', '0.9',
+                 '--weight-decay', '0.001']
+        optim = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9,
+                                weight_decay=0.001)
+    else:
+        # libemu's Adam decays the weights apart from the gradient: AdamW.
+        flags = ['--optimizer', 'adam', '--lr', '0.002', '--weight-decay', '0.01']
+        optim = torch.optim.AdamW(model.parameters(), lr=0.002, betas=(0.9, 0.999),
+                                  eps=1e-8, weight_decay=0.01)
+    out = os.path.join(tmp, f'run-{opt}')
+    run([args.emu, 'train', '--preset', 'fp32', '--model', arch, '--init-from',
+         wpath, '--steps', str(STEPS), '--batch', str(BATCH), '--train-examples',
+         str(NTRAIN), '--test-examples', str(NTEST), '--seed', str(SEED),
+         '--stats-every', '0', '--checkpoint-every', '0', '--quiet', '--force',
+         '--out', out] + flags)
+    with open(os.path.join(out, 'steps.csv')) as f:
+        emu_losses = [float(r['loss']) for r in csv.DictReader(f)]
+    model.train()
+    torch_losses = []
+    for k in range(STEPS):
+        optim.zero_grad()
+        x = torch.from_numpy(batches['x.%d' % k].copy())
+        y = torch.from_numpy(batches['y.%d' % k].astype(np.int64))
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        optim.step()
+        torch_losses.append(loss.item())
+    chk.close(f'{arch} {opt} losses', emu_losses, torch_losses, 1e-5, 0)
+    rel = max(abs(e - t) / abs(t) for e, t in zip(emu_losses, torch_losses))
+    print(f'{arch} {opt}: {STEPS} losses {emu_losses[0]:.6f} .. {emu_losses[-1]:.6f}, '
+          f'max relative diff {rel:.3g}')
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument('--peer', required=True)
+    ap.add_argument('--emu', required=True)
+    ap.add_argument('--keep')
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    tmp = args.keep or tempfile.mkdtemp(prefix='emu_torch_peer_')
+    os.makedirs(tmp, exist_ok=True)
+    chk = Checker()
+    models = ['mlp:784-64-32-10', 'mlp-gelu:784-48x2-10', 'cnn', 'resnet:1']
+    try:
+        for arch in models:
+            if arch.startswith('resnet'):
+                probe = subprocess.run([args.peer, 'init', arch, 'fp32', '1',
+                                        os.path.join(tmp, 'probe')],
+                                       stderr=subprocess.PIPE, universal_newlines=True)
+                if probe.returncode and 'unknown model' in probe.stderr:
+                    print(f'{arch}: skipped: libemu does not build it yet')
+                    continue
+            batches = gradient_check(chk, args, arch, tmp)
+            for opt in ('sgd', 'adam'):
+                training_check(chk, args, arch, opt, tmp, batches)
+    finally:
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+    if chk.failures:
+        print(f'{chk.failures} checks failed')
+        return 1
+    print('all checks passed')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
