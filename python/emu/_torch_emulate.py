@@ -1,0 +1,560 @@
+"""emu.torch.emulate: every ATen op of a PyTorch model through libemu.
+
+A TorchDispatchMode (torch 1.13's torch.utils._python_dispatch) sees each
+ATen op below autograd, forward and backward.  For CPU float32 tensors:
+
+- GEMM-like ops (mm, addmm, bmm, baddbmm, convolution and
+  convolution_backward; linear and matmul decompose into these before
+  dispatch) run through libemu's GEMM (Session.matmul) with the policy's
+  accumulator model, their operands in their roles' formats, the result
+  rounded once into the output role's format.  A 2-d convolution is an
+  im2col GEMM (K = C_in k_h k_w); its input gradient is the convolution
+  of the (stride-dilated, padded) output gradient with the flipped,
+  transposed weight, so that each input-gradient value is one dot product
+  too; its weight gradient is one GEMM with K = batch x output pixels.
+  accum="torch" instead runs the op in PyTorch's own kernel on the
+  rounded operands and rounds its output (no swamping counts): the
+  fastest choice, and the one under which the fp32 policy is bit-exact
+  PyTorch.
+- every other known op is computed by PyTorch in binary32 and its float
+  outputs rounded into the role's format through the choke point
+  (Session.round), counted at the site `<module path>.<op>`.
+- views and metadata ops, creation ops and pure data movement (copies,
+  cat, indexing, padding, max selection) pass through uncounted: their
+  values are those of their (already rounded) inputs.
+- any other op is computed by PyTorch, passed through unrounded and
+  listed in unhandled_ops.csv with its count.
+
+Roles.  Module forward pre/post hooks (global ones, installed for the
+duration of the context) give the module path; the forward hook labels
+every autograd node created inside the module with its path and puts a
+pre-hook and a post-hook on it, so that the backward ops of a node are
+named after the module that made it.  Parameters are weights: an op
+reading a parameter reads its copy rounded into the weight format
+(counted once per parameter version at `<param>.cast`), forward and
+backward.  Forward outputs are activations.  In a backward node, an
+output is a weight gradient when it flows (through view nodes) into a
+parameter's AccumulateGrad and the op that makes it does not read that
+parameter (convolution_backward and the normalisation backward ops by
+output position); other backward outputs are activation gradients.
+Ops under no_grad outside modules and backward are the optimizer's: an
+in-place update of a parameter is `master` (`<param>.update`), anything
+else `opt_state` (`optim.<op>`).
+"""
+
+import csv
+import json
+import os
+import threading
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.nn.modules import module as _nnmod
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from . import _core
+
+_ROLES = ("weight", "activation", "act_grad", "weight_grad", "master",
+          "opt_state", "other")
+
+# ---- op tables -----------------------------------------------------------------------
+
+# Views, metadata, creation and data movement: the values out are values in
+# (or constants); not roundings, not counted.
+_PASS = frozenset("""
+view _reshape_alias reshape _unsafe_view t transpose transpose_ permute expand
+expand_as detach detach_ alias squeeze squeeze_ unsqueeze unsqueeze_ as_strided
+slice select split split_with_sizes unbind chunk narrow unfold diagonal view_as
+flatten unflatten movedim numpy_T lift_fresh _to_copy to copy_ clone contiguous
+empty empty_like empty_strided zeros zeros_like ones ones_like full full_like
+new_empty new_empty_strided new_zeros new_ones new_full scalar_tensor arange
+linspace fill fill_ zero_ _local_scalar_dense item cat stack index index_select
+gather constant_pad_nd pad flip roll repeat masked_fill masked_fill_ where max
+min amax amin sort topk embedding argmax argmin eq ne lt le gt ge
+logical_not logical_and logical_or isnan isinf isfinite sign
+max_pool2d_with_indices_backward_unused set_ resize_ _index_put_impl_
+index_put index_put_ scatter scatter_ bernoulli bernoulli_ rand rand_like
+randn randn_like randint randint_like normal_ uniform_ random_ kaiming_uniform_
+_has_compatible_shallow_copy_type is_same_size result_type
+""".split())
+
+_GEMM = frozenset("mm addmm bmm baddbmm convolution convolution_backward".split())
+
+# Ops computed by PyTorch in binary32 whose float outputs are rounded.
+_ROUND = frozenset("""
+add sub rsub mul div neg abs relu threshold threshold_backward gelu
+gelu_backward sigmoid sigmoid_backward tanh tanh_backward silu silu_backward
+hardtanh hardtanh_backward leaky_relu leaky_relu_backward elu elu_backward
+softplus softplus_backward exp exp2 expm1 log log2 log10 log1p sqrt rsqrt
+reciprocal pow square clamp clamp_min clamp_max erf sin cos
+_softmax _softmax_backward_data _log_softmax _log_softmax_backward_data
+nll_loss_forward nll_loss_backward nll_loss2d_forward nll_loss2d_backward
+mse_loss mse_loss_backward binary_cross_entropy binary_cross_entropy_backward
+binary_cross_entropy_with_logits smooth_l1_loss smooth_l1_loss_backward
+mean sum var std var_mean std_mean norm linalg_vector_norm prod
+max_pool2d_with_indices max_pool2d_with_indices_backward avg_pool2d
+avg_pool2d_backward _adaptive_avg_pool2d _adaptive_avg_pool2d_backward
+adaptive_max_pool2d adaptive_max_pool2d_backward
+native_batch_norm native_batch_norm_backward native_layer_norm
+native_layer_norm_backward native_group_norm native_group_norm_backward
+native_dropout native_dropout_backward addcmul addcdiv lerp maximum minimum
+embedding_dense_backward _foreach_add _foreach_mul
+""".split())
+
+# Which outputs of a multi-output op are model values (the rest, saved
+# statistics and masks, are passed through uncounted).
+_OUT_IDX = {"native_batch_norm": (0,), "native_layer_norm": (0,),
+            "native_group_norm": (0,), "nll_loss_forward": (0,),
+            "nll_loss2d_forward": (0,), "max_pool2d_with_indices": (0,),
+            "adaptive_max_pool2d": (0,), "native_dropout": (0,),
+            "var_mean": (0, 1), "std_mean": (0, 1)}
+
+# Backward ops whose outputs 1 and 2 are the gradients of a weight and a
+# bias passed as argument 2 (their output 0 is the input gradient).
+_WB_BWD = frozenset("native_batch_norm_backward native_layer_norm_backward "
+                    "native_group_norm_backward".split())
+
+
+def _opname(func):
+    return func.overloadpacket.__name__
+
+
+def _is_f32(t):
+    return (isinstance(t, torch.Tensor) and t.dtype == torch.float32
+            and t.device.type == "cpu" and not t.is_sparse)
+
+
+class _Ctx:
+    """Where an op runs: phase (fwd, bwd, opt), module path, whether the
+    module is exempt, and for a backward node the parameters its outputs
+    feed: {output index: (param name, param)}."""
+
+    __slots__ = ("phase", "path", "exempt", "bound")
+
+    def __init__(self, phase, path, exempt=False, bound=None):
+        self.phase, self.path, self.exempt = phase, path, exempt
+        self.bound = bound or {}
+
+
+_VIEW_NODES = ("TBackward", "ViewBackward", "ReshapeAliasBackward",
+               "UnsafeViewBackward", "PermuteBackward", "TransposeBackward",
+               "SqueezeBackward", "UnsqueezeBackward", "ExpandBackward",
+               "AsStridedBackward", "AliasBackward", "CloneBackward",
+               "ToCopyBackward")
+
+
+class Emulate(TorchDispatchMode):
+    """The context manager emu.torch.emulate returns (see emu.torch and this
+    module's docstring).  After the context: .stats() (a DataFrame with
+    ops.csv's columns), .unhandled ({op: count}), .passthrough and .out."""
+
+    def __init__(self, policy, out=None, *, accum=None, seed=0, ref_rate=0.0,
+                 threads=1):
+        super().__init__()
+        if isinstance(policy, str):
+            pol = _core.policy(policy)
+        elif isinstance(policy, dict):
+            pol = dict(policy)
+        else:
+            raise TypeError("emu.torch.emulate: policy must be a preset name "
+                            "or a dict like emu.policy()'s")
+        self.policy = pol
+        self.out = out
+        self.accum = accum if accum is not None else pol.get("accum", "fast")
+        if self.accum != "torch":
+            _core.accum_spec(self.accum)  # a bad spec fails here, not mid-model
+        self.seed, self.ref_rate, self.threads = int(seed), ref_rate, threads
+        self._roles = {}
+        for r in ("weight", "activation", "act_grad", "weight_grad",
+                  "opt_state"):
+            spec = pol.get(r, {"format": "binary32", "mode": "rne"})
+            self._roles[r] = (spec["format"], spec.get("mode", "rne"))
+        ex = pol.get("exempt_precision", {"format": "binary32", "mode": "rne"})
+        self._exempt_fmt = ex["format"]
+        m = pol.get("master", pol.get("weight"))
+        mfmt = m["format"] if pol.get("use_master", False) else self._roles["weight"][0]
+        mmode = "sr" if pol.get("update") == "sr" else m.get("mode", "rne")
+        self._roles["master"] = (mfmt, mmode)
+        self._roles["other"] = ("binary32", "rne")
+        for f, _ in self._roles.values():
+            _core.format(f)
+        q = pol.get("gemm_operands", {})
+        self._q = {r: (q[r]["format"], q[r].get("mode", "rne"))
+                   for r in ("weight", "activation", "act_grad")
+                   if r in q and q[r].get("format", "none") != "none"}
+        self._exempt_which = set(str(pol.get("exempt", "none")).split("+")) - {"none"}
+        self.unhandled = {}
+        self.passthrough = {}
+        self._stats = None
+        self._active = False
+
+    # ---- entering and leaving ----------------------------------------------------------
+
+    def __enter__(self):
+        if self._active:
+            raise RuntimeError("emu.torch.emulate: this context is already active")
+        self._sess = _core.Session(seed=self.seed, ref_rate=self.ref_rate,
+                                   threads=self.threads)
+        self._active = True
+        self._qcount = 0
+        self._names = {}        # id(module) -> path
+        self._exempt_mods = set()
+        self._params = {}       # data_ptr -> (name, param, exempt)
+        self._casts = {}        # data_ptr -> (version, rounded copy)
+        self._inputs = {}       # data_ptr -> (version, shape, rounded copy)
+        self._stack = []        # (path, exempt, input grad_fn ids)
+        self._node = None       # _Ctx of the backward node running
+        self._bwd = 0           # depth of torch.autograd.backward/grad calls
+        self._last_path = ""
+        self._threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # torch's own kernels: thread-independent bits
+        self._h = [_nnmod.register_module_forward_pre_hook(self._pre_hook),
+                   _nnmod.register_module_forward_hook(self._post_hook)]
+        self._orig = (torch.autograd.backward, torch.autograd.grad)
+        torch.autograd.backward = self._wrap_bwd(self._orig[0])
+        torch.autograd.grad = self._wrap_bwd(self._orig[1])
+        return super().__enter__()
+
+    def __exit__(self, exc_type, exc, tb):
+        try:
+            super().__exit__(exc_type, exc, tb)
+        finally:
+            self._active = False
+            torch.autograd.backward, torch.autograd.grad = self._orig
+            for h in self._h:
+                h.remove()
+            torch.set_num_threads(self._threads)
+            try:
+                self._stats = self._sess.stats()
+                if self.out is not None:
+                    self.write(self.out)
+            finally:
+                self._sess.close()
+                self._casts.clear()
+                self._inputs.clear()
+        return False
+
+    def _wrap_bwd(self, fn):
+        def wrapped(*a, **k):
+            if not self._active:
+                return fn(*a, **k)
+            self._bwd += 1
+            self._last_path = ""
+            try:
+                return fn(*a, **k)
+            finally:
+                self._bwd -= 1
+                self._node = None
+        wrapped.__wrapped__ = fn
+        return wrapped
+
+    def begin_step(self, step):
+        """Starts step `step` of the statistics (ops_steps.csv)."""
+        self._sess.begin_step(step)
+
+    def stats(self):
+        """Per-site statistics (ops.csv's columns) as a pandas DataFrame."""
+        return self._stats if self._stats is not None else self._sess.stats()
+
+    def write(self, out):
+        """Writes ops.csv, hist.csv, ops.json (Session.write, emu train's
+        writers), unhandled_ops.csv and emulate.json into `out`."""
+        self._sess.write(out)
+        _atomic_csv(os.path.join(out, "unhandled_ops.csv"), ["op", "count", "note"],
+                    [(k, n, note) for k, (n, note) in sorted(self.unhandled.items())])
+        meta = {"tool": "emu.torch.emulate", "policy": self.policy,
+                "accum": self.accum, "seed": self.seed,
+                "ref_rate": self.ref_rate, "torch": torch.__version__,
+                "libemu": _core.__version__,
+                "unhandled": {k: n for k, (n, _) in self.unhandled.items()}}
+        tmp = os.path.join(out, ".emulate.json.tmp")
+        with open(tmp, "w") as f:
+            json.dump(meta, f, indent=1)
+        os.replace(tmp, os.path.join(out, "emulate.json"))
+
+    # ---- module paths ----------------------------------------------------------------
+
+    def _register_root(self, mod):
+        gemm = []
+        for name, m in mod.named_modules():
+            self._names.setdefault(id(m), name)
+            w = m._parameters.get("weight") if hasattr(m, "_parameters") else None
+            if w is not None and w.dim() >= 2:
+                gemm.append(m)
+        if gemm:
+            if "first" in self._exempt_which:
+                self._exempt_mods.add(id(gemm[0]))
+            if "last" in self._exempt_which:
+                self._exempt_mods.add(id(gemm[-1]))
+        for mname, m in mod.named_modules():
+            for pname, p in m.named_parameters(recurse=False):
+                full = mname + "." + pname if mname else pname
+                self._params.setdefault(p.data_ptr(), (full, p, id(m) in self._exempt_mods))
+
+    def _pre_hook(self, mod, inputs):
+        if not self._active:
+            return None
+        if not self._stack and id(mod) not in self._names:
+            self._register_root(mod)
+        path = self._names.get(id(mod))
+        if path is None:
+            parent = self._stack[-1][0] if self._stack else ""
+            path = (parent + "." if parent else "") + type(mod).__name__.lower()
+            self._names[id(mod)] = path
+        # node wrappers are kept alive here: an id() alone could be reused
+        stops = {id(n): n for n in (t.grad_fn for t in tree_flatten(inputs)[0]
+                                    if isinstance(t, torch.Tensor))
+                 if n is not None}
+        self._stack.append((path, id(mod) in self._exempt_mods, stops))
+        if self._bwd == 0:
+            self._node = None
+        return None
+
+    def _post_hook(self, mod, inputs, output):
+        if not self._active or not self._stack:
+            return None
+        path, exempt, stops = self._stack.pop()
+        if not torch.is_grad_enabled():
+            return None
+        todo = [t.grad_fn for t in tree_flatten(output)[0]
+                if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+        seen = {}
+        while todo:
+            n = todo.pop()
+            if n is None or id(n) in seen or id(n) in stops:
+                continue
+            seen[id(n)] = n
+            md = n.metadata
+            if md.get("emu_mode") is self:  # an inner module's: walk through
+                todo.extend(f for f, _ in n.next_functions)
+                continue
+            if hasattr(n, "variable"):  # AccumulateGrad of a leaf
+                rec = self._params.get(n.variable.data_ptr())
+                if rec is not None:
+                    md["emu_mode"] = self
+                    self._hook_node(n, _Ctx("bwd", rec[0], rec[2],
+                                            {0: (rec[0], rec[1])}))
+                continue
+            md["emu_mode"] = self
+            self._hook_node(n, None, path, exempt)
+            todo.extend(f for f, _ in n.next_functions)
+        return None
+
+    def _hook_node(self, n, ctx, path=None, exempt=False):
+        def pre(grad_outputs):
+            if self._active:
+                c = ctx if ctx is not None else _Ctx("bwd", path, exempt,
+                                                     self._bound(n))
+                self._node = c
+            return None
+
+        def post(grad_inputs, grad_outputs):
+            if self._active and self._node is not None:
+                self._last_path = self._node.path
+                self._node = None
+            return None
+        n.register_prehook(pre)
+        n.register_hook(post)
+
+    def _bound(self, n):
+        """{output index: (param name, param)} for the outputs of node n
+        that flow, through view nodes, into a parameter's AccumulateGrad."""
+        out = {}
+        for i, (f, _) in enumerate(n.next_functions):
+            for _ in range(8):
+                if f is None:
+                    break
+                if hasattr(f, "variable"):
+                    rec = self._params.get(f.variable.data_ptr())
+                    if rec is not None:
+                        out[i] = (rec[0], rec[1])
+                    break
+                nf = [g for g, _ in f.next_functions if g is not None]
+                if len(nf) != 1 or not f.name().startswith(_VIEW_NODES):
+                    break
+                f = nf[0]
+        return out
+
+    def _ctx(self):
+        if self._node is not None:
+            return self._node
+        if self._bwd > 0:
+            return _Ctx("bwd", self._last_path)
+        if self._stack:
+            return _Ctx("fwd", self._stack[-1][0], self._stack[-1][1])
+        if torch.is_grad_enabled():
+            return _Ctx("fwd", "")
+        return _Ctx("opt", "optim")
+
+    # ---- formats, sites, roundings -----------------------------------------------------
+
+    def _fmt(self, role, exempt):
+        f, m = self._roles[role]
+        if exempt and role in ("weight", "activation", "act_grad", "weight_grad"):
+            f = self._exempt_fmt
+        return f, m
+
+    def _round(self, site, t, role, exempt=False):
+        """t rounded into role's format through the choke point, counted
+        at site; a new contiguous tensor."""
+        f, m = self._fmt(role, exempt)
+        return self._sess.round(site, t.detach(), f, m, role)
+
+    def _substitute(self, a, ctx):
+        """A parameter (or a view of one at offset 0) as its copy in the
+        weight format; a model input read by a GEMM as its rounded copy."""
+        if not _is_f32(a):
+            return a
+        rec = self._params.get(a.data_ptr())
+        if rec is None:
+            return a
+        name, p, exempt = rec
+        if not p.is_contiguous() or a.storage_offset() != p.storage_offset():
+            return a
+        c = self._casts.get(p.data_ptr())
+        if c is None or c[0] != p._version:
+            q = self._round(name + ".cast", p, "weight", exempt)
+            self._casts[p.data_ptr()] = (p._version, q)
+            c = (p._version, q)
+        q = c[1]
+        if a.shape == p.shape and a.stride() == p.stride():
+            return q
+        return q.as_strided(a.size(), a.stride(), 0)
+
+    def _operand(self, site, a, role, exempt, new=True):
+        """A GEMM operand in its role's format: parameters through the cast
+        cache; another tensor that is not yet in the format (a model input)
+        is rounded once, counted at `site`, and remembered by address and
+        version so that the backward pass reads the same rounded copy."""
+        s = self._substitute(a, None)
+        if s is not a:
+            return s
+        key = a.data_ptr()
+        hit = self._inputs.get(key)
+        if hit is not None and hit[0] == a._version and hit[1] == tuple(a.shape):
+            return hit[2]
+        f, m = self._fmt(role, exempt)
+        if f == "binary32" or not new:
+            return a
+        _, cnt = _core.round(a.detach().contiguous(), f, m, counts=True)
+        if cnt.inexact == 0 and cnt.nan == 0:
+            return a
+        q = self._round(site, a, role, exempt)
+        if len(self._inputs) > 64:
+            self._inputs.clear()
+        self._inputs[key] = (a._version, tuple(a.shape), q)
+        return q
+
+    def _note(self, key, note):
+        n, _ = self.unhandled.get(key, (0, note))
+        self.unhandled[key] = (n + 1, note)
+
+    # ---- the dispatch ----------------------------------------------------------------
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = _opname(func)
+        if name in _PASS or not self._active:
+            return func(*args, **kwargs)
+        flat_in = tree_flatten((args, kwargs))[0]
+        tin = [a for a in flat_in if isinstance(a, torch.Tensor)]
+        if any(t.device.type != "cpu" for t in tin):
+            self._note(name + " (not cpu)", "passed through unrounded")
+            return func(*args, **kwargs)
+        ctx = self._ctx()
+        if name in _GEMM and all(t.dtype == torch.float32 for t in tin
+                                 if t.is_floating_point()):
+            return self._gemm(name, func, args, kwargs, ctx)
+        if ctx.phase in ("fwd", "bwd"):
+            args, kwargs = _map_tensors((args, kwargs),
+                                        lambda a: self._substitute(a, ctx))
+        out = func(*args, **kwargs)
+        flat_out = tree_flatten(out)[0]
+        fl = [t for t in flat_out if isinstance(t, torch.Tensor)
+              and t.is_floating_point()]
+        if not fl:
+            return out
+        if name not in _ROUND and name.rstrip("_") not in _ROUND:
+            self._note(name, "passed through unrounded")
+            return out
+        if any(t.dtype != torch.float32 for t in fl):
+            self._note(name + " (%s)" % fl[0].dtype, "passed through unrounded")
+            return out
+        keep = _OUT_IDX.get(name)
+        ins = {id(t) for t in tin}
+        res = []
+        for i, t in enumerate(flat_out):
+            if (not _is_f32(t) or (keep is not None and i not in keep)):
+                res.append(t)
+                continue
+            role, site = self._role_site(name, ctx, i, t, tin)
+            r = self._round(site, t, role, ctx.exempt)
+            if id(t) in ins or not t.is_contiguous():
+                t.copy_(r)
+                r = t
+            res.append(r)
+        return _unflatten_like(out, res)
+
+    def _role_site(self, name, ctx, i, t, tin):
+        base = ctx.path + "." if ctx.path else ""
+        if ctx.phase == "fwd":
+            return "activation", base + name
+        if ctx.phase == "opt":
+            rec = self._params.get(t.data_ptr())
+            if rec is not None and rec[1].shape == t.shape:
+                return "master", rec[0] + ".update"
+            return "opt_state", "optim." + name
+        # backward
+        if not ctx.bound:
+            return "act_grad", base + name
+        if name in _WB_BWD:
+            return ("weight_grad" if i in (1, 2) else "act_grad"), base + name
+        ptrs = {p.data_ptr() for _, p in ctx.bound.values()}
+        if any(a.data_ptr() in ptrs for a in tin):
+            return "act_grad", base + name
+        ts = tuple(s for s in t.shape if s != 1)
+        for _, p in ctx.bound.values():
+            ps = tuple(s for s in p.shape if s != 1)
+            if ts == ps or (len(ps) == 2 and ts == ps[::-1]):
+                return "weight_grad", base + name
+        return "act_grad", base + name
+
+    # ---- GEMMs ---------------------------------------------------------------------------
+
+    def _gemm(self, name, func, args, kwargs, ctx):
+        from . import _torch_gemm
+        return _torch_gemm.run(self, name, func, args, kwargs, ctx)
+
+
+def _map_tensors(tree, fn):
+    args, kwargs = tree
+    def m(a):
+        if isinstance(a, torch.Tensor):
+            return fn(a)
+        if isinstance(a, (list, tuple)):
+            return type(a)(m(x) for x in a)
+        return a
+    return tuple(m(a) for a in args), {k: m(v) for k, v in kwargs.items()}
+
+
+def _unflatten_like(out, res):
+    if isinstance(out, torch.Tensor):
+        return res[0]
+    it = iter(res)
+
+    def rebuild(o):
+        if isinstance(o, (list, tuple)):
+            return type(o)(rebuild(x) for x in o)
+        return next(it)
+    return rebuild(out)
+
+
+def _atomic_csv(path, header, rows):
+    tmp = path + ".tmp-%d" % os.getpid()
+    with open(tmp, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(rows)
+    os.replace(tmp, path)

@@ -1,0 +1,232 @@
+"""The GEMM-like ATen ops of emu.torch.emulate: mm, addmm, bmm, baddbmm,
+convolution and convolution_backward, through libemu's GEMM
+(Session.matmul) with the policy's accumulator model, or through
+PyTorch's own kernel on rounded operands for accum="torch".
+
+A 2-d convolution is an im2col GEMM: rows are (image, output pixel),
+K = C_in/groups * k_h * k_w (unfold's channel-major order), one GEMM per
+group.  Its weight gradient is one GEMM with K = batch * output pixels.
+Its input gradient is the stride-1 convolution of the output gradient,
+dilated by the stride (zeros between its values) and padded by
+dilation*(k-1) - padding, with the weight transposed and flipped: every
+input-gradient value is one dot product under the accumulator model (no
+col2im additions outside it).  Transposed and non-2-d convolutions run
+in PyTorch's kernel with their outputs rounded, and are listed in
+unhandled_ops.csv."""
+
+import torch
+import torch.nn.functional as F
+
+from . import _core
+
+
+def _mat(t):
+    """t (2-d) as (contiguous matrix, transposed flag) without a copy when
+    t is a transposed contiguous matrix."""
+    if t.is_contiguous():
+        return t, False
+    if t.t().is_contiguous():
+        return t.t(), True
+    return t.contiguous(), False
+
+
+class _G:
+    """One GEMM-like op's rounding and counting."""
+
+    def __init__(self, em, ctx):
+        self.em, self.ctx = em, ctx
+        self.base = ctx.path + "." if ctx.path else ""
+
+    def q(self, t, role, axis):
+        """The policy's block-scaled quantization of a GEMM operand along
+        its reduction axis (gemm_operands; not counted: see the report)."""
+        spec = self.em._q.get(role)
+        if spec is None:
+            return t
+        self.em._qcount += 1
+        return _core.quantize(t.detach().contiguous(), spec[0], spec[1],
+                              seed=self.em.seed, stream=self.em._qcount,
+                              axis=axis)
+
+    def matmul(self, site, a, b, role, ra, rb, alpha=1.0):
+        """op = a @ b (2-d), rounded into role's format at site; ra, rb
+        the operands' roles for the block-scaled quantization."""
+        a = self.q(a, ra, 1)
+        b = self.q(b, rb, 0)
+        f, m = self.em._fmt(role, self.ctx.exempt)
+        a, ta = _mat(a)
+        b, tb = _mat(b)
+        return self.em._sess.matmul(site, a.detach(), b.detach(), self.em.accum,
+                                    fmt_out=f, mode=m, role=role, trans_a=ta,
+                                    trans_b=tb, alpha=float(alpha))
+
+    def round(self, site, t, role):
+        return self.em._round(site, t, role, self.ctx.exempt)
+
+    def operand(self, site, t, role, new):
+        return self.em._operand(site, t, role, self.ctx.exempt, new)
+
+    def conv2d(self, site, x, w, stride, padding, dilation, groups, role,
+               rx, rw):
+        """conv2d(x, w) by im2col GEMMs, rounded into role's format."""
+        n, c, h, wd = x.shape
+        co, cg, kh, kw = w.shape
+        ho = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+        wo = (wd + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+        cols = F.unfold(x.detach(), (kh, kw), dilation=tuple(dilation),
+                        padding=tuple(padding), stride=tuple(stride))
+        k = cg * kh * kw
+        cog = co // groups
+        outs = []
+        for g in range(groups):
+            a = cols[:, g * k:(g + 1) * k, :].permute(0, 2, 1).reshape(n * ho * wo, k)
+            wm = w[g * cog:(g + 1) * cog].reshape(cog, k)
+            outs.append(self.matmul(site, a, wm.t(), role, rx, rw))
+        y = outs[0] if groups == 1 else torch.cat(outs, 1)
+        return y.reshape(n, ho, wo, co).permute(0, 3, 1, 2).contiguous()
+
+
+def _conv_plain(x, stride, padding, dilation, transposed, output_padding):
+    return (x.dim() == 4 and not transposed
+            and all(p == 0 for p in output_padding))
+
+
+def _binary_out(g, em, site, out, role):
+    return g.round(site, out, role)
+
+
+def run(em, name, func, args, kwargs, ctx):
+    g = _G(em, ctx)
+    base = g.base
+    bwd = ctx.phase == "bwd"
+    fast = em.accum == "torch"
+    out_role = "act_grad" if bwd else "activation"
+
+    def wrole(reads):
+        """A backward GEMM's output role: weight_grad when its node feeds a
+        parameter that it does not read."""
+        if not bwd or not ctx.bound:
+            return out_role
+        ptrs = {p.data_ptr() for _, p in ctx.bound.values()}
+        return "act_grad" if any(t.data_ptr() in ptrs for t in reads) else "weight_grad"
+
+    def opnd(t, suffix):
+        # parameters -> weight casts; a forward GEMM's other operands are
+        # activations, rounded once if not yet in the format
+        if t is None or not isinstance(t, torch.Tensor):
+            return t
+        return g.operand(base + name + suffix, t, "activation", not bwd)
+
+    def oprole(t):
+        return "weight" if t.data_ptr() in em._params else (
+            "act_grad" if bwd else "activation")
+
+    if name in ("mm", "bmm", "addmm", "baddbmm"):
+        if name in ("addmm", "baddbmm"):
+            bias, a, b = args[0], args[1], args[2]
+            beta = kwargs.get("beta", args[3] if len(args) > 3 else 1)
+            alpha = kwargs.get("alpha", args[4] if len(args) > 4 else 1)
+        else:
+            bias, (a, b), beta, alpha = None, args[:2], 0, 1
+        role = wrole([a, b])
+        site = base + (("dweight" if role == "weight_grad" else "dinput")
+                       if bwd else name)
+        ra, rb = oprole(a), oprole(b)
+        a2, b2 = opnd(a, ".xq"), opnd(b, ".xq")
+        if bias is not None:
+            bias = g.em._substitute(bias, ctx)
+        if fast:
+            if em._q and a2.dim() == 2:
+                a2, b2 = g.q(a2, ra, 1), g.q(b2, rb, 0)
+            out = func(*((bias, a2, b2) if bias is not None else (a2, b2)),
+                       **({"beta": beta, "alpha": alpha} if bias is not None else {}))
+            return g.round(site, out, role)
+        if a2.dim() == 2:
+            y = g.matmul(site, a2, b2, role, ra, rb, alpha)
+        else:
+            y = torch.stack([g.matmul(site, a2[i], b2[i], role, ra, rb, alpha)
+                             for i in range(a2.shape[0])])
+        if bias is not None and beta != 0:
+            y = g.round(site + ".bias", y + (bias * beta if beta != 1 else bias),
+                        role)
+        return y
+
+    if name == "convolution":
+        x, w, bias, stride, padding, dilation, transposed, opad, groups = args[:9]
+        site = base + "convolution"
+        x2 = opnd(x, ".xq")
+        w2 = em._substitute(w, ctx)
+        if bias is not None:
+            bias = em._substitute(bias, ctx)
+        if fast or not _conv_plain(x, stride, padding, dilation, transposed, opad):
+            if not fast:
+                em._note("convolution (transposed or not 2-d)",
+                         "computed by torch's kernel, output rounded")
+            if em._q:
+                x2 = g.q(x2, "activation", 1)
+                w2 = g.q(w2, "weight", 1)
+            out = func(x2, w2, bias, stride, padding, dilation, transposed,
+                       opad, groups)
+            return g.round(site, out, out_role)
+        y = g.conv2d(site, x2, w2, stride, padding, dilation, groups,
+                     out_role, "activation", "weight")
+        if bias is not None:
+            y = g.round(site + ".bias", y + bias.view(1, -1, 1, 1), out_role)
+        return y
+
+    # convolution_backward
+    (go, x, w, bias_sizes, stride, padding, dilation, transposed, opad,
+     groups, mask) = args[:11]
+    wparam = w.data_ptr() in em._params
+    wg_role = "weight_grad" if wparam or not bwd else "act_grad"
+    x2 = opnd(x, ".xq")
+    w2 = em._substitute(w, ctx)
+    gi = gw = gb = None
+    if fast or not _conv_plain(x, stride, padding, dilation, transposed, opad):
+        if not fast:
+            em._note("convolution_backward (transposed or not 2-d)",
+                     "computed by torch's kernel, outputs rounded")
+        gi, gw, gb = func(go, x2, w2, bias_sizes, stride, padding, dilation,
+                          transposed, opad, groups, mask)
+        if gi is not None:
+            gi = g.round(base + "dinput", gi, "act_grad")
+        if gw is not None:
+            gw = g.round(base + "dweight", gw, wg_role)
+        if gb is not None:
+            gb = g.round(base + "dbias", gb, wg_role)
+        return gi, gw, gb
+    n, co, ho, wo = go.shape
+    _, c, h, wd = x.shape
+    _, cg, kh, kw = w.shape
+    cog = co // groups
+    if mask[2]:
+        gb = g.round(base + "dbias", go.sum((0, 2, 3)), wg_role)
+    if mask[1]:
+        cols = F.unfold(x2.detach(), (kh, kw), dilation=tuple(dilation),
+                        padding=tuple(padding), stride=tuple(stride))
+        k = cg * kh * kw
+        parts = []
+        for gi_ in range(groups):
+            a = cols[:, gi_ * k:(gi_ + 1) * k, :].permute(0, 2, 1).reshape(n * ho * wo, k)
+            dy = go[:, gi_ * cog:(gi_ + 1) * cog].permute(0, 2, 3, 1).reshape(n * ho * wo, cog)
+            parts.append(g.matmul(base + "dweight", dy.t(), a, wg_role,
+                                  "act_grad", "activation"))
+        gw = (parts[0] if groups == 1 else torch.cat(parts, 0)).reshape(co, cg, kh, kw)
+    if mask[0]:
+        z = go
+        if stride[0] > 1 or stride[1] > 1:
+            z = go.new_zeros(n, co, (ho - 1) * stride[0] + 1, (wo - 1) * stride[1] + 1)
+            z[:, :, ::stride[0], ::stride[1]] = go
+        pads = []
+        for d, (size, k_, s, p, dl) in enumerate(((h, kh, stride[0], padding[0], dilation[0]),
+                                                  (wd, kw, stride[1], padding[1], dilation[1]))):
+            lo = dl * (k_ - 1) - p
+            full = ((ho, wo)[d] - 1) * s - 2 * p + dl * (k_ - 1) + 1
+            pads.append((lo, lo + size - full))
+        z = F.pad(z, (pads[1][0], pads[1][1], pads[0][0], pads[0][1]))
+        wt = torch.cat([w2[i * cog:(i + 1) * cog].transpose(0, 1).flip(2, 3)
+                        for i in range(groups)], 0)
+        gi = g.conv2d(base + "dinput", z, wt, (1, 1), (0, 0), dilation, groups,
+                      "act_grad", "act_grad", "weight")
+        assert gi.shape == x.shape, (gi.shape, x.shape)
+    return gi, gw, gb
