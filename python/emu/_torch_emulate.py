@@ -45,7 +45,7 @@ else `opt_state` (`optim.<op>`).
 import csv
 import json
 import os
-import threading
+import weakref
 
 import numpy as np
 import torch
@@ -187,7 +187,6 @@ class Emulate(TorchDispatchMode):
         self._exempt_which = set(str(pol.get("exempt", "none")).split("+")) - {"none"}
         self.unhandled = {}
         self.passthrough = {}
-        self._stats = None
         self._active = False
 
     # ---- entering and leaving ----------------------------------------------------------
@@ -204,6 +203,7 @@ class Emulate(TorchDispatchMode):
         self._params = {}       # data_ptr -> (name, param, exempt)
         self._casts = {}        # data_ptr -> (version, rounded copy)
         self._inputs = {}       # data_ptr -> (version, shape, rounded copy)
+        self._fresh = {}        # data_ptr -> (weakref, format, version)
         self._stack = []        # (path, exempt, input grad_fn ids)
         self._node = None       # _Ctx of the backward node running
         self._bwd = 0           # depth of torch.autograd.backward/grad calls
@@ -226,15 +226,17 @@ class Emulate(TorchDispatchMode):
             for h in self._h:
                 h.remove()
             torch.set_num_threads(self._threads)
-            try:
-                self._stats = self._sess.stats()
-                if self.out is not None:
-                    self.write(self.out)
-            finally:
-                self._sess.close()
-                self._casts.clear()
-                self._inputs.clear()
+            self._casts.clear()
+            self._inputs.clear()
+            self._fresh.clear()
+            if self.out is not None:
+                self.write(self.out)
         return False
+
+    def close(self):
+        """Frees the session (and its statistics) before the garbage
+        collector would."""
+        self._sess.close()
 
     def _wrap_bwd(self, fn):
         def wrapped(*a, **k):
@@ -256,7 +258,7 @@ class Emulate(TorchDispatchMode):
 
     def stats(self):
         """Per-site statistics (ops.csv's columns) as a pandas DataFrame."""
-        return self._stats if self._stats is not None else self._sess.stats()
+        return self._sess.stats()
 
     def write(self, out):
         """Writes ops.csv, hist.csv, ops.json (Session.write, emu train's
@@ -400,7 +402,24 @@ class Emulate(TorchDispatchMode):
         """t rounded into role's format through the choke point, counted
         at site; a new contiguous tensor."""
         f, m = self._fmt(role, exempt)
-        return self._sess.round(site, t.detach(), f, m, role)
+        return self._mark(self._sess.round(site, t.detach(), f, m, role), f)
+
+    def _mark(self, t, f):
+        """Remembers that t's values are in format f (until t changes or
+        dies), so that a GEMM reading t does not check it again."""
+        if len(self._fresh) > 4096:
+            self._fresh = {k: v for k, v in self._fresh.items()
+                           if v[0]() is not None}
+        self._fresh[t.data_ptr()] = (weakref.ref(t), f, t._version)
+        return t
+
+    def _in_format(self, a, f):
+        hit = self._fresh.get(a.data_ptr())
+        if hit is None or hit[1] != f:
+            return False
+        base = hit[0]()
+        return (base is not None and base._version == hit[2]
+                and a._version == hit[2] and a.numel() <= base.numel())
 
     def _substitute(self, a, ctx):
         """A parameter (or a view of one at offset 0) as its copy in the
@@ -436,7 +455,7 @@ class Emulate(TorchDispatchMode):
         if hit is not None and hit[0] == a._version and hit[1] == tuple(a.shape):
             return hit[2]
         f, m = self._fmt(role, exempt)
-        if f == "binary32" or not new:
+        if f == "binary32" or not new or self._in_format(a, f):
             return a
         _, cnt = _core.round(a.detach().contiguous(), f, m, counts=True)
         if cnt.inexact == 0 and cnt.nan == 0:
@@ -471,6 +490,16 @@ class Emulate(TorchDispatchMode):
             args, kwargs = _map_tensors((args, kwargs),
                                         lambda a: self._substitute(a, ctx))
         out = func(*args, **kwargs)
+        if out is None and name.endswith("_") and args:
+            targets = tree_flatten(args[0])[0]  # _foreach_add_ and the like
+            if name.rstrip("_") in _ROUND:
+                for t in targets:
+                    if _is_f32(t):
+                        role, site = self._role_site(name, ctx, 0, t, tin)
+                        t.copy_(self._round(site, t, role, ctx.exempt))
+            elif any(_is_f32(t) for t in targets):
+                self._note(name, "passed through unrounded")
+            return out
         flat_out = tree_flatten(out)[0]
         fl = [t for t in flat_out if isinstance(t, torch.Tensor)
               and t.is_floating_point()]
@@ -493,7 +522,7 @@ class Emulate(TorchDispatchMode):
             r = self._round(site, t, role, ctx.exempt)
             if id(t) in ins or not t.is_contiguous():
                 t.copy_(r)
-                r = t
+                r = self._mark(t, self._fmt(role, ctx.exempt)[0])
             res.append(r)
         return _unflatten_like(out, res)
 

@@ -56,9 +56,9 @@ class _G:
         f, m = self.em._fmt(role, self.ctx.exempt)
         a, ta = _mat(a)
         b, tb = _mat(b)
-        return self.em._sess.matmul(site, a.detach(), b.detach(), self.em.accum,
-                                    fmt_out=f, mode=m, role=role, trans_a=ta,
-                                    trans_b=tb, alpha=float(alpha))
+        return self.em._mark(self.em._sess.matmul(
+            site, a.detach(), b.detach(), self.em.accum, fmt_out=f, mode=m,
+            role=role, trans_a=ta, trans_b=tb, alpha=float(alpha)), f)
 
     def round(self, site, t, role):
         return self.em._round(site, t, role, self.ctx.exempt)
@@ -89,10 +89,6 @@ class _G:
 def _conv_plain(x, stride, padding, dilation, transposed, output_padding):
     return (x.dim() == 4 and not transposed
             and all(p == 0 for p in output_padding))
-
-
-def _binary_out(g, em, site, out, role):
-    return g.round(site, out, role)
 
 
 def run(em, name, func, args, kwargs, ctx):

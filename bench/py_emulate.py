@@ -1,0 +1,92 @@
+"""emu.torch.emulate on torchvision's resnet18: one forward + backward pass
+(batch 4x3x64x64, random initialisation) in plain PyTorch binary32 and
+under emulate with a binary16 policy (fp16-mpt), with libemu's fastest
+accumulator model ("fast": binary32 sgemm on the rounded operands) and
+with accum="torch" (PyTorch's own kernels on the rounded operands), in
+one run; then a profile of one emulated pass.
+
+    EMU_LIBRARY=build/libemu/libemu.so PYTHONPATH=python \
+        /usr/bin/python3 bench/py_emulate.py [--repeat N] [--policy P] [--profile]
+
+emulate runs PyTorch's own kernels on one thread (so that its results do
+not depend on the thread count); the plain pass is timed on one thread
+too (the fair ratio) and on torch's default thread count."""
+
+import argparse
+import cProfile
+import io
+import pstats
+import tempfile
+import time
+
+import torch
+import torchvision
+
+import emu.torch as et
+
+
+def step(model, x, labels):
+    model.zero_grad(set_to_none=True)
+    loss = torch.nn.functional.cross_entropy(model(x), labels)
+    loss.backward()
+    return loss
+
+
+def best(fn, repeat):
+    ts = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return min(ts)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--policy", default="fp16-mpt")
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--size", type=int, default=64)
+    ap.add_argument("--profile", action="store_true")
+    a = ap.parse_args()
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(weights=None, num_classes=10)
+    x = torch.randn(a.batch, 3, a.size, a.size)
+    labels = torch.arange(a.batch) % 10
+    nthreads = torch.get_num_threads()
+    step(model, x, labels)  # warm-up
+
+    def emulated(accum):
+        def run():
+            with et.emulate(a.policy, accum=accum):
+                step(model, x, labels)
+        return run
+
+    rows = []
+    torch.set_num_threads(1)
+    t_plain1 = best(lambda: step(model, x, labels), a.repeat)
+    torch.set_num_threads(nthreads)
+    t_plain = best(lambda: step(model, x, labels), a.repeat)
+    rows.append(("plain PyTorch fp32, 1 thread", t_plain1))
+    rows.append(("plain PyTorch fp32, %d threads" % nthreads, t_plain))
+    for accum in ("fast", "torch"):
+        emulated(accum)()  # warm-up
+        rows.append(("emulate(%s, accum=%s)" % (a.policy, accum),
+                     best(emulated(accum), a.repeat)))
+    print("resnet18 forward+backward, batch %dx3x%dx%d, best of %d"
+          % (a.batch, a.size, a.size, a.repeat))
+    for name, t in rows:
+        print("  %-40s %8.1f ms   %5.2fx plain (1 thread)"
+              % (name, 1e3 * t, t / t_plain1))
+    if a.profile:
+        pr = cProfile.Profile()
+        pr.enable()
+        emulated("fast")()
+        pr.disable()
+        s = io.StringIO()
+        pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(15)
+        print(s.getvalue())
+
+
+if __name__ == "__main__":
+    main()
