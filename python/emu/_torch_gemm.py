@@ -39,20 +39,33 @@ class _G:
 
     def q(self, t, role, axis):
         """The policy's block-scaled quantization of a GEMM operand along
-        its reduction axis (gemm_operands; not counted: see the report)."""
+        its reduction axis (gemm_operands), as (values, g): the operand is
+        values * g, g the binary32 tensor scale of a spec with tensor=yes
+        (NVFP4), else 1.  values (element times block scale) are binary32
+        numbers, e * s * g may not be, so g goes into the GEMM's alpha,
+        which scales each dot product without error.  Not counted at a
+        site: the session has no counted block quantization yet."""
         spec = self.em._q.get(role)
         if spec is None:
-            return t
+            return t, 1.0
         self.em._qcount += 1
-        return _core.quantize(t.detach().contiguous(), spec[0], spec[1],
-                              seed=self.em.seed, stream=self.em._qcount,
-                              axis=axis)
+        kw = dict(seed=self.em.seed, stream=self.em._qcount, axis=axis)
+        if "tensor=yes" not in spec[0]:
+            return _core.quantize(t.detach().contiguous(), spec[0], spec[1],
+                                  **kw), 1.0
+        y, codes = _core.quantize(t.detach().double().contiguous(), spec[0],
+                                  spec[1], return_codes=True, **kw)
+        g = float(codes["tensor_scale"])
+        # e * s * g is exact in binary64 and e * s a binary32 number, so
+        # the quotient is exact
+        return (y / g if g != 1.0 else y).float(), g
 
     def matmul(self, site, a, b, role, ra, rb, alpha=1.0):
         """op = a @ b (2-d), rounded into role's format at site; ra, rb
         the operands' roles for the block-scaled quantization."""
-        a = self.q(a, ra, 1)
-        b = self.q(b, rb, 0)
+        a, ga = self.q(a, ra, 1)
+        b, gb = self.q(b, rb, 0)
+        alpha = alpha * ga * gb
         f, m = self.em._fmt(role, self.ctx.exempt)
         a, ta = _mat(a)
         b, tb = _mat(b)
@@ -132,10 +145,16 @@ def run(em, name, func, args, kwargs, ctx):
         if bias is not None:
             bias = g.em._substitute(bias, ctx)
         if fast:
+            sc = 1.0
             if em._q and a2.dim() == 2:
-                a2, b2 = g.q(a2, ra, 1), g.q(b2, rb, 0)
-            out = func(*((bias, a2, b2) if bias is not None else (a2, b2)),
-                       **({"beta": beta, "alpha": alpha} if bias is not None else {}))
+                (a2, ga), (b2, gb) = g.q(a2, ra, 1), g.q(b2, rb, 0)
+                sc = ga * gb
+            if bias is not None:
+                out = func(bias, a2, b2, beta=beta, alpha=alpha * sc)
+            else:
+                out = func(a2, b2)
+                if sc != 1.0:  # one more binary32 rounding (documented)
+                    out = out * sc
             return g.round(site, out, role)
         if a2.dim() == 2:
             y = g.matmul(site, a2, b2, role, ra, rb, alpha)
@@ -158,11 +177,18 @@ def run(em, name, func, args, kwargs, ctx):
             if not fast:
                 em._note("convolution (transposed or not 2-d)",
                          "computed by torch's kernel, output rounded")
+            sc = 1.0
             if em._q:
-                x2 = g.q(x2, "activation", 1)
-                w2 = g.q(w2, "weight", 1)
-            out = func(x2, w2, bias, stride, padding, dilation, transposed,
-                       opad, groups)
+                (x2, gx), (w2, gw_) = g.q(x2, "activation", 1), g.q(w2, "weight", 1)
+                sc = gx * gw_
+            if sc == 1.0:
+                out = func(x2, w2, bias, stride, padding, dilation, transposed,
+                           opad, groups)
+            else:  # one more binary32 rounding (documented)
+                out = func(x2, w2, None, stride, padding, dilation, transposed,
+                           opad, groups) * sc
+                if bias is not None:
+                    out = out + bias.view(1, -1, *([1] * (out.dim() - 2)))
             return g.round(site, out, out_role)
         y = g.conv2d(site, x2, w2, stride, padding, dilation, groups,
                      out_role, "activation", "weight")

@@ -231,3 +231,25 @@ def test_resnet18_example_names_sites_by_module_path(tmp_path):
     assert fmt["conv1.convolution"] == "binary16" and fmt["fc.addmm"] == "binary16"
     assert fmt["layer1.0.conv1.convolution"] == "e5m2"
     assert ops["underflow"].sum() > 0
+
+
+@pytest.mark.parametrize("policy", ["mxfp8", "nvfp4"])
+def test_scaled_policy_quantizes_gemm_operands(policy):
+    # the operands are block-quantized along the reduction axis; NVFP4's
+    # binary32 tensor scales go into the GEMM's alpha, exactly
+    torch.manual_seed(4)
+    lin = torch.nn.Linear(64, 16, bias=False)
+    x = torch.randn(8, 64)
+    q = emu.policy(policy)["gemm_operands"]
+    with et.emulate(policy, accum="exact"):
+        y = lin(x)
+
+    def qv(t, spec):
+        v, codes = emu.quantize(t.double(), spec, axis=1, return_codes=True)
+        g = codes["tensor_scale"]
+        return (v / g).float(), g
+    xq, gx = qv(x, q["activation"]["format"])
+    wq, gw = qv(lin.weight.detach(), q["weight"]["format"])
+    ref = emu.gemm(xq, wq, "exact", trans_b=True, alpha=gx * gw)
+    assert np.array_equal(_bits(y), _bits(ref))
+    assert not torch.equal(y, lin(x))
