@@ -441,10 +441,12 @@ class Session:
     def write(self, dir):
         """Writes dir/ops.csv, dir/hist.csv and dir/ops.json (and
         dir/ops_steps.csv once steps were begun) with the C writers `emu
-        train` uses, each atomically; creates dir if missing."""
+        train` uses, each atomically; creates dir (and its parents) if
+        missing."""
+        dir = os.fspath(dir)
+        os.makedirs(dir, exist_ok=True)  # parents too; C creates one level
         with self._lock:
-            check(lib.emu_ffi_session_write(self._handle(),
-                                            enc(os.fspath(dir))))
+            check(lib.emu_ffi_session_write(self._handle(), enc(dir)))
 
     def _sites(self):
         h = self._handle()
