@@ -391,14 +391,19 @@ int emu_ffi_round_f64(const emu_ffi_format *f, const emu_ffi_rounding *r,
 enum { BITS_CHUNK = 1024 };
 
 static int encode_chunk(const emu_format *fmt, const emu_profile *p,
-                        const double *v, size_t n, uint8_t *bits,
-                        size_t width, emu_error *e)
+                        const double *v, size_t n, size_t first,
+                        uint8_t *bits, size_t width, emu_error *e)
 {
     for (size_t i = 0; i < n; i++) {
         emu_bits b;
+        /* Only a NaN result can lack a pattern: NaN (or an invalid
+         * input) into a format without NaN, where the value layer
+         * answers NaN and raises invalid. */
         if (!emu_encode_in(fmt, p, v[i], &b))
-            return emu_fail(e, EMU_EDATA, fmt->name, "",
-                            "rounded value %.17g has no pattern", v[i]);
+            return emu_fail(e, EMU_ERANGE, fmt->name, "",
+                            "element %zu: the result %g has no bit pattern "
+                            "in '%s' (a format without NaN)", first + i,
+                            v[i], fmt->name);
         for (size_t k = 0; k < width; k++)
             bits[i * width + k] = (uint8_t)(k < 8 ? b.v >> (8 * k) : 0);
     }
@@ -441,7 +446,7 @@ int emu_ffi_round_f32_bits(const emu_ffi_format *f, const emu_ffi_rounding *r,
             return keep(&e);
         for (size_t i = 0; i < m; i++)
             v[i] = buf[i];
-        if (encode_chunk(fmt, &r->rnd.profile, v, m,
+        if (encode_chunk(fmt, &r->rnd.profile, v, m, at,
                          (uint8_t *)bits + at * width, width, &e))
             return keep(&e);
     }
@@ -468,7 +473,7 @@ int emu_ffi_round_f64_bits(const emu_ffi_format *f, const emu_ffi_rounding *r,
         emu_array_rounding a = array_rounding(r, seed, stream, first_index + at);
         if (emu_round_array_f64(fmt, v, in + at, m, &a, counts ? &c : NULL, &e))
             return keep(&e);
-        if (encode_chunk(fmt, &r->rnd.profile, v, m,
+        if (encode_chunk(fmt, &r->rnd.profile, v, m, at,
                          (uint8_t *)bits + at * width, width, &e))
             return keep(&e);
     }

@@ -55,8 +55,8 @@ def as_input(x, dtypes=(np.float32, np.float64), what="x"):
                 what, x.dtype, " or ".join("torch." + np.dtype(d).name
                                            for d in dtypes)))
         arr = x.detach().numpy()
-    elif isinstance(x, np.ndarray):
-        arr = x
+    elif isinstance(x, (np.ndarray, np.generic)):
+        arr = np.asarray(x)  # a NumPy scalar becomes a 0-d array
         if arr.dtype.type not in dtypes:
             raise TypeError("emu: %s has dtype %s; expected %s" % (
                 what, arr.dtype, " or ".join(np.dtype(d).name for d in dtypes)))

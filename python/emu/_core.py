@@ -441,10 +441,12 @@ class Session:
     def write(self, dir):
         """Writes dir/ops.csv, dir/hist.csv and dir/ops.json (and
         dir/ops_steps.csv once steps were begun) with the C writers `emu
-        train` uses, each atomically; creates dir if missing."""
+        train` uses, each atomically; creates dir (and its parents) if
+        missing."""
+        dir = os.fspath(dir)
+        os.makedirs(dir, exist_ok=True)  # parents too; C creates one level
         with self._lock:
-            check(lib.emu_ffi_session_write(self._handle(),
-                                            enc(os.fspath(dir))))
+            check(lib.emu_ffi_session_write(self._handle(), enc(dir)))
 
     def _sites(self):
         h = self._handle()
@@ -543,7 +545,10 @@ def scaled_presets():
 def quantize(x, spec, mode="rne", *, seed=0, axis=-1, counts=False,
              return_codes=False, tensor_scale=0.0, stream=0):
     """Block-scaled quantization (emu_scaled_quantize) of x, returned
-    dequantized: v_i = e_i * s_b(i) * g, x's type, dtype and shape.
+    dequantized: v_i = e_i * s_b(i) * g, x's type, dtype and shape
+    (exact for float64; for float32 exact too unless a tensor scale g
+    gives v_i more bits than binary32 holds: then v_i rounded to
+    nearest-even binary32).
 
     spec: a preset (mxfp8, mxfp8-e5m2, mxfp6-e2m3, mxfp6-e3m2, mxfp4,
     mxint8, nvfp4) or keys (elem=FMT, scale=FMT|none, block=N|NxM,
@@ -585,9 +590,14 @@ def quantize(x, spec, mode="rne", *, seed=0, axis=-1, counts=False,
                                     int(stream), float(tensor_scale),
                                     ptr(cb) if counts else None,
                                     ptr(bb) if counts else None))
-        y = np.empty(w.shape, dtype=arr.dtype)
-        fn = lib.emu_ffi_quant_values_f64 if f64 else lib.emu_ffi_quant_values_f32
-        check(fn(h, ptr(y), y.size))
+        # The values e_i s_b g are exact in binary64; with a tensor scale
+        # they may need more bits than binary32 has, so a float32 result
+        # is their rounding to binary32 (nearest-even, by the library;
+        # exact, and so the identity, for formats without a tensor scale).
+        y = np.empty(w.shape, dtype=np.float64)
+        check(lib.emu_ffi_quant_values_f64(h, ptr(y), y.size))
+        if not f64:
+            y = round(y, "binary32", "rne").astype(np.float32)
         extra = []
         if counts:
             d = {k: (int(v) if k not in ("err_sq", "ref_sq", "err_max") else

@@ -110,7 +110,9 @@ int emu_ffi_round_f64(const emu_ffi_format *f, const emu_ffi_rounding *r,
 /* The same roundings, writing the results' bit patterns (emu/bits.h,
  * under the rounding's profile) as little-endian integers of `width`
  * bytes each (1, 2, 4 or 8, at least the format's width: uint8 for FP8,
- * uint16 for binary16).  NaN results give their NaN's pattern. */
+ * uint16 for binary16).  NaN results give their NaN's pattern; a NaN
+ * result in a format without NaN (NaN input, invalid) has none and fails
+ * (EMU_ERANGE, naming the element). */
 int emu_ffi_round_f32_bits(const emu_ffi_format *f, const emu_ffi_rounding *r,
                            uint64_t seed, uint64_t stream,
                            uint64_t first_index, void *bits, size_t width,
