@@ -68,7 +68,8 @@ def main():
     torch.set_num_threads(nthreads)
     t_plain = best(lambda: step(model, x, labels), a.repeat)
     rows.append(("plain PyTorch fp32, 1 thread", t_plain1))
-    rows.append(("plain PyTorch fp32, %d threads" % nthreads, t_plain))
+    if nthreads != 1:
+        rows.append(("plain PyTorch fp32, %d threads" % nthreads, t_plain))
     for accum in ("fast", "torch"):
         emulated(accum)()  # warm-up
         rows.append(("emulate(%s, accum=%s)" % (a.policy, accum),
@@ -78,6 +79,36 @@ def main():
     for name, t in rows:
         print("  %-40s %8.1f ms   %5.2fx plain (1 thread)"
               % (name, 1e3 * t, t / t_plain1))
+    # where the time goes: the session's counted roundings and GEMMs
+    from emu import _core
+    spent = {"Session.round": 0.0, "Session.matmul": 0.0}
+    elems = {"Session.round": 0, "Session.matmul": 0}
+    orig = {k: getattr(_core.Session, k.split(".")[1]) for k in spent}
+
+    def timed(key):
+        f = orig[key]
+
+        def w(self, site, *args, **kw):
+            t0 = time.perf_counter()
+            r = f(self, site, *args, **kw)
+            spent[key] += time.perf_counter() - t0
+            elems[key] += r.numel()
+            return r
+        return w
+    for k in spent:
+        setattr(_core.Session, k.split(".")[1], timed(k))
+    t0 = time.perf_counter()
+    emulated("fast")()
+    total = time.perf_counter() - t0
+    for k, f in orig.items():
+        setattr(_core.Session, k.split(".")[1], f)
+    print("one emulate(%s, accum=fast) pass: %.1f ms" % (a.policy, 1e3 * total))
+    for k in spent:
+        print("  %-16s %8.1f ms  %9d outputs (%.0f Melem/s)"
+              % (k, 1e3 * spent[k], elems[k], elems[k] / max(spent[k], 1e-9) / 1e6))
+    print("  %-16s %8.1f ms" % ("the rest", 1e3 * (total - sum(spent.values()))))
+    nparam = sum(p.numel() for p in model.parameters())
+    print("  (parameters: %d, cast and their gradients rounded every pass)" % nparam)
     if a.profile:
         pr = cProfile.Profile()
         pr.enable()
