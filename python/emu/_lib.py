@@ -114,6 +114,8 @@ _PROTOS = {
                                   c_void_p, c_void_p, c_size, c_void_p]),
     "emu_ffi_round_f64": (c_int, [c_void_p, c_void_p, c_u64, c_u64, c_u64,
                                   c_void_p, c_void_p, c_size, c_void_p]),
+    "emu_ffi_round_f64_to_f32": (c_int, [c_void_p, c_void_p, c_u64, c_u64, c_u64,
+                                         c_void_p, c_void_p, c_size, c_void_p]),
     "emu_ffi_round_f32_bits": (c_int, [c_void_p, c_void_p, c_u64, c_u64, c_u64,
                                        c_void_p, c_size, c_void_p, c_size,
                                        c_void_p]),

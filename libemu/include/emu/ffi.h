@@ -107,6 +107,15 @@ int emu_ffi_round_f64(const emu_ffi_format *f, const emu_ffi_rounding *r,
                       double *out, const double *in, size_t n,
                       uint64_t *counts);
 
+/* in[i] (binary64) rounded into f, a format binary32 holds, stored as
+ * binary32 (exactly): narrowing a float64 array without a second
+ * rounding, whatever the caller's floating-point state. */
+int emu_ffi_round_f64_to_f32(const emu_ffi_format *f,
+                             const emu_ffi_rounding *r, uint64_t seed,
+                             uint64_t stream, uint64_t first_index,
+                             float *out, const double *in, size_t n,
+                             uint64_t *counts);
+
 /* The same roundings, writing the results' bit patterns (emu/bits.h,
  * under the rounding's profile) as little-endian integers of `width`
  * bytes each (1, 2, 4 or 8, at least the format's width: uint8 for FP8,
@@ -237,8 +246,9 @@ int emu_ffi_quant_run(emu_ffi_quant *q, const float *x, const char *mode,
                       uint64_t seed, uint64_t stream, double tensor_scale,
                       double *counts, double *blocks);
 
-/* The quantized tensor: values e_i s_b(i) g (as binary32: fails if one
- * is not a binary32 exactly; as binary64: always exact), the element
+/* The quantized tensor: values e_i s_b(i) g (as binary64: exact; as
+ * binary32: those rounded to nearest-even binary32, exact unless a tensor
+ * scale gives a value more bits than binary32 has), the element
  * values e_i, the block scales s_b, the tensor scale g, and the packed
  * bytes (emu_scaled_pack's layout). */
 int emu_ffi_quant_values_f32(const emu_ffi_quant *q, float *out, size_t n);
