@@ -117,7 +117,7 @@ static const format_key format_keys[] = {
     { "is_signed", 'b' },     { "subnormals", 'b' },   { "has_zero", 'b' },
     { "specials", 's' },      { "overflow", 's' },     { "max", 'd' },
     { "min_normal", 'd' },    { "min_subnormal", 'd' }, { "min_value", 'd' },
-    { "epsilon", 'd' },       { "unit_roundoff", 'd' }, { "finite_count", 'i' },
+    { "epsilon", 'd' },       { "unit_roundoff", 'd' }, { "finite_count", 'u' },
     { "has_inf", 'b' },       { "has_nan", 'b' },      { "fits_carrier", 'b' },
     { "fits_double", 'b' },
 };
@@ -164,10 +164,6 @@ int emu_ffi_format_get_int(const emu_ffi_format *f, const char *key,
         { "fits_carrier", offsetof(emu_format, fits_carrier), 'b' },
         { "fits_double", offsetof(emu_format, fits_double), 'b' },
     };
-    if (!strcmp(key, "finite_count")) {
-        *out = (int64_t)m->finite_count; /* < 2^63 for every format */
-        return 0;
-    }
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
         if (strcmp(ints[i].k, key))
             continue;
@@ -184,6 +180,17 @@ int emu_ffi_format_get_int(const emu_ffi_format *f, const char *key,
         return 0;
     }
     return unknown_key(key);
+}
+
+int emu_ffi_format_get_uint(const emu_ffi_format *f, const char *key,
+                            uint64_t *out)
+{
+    if (!f || !key || !out)
+        return fail(EMU_EINVAL, "format", "", "no format, key or output");
+    if (strcmp(key, "finite_count"))
+        return unknown_key(key);
+    *out = f->fmt.finite_count; /* binary64's is above 2^63 */
+    return 0;
 }
 
 int emu_ffi_format_get_real(const emu_ffi_format *f, const char *key,

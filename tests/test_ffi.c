@@ -72,8 +72,11 @@ START_TEST(errors_and_formats)
         int t = emu_ffi_format_key_type(nkeys);
         char buf[256];
         int64_t iv;
+        uint64_t uv;
         double dv;
-        if (t == 's')
+        if (t == 'u')
+            ck_assert_int_eq(emu_ffi_format_get_uint(f, k, &uv), 0);
+        else if (t == 's')
             ck_assert_int_eq(emu_ffi_format_get_str(f, k, buf, sizeof buf), 0);
         else if (t == 'd')
             ck_assert_int_eq(emu_ffi_format_get_real(f, k, &dv), 0);
@@ -88,8 +91,15 @@ START_TEST(errors_and_formats)
     ck_assert_int_eq(iv, c->bias);
     ck_assert_int_eq(emu_ffi_format_get_int(f, "has_nan", &iv), 0);
     ck_assert_int_eq(iv, c->has_nan);
-    ck_assert_int_eq(emu_ffi_format_get_int(f, "finite_count", &iv), 0);
-    ck_assert_int_eq(iv, (int64_t)c->finite_count);
+    uint64_t uv;
+    ck_assert_int_eq(emu_ffi_format_get_uint(f, "finite_count", &uv), 0);
+    ck_assert_uint_eq(uv, c->finite_count);
+    emu_ffi_format *f64 = fmt_new("binary64");
+    ck_assert_int_eq(emu_ffi_format_get_uint(f64, "finite_count", &uv), 0);
+    ck_assert_uint_eq(uv, test_format("binary64")->finite_count);
+    ck_assert_uint_gt(uv, (uint64_t)INT64_MAX);
+    emu_ffi_format_free(f64);
+    ck_assert_int_eq(emu_ffi_format_get_uint(f, "bits", &uv), -1);
     ck_assert_int_eq(emu_ffi_format_get_real(f, "max", &dv), 0);
     ck_assert(dv == c->max);
     ck_assert_int_eq(emu_ffi_format_get_str(f, "name", buf, sizeof buf), 0);

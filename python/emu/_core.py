@@ -50,6 +50,10 @@ class Format:
         for key, t in _FORMAT_KEYS:
             if t == "s":
                 v[key] = _lib.get_str(lib.emu_ffi_format_get_str, h, enc(key))
+            elif t == "u":
+                u = ctypes.c_uint64()
+                check(lib.emu_ffi_format_get_uint(h, enc(key), ctypes.byref(u)))
+                v[key] = u.value
             elif t == "d":
                 d = ctypes.c_double()
                 check(lib.emu_ffi_format_get_real(h, enc(key), ctypes.byref(d)))

@@ -103,6 +103,7 @@ _PROTOS = {
     "emu_ffi_format_key": (c_char_p, [c_size]),
     "emu_ffi_format_key_type": (c_int, [c_size]),
     "emu_ffi_format_get_int": (c_int, [c_void_p, c_char_p, ctypes.POINTER(c_i64)]),
+    "emu_ffi_format_get_uint": (c_int, [c_void_p, c_char_p, ctypes.POINTER(c_u64)]),
     "emu_ffi_format_get_real": (c_int, [c_void_p, c_char_p, ctypes.POINTER(c_double)]),
     "emu_ffi_format_get_str": (c_int, [c_void_p, c_char_p, c_char_p, c_size]),
     "emu_ffi_rounding_new": (c_int, [c_char_p, c_int, c_char_p, c_char_p,

@@ -60,8 +60,8 @@ int emu_ffi_format_new(const char *spec, emu_ffi_format **out);
 void emu_ffi_format_free(emu_ffi_format *f);
 
 /* The readable fields, by name: the i-th key (NULL past the end) and its
- * type: 'i' integer, 'b' boolean (read with get_int), 'd' real, 's'
- * string.  Keys: name, spec (canonical inline spec), aliases,
+ * type: 'i' integer, 'b' boolean (read with get_int), 'u' unsigned 64-bit
+ * (get_uint), 'd' real, 's' string.  Keys: name, spec (canonical inline spec), aliases,
  * description, bits, exp_bits, man_bits, bias, precision, emin, emax,
  * qmin, is_signed, subnormals, has_zero, specials, overflow, max,
  * min_normal, min_subnormal, min_value, epsilon, unit_roundoff,
@@ -70,6 +70,8 @@ const char *emu_ffi_format_key(size_t i);
 int emu_ffi_format_key_type(size_t i);
 int emu_ffi_format_get_int(const emu_ffi_format *f, const char *key,
                            int64_t *out);
+int emu_ffi_format_get_uint(const emu_ffi_format *f, const char *key,
+                            uint64_t *out);
 int emu_ffi_format_get_real(const emu_ffi_format *f, const char *key,
                             double *out);
 int emu_ffi_format_get_str(const emu_ffi_format *f, const char *key,
