@@ -117,7 +117,7 @@ static const format_key format_keys[] = {
     { "is_signed", 'b' },     { "subnormals", 'b' },   { "has_zero", 'b' },
     { "specials", 's' },      { "overflow", 's' },     { "max", 'd' },
     { "min_normal", 'd' },    { "min_subnormal", 'd' }, { "min_value", 'd' },
-    { "epsilon", 'd' },       { "unit_roundoff", 'd' }, { "finite_count", 'i' },
+    { "epsilon", 'd' },       { "unit_roundoff", 'd' }, { "finite_count", 'u' },
     { "has_inf", 'b' },       { "has_nan", 'b' },      { "fits_carrier", 'b' },
     { "fits_double", 'b' },
 };
@@ -164,10 +164,6 @@ int emu_ffi_format_get_int(const emu_ffi_format *f, const char *key,
         { "fits_carrier", offsetof(emu_format, fits_carrier), 'b' },
         { "fits_double", offsetof(emu_format, fits_double), 'b' },
     };
-    if (!strcmp(key, "finite_count")) {
-        *out = (int64_t)m->finite_count; /* < 2^63 for every format */
-        return 0;
-    }
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
         if (strcmp(ints[i].k, key))
             continue;
@@ -186,9 +182,21 @@ int emu_ffi_format_get_int(const emu_ffi_format *f, const char *key,
     return unknown_key(key);
 }
 
+int emu_ffi_format_get_uint(const emu_ffi_format *f, const char *key,
+                            uint64_t *out)
+{
+    if (!f || !key || !out)
+        return fail(EMU_EINVAL, "format", "", "no format, key or output");
+    if (strcmp(key, "finite_count"))
+        return unknown_key(key);
+    *out = f->fmt.finite_count; /* binary64's is above 2^63 */
+    return 0;
+}
+
 int emu_ffi_format_get_real(const emu_ffi_format *f, const char *key,
                             double *out)
 {
+    EMU_HOSTFP_GUARD;
     if (!f || !key || !out)
         return fail(EMU_EINVAL, "format", "", "no format, key or output");
     const emu_format *m = &f->fmt;
@@ -351,6 +359,7 @@ int emu_ffi_round_f32(const emu_ffi_format *f, const emu_ffi_rounding *r,
                       uint64_t seed, uint64_t stream, uint64_t first_index,
                       float *out, const float *in, size_t n, uint64_t *counts)
 {
+    EMU_HOSTFP_GUARD;
     if (check_round_args(f, r, out, in, n))
         return -1;
     emu_error e;
@@ -371,6 +380,7 @@ int emu_ffi_round_f64(const emu_ffi_format *f, const emu_ffi_rounding *r,
                       double *out, const double *in, size_t n,
                       uint64_t *counts)
 {
+    EMU_HOSTFP_GUARD;
     if (check_round_args(f, r, out, in, n))
         return -1;
     emu_error e;
@@ -428,6 +438,7 @@ int emu_ffi_round_f32_bits(const emu_ffi_format *f, const emu_ffi_rounding *r,
                            uint64_t first_index, void *bits, size_t width,
                            const float *in, size_t n, uint64_t *counts)
 {
+    EMU_HOSTFP_GUARD;
     if (check_round_args(f, r, bits, in, n) || check_width(&f->fmt, width))
         return -1;
     emu_error e;
@@ -459,6 +470,7 @@ int emu_ffi_round_f64_bits(const emu_ffi_format *f, const emu_ffi_rounding *r,
                            uint64_t first_index, void *bits, size_t width,
                            const double *in, size_t n, uint64_t *counts)
 {
+    EMU_HOSTFP_GUARD;
     if (check_round_args(f, r, bits, in, n) || check_width(&f->fmt, width))
         return -1;
     emu_error e;
@@ -481,11 +493,45 @@ int emu_ffi_round_f64_bits(const emu_ffi_format *f, const emu_ffi_rounding *r,
     return 0;
 }
 
+int emu_ffi_round_f64_to_f32(const emu_ffi_format *f,
+                             const emu_ffi_rounding *r, uint64_t seed,
+                             uint64_t stream, uint64_t first_index,
+                             float *out, const double *in, size_t n,
+                             uint64_t *counts)
+{
+    EMU_HOSTFP_GUARD; /* the narrowing below must not flush subnormals */
+    if (check_round_args(f, r, out, in, n))
+        return -1;
+    emu_error e;
+    emu_format copy;
+    const emu_format *fmt = format_for(f, r, &copy, &e);
+    if (!fmt)
+        return keep(&e);
+    if (!fmt->fits_carrier) {
+        emu_fail(&e, EMU_EUNSUPPORTED, fmt->name, "",
+                 "'%s' has values that binary32 cannot hold", fmt->name);
+        return keep(&e);
+    }
+    double v[BITS_CHUNK];
+    emu_round_counts c = { 0 };
+    for (size_t at = 0; at < n; at += BITS_CHUNK) {
+        size_t m = n - at < BITS_CHUNK ? n - at : BITS_CHUNK;
+        emu_array_rounding a = array_rounding(r, seed, stream, first_index + at);
+        if (emu_round_array_f64(fmt, v, in + at, m, &a, counts ? &c : NULL, &e))
+            return keep(&e);
+        for (size_t i = 0; i < m; i++)
+            out[at + i] = (float)v[i]; /* exact: fmt fits binary32 */
+    }
+    add_counts(counts, &c);
+    return 0;
+}
+
 int emu_ffi_round_scalar(const emu_ffi_format *f, const emu_ffi_rounding *r,
                          double hi, double lo, uint64_t seed, uint64_t stream,
                          uint64_t index, double *out, int *ternary,
                          unsigned *flags)
 {
+    EMU_HOSTFP_GUARD;
     if (!f || !r || !out)
         return fail(EMU_EINVAL, "round", "", "no format, rounding or output");
     emu_error e;
@@ -508,6 +554,7 @@ int emu_ffi_round_scalar(const emu_ffi_format *f, const emu_ffi_rounding *r,
 
 int emu_ffi_decode(const emu_ffi_format *f, uint64_t bits, double *out)
 {
+    EMU_HOSTFP_GUARD;
     if (!f || !out)
         return fail(EMU_EINVAL, "decode", "", "no format or output");
     if (f->fmt.bits < 64 && bits >> f->fmt.bits) {
@@ -525,6 +572,7 @@ int emu_ffi_decode(const emu_ffi_format *f, uint64_t bits, double *out)
 int emu_ffi_encode(const emu_ffi_format *f, const emu_ffi_rounding *r,
                    double x, uint64_t *bits)
 {
+    EMU_HOSTFP_GUARD;
     if (!f || !bits)
         return fail(EMU_EINVAL, "encode", "", "no format or output");
     emu_profile ieee = { 0 };
@@ -589,6 +637,7 @@ struct emu_ffi_session {
 int emu_ffi_session_new(uint64_t seed, double ref_rate, int threads,
                         emu_ffi_session **out)
 {
+    EMU_HOSTFP_GUARD;
     if (!out)
         return fail(EMU_EINVAL, "session", "out", "no output handle");
     *out = NULL;
@@ -661,6 +710,7 @@ int emu_ffi_session_round(emu_ffi_session *s, const char *site,
                           const emu_ffi_rounding *r, float *out,
                           const float *in, size_t n)
 {
+    EMU_HOSTFP_GUARD;
     emu_role ro;
     if (!s || !site || !f || !r || !out || !in || !n)
         return fail(EMU_EINVAL, "session round", "",
@@ -688,6 +738,7 @@ int emu_ffi_session_matmul(emu_ffi_session *s, const char *site,
                            double alpha, const float *a_src,
                            const float *b_src)
 {
+    EMU_HOSTFP_GUARD;
     emu_role ro;
     if (!s || !site || !accum || !out_fmt || !r || !out || !a || !b)
         return fail(EMU_EINVAL, "session matmul", "",
@@ -872,6 +923,7 @@ static int check_span(int span)
 int emu_ffi_session_counters(const emu_ffi_session *s, size_t i, int span,
                              double *out, size_t n)
 {
+    EMU_HOSTFP_GUARD;
     const emu_site *site = site_at(s, i);
     if (!site || check_span(span))
         return -1;
@@ -960,6 +1012,7 @@ size_t emu_ffi_quant_nblocks(const emu_ffi_quant *q)
 
 double emu_ffi_quant_bits_per_element(const emu_ffi_quant *q)
 {
+    EMU_HOSTFP_GUARD;
     return q ? emu_scaled_bits_per_element(&q->q.sf) : 0;
 }
 
@@ -988,6 +1041,7 @@ int emu_ffi_quant_run(emu_ffi_quant *q, const float *x, const char *mode,
                       uint64_t seed, uint64_t stream, double tensor_scale,
                       double *counts, double *blocks)
 {
+    EMU_HOSTFP_GUARD;
     if (!q || !x)
         return fail(EMU_EINVAL, "quantize", "", "no scaled tensor or data");
     emu_quant_opts o = { .seed = seed, .stream = stream,
@@ -1056,14 +1110,32 @@ static int check_done(const emu_ffi_quant *q, const void *out, size_t n,
 
 int emu_ffi_quant_values_f32(const emu_ffi_quant *q, float *out, size_t n)
 {
+    EMU_HOSTFP_GUARD;
     if (check_done(q, out, n, q ? q->q.n : 0))
         return -1;
+    /* The exact values, rounded once into binary32 (the identity unless
+     * a tensor scale gives them more bits than binary32 has). */
+    const emu_format *b32 = emu_format_find("binary32");
+    if (!b32)
+        return fail(EMU_ESTATE, "quantize", "", "binary32 is not registered");
+    emu_array_rounding a = { .rnd = { .mode = EMU_RNE } };
+    double v[BITS_CHUNK];
     emu_error e;
-    return emu_scaled_dequantize(&q->q, out, true, &e) ? keep(&e) : 0;
+    for (size_t at = 0; at < n; at += BITS_CHUNK) {
+        size_t m = n - at < BITS_CHUNK ? n - at : BITS_CHUNK;
+        for (size_t i = 0; i < m; i++)
+            v[i] = emu_scaled_value(&q->q, at + i);
+        if (emu_round_array_f64(b32, v, v, m, &a, NULL, &e))
+            return keep(&e);
+        for (size_t i = 0; i < m; i++)
+            out[at + i] = (float)v[i];
+    }
+    return 0;
 }
 
 int emu_ffi_quant_values_f64(const emu_ffi_quant *q, double *out, size_t n)
 {
+    EMU_HOSTFP_GUARD;
     if (check_done(q, out, n, q ? q->q.n : 0))
         return -1;
     for (size_t i = 0; i < n; i++)
@@ -1073,6 +1145,7 @@ int emu_ffi_quant_values_f64(const emu_ffi_quant *q, double *out, size_t n)
 
 int emu_ffi_quant_elements(const emu_ffi_quant *q, float *out, size_t n)
 {
+    EMU_HOSTFP_GUARD;
     if (check_done(q, out, n, q ? q->q.n : 0))
         return -1;
     memcpy(out, q->q.elem, n * sizeof *out);
@@ -1081,6 +1154,7 @@ int emu_ffi_quant_elements(const emu_ffi_quant *q, float *out, size_t n)
 
 int emu_ffi_quant_scales(const emu_ffi_quant *q, float *out, size_t n)
 {
+    EMU_HOSTFP_GUARD;
     if (check_done(q, out, n, q ? q->q.nblocks : 0))
         return -1;
     memcpy(out, q->q.scale, n * sizeof *out);
@@ -1089,6 +1163,7 @@ int emu_ffi_quant_scales(const emu_ffi_quant *q, float *out, size_t n)
 
 double emu_ffi_quant_tensor_scale(const emu_ffi_quant *q)
 {
+    EMU_HOSTFP_GUARD;
     return q ? q->q.tensor_scale : 0;
 }
 
@@ -1110,6 +1185,7 @@ int emu_ffi_quant_pack(const emu_ffi_quant *q, uint8_t *buf, size_t size)
 int emu_ffi_policy_json(const char *name, const char *assignments,
                         char *buf, size_t size, size_t *needed)
 {
+    EMU_HOSTFP_GUARD;
     if (!name || !needed)
         return fail(EMU_EINVAL, "policy", "", "no policy name or output");
     emu_policy p;

@@ -50,6 +50,10 @@ class Format:
         for key, t in _FORMAT_KEYS:
             if t == "s":
                 v[key] = _lib.get_str(lib.emu_ffi_format_get_str, h, enc(key))
+            elif t == "u":
+                u = ctypes.c_uint64()
+                check(lib.emu_ffi_format_get_uint(h, enc(key), ctypes.byref(u)))
+                v[key] = u.value
             elif t == "d":
                 d = ctypes.c_double()
                 check(lib.emu_ffi_format_get_real(h, enc(key), ctypes.byref(d)))
@@ -571,7 +575,14 @@ def quantize(x, spec, mode="rne", *, seed=0, axis=-1, counts=False,
     w = as_input(x)
     arr = w.arr
     f64 = arr.dtype == np.float64
-    x32 = round(arr, "binary32", "rne").astype(np.float32) if f64 else arr
+    if f64:  # to binary32 by the library (no host narrowing under FTZ/DAZ)
+        x32 = np.empty(arr.shape, dtype=np.float32)
+        b32 = format("binary32")
+        check(lib.emu_ffi_round_f64_to_f32(
+            b32._h, _rounding("rne", None, "after", "ieee")._h, 0, 0, 0,
+            ptr(x32), ptr(arr), arr.size, None))
+    else:
+        x32 = arr
     shape = w.shape if len(w.shape) else (1,)
     if not 1 <= len(shape) <= 4:
         raise ValueError("emu.quantize: x has %d dimensions; 1 to 4 are "
@@ -594,10 +605,9 @@ def quantize(x, spec, mode="rne", *, seed=0, axis=-1, counts=False,
         # they may need more bits than binary32 has, so a float32 result
         # is their rounding to binary32 (nearest-even, by the library;
         # exact, and so the identity, for formats without a tensor scale).
-        y = np.empty(w.shape, dtype=np.float64)
-        check(lib.emu_ffi_quant_values_f64(h, ptr(y), y.size))
-        if not f64:
-            y = round(y, "binary32", "rne").astype(np.float32)
+        y = np.empty(w.shape, dtype=arr.dtype)
+        fn = lib.emu_ffi_quant_values_f64 if f64 else lib.emu_ffi_quant_values_f32
+        check(fn(h, ptr(y), y.size))
         extra = []
         if counts:
             d = {k: (int(v) if k not in ("err_sq", "ref_sq", "err_max") else

@@ -170,6 +170,8 @@ def test_format_attributes():
     h = emu.format("binary16")
     assert h.max == 65504 and h.has_inf and h.has_nan and h.bit_dtype == np.uint16
     assert emu.format("bf16").name == "bfloat16"  # an alias
+    assert emu.format("e4m3").finite_count == 254  # 256 less two NaNs
+    assert emu.format("binary64").finite_count == 2**64 - 2**53
     assert emu.format("e3m4,bias=5").bias == 5
     assert set(["binary16", "bfloat16", "e4m3", "e5m2", "e2m1"]) <= set(emu.formats())
 

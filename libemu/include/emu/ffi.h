@@ -60,8 +60,8 @@ int emu_ffi_format_new(const char *spec, emu_ffi_format **out);
 void emu_ffi_format_free(emu_ffi_format *f);
 
 /* The readable fields, by name: the i-th key (NULL past the end) and its
- * type: 'i' integer, 'b' boolean (read with get_int), 'd' real, 's'
- * string.  Keys: name, spec (canonical inline spec), aliases,
+ * type: 'i' integer, 'b' boolean (read with get_int), 'u' unsigned 64-bit
+ * (get_uint), 'd' real, 's' string.  Keys: name, spec (canonical inline spec), aliases,
  * description, bits, exp_bits, man_bits, bias, precision, emin, emax,
  * qmin, is_signed, subnormals, has_zero, specials, overflow, max,
  * min_normal, min_subnormal, min_value, epsilon, unit_roundoff,
@@ -70,6 +70,8 @@ const char *emu_ffi_format_key(size_t i);
 int emu_ffi_format_key_type(size_t i);
 int emu_ffi_format_get_int(const emu_ffi_format *f, const char *key,
                            int64_t *out);
+int emu_ffi_format_get_uint(const emu_ffi_format *f, const char *key,
+                            uint64_t *out);
 int emu_ffi_format_get_real(const emu_ffi_format *f, const char *key,
                             double *out);
 int emu_ffi_format_get_str(const emu_ffi_format *f, const char *key,
@@ -106,6 +108,15 @@ int emu_ffi_round_f64(const emu_ffi_format *f, const emu_ffi_rounding *r,
                       uint64_t seed, uint64_t stream, uint64_t first_index,
                       double *out, const double *in, size_t n,
                       uint64_t *counts);
+
+/* in[i] (binary64) rounded into f, a format binary32 holds, stored as
+ * binary32 (exactly): narrowing a float64 array without a second
+ * rounding, whatever the caller's floating-point state. */
+int emu_ffi_round_f64_to_f32(const emu_ffi_format *f,
+                             const emu_ffi_rounding *r, uint64_t seed,
+                             uint64_t stream, uint64_t first_index,
+                             float *out, const double *in, size_t n,
+                             uint64_t *counts);
 
 /* The same roundings, writing the results' bit patterns (emu/bits.h,
  * under the rounding's profile) as little-endian integers of `width`
@@ -237,8 +248,9 @@ int emu_ffi_quant_run(emu_ffi_quant *q, const float *x, const char *mode,
                       uint64_t seed, uint64_t stream, double tensor_scale,
                       double *counts, double *blocks);
 
-/* The quantized tensor: values e_i s_b(i) g (as binary32: fails if one
- * is not a binary32 exactly; as binary64: always exact), the element
+/* The quantized tensor: values e_i s_b(i) g (as binary64: exact; as
+ * binary32: those rounded to nearest-even binary32, exact unless a tensor
+ * scale gives a value more bits than binary32 has), the element
  * values e_i, the block scales s_b, the tensor scale g, and the packed
  * bytes (emu_scaled_pack's layout). */
 int emu_ffi_quant_values_f32(const emu_ffi_quant *q, float *out, size_t n);
