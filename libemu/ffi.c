@@ -735,7 +735,7 @@ int emu_ffi_session_matmul(emu_ffi_session *s, const char *site,
                            const emu_ffi_rounding *r, float *out,
                            const float *a, const float *b, size_t m,
                            size_t k, size_t n, int trans_a, int trans_b,
-                           double alpha, const float *a_src,
+                           double alpha, int accumulate, const float *a_src,
                            const float *b_src)
 {
     EMU_HOSTFP_GUARD;
@@ -761,7 +761,8 @@ int emu_ffi_session_matmul(emu_ffi_session *s, const char *site,
          (float *)b);
     wrap(&tc, site, ro, fmt, m, n, out);
     emu_matmul_opts o = { .accum = &accum->acc, .trans_a = trans_a != 0,
-                          .trans_b = trans_b != 0, .alpha = alpha };
+                          .trans_b = trans_b != 0, .alpha = alpha,
+                          .accumulate = accumulate != 0 };
     if (a_src) {
         wrap(&sa, "a_src", ro, &s->binary32, ta.shape[0], ta.shape[1],
              (float *)a_src);

@@ -257,11 +257,11 @@ START_TEST(sessions)
                                            a, M * K), -1);
     ck_assert_str_eq(emu_ffi_error_key(), "role");
     ck_assert_int_eq(emu_ffi_session_matmul(s, "fc.mm", "activation", acc, h,
-                                            sr, c1, x, b, M, K, N, 0, 0, 1.0,
+                                            sr, c1, x, b, M, K, N, 0, 0, 1.0, 0,
                                             a, NULL), 0);
     ck_assert_int_eq(emu_ffi_session_begin_step(s, 1), 0);
     ck_assert_int_eq(emu_ffi_session_matmul(s, "fc.mm", "activation", acc, h,
-                                            sr, c1, x, b, M, 0, N, 0, 0, 1.0,
+                                            sr, c1, x, b, M, 0, N, 0, 0, 1.0, 0,
                                             NULL, NULL), -1);
 
     /* the same two ops by hand */
@@ -296,7 +296,7 @@ START_TEST(sessions)
     ck_assert_int_eq(emu_t_matmul(&ctx, "fc.mm", &tc, &ta, &tb, &o, &rs), 0);
     ck_assert_int_eq(emu_ffi_session_begin_step(s, 2), 0);
     ck_assert_int_eq(emu_ffi_session_matmul(s, "fc.mm2", "weight", acc, h,
-                                            sr, c2, x, b, M, K, N, 0, 0, 1.0,
+                                            sr, c2, x, b, M, K, N, 0, 0, 1.0, 0,
                                             NULL, NULL), 0);
     (void)c2;
 

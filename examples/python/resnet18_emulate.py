@@ -29,13 +29,18 @@ def main(policy="fp8-e5m2", out=None, batch=4, size=64, seed=0, quiet=False):
         loss = torch.nn.functional.cross_entropy(model(x), labels)
         loss.backward()
     ops = emu.read_results(out)["ops"]
-    # per module: the site's path without its op name
-    # (a parameter's cast, a GEMM's operand rounding and bias add go
-    # with their module)
-    mod = ops["site"].str.replace(r"(\.(weight|bias)\.cast|\.xq|\.bias)$", "",
-                                  regex=True)
-    ops["module"] = mod.str.rsplit(".", n=1).str[0]
-    ops.loc[~mod.str.contains(r"\."), "module"] = "(top)"
+    # per module: the longest module path that begins the site's name
+    # (a parameter's cast, a GEMM's operand rounding and bias add, a
+    # layer's own output `layer1.0.relu` and its gradients go with it)
+    paths = {n for n, _ in model.named_modules() if n}
+
+    def module_of(site):
+        parts = site.split(".")
+        for k in range(len(parts), 0, -1):
+            if ".".join(parts[:k]) in paths:
+                return ".".join(parts[:k])
+        return "(top)"
+    ops["module"] = ops["site"].map(module_of)
     per = ops.groupby(["module", "role"], sort=False)[
         ["results", "underflow", "to_zero", "overflow"]].sum()
     if not quiet:

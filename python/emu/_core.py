@@ -381,7 +381,8 @@ class Session:
 
     def matmul(self, site, a, b, accum, *, fmt_out="binary32", mode="rne",
                role="activation", trans_a=False, trans_b=False, alpha=1.0,
-               a_src=None, b_src=None, out=None, saturate=None):
+               a_src=None, b_src=None, out=None, accumulate=False,
+               saturate=None):
         """op(A) op(B) (float32, (M, N)) by the emulated GEMM
         (emu_t_matmul): each output one dot product under the accumulator
         model `accum` (an emu_accum_parse spec), rounded once into
@@ -389,7 +390,11 @@ class Session:
         A is (M, K), or (K, M) if trans_a; B (K, N), or (N, K) if trans_b.
         a_src, b_src: the unquantized sources of A and B (same layouts),
         for the MPFR error split when ref_rate > 0.  alpha scales each
-        dot product without error before the rounding."""
+        dot product without error before the rounding.  accumulate=True
+        (with out, holding the initial values): out = out + alpha op(A)
+        op(B), each accumulator starting at out / alpha (alpha a power of
+        two), so a bias is a term of the accumulation, rounded once with
+        it, as in a convolution of `emu train`."""
         acc = _accum(accum)
         f = format(fmt_out)
         r = _rounding(mode, saturate, "after", "ieee")
@@ -420,6 +425,9 @@ class Session:
                 if np.shares_memory(o, arr):
                     raise ValueError("emu: matmul's out shares memory with "
                                      "an input")
+        elif accumulate:
+            raise ValueError("emu: matmul with accumulate=True needs out= "
+                             "(the values the accumulators start from)")
         else:
             o = np.empty((m, n), dtype=np.float32)
             result = wa.back(o) if wa.torch else wb.back(o)
@@ -431,7 +439,7 @@ class Session:
             check(lib.emu_ffi_session_matmul(
                 self._handle(), enc(site), enc(role), acc._h, f._h, r._h,
                 ptr(o), ptr(wa.arr), ptr(wb.arr), m, k, n, int(bool(trans_a)),
-                int(bool(trans_b)), float(alpha),
+                int(bool(trans_b)), float(alpha), int(bool(accumulate)),
                 ptr(srcs[0]) if srcs[0] is not None else None,
                 ptr(srcs[1]) if srcs[1] is not None else None))
         return result

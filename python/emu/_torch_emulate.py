@@ -18,7 +18,12 @@ ATen op below autograd, forward and backward.  For CPU float32 tensors:
   PyTorch.
 - every other known op is computed by PyTorch in binary32 and its float
   outputs rounded into the role's format through the choke point
-  (Session.round), counted at the site `<module path>.<op>`.
+  (Session.round).
+- sites are emu train's where the op has a counterpart there
+  (`conv1.conv`, `fc1.matmul`, `fc1.bias`, `relu1`, `pool1.dinput`,
+  `fc1.dweight`, `conv1.dweight.dbias`, `conv1.w.cast`, `fc1.w.update`,
+  `fc1.w.update.v`, `input`, `loss`, `loss.dlogits`; see _role_site and
+  README's table), `<module path>.<ATen op>` otherwise.
 - views and metadata ops, creation ops and pure data movement (copies,
   cat, indexing, padding, max selection) pass through uncounted: their
   values are those of their (already rounded) inputs.
@@ -38,8 +43,10 @@ parameter's AccumulateGrad and the op that makes it does not read that
 parameter (convolution_backward and the normalisation backward ops by
 output position); other backward outputs are activation gradients.
 Ops under no_grad outside modules and backward are the optimizer's: an
-in-place update of a parameter is `master` (`<param>.update`), anything
-else `opt_state` (`optim.<op>`).
+in-place update of a parameter is `master` (`<param>.update`), a buffer
+it reads (SGD's momentum) `opt_state` at `<param>.update.v`, anything
+else `opt_state` (`optim.<op>`).  A parameter is first rounded in place
+into the format the updates keep it in (`<param>.init`).
 """
 
 import csv
@@ -117,6 +124,37 @@ _WB_BWD = frozenset("native_batch_norm_backward native_layer_norm_backward "
                     "native_group_norm_backward".split())
 
 
+# Ops that are a whole layer of emu train's models: in a leaf module (one
+# without children: nn.ReLU, nn.MaxPool2d, ...) their output is counted
+# at the module's own path, as emu train counts `relu1` and `pool1`, with
+# emu train's op kind; their backward ops at `<path>.dinput`.
+_LAYER_FWD = {"relu": "relu", "gelu": "gelu", "tanh": "tanh",
+              "sigmoid": "sigmoid", "max_pool2d_with_indices": "maxpool2d"}
+_LAYER_BWD = {"threshold_backward": "relu_backward",
+              "gelu_backward": "gelu_backward",
+              "tanh_backward": "tanh_backward",
+              "sigmoid_backward": "sigmoid_backward",
+              "max_pool2d_with_indices_backward": "maxpool2d_bwd"}
+
+# The cross-entropy loss outside any module, as emu train names it: the
+# loss value at `loss` (role other), the gradient of the logits at
+# `loss.dlogits`; the steps between keep their ATen names under `loss.`.
+_LOSS_FWD = {"nll_loss_forward": ("other", "loss", "nll_loss"),
+             "nll_loss2d_forward": ("other", "loss", "nll_loss"),
+             "_log_softmax": ("activation", "loss._log_softmax", None)}
+_LOSS_BWD = {"_log_softmax_backward_data": ("loss.dlogits", None),
+             "nll_loss_backward": ("loss.nll_loss_backward", None),
+             "nll_loss2d_backward": ("loss.nll_loss2d_backward", None)}
+
+
+def _short(name):
+    """A parameter's site prefix as emu train spells it: `fc1.w`,
+    `conv1.b` for `fc1.weight`, `conv1.bias`."""
+    head, _, last = name.rpartition(".")
+    last = {"weight": "w", "bias": "b"}.get(last, last)
+    return head + "." + last if head else last
+
+
 def _opname(func):
     return func.overloadpacket.__name__
 
@@ -184,6 +222,9 @@ class Emulate(TorchDispatchMode):
         self._q = {r: (q[r]["format"], q[r].get("mode", "rne"))
                    for r in ("weight", "activation", "act_grad")
                    if r in q and q[r].get("format", "none") != "none"}
+        # a tensor scale multiplies some GEMM's product (NVFP4): a
+        # convolution's bias is then added apart, as emu train does
+        self._tensor_scaled = any("tensor=yes" in f for f, _ in self._q.values())
         self._exempt_which = set(str(pol.get("exempt", "none")).split("+")) - {"none"}
         self.unhandled = {}
         self.passthrough = {}
@@ -204,6 +245,8 @@ class Emulate(TorchDispatchMode):
         self._casts = {}        # data_ptr -> (version, rounded copy)
         self._inputs = {}       # data_ptr -> (version, shape, rounded copy)
         self._fresh = {}        # data_ptr -> (weakref, format, version)
+        self._leaves = set()    # paths of modules without children
+        self._state = {}        # data_ptr of an optimizer buffer -> param
         self._stack = []        # (path, exempt, input grad_fn ids)
         self._node = None       # _Ctx of the backward node running
         self._bwd = 0           # depth of torch.autograd.backward/grad calls
@@ -282,6 +325,8 @@ class Emulate(TorchDispatchMode):
         gemm = []
         for name, m in mod.named_modules():
             self._names.setdefault(id(m), name)
+            if not m._modules:
+                self._leaves.add(name)
             w = m._parameters.get("weight") if hasattr(m, "_parameters") else None
             if w is not None and w.dim() >= 2:
                 gemm.append(m)
@@ -293,7 +338,25 @@ class Emulate(TorchDispatchMode):
         for mname, m in mod.named_modules():
             for pname, p in m.named_parameters(recurse=False):
                 full = mname + "." + pname if mname else pname
-                self._params.setdefault(p.data_ptr(), (full, p, id(m) in self._exempt_mods))
+                if p.data_ptr() in self._params:
+                    continue
+                rec = (_short(full), p, id(m) in self._exempt_mods)
+                self._params[p.data_ptr()] = rec
+                self._init(rec)
+
+    def _init(self, rec):
+        """A parameter first seen: its values rounded in place into the
+        format the updates keep it in (the master format, or the weight
+        format without master weights), counted at `<param>.init` as emu
+        train counts its initialisation; binary32 masters are unchanged."""
+        name, p, exempt = rec
+        if not _is_f32(p) or not p.is_contiguous() or p.numel() == 0:
+            return
+        role = "master" if self.policy.get("use_master", False) else "weight"
+        f, _ = self._fmt(role, exempt)
+        with torch.no_grad():
+            self._sess.round(name + ".init", p.detach(), f, "rne", role,
+                             out=p.detach())
 
     def _pre_hook(self, mod, inputs):
         if not self._active:
@@ -398,9 +461,9 @@ class Emulate(TorchDispatchMode):
             f = self._exempt_fmt
         return f, m
 
-    def _round(self, site, t, role, exempt=False):
+    def _round(self, site, t, role, exempt=False, kind=None):
         """t rounded into role's format through the choke point, counted
-        at site; a new contiguous tensor."""
+        at site (op kind `kind`); a new contiguous tensor."""
         f, m = self._fmt(role, exempt)
         return self._mark(self._sess.round(site, t.detach(), f, m, role), f)
 
@@ -434,7 +497,7 @@ class Emulate(TorchDispatchMode):
             return a
         c = self._casts.get(p.data_ptr())
         if c is None or c[0] != p._version:
-            q = self._round(name + ".cast", p, "weight", exempt)
+            q = self._round(name + ".cast", p, "weight", exempt, "cast")
             self._casts[p.data_ptr()] = (p._version, q)
             c = (p._version, q)
         q = c[1]
@@ -460,7 +523,9 @@ class Emulate(TorchDispatchMode):
         _, cnt = _core.round(a.detach().contiguous(), f, m, counts=True)
         if cnt.inexact == 0 and cnt.nan == 0:
             return a
-        q = self._round(site, a, role, exempt)
+        if a.grad_fn is None:  # a leaf that is no parameter: model input
+            site = "input"
+        q = self._round(site, a, role, exempt, "load")
         if len(self._inputs) > 64:
             self._inputs.clear()
         self._inputs[key] = (a._version, tuple(a.shape), q)
@@ -495,8 +560,8 @@ class Emulate(TorchDispatchMode):
             if name.rstrip("_") in _ROUND:
                 for t in targets:
                     if _is_f32(t):
-                        role, site = self._role_site(name, ctx, 0, t, tin)
-                        t.copy_(self._round(site, t, role, ctx.exempt))
+                        role, site, kind = self._role_site(name, ctx, 0, t, tin)
+                        t.copy_(self._round(site, t, role, ctx.exempt, kind))
             elif any(_is_f32(t) for t in targets):
                 self._note(name, "passed through unrounded")
             return out
@@ -518,8 +583,8 @@ class Emulate(TorchDispatchMode):
             if (not _is_f32(t) or (keep is not None and i not in keep)):
                 res.append(t)
                 continue
-            role, site = self._role_site(name, ctx, i, t, tin)
-            r = self._round(site, t, role, ctx.exempt)
+            role, site, kind = self._role_site(name, ctx, i, t, tin)
+            r = self._round(site, t, role, ctx.exempt, kind)
             if id(t) in ins or not t.is_contiguous():
                 t.copy_(r)
                 r = self._mark(t, self._fmt(role, ctx.exempt)[0])
@@ -527,28 +592,64 @@ class Emulate(TorchDispatchMode):
         return _unflatten_like(out, res)
 
     def _role_site(self, name, ctx, i, t, tin):
+        """(role, site, kind) of output i (tensor t) of op `name`: emu
+        train's site and kind where the op has a counterpart there, else
+        `<module path>.<ATen op>` and the ATen name."""
         base = ctx.path + "." if ctx.path else ""
+        leaf = ctx.path in self._leaves
         if ctx.phase == "fwd":
-            return "activation", base + name
+            op = name.rstrip("_")
+            if leaf and op in _LAYER_FWD:
+                return "activation", ctx.path, _LAYER_FWD[op]
+            if not ctx.path and name in _LOSS_FWD:
+                return _LOSS_FWD[name][0], _LOSS_FWD[name][1], _LOSS_FWD[name][2] or name
+            return "activation", base + name, name
         if ctx.phase == "opt":
-            rec = self._params.get(t.data_ptr())
-            if rec is not None and rec[1].shape == t.shape:
-                return "master", rec[0] + ".update"
-            return "opt_state", "optim." + name
+            return self._opt_site(name, t, tin)
         # backward
+        if not ctx.path and name in _LOSS_BWD:
+            return "act_grad", _LOSS_BWD[name][0], name
+        if leaf and name in _LAYER_BWD:
+            return "act_grad", base + "dinput", _LAYER_BWD[name]
         if not ctx.bound:
-            return "act_grad", base + name
+            return "act_grad", base + name, name
+        if ctx.bound.get(0, ("",))[0] == ctx.path and name in ("add", "add_"):
+            # AccumulateGrad adding a new gradient into an existing .grad
+            return "weight_grad", base + "grad." + name, name
         if name in _WB_BWD:
-            return ("weight_grad" if i in (1, 2) else "act_grad"), base + name
+            return ("weight_grad" if i in (1, 2) else "act_grad"), base + name, name
         ptrs = {p.data_ptr() for _, p in ctx.bound.values()}
         if any(a.data_ptr() in ptrs for a in tin):
-            return "act_grad", base + name
+            return "act_grad", base + name, name
         ts = tuple(s for s in t.shape if s != 1)
         for _, p in ctx.bound.values():
             ps = tuple(s for s in p.shape if s != 1)
             if ts == ps or (len(ps) == 2 and ts == ps[::-1]):
-                return "weight_grad", base + name
-        return "act_grad", base + name
+                if name == "sum" and len(ps) == 1:
+                    # a linear layer's bias gradient: emu train's .dbias
+                    return "weight_grad", base + "dbias", "sum"
+                return "weight_grad", base + name, name
+        return "act_grad", base + name, name
+
+    def _opt_site(self, name, t, tin):
+        """The optimizer's ops: an in-place update of a parameter is its
+        `<param>.update` (master; kind sgd for SGD's add_), and a buffer
+        that such an update reads (SGD's momentum) is the parameter's
+        `<param>.update.v` (opt_state, kind sgd_momentum) from then on;
+        other tensors are `optim.<op>`."""
+        rec = self._params.get(t.data_ptr())
+        if rec is not None and rec[1].shape == t.shape:
+            g = rec[1].grad
+            for a in tin:
+                if (a is not t and a.shape == t.shape and _is_f32(a)
+                        and a.data_ptr() not in self._params
+                        and (g is None or a.data_ptr() != g.data_ptr())):
+                    self._state[a.data_ptr()] = rec[0]
+            return "master", rec[0] + ".update", "sgd" if name == "add_" else name
+        p = self._state.get(t.data_ptr())
+        if p is not None:
+            return "opt_state", p + ".update.v", "sgd_momentum"
+        return "opt_state", "optim." + name, name
 
     # ---- GEMMs ---------------------------------------------------------------------------
 

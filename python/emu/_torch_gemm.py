@@ -5,7 +5,9 @@ PyTorch's own kernel on rounded operands for accum="torch".
 
 A 2-d convolution is an im2col GEMM: rows are (image, output pixel),
 K = C_in/groups * k_h * k_w (unfold's channel-major order), one GEMM per
-group.  Its weight gradient is one GEMM with K = batch * output pixels.
+group, its bias the first term of each dot product (the GEMM's
+accumulate, each accumulator starting at the bias), as emu_t_conv2d
+defines it.  Its weight gradient is one GEMM with K = batch * output pixels.
 Its input gradient is the stride-1 convolution of the output gradient,
 dilated by the stride (zeros between its values) and padded by
 dilation*(k-1) - padding, with the weight transposed and flipped: every
@@ -60,28 +62,41 @@ class _G:
         # the quotient is exact
         return (y / g if g != 1.0 else y).float(), g
 
-    def matmul(self, site, a, b, role, ra, rb, alpha=1.0):
+    def matmul(self, site, a, b, role, ra, rb, alpha=1.0, init=None):
         """op = a @ b (2-d), rounded into role's format at site; ra, rb
-        the operands' roles for the block-scaled quantization."""
+        the operands' roles for the block-scaled quantization.  init: None
+        or a row (n,) added inside the accumulation (each accumulator
+        starts at it: a convolution's bias, as emu_t_conv2d adds it) when
+        no tensor scale multiplies the product; returns (result, whether
+        init was added)."""
         a, ga = self.q(a, ra, 1)
         b, gb = self.q(b, rb, 0)
         alpha = alpha * ga * gb
         f, m = self.em._fmt(role, self.ctx.exempt)
         a, ta = _mat(a)
         b, tb = _mat(b)
-        return self.em._mark(self.em._sess.matmul(
+        out = None
+        if init is not None:
+            assert alpha == 1.0, "a bias in the accumulation needs alpha 1"
+            rows = a.shape[1] if ta else a.shape[0]
+            out = init.detach().reshape(1, -1).expand(rows, -1).contiguous()
+        y = self.em._mark(self.em._sess.matmul(
             site, a.detach(), b.detach(), self.em.accum, fmt_out=f, mode=m,
-            role=role, trans_a=ta, trans_b=tb, alpha=float(alpha)), f)
+            role=role, trans_a=ta, trans_b=tb, alpha=float(alpha), out=out,
+            accumulate=out is not None), f)
+        return y, out is not None
 
-    def round(self, site, t, role):
-        return self.em._round(site, t, role, self.ctx.exempt)
+    def round(self, site, t, role, kind=None):
+        return self.em._round(site, t, role, self.ctx.exempt, kind)
 
     def operand(self, site, t, role, new):
         return self.em._operand(site, t, role, self.ctx.exempt, new)
 
     def conv2d(self, site, x, w, stride, padding, dilation, groups, role,
-               rx, rw):
-        """conv2d(x, w) by im2col GEMMs, rounded into role's format."""
+               rx, rw, bias=None):
+        """conv2d(x, w) (+ bias) by im2col GEMMs, rounded into role's
+        format; returns (y, whether the bias was added inside the
+        accumulation)."""
         n, c, h, wd = x.shape
         co, cg, kh, kw = w.shape
         ho = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
@@ -90,13 +105,17 @@ class _G:
                         padding=tuple(padding), stride=tuple(stride))
         k = cg * kh * kw
         cog = co // groups
+        # the bias inside the accumulation unless a tensor scale multiplies
+        # the product (then emu train too adds it apart, at <layer>.bias)
+        fold = bias is not None and not self.em._tensor_scaled
         outs = []
         for g in range(groups):
             a = cols[:, g * k:(g + 1) * k, :].permute(0, 2, 1).reshape(n * ho * wo, k)
             wm = w[g * cog:(g + 1) * cog].reshape(cog, k)
-            outs.append(self.matmul(site, a, wm.t(), role, rx, rw))
+            b = bias[g * cog:(g + 1) * cog] if fold else None
+            outs.append(self.matmul(site, a, wm.t(), role, rx, rw, init=b)[0])
         y = outs[0] if groups == 1 else torch.cat(outs, 1)
-        return y.reshape(n, ho, wo, co).permute(0, 3, 1, 2).contiguous()
+        return y.reshape(n, ho, wo, co).permute(0, 3, 1, 2).contiguous(), fold
 
 
 def _conv_plain(x, stride, padding, dilation, transposed, output_padding):
@@ -119,12 +138,13 @@ def run(em, name, func, args, kwargs, ctx):
         ptrs = {p.data_ptr() for _, p in ctx.bound.values()}
         return "act_grad" if any(t.data_ptr() in ptrs for t in reads) else "weight_grad"
 
-    def opnd(t, suffix):
+    def opnd(t):
         # parameters -> weight casts; a forward GEMM's other operands are
-        # activations, rounded once if not yet in the format
+        # activations, rounded once if not yet in the format (at "input"
+        # for a model input, else at <module>.xq, emu train's names)
         if t is None or not isinstance(t, torch.Tensor):
             return t
-        return g.operand(base + name + suffix, t, "activation", not bwd)
+        return g.operand(base + "xq", t, "activation", not bwd)
 
     def oprole(t):
         return "weight" if t.data_ptr() in em._params else (
@@ -138,10 +158,11 @@ def run(em, name, func, args, kwargs, ctx):
         else:
             bias, (a, b), beta, alpha = None, args[:2], 0, 1
         role = wrole([a, b])
+        # emu train's sites: <layer>.matmul, .dweight, .dinput
         site = base + (("dweight" if role == "weight_grad" else "dinput")
-                       if bwd else name)
+                       if bwd else "matmul" if name in ("mm", "addmm") else name)
         ra, rb = oprole(a), oprole(b)
-        a2, b2 = opnd(a, ".xq"), opnd(b, ".xq")
+        a2, b2 = opnd(a), opnd(b)
         if bias is not None:
             bias = g.em._substitute(bias, ctx)
         if fast:
@@ -155,21 +176,23 @@ def run(em, name, func, args, kwargs, ctx):
                 out = func(a2, b2)
                 if sc != 1.0:  # one more binary32 rounding (documented)
                     out = out * sc
-            return g.round(site, out, role)
+            return g.round(site, out, role, "matmul")
         if a2.dim() == 2:
-            y = g.matmul(site, a2, b2, role, ra, rb, alpha)
+            y = g.matmul(site, a2, b2, role, ra, rb, alpha)[0]
         else:
-            y = torch.stack([g.matmul(site, a2[i], b2[i], role, ra, rb, alpha)
+            y = torch.stack([g.matmul(site, a2[i], b2[i], role, ra, rb, alpha)[0]
                              for i in range(a2.shape[0])])
         if bias is not None and beta != 0:
-            y = g.round(site + ".bias", y + (bias * beta if beta != 1 else bias),
-                        role)
+            # emu train's <layer>.bias (add_bias), a rounding of its own
+            y = g.round(base + "bias" if not bwd else site + ".bias",
+                        y + (bias * beta if beta != 1 else bias), role,
+                        "add_bias")
         return y
 
     if name == "convolution":
         x, w, bias, stride, padding, dilation, transposed, opad, groups = args[:9]
-        site = base + "convolution"
-        x2 = opnd(x, ".xq")
+        site = base + "conv"
+        x2 = opnd(x)
         w2 = em._substitute(w, ctx)
         if bias is not None:
             bias = em._substitute(bias, ctx)
@@ -189,11 +212,12 @@ def run(em, name, func, args, kwargs, ctx):
                            opad, groups) * sc
                 if bias is not None:
                     out = out + bias.view(1, -1, *([1] * (out.dim() - 2)))
-            return g.round(site, out, out_role)
-        y = g.conv2d(site, x2, w2, stride, padding, dilation, groups,
-                     out_role, "activation", "weight")
-        if bias is not None:
-            y = g.round(site + ".bias", y + bias.view(1, -1, 1, 1), out_role)
+            return g.round(site, out, out_role, "conv2d")
+        y, folded = g.conv2d(site, x2, w2, stride, padding, dilation, groups,
+                             out_role, "activation", "weight", bias)
+        if bias is not None and not folded:
+            y = g.round(base + "bias", y + bias.view(1, -1, 1, 1), out_role,
+                        "add_bias")
         return y
 
     # convolution_backward
@@ -201,7 +225,7 @@ def run(em, name, func, args, kwargs, ctx):
      groups, mask) = args[:11]
     wparam = w.data_ptr() in em._params
     wg_role = "weight_grad" if wparam or not bwd else "act_grad"
-    x2 = opnd(x, ".xq")
+    x2 = opnd(x)
     w2 = em._substitute(w, ctx)
     gi = gw = gb = None
     if fast or not _conv_plain(x, stride, padding, dilation, transposed, opad):
@@ -211,18 +235,20 @@ def run(em, name, func, args, kwargs, ctx):
         gi, gw, gb = func(go, x2, w2, bias_sizes, stride, padding, dilation,
                           transposed, opad, groups, mask)
         if gi is not None:
-            gi = g.round(base + "dinput", gi, "act_grad")
+            gi = g.round(base + "dinput", gi, "act_grad", "conv2d_bwd_data")
         if gw is not None:
-            gw = g.round(base + "dweight", gw, wg_role)
+            gw = g.round(base + "dweight", gw, wg_role, "conv2d_bwd_weights")
         if gb is not None:
-            gb = g.round(base + "dbias", gb, wg_role)
+            gb = g.round(base + "dweight.dbias", gb, wg_role, "conv2d_bwd_bias")
         return gi, gw, gb
     n, co, ho, wo = go.shape
     _, c, h, wd = x.shape
     _, cg, kh, kw = w.shape
     cog = co // groups
     if mask[2]:
-        gb = g.round(base + "dbias", go.sum((0, 2, 3)), wg_role)
+        # emu train's site for a convolution's bias gradient
+        gb = g.round(base + "dweight.dbias", go.sum((0, 2, 3)), wg_role,
+                     "conv2d_bwd_bias")
     if mask[1]:
         cols = F.unfold(x2.detach(), (kh, kw), dilation=tuple(dilation),
                         padding=tuple(padding), stride=tuple(stride))
@@ -232,7 +258,7 @@ def run(em, name, func, args, kwargs, ctx):
             a = cols[:, gi_ * k:(gi_ + 1) * k, :].permute(0, 2, 1).reshape(n * ho * wo, k)
             dy = go[:, gi_ * cog:(gi_ + 1) * cog].permute(0, 2, 3, 1).reshape(n * ho * wo, cog)
             parts.append(g.matmul(base + "dweight", dy.t(), a, wg_role,
-                                  "act_grad", "activation"))
+                                  "act_grad", "activation")[0])
         gw = (parts[0] if groups == 1 else torch.cat(parts, 0)).reshape(co, cg, kh, kw)
     if mask[0]:
         z = go
@@ -249,6 +275,6 @@ def run(em, name, func, args, kwargs, ctx):
         wt = torch.cat([w2[i * cog:(i + 1) * cog].transpose(0, 1).flip(2, 3)
                         for i in range(groups)], 0)
         gi = g.conv2d(base + "dinput", z, wt, (1, 1), (0, 0), dilation, groups,
-                      "act_grad", "act_grad", "weight")
+                      "act_grad", "act_grad", "weight")[0]
         assert gi.shape == x.shape, (gi.shape, x.shape)
     return gi, gw, gb

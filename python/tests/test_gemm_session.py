@@ -66,6 +66,32 @@ def test_exact_gemm_is_one_rounding(fmt_out):
             assert c[i, j] == np.float32(want), (i, j, c[i, j], want)
 
 
+@pytest.mark.parametrize("fmt_out", ["binary16", "bfloat16"])
+def test_accumulate_starts_each_dot_product_at_out(fmt_out):
+    # accumulate=True: out + A B, one rounding of the exact sum (exact
+    # model), the initial values a term of it; alpha 4 divides them first
+    rng = np.random.default_rng(6)
+    a = rand_matrix(rng, (4, 21), 6)
+    b = rand_matrix(rng, (21, 3), 6)
+    c0 = rand_matrix(rng, (4, 3), 6)
+    f = emu.format(fmt_out)
+    for alpha in (1.0, 4.0):
+        with emu.Session() as s:
+            c = c0.copy()
+            r = s.matmul("mm", a, b, "exact", fmt_out=fmt_out, out=c,
+                         accumulate=True, alpha=alpha)
+            assert r is c
+        for i in range(4):
+            for j in range(3):
+                q = Fraction(float(c0[i, j])) + Fraction(alpha) * sum(
+                    Fraction(float(a[i, k])) * Fraction(float(b[k, j]))
+                    for k in range(21))
+                want = round_fraction(q, f.precision, f.emin, f.emax)
+                assert c[i, j] == np.float32(want), (alpha, i, j)
+    with pytest.raises(ValueError, match="out="):
+        emu.Session().matmul("mm", a, b, "exact", accumulate=True)
+
+
 def test_sequential_binary16_accumulator():
     rng = np.random.default_rng(8)
     a = rand_matrix(rng, (3, 50), spread=4)

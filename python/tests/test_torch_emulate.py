@@ -124,9 +124,40 @@ def test_binary16_linear_equals_emu_gemm(accum):
     assert np.array_equal(_bits(x.grad), _bits(dx))
     assert np.array_equal(_bits(lin.weight.grad), _bits(dw))
     ops = em.stats().set_index(["site", "role"])
-    assert ops.loc[("addmm", "activation"), "kind"] == "matmul"
+    assert ops.loc[("matmul", "activation"), "kind"] == "matmul"
     assert ops.loc[("dweight", "weight_grad"), "results"] == 24 * 48
     assert ops.loc[("dinput", "act_grad"), "results"] == 6 * 48
+
+
+def test_conv_bias_is_a_term_of_the_accumulation():
+    # emu train's convolution (emu_t_conv2d): each output one dot product
+    # whose first term is the bias, rounded once; here with the exact
+    # accumulator, against the exact sum (math.fsum's double plus the
+    # Fraction remainder) rounded by the scalar choke point
+    import math
+    from fractions import Fraction
+    torch.manual_seed(5)
+    conv = torch.nn.Conv2d(2, 3, 3, padding=1)
+    with torch.no_grad():
+        conv.bias.mul_(64)  # a bias that matters against the products
+    x = torch.randn(1, 2, 4, 4)
+    with et.emulate("fp16-mpt", accum="exact") as em:
+        y = conv(x)
+    x16 = emu.round(x, "binary16").double().numpy()
+    w16 = emu.round(conv.weight.detach(), "binary16").double().numpy()
+    b16 = emu.round(conv.bias.detach(), "binary16").double().numpy()
+    xp = np.pad(x16, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    for co in range(3):
+        for i in range(4):
+            for j in range(4):
+                terms = [float(b16[co])] + list(
+                    (w16[co] * xp[0, :, i:i + 3, j:j + 3]).ravel())
+                hi = math.fsum(terms)
+                lo = float(sum(map(Fraction, terms)) - Fraction(hi))
+                want = emu.round_scalar(hi, "binary16", lo=lo)[0]
+                assert float(y[0, co, i, j]) == want, (co, i, j)
+    sites = set(em.stats()["site"])
+    assert "conv" in sites and "bias" not in sites  # the root module: path ""
 
 
 def test_sites_and_roles_by_module_path(net, tmp_path):
@@ -136,11 +167,14 @@ def test_sites_and_roles_by_module_path(net, tmp_path):
     res = emu.read_results(tmp_path)
     ops = res["ops"]
     roles = {(s, r) for s, r in zip(ops["site"], ops["role"])}
-    for want in [("conv.weight.cast", "weight"), ("conv.convolution", "activation"),
-                 ("bn.native_batch_norm", "activation"), ("conv2.convolution", "activation"),
-                 ("fc.addmm", "activation"), ("fc.dweight", "weight_grad"),
+    for want in [("conv.w.cast", "weight"), ("conv.conv", "activation"),
+                 ("bn.native_batch_norm", "activation"), ("conv2.conv", "activation"),
+                 ("fc.matmul", "activation"), ("fc.bias", "activation"),
+                 ("fc.dweight", "weight_grad"), ("fc.dbias", "weight_grad"),
                  ("fc.dinput", "act_grad"), ("conv2.dweight", "weight_grad"),
-                 ("conv2.dinput", "act_grad"), ("conv.dbias", "weight_grad"),
+                 ("conv2.dinput", "act_grad"), ("conv.dweight.dbias", "weight_grad"),
+                 ("input", "activation"), ("loss", "other"),
+                 ("loss.dlogits", "act_grad"),
                  ("bn.native_batch_norm_backward", "weight_grad"),
                  ("bn.native_batch_norm_backward", "act_grad"),
                  ("pool.avg_pool2d", "activation"), ("relu", "activation")]:
@@ -152,7 +186,12 @@ def test_sites_and_roles_by_module_path(net, tmp_path):
     for col in ["site", "kind", "role", "format", "results", "inexact", "underflow",
                 "to_zero", "overflow", "adds", "absorbed", "underflow_rate"]:
         assert col in ops.columns
-    assert set(ops["format"]) == {"binary16"}
+    # every site binary16 but the loss (binary32, role other, as emu
+    # train's) and the parameters' initial rounding into the binary32 master
+    fmt = dict(zip(ops["site"], ops["format"]))
+    assert {s for s, f in fmt.items() if f != "binary16"} == {"loss"} | {
+        s for s in fmt if s.endswith(".init")}
+    assert fmt["loss"] == "binary32" and fmt["conv.w.init"] == "binary32"
     assert "hist" in res and "unhandled_ops" in res and "emulate_json" in res
     assert len(res["unhandled_ops"]) == 0
     # gradients really are binary16 values
@@ -209,8 +248,13 @@ def test_optimizer_step_rounds_master_weights():
     for p in m.parameters():  # bf16-sr: the weights are bfloat16 values
         assert torch.equal(p.detach(), emu.round(p.detach(), "bfloat16"))
     ops = em.stats()
-    upd = ops[ops["site"] == "fc.weight.update"]
+    upd = ops[ops["site"] == "fc.w.update"]
     assert list(upd["role"]) == ["master"] and int(upd["results"].iloc[0]) == 2 * 10 * 32
+    # SGD's momentum buffer: the parameter's update.v (from the second
+    # step, the first being a copy of the gradient)
+    mom = ops[ops["site"] == "fc.w.update.v"]
+    assert list(mom["role"]) == ["opt_state"]
+    assert int(mom["results"].iloc[0]) == 2 * 10 * 32  # mul_ and add_, one step
     assert (ops[ops["site"].str.startswith("optim.")]["role"] == "opt_state").all()
 
 
@@ -220,16 +264,16 @@ def test_resnet18_example_names_sites_by_module_path(tmp_path):
     out, ops, em = mod["main"]("fp8-e5m2", str(tmp_path), batch=2, size=32,
                                quiet=True)
     sites = set(ops["site"])
-    for s in ["conv1.convolution", "layer1.0.conv1.convolution",
-              "layer1.0.conv1.dweight", "layer4.1.bn2.native_batch_norm",
-              "layer2.0.downsample.0.convolution", "fc.addmm", "fc.dweight",
-              "maxpool.max_pool2d_with_indices", "avgpool.mean"]:
+    for s in ["conv1.conv", "layer1.0.conv1.conv", "layer1.0.conv1.dweight",
+              "layer4.1.bn2.native_batch_norm", "layer2.0.downsample.0.conv",
+              "fc.matmul", "fc.bias", "fc.dweight", "maxpool", "maxpool.dinput",
+              "layer1.0.relu", "layer1.0.relu.dinput", "avgpool.mean"]:
         assert s in sites, s
     assert em.unhandled == {}
     # fp8-e5m2 exempts the first and last layer: binary16 there, e5m2 inside
     fmt = dict(zip(ops["site"], ops["format"]))
-    assert fmt["conv1.convolution"] == "binary16" and fmt["fc.addmm"] == "binary16"
-    assert fmt["layer1.0.conv1.convolution"] == "e5m2"
+    assert fmt["conv1.conv"] == "binary16" and fmt["fc.matmul"] == "binary16"
+    assert fmt["layer1.0.conv1.conv"] == "e5m2"
     assert ops["underflow"].sum() > 0
 
 

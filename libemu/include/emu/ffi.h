@@ -181,15 +181,18 @@ int emu_ffi_session_round(emu_ffi_session *s, const char *site,
 /* out (M, N) = alpha op(A) op(B) in out_fmt (emu_t_matmul under accum,
  * the output rounded under r), counted at `site` for `role`.  A is stored
  * (M, K), or (K, M) if trans_a; B (K, N), or (N, K) if trans_b; binary32
- * values.  a_src, b_src: NULL, or the unquantized sources of A and B (same
- * layouts) for the MPFR error split.  out must not overlap the inputs. */
+ * values.  accumulate: out = out + alpha op(A) op(B), each dot product's
+ * accumulator starting at out / alpha (alpha then a power of two): a bias
+ * added inside the accumulation, as a convolution's is.  a_src, b_src:
+ * NULL, or the unquantized sources of A and B (same layouts) for the MPFR
+ * error split.  out must not overlap the inputs. */
 int emu_ffi_session_matmul(emu_ffi_session *s, const char *site,
                            const char *role, const emu_ffi_accum *accum,
                            const emu_ffi_format *out_fmt,
                            const emu_ffi_rounding *r, float *out,
                            const float *a, const float *b, size_t m,
                            size_t k, size_t n, int trans_a, int trans_b,
-                           double alpha, const float *a_src,
+                           double alpha, int accumulate, const float *a_src,
                            const float *b_src);
 
 /* Starts step `step` (emu_stats_begin_step); the rows of the step that
