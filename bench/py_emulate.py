@@ -2,8 +2,9 @@
 (batch 4x3x64x64, random initialisation) in plain PyTorch binary32 and
 under emulate with a binary16 policy (fp16-mpt), with libemu's fastest
 accumulator model ("fast": binary32 sgemm on the rounded operands) and
-with accum="torch" (PyTorch's own kernels on the rounded operands), in
-one run; then a profile of one emulated pass.
+with accum="torch" (PyTorch's own kernels on the rounded operands), and
+with the fast model without histograms (hist=False), in one run; then
+where one emulated pass spends its time, with and without histograms.
 
     EMU_LIBRARY=build/libemu/libemu.so PYTHONPATH=python \
         /usr/bin/python3 bench/py_emulate.py [--repeat N] [--policy P] [--profile]
@@ -56,9 +57,9 @@ def main():
     nthreads = torch.get_num_threads()
     step(model, x, labels)  # warm-up
 
-    def emulated(accum):
+    def emulated(accum, hist=True):
         def run():
-            with et.emulate(a.policy, accum=accum):
+            with et.emulate(a.policy, accum=accum, hist=hist):
                 step(model, x, labels)
         return run
 
@@ -70,45 +71,50 @@ def main():
     rows.append(("plain PyTorch fp32, 1 thread", t_plain1))
     if nthreads != 1:
         rows.append(("plain PyTorch fp32, %d threads" % nthreads, t_plain))
-    for accum in ("fast", "torch"):
-        emulated(accum)()  # warm-up
-        rows.append(("emulate(%s, accum=%s)" % (a.policy, accum),
-                     best(emulated(accum), a.repeat)))
+    for accum, hist in (("fast", True), ("torch", True), ("fast", False)):
+        emulated(accum, hist)()  # warm-up
+        rows.append(("emulate(%s, accum=%s%s)" % (a.policy, accum,
+                                                  "" if hist else ", hist=False"),
+                     best(emulated(accum, hist), a.repeat)))
     print("resnet18 forward+backward, batch %dx3x%dx%d, best of %d"
           % (a.batch, a.size, a.size, a.repeat))
     for name, t in rows:
-        print("  %-40s %8.1f ms   %5.2fx plain (1 thread)"
+        print("  %-52s %8.1f ms   %5.2fx plain (1 thread)"
               % (name, 1e3 * t, t / t_plain1))
     # where the time goes: the session's counted roundings and GEMMs
     from emu import _core
-    spent = {"Session.round": 0.0, "Session.matmul": 0.0}
-    elems = {"Session.round": 0, "Session.matmul": 0}
-    orig = {k: getattr(_core.Session, k.split(".")[1]) for k in spent}
+    orig = {k: getattr(_core.Session, k) for k in ("round", "matmul")}
+    for hist in (True, False):
+        spent = {k: 0.0 for k in orig}
+        elems = {k: 0 for k in orig}
 
-    def timed(key):
-        f = orig[key]
+        def timed(key):
+            f = orig[key]
 
-        def w(self, site, *args, **kw):
-            t0 = time.perf_counter()
-            r = f(self, site, *args, **kw)
-            spent[key] += time.perf_counter() - t0
-            elems[key] += r.numel()
-            return r
-        return w
-    for k in spent:
-        setattr(_core.Session, k.split(".")[1], timed(k))
-    t0 = time.perf_counter()
-    emulated("fast")()
-    total = time.perf_counter() - t0
-    for k, f in orig.items():
-        setattr(_core.Session, k.split(".")[1], f)
-    print("one emulate(%s, accum=fast) pass: %.1f ms" % (a.policy, 1e3 * total))
-    for k in spent:
-        print("  %-16s %8.1f ms  %9d outputs (%.0f Melem/s)"
-              % (k, 1e3 * spent[k], elems[k], elems[k] / max(spent[k], 1e-9) / 1e6))
-    print("  %-16s %8.1f ms" % ("the rest", 1e3 * (total - sum(spent.values()))))
+            def w(self, site, *args, **kw):
+                t0 = time.perf_counter()
+                r = f(self, site, *args, **kw)
+                spent[key] += time.perf_counter() - t0
+                elems[key] += r.numel()
+                return r
+            return w
+        for k in orig:
+            setattr(_core.Session, k, timed(k))
+        t0 = time.perf_counter()
+        emulated("fast", hist)()
+        total = time.perf_counter() - t0
+        for k, f in orig.items():
+            setattr(_core.Session, k, f)
+        print("one emulate(%s, accum=fast%s) pass: %.1f ms"
+              % (a.policy, "" if hist else ", hist=False", 1e3 * total))
+        for k in spent:
+            print("  Session.%-8s %8.1f ms  %9d outputs (%.0f Melem/s)"
+                  % (k, 1e3 * spent[k], elems[k],
+                     elems[k] / max(spent[k], 1e-9) / 1e6))
+        print("  %-16s %8.1f ms" % ("the rest", 1e3 * (total - sum(spent.values()))))
     nparam = sum(p.numel() for p in model.parameters())
-    print("  (parameters: %d, cast and their gradients rounded every pass)" % nparam)
+    print("  (parameters: %d, rounded at .init, cast, and their gradients "
+          "rounded, every pass)" % nparam)
     if a.profile:
         pr = cProfile.Profile()
         pr.enable()

@@ -17,11 +17,13 @@
 #include "emu/ffi.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "emu/bits.h"
+#include "emu/extend.h"
 #include "emu/nn.h"
 #include "emu/ops.h"
 #include "emu/scaled.h"
@@ -705,16 +707,48 @@ static int ctx_failed(emu_ffi_session *s)
     return keep(&s->ctx.err);
 }
 
+/* The session's rounding op: out = in rounded into out's format, an op of
+ * the caller's kind through the choke point (emu_t_load is this op with
+ * kind "load").  Output i reads in[i] alone, so out may be in itself. */
+typedef struct {
+    const float *in;
+} load_op;
+
+static void load_fill32(const void *op, size_t i0, size_t m, float *v)
+{
+    memcpy(v, ((const load_op *)op)->in + i0, m * sizeof *v);
+}
+
+static int load_ref(const void *op, size_t i, mpfr_ptr exact, mpfr_ptr src)
+{
+    (void)src;
+    mpfr_set_flt(exact, ((const load_op *)op)->in[i], MPFR_RNDN);
+    return 0;
+}
+
+static bool load_had_nan(const void *op, size_t i)
+{
+    return isnan(((const load_op *)op)->in[i]);
+}
+
 int emu_ffi_session_round(emu_ffi_session *s, const char *site,
-                          const char *role, const emu_ffi_format *f,
-                          const emu_ffi_rounding *r, float *out,
-                          const float *in, size_t n)
+                          const char *kind, const char *role,
+                          const emu_ffi_format *f, const emu_ffi_rounding *r,
+                          float *out, const float *in, size_t n)
 {
     EMU_HOSTFP_GUARD;
     emu_role ro;
     if (!s || !site || !f || !r || !out || !in || !n)
         return fail(EMU_EINVAL, "session round", "",
                     "no session, site, format, rounding or data");
+    if (!kind || !*kind)
+        kind = "load";
+    if (strlen(kind) >= sizeof ((emu_site *)0)->kind)
+        return fail(EMU_EINVAL, "session round", "kind",
+                    "an op kind has at most 23 characters");
+    if (out != in && (const float *)out < in + n && in < (const float *)out + n)
+        return fail(EMU_EINVAL, "session round", "out",
+                    "out overlaps in without being it (in place: out == in)");
     if (parse_role(role, &ro))
         return -1;
     emu_error e;
@@ -724,8 +758,44 @@ int emu_ffi_session_round(emu_ffi_session *s, const char *site,
         return keep(&e);
     emu_tensor t;
     wrap(&t, site, ro, fmt, n, 0, out);
-    if (emu_t_load(&s->ctx, site, &t, in, n, &r->rnd))
+    if (!emu_commit_measures(&s->ctx)) {
+        /* Nothing measured: the array rounding with the words the choke
+         * point would use (this op's stream, element i's index), then
+         * the commit that only advances the op index. */
+        emu_array_rounding a = { .rnd = r->rnd, .seed = s->ctx.seed,
+                                 .stream = emu_ctx_stream(&s->ctx) };
+        a.rnd.rng = NULL;
+        if (emu_round_array_f32(fmt, out, in, n, &a, NULL, &e))
+            return keep(&e);
+        if (emu_commit(&s->ctx, &(emu_op_out){ .site = site, .kind = kind,
+                                               .out = &t, .rnd = &r->rnd }))
+            return ctx_failed(s);
+        return 0;
+    }
+    load_op op = { .in = in };
+    emu_op_out o = { .site = site, .kind = kind, .out = &t, .op = &op,
+                     .fill32 = load_fill32, .ref = load_ref,
+                     .inputs_had_nan = load_had_nan, .rnd = &r->rnd,
+                     .store_early = true };
+    if (emu_commit(&s->ctx, &o))
         return ctx_failed(s);
+    return 0;
+}
+
+int emu_ffi_session_measure(emu_ffi_session *s, unsigned measure,
+                            double ref_rate)
+{
+    if (!s)
+        return fail(EMU_EINVAL, "session", "", "no session");
+    if (measure & ~(unsigned)EMU_MEASURE_ALL)
+        return fail(EMU_EINVAL, "session", "measure",
+                    "measure is a sum of 1 (counters), 2 (histograms), 4 "
+                    "(swamping) and 8 (MPFR sampling)");
+    if (!(ref_rate >= 0 && ref_rate <= 1))
+        return fail(EMU_EINVAL, "session", "ref_rate",
+                    "ref_rate must lie in [0, 1]");
+    s->ctx.measure = measure;
+    s->ctx.ref_rate = ref_rate;
     return 0;
 }
 
@@ -1038,6 +1108,20 @@ const char *emu_ffi_quant_block_name(size_t i)
     return i < N_QBLOCK ? qblock_names[i] : NULL;
 }
 
+/* The totals as emu_ffi_quant_counts_name lists them (counts may be NULL). */
+static void put_qcounts(double *counts, const emu_quant_counts *c)
+{
+    if (!counts)
+        return;
+    const double v[N_QCOUNTS] = {
+        (double)c->n,        (double)c->blocks,  (double)c->clipped,
+        (double)c->flushed,  (double)c->inexact, (double)c->nonfinite_blocks,
+        (double)c->scale_clamped, c->err_sq,     c->ref_sq,
+        c->err_max,
+    };
+    memcpy(counts, v, sizeof v);
+}
+
 int emu_ffi_quant_run(emu_ffi_quant *q, const float *x, const char *mode,
                       uint64_t seed, uint64_t stream, double tensor_scale,
                       double *counts, double *blocks)
@@ -1069,15 +1153,7 @@ int emu_ffi_quant_run(emu_ffi_quant *q, const float *x, const char *mode,
         return keep(&e);
     }
     q->done = true;
-    if (counts) {
-        const double v[N_QCOUNTS] = {
-            (double)c.n,        (double)c.blocks,  (double)c.clipped,
-            (double)c.flushed,  (double)c.inexact, (double)c.nonfinite_blocks,
-            (double)c.scale_clamped, c.err_sq,     c.ref_sq,
-            c.err_max,
-        };
-        memcpy(counts, v, sizeof v);
-    }
+    put_qcounts(counts, &c);
     if (bs) {
         for (size_t b = 0; b < q->q.nblocks; b++) {
             double *row = blocks + b * N_QBLOCK;

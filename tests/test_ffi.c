@@ -251,9 +251,9 @@ START_TEST(sessions)
     emu_ffi_format *h = fmt_new("binary16");
     emu_ffi_rounding *sr = rnd_new("sr", -1);
     ck_assert_int_eq(emu_ffi_session_begin_step(s, 0), 0);
-    ck_assert_int_eq(emu_ffi_session_round(s, "x.cast", "activation", h, sr, x,
+    ck_assert_int_eq(emu_ffi_session_round(s, "x.cast", NULL, "activation", h, sr, x,
                                            a, M * K), 0);
-    ck_assert_int_eq(emu_ffi_session_round(s, "x.cast", "gradient", h, sr, y,
+    ck_assert_int_eq(emu_ffi_session_round(s, "x.cast", NULL, "gradient", h, sr, y,
                                            a, M * K), -1);
     ck_assert_str_eq(emu_ffi_error_key(), "role");
     ck_assert_int_eq(emu_ffi_session_matmul(s, "fc.mm", "activation", acc, h,
@@ -385,6 +385,80 @@ START_TEST(sessions)
 }
 END_TEST
 
+/* Rounding in place gives what rounding into another array gives, with
+ * the same counters; the kind is the caller's; the measurement switches
+ * change what is counted, never the values. */
+START_TEST(session_round_in_place_kinds_measure)
+{
+    enum { N = 3000 };
+    static float x[N], ref[N], y[N];
+    data(x, N, 11);
+    emu_ffi_format *h = fmt_new("e4m3");
+    emu_ffi_rounding *sr = rnd_new("sr", -1);
+    emu_ffi_session *a = NULL, *b = NULL, *c = NULL;
+    ck_assert_int_eq(emu_ffi_session_new(3, 1.0, 1, &a), 0);
+    ck_assert_int_eq(emu_ffi_session_new(3, 1.0, 1, &b), 0);
+    ck_assert_int_eq(emu_ffi_session_new(3, 0.0, 1, &c), 0);
+    ck_assert_int_eq(emu_ffi_session_round(a, "r", "relu", "activation", h,
+                                           sr, ref, x, N), 0);
+    memcpy(y, x, sizeof y);
+    ck_assert_int_eq(emu_ffi_session_round(b, "r", "relu", "activation", h,
+                                           sr, y, y, N), 0);
+    ck_assert(!memcmp(y, ref, sizeof y));
+    size_t nc = emu_stats_counter_count();
+    double *ca = malloc(2 * nc * sizeof *ca), *cb = ca + nc;
+    ck_assert_ptr_nonnull(ca);
+    ck_assert_int_eq(emu_ffi_session_counters(a, 0, 0, ca, nc), 0);
+    ck_assert_int_eq(emu_ffi_session_counters(b, 0, 0, cb, nc), 0);
+    for (size_t i = 0; i < nc; i++) /* NaN-free: counts, sums of errors */
+        ck_assert_msg(ca[i] == cb[i], "%s", emu_stats_counter_name(i));
+    char kind[32];
+    ck_assert_int_eq(emu_ffi_session_site_str(b, 0, "kind", kind, sizeof kind), 0);
+    ck_assert_str_eq(kind, "relu");
+    /* partial overlap and overlong kinds are refused */
+    ck_assert_int_eq(emu_ffi_session_round(b, "r", NULL, "activation", h, sr,
+                                           y + 1, y, N - 1), -1);
+    ck_assert_str_eq(emu_ffi_error_key(), "out");
+    ck_assert_int_eq(emu_ffi_session_round(b, "r", "a_kind_of_twenty_four_ch",
+                                           "activation", h, sr, y, x, N), -1);
+    ck_assert_str_eq(emu_ffi_error_key(), "kind");
+    /* counters only, then nothing: same values, fewer statistics */
+    ck_assert_int_eq(emu_ffi_session_measure(c, 16, 0.0), -1);
+    ck_assert_int_eq(emu_ffi_session_measure(c, 1, 2.0), -1);
+    ck_assert_int_eq(emu_ffi_session_measure(c, 1, 0.0), 0);
+    ck_assert_int_eq(emu_ffi_session_round(c, "r", NULL, "activation", h, sr,
+                                           y, x, N), 0);
+    ck_assert(!memcmp(y, ref, sizeof y));
+    uint64_t hist[EMU_HIST_BINS];
+    ck_assert_int_eq(emu_ffi_session_hist(c, 0, 0, "rounded", hist,
+                                          EMU_HIST_BINS), 0);
+    uint64_t hsum = 0;
+    for (int i = 0; i < EMU_HIST_BINS; i++)
+        hsum += hist[i];
+    ck_assert_uint_eq(hsum, 0);
+    ck_assert_int_eq(emu_ffi_session_counters(c, 0, 0, cb, nc), 0);
+    for (size_t i = 0; i < nc; i++)
+        if (!strcmp(emu_stats_counter_name(i), "results") ||
+            !strcmp(emu_stats_counter_name(i), "inexact"))
+            ck_assert_msg(ca[i] == cb[i], "%s", emu_stats_counter_name(i));
+    ck_assert_int_eq(emu_ffi_session_measure(c, 0, 0.0), 0);
+    ck_assert_int_eq(emu_ffi_session_round(c, "other", NULL, "activation", h,
+                                           sr, y, x, N), 0);
+    ck_assert_uint_eq(emu_ffi_session_site_count(c), 1);
+    /* unmeasured (the array rounding's fast path): op 1's words, as a
+     * measured session's second op */
+    ck_assert_int_eq(emu_ffi_session_round(a, "r2", NULL, "activation", h,
+                                           sr, ref, x, N), 0);
+    ck_assert(!memcmp(y, ref, sizeof y));
+    free(ca);
+    emu_ffi_session_free(a);
+    emu_ffi_session_free(b);
+    emu_ffi_session_free(c);
+    emu_ffi_rounding_free(sr);
+    emu_ffi_format_free(h);
+}
+END_TEST
+
 /* Quantization through the FFI is emu_scaled_quantize. */
 START_TEST(quantization)
 {
@@ -497,6 +571,7 @@ static Suite *suite(void)
     tcase_add_test(tc, round_arrays);
     tcase_add_test(tc, saturation);
     tcase_add_test(tc, sessions);
+    tcase_add_test(tc, session_round_in_place_kinds_measure);
     tcase_add_test(tc, quantization);
     tcase_add_test(tc, policies);
     suite_add_tcase(s, tc);

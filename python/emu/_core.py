@@ -311,22 +311,46 @@ class Session:
     """An emu_ctx with statistics: ops counted at named sites, as `emu
     train` counts them, written with the same C writers.
 
-    Session(seed=0, ref_rate=0.0, threads=1): seed drives stochastic
-    rounding (op k of the session takes RNG stream k, as in training);
-    ref_rate is the fraction of outputs recomputed with MPFR (0..1);
-    threads the worker threads of the big ops.  Use as a context manager
-    or call close(); the handle is also freed when garbage-collected.  A
-    session may be used from one thread at a time (calls are serialised
-    by a lock)."""
+    Session(seed=0, ref_rate=0.0, threads=1, *, counts=True, hist=True,
+    swamp=True): seed drives stochastic rounding (op k of the session
+    takes RNG stream k, as in training); ref_rate is the fraction of
+    outputs recomputed with MPFR (0..1); threads the worker threads of
+    the big ops.  counts, hist, swamp: what is measured (emu_ctx's
+    measure bits: counters per site, log2 histograms, swamping inside
+    accumulators); each costs time, none changes a value, and with all
+    off (and ref_rate 0) nothing is counted and the ops take their fast
+    paths.  set_measure() changes them between ops.  Use as a context
+    manager or call close(); the handle is also freed when
+    garbage-collected.  A session may be used from one thread at a time
+    (calls are serialised by a lock)."""
 
-    def __init__(self, seed=0, ref_rate=0.0, threads=1):
+    def __init__(self, seed=0, ref_rate=0.0, threads=1, *, counts=True,
+                 hist=True, swamp=True):
         h = ctypes.c_void_p()
         check(lib.emu_ffi_session_new(int(seed), float(ref_rate), int(threads),
                                       ctypes.byref(h)))
         self._h = h
         self._free = lib.emu_ffi_session_free
         self._lock = threading.Lock()
-        self.seed, self.ref_rate, self.threads = seed, ref_rate, threads
+        self.seed, self.threads = seed, threads
+        self.measure = {"counts": True, "hist": True, "swamp": True}
+        self.ref_rate = ref_rate
+        self.set_measure(counts=counts, hist=hist, swamp=swamp)
+
+    def set_measure(self, *, counts=None, hist=None, swamp=None,
+                    ref_rate=None):
+        """Changes what the next ops measure (None keeps a setting); the
+        settings are in .measure and .ref_rate."""
+        m = dict(self.measure)
+        for k, v in (("counts", counts), ("hist", hist), ("swamp", swamp)):
+            if v is not None:
+                m[k] = bool(v)
+        r = self.ref_rate if ref_rate is None else float(ref_rate)
+        bits = (1 if m["counts"] else 0) | (2 if m["hist"] else 0) | (
+            4 if m["swamp"] else 0) | (8 if r > 0 else 0)
+        with self._lock:
+            check(lib.emu_ffi_session_measure(self._handle(), bits, r))
+        self.measure, self.ref_rate = m, r
 
     def _handle(self):
         if self._h is None:
@@ -354,11 +378,15 @@ class Session:
         return False
 
     def round(self, site, x, fmt, mode="rne", role="activation", out=None,
-              *, saturate=None, tininess="after", profile="ieee"):
-        """A copy of x (float32) rounded into fmt through the choke point
-        (emu_t_load), counted at `site` under `role` (weight, master,
-        activation, act_grad, weight_grad, opt_state, other).  Written
-        into `out` if given (contiguous float32 of x's shape; may be x)."""
+              *, kind=None, saturate=None, tininess="after", profile="ieee"):
+        """x (float32) rounded into fmt through the choke point, counted
+        at `site` under `role` (weight, master, activation, act_grad,
+        weight_grad, opt_state, other) as an op of kind `kind` (ops.csv's
+        kind column: "load" if None; emu train's kinds are relu,
+        maxpool2d, add_bias, cast, sgd, ...; at most 23 characters).  A
+        new array or tensor, or written into `out` (contiguous float32 of
+        x's shape): out may be x itself (rounded in place, no copy);
+        memory shared otherwise is read through a copy."""
         f = format(fmt)
         r = _rounding(mode, saturate, tininess, profile)
         w = as_input(x, (np.float32,))
@@ -366,8 +394,9 @@ class Session:
         if out is not None:
             o = as_output(out, np.float32, w.shape)
             result = out
-            if np.shares_memory(o, src):
-                src = src.copy()  # the op may not read what it writes
+            if (o.ctypes.data != src.ctypes.data or o.size != src.size) and \
+                    np.shares_memory(o, src):
+                src = src.copy()  # partly overlapping: the op may not
         else:
             o = np.empty(w.shape, dtype=np.float32)
             result = w.back(o)
@@ -375,8 +404,8 @@ class Session:
             return result
         with self._lock:
             check(lib.emu_ffi_session_round(self._handle(), enc(site),
-                                            enc(role), f._h, r._h, ptr(o),
-                                            ptr(src), src.size))
+                                            enc(kind), enc(role), f._h, r._h,
+                                            ptr(o), ptr(src), src.size))
         return result
 
     def matmul(self, site, a, b, accum, *, fmt_out="binary32", mode="rne",

@@ -189,7 +189,7 @@ class Emulate(TorchDispatchMode):
     ops.csv's columns), .unhandled ({op: count}), .passthrough and .out."""
 
     def __init__(self, policy, out=None, *, accum=None, seed=0, ref_rate=0.0,
-                 threads=1):
+                 threads=1, hist=True, swamp=True):
         super().__init__()
         if isinstance(policy, str):
             pol = _core.policy(policy)
@@ -204,6 +204,7 @@ class Emulate(TorchDispatchMode):
         if self.accum != "torch":
             _core.accum_spec(self.accum)  # a bad spec fails here, not mid-model
         self.seed, self.ref_rate, self.threads = int(seed), ref_rate, threads
+        self.hist, self.swamp = bool(hist), bool(swamp)
         self._roles = {}
         for r in ("weight", "activation", "act_grad", "weight_grad",
                   "opt_state"):
@@ -236,7 +237,8 @@ class Emulate(TorchDispatchMode):
         if self._active:
             raise RuntimeError("emu.torch.emulate: this context is already active")
         self._sess = _core.Session(seed=self.seed, ref_rate=self.ref_rate,
-                                   threads=self.threads)
+                                   threads=self.threads, hist=self.hist,
+                                   swamp=self.swamp)
         self._active = True
         self._qcount = 0
         self._names = {}        # id(module) -> path
@@ -311,7 +313,8 @@ class Emulate(TorchDispatchMode):
                     [(k, n, note) for k, (n, note) in sorted(self.unhandled.items())])
         meta = {"tool": "emu.torch.emulate", "policy": self.policy,
                 "accum": self.accum, "seed": self.seed,
-                "ref_rate": self.ref_rate, "torch": torch.__version__,
+                "ref_rate": self.ref_rate, "hist": self.hist,
+                "swamp": self.swamp, "torch": torch.__version__,
                 "libemu": _core.__version__,
                 "unhandled": {k: n for k, (n, _) in self.unhandled.items()}}
         tmp = os.path.join(out, ".emulate.json.tmp")
@@ -356,7 +359,7 @@ class Emulate(TorchDispatchMode):
         f, _ = self._fmt(role, exempt)
         with torch.no_grad():
             self._sess.round(name + ".init", p.detach(), f, "rne", role,
-                             out=p.detach())
+                         out=p.detach(), kind="load")
 
     def _pre_hook(self, mod, inputs):
         if not self._active:
@@ -461,11 +464,16 @@ class Emulate(TorchDispatchMode):
             f = self._exempt_fmt
         return f, m
 
-    def _round(self, site, t, role, exempt=False, kind=None):
+    def _round(self, site, t, role, exempt=False, kind=None, inplace=False):
         """t rounded into role's format through the choke point, counted
-        at site (op kind `kind`); a new contiguous tensor."""
+        at site (op kind `kind`, an ATen name cut to ops.csv's 23
+        characters); a new contiguous tensor, or t itself rounded in place
+        if `inplace` (t contiguous, and no other tensor's values)."""
         f, m = self._fmt(role, exempt)
-        return self._mark(self._sess.round(site, t.detach(), f, m, role), f)
+        d = t.detach()
+        r = self._sess.round(site, d, f, m, role, out=d if inplace else None,
+                             kind=kind[:23] if kind else None)
+        return self._mark(t if inplace else r, f)
 
     def _mark(self, t, f):
         """Remembers that t's values are in format f (until t changes or
@@ -561,7 +569,10 @@ class Emulate(TorchDispatchMode):
                 for t in targets:
                     if _is_f32(t):
                         role, site, kind = self._role_site(name, ctx, 0, t, tin)
-                        t.copy_(self._round(site, t, role, ctx.exempt, kind))
+                        if t.is_contiguous():
+                            self._round(site, t, role, ctx.exempt, kind, True)
+                        else:
+                            t.copy_(self._round(site, t, role, ctx.exempt, kind))
             elif any(_is_f32(t) for t in targets):
                 self._note(name, "passed through unrounded")
             return out
@@ -578,16 +589,22 @@ class Emulate(TorchDispatchMode):
             return out
         keep = _OUT_IDX.get(name)
         ins = {id(t) for t in tin}
+        in_ptrs = {t.data_ptr() for t in tin}
         res = []
         for i, t in enumerate(flat_out):
             if (not _is_f32(t) or (keep is not None and i not in keep)):
                 res.append(t)
                 continue
             role, site, kind = self._role_site(name, ctx, i, t, tin)
-            r = self._round(site, t, role, ctx.exempt, kind)
-            if id(t) in ins or not t.is_contiguous():
-                t.copy_(r)
-                r = self._mark(t, self._fmt(role, ctx.exempt)[0])
+            if t.is_contiguous() and (id(t) in ins or t.data_ptr() not in in_ptrs):
+                # the op's own fresh output, or the tensor an in-place op
+                # wrote: rounded where it is, without a copy
+                r = self._round(site, t, role, ctx.exempt, kind, True)
+            else:
+                r = self._round(site, t, role, ctx.exempt, kind)
+                if id(t) in ins or not t.is_contiguous():
+                    t.copy_(r)
+                    r = self._mark(t, self._fmt(role, ctx.exempt)[0])
             res.append(r)
         return _unflatten_like(out, res)
 

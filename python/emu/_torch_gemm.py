@@ -87,7 +87,10 @@ class _G:
         return y, out is not None
 
     def round(self, site, t, role, kind=None):
-        return self.em._round(site, t, role, self.ctx.exempt, kind)
+        """t (a fresh result of this op: rounded in place) into role's
+        format at site."""
+        t = t if t.is_contiguous() else t.contiguous()
+        return self.em._round(site, t, role, self.ctx.exempt, kind, True)
 
     def operand(self, site, t, role, new):
         return self.em._operand(site, t, role, self.ctx.exempt, new)

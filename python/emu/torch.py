@@ -136,11 +136,13 @@ class Quantizer(torch.nn.Module):
         return s
 
 
-def emulate(policy, out=None, *, accum=None, seed=0, ref_rate=0.0, threads=1):
-    """See _torch_emulate.Emulate."""
+def emulate(policy, out=None, *, accum=None, seed=0, ref_rate=0.0, threads=1,
+            hist=True, swamp=True):
+    """See _torch_emulate.Emulate.  hist=False, swamp=False: no log2
+    histograms, no swamping counts (faster; the values are the same)."""
     from ._torch_emulate import Emulate
     return Emulate(policy, out, accum=accum, seed=seed, ref_rate=ref_rate,
-                   threads=threads)
+                   threads=threads, hist=hist, swamp=swamp)
 
 
 __all__ = ["quantize", "Quantizer", "emulate"]

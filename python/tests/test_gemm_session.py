@@ -166,6 +166,51 @@ def test_session_sites_and_files(tmp_path):
     assert y.shape == (8, 4)
 
 
+@pytest.mark.parametrize("mode", ["rne", "sr"])
+def test_session_round_in_place_kind_and_measure(mode):
+    # in place (out is x): the values and every counter of rounding into a
+    # new array (same seed, same op index); the kind is the caller's
+    rng = np.random.default_rng(9)
+    x = rand_matrix(rng, (64, 33), 30)
+    with emu.Session(seed=4, ref_rate=1.0) as a, \
+            emu.Session(seed=4, ref_rate=1.0) as b:
+        want = a.round("r", x, "e4m3", mode, kind="relu")
+        y = x.copy()
+        assert b.round("r", y, "e4m3", mode, out=y, kind="relu") is y
+        assert np.array_equal(y.view(np.uint32), want.view(np.uint32))
+        sa, sb = a.stats(), b.stats()
+        assert sa.equals(sb)
+        assert list(sb["kind"]) == ["relu"] and sb["ref_samples"][0] > 0
+        # a view overlapping in part is read through a copy
+        z = x.copy().ravel()
+        b.round("p", z[1:], "e4m3", mode, out=z[:-1])
+        assert b.stats()["kind"].tolist() == ["relu", "load"]
+        with pytest.raises(emu.EmuError, match="23"):
+            b.round("k", x, "e4m3", kind="x" * 24)
+    # what is measured changes statistics, never values
+    for kw, hist, counted in [(dict(hist=False), 0, True),
+                              (dict(counts=False, hist=False, swamp=False),
+                               0, False)]:
+        with emu.Session(seed=4, **kw) as s:
+            v = s.round("r", x, "e4m3", mode)
+            assert np.array_equal(v.view(np.uint32), want.view(np.uint32))
+            if counted:
+                st = s.stats()
+                assert st["results"][0] == x.size
+                assert st["inexact"][0] == sa["inexact"][0]
+                assert s.hist(0).sum() == hist
+            else:
+                assert len(s.stats()) == 0
+    with emu.Session() as s:
+        s.set_measure(hist=False)
+        s.round("r", x, "binary16")
+        s.set_measure(hist=True)
+        s.round("r", x, "binary16")
+        assert s.hist(0).sum() == x.size and s.stats()["results"][0] == 2 * x.size
+        with pytest.raises(emu.EmuError):
+            s.set_measure(ref_rate=2.0)
+
+
 def test_session_columns_match_emu_train(emu_cli, tmp_path):
     """The same writers: ops.csv of a Session and of `emu train` have the
     same header; read_results reads both folders."""

@@ -211,12 +211,12 @@ def test_unhandled_ops_are_listed_and_passed_through(tmp_path):
     assert list(rows["op"]) == ["cumsum"] and list(rows["count"]) == [1]
 
 
-def _run(seed, torch_threads=1, threads=1, policy="fp8-e5m2"):
+def _run(seed, torch_threads=1, threads=1, policy="fp8-e5m2", **kw):
     torch.manual_seed(0)
     m, x = Net(), torch.randn(4, 3, 8, 8)
     torch.set_num_threads(torch_threads)
     try:
-        with et.emulate(policy, seed=seed, threads=threads) as em:
+        with et.emulate(policy, seed=seed, threads=threads, **kw) as em:
             out = _step(m, x, lossmul=1024.0)
     finally:
         torch.set_num_threads(1)
@@ -229,6 +229,19 @@ def test_reproducible_by_seed():
     c, _ = _run(6)
     assert _same(a, b) and sa.equals(sb)
     assert not _same(a, c)  # stochastic rounding of the gradients
+
+
+def test_measurement_settings_change_no_value(tmp_path):
+    acc = "sequential,acc=binary16"
+    a, sa = _run(3, accum=acc)
+    b, sb = _run(3, hist=False, swamp=False, out=tmp_path, accum=acc)
+    assert _same(a, b)
+    assert list(sa["site"]) == list(sb["site"])
+    assert list(sa["kind"]) == list(sb["kind"])
+    for c in ("results", "inexact", "underflow", "overflow"):
+        assert list(sa[c]) == list(sb[c]), c
+    assert sa["adds"].sum() > 0 and sb["adds"].sum() == 0
+    assert len(emu.read_results(tmp_path)["hist"]) == 0
 
 
 def test_thread_counts_do_not_change_results():

@@ -169,14 +169,26 @@ int emu_ffi_session_new(uint64_t seed, double ref_rate, int threads,
                         emu_ffi_session **out);
 void emu_ffi_session_free(emu_ffi_session *s);
 
-/* out = in rounded into f under r (emu_t_load), counted at `site` for
- * `role` (emu_role_parse: weight, activation, act_grad, weight_grad,
- * master, opt_state, other).  out must not overlap in.  Stochastic words
- * come from the session's seed and op index. */
+/* What the session measures: measure is a sum of 1 (counters per site),
+ * 2 (log2 histograms), 4 (swamping inside accumulators) and 8 (MPFR error
+ * on a ref_rate sample of the outputs), emu_ctx's EMU_MEASURE_* bits; a
+ * new session measures everything (15) at its ref_rate.  With 0 nothing
+ * is counted and ops take their fast paths; the results are the same
+ * whatever is measured. */
+int emu_ffi_session_measure(emu_ffi_session *s, unsigned measure,
+                            double ref_rate);
+
+/* out = in rounded into f under r through the choke point (emu_t_load's
+ * op, with the op kind `kind` in the statistics: NULL or "" is "load";
+ * at most 23 characters), counted at `site` for `role` (emu_role_parse:
+ * weight, activation, act_grad, weight_grad, master, opt_state, other).
+ * out may be in itself (rounding in place) but must not overlap it
+ * otherwise.  Stochastic words come from the session's seed and op
+ * index. */
 int emu_ffi_session_round(emu_ffi_session *s, const char *site,
-                          const char *role, const emu_ffi_format *f,
-                          const emu_ffi_rounding *r, float *out,
-                          const float *in, size_t n);
+                          const char *kind, const char *role,
+                          const emu_ffi_format *f, const emu_ffi_rounding *r,
+                          float *out, const float *in, size_t n);
 
 /* out (M, N) = alpha op(A) op(B) in out_fmt (emu_t_matmul under accum,
  * the output rounded under r), counted at `site` for `role`.  A is stored
