@@ -1169,6 +1169,39 @@ int emu_ffi_quant_run(emu_ffi_quant *q, const float *x, const char *mode,
     return 0;
 }
 
+int emu_ffi_session_quantize(emu_ffi_session *s, const char *site,
+                             const char *role, emu_ffi_quant *q,
+                             const float *x, const emu_ffi_rounding *r,
+                             double tensor_scale, double *counts)
+{
+    EMU_HOSTFP_GUARD;
+    emu_role ro;
+    if (!s || !site || !q || !x || !r)
+        return fail(EMU_EINVAL, "session quantize", "",
+                    "no session, site, scaled tensor, data or rounding");
+    if (parse_role(role, &ro))
+        return -1;
+    /* x, read only, as a binary32 tensor of the scaled tensor's shape */
+    emu_tensor t;
+    memset(&t, 0, sizeof t);
+    snprintf(t.name, sizeof t.name, "%s", site);
+    t.role = ro;
+    t.fmt = s->binary32;
+    t.ndim = q->q.ndim;
+    for (int d = 0; d < q->q.ndim; d++)
+        t.shape[d] = q->q.shape[d];
+    t.n = q->q.n;
+    t.data = (float *)x;
+    emu_quant_opts o = { .tensor_scale = tensor_scale };
+    emu_quant_counts c;
+    memset(&c, 0, sizeof c);
+    if (emu_t_quantize_scaled(&s->ctx, site, &q->q, &t, &o, &c, &r->rnd))
+        return ctx_failed(s);
+    q->done = true;
+    put_qcounts(counts, &c);
+    return 0;
+}
+
 static int check_done(const emu_ffi_quant *q, const void *out, size_t n,
                       size_t need)
 {

@@ -473,6 +473,30 @@ class Session:
                 ptr(srcs[1]) if srcs[1] is not None else None))
         return result
 
+    def quantize(self, site, x, spec, mode="rne", role="activation", *,
+                 axis=-1, tensor_scale=0.0, counts=False, return_codes=False,
+                 saturate=None, tininess="after", profile="ieee"):
+        """emu.quantize as an op of the session (emu_t_quantize_scaled):
+        x quantized into the block-scaled spec along `axis` and returned
+        dequantized (x's type; float64 exact), counted at `site` under
+        `role` as `emu train`'s scaled presets count their GEMM operands
+        (`fc1.q.x`: kind quantize, the spec's name in the format column;
+        the elements' inexact, underflow, overflow ..., the histograms of
+        x, of the values and of the block scales, MPFR samples at the
+        session's ref_rate).  Stochastic words come from the session's
+        seed and op index, as for every session op.  counts=True adds the
+        totals of emu.quantize (without per_block), return_codes=True its
+        codes."""
+        r = _rounding(mode, saturate, tininess, profile)
+
+        def run(h, x32, cb, bb):
+            with self._lock:
+                check(lib.emu_ffi_session_quantize(
+                    self._handle(), enc(site), enc(role), h, ptr(x32), r._h,
+                    float(tensor_scale), ptr(cb) if cb is not None else None))
+        return _quantize("emu.Session.quantize", x, spec, axis, counts,
+                         return_codes, False, run)
+
     def begin_step(self, step):
         """Starts measuring step `step`: the step statistics restart, the
         rows of the step that ended are kept for ops_steps.csv."""
@@ -583,6 +607,18 @@ def scaled_presets():
     return _lib.null_terminated(lib.emu_scaled_preset_names())
 
 
+def scaled_spec(spec):
+    """The canonical keys of a block-scaled spec (a preset name or keys),
+    as emu.policy() writes them."""
+    shp = (ctypes.c_size_t * 2)(64, 64)
+    h = ctypes.c_void_p()
+    check(lib.emu_ffi_quant_new(enc(spec), 2, shp, -1, ctypes.byref(h)))
+    try:
+        return _lib.get_str(lib.emu_ffi_quant_spec, h)
+    finally:
+        lib.emu_ffi_quant_free(h)
+
+
 def quantize(x, spec, mode="rne", *, seed=0, axis=-1, counts=False,
              return_codes=False, tensor_scale=0.0, stream=0):
     """Block-scaled quantization (emu_scaled_quantize) of x, returned
@@ -609,6 +645,19 @@ def quantize(x, spec, mode="rne", *, seed=0, axis=-1, counts=False,
     layout: element codes, scale codes, g), "spec" (canonical), and
     "bits_per_element".  The return value is y, or a tuple (y, counts?,
     codes?) in that order."""
+    def run(h, x32, cb, bb):
+        check(lib.emu_ffi_quant_run(h, ptr(x32), enc(mode), int(seed),
+                                    int(stream), float(tensor_scale),
+                                    ptr(cb) if cb is not None else None,
+                                    ptr(bb) if bb is not None else None))
+    return _quantize("emu.quantize", x, spec, axis, counts, return_codes,
+                     True, run)
+
+
+def _quantize(who, x, spec, axis, counts, return_codes, per_block, run):
+    """The quantizations' common part: x (binary32, through the library
+    for float64) into a scaled tensor of spec by run(handle, x32, counts
+    buffer, per-block buffer), then the values, counts and codes."""
     w = as_input(x)
     arr = w.arr
     f64 = arr.dtype == np.float64
@@ -622,10 +671,10 @@ def quantize(x, spec, mode="rne", *, seed=0, axis=-1, counts=False,
         x32 = arr
     shape = w.shape if len(w.shape) else (1,)
     if not 1 <= len(shape) <= 4:
-        raise ValueError("emu.quantize: x has %d dimensions; 1 to 4 are "
-                         "supported" % len(shape))
+        raise ValueError("%s: x has %d dimensions; 1 to 4 are "
+                         "supported" % (who, len(shape)))
     if x32.size == 0:
-        raise ValueError("emu.quantize: x is empty")
+        raise ValueError("%s: x is empty" % who)
     shp = (ctypes.c_size_t * len(shape))(*shape)
     h = ctypes.c_void_p()
     check(lib.emu_ffi_quant_new(enc(spec), len(shape), shp, int(axis),
@@ -633,11 +682,9 @@ def quantize(x, spec, mode="rne", *, seed=0, axis=-1, counts=False,
     try:
         nb = lib.emu_ffi_quant_nblocks(h)
         cb = np.zeros(len(QUANT_COUNT_NAMES)) if counts else None
-        bb = np.zeros((nb, len(QUANT_BLOCK_NAMES))) if counts else None
-        check(lib.emu_ffi_quant_run(h, ptr(x32), enc(mode), int(seed),
-                                    int(stream), float(tensor_scale),
-                                    ptr(cb) if counts else None,
-                                    ptr(bb) if counts else None))
+        bb = (np.zeros((nb, len(QUANT_BLOCK_NAMES)))
+              if counts and per_block else None)
+        run(h, x32, cb, bb)
         # The values e_i s_b g are exact in binary64; with a tensor scale
         # they may need more bits than binary32 has, so a float32 result
         # is their rounding to binary32 (nearest-even, by the library;
@@ -649,8 +696,9 @@ def quantize(x, spec, mode="rne", *, seed=0, axis=-1, counts=False,
         if counts:
             d = {k: (int(v) if k not in ("err_sq", "ref_sq", "err_max") else
                      float(v)) for k, v in zip(QUANT_COUNT_NAMES, cb)}
-            d["per_block"] = {k: bb[:, i].copy()
-                           for i, k in enumerate(QUANT_BLOCK_NAMES)}
+            if per_block:
+                d["per_block"] = {k: bb[:, i].copy()
+                                  for i, k in enumerate(QUANT_BLOCK_NAMES)}
             extra.append(d)
         if return_codes:
             el = np.empty(w.shape, dtype=np.float32)

@@ -155,6 +155,27 @@ def _short(name):
     return head + "." + last if head else last
 
 
+def _preset_form(spec):
+    """A block-scaled spec's canonical keys (as a policy dict holds them)
+    written as the preset they are, or the nearest preset with the same
+    element format and the keys that differ ("nvfp4,block=16x16"), so
+    that the format column of the quantize sites reads as emu train's
+    (`nvfp4`, `nvfp4+`); the keys themselves if no preset is near."""
+    kv = dict(x.split("=", 1) for x in spec.split(","))
+    best = None
+    for name in _core.scaled_presets():
+        pk = dict(x.split("=", 1) for x in _core.scaled_spec(name).split(","))
+        if set(pk) != set(kv) or pk.get("elem") != kv.get("elem"):
+            continue
+        diff = [k for k in kv if kv[k] != pk[k]]
+        if best is None or len(diff) < len(best[1]):
+            best = (name, diff)
+    if best is None:
+        return spec
+    form = ",".join([best[0]] + ["%s=%s" % (k, kv[k]) for k in best[1]])
+    return form if _core.scaled_spec(form) == spec else spec
+
+
 def _opname(func):
     return func.overloadpacket.__name__
 
@@ -169,11 +190,14 @@ class _Ctx:
     module is exempt, and for a backward node the parameters its outputs
     feed: {output index: (param name, param)}."""
 
-    __slots__ = ("phase", "path", "exempt", "bound")
+    __slots__ = ("phase", "path", "exempt", "bound", "grads")
 
-    def __init__(self, phase, path, exempt=False, bound=None):
+    def __init__(self, phase, path, exempt=False, bound=None, grads=None):
         self.phase, self.path, self.exempt = phase, path, exempt
         self.bound = bound or {}
+        # addresses of the gradients flowing into a backward node: a
+        # backward GEMM's operand among them is dY (emu train's q.dy)
+        self.grads = grads
 
 
 _VIEW_NODES = ("TBackward", "ViewBackward", "ReshapeAliasBackward",
@@ -213,19 +237,25 @@ class Emulate(TorchDispatchMode):
         ex = pol.get("exempt_precision", {"format": "binary32", "mode": "rne"})
         self._exempt_fmt = ex["format"]
         m = pol.get("master", pol.get("weight"))
-        mfmt = m["format"] if pol.get("use_master", False) else self._roles["weight"][0]
+        # without master weights the weights themselves are updated (in
+        # their own, or an exempt layer's, format), as in emu train, where
+        # those sites' role is weight
+        self._use_master = bool(pol.get("use_master", False))
+        mfmt = m["format"] if self._use_master else self._roles["weight"][0]
         mmode = "sr" if pol.get("update") == "sr" else m.get("mode", "rne")
         self._roles["master"] = (mfmt, mmode)
         self._roles["other"] = ("binary32", "rne")
         for f, _ in self._roles.values():
             _core.format(f)
         q = pol.get("gemm_operands", {})
-        self._q = {r: (q[r]["format"], q[r].get("mode", "rne"))
+        # role -> (spec, element mode, whether it has a tensor scale)
+        self._q = {r: (_preset_form(q[r]["format"]), q[r].get("mode", "rne"),
+                       "tensor=yes" in q[r]["format"])
                    for r in ("weight", "activation", "act_grad")
                    if r in q and q[r].get("format", "none") != "none"}
         # a tensor scale multiplies some GEMM's product (NVFP4): a
         # convolution's bias is then added apart, as emu train does
-        self._tensor_scaled = any("tensor=yes" in f for f, _ in self._q.values())
+        self._tensor_scaled = any(t for _, _, t in self._q.values())
         self._exempt_which = set(str(pol.get("exempt", "none")).split("+")) - {"none"}
         self.unhandled = {}
         self.passthrough = {}
@@ -240,7 +270,6 @@ class Emulate(TorchDispatchMode):
                                    threads=self.threads, hist=self.hist,
                                    swamp=self.swamp)
         self._active = True
-        self._qcount = 0
         self._names = {}        # id(module) -> path
         self._exempt_mods = set()
         self._params = {}       # data_ptr -> (name, param, exempt)
@@ -355,8 +384,8 @@ class Emulate(TorchDispatchMode):
         name, p, exempt = rec
         if not _is_f32(p) or not p.is_contiguous() or p.numel() == 0:
             return
-        role = "master" if self.policy.get("use_master", False) else "weight"
-        f, _ = self._fmt(role, exempt)
+        role = "master" if self._use_master else "weight"
+        f, _ = self._fmt("master", exempt)
         with torch.no_grad():
             self._sess.round(name + ".init", p.detach(), f, "rne", role,
                          out=p.detach(), kind="load")
@@ -413,8 +442,10 @@ class Emulate(TorchDispatchMode):
     def _hook_node(self, n, ctx, path=None, exempt=False):
         def pre(grad_outputs):
             if self._active:
-                c = ctx if ctx is not None else _Ctx("bwd", path, exempt,
-                                                     self._bound(n))
+                c = ctx if ctx is not None else _Ctx(
+                    "bwd", path, exempt, self._bound(n),
+                    {g.data_ptr() for g in grad_outputs
+                     if isinstance(g, torch.Tensor)})
                 self._node = c
             return None
 
@@ -459,6 +490,8 @@ class Emulate(TorchDispatchMode):
     # ---- formats, sites, roundings -----------------------------------------------------
 
     def _fmt(self, role, exempt):
+        if role == "master" and not self._use_master:
+            return self._fmt("weight", exempt)[0], self._roles["master"][1]
         f, m = self._roles[role]
         if exempt and role in ("weight", "activation", "act_grad", "weight_grad"):
             f = self._exempt_fmt
@@ -470,6 +503,8 @@ class Emulate(TorchDispatchMode):
         characters); a new contiguous tensor, or t itself rounded in place
         if `inplace` (t contiguous, and no other tensor's values)."""
         f, m = self._fmt(role, exempt)
+        if role == "master" and not self._use_master:
+            role = "weight"
         d = t.detach()
         r = self._sess.round(site, d, f, m, role, out=d if inplace else None,
                              kind=kind[:23] if kind else None)
@@ -501,6 +536,8 @@ class Emulate(TorchDispatchMode):
         if rec is None:
             return a
         name, p, exempt = rec
+        if not self._use_master:
+            return a  # kept in its format by .init and the updates: no cast
         if not p.is_contiguous() or a.storage_offset() != p.storage_offset():
             return a
         c = self._casts.get(p.data_ptr())
@@ -519,20 +556,25 @@ class Emulate(TorchDispatchMode):
         is rounded once, counted at `site`, and remembered by address and
         version so that the backward pass reads the same rounded copy."""
         s = self._substitute(a, None)
-        if s is not a:
+        if s is not a or a.data_ptr() in self._params:
             return s
         key = a.data_ptr()
         hit = self._inputs.get(key)
         if hit is not None and hit[0] == a._version and hit[1] == tuple(a.shape):
             return hit[2]
         f, m = self._fmt(role, exempt)
-        if f == "binary32" or not new or self._in_format(a, f):
+        if not new:
             return a
-        _, cnt = _core.round(a.detach().contiguous(), f, m, counts=True)
-        if cnt.inexact == 0 and cnt.nan == 0:
-            return a
-        if a.grad_fn is None:  # a leaf that is no parameter: model input
+        if a.grad_fn is None:
+            # a leaf that is no parameter, a model input: always loaded
+            # (and counted) once per version, as emu train loads its batch
             site = "input"
+        else:
+            if f == "binary32" or self._in_format(a, f):
+                return a
+            _, cnt = _core.round(a.detach().contiguous(), f, m, counts=True)
+            if cnt.inexact == 0 and cnt.nan == 0:
+                return a
         q = self._round(site, a, role, exempt, "load")
         if len(self._inputs) > 64:
             self._inputs.clear()

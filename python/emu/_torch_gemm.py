@@ -32,6 +32,9 @@ def _mat(t):
     return t.contiguous(), False
 
 
+_QROLE = {"x": "activation", "w": "weight", "dy": "act_grad"}
+
+
 class _G:
     """One GEMM-like op's rounding and counting."""
 
@@ -39,24 +42,41 @@ class _G:
         self.em, self.ctx = em, ctx
         self.base = ctx.path + "." if ctx.path else ""
 
-    def q(self, t, role, axis):
+    def qsite(self, which, out_role):
+        """emu train's site of a GEMM operand's quantization: q.x, q.w
+        forward; q.dy.dw, q.x.dw for the weight gradient; q.dy, q.w.dx
+        for the input gradient."""
+        if out_role == "weight_grad":
+            tag = which + ".dw"
+        elif self.ctx.phase == "bwd" and which != "dy":
+            tag = which + ".dx"
+        else:
+            tag = which
+        return self.base + "q." + tag
+
+    def q(self, t, which, axis, out_role):
         """The policy's block-scaled quantization of a GEMM operand along
-        its reduction axis (gemm_operands), as (values, g): the operand is
-        values * g, g the binary32 tensor scale of a spec with tensor=yes
-        (NVFP4), else 1.  values (element times block scale) are binary32
-        numbers, e * s * g may not be, so g goes into the GEMM's alpha,
-        which scales each dot product without error.  Not counted at a
-        site: the session has no counted block quantization yet."""
+        its reduction axis (gemm_operands), as (values, g): which is "x"
+        (an activation), "w" (a weight) or "dy" (an activation gradient),
+        out_role the GEMM's output role.  The operand is values * g, g the
+        binary32 tensor scale of a spec with tensor=yes (NVFP4), else 1.
+        values (element times block scale) are binary32 numbers, e * s * g
+        may not be, so g goes into the GEMM's alpha, which scales each dot
+        product without error.  Counted at qsite() by Session.quantize, as
+        emu train counts its scaled operands; an exempt layer's operands
+        are not quantized (emu train's rule)."""
+        role = _QROLE[which]
         spec = self.em._q.get(role)
-        if spec is None:
+        if spec is None or self.ctx.exempt:
             return t, 1.0
-        self.em._qcount += 1
-        kw = dict(seed=self.em.seed, stream=self.em._qcount, axis=axis)
-        if "tensor=yes" not in spec[0]:
-            return _core.quantize(t.detach().contiguous(), spec[0], spec[1],
-                                  **kw), 1.0
-        y, codes = _core.quantize(t.detach().double().contiguous(), spec[0],
-                                  spec[1], return_codes=True, **kw)
+        site = self.qsite(which, out_role)
+        sess = self.em._sess
+        if not spec[2]:
+            return sess.quantize(site, t.detach().contiguous(), spec[0],
+                                 spec[1], role, axis=axis), 1.0
+        y, codes = sess.quantize(site, t.detach().double().contiguous(),
+                                 spec[0], spec[1], role, axis=axis,
+                                 return_codes=True)
         g = float(codes["tensor_scale"])
         # e * s * g is exact in binary64 and e * s a binary32 number, so
         # the quotient is exact
@@ -64,13 +84,14 @@ class _G:
 
     def matmul(self, site, a, b, role, ra, rb, alpha=1.0, init=None):
         """op = a @ b (2-d), rounded into role's format at site; ra, rb
-        the operands' roles for the block-scaled quantization.  init: None
+        what the operands are ("x", "w", "dy") for the block-scaled
+        quantization.  init: None
         or a row (n,) added inside the accumulation (each accumulator
         starts at it: a convolution's bias, as emu_t_conv2d adds it) when
         no tensor scale multiplies the product; returns (result, whether
         init was added)."""
-        a, ga = self.q(a, ra, 1)
-        b, gb = self.q(b, rb, 0)
+        a, ga = self.q(a, ra, 1, role)
+        b, gb = self.q(b, rb, 0, role)
         alpha = alpha * ga * gb
         f, m = self.em._fmt(role, self.ctx.exempt)
         a, ta = _mat(a)
@@ -150,8 +171,14 @@ def run(em, name, func, args, kwargs, ctx):
         return g.operand(base + "xq", t, "activation", not bwd)
 
     def oprole(t):
-        return "weight" if t.data_ptr() in em._params else (
-            "act_grad" if bwd else "activation")
+        # what a GEMM operand is, for its quantization: a parameter is a
+        # weight, in a backward node a gradient flowing in is dY, other
+        # tensors are activations (a node without hooks: its gradient)
+        if t.data_ptr() in em._params:
+            return "w"
+        if bwd and (ctx.grads is None or t.data_ptr() in ctx.grads):
+            return "dy"
+        return "x"
 
     if name in ("mm", "bmm", "addmm", "baddbmm"):
         if name in ("addmm", "baddbmm"):
@@ -171,7 +198,7 @@ def run(em, name, func, args, kwargs, ctx):
         if fast:
             sc = 1.0
             if em._q and a2.dim() == 2:
-                (a2, ga), (b2, gb) = g.q(a2, ra, 1), g.q(b2, rb, 0)
+                (a2, ga), (b2, gb) = g.q(a2, ra, 1, role), g.q(b2, rb, 0, role)
                 sc = ga * gb
             if bias is not None:
                 out = func(bias, a2, b2, beta=beta, alpha=alpha * sc)
@@ -205,7 +232,8 @@ def run(em, name, func, args, kwargs, ctx):
                          "computed by torch's kernel, output rounded")
             sc = 1.0
             if em._q:
-                (x2, gx), (w2, gw_) = g.q(x2, "activation", 1), g.q(w2, "weight", 1)
+                (x2, gx), (w2, gw_) = (g.q(x2, "x", 1, out_role),
+                                       g.q(w2, "w", 1, out_role))
                 sc = gx * gw_
             if sc == 1.0:
                 out = func(x2, w2, bias, stride, padding, dilation, transposed,
@@ -217,7 +245,7 @@ def run(em, name, func, args, kwargs, ctx):
                     out = out + bias.view(1, -1, *([1] * (out.dim() - 2)))
             return g.round(site, out, out_role, "conv2d")
         y, folded = g.conv2d(site, x2, w2, stride, padding, dilation, groups,
-                             out_role, "activation", "weight", bias)
+                             out_role, "x", "w", bias)
         if bias is not None and not folded:
             y = g.round(base + "bias", y + bias.view(1, -1, 1, 1), out_role,
                         "add_bias")
@@ -261,7 +289,7 @@ def run(em, name, func, args, kwargs, ctx):
             a = cols[:, gi_ * k:(gi_ + 1) * k, :].permute(0, 2, 1).reshape(n * ho * wo, k)
             dy = go[:, gi_ * cog:(gi_ + 1) * cog].permute(0, 2, 3, 1).reshape(n * ho * wo, cog)
             parts.append(g.matmul(base + "dweight", dy.t(), a, wg_role,
-                                  "act_grad", "activation")[0])
+                                  "dy", "x")[0])
         gw = (parts[0] if groups == 1 else torch.cat(parts, 0)).reshape(co, cg, kh, kw)
     if mask[0]:
         z = go
@@ -278,6 +306,6 @@ def run(em, name, func, args, kwargs, ctx):
         wt = torch.cat([w2[i * cog:(i + 1) * cog].transpose(0, 1).flip(2, 3)
                         for i in range(groups)], 0)
         gi = g.conv2d(base + "dinput", z, wt, (1, 1), (0, 0), dilation, groups,
-                      "act_grad", "act_grad", "weight")[0]
+                      "act_grad", "dy", "w")[0]
         assert gi.shape == x.shape, (gi.shape, x.shape)
     return gi, gw, gb

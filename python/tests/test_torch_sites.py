@@ -52,12 +52,12 @@ def mlp():
         ("fc3", nn.Linear(128, 10))]))
 
 
-def _train_emulated(model, out, steps=3, batch=64):
+def _train_emulated(model, out, steps=3, batch=64, policy="fp16-mpt"):
     torch.manual_seed(0)
     x = torch.rand(batch, 1, 28, 28)
     y = torch.randint(0, 10, (batch,))
     opt = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
-    with et.emulate("fp16-mpt", out) as em:
+    with et.emulate(policy, out) as em:
         for _ in range(steps):
             # emu train writes each step's gradients afresh: no
             # accumulation into .grad
@@ -69,8 +69,8 @@ def _train_emulated(model, out, steps=3, batch=64):
     return emu.read_results(out)["ops"]
 
 
-def _train_cli(cli, arch, out):
-    subprocess.run([cli, "train", "--preset", "fp16-mpt", "--model", arch,
+def _train_cli(cli, arch, out, policy="fp16-mpt"):
+    subprocess.run([cli, "train", "--preset", policy, "--model", arch,
                     "--steps", "3", "--batch", "64", "--train-examples", "640",
                     "--test-examples", "64", "--out", str(out), "--quiet"],
                    check=True)
@@ -110,3 +110,33 @@ def test_emulate_sites_equal_emu_train(emu_cli, tmp_path, arch, make):
     assert ek[("loss", "other")] == "nll_loss"
     if arch == "cnn":
         assert ek[("conv2.dinput", "act_grad")] == "matmul"
+
+
+@pytest.mark.parametrize("policy", ["mxfp8", "nvfp4"])
+def test_scaled_operands_counted_at_emu_train_sites(emu_cli, tmp_path, policy):
+    # the block-scaled GEMM operands: q.x, q.w forward, q.dy.dw, q.x.dw
+    # for the weight gradient, q.dy, q.w.dx for the input gradient (none
+    # for conv1, whose input needs no gradient), kind quantize, the
+    # scaled format's name in the format column, as emu train writes them
+    tops = _train_cli(emu_cli, "cnn", tmp_path / "train", policy)
+    eops = _train_emulated(cnn(), tmp_path / "emulate", policy=policy)
+    def q(ops):
+        m = ops["site"].str.contains(r"\.q\.")
+        return {(s, r, k, f) for s, r, k, f in
+                zip(ops["site"][m], ops["role"][m], ops["kind"][m], ops["format"][m])}
+    want = q(tops)
+    assert len(want) == 4 + 4 * 6  # conv1: no input gradient
+    assert q(eops) == want
+    # and every other site as with fp16-mpt (nvfp4: a convolution's bias
+    # apart at <layer>.bias, as emu train adds it under a tensor scale,
+    # its gradient at dweight.dbias where emu train splits it in two)
+    train, emulated = _pairs(tops), _pairs(eops)
+    missing = {p for p in train if p[0].endswith(TRAIN_ONLY)}
+    if policy == "nvfp4":
+        missing |= {p for p in train if p[0].endswith((".dbias.space",))}
+        missing |= {p for p in train if p[0].startswith("conv")
+                    and p[0].endswith(".dbias")}
+        emulated = {p for p in emulated if not (p[0].startswith("conv")
+                    and p[0].endswith(".dweight.dbias"))}
+    assert emulated - EMULATE_ONLY == train - missing, (
+        sorted(emulated - EMULATE_ONLY - train), sorted(train - missing - emulated))

@@ -263,6 +263,20 @@ int emu_ffi_quant_run(emu_ffi_quant *q, const float *x, const char *mode,
                       uint64_t seed, uint64_t stream, double tensor_scale,
                       double *counts, double *blocks);
 
+/* The same quantization as an op of session s (emu_t_quantize_scaled):
+ * counted at `site` for `role` (kind "quantize", the scaled format's name
+ * in the format column; the elements' counters, the histograms of x and
+ * of the values, the block scales' histogram, MPFR samples at the
+ * session's ref_rate), the elements rounded under r's mode (stochastic
+ * words from the session's seed and op index, as every session op),
+ * always saturating; tensor_scale 0: current scaling, else the given g.
+ * Read the result with the functions below.  counts: NULL or
+ * emu_ffi_quant_counts_count() doubles (overwritten). */
+int emu_ffi_session_quantize(emu_ffi_session *s, const char *site,
+                             const char *role, emu_ffi_quant *q,
+                             const float *x, const emu_ffi_rounding *r,
+                             double tensor_scale, double *counts);
+
 /* The quantized tensor: values e_i s_b(i) g (as binary64: exact; as
  * binary32: those rounded to nearest-even binary32, exact unless a tensor
  * scale gives a value more bits than binary32 has), the element
