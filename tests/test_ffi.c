@@ -517,6 +517,55 @@ START_TEST(quantization)
                   emu_scaled_bits_per_element(&sf));
         ck_assert_int_eq(emu_ffi_quant_run(q, x, "bad", 4, 0, 0, NULL, NULL), -1);
         ck_assert_str_eq(emu_ffi_error_key(), "mode");
+
+        /* as a session op: emu_t_quantize_scaled in a context of the same
+         * seed (op 0: stream 0), the same elements and counts, and the
+         * site of emu train's scaled operands */
+        emu_ffi_session *s = NULL;
+        ck_assert_int_eq(emu_ffi_session_new(4, 0.0, 1, &s), 0);
+        emu_ffi_rounding *sr = rnd_new("sr", -1);
+        double *c2 = calloc(emu_ffi_quant_counts_count(), sizeof *c2);
+        ck_assert_int_eq(emu_ffi_session_quantize(s, "fc1.q.x", "activation",
+                                                  q, x, sr, 0.0, c2), 0);
+        emu_stats st;
+        emu_stats_init(&st);
+        emu_ctx ctx;
+        emu_ctx_init(&ctx, 4);
+        ctx.stats = &st;
+        emu_tensor tx;
+        ck_assert_int_eq(emu_tensor_alloc4(&tx, "x", EMU_ROLE_ACTIVATION,
+                                           test_format("binary32"), R, C, 0,
+                                           0, NULL), 0);
+        memcpy(tx.data, x, sizeof x);
+        emu_rounding rs = { .mode = EMU_RS, .sr_bits = 64 };
+        memset(&qc, 0, sizeof qc);
+        ck_assert_int_eq(emu_t_quantize_scaled(&ctx, "fc1.q.x", &t, &tx, NULL,
+                                               &qc, &rs), 0);
+        ck_assert_int_eq(emu_ffi_quant_elements(q, el, R * C), 0);
+        ck_assert(!memcmp(el, t.elem, sizeof el));
+        ck_assert(c2[0] == (double)qc.n && c2[4] == (double)qc.inexact);
+        char str[64];
+        ck_assert_int_eq(emu_ffi_session_site_str(s, 0, "kind", str, sizeof str), 0);
+        ck_assert_str_eq(str, "quantize");
+        ck_assert_int_eq(emu_ffi_session_site_str(s, 0, "role", str, sizeof str), 0);
+        ck_assert_str_eq(str, "activation");
+        double a1 = -1, a2 = -2;
+        ck_assert_int_eq(emu_ffi_session_counters(s, 0, 0, c2, 1), -1);
+        ck_assert_int_eq(emu_stats_counter(emu_stats_site_at(&st, 0), EMU_SPAN_TOTAL,
+                                           "inexact", &a1), 0);
+        size_t nc = emu_stats_counter_count();
+        double *all = calloc(nc, sizeof *all);
+        ck_assert_int_eq(emu_ffi_session_counters(s, 0, 0, all, nc), 0);
+        for (size_t i = 0; i < nc; i++)
+            if (!strcmp(emu_stats_counter_name(i), "inexact"))
+                a2 = all[i];
+        ck_assert(a1 == a2);
+        free(all);
+        free(c2);
+        emu_tensor_free(&tx);
+        emu_stats_free(&st);
+        emu_ffi_rounding_free(sr);
+        emu_ffi_session_free(s);
         free(p1);
         free(p2);
         free(sc);
