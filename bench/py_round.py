@@ -15,7 +15,12 @@ thread, the library's array rounding is single-threaded):
   bench_round  build/bench/bench_round's figure for the same format and
                mode (its own data of the same shape, with counts), if the
                program is there (--bench-round PATH, or skip with "");
-  torch        t.half() / t.bfloat16() (binary16 / bfloat16, rne only).
+  torch        t.half() / t.bfloat16() (binary16 / bfloat16, rne only);
+  session      Session.round(site, t, fmt, mode, out=o): the counted op
+               through the choke point, every measurement on (counters,
+               histograms; ref_rate 0);
+  sess_nohist  the same, Session(hist=False): counters only;
+  sess_none    the same, nothing measured (counts=hist=swamp=False).
 Data as bench_round's: log2|x| normal (mean -12, sd 8), random signs, 5%
 exact zeros.  Best of --reps repetitions, wall clock (--cpu: the
 process's CPU clock, for a machine shared with others).
@@ -113,10 +118,16 @@ def main():
                     "bfloat16": torch.Tensor.bfloat16}.get(fname)
             if cast is not None and mode == "rne":
                 row["torch"] = n / best(lambda: cast(t), a.reps, clock) / 1e6
+            for key, kw in (("session", {}), ("sess_nohist", {"hist": False}),
+                            ("sess_none", {"counts": False, "hist": False,
+                                           "swamp": False})):
+                with emu.Session(seed=1, **kw) as s:
+                    row[key] = n / best(lambda: s.round("x", t, f, mode, out=o),
+                                        a.reps, clock) / 1e6
             row["py_out_pct_of_c"] = 100 * row["py_out"] / row["c_ffi"]
             rows.append(row)
     cols = ["format", "mode", "c_ffi", "py_out", "py_alloc", "bench_round",
-            "torch", "py_out_pct_of_c"]
+            "torch", "py_out_pct_of_c", "session", "sess_nohist", "sess_none"]
     if a.csv:
         w = csv.DictWriter(sys.stdout, fieldnames=cols)
         w.writeheader()
@@ -128,13 +139,14 @@ def main():
           "(best of %d, %s clock, 1 thread; kernels: %s)" % (
               a.log2n, a.reps, "CPU" if a.cpu else "wall",
               os.environ.get("EMU_ISA", "best available")))
-    print("%-9s %-5s %9s %9s %9s %11s %9s %10s" % (
+    print("%-9s %-5s %9s %9s %9s %11s %9s %10s %9s %9s %9s" % (
         "format", "mode", "C (FFI)", "py out=", "py alloc", "bench_round",
-        "torch", "py/C %"))
+        "torch", "py/C %", "session", "no hist", "unmeasrd"))
     for r in rows:
-        print("%-9s %-5s %9.0f %9.0f %9.0f %11.0f %9.0f %9.1f%%" % (
+        print("%-9s %-5s %9.0f %9.0f %9.0f %11.0f %9.0f %9.1f%% %9.0f %9.0f %9.0f" % (
             r["format"], r["mode"], r["c_ffi"], r["py_out"], r["py_alloc"],
-            r["bench_round"], r["torch"], r["py_out_pct_of_c"]))
+            r["bench_round"], r["torch"], r["py_out_pct_of_c"], r["session"],
+            r["sess_nohist"], r["sess_none"]))
 
 
 if __name__ == "__main__":
