@@ -746,7 +746,10 @@ int emu_ffi_session_round(emu_ffi_session *s, const char *site,
     if (strlen(kind) >= sizeof ((emu_site *)0)->kind)
         return fail(EMU_EINVAL, "session round", "kind",
                     "an op kind has at most 23 characters");
-    if (out != in && (const float *)out < in + n && in < (const float *)out + n)
+    /* addresses as integers: relational comparison of pointers into
+     * different arrays is undefined */
+    const uintptr_t o0 = (uintptr_t)out, i0 = (uintptr_t)in;
+    if (o0 != i0 && o0 < i0 + n * sizeof *in && i0 < o0 + n * sizeof *out)
         return fail(EMU_EINVAL, "session round", "out",
                     "out overlaps in without being it (in place: out == in)");
     if (parse_role(role, &ro))
