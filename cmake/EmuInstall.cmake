@@ -103,3 +103,29 @@ install(FILES ${PROJECT_BINARY_DIR}/libemuConfig.cmake
 # testbenches: <prefix>/share/emu/emu_dpi.sv.
 install(FILES ${PROJECT_SOURCE_DIR}/libemu/dpi/emu_dpi.sv
         DESTINATION ${CMAKE_INSTALL_DATADIR}/emu)
+
+# The Python package (python/emu) into <prefix>/lib/python3/dist-packages,
+# which Debian's python3 searches for /usr and /usr/local prefixes
+# (another prefix: add the folder to PYTHONPATH).  emu/_install.py
+# records where the shared library lies, relative to the package, so
+# that an installed `import emu` loads the installed libemu.so (and a
+# moved or DESTDIR tree stays consistent).
+set(EMU_INSTALL_PYTHONDIR lib/python3/dist-packages
+    CACHE STRING "Where the Python package emu is installed, relative to the prefix")
+file(RELATIVE_PATH EMU_PY_TO_LIB
+     /prefix/${EMU_INSTALL_PYTHONDIR}/emu /prefix/${CMAKE_INSTALL_LIBDIR})
+file(GENERATE OUTPUT ${PROJECT_BINARY_DIR}/python/emu/_install.py
+     CONTENT "# Written by cmake --install: where the installed libemu.so lies.
+import os
+
+LIBRARY = os.path.normpath(os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), \"${EMU_PY_TO_LIB}\",
+    \"libemu.so.${PROJECT_VERSION_MAJOR}\"))
+")
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/emu
+        DESTINATION ${EMU_INSTALL_PYTHONDIR}
+        FILES_MATCHING PATTERN "*.py"
+        PATTERN "__pycache__" EXCLUDE
+        PATTERN "_install.py" EXCLUDE)
+install(FILES ${PROJECT_BINARY_DIR}/python/emu/_install.py
+        DESTINATION ${EMU_INSTALL_PYTHONDIR}/emu)

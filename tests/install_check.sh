@@ -5,7 +5,8 @@
 # build, and checks the outputs; builds a small program on the opt-in
 # MPFR headers (emu/extend.h, emu/ref.h) with `pkg-config libemu mpfr`,
 # and each examples/library/*.c with the pkg-config line its comment gives,
-# and runs it.  Exits non-zero on any failure.
+# and runs it; imports the installed Python package with Debian's python3
+# and rounds an array.  Exits non-zero on any failure.
 #
 # Usage: tests/install_check.sh [build-dir]     (default: build)
 # Needs cmake, a C compiler, make and pkg-config.
@@ -136,5 +137,28 @@ grep -q "^e4m3: p = 4, emin = -6, emax = 8, max = 448," "$tmp/out.pc" ||
 grep -q "^rne(500) = nan" "$tmp/out.pc" || fail "e4m3 overflow is not NaN"
 grep -q "^rne(300) = 288 " "$tmp/out.pc" || fail "rne(300) in e4m3 is not 288"
 
-echo "install_check: OK ($prefix: pkg-config shared+static, find_package shared+static, examples/library)"
+# 5. The Python package: the installed emu loads the installed libemu.so
+#    (not the build tree's, not EMU_LIBRARY) and rounds an array.
+pkg=$(find "$prefix" -path '*/emu/_install.py' | head -n 1)
+[ -n "$pkg" ] || fail "the Python package (emu/_install.py) is not installed"
+pydir=$(dirname "$(dirname "$pkg")")
+for f in __init__.py _lib.py _core.py _arrays.py; do
+    [ -f "$pydir/emu/$f" ] || fail "not installed: emu/$f"
+done
+(cd "$tmp" && env -u EMU_LIBRARY PYTHONPATH="$pydir" /usr/bin/python3 - "$libdir" <<'EOT'
+import os, sys
+import numpy as np
+import emu
+libdir = os.path.realpath(sys.argv[1])
+assert os.path.realpath(emu.LIBRARY_PATH).startswith(libdir + os.sep), \
+    "loaded %s, not the installed library in %s" % (emu.LIBRARY_PATH, libdir)
+y = emu.round(np.array([300.0, 500.0, 0.1], dtype=np.float32), "e4m3")
+assert y[0] == 288.0 and np.isnan(y[1]) and y[2] == 0.1015625, y
+print("python: emu %s (API %d) from %s: e4m3 rne(300) = %g"
+      % (emu.__version__, emu.api_version(), emu.LIBRARY_PATH, y[0]))
+EOT
+) >"$tmp/py.log" 2>&1 || { cat "$tmp/py.log" >&2; fail "the installed Python package"; }
+
+echo "install_check: OK ($prefix: pkg-config shared+static, find_package shared+static, examples/library, python)"
+sed 's/^/  /' "$tmp/py.log"
 sed 's/^/  /' "$tmp/out.pc"

@@ -15,6 +15,7 @@
 #include "emu/data.h"
 #include "emu/dpi.h"
 #include "emu/error.h"
+#include "emu/ffi.h"
 #include "emu/format.h"
 #include "emu/nn.h"
 #include "emu/ops.h"

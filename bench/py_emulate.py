@@ -1,0 +1,140 @@
+"""emu.torch.emulate on torchvision's resnet18: one forward + backward pass
+(batch 4x3x64x64, random initialisation) in plain PyTorch binary32 and
+under emulate with a binary16 policy (fp16-mpt), with libemu's fastest
+accumulator model ("fast": binary32 sgemm on the rounded operands) and
+with accum="torch" (PyTorch's own kernels on the rounded operands), and
+with the fast model without histograms (hist=False), in one run; then
+where one emulated pass spends its time, with and without histograms.
+
+    EMU_LIBRARY=build/libemu/libemu.so PYTHONPATH=python \
+        /usr/bin/python3 bench/py_emulate.py [--repeat N] [--policy P] [--cpu] [--profile]
+
+emulate runs PyTorch's own kernels on one thread (so that its results do
+not depend on the thread count); the plain pass is timed on one thread
+too (the fair ratio) and on torch's default thread count."""
+
+import argparse
+import cProfile
+import io
+import pstats
+import tempfile
+import time
+
+import torch
+import torchvision
+
+import emu.torch as et
+
+
+def step(model, x, labels):
+    model.zero_grad(set_to_none=True)
+    loss = torch.nn.functional.cross_entropy(model(x), labels)
+    loss.backward()
+    return loss
+
+
+CLOCK = time.perf_counter
+
+
+def best(fn, repeat):
+    ts = []
+    for _ in range(repeat):
+        t0 = CLOCK()
+        fn()
+        ts.append(CLOCK() - t0)
+    return min(ts)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--policy", default="fp16-mpt")
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--size", type=int, default=64)
+    ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--cpu", action="store_true",
+                    help="time by the process's CPU clock (a busy machine "
+                    "disturbs it far less than the wall clock; every "
+                    "emulated pass runs on one thread)")
+    a = ap.parse_args()
+    global CLOCK
+    if a.cpu:
+        CLOCK = time.process_time
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(weights=None, num_classes=10)
+    x = torch.randn(a.batch, 3, a.size, a.size)
+    labels = torch.arange(a.batch) % 10
+    nthreads = torch.get_num_threads()
+    step(model, x, labels)  # warm-up
+
+    def emulated(accum, hist=True):
+        def run():
+            with et.emulate(a.policy, accum=accum, hist=hist):
+                step(model, x, labels)
+        return run
+
+    rows = []
+    torch.set_num_threads(1)
+    t_plain1 = best(lambda: step(model, x, labels), a.repeat)
+    torch.set_num_threads(nthreads)
+    t_plain = best(lambda: step(model, x, labels), a.repeat)
+    rows.append(("plain PyTorch fp32, 1 thread", t_plain1))
+    if nthreads != 1 and not a.cpu:  # CPU time would sum the threads
+        rows.append(("plain PyTorch fp32, %d threads" % nthreads, t_plain))
+    for accum, hist in (("fast", True), ("torch", True), ("fast", False)):
+        emulated(accum, hist)()  # warm-up
+        rows.append(("emulate(%s, accum=%s%s)" % (a.policy, accum,
+                                                  "" if hist else ", hist=False"),
+                     best(emulated(accum, hist), a.repeat)))
+    print("resnet18 forward+backward, batch %dx3x%dx%d, best of %d (%s)"
+          % (a.batch, a.size, a.size, a.repeat,
+             "CPU time" if a.cpu else "wall time"))
+    for name, t in rows:
+        print("  %-52s %8.1f ms   %5.2fx plain (1 thread)"
+              % (name, 1e3 * t, t / t_plain1))
+    # where the time goes: the session's counted roundings and GEMMs
+    from emu import _core
+    orig = {k: getattr(_core.Session, k) for k in ("round", "matmul")}
+    for hist in (True, False):
+        spent = {k: 0.0 for k in orig}
+        elems = {k: 0 for k in orig}
+
+        def timed(key):
+            f = orig[key]
+
+            def w(self, site, *args, **kw):
+                t0 = CLOCK()
+                r = f(self, site, *args, **kw)
+                spent[key] += CLOCK() - t0
+                elems[key] += r.numel()
+                return r
+            return w
+        for k in orig:
+            setattr(_core.Session, k, timed(k))
+        t0 = CLOCK()
+        emulated("fast", hist)()
+        total = CLOCK() - t0
+        for k, f in orig.items():
+            setattr(_core.Session, k, f)
+        print("one emulate(%s, accum=fast%s) pass: %.1f ms"
+              % (a.policy, "" if hist else ", hist=False", 1e3 * total))
+        for k in spent:
+            print("  Session.%-8s %8.1f ms  %9d outputs (%.0f Melem/s)"
+                  % (k, 1e3 * spent[k], elems[k],
+                     elems[k] / max(spent[k], 1e-9) / 1e6))
+        print("  %-16s %8.1f ms" % ("the rest", 1e3 * (total - sum(spent.values()))))
+    nparam = sum(p.numel() for p in model.parameters())
+    print("  (parameters: %d, rounded at .init, cast, and their gradients "
+          "rounded, every pass)" % nparam)
+    if a.profile:
+        pr = cProfile.Profile()
+        pr.enable()
+        emulated("fast")()
+        pr.disable()
+        s = io.StringIO()
+        pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(15)
+        print(s.getvalue())
+
+
+if __name__ == "__main__":
+    main()

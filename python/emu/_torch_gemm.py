@@ -1,0 +1,311 @@
+"""The GEMM-like ATen ops of emu.torch.emulate: mm, addmm, bmm, baddbmm,
+convolution and convolution_backward, through libemu's GEMM
+(Session.matmul) with the policy's accumulator model, or through
+PyTorch's own kernel on rounded operands for accum="torch".
+
+A 2-d convolution is an im2col GEMM: rows are (image, output pixel),
+K = C_in/groups * k_h * k_w (unfold's channel-major order), one GEMM per
+group, its bias the first term of each dot product (the GEMM's
+accumulate, each accumulator starting at the bias), as emu_t_conv2d
+defines it.  Its weight gradient is one GEMM with K = batch * output pixels.
+Its input gradient is the stride-1 convolution of the output gradient,
+dilated by the stride (zeros between its values) and padded by
+dilation*(k-1) - padding, with the weight transposed and flipped: every
+input-gradient value is one dot product under the accumulator model (no
+col2im additions outside it).  Transposed and non-2-d convolutions run
+in PyTorch's kernel with their outputs rounded, and are listed in
+unhandled_ops.csv."""
+
+import torch
+import torch.nn.functional as F
+
+from . import _core
+
+
+def _mat(t):
+    """t (2-d) as (contiguous matrix, transposed flag) without a copy when
+    t is a transposed contiguous matrix."""
+    if t.is_contiguous():
+        return t, False
+    if t.t().is_contiguous():
+        return t.t(), True
+    return t.contiguous(), False
+
+
+_QROLE = {"x": "activation", "w": "weight", "dy": "act_grad"}
+
+
+class _G:
+    """One GEMM-like op's rounding and counting."""
+
+    def __init__(self, em, ctx):
+        self.em, self.ctx = em, ctx
+        self.base = ctx.path + "." if ctx.path else ""
+
+    def qsite(self, which, out_role):
+        """emu train's site of a GEMM operand's quantization: q.x, q.w
+        forward; q.dy.dw, q.x.dw for the weight gradient; q.dy, q.w.dx
+        for the input gradient."""
+        if out_role == "weight_grad":
+            tag = which + ".dw"
+        elif self.ctx.phase == "bwd" and which != "dy":
+            tag = which + ".dx"
+        else:
+            tag = which
+        return self.base + "q." + tag
+
+    def q(self, t, which, axis, out_role):
+        """The policy's block-scaled quantization of a GEMM operand along
+        its reduction axis (gemm_operands), as (values, g): which is "x"
+        (an activation), "w" (a weight) or "dy" (an activation gradient),
+        out_role the GEMM's output role.  The operand is values * g, g the
+        binary32 tensor scale of a spec with tensor=yes (NVFP4), else 1.
+        values (element times block scale) are binary32 numbers, e * s * g
+        may not be, so g goes into the GEMM's alpha, which scales each dot
+        product without error.  Counted at qsite() by Session.quantize, as
+        emu train counts its scaled operands; an exempt layer's operands
+        are not quantized (emu train's rule)."""
+        role = _QROLE[which]
+        spec = self.em._q.get(role)
+        if spec is None or self.ctx.exempt:
+            return t, 1.0
+        site = self.qsite(which, out_role)
+        sess = self.em._sess
+        if not spec[2]:
+            return sess.quantize(site, t.detach().contiguous(), spec[0],
+                                 spec[1], role, axis=axis), 1.0
+        y, codes = sess.quantize(site, t.detach().double().contiguous(),
+                                 spec[0], spec[1], role, axis=axis,
+                                 return_codes=True)
+        g = float(codes["tensor_scale"])
+        # e * s * g is exact in binary64 and e * s a binary32 number, so
+        # the quotient is exact
+        return (y / g if g != 1.0 else y).float(), g
+
+    def matmul(self, site, a, b, role, ra, rb, alpha=1.0, init=None):
+        """op = a @ b (2-d), rounded into role's format at site; ra, rb
+        what the operands are ("x", "w", "dy") for the block-scaled
+        quantization.  init: None
+        or a row (n,) added inside the accumulation (each accumulator
+        starts at it: a convolution's bias, as emu_t_conv2d adds it) when
+        no tensor scale multiplies the product; returns (result, whether
+        init was added)."""
+        a, ga = self.q(a, ra, 1, role)
+        b, gb = self.q(b, rb, 0, role)
+        alpha = alpha * ga * gb
+        f, m = self.em._fmt(role, self.ctx.exempt)
+        a, ta = _mat(a)
+        b, tb = _mat(b)
+        out = None
+        if init is not None:
+            assert alpha == 1.0, "a bias in the accumulation needs alpha 1"
+            rows = a.shape[1] if ta else a.shape[0]
+            out = init.detach().reshape(1, -1).expand(rows, -1).contiguous()
+        y = self.em._mark(self.em._sess.matmul(
+            site, a.detach(), b.detach(), self.em.accum, fmt_out=f, mode=m,
+            role=role, trans_a=ta, trans_b=tb, alpha=float(alpha), out=out,
+            accumulate=out is not None), f)
+        return y, out is not None
+
+    def round(self, site, t, role, kind=None):
+        """t (a fresh result of this op: rounded in place) into role's
+        format at site."""
+        t = t if t.is_contiguous() else t.contiguous()
+        return self.em._round(site, t, role, self.ctx.exempt, kind, True)
+
+    def operand(self, site, t, role, new):
+        return self.em._operand(site, t, role, self.ctx.exempt, new)
+
+    def conv2d(self, site, x, w, stride, padding, dilation, groups, role,
+               rx, rw, bias=None):
+        """conv2d(x, w) (+ bias) by im2col GEMMs, rounded into role's
+        format; returns (y, whether the bias was added inside the
+        accumulation)."""
+        n, c, h, wd = x.shape
+        co, cg, kh, kw = w.shape
+        ho = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+        wo = (wd + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+        cols = F.unfold(x.detach(), (kh, kw), dilation=tuple(dilation),
+                        padding=tuple(padding), stride=tuple(stride))
+        k = cg * kh * kw
+        cog = co // groups
+        # the bias inside the accumulation unless a tensor scale multiplies
+        # the product (then emu train too adds it apart, at <layer>.bias)
+        fold = bias is not None and not self.em._tensor_scaled
+        outs = []
+        for g in range(groups):
+            a = cols[:, g * k:(g + 1) * k, :].permute(0, 2, 1).reshape(n * ho * wo, k)
+            wm = w[g * cog:(g + 1) * cog].reshape(cog, k)
+            b = bias[g * cog:(g + 1) * cog] if fold else None
+            outs.append(self.matmul(site, a, wm.t(), role, rx, rw, init=b)[0])
+        y = outs[0] if groups == 1 else torch.cat(outs, 1)
+        return y.reshape(n, ho, wo, co).permute(0, 3, 1, 2).contiguous(), fold
+
+
+def _conv_plain(x, stride, padding, dilation, transposed, output_padding):
+    return (x.dim() == 4 and not transposed
+            and all(p == 0 for p in output_padding))
+
+
+def run(em, name, func, args, kwargs, ctx):
+    g = _G(em, ctx)
+    base = g.base
+    bwd = ctx.phase == "bwd"
+    fast = em.accum == "torch"
+    out_role = "act_grad" if bwd else "activation"
+
+    def wrole(reads):
+        """A backward GEMM's output role: weight_grad when its node feeds a
+        parameter that it does not read."""
+        if not bwd or not ctx.bound:
+            return out_role
+        ptrs = {p.data_ptr() for _, p in ctx.bound.values()}
+        return "act_grad" if any(t.data_ptr() in ptrs for t in reads) else "weight_grad"
+
+    def opnd(t):
+        # parameters -> weight casts; a forward GEMM's other operands are
+        # activations, rounded once if not yet in the format (at "input"
+        # for a model input, else at <module>.xq, emu train's names)
+        if t is None or not isinstance(t, torch.Tensor):
+            return t
+        return g.operand(base + "xq", t, "activation", not bwd)
+
+    def oprole(t):
+        # what a GEMM operand is, for its quantization: a parameter is a
+        # weight, in a backward node a gradient flowing in is dY, other
+        # tensors are activations (a node without hooks: its gradient)
+        if t.data_ptr() in em._params:
+            return "w"
+        if bwd and (ctx.grads is None or t.data_ptr() in ctx.grads):
+            return "dy"
+        return "x"
+
+    if name in ("mm", "bmm", "addmm", "baddbmm"):
+        if name in ("addmm", "baddbmm"):
+            bias, a, b = args[0], args[1], args[2]
+            beta = kwargs.get("beta", args[3] if len(args) > 3 else 1)
+            alpha = kwargs.get("alpha", args[4] if len(args) > 4 else 1)
+        else:
+            bias, (a, b), beta, alpha = None, args[:2], 0, 1
+        role = wrole([a, b])
+        # emu train's sites: <layer>.matmul, .dweight, .dinput
+        site = base + (("dweight" if role == "weight_grad" else "dinput")
+                       if bwd else "matmul" if name in ("mm", "addmm") else name)
+        ra, rb = oprole(a), oprole(b)
+        a2, b2 = opnd(a), opnd(b)
+        if bias is not None:
+            bias = g.em._substitute(bias, ctx)
+        if fast:
+            sc = 1.0
+            if em._q and a2.dim() == 2:
+                (a2, ga), (b2, gb) = g.q(a2, ra, 1, role), g.q(b2, rb, 0, role)
+                sc = ga * gb
+            if bias is not None:
+                out = func(bias, a2, b2, beta=beta, alpha=alpha * sc)
+            else:
+                out = func(a2, b2)
+                if sc != 1.0:  # one more binary32 rounding (documented)
+                    out = out * sc
+            return g.round(site, out, role, "matmul")
+        if a2.dim() == 2:
+            y = g.matmul(site, a2, b2, role, ra, rb, alpha)[0]
+        else:
+            y = torch.stack([g.matmul(site, a2[i], b2[i], role, ra, rb, alpha)[0]
+                             for i in range(a2.shape[0])])
+        if bias is not None and beta != 0:
+            # emu train's <layer>.bias (add_bias), a rounding of its own
+            y = g.round(base + "bias" if not bwd else site + ".bias",
+                        y + (bias * beta if beta != 1 else bias), role,
+                        "add_bias")
+        return y
+
+    if name == "convolution":
+        x, w, bias, stride, padding, dilation, transposed, opad, groups = args[:9]
+        site = base + "conv"
+        x2 = opnd(x)
+        w2 = em._substitute(w, ctx)
+        if bias is not None:
+            bias = em._substitute(bias, ctx)
+        if fast or not _conv_plain(x, stride, padding, dilation, transposed, opad):
+            if not fast:
+                em._note("convolution (transposed or not 2-d)",
+                         "computed by torch's kernel, output rounded")
+            sc = 1.0
+            if em._q:
+                (x2, gx), (w2, gw_) = (g.q(x2, "x", 1, out_role),
+                                       g.q(w2, "w", 1, out_role))
+                sc = gx * gw_
+            if sc == 1.0:
+                out = func(x2, w2, bias, stride, padding, dilation, transposed,
+                           opad, groups)
+            else:  # one more binary32 rounding (documented)
+                out = func(x2, w2, None, stride, padding, dilation, transposed,
+                           opad, groups) * sc
+                if bias is not None:
+                    out = out + bias.view(1, -1, *([1] * (out.dim() - 2)))
+            return g.round(site, out, out_role, "conv2d")
+        y, folded = g.conv2d(site, x2, w2, stride, padding, dilation, groups,
+                             out_role, "x", "w", bias)
+        if bias is not None and not folded:
+            y = g.round(base + "bias", y + bias.view(1, -1, 1, 1), out_role,
+                        "add_bias")
+        return y
+
+    # convolution_backward
+    (go, x, w, bias_sizes, stride, padding, dilation, transposed, opad,
+     groups, mask) = args[:11]
+    wparam = w.data_ptr() in em._params
+    wg_role = "weight_grad" if wparam or not bwd else "act_grad"
+    x2 = opnd(x)
+    w2 = em._substitute(w, ctx)
+    gi = gw = gb = None
+    if fast or not _conv_plain(x, stride, padding, dilation, transposed, opad):
+        if not fast:
+            em._note("convolution_backward (transposed or not 2-d)",
+                     "computed by torch's kernel, outputs rounded")
+        gi, gw, gb = func(go, x2, w2, bias_sizes, stride, padding, dilation,
+                          transposed, opad, groups, mask)
+        if gi is not None:
+            gi = g.round(base + "dinput", gi, "act_grad", "conv2d_bwd_data")
+        if gw is not None:
+            gw = g.round(base + "dweight", gw, wg_role, "conv2d_bwd_weights")
+        if gb is not None:
+            gb = g.round(base + "dweight.dbias", gb, wg_role, "conv2d_bwd_bias")
+        return gi, gw, gb
+    n, co, ho, wo = go.shape
+    _, c, h, wd = x.shape
+    _, cg, kh, kw = w.shape
+    cog = co // groups
+    if mask[2]:
+        # emu train's site for a convolution's bias gradient
+        gb = g.round(base + "dweight.dbias", go.sum((0, 2, 3)), wg_role,
+                     "conv2d_bwd_bias")
+    if mask[1]:
+        cols = F.unfold(x2.detach(), (kh, kw), dilation=tuple(dilation),
+                        padding=tuple(padding), stride=tuple(stride))
+        k = cg * kh * kw
+        parts = []
+        for gi_ in range(groups):
+            a = cols[:, gi_ * k:(gi_ + 1) * k, :].permute(0, 2, 1).reshape(n * ho * wo, k)
+            dy = go[:, gi_ * cog:(gi_ + 1) * cog].permute(0, 2, 3, 1).reshape(n * ho * wo, cog)
+            parts.append(g.matmul(base + "dweight", dy.t(), a, wg_role,
+                                  "dy", "x")[0])
+        gw = (parts[0] if groups == 1 else torch.cat(parts, 0)).reshape(co, cg, kh, kw)
+    if mask[0]:
+        z = go
+        if stride[0] > 1 or stride[1] > 1:
+            z = go.new_zeros(n, co, (ho - 1) * stride[0] + 1, (wo - 1) * stride[1] + 1)
+            z[:, :, ::stride[0], ::stride[1]] = go
+        pads = []
+        for d, (size, k_, s, p, dl) in enumerate(((h, kh, stride[0], padding[0], dilation[0]),
+                                                  (wd, kw, stride[1], padding[1], dilation[1]))):
+            lo = dl * (k_ - 1) - p
+            full = ((ho, wo)[d] - 1) * s - 2 * p + dl * (k_ - 1) + 1
+            pads.append((lo, lo + size - full))
+        z = F.pad(z, (pads[1][0], pads[1][1], pads[0][0], pads[0][1]))
+        wt = torch.cat([w2[i * cog:(i + 1) * cog].transpose(0, 1).flip(2, 3)
+                        for i in range(groups)], 0)
+        gi = g.conv2d(base + "dinput", z, wt, (1, 1), (0, 0), dilation, groups,
+                      "act_grad", "dy", "w")[0]
+        assert gi.shape == x.shape, (gi.shape, x.shape)
+    return gi, gw, gb
