@@ -217,11 +217,13 @@ typedef struct f32_plan {
     float half_q;               /* 2^(qs - 1): the tie distance         */
     uint32_t ovf[2], ovf_nan[2];/* overflow result and whether NaN      */
     uint32_t zero_sign;         /* sign bit a zero result may keep      */
+    uint32_t ovf_sign;          /* sign bit an overflow result keeps    */
     /* which elements go to the scalar path (see lane()) */
     bool neg_slow, small_slow, zero_slow;
     /* Kernels with every rule; the others assume a signed format with a
      * signed zero, whose overflow results for -x and x differ in the sign
-     * only (IEEE-like and fn formats in every mode but RU/RD) */
+     * only or not at all (IEEE-like formats in every mode but RU/RD, and
+     * fn formats: e4m3's overflow NaN is the same for both signs) */
     bool general;
     int32_t neg_above, small_below, zero_below;
     /* stochastic: r-bit words at and above 2^emin ... */
@@ -283,10 +285,14 @@ static bool plan_f32(f32_plan *pl, const emu_format *f, const emu_rounding *r)
     /* Zero results (r = 0) in a format without zero. */
     pl->zero_slow = !f->has_zero;
     pl->zero_below = pl->zero_slow ? 1 : 0;
+    /* The kernels without the general rules take the overflow result
+     * of -x as x's with x's sign (ovf_sign) or as the same (e4m3's NaN). */
+    const bool ovf_signed = pl->ovf[1] == (pl->ovf[0] | 0x80000000u)
+                            && !(pl->ovf[0] & 0x80000000u);
+    pl->ovf_sign = ovf_signed ? 0x80000000u : 0;
     pl->general = pl->neg_slow || pl->zero_slow
                   || pl->zero_sign != 0x80000000u
-                  || pl->ovf[1] != (pl->ovf[0] | 0x80000000u)
-                  || (pl->ovf[0] & 0x80000000u);
+                  || (!ovf_signed && pl->ovf[1] != pl->ovf[0]);
 
     unsigned rb = sr_bits_of(r);
     uint32_t k = rb < (unsigned)d ? rb : (uint32_t)d;
@@ -475,8 +481,9 @@ static EMU_KERNEL_INLINE uint32_t lane(const f32_plan *p, const int mode,
         e->to_zero += zero & (su != 0);
         e->subnormal += (zero ^ 1) & (sr < emin);
     }
-    if (!general) /* signed zeros, overflow results -x's = -(x's) */
-        return blend(mask_of(ovf), p->ovf[0], r) | (b & 0x80000000u);
+    if (!general) /* signed zeros, overflow results -x's = -(x's) or x's */
+        return blend(mask_of(ovf), p->ovf[0] | (b & p->ovf_sign),
+                     r | (b & 0x80000000u));
     const uint32_t zero_drop = p->zero_sign ^ 0x80000000u;
     const uint32_t sign = b & (0x80000000u ^ (mask_of(zero) & zero_drop));
     const uint32_t ovf_res = p->ovf[0] ^ ((0u - neg) & (p->ovf[0] ^ p->ovf[1]));
@@ -703,7 +710,7 @@ typedef struct f64_plan {
     uint64_t d, mask, half, emin_bits, max_bits;
     double magic, quantum, half_q;
     uint64_t ovf[2], ovf_nan[2];
-    uint64_t zero_sign;
+    uint64_t zero_sign, ovf_sign;
     bool general;               /* as f32_plan's                        */
     int64_t neg_above, zero_below;
 } f64_plan;
@@ -742,8 +749,11 @@ static bool plan_f64(f64_plan *pl, const emu_format *f, const emu_rounding *r)
     pl->zero_sign = f->is_signed && f->specials != EMU_SPECIALS_FNUZ ? sign : 0;
     pl->neg_above = !f->is_signed ? 0 : INT64_MAX;
     pl->zero_below = !f->has_zero ? 1 : 0;
+    const bool ovf_signed = pl->ovf[1] == (pl->ovf[0] | sign)
+                            && !(pl->ovf[0] & sign);
+    pl->ovf_sign = ovf_signed ? sign : 0;
     pl->general = !f->is_signed || !f->has_zero || pl->zero_sign != sign
-                  || pl->ovf[1] != (pl->ovf[0] | sign) || (pl->ovf[0] & sign);
+                  || (!ovf_signed && pl->ovf[1] != pl->ovf[0]);
     return true;
 }
 
@@ -846,7 +856,8 @@ static EMU_KERNEL_INLINE uint64_t lane64(const f64_plan *p, const int mode,
     e->to_zero += zero & (uint64_t)(su != 0);
     e->subnormal += (zero ^ 1) & (uint64_t)(sr < emin);
     if (!general)
-        return blend64(mask64(ovf), p->ovf[0], r) | (b & sign_bit);
+        return blend64(mask64(ovf), p->ovf[0] | (b & p->ovf_sign),
+                       r | (b & sign_bit));
     const uint64_t zero_drop = p->zero_sign ^ sign_bit;
     const uint64_t sgn = b & (sign_bit ^ (mask64(zero) & zero_drop));
     const uint64_t ovf_res = p->ovf[0] ^ (((uint64_t)0 - neg)
