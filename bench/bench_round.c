@@ -19,6 +19,15 @@
  * instruction-set level isa.c chooses (EMU_ISA=baseline|avx2|avx512 forces
  * one); the header line names it.
  *
+ * A second table times binary64 input, the values the tensor choke point
+ * sends to emu_round_array_f64 (an optimizer's new weights: binary32
+ * values plus an update, not binary32 values any more), shaped as the
+ * array above with random bits below binary32's precision; and pairs
+ * hi + lo (an optimizer's exact sums) under stochastic rounding, through
+ * the library-private kernel the choke point uses for them, beside the
+ * scalar choke point applied per element (what the kernel replaced).
+ * Their memcpy reference copies the binary64 input (8 bytes an element).
+ *
  * The host-guard rows time the same rounding with the calling thread in
  * the default floating-point state (the guard's fast path: one MXCSR read
  * per call) and in a hostile one (upward, FTZ, DAZ: every call saves,
@@ -45,6 +54,9 @@
 #include <emu/emu.h>
 
 #include "bench_util.h"
+#ifndef BENCH_OLD_LIB
+#include "internal.h" /* emu_round_pairs_f32_unguarded, emu_round2_word */
+#endif
 
 /* BENCH_OLD_LIB: built against a library from before the ISA levels. */
 #ifdef BENCH_OLD_LIB
@@ -204,6 +216,142 @@ static double guard_pass(const emu_format *f, const emu_array_rounding *a,
     return bench_now() - t;
 }
 
+/* ---- binary64 input and pairs ---------------------------------------- */
+
+static double best_round_f64(const emu_format *f, const emu_array_rounding *a,
+                             double *dst, const double *src, size_t n,
+                             int reps)
+{
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        emu_round_counts c = { 0 };
+        double t = clock_now();
+        emu_round_array_f64(f, dst, src, n, a, &c, NULL);
+        t = clock_now() - t;
+        best = t < best ? t : best;
+    }
+    return best;
+}
+
+#ifndef BENCH_OLD_LIB
+/* kernel: the pairs kernel; otherwise emu_round2_word per element with
+ * the words the choke point draws (the loop the kernel replaced). */
+static double best_pairs(const emu_format *f, const emu_array_rounding *a,
+                         float *dst, const double *hi, const double *lo,
+                         size_t n, int reps, int kernel)
+{
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        emu_round_counts c = { 0 };
+        double t = clock_now();
+        if (kernel) {
+            emu_round_pairs_f32_unguarded(f, dst, hi, lo, n, a, &c);
+        } else {
+            enum { B = 1024 };
+            uint64_t w[B];
+            for (size_t i = 0; i < n; i += B) {
+                size_t m = n - i < B ? n - i : B;
+                emu_random_fill(a->seed, a->stream, i, w, m);
+                for (size_t j = 0; j < m; j++) {
+                    emu_status st;
+                    double y = emu_round2_word(f, hi[i + j], lo[i + j],
+                                               &a->rnd, w[j], &st);
+                    dst[i + j] = (float)y;
+                    emu_round_counts_add(&c, hi[i + j], y, st.flags);
+                }
+            }
+        }
+        t = clock_now() - t;
+        best = t < best ? t : best;
+    }
+    return best;
+}
+#endif
+
+static void f64_rows(const float *x, size_t n, int reps, int csv)
+{
+    double *hi = malloc(n * sizeof *hi), *lo = malloc(n * sizeof *lo);
+    double *dst = malloc(n * sizeof *dst);
+    float *dst32 = malloc(n * sizeof *dst32);
+    if (!hi || !lo || !dst || !dst32) {
+        fprintf(stderr, "bench_round: out of memory\n");
+        exit(1);
+    }
+    for (size_t i = 0; i < n; i++) {
+        double u1 = bench_uniform(0xf64, 2, 2 * i) - 0.5;
+        double u2 = bench_uniform(0xf64, 2, 2 * i + 1) - 0.5;
+        hi[i] = (double)x[i] * (1.0 + 0x1p-27 * u1);
+        lo[i] = hi[i] * 0x1p-55 * u2;
+    }
+    memset(dst, 0, n * sizeof *dst);
+    memset(dst32, 0, n * sizeof *dst32);
+    double t_copy = 1e30;
+    for (int r = 0; r < reps; r++) {
+        double t = clock_now();
+        memcpy(dst, hi, n * sizeof *hi);
+        t = clock_now() - t;
+        t_copy = t < t_copy ? t : t_copy;
+    }
+    const double copy_melem = (double)n / t_copy * 1e-6;
+    if (csv)
+        printf("\ninput,format,mode,melem_per_s,pct_of_memcpy64,"
+               "scalar_melem_per_s,speedup_vs_scalar,isa\n");
+    else
+        printf("\nbinary64 input (memcpy of binary64: %.0f Melem/s)\n"
+               "%-6s %-9s %-5s %10s %9s %12s %9s\n", copy_melem, "input",
+               "format", "mode", "Melem/s", "%memcpy", "scalar Me/s",
+               "x scalar");
+    static const struct { const char *fmt, *mode; } f64r[] = {
+        { "binary32", "rne" }, { "binary32", "rz" }, { "bfloat16", "rne" },
+        { "bfloat16", "rz" }, { "binary16", "rne" }, { "binary16", "rz" },
+        { "e4m3", "rne" }, { "e5m2", "rne" },
+    };
+    for (size_t k = 0; k < sizeof f64r / sizeof f64r[0]; k++) {
+        const emu_format *f = emu_format_find(f64r[k].fmt);
+        emu_array_rounding a;
+        memset(&a, 0, sizeof a);
+        if (!f || emu_rnd_parse(f64r[k].mode, &a.rnd.mode, &a.rnd.sr_bits))
+            exit(1);
+        double me = (double)n / best_round_f64(f, &a, dst, hi, n, reps) * 1e-6;
+        if (csv)
+            printf("f64,%s,%s,%.1f,%.1f,,,%s\n", f64r[k].fmt, f64r[k].mode,
+                   me, 100.0 * me / copy_melem, BENCH_KERNEL_ISA());
+        else
+            printf("%-6s %-9s %-5s %10.0f %8.1f%%\n", "f64", f64r[k].fmt,
+                   f64r[k].mode, me, 100.0 * me / copy_melem);
+    }
+#ifndef BENCH_OLD_LIB
+    static const struct { const char *fmt, *mode; } pr[] = {
+        { "bfloat16", "sr" }, { "bfloat16", "sr13" }, { "binary16", "sr" },
+        { "e5m2", "sr" },
+    };
+    for (size_t k = 0; k < sizeof pr / sizeof pr[0]; k++) {
+        const emu_format *f = emu_format_find(pr[k].fmt);
+        emu_array_rounding a;
+        memset(&a, 0, sizeof a);
+        if (!f || emu_rnd_parse(pr[k].mode, &a.rnd.mode, &a.rnd.sr_bits))
+            exit(1);
+        a.seed = 42;
+        double me = (double)n / best_pairs(f, &a, dst32, hi, lo, n, reps, 1)
+                    * 1e-6;
+        double ms = (double)n / best_pairs(f, &a, dst32, hi, lo, n, reps, 0)
+                    * 1e-6;
+        if (csv)
+            printf("pair,%s,%s,%.1f,%.1f,%.1f,%.2f,%s\n", pr[k].fmt,
+                   pr[k].mode, me, 100.0 * me / copy_melem, ms, me / ms,
+                   BENCH_KERNEL_ISA());
+        else
+            printf("%-6s %-9s %-5s %10.0f %8.1f%% %12.0f %8.1fx\n", "pair",
+                   pr[k].fmt, pr[k].mode, me, 100.0 * me / copy_melem, ms,
+                   me / ms);
+    }
+#endif
+    free(hi);
+    free(lo);
+    free(dst);
+    free(dst32);
+}
+
 /* The guard's cost: each call shape, best of reps in the default and in
  * the hostile state, interleaved so that a busy moment hits both. */
 static void guard_rows(float *dst, const float *src, size_t n, int reps,
@@ -360,6 +508,7 @@ int main(int argc, char **argv)
                    100.0 * rw->melem / copy_melem,
                    100.0 * rw->melem / trick_melem, mp, rw->melem / mp);
     }
+    f64_rows(src, n, reps, csv);
     if (guard)
         guard_rows(dst, src, n, reps, csv);
     free(src);

@@ -172,6 +172,17 @@ int emu_round_array_f64_unguarded(const emu_format *fmt, double *out,
                                   const double *in, size_t n,
                                   const emu_array_rounding *a,
                                   emu_round_counts *counts);
+/* Pairs hi[i] + lo[i] (exact values, as emu_round2_word takes them) into
+ * a format that fits the carrier, as binary32: out[i] is
+ * emu_round2_word(fmt, hi[i], lo[i], &a->rnd, word i) with word i =
+ * emu_random64(a->seed, a->stream, a->first_index + i) under the
+ * stochastic modes (0 otherwise), counted as emu_round_counts_add(counts,
+ * hi[i], out[i], flags) counts it.  The stochastic modes run a vector
+ * kernel (round_array.c); the others take the scalar path. */
+void emu_round_pairs_f32_unguarded(const emu_format *fmt, float *out,
+                                   const double *hi, const double *lo,
+                                   size_t n, const emu_array_rounding *a,
+                                   emu_round_counts *counts);
 void emu_round_counts_add_unguarded(emu_round_counts *counts, double in,
                                     double out, unsigned flags);
 double emu_decode_unguarded(const emu_format *fmt, emu_bits b);

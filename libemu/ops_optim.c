@@ -163,14 +163,6 @@ static void sub_site(char *buf, size_t size, const char *site,
     snprintf(buf, size, "%s.%s", site ? site : "op", name);
 }
 
-/* Three scratch arrays of n doubles in one allocation. */
-static double *scratch3(emu_ctx *ctx, const char *site, size_t n)
-{
-    if (n > SIZE_MAX / 3)
-        return emu_scratch(ctx, site, SIZE_MAX);
-    return emu_scratch(ctx, site, 3 * n);
-}
-
 /* ---- the update passes --------------------------------------------------
  *
  * Each pass forms its exact sums with optim_sum.h's straight-line code
@@ -320,13 +312,148 @@ static void adam_moment(double *restrict hi, double *restrict lo,
         }
 }
 
+/* ---- Adam's weight step --------------------------------------------------
+ *
+ * u = lr (m_hat / (sqrt(v_hat) + eps) + wd w0), t = -u, hi + lo = w0 + t
+ * (TwoSum), from the stored moments.  Every operation is an IEEE one
+ * (division and square root correctly rounded), so any vector width gives
+ * the scalar loop's bits.  What kept the loop scalar was sqrt's errno: the
+ * compiler calls the library for a negative operand, and GCC 12 does not
+ * honour -fno-math-errno as a per-function attribute.  The square roots
+ * are therefore the SSE2/AVX/AVX-512 instructions themselves (IEEE's
+ * correctly rounded sqrt; a negative or NaN operand gives the NaN the
+ * library's sqrt returns too), taken per block of fixed length between two
+ * loops that the compiler vectorises; one clone per instruction-set level
+ * (isa.c chooses). */
+typedef struct adam_step_k {
+    double bc1, bc2, lr, eps, wd;
+} adam_step_k;
+
+enum { ADAM_BLOCK = 16 };
+
+#if defined(__GNUC__) && defined(__x86_64__) && defined(__SSE2__)
+#include <immintrin.h>
+#define ADAM_SQRT_ONE(x) _mm_cvtsd_f64(_mm_sqrt_sd(_mm_setzero_pd(), \
+                                                   _mm_set_sd(x)))
+#define ADAM_SQRT_SSE2(s)                                                     \
+    for (int j_ = 0; j_ < ADAM_BLOCK; j_ += 2)                                \
+        _mm_storeu_pd((s) + j_, _mm_sqrt_pd(_mm_loadu_pd((s) + j_)))
+#define ADAM_SQRT_AVX(s)                                                      \
+    for (int j_ = 0; j_ < ADAM_BLOCK; j_ += 4)                                \
+        _mm256_storeu_pd((s) + j_, _mm256_sqrt_pd(_mm256_loadu_pd((s) + j_)))
+#define ADAM_SQRT_AVX512(s)                                                   \
+    for (int j_ = 0; j_ < ADAM_BLOCK; j_ += 8)                                \
+        _mm512_storeu_pd((s) + j_, _mm512_sqrt_pd(_mm512_loadu_pd((s) + j_)))
+#else
+#define ADAM_SQRT_ONE(x) sqrt(x)
+#define ADAM_SQRT_SSE2(s)                                                     \
+    for (int j_ = 0; j_ < ADAM_BLOCK; j_++)                                   \
+        (s)[j_] = sqrt((s)[j_])
+#endif
+
+/* The step of element j, its square root r = sqrt(v_hat) given. */
+#define ADAM_STEP(k, j, r, m, w0, t, hi, lo)                                  \
+    do {                                                                      \
+        const double mh_ = (double)(m)[j] / (k).bc1;                          \
+        const double wt_ = (k).wd == 0.0 ? 0.0 : (k).wd * (double)(w0)[j];    \
+        const double u_ = (k).lr * (mh_ / ((r) + (k).eps) + wt_);             \
+        const double w_ = (w0)[j], nu_ = -u_;                                 \
+        const double s_ = w_ + nu_, bv_ = s_ - w_, av_ = s_ - bv_;            \
+        (t)[j] = nu_;                                                         \
+        (hi)[j] = s_;                                                         \
+        (lo)[j] = (w_ - av_) + (nu_ - bv_);                                   \
+    } while (0)
+
+#define ADAM_STEP_FN(name, attrs, SQRT_BLOCK)                                 \
+    attrs static void name(const adam_step_k *kp, const float *restrict m,    \
+                           const float *restrict v,                           \
+                           const float *restrict w0, double *restrict t,      \
+                           double *restrict hi, double *restrict lo,          \
+                           size_t n)                                          \
+    {                                                                         \
+        const adam_step_k k = *kp;                                            \
+        double r[ADAM_BLOCK];                                                 \
+        size_t i = 0;                                                         \
+        for (; i + ADAM_BLOCK <= n; i += ADAM_BLOCK) {                        \
+            for (int j = 0; j < ADAM_BLOCK; j++)                              \
+                r[j] = (double)v[i + j] / k.bc2;                              \
+            SQRT_BLOCK(r);                                                    \
+            for (int j = 0; j < ADAM_BLOCK; j++)                              \
+                ADAM_STEP(k, i + j, r[j], m, w0, t, hi, lo);                  \
+        }                                                                     \
+        for (; i < n; i++) {                                                  \
+            const double r1 = ADAM_SQRT_ONE((double)v[i] / k.bc2);            \
+            ADAM_STEP(k, i, r1, m, w0, t, hi, lo);                            \
+        }                                                                     \
+    }
+
+typedef void (*adam_step_fn)(const adam_step_k *, const float *restrict,
+                             const float *restrict, const float *restrict,
+                             double *restrict, double *restrict,
+                             double *restrict, size_t);
+
+ADAM_STEP_FN(adam_step_base, , ADAM_SQRT_SSE2)
+#if EMU_HAVE_ISA_CLONES
+ADAM_STEP_FN(adam_step_avx2, EMU_ISA_TARGET_AVX2, ADAM_SQRT_AVX)
+ADAM_STEP_FN(adam_step_avx512, EMU_ISA_TARGET_AVX512, ADAM_SQRT_AVX512)
+#endif
+
+static adam_step_fn adam_step_for(emu_isa isa)
+{
+#if EMU_HAVE_ISA_CLONES
+    if (isa == EMU_ISA_AVX512)
+        return adam_step_avx512;
+    if (isa == EMU_ISA_AVX2)
+        return adam_step_avx2;
+#endif
+    (void)isa;
+    return adam_step_base;
+}
+
 /* ---- SGD -------------------------------------------------------------- */
 
 typedef struct sgd_op {
     const float *w0, *v0, *g; /* inputs as they were before the update   */
     const float *v_new;       /* the stored new momentum, or NULL        */
     double lr, mom, wd;
+    double *t;                /* the weights' addends, filled by chunks  */
 } sgd_op;
+
+/* The producers of the commits (emu/extend.h): each chunk's exact sums,
+ * formed while the chunk is rounded and measured, instead of whole hi and
+ * lo arrays; the weights' addends still go to an array, which the choke
+ * point's swamping count reads by index. */
+static int sgd_v_fill(const void *opv, size_t i0, size_t m, double *hi,
+                      double *lo)
+{
+    const sgd_op *op = opv;
+    sgd_velocity(hi, lo, op->v0 + i0, op->g + i0, op->w0 + i0, op->mom,
+                 op->wd, m);
+    return 1;
+}
+
+/* w - lr v: lr v is exact in one double, TwoSum makes the pair. */
+static int sgd_w_mom_fill(const void *opv, size_t i0, size_t m, double *hi,
+                          double *lo)
+{
+    const sgd_op *op = opv;
+    const float *v = op->v_new + i0, *w0 = op->w0 + i0;
+    double *t = op->t + i0;
+    const double lr = op->lr;
+    for (size_t j = 0; j < m; j++) {
+        t[j] = -(lr * v[j]);
+        emu_two_sum(w0[j], t[j], &hi[j], &lo[j]);
+    }
+    return 1;
+}
+
+static int sgd_w_plain_fill(const void *opv, size_t i0, size_t m, double *hi,
+                            double *lo)
+{
+    const sgd_op *op = opv;
+    sgd_plain(hi, lo, op->t + i0, op->w0 + i0, op->g + i0, op->lr, op->wd, m);
+    return 1;
+}
 
 static bool sgd_had_nan(const void *opv, size_t i)
 {
@@ -404,48 +531,40 @@ int emu_t_sgd_update(emu_ctx *ctx, const char *site, emu_tensor *w,
             return -1;
     }
     const size_t n = w->n;
-    double *buf = scratch3(ctx, site, n);
-    if (!buf)
+    double *t = emu_scratch(ctx, site, n ? n : 1);
+    if (!t)
         return -1;
-    double *hi = buf, *lo = buf + n, *t = buf + 2 * n;
-    /* w is written by the last commit only, after its callbacks ran, so
-     * it needs no copy; v is overwritten by the first, and the weight's
-     * NaN provenance still asks for its old values. */
+    /* w is written in place by the last commit, chunk by chunk, each
+     * after its callbacks ran (they read w at their own index only:
+     * store_early); v is overwritten by the first, and the weight's NaN
+     * provenance still asks for its old values. */
     const float *w0 = w->data;
     float *v0 = v ? copy_of(ctx, site, v) : NULL;
     if (v && !v0) {
-        free(buf);
+        free(t);
         return -1;
     }
-    const double lr = o->lr, mom = o->momentum, wd = o->weight_decay;
-    sgd_op op = { .w0 = w0, .v0 = v0, .g = g->data, .lr = lr, .mom = mom,
-                  .wd = wd };
+    sgd_op op = { .w0 = w0, .v0 = v0, .g = g->data, .lr = o->lr,
+                  .mom = o->momentum, .wd = o->weight_decay, .t = t };
     int rc = 0;
 
     if (v) {
-        sgd_velocity(hi, lo, v0, g->data, w0, mom, wd, n);
         char sub[EMU_TENSOR_NAME_MAX + 16];
         sub_site(sub, sizeof sub, site, "v");
         rc = emu_commit(ctx, &(emu_op_out){
-            .site = sub, .kind = "sgd_momentum", .out = v, .hi = hi,
-            .lo = lo, .op = &op, .ref = sgd_v_ref,
-            .inputs_had_nan = sgd_had_nan, .rnd = state_rnd });
+            .site = sub, .kind = "sgd_momentum", .out = v,
+            .fill = sgd_v_fill, .store_early = true, .op = &op,
+            .ref = sgd_v_ref, .inputs_had_nan = sgd_had_nan,
+            .rnd = state_rnd });
         op.v_new = v->data;
-        /* w - lr v: lr v is exact in one double, TwoSum makes the pair. */
-        for (size_t i = 0; i < n; i++) {
-            t[i] = -(lr * v->data[i]);
-            emu_two_sum(w0[i], t[i], &hi[i], &lo[i]);
-        }
-    } else {
-        sgd_plain(hi, lo, t, w0, g->data, lr, wd, n);
     }
-
     if (rc == 0)
         rc = emu_commit(ctx, &(emu_op_out){
-            .site = site, .kind = "sgd", .out = w, .hi = hi, .lo = lo,
-            .acc_old = w0, .addend = t, .op = &op, .ref = sgd_w_ref,
-            .inputs_had_nan = sgd_had_nan, .rnd = rnd });
-    free(buf);
+            .site = site, .kind = "sgd", .out = w,
+            .fill = v ? sgd_w_mom_fill : sgd_w_plain_fill,
+            .store_early = true, .acc_old = w0, .addend = t, .op = &op,
+            .ref = sgd_w_ref, .inputs_had_nan = sgd_had_nan, .rnd = rnd });
+    free(t);
     free(v0);
     return rc;
 }
@@ -457,7 +576,37 @@ typedef struct adam_op {
     const float *m_new, *v_new;      /* stored state, for the weight step */
     double lr, b1, b2, eps, wd;
     int64_t t;
+    double c1, c2;                   /* 1 - b1, 1 - b2                    */
+    double *addend;                  /* the weights' addends              */
+    adam_step_k step;                /* the weight step's constants       */
+    adam_step_fn step_fn;
 } adam_op;
+
+/* The producers of the three commits, as SGD's. */
+static int adam_m_fill(const void *opv, size_t i0, size_t m, double *hi,
+                       double *lo)
+{
+    const adam_op *op = opv;
+    adam_moment(hi, lo, op->m0 + i0, op->g + i0, false, op->b1, op->c1, m);
+    return 1;
+}
+
+static int adam_v_fill(const void *opv, size_t i0, size_t m, double *hi,
+                       double *lo)
+{
+    const adam_op *op = opv;
+    adam_moment(hi, lo, op->v0 + i0, op->g + i0, true, op->b2, op->c2, m);
+    return 1;
+}
+
+static int adam_w_fill(const void *opv, size_t i0, size_t m, double *hi,
+                       double *lo)
+{
+    const adam_op *op = opv;
+    op->step_fn(&op->step, op->m_new + i0, op->v_new + i0, op->w0 + i0,
+                op->addend + i0, hi, lo, m);
+    return 1;
+}
 
 static bool adam_had_nan(const void *opv, size_t i)
 {
@@ -571,17 +720,16 @@ int emu_t_adam_update(emu_ctx *ctx, const char *site, emu_tensor *w,
                             "[0, 1)", (double)o->beta1, (double)o->beta2);
 
     const size_t n = w->n;
-    double *buf = scratch3(ctx, site, n);
-    if (!buf)
+    double *t = emu_scratch(ctx, site, n ? n : 1);
+    if (!t)
         return -1;
-    double *hi = buf, *lo = buf + n, *t = buf + 2 * n;
     /* As for SGD: the moments are overwritten before the weight's
-     * callbacks run, the weight only after. */
+     * callbacks run, the weight chunk by chunk after its own. */
     const float *w0 = w->data;
     float *m0 = copy_of(ctx, site, m);
     float *v0 = m0 ? copy_of(ctx, site, v) : NULL;
     if (!v0) {
-        free(buf);
+        free(t);
         free(m0);
         return -1;
     }
@@ -590,43 +738,38 @@ int emu_t_adam_update(emu_ctx *ctx, const char *site, emu_tensor *w,
                    .b1 = b1, .b2 = b2, .eps = o->eps,
                    .wd = o->weight_decay, .t = o->t };
     /* 1 - beta is exact in binary64 for any beta >= 2^-29. */
-    const double c1 = 1.0 - b1, c2 = 1.0 - b2;
+    op.c1 = 1.0 - b1;
+    op.c2 = 1.0 - b2;
+    op.addend = t;
     char sub[EMU_TENSOR_NAME_MAX + 16];
 
-    adam_moment(hi, lo, m0, g->data, false, b1, c1, n);
     sub_site(sub, sizeof sub, site, "m");
     int rc = emu_commit(ctx, &(emu_op_out){
-        .site = sub, .kind = "adam_m", .out = m, .hi = hi, .lo = lo,
-        .op = &op, .ref = adam_m_ref, .inputs_had_nan = adam_had_nan,
-        .rnd = state_rnd });
+        .site = sub, .kind = "adam_m", .out = m, .fill = adam_m_fill,
+        .store_early = true, .op = &op, .ref = adam_m_ref,
+        .inputs_had_nan = adam_had_nan, .rnd = state_rnd });
 
     if (rc == 0) {
-        adam_moment(hi, lo, v0, g->data, true, b2, c2, n);
         sub_site(sub, sizeof sub, site, "v");
         rc = emu_commit(ctx, &(emu_op_out){
-            .site = sub, .kind = "adam_v", .out = v, .hi = hi, .lo = lo,
-            .op = &op, .ref = adam_v_ref, .inputs_had_nan = adam_had_nan,
-            .rnd = state_rnd });
+            .site = sub, .kind = "adam_v", .out = v, .fill = adam_v_fill,
+            .store_early = true, .op = &op, .ref = adam_v_ref,
+            .inputs_had_nan = adam_had_nan, .rnd = state_rnd });
     }
 
     if (rc == 0) {
         op.m_new = m->data;
         op.v_new = v->data;
-        const double bc1 = 1.0 - pow(b1, (double)o->t);
-        const double bc2 = 1.0 - pow(b2, (double)o->t);
-        for (size_t i = 0; i < n; i++) {
-            double mh = m->data[i] / bc1, vh = v->data[i] / bc2;
-            double u = op.lr * (mh / (sqrt(vh) + op.eps) +
-                                coef_times(op.wd, w0[i]));
-            t[i] = -u;
-            emu_two_sum(w0[i], -u, &hi[i], &lo[i]);
-        }
+        op.step = (adam_step_k){ .bc1 = 1.0 - pow(b1, (double)o->t),
+                                 .bc2 = 1.0 - pow(b2, (double)o->t),
+                                 .lr = op.lr, .eps = op.eps, .wd = op.wd };
+        op.step_fn = adam_step_for(emu_isa_active());
         rc = emu_commit(ctx, &(emu_op_out){
-            .site = site, .kind = "adam", .out = w, .hi = hi, .lo = lo,
-            .acc_old = w0, .addend = t, .op = &op, .ref = adam_w_ref,
-            .inputs_had_nan = adam_had_nan, .rnd = rnd });
+            .site = site, .kind = "adam", .out = w, .fill = adam_w_fill,
+            .store_early = true, .acc_old = w0, .addend = t, .op = &op,
+            .ref = adam_w_ref, .inputs_had_nan = adam_had_nan, .rnd = rnd });
     }
-    free(buf);
+    free(t);
     free(m0);
     free(v0);
     return rc;

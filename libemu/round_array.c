@@ -53,8 +53,11 @@
  * in the ties left to the choke point.
  *
  * binary64 input uses the same method on 64-bit patterns for the
- * deterministic modes (one element at a time; not the tensor hot path)
- * and the scalar choke point otherwise.
+ * deterministic modes, as the same kind of fused tile kernel (the choke
+ * point rounds through it the values that are not binary32 values: an
+ * optimizer's new weights), and the scalar choke point otherwise.  Pairs
+ * hi + lo under stochastic rounding (the optimizer's exact sums) have a
+ * kernel of their own, emu_round_pairs_f32_unguarded, below.
  *
  * With EMU_OPENMP, large arrays are split into tiles across threads.  The
  * random word of element i depends only on i, and the counts are sums of
@@ -214,11 +217,13 @@ typedef struct f32_plan {
     float half_q;               /* 2^(qs - 1): the tie distance         */
     uint32_t ovf[2], ovf_nan[2];/* overflow result and whether NaN      */
     uint32_t zero_sign;         /* sign bit a zero result may keep      */
+    uint32_t ovf_sign;          /* sign bit an overflow result keeps    */
     /* which elements go to the scalar path (see lane()) */
     bool neg_slow, small_slow, zero_slow;
     /* Kernels with every rule; the others assume a signed format with a
      * signed zero, whose overflow results for -x and x differ in the sign
-     * only (IEEE-like and fn formats in every mode but RU/RD) */
+     * only or not at all (IEEE-like formats in every mode but RU/RD, and
+     * fn formats: e4m3's overflow NaN is the same for both signs) */
     bool general;
     int32_t neg_above, small_below, zero_below;
     /* stochastic: r-bit words at and above 2^emin ... */
@@ -280,10 +285,14 @@ static bool plan_f32(f32_plan *pl, const emu_format *f, const emu_rounding *r)
     /* Zero results (r = 0) in a format without zero. */
     pl->zero_slow = !f->has_zero;
     pl->zero_below = pl->zero_slow ? 1 : 0;
+    /* The kernels without the general rules take the overflow result
+     * of -x as x's with x's sign (ovf_sign) or as the same (e4m3's NaN). */
+    const bool ovf_signed = pl->ovf[1] == (pl->ovf[0] | 0x80000000u)
+                            && !(pl->ovf[0] & 0x80000000u);
+    pl->ovf_sign = ovf_signed ? 0x80000000u : 0;
     pl->general = pl->neg_slow || pl->zero_slow
                   || pl->zero_sign != 0x80000000u
-                  || pl->ovf[1] != (pl->ovf[0] | 0x80000000u)
-                  || (pl->ovf[0] & 0x80000000u);
+                  || (!ovf_signed && pl->ovf[1] != pl->ovf[0]);
 
     unsigned rb = sr_bits_of(r);
     uint32_t k = rb < (unsigned)d ? rb : (uint32_t)d;
@@ -472,8 +481,9 @@ static EMU_KERNEL_INLINE uint32_t lane(const f32_plan *p, const int mode,
         e->to_zero += zero & (su != 0);
         e->subnormal += (zero ^ 1) & (sr < emin);
     }
-    if (!general) /* signed zeros, overflow results -x's = -(x's) */
-        return blend(mask_of(ovf), p->ovf[0], r) | (b & 0x80000000u);
+    if (!general) /* signed zeros, overflow results -x's = -(x's) or x's */
+        return blend(mask_of(ovf), p->ovf[0] | (b & p->ovf_sign),
+                     r | (b & 0x80000000u));
     const uint32_t zero_drop = p->zero_sign ^ 0x80000000u;
     const uint32_t sign = b & (0x80000000u ^ (mask_of(zero) & zero_drop));
     const uint32_t ovf_res = p->ovf[0] ^ ((0u - neg) & (p->ovf[0] ^ p->ovf[1]));
@@ -685,28 +695,42 @@ static void tile_f32(const f32_plan *pl, tile_kernel kern,
         memcpy(out, dst, len * sizeof dst[0]);
 }
 
-/* ---- binary64 --------------------------------------------------------- */
+/* ---- binary64: the plan ----------------------------------------------
+ *
+ * The binary32 method on 64-bit patterns: d = 53 - p dropped bits at and
+ * above 2^emin, the grid 2^qs below it through magic = 2^(qs + 52).  No
+ * binary64 subnormal lies near a carrier format's range, so every format
+ * takes the grid below 2^emin and no lane is slow for its size; the
+ * deterministic modes only (stochastic binary64 input takes the scalar
+ * path, pairs hi + lo take emu_round_pairs_f32_unguarded below). */
 
 typedef struct f64_plan {
-    emu_rnd mode;
-    bool tiny_before;
+    int kmode;                  /* K_*, deterministic                   */
+    uint64_t tiny_u;            /* all ones: tininess before rounding   */
     uint64_t d, mask, half, emin_bits, max_bits;
     double magic, quantum, half_q;
-    uint64_t ovf[2];
-    bool ovf_nan[2];
-    uint64_t zero_sign;
-    bool neg_slow, zero_slow;
+    uint64_t ovf[2], ovf_nan[2];
+    uint64_t zero_sign, ovf_sign;
+    bool general;               /* as f32_plan's                        */
+    int64_t neg_above, zero_below;
 } f64_plan;
 
 static bool plan_f64(f64_plan *pl, const emu_format *f, const emu_rounding *r)
 {
     int qs = low_quantum(f);
-    if (!f->fits_carrier || f->p > 52 || qs > 0
+    if (!f->fits_carrier || f->p > 52 || qs > 0 || qs - 1 < -1022
         || emu_rnd_is_stochastic(r->mode) || (unsigned)r->mode >= EMU_RND_COUNT)
         return false;
     memset(pl, 0, sizeof *pl);
-    pl->mode = r->mode;
-    pl->tiny_before = r->tininess == EMU_TINY_BEFORE;
+    switch (r->mode) {
+    case EMU_RNE: pl->kmode = K_RNE; break;
+    case EMU_RZ:  pl->kmode = K_RZ; break;
+    case EMU_RNA: pl->kmode = K_RNA; break;
+    case EMU_RU:  pl->kmode = K_RU; break;
+    case EMU_RD:  pl->kmode = K_RD; break;
+    default:      pl->kmode = K_RO; break;
+    }
+    pl->tiny_u = r->tininess == EMU_TINY_BEFORE ? ~(uint64_t)0 : 0;
     pl->d = (uint64_t)(53 - f->p);
     pl->mask = ((uint64_t)1 << pl->d) - 1;
     pl->half = (uint64_t)1 << (pl->d - 1);
@@ -721,99 +745,599 @@ static bool plan_f64(f64_plan *pl, const emu_format *f, const emu_rounding *r)
         pl->ovf[s] = d2u(ovf[s]);
         pl->ovf_nan[s] = isnan(ovf[s]) != 0;
     }
-    pl->zero_sign = f->is_signed && f->specials != EMU_SPECIALS_FNUZ
-                    ? (uint64_t)1 << 63 : 0;
-    pl->neg_slow = !f->is_signed;
-    pl->zero_slow = !f->has_zero;
+    const uint64_t sign = (uint64_t)1 << 63;
+    pl->zero_sign = f->is_signed && f->specials != EMU_SPECIALS_FNUZ ? sign : 0;
+    pl->neg_above = !f->is_signed ? 0 : INT64_MAX;
+    pl->zero_below = !f->has_zero ? 1 : 0;
+    const bool ovf_signed = pl->ovf[1] == (pl->ovf[0] | sign)
+                            && !(pl->ovf[0] & sign);
+    pl->ovf_sign = ovf_signed ? sign : 0;
+    pl->general = !f->is_signed || !f->has_zero || pl->zero_sign != sign
+                  || (!ovf_signed && pl->ovf[1] != pl->ovf[0]);
     return true;
 }
 
-/* One element by the method of the binary32 path; returns false if the
- * element needs the scalar path. */
-static bool fast_f64(const f64_plan *pl, uint64_t b, uint64_t *out,
-                     unsigned *flags)
+/* ---- binary64: the fused kernel (as the binary32 one) ----------------- */
+
+static inline uint64_t blend64(uint64_t m, uint64_t x, uint64_t y)
+{
+    return (x & m) | (y & ~m);
+}
+
+static inline uint64_t mask64(bool c)
+{
+    return (uint64_t)0 - (uint64_t)c;
+}
+
+static inline double dblend(uint64_t m, double x, double y)
+{
+    return u2d(blend64(m, d2u(x), d2u(y)));
+}
+
+typedef struct tile_events64 {
+    uint64_t inexact, underflow, to_zero, subnormal, overflow, overflow_neg;
+    uint64_t slow;
+} tile_events64;
+
+/* Below 2^emin: a on the quantum grid, to nearest-even, and truncated. */
+static inline double low_rne64(const f64_plan *pl, double a)
+{
+    return (a + pl->magic) - pl->magic;
+}
+
+static inline double low_rz64(const f64_plan *pl, double a)
+{
+    double s = low_rne64(pl, a), s_down = s - pl->quantum;
+    return dblend(mask64(s > a), s_down, s);
+}
+
+/* One lane, as lane() (binary64 patterns are below 2^63 in the lanes the
+ * fast path covers, so signed comparisons are exact). */
+static EMU_KERNEL_INLINE uint64_t lane64(const f64_plan *p, const int mode,
+                                         const bool general, uint64_t b,
+                                         tile_events64 *e)
 {
     const uint64_t sign_bit = (uint64_t)1 << 63, implicit = (uint64_t)1 << 52;
-    uint64_t u = b & ~sign_bit;
-    bool neg = (b >> 63) != 0;
-    if (u >= 0x7ff0000000000000u || (neg && pl->neg_slow && u != 0))
-        return false;
-    double a = u2d(u);
-    double s = (a + pl->magic) - pl->magic;
-    double z = s > a ? s - pl->quantum : s;
+    const uint64_t u = b & ~sign_bit, neg = b >> 63;
+    const int64_t su = (int64_t)u, emin = (int64_t)p->emin_bits;
+    const uint64_t keep = ~p->mask;
+    const double a = u2d(u);
     uint64_t n, lo;
-    switch (pl->mode) {
-    case EMU_RNE:
-        n = (u + pl->half - 1 + (((u | implicit) >> pl->d) & 1)) & ~pl->mask;
-        lo = d2u(s);
+    switch (mode) {
+    case K_RNE:
+        n = (u + (p->half - 1) + (((u | implicit) >> p->d) & 1)) & keep;
+        lo = d2u(low_rne64(p, a));
         break;
-    case EMU_RNA:
-        n = (u + pl->half) & ~pl->mask;
-        lo = d2u(a - s == pl->half_q ? s + pl->quantum : s);
+    case K_RZ:
+        n = u & keep;
+        lo = d2u(low_rz64(p, a));
         break;
-    case EMU_RU:
-    case EMU_RD:
-        if (neg == (pl->mode == EMU_RD)) {
-            n = (u + pl->mask) & ~pl->mask;
-            lo = d2u(z != a ? z + pl->quantum : z);
-        } else {
-            n = u & ~pl->mask;
-            lo = d2u(z);
-        }
+    case K_RNA: {
+        n = (u + p->half) & keep;
+        double s = low_rne64(p, a), s_up = s + p->quantum;
+        lo = d2u(dblend(mask64(a - s == p->half_q), s_up, s));
         break;
-    case EMU_RO:
-        n = (u & ~pl->mask) + ((u & pl->mask) != 0
-                               && !(((u | implicit) >> pl->d) & 1)) * (pl->mask + 1);
-        lo = d2u(u2d(d2u(z + pl->magic) | (z != a)) - pl->magic);
+    }
+    case K_RU:
+    case K_RD: {
+        const uint64_t away = neg ^ (uint64_t)(mode == K_RU);
+        n = (u + (mask64(away) & p->mask)) & keep;
+        double z = low_rz64(p, a), z_up = z + p->quantum;
+        lo = d2u(dblend(mask64(away & (z != a)), z_up, z));
         break;
-    case EMU_RZ:
+    }
+    default: { /* K_RO */
+        const uint64_t odd = ((u | implicit) >> p->d) & 1;
+        n = (u & keep) + (mask64(((u & p->mask) != 0) & (odd ^ 1))
+                          & (p->mask + 1));
+        double z = low_rz64(p, a);
+        uint64_t k = d2u(z + p->magic) | (mask64(z != a) & 1);
+        lo = d2u(u2d(k) - p->magic);
+        break;
+    }
+    }
+    const uint64_t is_low = su < emin;
+    const uint64_t r = blend64(mask64(is_low), lo, n);
+    uint64_t slow = su > (int64_t)0x7fefffffffffffff; /* NaN, inf */
+    if (general)
+        slow |= (uint64_t)((int64_t)(b ^ sign_bit) > p->neg_above)
+              | (uint64_t)((int64_t)r < p->zero_below);
+    const int64_t sr = (int64_t)r;
+    const uint64_t ovf = sr > (int64_t)p->max_bits;
+    const uint64_t inx = (uint64_t)(r != u) | ovf;
+    const uint64_t zero = r == 0;
+    const int64_t st = (int64_t)blend64(p->tiny_u, u, n);
+    e->inexact += inx;
+    e->overflow += ovf;
+    if (general)
+        e->overflow_neg += ovf & neg;
+    e->slow += slow;
+    e->underflow += (uint64_t)(st < emin) & inx;
+    e->to_zero += zero & (uint64_t)(su != 0);
+    e->subnormal += (zero ^ 1) & (uint64_t)(sr < emin);
+    if (!general)
+        return blend64(mask64(ovf), p->ovf[0] | (b & p->ovf_sign),
+                       r | (b & sign_bit));
+    const uint64_t zero_drop = p->zero_sign ^ sign_bit;
+    const uint64_t sgn = b & (sign_bit ^ (mask64(zero) & zero_drop));
+    const uint64_t ovf_res = p->ovf[0] ^ (((uint64_t)0 - neg)
+                                          & (p->ovf[0] ^ p->ovf[1]));
+    return blend64(mask64(ovf), ovf_res, r | sgn);
+}
+
+static EMU_KERNEL_INLINE void kernel64_run(const f64_plan *plan,
+                                           const int mode, const bool general,
+                                           double *restrict out,
+                                           const double *restrict in,
+                                           tile_events64 *ev)
+{
+    const f64_plan p = *plan;
+    tile_events64 e = { 0 };
+    for (size_t i = 0; i < TILE; i++)
+        out[i] = u2d(lane64(&p, mode, general, d2u(in[i]), &e));
+    *ev = e;
+}
+
+static EMU_KERNEL_INLINE void kernel64_any(const f64_plan *p,
+                                           double *restrict out,
+                                           const double *restrict in,
+                                           tile_events64 *e)
+{
+#define K_CASE(k)                                                             \
+    case k:                                                                   \
+        if (p->general)                                                       \
+            kernel64_run(p, k, true, out, in, e);                             \
+        else                                                                  \
+            kernel64_run(p, k, false, out, in, e);                            \
+        break
+    switch (p->kmode) {
+    K_CASE(K_RNE);
+    K_CASE(K_RZ);
+    K_CASE(K_RNA);
+    K_CASE(K_RU);
+    K_CASE(K_RD);
     default:
-        n = u & ~pl->mask;
-        lo = d2u(z);
-        break;
+    K_CASE(K_RO);
     }
-    bool low = u < pl->emin_bits;
-    uint64_t r = low ? lo : n;
-    if (r == 0 && pl->zero_slow)
+#undef K_CASE
+}
+
+typedef void (*tile_kernel64)(const f64_plan *, double *restrict,
+                              const double *restrict, tile_events64 *);
+
+static void kernel64_base(const f64_plan *p, double *restrict out,
+                          const double *restrict in, tile_events64 *e)
+{
+    kernel64_any(p, out, in, e);
+}
+
+#if EMU_HAVE_ISA_CLONES
+EMU_ISA_TARGET_AVX2
+static void kernel64_avx2(const f64_plan *p, double *restrict out,
+                          const double *restrict in, tile_events64 *e)
+{
+    kernel64_any(p, out, in, e);
+}
+
+EMU_ISA_TARGET_AVX512
+static void kernel64_avx512(const f64_plan *p, double *restrict out,
+                            const double *restrict in, tile_events64 *e)
+{
+    kernel64_any(p, out, in, e);
+}
+#endif
+
+static tile_kernel64 kernel64_for(emu_isa isa)
+{
+#if EMU_HAVE_ISA_CLONES
+    if (isa == EMU_ISA_AVX512)
+        return kernel64_avx512;
+    if (isa == EMU_ISA_AVX2)
+        return kernel64_avx2;
+#endif
+    (void)isa;
+    return kernel64_base;
+}
+
+static tile_events64 lane64_events(const f64_plan *p, uint64_t b)
+{
+    tile_events64 e = { 0 };
+#define K_CASE(k)                                                             \
+    case k:                                                                   \
+        if (p->general)                                                       \
+            lane64(p, k, true, b, &e);                                        \
+        else                                                                  \
+            lane64(p, k, false, b, &e);                                       \
+        break
+    switch (p->kmode) {
+    K_CASE(K_RNE);
+    K_CASE(K_RZ);
+    K_CASE(K_RNA);
+    K_CASE(K_RU);
+    K_CASE(K_RD);
+    default:
+    K_CASE(K_RO);
+    }
+#undef K_CASE
+    return e;
+}
+
+/* The events of a tile into counts; the slow lanes (their events taken
+ * back by the caller) are counted by the choke point's own. */
+static void events64_to_counts(const f64_plan *pl, const emu_format *f,
+                               const tile_events64 *e, size_t lanes,
+                               emu_round_counts *c)
+{
+    const uint64_t nan = !pl->general ? (pl->ovf_nan[0] ? e->overflow : 0)
+                       : (pl->ovf_nan[0] ? e->overflow - e->overflow_neg : 0)
+                         + (pl->ovf_nan[1] ? e->overflow_neg : 0);
+    c->n += lanes - e->slow;
+    c->inexact += e->inexact;
+    c->underflow += e->underflow;
+    c->to_zero += e->to_zero;
+    c->subnormal += e->subnormal;
+    c->overflow += e->overflow;
+    c->nan += nan;
+    c->flags |= (e->inexact ? EMU_FLAG_INEXACT : 0)
+              | (e->underflow ? EMU_FLAG_UNDERFLOW : 0)
+              | (e->overflow ? EMU_FLAG_OVERFLOW : 0)
+              | (e->subnormal ? EMU_FLAG_SUBNORMAL : 0)
+              | (e->to_zero && !f->subnormals ? EMU_FLAG_FLUSHED : 0);
+}
+
+static void tile_f64(const f64_plan *pl, tile_kernel64 kern,
+                     const emu_format *f, double *out, const double *in,
+                     size_t len, const emu_array_rounding *a,
+                     emu_round_counts *c)
+{
+    double copy[TILE], part[TILE];
+    const double *src = in;
+    double *dst = out;
+    const uintptr_t o = (uintptr_t)out, i0 = (uintptr_t)in,
+                    size = len * sizeof *in;
+    if (len < TILE || (o < i0 + size && i0 < o + size)) {
+        memcpy(copy, in, len * sizeof copy[0]);
+        memset(copy + len, 0, (TILE - len) * sizeof copy[0]);
+        src = copy;
+    }
+    if (len < TILE)
+        dst = part;
+    tile_events64 e;
+    kern(pl, dst, src, &e);
+    e.slow -= (uint64_t)(TILE - len) * (pl->zero_below > 0);
+    if (e.slow) {
+        tile_events64 back = { 0 };
+        for (size_t i = 0; i < len; i++) {
+            tile_events64 one = lane64_events(pl, d2u(src[i]));
+            if (!one.slow)
+                continue;
+            back.inexact += one.inexact;
+            back.underflow += one.underflow;
+            back.to_zero += one.to_zero;
+            back.subnormal += one.subnormal;
+            back.overflow += one.overflow;
+            back.overflow_neg += one.overflow_neg;
+            emu_status st;
+            double x = src[i];
+            double y = emu_round2_word_unguarded(f, x, 0.0, &a->rnd, 0, &st);
+            dst[i] = y;
+            emu_round_counts_add_unguarded(c, x, y, st.flags);
+        }
+        e.inexact -= back.inexact;
+        e.underflow -= back.underflow;
+        e.to_zero -= back.to_zero;
+        e.subnormal -= back.subnormal;
+        e.overflow -= back.overflow;
+        e.overflow_neg -= back.overflow_neg;
+    }
+    events64_to_counts(pl, f, &e, len, c);
+    if (dst != out)
+        memcpy(out, dst, len * sizeof dst[0]);
+}
+
+/* ---- pairs hi + lo under stochastic rounding ----------------------------
+ *
+ * The exact sums of the optimizer updates reach the choke point as pairs
+ * hi + lo, and stochastic rounding must see lo.  The lanes this kernel
+ * covers are the common ones: finite pairs whose exact value lies at or
+ * above 2^emin (or is zero), in a format that fits the carrier.  The pair
+ * is first normalised as emu_round2_word normalises it (TwoSum, when lo is
+ * not zero), so that hi = RN(hi + lo) and |lo| <= ulp(hi) / 2.  With u the
+ * pattern of |hi|, al the low part measured away from zero and q the
+ * quantum's exponent in hi's binade, the truncation is u with its
+ * d = 53 - p low bits cleared, and floor(F 2^64), F the exact fraction in
+ * quanta, is (u's d low bits) 2^(64-d) + floor(al 2^(64-q)): the first
+ * term an integer, the second at most 2^(p+10) in magnitude, so that its
+ * floor comes exactly from adding and subtracting 1.5 2^52 (a negative
+ * floor with no dropped bits borrows one quantum: the exact value lies
+ * just below a grid point).  The random word (its top r bits for r-bit
+ * rounding) carries out of 64 bits with it or not: decide()'s rule.
+ *
+ * Slow lanes, redone by the choke point: non-finite parts or sums,
+ * non-zero values below 2^emin (the fixed quantum makes floor(F 2^64) a
+ * conversion no vector unit below AVX-512 has), a power of two hi with a
+ * low part toward zero (the exact value lies in the binade below), and
+ * the general rules' negatives into unsigned formats and zeros into
+ * formats without zero.  Nothing but inexact and overflow can happen in
+ * the others. */
+
+typedef struct pair_plan {
+    uint64_t d, mask, keep, emin_bits, max_bits;
+    uint64_t scale_base;        /* exponent field of 2^(64-q) + hi's field */
+    uint64_t top;               /* the word's top r bits                   */
+    uint64_t ovf[2], ovf_nan[2];
+    uint64_t zero_sign;
+    bool general;
+    int64_t neg_above, zero_below;
+} pair_plan;
+
+static bool plan_pairs(pair_plan *pl, const emu_format *f,
+                       const emu_rounding *r)
+{
+    if (!f->fits_carrier || f->p > 52 || f->emin < -1000 || f->emax > 1000
+        || !emu_rnd_is_stochastic(r->mode))
         return false;
-    if (r > pl->max_bits) {
-        *out = pl->ovf[neg];
-        *flags = EMU_FLAG_OVERFLOW | EMU_FLAG_INEXACT;
-        return true;
+    memset(pl, 0, sizeof *pl);
+    pl->d = (uint64_t)(53 - f->p);
+    pl->mask = ((uint64_t)1 << pl->d) - 1;
+    pl->keep = ~pl->mask;
+    pl->emin_bits = d2u(f->min_normal);
+    pl->max_bits = d2u(f->max);
+    /* 2^(64-q) with q = E - 1023 - p + 1, E hi's exponent field: the
+     * field 1023 + 64 - q = (2109 + p) - E. */
+    pl->scale_base = (uint64_t)(2109 + f->p);
+    unsigned rb = sr_bits_of(r);
+    pl->top = rb >= 64 ? ~(uint64_t)0 : ~(~(uint64_t)0 >> rb);
+    double ovf[2];
+    overflow_results(f, r, ovf);
+    for (int s = 0; s < 2; s++) {
+        pl->ovf[s] = d2u(ovf[s]);
+        pl->ovf_nan[s] = isnan(ovf[s]) != 0;
     }
-    unsigned fl = 0;
-    if (r != u) {
-        fl = EMU_FLAG_INEXACT;
-        if (low && (pl->tiny_before || n < pl->emin_bits))
-            fl |= EMU_FLAG_UNDERFLOW;
-    }
-    if (r != 0 && r < pl->emin_bits)
-        fl |= EMU_FLAG_SUBNORMAL;
-    *out = r | (b & (r != 0 ? sign_bit : pl->zero_sign));
-    *flags = fl;
+    const uint64_t sign = (uint64_t)1 << 63;
+    pl->zero_sign = f->is_signed && f->specials != EMU_SPECIALS_FNUZ ? sign : 0;
+    pl->neg_above = !f->is_signed ? 0 : INT64_MAX;
+    pl->zero_below = !f->has_zero ? 1 : 0;
+    pl->general = !f->is_signed || !f->has_zero || pl->zero_sign != sign
+                  || pl->ovf[1] != (pl->ovf[0] | sign) || (pl->ovf[0] & sign);
     return true;
 }
 
-static void tile_f64(const f64_plan *pl, const emu_format *f, double *out,
-                     const double *in, size_t len,
-                     const emu_array_rounding *a, emu_round_counts *c)
+typedef struct pair_events {
+    uint64_t inexact, overflow, overflow_neg, to_zero, slow;
+} pair_events;
+
+static EMU_KERNEL_INLINE double pair_lane(const pair_plan *p,
+                                          const bool general, double hi,
+                                          double lo, uint64_t word,
+                                          pair_events *e)
 {
-    for (size_t i = 0; i < len; i++) {
-        double x = in[i], y;
-        uint64_t res;
-        unsigned fl;
-        if (fast_f64(pl, d2u(x), &res, &fl)) {
-            y = u2d(res);
-            if (y == 0.0 && x != 0.0 && !f->subnormals)
-                fl |= EMU_FLAG_FLUSHED;
-        } else {
-            emu_status st;
-            y = emu_round2_word_unguarded(f, x, 0.0, &a->rnd, 0, &st);
-            fl = st.flags;
-        }
-        out[i] = y;
-        emu_round_counts_add_unguarded(c, x, y, fl);
+    const uint64_t sign_bit = (uint64_t)1 << 63;
+    const uint64_t exp_mask = (uint64_t)0x7ff << 52;
+    const double C = 0x1.8p52; /* ulp 1: adding it rounds to an integer */
+    const uint64_t hb = d2u(hi), lb = d2u(lo);
+    /* TwoSum when lo is not zero, as the choke point normalises */
+    const uint64_t lo_nz = mask64((lb << 1) != 0);
+    const double s = hi + lo, bb = s - hi;
+    const double l2 = (hi - (s - bb)) + (lo - bb);
+    const uint64_t H = blend64(lo_nz, d2u(s), hb);
+    const double L = dblend(lo_nz, l2, lo);
+    const uint64_t u = H & ~sign_bit, neg = H >> 63;
+    const uint64_t E = u >> 52;
+    /* the low part away from zero, and its floor at 2^(64-q) */
+    const double al = u2d(d2u(L) ^ (H & sign_bit));
+    const double x = al * u2d((p->scale_base - E) << 52);
+    const double k = (x + C) - C;
+    const double fl = k - dblend(mask64(k > x), 1.0, 0.0);
+    /* an underflowed negative product still floors to -1 */
+    const double flr = dblend(mask64(al < 0.0 && x == 0.0), -1.0, fl);
+    const uint64_t fq_lo = d2u(flr + C) - d2u(C); /* two's complement */
+    const uint64_t fint = u & p->mask;
+    const uint64_t fq = (fint << (64 - p->d)) + fq_lo;
+    const uint64_t borrow = (fint == 0) & (flr < 0.0);
+    const uint64_t up = ((fq & p->top) + (word & p->top)) < (word & p->top);
+    const uint64_t unit = p->mask + 1;
+    const uint64_t zero = u == 0;
+    const uint64_t r = ((u & p->keep) - (mask64(borrow) & unit)
+                        + (mask64(up) & unit)) & ~mask64(zero);
+    const uint64_t inx = ((fint != 0) | (al != 0.0)) & (zero ^ 1);
+    uint64_t slow = (uint64_t)((hb & exp_mask) == exp_mask)
+                  | (uint64_t)((lb & exp_mask) == exp_mask)
+                  | (uint64_t)(E == 0x7ff)
+                  | ((uint64_t)(u < p->emin_bits) & (zero ^ 1))
+                  | ((uint64_t)((u << 12) == 0) & (uint64_t)(al < 0.0)
+                     & (zero ^ 1));
+    if (general)
+        slow |= (uint64_t)((int64_t)(H ^ sign_bit) > p->neg_above)
+              | (uint64_t)((int64_t)r < p->zero_below);
+    const uint64_t ovf = (int64_t)r > (int64_t)p->max_bits;
+    e->inexact += inx | ovf;
+    e->overflow += ovf;
+    if (general)
+        e->overflow_neg += ovf & neg;
+    e->to_zero += zero & (uint64_t)((hb << 1) != 0);
+    e->slow += slow;
+    if (!general)
+        return u2d(blend64(mask64(ovf), p->ovf[0], r) | (H & sign_bit));
+    const uint64_t zero_drop = p->zero_sign ^ sign_bit;
+    const uint64_t sgn = H & (sign_bit ^ (mask64(zero) & zero_drop));
+    const uint64_t ovf_res = p->ovf[0] ^ (((uint64_t)0 - neg)
+                                          & (p->ovf[0] ^ p->ovf[1]));
+    return u2d(blend64(mask64(ovf), ovf_res, r | sgn));
+}
+
+static EMU_KERNEL_INLINE void pairs_run(const pair_plan *plan,
+                                        const bool general,
+                                        float *restrict out,
+                                        const double *restrict hi,
+                                        const double *restrict lo,
+                                        const uint64_t *restrict w,
+                                        pair_events *ev)
+{
+    const pair_plan p = *plan;
+    pair_events e = { 0 };
+    for (size_t i = 0; i < TILE; i++)
+        out[i] = (float)pair_lane(&p, general, hi[i], lo[i], w[i], &e);
+    *ev = e;
+}
+
+typedef void (*pairs_kernel)(const pair_plan *, float *restrict,
+                             const double *restrict, const double *restrict,
+                             const uint64_t *restrict, pair_events *);
+
+static EMU_KERNEL_INLINE void pairs_any(const pair_plan *p,
+                                        float *restrict out,
+                                        const double *restrict hi,
+                                        const double *restrict lo,
+                                        const uint64_t *restrict w,
+                                        pair_events *e)
+{
+    if (p->general)
+        pairs_run(p, true, out, hi, lo, w, e);
+    else
+        pairs_run(p, false, out, hi, lo, w, e);
+}
+
+static void pairs_base(const pair_plan *p, float *restrict out,
+                       const double *restrict hi, const double *restrict lo,
+                       const uint64_t *restrict w, pair_events *e)
+{
+    pairs_any(p, out, hi, lo, w, e);
+}
+
+#if EMU_HAVE_ISA_CLONES
+EMU_ISA_TARGET_AVX2
+static void pairs_avx2(const pair_plan *p, float *restrict out,
+                       const double *restrict hi, const double *restrict lo,
+                       const uint64_t *restrict w, pair_events *e)
+{
+    pairs_any(p, out, hi, lo, w, e);
+}
+
+EMU_ISA_TARGET_AVX512
+static void pairs_avx512(const pair_plan *p, float *restrict out,
+                         const double *restrict hi, const double *restrict lo,
+                         const uint64_t *restrict w, pair_events *e)
+{
+    pairs_any(p, out, hi, lo, w, e);
+}
+#endif
+
+static pairs_kernel pairs_for(emu_isa isa)
+{
+#if EMU_HAVE_ISA_CLONES
+    if (isa == EMU_ISA_AVX512)
+        return pairs_avx512;
+    if (isa == EMU_ISA_AVX2)
+        return pairs_avx2;
+#endif
+    (void)isa;
+    return pairs_base;
+}
+
+static void tile_pairs(const pair_plan *pl, pairs_kernel kern,
+                       const emu_format *f, float *out, const double *hi,
+                       const double *lo, size_t len,
+                       const emu_array_rounding *a, uint64_t first,
+                       emu_round_counts *c)
+{
+    uint64_t w[TILE];
+    double h2[TILE], l2[TILE];
+    float part[TILE];
+    const double *h = hi, *l = lo;
+    float *dst = out;
+    emu_random_fill(a->seed, a->stream, first, w, len);
+    if (len < TILE) {
+        /* +0 + +0 with word 0: a zero lane, never slow but without zero */
+        memcpy(h2, hi, len * sizeof h2[0]);
+        memcpy(l2, lo, len * sizeof l2[0]);
+        memset(h2 + len, 0, (TILE - len) * sizeof h2[0]);
+        memset(l2 + len, 0, (TILE - len) * sizeof l2[0]);
+        memset(w + len, 0, (TILE - len) * sizeof w[0]);
+        h = h2, l = l2, dst = part;
     }
+    pair_events e;
+    kern(pl, dst, h, l, w, &e);
+    e.slow -= (uint64_t)(TILE - len) * (pl->zero_below > 0);
+    if (e.slow) {
+        pair_events back = { 0 };
+        for (size_t i = 0; i < len; i++) {
+            pair_events one = { 0 };
+            if (pl->general)
+                pair_lane(pl, true, h[i], l[i], w[i], &one);
+            else
+                pair_lane(pl, false, h[i], l[i], w[i], &one);
+            if (!one.slow)
+                continue;
+            back.inexact += one.inexact;
+            back.overflow += one.overflow;
+            back.overflow_neg += one.overflow_neg;
+            back.to_zero += one.to_zero;
+            emu_status st;
+            double y = emu_round2_word_unguarded(f, h[i], l[i], &a->rnd, w[i],
+                                                 &st);
+            dst[i] = (float)y;
+            emu_round_counts_add_unguarded(c, h[i], y, st.flags);
+        }
+        e.inexact -= back.inexact;
+        e.overflow -= back.overflow;
+        e.overflow_neg -= back.overflow_neg;
+        e.to_zero -= back.to_zero;
+    }
+    const uint64_t nan = !pl->general ? (pl->ovf_nan[0] ? e.overflow : 0)
+                       : (pl->ovf_nan[0] ? e.overflow - e.overflow_neg : 0)
+                         + (pl->ovf_nan[1] ? e.overflow_neg : 0);
+    c->n += len - e.slow;
+    c->inexact += e.inexact;
+    c->to_zero += e.to_zero;
+    c->overflow += e.overflow;
+    c->nan += nan;
+    c->flags |= (e.inexact ? EMU_FLAG_INEXACT : 0)
+              | (e.overflow ? EMU_FLAG_OVERFLOW : 0);
+    if (dst != out)
+        memcpy(out, dst, len * sizeof dst[0]);
+}
+
+/* The pairs of the scalar path: any format, any mode. */
+static void scalar_pairs(const emu_format *f, float *out, const double *hi,
+                         const double *lo, size_t len,
+                         const emu_array_rounding *a, uint64_t first,
+                         emu_round_counts *c)
+{
+    uint64_t w[TILE];
+    if (emu_rnd_is_stochastic(a->rnd.mode))
+        emu_random_fill(a->seed, a->stream, first, w, len);
+    else
+        memset(w, 0, len * sizeof w[0]);
+    for (size_t i = 0; i < len; i++) {
+        emu_status st;
+        double y = emu_round2_word_unguarded(f, hi[i], lo[i], &a->rnd, w[i],
+                                             &st);
+        out[i] = (float)y;
+        emu_round_counts_add_unguarded(c, hi[i], y, st.flags);
+    }
+}
+
+void emu_round_pairs_f32_unguarded(const emu_format *fmt, float *out,
+                                   const double *hi, const double *lo,
+                                   size_t n, const emu_array_rounding *a,
+                                   emu_round_counts *counts)
+{
+    pair_plan pl;
+    const bool fast = plan_pairs(&pl, fmt, &a->rnd);
+    const pairs_kernel kern = pairs_for(emu_isa_active());
+    emu_round_counts c = { 0 };
+    for (size_t i = 0; i < n; i += TILE) {
+        const size_t len = n - i < TILE ? n - i : TILE;
+        if (fast)
+            tile_pairs(&pl, kern, fmt, out + i, hi + i, lo + i, len, a,
+                       a->first_index + i, &c);
+        else
+            scalar_pairs(fmt, out + i, hi + i, lo + i, len, a,
+                         a->first_index + i, &c);
+    }
+    if (counts)
+        counts_merge(counts, &c);
 }
 
 /* ---- entry points ----------------------------------------------------- */
@@ -932,6 +1456,7 @@ int emu_round_array_f64_unguarded(const emu_format *fmt, double *out,
 {
     f64_plan pl;
     const bool fast = plan_f64(&pl, fmt, &a->rnd);
+    const tile_kernel64 kern = kernel64_for(emu_isa_active());
     const size_t tiles = (n + TILE - 1) / TILE;
     uint64_t c_n = 0, c_inx = 0, c_unf = 0, c_tz = 0, c_sub = 0, c_ovf = 0,
              c_nan = 0, c_inv = 0;
@@ -946,7 +1471,7 @@ int emu_round_array_f64_unguarded(const emu_format *fmt, double *out,
         size_t i = t * TILE, len = n - i < TILE ? n - i : TILE;
         emu_round_counts c = { 0 };
         if (fast)
-            tile_f64(&pl, fmt, out + i, in + i, len, a, &c);
+            tile_f64(&pl, kern, fmt, out + i, in + i, len, a, &c);
         else
             scalar_tile_f64(fmt, out + i, in + i, len, a, a->first_index + i,
                             &c);

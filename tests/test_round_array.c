@@ -15,6 +15,7 @@
  * the CPU or the build lacks the level), so that each one is checked.
  */
 #include <check.h>
+#include <float.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -547,6 +548,176 @@ START_TEST(test_f64)
 }
 END_TEST
 
+/* Edge classes of binary64 input, for every binade from below the
+ * format's subnormals to above its max (and binary64's own extremes): the
+ * grid points of the format there, one binary64 ulp either side of them
+ * and of the midpoints, the binade's ends, with both signs; zeros,
+ * infinities, NaNs and binary64 subnormals.  Returns the count. */
+static size_t f64_edge_inputs(const emu_format *f, double *in, size_t cap)
+{
+    size_t k = 0;
+#define PUT(v)                                                                \
+    do {                                                                      \
+        if (k + 2 <= cap) {                                                   \
+            in[k++] = (v);                                                    \
+            in[k++] = -(v);                                                   \
+        }                                                                     \
+    } while (0)
+    PUT(0.0);
+    PUT(INFINITY);
+    PUT(NAN);
+    PUT(0x1p-1074);
+    PUT(0x1.fffffffffffffp-1023);
+    PUT(DBL_MAX);
+    PUT(f->max);
+    PUT(f->min_normal);
+    for (int e = f->emin - f->p - 4; e <= f->emax + 2; e++) {
+        const int q = (e < f->emin ? (f->subnormals ? f->emin - f->p + 1
+                                                    : f->emin)
+                                   : e - f->p + 1);
+        const double lo_b = ldexp(1.0, e), step = ldexp(1.0, q);
+        /* a few grid points of the binade: its first ones and its last */
+        for (int j = 0; j < 6; j++) {
+            double g = j < 3 ? lo_b + j * step
+                             : ldexp(2.0, e) - (j - 2) * step;
+            double mid = g + step / 2;
+            const double v[] = { g, nextafter(g, 0.0), nextafter(g, INFINITY),
+                                 mid, nextafter(mid, 0.0),
+                                 nextafter(mid, INFINITY) };
+            for (size_t t = 0; t < sizeof v / sizeof v[0]; t++)
+                if (v[t] > 0.0)
+                    PUT(v[t]);
+        }
+    }
+#undef PUT
+    return k;
+}
+
+START_TEST(test_f64_edges)
+{
+    const emu_format *f = carrier[_i];
+    enum { CAP = 1 << 16 };
+    static double in[CAP], out[CAP];
+    const size_t n = f64_edge_inputs(f, in, CAP);
+    EXPECT(n > 100 && n < CAP, "%s: %zu edge inputs", f->name, n);
+    for (int m = 0; m < N_MODES; m++)
+        for (int cfg = 0; cfg < 4; cfg++) {
+            emu_array_rounding a = make_rounding(&modes[m], cfg & 1, cfg >> 1,
+                                                 5, 0);
+            compare_f64(f, &a, in, n, out);
+            /* again as short arrays, in place and at an offset: the
+             * padded tiles and the copy of overlapping input */
+            const size_t n_ip = n - 1 < 700 ? n - 1 : 700;
+            memcpy(out, in, n * sizeof *in);
+            emu_round_counts got = { 0 };
+            EXPECT(emu_round_array_f64(f, out + 1, out + 1, n_ip, &a, &got,
+                                       NULL) == 0, "in place");
+            for (size_t i = 1; i <= n_ip; i++) {
+                double y = emu_round2_word(f, in[i], 0.0, &a.rnd,
+                                           emu_random64(a.seed, a.stream,
+                                                        a.first_index + i - 1),
+                                           NULL);
+                EXPECT(dbits(y) == dbits(out[i]), "%s in place [%zu]",
+                       f->name, i);
+            }
+        }
+}
+END_TEST
+
+/* ---- pairs hi + lo (emu_round_pairs_f32_unguarded) --------------------- */
+
+/* The low parts tried with each hi: none, the smallest doubles, tiny and
+ * moderate ones, half of hi's ulp (a tie in binary64) and just inside, and
+ * parts that overlap hi (which the choke point normalises). */
+static double pair_lo(const double hi, int j, test_rng *g)
+{
+    int e;
+    frexp(hi, &e);
+    const double half = hi == 0.0 ? 0x1p-1074 : ldexp(1.0, e - 54);
+    const double s = (j & 1) ? -1.0 : 1.0;
+    switch (j >> 1) {
+    case 0: return s * 0.0;
+    case 1: return s * 0x1p-1074;
+    case 2: return s * half;
+    case 3: return s * nextafter(half, 0.0);
+    case 4: return s * ldexp(1.0 + (double)(test_next(g) >> 12) * 0x1p-52,
+                             e - 60 - (int)test_below(g, 40));
+    case 5: return s * ldexp(1.0 + (double)(test_next(g) >> 12) * 0x1p-52,
+                             e - 54 - (int)test_below(g, 4));
+    default: return s * ldexp((double)(test_next(g) >> 11),
+                              e - 40 - (int)test_below(g, 40));
+    }
+}
+enum { N_PAIR_LO = 14 };
+
+static void compare_pairs(const emu_format *f, const emu_array_rounding *a,
+                          const double *hi, const double *lo, size_t n,
+                          float *out)
+{
+    emu_round_counts got = { 0 }, want = { 0 };
+    char mb[16];
+    const mode_case mc = { a->rnd.mode, a->rnd.sr_bits };
+    emu_round_pairs_f32_unguarded(f, out, hi, lo, n, a, &got);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t word = emu_rnd_is_stochastic(a->rnd.mode)
+                        ? emu_random64(a->seed, a->stream, a->first_index + i)
+                        : 0;
+        emu_status st;
+        double y = emu_round2_word(f, hi[i], lo[i], &a->rnd, word, &st);
+        emu_round_counts_add(&want, hi[i], y, st.flags);
+        EXPECT(fbits((float)y) == fbits(out[i]),
+               "%s %s saturate %d: pair [%zu] %a + %a word 0x%016" PRIx64
+               ": expected %a (flags 0x%x) got %a", f->name,
+               mode_label(&mc, mb, sizeof mb), (int)a->rnd.saturate, i,
+               hi[i], lo[i], word, y, st.flags, (double)out[i]);
+    }
+    char wb[256], gb[256];
+    print_counts(wb, sizeof wb, &want);
+    print_counts(gb, sizeof gb, &got);
+    EXPECT(!*counts_diff(&want, &got), "%s %s: pair counts differ in %s\n"
+           "expected %s\ngot      %s", f->name, mode_label(&mc, mb, sizeof mb),
+           counts_diff(&want, &got), wb, gb);
+}
+
+/* Every edge class of hi (f64_edge_inputs) with every class of lo, and
+ * random pairs around the format's range, in every mode (the stochastic
+ * ones run the kernel, the others the scalar path). */
+START_TEST(test_pairs)
+{
+    const emu_format *f = carrier[_i];
+    enum { CAP = 1 << 14, N = CAP * N_PAIR_LO };
+    static double edges[CAP], hi[N], lo[N];
+    static float out[N];
+    test_rng g = test_rng_make(0x9a125 + (uint64_t)_i);
+    const size_t ne = f64_edge_inputs(f, edges, CAP);
+    size_t n = 0;
+    for (size_t i = 0; i < ne; i++)
+        for (int j = 0; j < N_PAIR_LO; j++) {
+            hi[n] = edges[i];
+            lo[n++] = pair_lo(edges[i], j, &g);
+        }
+    /* random pairs: hi anywhere near the range, of a random length */
+    const size_t n_random = test_scaled(40000, 2000);
+    for (size_t k = 0; k < n_random && n < N; k++) {
+        uint64_t w = test_next(&g);
+        int e = f->emin - f->p - 3 + (int)(w % (uint64_t)(f->emax - f->emin
+                                                          + f->p + 6));
+        double m = 1.0 + (double)(test_next(&g) >> (12 + (w >> 60))) * 0x1p-52;
+        hi[n] = ldexp((w >> 11) & 1 ? -m : m, e);
+        lo[n] = pair_lo(hi[n], (int)test_below(&g, N_PAIR_LO), &g);
+        n++;
+    }
+    for (int m = 0; m < N_MODES; m++)
+        for (int cfg = 0; cfg < 4; cfg++) {
+            emu_array_rounding a = make_rounding(&modes[m], cfg & 1, cfg >> 1,
+                                                 31, 1000 * (uint64_t)cfg);
+            compare_pairs(f, &a, hi, lo, n, out);
+            /* a short array at an offset: the padded tile */
+            compare_pairs(f, &a, hi + 3, lo + 3, 77, out);
+        }
+}
+END_TEST
+
 /* The lean kernel block-scaled quantization uses (emu_rne_sat_f32) is the
  * choke point with EMU_RNE and saturation, on finite inputs: every
  * binary32 value whose exponent lies within two binades of the format's
@@ -612,6 +783,8 @@ static Suite *round_array_suite(void)
     tcase_add_test(tc, test_refuses_wide_formats);
     tcase_add_test(tc, test_user_formats);
     tcase_add_loop_test(tc, test_f64, 0, (int)emu_format_count());
+    tcase_add_loop_test(tc, test_f64_edges, 0, n_carrier);
+    tcase_add_loop_test(tc, test_pairs, 0, n_carrier);
     tcase_add_loop_test(tc, test_rne_sat_kernel, 0, n_carrier);
     suite_add_tcase(s, tc);
     return s;
