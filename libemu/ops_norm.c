@@ -606,15 +606,18 @@ int emu_t_batchnorm2d_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
     /* dbeta = S1 */
     snprintf(sub, sizeof sub, "%s.dbias", site);
     op.a = dy->data;
-    int rc = channel_reduce(ctx, sub, "bn_dbeta", dbeta, &op, o->accum, bufs,
-                            s1, rnd);
+    const emu_rounding *prnd = o->param_grad_rnd ? o->param_grad_rnd : rnd;
+    int rc = emu_check_rounding(ctx, site, prnd);
+    if (!rc)
+        rc = channel_reduce(ctx, sub, "bn_dbeta", dbeta, &op, o->accum, bufs,
+                            s1, prnd);
     /* dgamma = S2 inv */
     if (!rc) {
         snprintf(sub, sizeof sub, "%s.dweight", site);
         op.b = xc->data;
         op.by_inv = true;
         rc = channel_reduce(ctx, sub, "bn_dgamma", dgamma, &op, o->accum, bufs,
-                            s2, rnd);
+                            s2, prnd);
         op.a = op.b = NULL;
         op.by_inv = false;
     }

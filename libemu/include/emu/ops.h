@@ -268,6 +268,8 @@ typedef struct emu_batchnorm_opts {
     double momentum;         /* running = (1 - m) running + m batch (0.1)  */
     const emu_rounding *stat_rnd; /* rounding of mean, var, xc and the
                                      running statistics; NULL: rnd         */
+    const emu_rounding *param_grad_rnd; /* backward: of dgamma and dbeta;
+                                           NULL: rnd                       */
 } emu_batchnorm_opts;
 /* Training mode: mean (C) = sum of x / M, xc (N, C, H, W) = x - mean,
  * var (C) = sum of xc^2 / M (biased), y = gamma xc / sqrt(var + eps) +
