@@ -537,6 +537,26 @@ static int build_fail(emu_model *m, emu_error *err, emu_errcode code,
     return -1;
 }
 
+/* build_fail while the spec is held: the message (which may quote the
+ * spec's names) is formatted before the spec is freed. */
+static int spec_fail(layer_spec *spec, emu_model *m, emu_error *err,
+                     emu_errcode code, const char *key, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 6, 7)))
+#endif
+    ;
+static int spec_fail(layer_spec *spec, emu_model *m, emu_error *err,
+                     emu_errcode code, const char *key, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    emu_vfail(err, code, "model", key, fmt, ap);
+    va_end(ap);
+    emu_model_free(m);
+    free(spec);
+    return -1;
+}
+
 void emu_model_free(emu_model *m)
 {
     for (int i = 0; i < m->n_layers; i++) {
@@ -640,7 +660,7 @@ int emu_model_build(emu_model *m, const char *arch, const emu_policy *p,
         switch (l->kind) {
         case EMU_LAYER_LINEAR:
             if (ndim != 1)
-                return free(spec), build_fail(m, err, EMU_ESPEC, "arch",
+                return spec_fail(spec, m, err, EMU_ESPEC, "arch",
                                               "a linear layer needs flat input");
             snprintf(auto_name, sizeof auto_name, "fc%d", ++nfc);
             dims[0] = sp->out;
@@ -648,7 +668,7 @@ int emu_model_build(emu_model *m, const char *arch, const emu_policy *p,
             break;
         case EMU_LAYER_CONV:
             if (ndim != 3)
-                return free(spec), build_fail(m, err, EMU_ESPEC, "arch",
+                return spec_fail(spec, m, err, EMU_ESPEC, "arch",
                                               "a convolution needs image input");
             snprintf(auto_name, sizeof auto_name, "conv%d", ++nconv);
             l->ksize = sp->ksize;
@@ -660,7 +680,7 @@ int emu_model_build(emu_model *m, const char *arch, const emu_policy *p,
                               ? 0
                               : (dims[d] + 2 * l->pad - l->ksize) / l->stride + 1;
             if (dims[1] < 1 || dims[2] < 1)
-                return free(spec), build_fail(m, err, EMU_ESPEC, "arch",
+                return spec_fail(spec, m, err, EMU_ESPEC, "arch",
                                               "%s: the image is smaller than the "
                                               "kernel", sp->name[0] ? sp->name
                                                                     : auto_name);
@@ -673,7 +693,7 @@ int emu_model_build(emu_model *m, const char *arch, const emu_policy *p,
             dims[1] /= l->ksize;
             dims[2] /= l->ksize;
             if (dims[1] < 1 || dims[2] < 1)
-                return free(spec), build_fail(m, err, EMU_ESPEC, "arch",
+                return spec_fail(spec, m, err, EMU_ESPEC, "arch",
                                               "%s: nothing left to pool",
                                               auto_name);
             break;
@@ -684,7 +704,7 @@ int emu_model_build(emu_model *m, const char *arch, const emu_policy *p,
             break;
         case EMU_LAYER_BATCHNORM:
             if (ndim != 3)
-                return free(spec), build_fail(m, err, EMU_ESPEC, "arch",
+                return spec_fail(spec, m, err, EMU_ESPEC, "arch",
                                               "%s: batch norm needs image input",
                                               sp->name);
             auto_name[0] = '\0';
@@ -693,7 +713,7 @@ int emu_model_build(emu_model *m, const char *arch, const emu_policy *p,
         case EMU_LAYER_GAP:
             /* The backward pass is an average pool's: square windows. */
             if (ndim != 3 || dims[1] != dims[2])
-                return free(spec), build_fail(m, err, EMU_ESPEC, "arch",
+                return spec_fail(spec, m, err, EMU_ESPEC, "arch",
                                               "%s: global average pooling needs "
                                               "a square image (here %dx%d)",
                                               sp->name, dims[1], dims[2]);
@@ -705,7 +725,7 @@ int emu_model_build(emu_model *m, const char *arch, const emu_policy *p,
             const int *d2 = l->src2 >= 0 ? m->layers[l->src2].out_dims : m->in_dims;
             int n2 = l->src2 >= 0 ? m->layers[l->src2].out_ndim : 3;
             if (n2 != ndim || memcmp(d2, dims, (size_t)ndim * sizeof *dims))
-                return free(spec), build_fail(m, err, EMU_ESPEC, "arch",
+                return spec_fail(spec, m, err, EMU_ESPEC, "arch",
                                               "%s: the two addends differ in "
                                               "shape", sp->name);
             auto_name[0] = '\0';
