@@ -29,6 +29,18 @@ struct emu_layer_priv {
      * as each GEMM reads them, EMU_QB_*. */
     emu_tensor qbuf[EMU_QB_COUNT];
     emu_tensor qsum;          /* conv: dY summed over space, for dbias    */
+    /* Batch norm: what the forward pass keeps for the backward one
+     * (binary32: xc (B, C, H, W), the batch mean and variance (C)). */
+    emu_tensor bn_xc, bn_mean, bn_var;
+    /* The graph (emu_model_backward): whether any layer up to this one,
+     * through its sources, has parameters (else no gradient is needed
+     * here); how many layers read this one's output; the gradient w.r.t.
+     * this output during the backward pass, and the sum of several
+     * (act_grad format, allocated if consumers > 1). */
+    bool upstream;
+    int consumers;
+    const emu_tensor *gout;
+    emu_tensor gsum;
 };
 
 #endif

@@ -192,20 +192,111 @@ static int dinput_operands(emu_ctx *ctx, const emu_policy *p, emu_layer *l,
 
 /* ---- architecture specs ---------------------------------------------------- */
 
+/* SRC_PREV: the layer before (the model's input for the first). */
+enum { SRC_PREV = -2 };
+
 typedef struct layer_spec {
     emu_layer_kind kind;
     int out;          /* features (linear) or channels (conv)           */
-    int ksize, pad;
+    int ksize, pad, stride;
+    int src, src2;    /* the layers read: SRC_PREV, -1 (input) or index */
+    bool no_bias;
+    char name[40];    /* "": numbered by kind (fc1, conv2, relu3, ...)  */
 } layer_spec;
 
-enum { MAX_LAYERS = 64 };
+/* MAX_LAYERS bounds the sequential specs (mlp, cnn); MAX_SPEC any model. */
+enum { MAX_LAYERS = 64, MAX_SPEC = 256 };
 
 static int push(layer_spec *v, int *n, emu_layer_kind kind, int out, int k,
                 int pad)
 {
     if (*n == MAX_LAYERS)
         return -1;
-    v[(*n)++] = (layer_spec){ kind, out, k, pad };
+    v[(*n)++] = (layer_spec){ .kind = kind, .out = out, .ksize = k,
+                              .pad = pad, .stride = 1, .src = SRC_PREV,
+                              .src2 = SRC_PREV };
+    return 0;
+}
+
+/* A named layer of a graph; returns its index. */
+static int node(layer_spec *v, int *n, emu_layer_kind kind, int out, int k,
+                int pad, int stride, int src, int src2, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 10, 11)))
+#endif
+    ;
+static int node(layer_spec *v, int *n, emu_layer_kind kind, int out, int k,
+                int pad, int stride, int src, int src2, const char *fmt, ...)
+{
+    layer_spec *l = &v[*n];
+    *l = (layer_spec){ .kind = kind, .out = out, .ksize = k, .pad = pad,
+                       .stride = stride, .src = src, .src2 = src2,
+                       .no_bias = kind == EMU_LAYER_CONV };
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(l->name, sizeof l->name, fmt, ap);
+    va_end(ap);
+    return (*n)++;
+}
+
+/* He et al.'s CIFAR ResNet (section 4.2) on 28 x 28 grey images, with
+ * torchvision's BasicBlock and layer names, so that a PyTorch model of the
+ * same shape has the same parameter names:
+ *   conv1 3x3/16, bn1, relu;
+ *   layer1..3: N BasicBlocks of 16, 32, 64 channels, the first block of
+ *     layer2 and layer3 with stride 2: conv1 3x3 (stride s), bn1, relu1,
+ *     conv2 3x3, bn2, + shortcut, relu2; the shortcut is the block's input,
+ *     or downsample.0 (1x1 conv, stride s) and downsample.1 (batch norm)
+ *     where the shape changes;
+ *   avgpool (global), fc (64 -> classes, with bias).
+ * Convolutions have no bias (batch norm's beta takes its place). */
+static int resnet_spec(const char *rest, int classes, layer_spec *v, int *n,
+                       emu_error *err)
+{
+    char *end = NULL;
+    long blocks = *rest >= '0' && *rest <= '9' ? strtol(rest, &end, 10) : -1;
+    if (!*rest)
+        blocks = 1;
+    else if (blocks < 1 || blocks > 9 || *end)
+        return emu_fail(err, EMU_ESPEC, "model", "arch", "resnet:%s: the blocks per "
+                        "stage must be a number in 1..9 (resnet:1 is ResNet-8, "
+                        "resnet:3 ResNet-20)", rest);
+    *n = 0;
+    node(v, n, EMU_LAYER_CONV, 16, 3, 1, 1, -1, -1, "conv1");
+    node(v, n, EMU_LAYER_BATCHNORM, 0, 0, 0, 1, *n - 1, -1, "bn1");
+    int x = node(v, n, EMU_LAYER_RELU, 0, 0, 0, 1, *n - 1, -1, "relu");
+    int in_ch = 16;
+    for (int s = 1; s <= 3; s++) {
+        const int ch = 16 << (s - 1);
+        for (int b = 0; b < blocks; b++) {
+            const int stride = s > 1 && b == 0 ? 2 : 1;
+            node(v, n, EMU_LAYER_CONV, ch, 3, 1, stride, x, -1,
+                 "layer%d.%d.conv1", s, b);
+            node(v, n, EMU_LAYER_BATCHNORM, 0, 0, 0, 1, *n - 1, -1,
+                 "layer%d.%d.bn1", s, b);
+            node(v, n, EMU_LAYER_RELU, 0, 0, 0, 1, *n - 1, -1,
+                 "layer%d.%d.relu1", s, b);
+            node(v, n, EMU_LAYER_CONV, ch, 3, 1, 1, *n - 1, -1,
+                 "layer%d.%d.conv2", s, b);
+            int main = node(v, n, EMU_LAYER_BATCHNORM, 0, 0, 0, 1, *n - 1, -1,
+                            "layer%d.%d.bn2", s, b);
+            int shortcut = x;
+            if (stride != 1 || ch != in_ch) {
+                node(v, n, EMU_LAYER_CONV, ch, 1, 0, stride, x, -1,
+                     "layer%d.%d.downsample.0", s, b);
+                shortcut = node(v, n, EMU_LAYER_BATCHNORM, 0, 0, 0, 1, *n - 1,
+                                -1, "layer%d.%d.downsample.1", s, b);
+            }
+            node(v, n, EMU_LAYER_ADD, 0, 0, 0, 1, main, shortcut,
+                 "layer%d.%d.add", s, b);
+            x = node(v, n, EMU_LAYER_RELU, 0, 0, 0, 1, *n - 1, -1,
+                     "layer%d.%d.relu2", s, b);
+            in_ch = ch;
+        }
+    }
+    node(v, n, EMU_LAYER_GAP, 0, 0, 0, 1, x, -1, "avgpool");
+    int fc = node(v, n, EMU_LAYER_LINEAR, classes, 0, 0, 1, *n - 1, -1, "fc");
+    v[fc].no_bias = false;
     return 0;
 }
 
@@ -309,9 +400,12 @@ static int parse_arch(const char *arch, int in_features, int classes,
                             MAX_LAYERS);
         return 0;
     }
+    if (!strcmp(kind, "resnet") && act == EMU_LAYER_RELU)
+        return resnet_spec(colon && !*rest ? "(nothing)" : rest, classes, v, n,
+                           err);
     return emu_fail(err, EMU_ESPEC, "model", "arch", "'%s': unknown model "
                     "(mlp:784-256-128-10, mlp:784-128x8-10, cnn, "
-                    "cnn:6-16-120-84, mlp-gelu:...)", arch);
+                    "cnn:6-16-120-84, mlp-gelu:..., resnet:1 .. resnet:9)", arch);
 }
 
 /* ---- building ---------------------------------------------------------------- */
@@ -374,12 +468,16 @@ static void param_free(emu_param *prm)
     emu_tensor_free(&prm->gm);
 }
 
+/* How a parameter starts. */
+typedef enum init_kind { INIT_HE, INIT_ZERO, INIT_ONE } init_kind;
+
 /* He-uniform initial values U(-b, b), b = sqrt(6 / fan_in), from Philox
- * stream `stream`, rounded into the master (or compute) format through the
- * choke point; the compute copy is then a cast of the master. */
-static int init_param(emu_param *prm, const char *site, int fan_in, bool zero,
-                      uint64_t seed, uint64_t stream, emu_ctx *ctx,
-                      const emu_policy *p)
+ * stream `stream` (or constants: biases 0, batch norm's gamma 1), rounded
+ * into the master (or compute) format through the choke point; the
+ * compute copy is then a cast of the master. */
+static int init_param(emu_param *prm, const char *site, int fan_in,
+                      init_kind kind, uint64_t seed, uint64_t stream,
+                      emu_ctx *ctx, const emu_policy *p)
 {
     size_t n = prm->w.n;
     float *v = malloc(n * sizeof *v);
@@ -388,7 +486,9 @@ static int init_param(emu_param *prm, const char *site, int fan_in, bool zero,
     double b = sqrt(6.0 / fan_in);
     for (size_t i = 0; i < n; i++) {
         double u = ldexp((double)(emu_random64(seed, stream, i) >> 11), -53);
-        v[i] = zero ? 0.0f : (float)(b * (2.0 * u - 1.0));
+        v[i] = kind == INIT_ZERO ? 0.0f
+             : kind == INIT_ONE  ? 1.0f
+                                 : (float)(b * (2.0 * u - 1.0));
     }
     /* Nearest-even whatever the policy: the initial values are data. */
     const emu_rounding rne = { .mode = EMU_RNE, .sr_bits = 64 };
@@ -407,6 +507,23 @@ static int init_param(emu_param *prm, const char *site, int fan_in, bool zero,
     return rc;
 }
 
+/* Batch norm's running statistics start at mean 0, variance 1. */
+static int init_running(emu_layer *l, emu_ctx *ctx)
+{
+    const emu_rounding rne = { .mode = EMU_RNE, .sr_bits = 64 };
+    size_t c = l->running_var.n;
+    float *one = malloc(c * sizeof *one);
+    if (!one)
+        return emu_ctx_failc(ctx, EMU_ENOMEM, l->name, "out of memory");
+    for (size_t i = 0; i < c; i++)
+        one[i] = 1.0f;
+    char s[EMU_TENSOR_NAME_MAX + 16];
+    snprintf(s, sizeof s, "%s.running_var.init", l->name);
+    int rc = emu_t_load(ctx, s, &l->running_var, one, c, &rne);
+    free(one);
+    return rc; /* running_mean: zero-filled by its allocation */
+}
+
 /* Fails a build: the message first (it may name a layer of m), then m is
  * freed. */
 static int build_fail(emu_model *m, emu_error *err, emu_errcode code,
@@ -420,6 +537,26 @@ static int build_fail(emu_model *m, emu_error *err, emu_errcode code,
     return -1;
 }
 
+/* build_fail while the spec is held: the message (which may quote the
+ * spec's names) is formatted before the spec is freed. */
+static int spec_fail(layer_spec *spec, emu_model *m, emu_error *err,
+                     emu_errcode code, const char *key, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 6, 7)))
+#endif
+    ;
+static int spec_fail(layer_spec *spec, emu_model *m, emu_error *err,
+                     emu_errcode code, const char *key, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    emu_vfail(err, code, "model", key, fmt, ap);
+    va_end(ap);
+    emu_model_free(m);
+    free(spec);
+    return -1;
+}
+
 void emu_model_free(emu_model *m)
 {
     for (int i = 0; i < m->n_layers; i++) {
@@ -427,12 +564,19 @@ void emu_model_free(emu_model *m)
         param_free(&l->weight);
         param_free(&l->bias);
         emu_tensor_free(&l->xq);
+        emu_tensor_free(&l->running_mean);
+        emu_tensor_free(&l->running_var);
         if (l->priv) {
             for (int k = 0; k < EMU_QB_COUNT; k++)
                 emu_tensor_free(&l->priv->qbuf[k]);
             emu_tensor_free(&l->priv->qsum);
+            emu_tensor_free(&l->priv->bn_xc);
+            emu_tensor_free(&l->priv->bn_mean);
+            emu_tensor_free(&l->priv->bn_var);
+            emu_tensor_free(&l->priv->gsum);
             free(l->priv);
         }
+        /* Views (flatten's tensors, an addition's dx) own nothing. */
         if (l->kind != EMU_LAYER_FLATTEN) {
             emu_tensor_free(&l->y);
             emu_tensor_free(&l->dx);
@@ -454,6 +598,16 @@ static size_t dims_count(const int *d, int n)
     return c;
 }
 
+/* Whether m is more than a chain (a layer reads another than the one
+ * before it). */
+static bool is_graph(const emu_model *m)
+{
+    for (int i = 0; i < m->n_layers; i++)
+        if (m->layers[i].src != i - 1 || m->layers[i].kind == EMU_LAYER_ADD)
+            return true;
+    return false;
+}
+
 int emu_model_build(emu_model *m, const char *arch, const emu_policy *p,
                     int batch, int in_c, int in_h, int in_w, int classes,
                     uint64_t seed, emu_ctx *ctx, emu_error *err)
@@ -462,75 +616,127 @@ int emu_model_build(emu_model *m, const char *arch, const emu_policy *p,
     memset(m, 0, sizeof *m);
     if (batch < 1 || batch > 1 << 16)
         return emu_fail(err, EMU_EINVAL, "model", "batch", "%d is not in 1..65536", batch);
-    layer_spec spec[MAX_LAYERS];
-    int n;
-    if (parse_arch(arch, in_c * in_h * in_w, classes, spec, &n, err))
-        return -1;
-    m->layers = calloc((size_t)n, sizeof *m->layers);
-    if (!m->layers)
+    layer_spec *spec = malloc(MAX_SPEC * sizeof *spec);
+    if (!spec)
         return emu_fail(err, EMU_ENOMEM, "model", "arch", "out of memory");
+    int n;
+    if (parse_arch(arch, in_c * in_h * in_w, classes, spec, &n, err)) {
+        free(spec);
+        return -1;
+    }
+    m->layers = calloc((size_t)n, sizeof *m->layers);
+    if (!m->layers) {
+        free(spec);
+        return emu_fail(err, EMU_ENOMEM, "model", "arch", "out of memory");
+    }
     m->n_layers = n;
     for (int i = 0; i < n; i++)
-        if (!(m->layers[i].priv = calloc(1, sizeof *m->layers[i].priv)))
+        if (!(m->layers[i].priv = calloc(1, sizeof *m->layers[i].priv))) {
+            free(spec);
             return build_fail(m, err, EMU_ENOMEM, "arch", "out of memory");
+        }
     m->batch = batch;
     m->in_dims[0] = in_c, m->in_dims[1] = in_h, m->in_dims[2] = in_w;
     m->classes = classes;
     snprintf(m->arch, sizeof m->arch, "%s", arch);
 
-    /* Shapes and names. */
-    int dims[3] = { in_c, in_h, in_w }, ndim = 3;
+    /* Sources, shapes and names. */
     int nconv = 0, nfc = 0, nact = 0, npool = 0, nflat = 0;
     int first_param = -1, last_param = -1;
     for (int i = 0; i < n; i++) {
         emu_layer *l = &m->layers[i];
-        l->kind = spec[i].kind;
+        const layer_spec *sp = &spec[i];
+        l->kind = sp->kind;
+        l->src = sp->src == SRC_PREV ? i - 1 : sp->src;
+        l->src2 = sp->src2 == SRC_PREV ? -1 : sp->src2;
+        int dims[3] = { in_c, in_h, in_w }, ndim = 3;
+        if (l->src >= 0) {
+            memcpy(dims, m->layers[l->src].out_dims, sizeof dims);
+            ndim = m->layers[l->src].out_ndim;
+        }
         memcpy(l->in_dims, dims, sizeof dims);
         l->in_ndim = ndim;
+        char auto_name[sizeof l->name];
         switch (l->kind) {
         case EMU_LAYER_LINEAR:
             if (ndim != 1)
-                return build_fail(m, err, EMU_ESPEC, "arch",
-                                  "a linear layer needs flat input");
-            snprintf(l->name, sizeof l->name, "fc%d", ++nfc);
-            dims[0] = spec[i].out;
-            l->has_params = true;
+                return spec_fail(spec, m, err, EMU_ESPEC, "arch",
+                                              "a linear layer needs flat input");
+            snprintf(auto_name, sizeof auto_name, "fc%d", ++nfc);
+            dims[0] = sp->out;
+            l->has_params = l->has_bias = true;
             break;
         case EMU_LAYER_CONV:
             if (ndim != 3)
-                return build_fail(m, err, EMU_ESPEC, "arch",
-                                  "a convolution needs image input");
-            snprintf(l->name, sizeof l->name, "conv%d", ++nconv);
-            l->ksize = spec[i].ksize;
-            l->pad = spec[i].pad;
-            l->stride = 1;
-            dims[0] = spec[i].out;
-            dims[1] = dims[1] + 2 * l->pad - l->ksize + 1;
-            dims[2] = dims[2] + 2 * l->pad - l->ksize + 1;
+                return spec_fail(spec, m, err, EMU_ESPEC, "arch",
+                                              "a convolution needs image input");
+            snprintf(auto_name, sizeof auto_name, "conv%d", ++nconv);
+            l->ksize = sp->ksize;
+            l->pad = sp->pad;
+            l->stride = sp->stride;
+            dims[0] = sp->out;
+            for (int d = 1; d < 3; d++)
+                dims[d] = dims[d] + 2 * l->pad < l->ksize
+                              ? 0
+                              : (dims[d] + 2 * l->pad - l->ksize) / l->stride + 1;
             if (dims[1] < 1 || dims[2] < 1)
-                return build_fail(m, err, EMU_ESPEC, "arch", "%s: the image is smaller "
-                                  "than the kernel", l->name);
+                return spec_fail(spec, m, err, EMU_ESPEC, "arch",
+                                              "%s: the image is smaller than the "
+                                              "kernel", sp->name[0] ? sp->name
+                                                                    : auto_name);
             l->has_params = true;
+            l->has_bias = !sp->no_bias;
             break;
         case EMU_LAYER_MAXPOOL:
-            snprintf(l->name, sizeof l->name, "pool%d", ++npool);
-            l->ksize = l->stride = spec[i].ksize;
+            snprintf(auto_name, sizeof auto_name, "pool%d", ++npool);
+            l->ksize = l->stride = sp->ksize;
             dims[1] /= l->ksize;
             dims[2] /= l->ksize;
             if (dims[1] < 1 || dims[2] < 1)
-                return build_fail(m, err, EMU_ESPEC, "arch",
-                                  "%s: nothing left to pool", l->name);
+                return spec_fail(spec, m, err, EMU_ESPEC, "arch",
+                                              "%s: nothing left to pool",
+                                              auto_name);
             break;
         case EMU_LAYER_FLATTEN:
-            snprintf(l->name, sizeof l->name, "flat%d", ++nflat);
+            snprintf(auto_name, sizeof auto_name, "flat%d", ++nflat);
             dims[0] = (int)dims_count(dims, ndim);
             ndim = 1;
             break;
+        case EMU_LAYER_BATCHNORM:
+            if (ndim != 3)
+                return spec_fail(spec, m, err, EMU_ESPEC, "arch",
+                                              "%s: batch norm needs image input",
+                                              sp->name);
+            auto_name[0] = '\0';
+            l->has_params = l->has_bias = true;
+            break;
+        case EMU_LAYER_GAP:
+            /* The backward pass is an average pool's: square windows. */
+            if (ndim != 3 || dims[1] != dims[2])
+                return spec_fail(spec, m, err, EMU_ESPEC, "arch",
+                                              "%s: global average pooling needs "
+                                              "a square image (here %dx%d)",
+                                              sp->name, dims[1], dims[2]);
+            auto_name[0] = '\0';
+            l->ksize = l->stride = dims[1];
+            ndim = 1;
+            break;
+        case EMU_LAYER_ADD: {
+            const int *d2 = l->src2 >= 0 ? m->layers[l->src2].out_dims : m->in_dims;
+            int n2 = l->src2 >= 0 ? m->layers[l->src2].out_ndim : 3;
+            if (n2 != ndim || memcmp(d2, dims, (size_t)ndim * sizeof *dims))
+                return spec_fail(spec, m, err, EMU_ESPEC, "arch",
+                                              "%s: the two addends differ in "
+                                              "shape", sp->name);
+            auto_name[0] = '\0';
+            break;
+        }
         default:
-            snprintf(l->name, sizeof l->name, "%s%d",
+            snprintf(auto_name, sizeof auto_name, "%s%d",
                      l->kind == EMU_LAYER_GELU ? "gelu" : "relu", ++nact);
             break;
         }
+        snprintf(l->name, sizeof l->name, "%s", sp->name[0] ? sp->name : auto_name);
         memcpy(l->out_dims, dims, sizeof dims);
         l->out_ndim = ndim;
         l->scale = 1.0;
@@ -540,6 +746,30 @@ int emu_model_build(emu_model *m, const char *arch, const emu_policy *p,
             last_param = i;
         }
     }
+    free(spec);
+
+    /* The graph: who needs a gradient, who reads each output. */
+    for (int i = 0; i < n; i++) {
+        emu_layer *l = &m->layers[i];
+        struct emu_layer_priv *lp = l->priv;
+        lp->upstream = l->has_params ||
+                       (l->src >= 0 && m->layers[l->src].priv->upstream) ||
+                       (l->kind == EMU_LAYER_ADD && l->src2 >= 0 &&
+                        m->layers[l->src2].priv->upstream);
+        if (l->src >= 0)
+            m->layers[l->src].priv->consumers++;
+        if (l->kind == EMU_LAYER_ADD && l->src2 >= 0)
+            m->layers[l->src2].priv->consumers++;
+    }
+    for (int i = 0; i + 1 < n; i++)
+        if (!m->layers[i].priv->consumers)
+            return build_fail(m, err, EMU_ESPEC, "arch", "%s: no layer reads its "
+                              "output", m->layers[i].name);
+    if (p->scaling.kind == EMU_SCALE_ADAPTIVE && is_graph(m))
+        return build_fail(m, err, EMU_ESPEC, "arch", "'%s' with adaptive (per-layer) "
+                          "loss scaling: its residual branches would add input "
+                          "gradients that carry different per-layer scales; use "
+                          "another scaling (--set scaling=dynamic)", arch);
 
     /* Exemptions: parameter layers by position, the others inherit. */
     bool ex = false;
@@ -559,60 +789,105 @@ int emu_model_build(emu_model *m, const char *arch, const emu_policy *p,
                           (size_t)batch, (size_t)in_c, (size_t)in_h,
                           (size_t)in_w, err))
         return emu_model_free(m), -1;
-    const emu_format *in_fmt = &m->x.fmt;
+    /* The format of each layer's output (a flatten passes its input's). */
+    const emu_format **out_fmt = calloc((size_t)n, sizeof *out_fmt);
+    if (!out_fmt)
+        return build_fail(m, err, EMU_ENOMEM, "arch", "out of memory");
+    const emu_format *b32 = emu_format_find("binary32");
     for (int i = 0; i < n; i++) {
         emu_layer *l = &m->layers[i];
+        struct emu_layer_priv *lp = l->priv;
         const emu_format *act = &prec_of(p, l, EMU_ROLE_ACTIVATION)->fmt;
         const emu_format *grad = &prec_of(p, l, EMU_ROLE_ACT_GRAD)->fmt;
+        const emu_format *in_fmt = l->src >= 0 ? out_fmt[l->src] : &m->x.fmt;
+        out_fmt[i] = l->kind == EMU_LAYER_FLATTEN ? in_fmt : act;
+        if (lp->consumers > 1 &&
+            alloc_act(&lp->gsum, l->name, "gsum", EMU_ROLE_ACT_GRAD, grad, batch,
+                      l->out_dims, l->out_ndim, err))
+            return free(out_fmt), emu_model_free(m), -1;
         if (l->kind == EMU_LAYER_FLATTEN)
             continue; /* views, made in forward and backward */
         if (l->has_params && strcmp(in_fmt->name, act->name)) {
             l->has_xq = true;
             if (alloc_act(&l->xq, l->name, "xq", EMU_ROLE_ACTIVATION, act,
                           batch, l->in_dims, l->in_ndim, err))
-                return emu_model_free(m), -1;
+                return free(out_fmt), emu_model_free(m), -1;
         }
         if (alloc_act(&l->y, l->name, "y", EMU_ROLE_ACTIVATION, act, batch,
                       l->out_dims, l->out_ndim, err) ||
-            alloc_act(&l->dx, l->name, "dx", EMU_ROLE_ACT_GRAD, grad, batch,
-                      l->in_dims, l->in_ndim, err))
-            return emu_model_free(m), -1;
-        in_fmt = act;
+            (l->kind != EMU_LAYER_ADD && /* an addition's dx is its dy */
+             alloc_act(&l->dx, l->name, "dx", EMU_ROLE_ACT_GRAD, grad, batch,
+                       l->in_dims, l->in_ndim, err)))
+            return free(out_fmt), emu_model_free(m), -1;
         if (l->kind == EMU_LAYER_MAXPOOL) {
             l->argmax = calloc(l->y.n, sizeof *l->argmax);
             if (!l->argmax)
-                return build_fail(m, err, EMU_ENOMEM, "arch", "out of memory");
+                return free(out_fmt), build_fail(m, err, EMU_ENOMEM, "arch",
+                                                 "out of memory");
         }
         if (!l->has_params)
             continue;
         size_t wshape[4];
         int wdim, fan_in;
+        init_kind wkind = INIT_HE, bkind = INIT_ZERO;
         if (l->kind == EMU_LAYER_LINEAR) {
             wshape[0] = (size_t)l->out_dims[0];
             wshape[1] = (size_t)l->in_dims[0];
             wdim = 2;
             fan_in = l->in_dims[0];
-        } else {
+        } else if (l->kind == EMU_LAYER_CONV) {
             wshape[0] = (size_t)l->out_dims[0];
             wshape[1] = (size_t)l->in_dims[0];
             wshape[2] = wshape[3] = (size_t)l->ksize;
             wdim = 4;
             fan_in = l->in_dims[0] * l->ksize * l->ksize;
+        } else { /* batch norm: gamma (C) = 1, beta (C) = 0 */
+            wshape[0] = (size_t)l->in_dims[0];
+            wdim = 1;
+            fan_in = 1;
+            wkind = INIT_ONE;
+            char rname[EMU_TENSOR_NAME_MAX];
+            if (alloc_act(&lp->bn_xc, l->name, "xc", EMU_ROLE_ACTIVATION, b32,
+                          batch, l->in_dims, l->in_ndim, err))
+                return free(out_fmt), emu_model_free(m), -1;
+            snprintf(rname, sizeof rname, "%s.mean", l->name);
+            if (emu_tensor_alloc4(&lp->bn_mean, rname, EMU_ROLE_OTHER, b32,
+                                  wshape[0], 0, 0, 0, err))
+                return free(out_fmt), emu_model_free(m), -1;
+            snprintf(rname, sizeof rname, "%s.var", l->name);
+            if (emu_tensor_alloc4(&lp->bn_var, rname, EMU_ROLE_OTHER, b32,
+                                  wshape[0], 0, 0, 0, err))
+                return free(out_fmt), emu_model_free(m), -1;
+            snprintf(rname, sizeof rname, "%s.running_mean", l->name);
+            if (emu_tensor_alloc4(&l->running_mean, rname, EMU_ROLE_OTHER, b32,
+                                  wshape[0], 0, 0, 0, err))
+                return free(out_fmt), emu_model_free(m), -1;
+            snprintf(rname, sizeof rname, "%s.running_var", l->name);
+            if (emu_tensor_alloc4(&l->running_var, rname, EMU_ROLE_OTHER, b32,
+                                  wshape[0], 0, 0, 0, err) ||
+                init_running(l, ctx))
+                return free(out_fmt), build_fail(m, err, ctx->err.code, "init",
+                                                 "%s", ctx->err.message);
         }
         size_t bshape[1] = { wshape[0] };
         if (alloc_param(&l->weight, l->name, "w", p, l, wdim, wshape, err) ||
-            alloc_param(&l->bias, l->name, "b", p, l, 1, bshape, err))
-            return emu_model_free(m), -1;
+            (l->has_bias &&
+             alloc_param(&l->bias, l->name, "b", p, l, 1, bshape, err)))
+            return free(out_fmt), emu_model_free(m), -1;
         char site[EMU_TENSOR_NAME_MAX];
         snprintf(site, sizeof site, "%s.w", l->name);
-        if (init_param(&l->weight, site, fan_in, false, seed, 2 * (uint64_t)i,
+        if (init_param(&l->weight, site, fan_in, wkind, seed, 2 * (uint64_t)i,
                        ctx, p))
-            return build_fail(m, err, ctx->err.code, "init", "%s", ctx->err.message);
+            return free(out_fmt), build_fail(m, err, ctx->err.code, "init", "%s",
+                                             ctx->err.message);
         snprintf(site, sizeof site, "%s.b", l->name);
-        if (init_param(&l->bias, site, fan_in, true, seed, 2 * (uint64_t)i + 1,
+        if (l->has_bias &&
+            init_param(&l->bias, site, fan_in, bkind, seed, 2 * (uint64_t)i + 1,
                        ctx, p))
-            return build_fail(m, err, ctx->err.code, "init", "%s", ctx->err.message);
+            return free(out_fmt), build_fail(m, err, ctx->err.code, "init", "%s",
+                                             ctx->err.message);
     }
+    free(out_fmt);
     const emu_layer *last = &m->layers[n - 1];
     if (last->kind != EMU_LAYER_LINEAR || last->out_dims[0] != classes)
         return build_fail(m, err, EMU_ESPEC, "arch", "the last layer must be a linear "
@@ -657,13 +932,30 @@ static void site_of(char *buf, size_t size, const emu_layer *l, const char *what
         snprintf(buf, size, "%s", l->name);
 }
 
+/* The output layer i reads (-1: the model's input). */
+static const emu_tensor *output_of(const emu_model *m, int i)
+{
+    return i < 0 ? &m->x : &m->layers[i].y;
+}
+
+/* Batch norm's settings (PyTorch's defaults): the statistics in binary32
+ * rounded to nearest, as the mixed-precision recipes keep them. */
+static const emu_rounding bn_stat_rnd = { .mode = EMU_RNE, .sr_bits = 64 };
+
+static emu_batchnorm_opts bn_opts(const emu_model *m, const emu_policy *p)
+{
+    return (emu_batchnorm_opts){ .accum = &p->accum, .training = !m->eval,
+                                 .eps = 1e-5, .momentum = 0.1,
+                                 .stat_rnd = &bn_stat_rnd };
+}
+
 int emu_model_forward(emu_model *m, emu_ctx *ctx, const emu_policy *p)
 {
     EMU_HOSTFP_GUARD;
-    const emu_tensor *in = &m->x;
     char site[64];
     for (int i = 0; i < m->n_layers; i++) {
         emu_layer *l = &m->layers[i];
+        const emu_tensor *in = output_of(m, l->src);
         const emu_rounding *rnd = &prec_of(p, l, EMU_ROLE_ACTIVATION)->rnd;
         const emu_tensor *x = in;
         if (l->has_xq) {
@@ -704,9 +996,10 @@ int emu_model_forward(emu_model *m, emu_ctx *ctx, const emu_policy *p)
                                 .pad = l->pad, .alpha = g };
             site_of(site, sizeof site, l, "conv");
             rc = emu_t_conv2d(ctx, site, &l->y, xa, wa,
-                              apart ? NULL : &l->bias.w, &o, rnd);
+                              apart || !l->has_bias ? NULL : &l->bias.w, &o,
+                              rnd);
             site_of(site, sizeof site, l, "bias");
-            if (!rc && apart)
+            if (!rc && apart && l->has_bias)
                 rc = emu_t_add_bias(ctx, site, &l->y, &l->y, &l->bias.w, 1,
                                     rnd);
             break;
@@ -728,12 +1021,33 @@ int emu_model_forward(emu_model *m, emu_ctx *ctx, const emu_policy *p)
         case EMU_LAYER_FLATTEN:
             view_as(&l->y, x, m->batch, l->out_dims, l->out_ndim, l->name);
             break;
+        case EMU_LAYER_BATCHNORM: {
+            struct emu_layer_priv *lp = l->priv;
+            emu_batchnorm_opts o = bn_opts(m, p);
+            rc = emu_t_batchnorm2d(ctx, l->name, &l->y, &lp->bn_xc,
+                                   &lp->bn_mean, &lp->bn_var, &l->running_mean,
+                                   &l->running_var, x, &l->weight.w,
+                                   &l->bias.w, &o, rnd);
+            break;
+        }
+        case EMU_LAYER_GAP: {
+            /* The mean over the image, (B, C, H W) along axis 2. */
+            emu_tensor v = *x;
+            v.owns_data = false;
+            v.ndim = 3;
+            v.shape[2] = x->shape[2] * x->shape[3];
+            rc = emu_t_reduce(ctx, l->name, &l->y, &v, EMU_REDUCE_MEAN, 2,
+                              &p->accum, rnd);
+            break;
+        }
+        case EMU_LAYER_ADD:
+            rc = emu_t_add(ctx, l->name, &l->y, x, output_of(m, l->src2), rnd);
+            break;
         default:
             rc = emu_ctx_fail(ctx, l->name, "unknown layer kind");
         }
         if (rc)
             return -1;
-        in = &l->y;
     }
     return 0;
 }
@@ -763,6 +1077,32 @@ static int conv_bias_grad(emu_ctx *ctx, const emu_policy *p, emu_layer *l,
                         &p->accum, rnd);
 }
 
+/* Hands g, the gradient w.r.t. the output of layer j, from its consumer
+ * `from`: the first to arrive is kept as it is, each later one added to
+ * the sum so far (one rounding, into j's act_grad format and rounding), at
+ * site "<from's name up to its last '.'>.grad_add". */
+static int deliver(emu_model *m, emu_ctx *ctx, const emu_policy *p, int j,
+                   const emu_layer *from, const emu_tensor *g)
+{
+    emu_layer *t = &m->layers[j];
+    struct emu_layer_priv *tp = t->priv;
+    if (!tp->gout) {
+        tp->gout = g;
+        return 0;
+    }
+    const char *dot = strrchr(from->name, '.');
+    int len = dot ? (int)(dot - from->name) : (int)strlen(from->name);
+    char site[64];
+    snprintf(site, sizeof site, "%.*s.grad_add", len, from->name);
+    if (!tp->gsum.data)
+        return emu_ctx_fail(ctx, site, "%s: more readers than counted", t->name);
+    if (emu_t_add(ctx, site, &tp->gsum, tp->gout, g,
+                  &prec_of(p, t, EMU_ROLE_ACT_GRAD)->rnd))
+        return -1;
+    tp->gout = &tp->gsum;
+    return 0;
+}
+
 int emu_model_backward(emu_model *m, emu_ctx *ctx, const emu_policy *p,
                        const int *labels, float scale)
 {
@@ -772,15 +1112,20 @@ int emu_model_backward(emu_model *m, emu_ctx *ctx, const emu_policy *p,
                             labels, scale,
                             &prec_of(p, last, EMU_ROLE_ACT_GRAD)->rnd))
         return -1;
-    const emu_tensor *dy = &m->dlogits;
     char site[64];
-    /* Gradients w.r.t. inputs are needed down to the first parameter layer. */
-    int first_param = 0;
-    while (first_param < m->n_layers && !m->layers[first_param].has_params)
-        first_param++;
-    for (int i = m->n_layers - 1; i >= first_param; i--) {
+    for (int i = 0; i < m->n_layers; i++)
+        m->layers[i].priv->gout = NULL;
+    m->layers[m->n_layers - 1].priv->gout = &m->dlogits;
+    /* Gradients are needed where a parameter lies upstream; a layer's
+     * input gradient goes to the layer(s) it read. */
+    for (int i = m->n_layers - 1; i >= 0; i--) {
         emu_layer *l = &m->layers[i];
-        const bool need_dx = i > first_param;
+        if (!l->priv->upstream)
+            continue;
+        const emu_tensor *dy = l->priv->gout;
+        if (!dy)
+            return emu_ctx_fail(ctx, l->name, "no gradient reached the output");
+        const bool need_dx = l->src >= 0 && m->layers[l->src].priv->upstream;
         const emu_rounding *grad_rnd = &prec_of(p, l, EMU_ROLE_ACT_GRAD)->rnd;
         const emu_rounding *wgrad_rnd =
             &prec_of(p, l, EMU_ROLE_WEIGHT_GRAD)->rnd;
@@ -829,9 +1174,10 @@ int emu_model_backward(emu_model *m, emu_ctx *ctx, const emu_policy *p,
             const bool apart = g != 1.0;
             site_of(site, sizeof site, l, "dweight");
             rc = emu_t_conv2d_backward_weights(ctx, site, &l->weight.g,
-                                               apart ? NULL : &l->bias.g, dya,
-                                               xa, &ow, wgrad_rnd);
-            if (!rc && apart)
+                                               apart || !l->has_bias
+                                                   ? NULL : &l->bias.g,
+                                               dya, xa, &ow, wgrad_rnd);
+            if (!rc && apart && l->has_bias)
                 rc = conv_bias_grad(ctx, p, l, dy, wgrad_rnd);
             if (!rc && need_dx) {
                 if (dinput_operands(ctx, p, l, dy, &dya, &wa, &g))
@@ -862,12 +1208,47 @@ int emu_model_backward(emu_model *m, emu_ctx *ctx, const emu_policy *p,
         case EMU_LAYER_FLATTEN:
             view_as(&l->dx, dy, m->batch, l->in_dims, l->in_ndim, l->name);
             break;
+        case EMU_LAYER_BATCHNORM: {
+            /* (No per-layer adaptive factor: the builder refuses it here.) */
+            struct emu_layer_priv *lp = l->priv;
+            emu_batchnorm_opts o = bn_opts(m, p);
+            o.param_grad_rnd = wgrad_rnd;
+            rc = emu_t_batchnorm2d_backward(ctx, l->name, &l->dx, &l->weight.g,
+                                            &l->bias.g, dy, &lp->bn_xc,
+                                            &lp->bn_var, &l->weight.w, &o,
+                                            grad_rnd);
+            break;
+        }
+        case EMU_LAYER_GAP: {
+            /* dx = dy / (H W) over the image: the average pool's backward
+             * with one window. */
+            emu_tensor v = *dy;
+            v.owns_data = false;
+            v.ndim = 4;
+            v.shape[2] = v.shape[3] = 1;
+            emu_pool_opts o = { .size = l->ksize, .stride = l->stride };
+            site_of(site, sizeof site, l, "dinput");
+            if (need_dx)
+                rc = emu_t_avgpool2d_backward(ctx, site, &l->dx, &v, &o,
+                                              grad_rnd);
+            break;
+        }
+        case EMU_LAYER_ADD:
+            /* Both addends' gradient is dy itself. */
+            l->dx = *dy;
+            l->dx.owns_data = false;
+            break;
         default:
             rc = emu_ctx_fail(ctx, l->name, "unknown layer kind");
         }
         if (rc)
             return -1;
-        dy = &l->dx;
+        if (need_dx && deliver(m, ctx, p, l->src, l, &l->dx))
+            return -1;
+        if (l->kind == EMU_LAYER_ADD && l->src2 >= 0 &&
+            m->layers[l->src2].priv->upstream &&
+            deliver(m, ctx, p, l->src2, l, &l->dx))
+            return -1;
     }
     return 0;
 }

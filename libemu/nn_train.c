@@ -858,6 +858,7 @@ static int evaluate(run *r, int epoch, double *acc_out)
 {
     emu_stats *saved = r->ctx.stats;
     r->ctx.stats = NULL; /* evaluation is not part of the measured run */
+    r->m.eval = true;    /* batch norm normalises with its running statistics */
     const emu_dataset *d = &r->test;
     const size_t b = (size_t)r->m.batch;
     size_t *idx = malloc(b * sizeof *idx);
@@ -878,6 +879,7 @@ static int evaluate(run *r, int epoch, double *acc_out)
     }
     free(idx);
     r->ctx.stats = saved;
+    r->m.eval = false;
     if (rc)
         return -1;
     *acc_out = (double)right / (double)d->n;
@@ -890,7 +892,10 @@ static int evaluate(run *r, int epoch, double *acc_out)
 
 /* The layout is nn_ckpt.h's; what each section holds is decided here. */
 
-/* Every tensor that carries state from step to step, in a fixed order. */
+/* Every tensor that carries state from step to step, in a fixed order:
+ * per parameter layer, the weight's and the bias's tensors (those that
+ * exist), then batch norm's running statistics.  (Models without batch
+ * norm have none, so their checkpoints are those of before it.) */
 static int state_tensors(emu_model *m, emu_tensor **out, int max)
 {
     int n = 0;
@@ -906,11 +911,15 @@ static int state_tensors(emu_model *m, emu_tensor **out, int max)
                 if (ts[j]->data && n < max)
                     out[n++] = ts[j];
         }
+        emu_tensor *bufs[2] = { &l->running_mean, &l->running_var };
+        for (int j = 0; j < 2; j++)
+            if (bufs[j]->data && n < max)
+                out[n++] = bufs[j];
     }
     return n;
 }
 
-enum { MAX_STATE = 1024 };
+enum { MAX_STATE = 4096 };
 
 static void put_amax(ckpt_out *o, const emu_amax_history *h)
 {
@@ -1431,7 +1440,7 @@ static int train_epochs(run *r, FILE *log, double *final_acc, emu_error *err)
                     if (!l->has_params)
                         continue;
                     if (update_param(r, l, &l->weight, "w", lr) ||
-                        update_param(r, l, &l->bias, "b", lr))
+                        (l->has_bias && update_param(r, l, &l->bias, "b", lr)))
                         return emu_fail(err, r->ctx.err.code, r->ctx.err.where, "", "%s",
                                     r->ctx.err.message);
                 }

@@ -58,6 +58,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "nn_internal.h" /* batch norm's saved statistics */
 #include "testutil.h"
 
 /* Step of the central differences: large enough that the rounding noise
@@ -181,15 +182,30 @@ static bool pattern_same(const pattern *a, const pattern *b)
 
 /* The model from layer k on, fed by the tensor that is layer k's input:
  * perturbing that tensor and running this forward gives the loss as a
- * function of layer k's input. */
+ * function of layer k's input.  Its layers are copies (sharing every
+ * buffer) whose sources count from k, layer k - 1 becoming the input;
+ * free them with tail_free. */
 static emu_model tail_from(const emu_model *m, int k)
 {
     emu_model t = *m;
-    t.layers = m->layers + k;
     t.n_layers = m->n_layers - k;
+    t.layers = malloc((size_t)t.n_layers * sizeof *t.layers);
+    ck_assert_ptr_nonnull(t.layers);
+    memcpy(t.layers, m->layers + k, (size_t)t.n_layers * sizeof *t.layers);
+    for (int i = 0; i < t.n_layers; i++) {
+        emu_layer *l = &t.layers[i];
+        ck_assert(l->src >= k - 1 && (l->kind != EMU_LAYER_ADD || l->src2 >= k - 1));
+        l->src = l->src >= k ? l->src - k : -1;
+        l->src2 = l->src2 >= k ? l->src2 - k : -1;
+    }
     t.x = k ? m->layers[k - 1].y : m->x;
     t.x.owns_data = false;
     return t;
+}
+
+static void tail_free(emu_model *t)
+{
+    free(t->layers);
 }
 
 static double forward_loss(fixture *f, emu_model *tail)
@@ -333,6 +349,7 @@ static void check_tensor(fixture *f, int k, float *v, const float *grad,
     }
     free(dir);
     free(p0.v);
+    tail_free(&tail);
     /* Leave the model as the backward pass saw it (and every layer's
      * input pointer on the model's own tensors, not on `tail`). */
     (void)forward_loss(f, &f->m);
@@ -464,6 +481,333 @@ START_TEST(gradient_cnn)
 }
 END_TEST
 
+/* ---- the residual network ----------------------------------------------- */
+
+static void build_with(emu_model *m, emu_ctx *ctx, const emu_policy *p,
+                       const char *arch, int batch, uint64_t seed);
+
+/* dL/d(output of each layer) after a backward pass: the sum of the input
+ * gradients of the layers that read it (an addition's is its own). */
+static float **output_grads(const emu_model *m)
+{
+    const int n = m->n_layers;
+    float **d = calloc((size_t)n, sizeof *d);
+    ck_assert_ptr_nonnull(d);
+    d[n - 1] = copy_of(&m->dlogits);
+    for (int i = n - 2; i >= 0; i--) {
+        const emu_layer *l = &m->layers[i];
+        size_t cnt = l->y.n;
+        d[i] = calloc(cnt, sizeof **d);
+        ck_assert_ptr_nonnull(d[i]);
+        for (int k = i + 1; k < n; k++) {
+            const emu_layer *c = &m->layers[k];
+            int reads = (c->src == i) + (c->kind == EMU_LAYER_ADD && c->src2 == i);
+            for (int r = 0; r < reads; r++)
+                for (size_t j = 0; j < cnt; j++)
+                    d[i][j] += c->kind == EMU_LAYER_ADD ? d[k][j] : c->dx.data[j];
+        }
+    }
+    return d;
+}
+
+/* First-order bound on the rounding noise of the binary64 loss of a
+ * forward pass (as noise_bound, for any graph): each output rounded once
+ * (linear layers twice, ReLU exact), and a batch norm's output moved, in
+ * addition, by the roundings of its statistics: its mean (gamma inv
+ * ulp(mean) / 2), its centred value (|y - beta| 2^-24) and its variance
+ * (|y - beta| 2^-25).  *rms receives the root of the sum of the squares of
+ * the same terms (the scale of the noise if the roundings were
+ * independent). */
+static double graph_noise(const emu_model *m, float *const *dys, double *rms)
+{
+    double nb = 0.0, sq = 0.0;
+    for (int i = 0; i < m->n_layers; i++) {
+        const emu_layer *l = &m->layers[i];
+        double k = l->kind == EMU_LAYER_LINEAR ? 2.0
+                 : l->kind == EMU_LAYER_RELU || l->kind == EMU_LAYER_MAXPOOL ||
+                           l->kind == EMU_LAYER_FLATTEN ? 0.0 : 1.0;
+        if (k == 0.0)
+            continue;
+        const size_t hw = l->kind == EMU_LAYER_BATCHNORM
+                              ? (size_t)l->out_dims[1] * (size_t)l->out_dims[2] : 1;
+        for (size_t j = 0; j < l->y.n; j++) {
+            double y = l->y.data[j], e = k * fabs(y);
+            if (l->kind == EMU_LAYER_BATCHNORM) {
+                size_t c = (j / hw) % (size_t)l->out_dims[0];
+                double beta = l->bias.w.data[c], gamma = l->weight.w.data[c];
+                double inv = 1.0 / sqrt((double)l->priv->bn_var.data[c] + 1e-5);
+                e += 2.0 * fabs(y - beta) +
+                     fabs(gamma) * inv * fabs((double)l->priv->bn_mean.data[c]);
+            }
+            nb += fabs((double)dys[i][j]) * e;
+            sq += ((double)dys[i][j] * e) * ((double)dys[i][j] * e);
+        }
+    }
+    *rms = sqrt(sq) * 0x1p-24;
+    return nb * 0x1p-24;
+}
+
+/* The whole resnet:1 (every kind of its layers, the residual additions
+ * and the gradient sums of the shortcuts) against central differences in
+ * its parameters, fp32 preset, exact accumulator, on 4 images of 8 x 8.
+ * Two tolerances, both doubled, both with the truncation error estimated
+ * from the difference of the central differences at h and 2h (batch norm
+ * makes the loss curved in every parameter, so the affine argument of
+ * check_tensor does not hold) and the backward pass's own roundings 2^-20
+ * |g|:
+ *   rigorous      the first-order worst case of the rounding noise over h
+ *                 (graph_noise): every error aligned.  It holds, but over
+ *                 ~10^4 activations it is as large as the gradients, so it
+ *                 alone could not see a wrong one;
+ *   statistical   the noise of L(v+h) - L(v-h) if the roundings were
+ *                 independent, each uniform within half an ulp (standard
+ *                 deviation <= 2^-24 |term| / sqrt(3)), at 6 standard
+ *                 deviations: sqrt(2) 6 / sqrt(3) rms / 2h.  The errors
+ *                 stay far below it (the run prints the worst ratio), and
+ *                 it is sharp (below a tenth of the gradient) for most
+ *                 coordinates, which the test requires. */
+START_TEST(gradient_resnet)
+{
+    fixture f;
+    fixture_make(&f, "resnet:1", 4, 1, 8, 8, 4, 21);
+    emu_model *m = &f.m;
+    test_rng g = test_rng_make(0x2e5);
+    /* gamma away from 1, so that its gradient path is general */
+    for (int i = 0; i < m->n_layers; i++)
+        if (m->layers[i].kind == EMU_LAYER_BATCHNORM)
+            for (size_t j = 0; j < m->layers[i].weight.w.n; j++)
+                m->layers[i].weight.w.data[j] =
+                    (float)(0.5 + ldexp((double)(test_next(&g) >> 44), -20));
+    if (emu_model_forward(m, &f.ctx, &f.p) ||
+        emu_model_backward(m, &f.ctx, &f.p, f.labels, 1.0f))
+        ck_abort_msg("resnet: %s", f.ctx.err.message);
+    const int n = m->n_layers;
+    float **dys = output_grads(m);
+    float **gw = calloc((size_t)n, sizeof *gw), **gb = calloc((size_t)n, sizeof *gb);
+    ck_assert(gw && gb);
+    for (int i = 0; i < n; i++)
+        if (m->layers[i].has_params) {
+            gw[i] = copy_of(&m->layers[i].weight.g);
+            if (m->layers[i].has_bias)
+                gb[i] = copy_of(&m->layers[i].bias.g);
+        }
+    double rms;
+    const double noise = graph_noise(m, dys, &rms);
+    const double stat = sqrt(2.0) * 6.0 / sqrt(3.0) * rms / 2.0;
+    emu_model whole = tail_from(m, 0);
+    (void)forward_loss(&f, &whole);
+    pattern p0 = pattern_take(m);
+    const int per = (int)test_scaled(6, 3);
+    int checked = 0, skipped = 0, sharp = 0, tensors = 0;
+    double worst = 0.0, worst_stat = 0.0;
+    for (int i = 0; i < n; i++) {
+        emu_layer *l = &m->layers[i];
+        if (!l->has_params)
+            continue;
+        for (int t = 0; t < 1 + l->has_bias; t++) {
+            emu_tensor *w = t ? &l->bias.w : &l->weight.w;
+            const float *grad = t ? gb[i] : gw[i];
+            tensors++;
+            for (int s = 0; s < per; s++) {
+                size_t j = (size_t)test_below(&g, w->n);
+                probe p1, p2;
+                double h = FD_H;
+                bool ok = false;
+                for (int r = 0; r < 3 && !ok; r++, h /= 4.0)
+                    ok = probe_at(&f, &whole, w->data, grad, w->n, j, NULL, h,
+                                  &p0, &p1) &&
+                         probe_at(&f, &whole, w->data, grad, w->n, j, NULL,
+                                  2.0 * h, &p0, &p2);
+                if (!ok) {
+                    skipped++;
+                    continue;
+                }
+                h *= 4.0;
+                if (s == 0 && getenv("EMU_TEST_VERBOSE"))
+                    fprintf(stderr, "    %s.%s: g %.3g noise/h %.3g (statistical "
+                            "%.3g) |fd(h) - fd(2h)| %.3g\n", l->name,
+                            t ? "b" : "w", p1.an, noise / h, stat / h,
+                            fabs(p1.fd - p2.fd));
+                const double rest = fabs(p1.fd - p2.fd) + 0x1p-20 * p1.an_abs;
+                double tol = 2.0 * (noise / h + rest);
+                double tol_stat = 2.0 * (stat / h + rest);
+                double e = fabs(p1.fd - p1.an);
+                checked++;
+                sharp += tol_stat < 0.1 * fabs(p1.an);
+                worst = fmax(worst, e / tol);
+                worst_stat = fmax(worst_stat, e / tol_stat);
+                EXPECT(e <= tol && e <= tol_stat, "resnet:1 %s.%s[%zu]: backward "
+                       "%.9g, central difference %.9g (2h: %.9g), error %.3g > "
+                       "tolerance %.3g (statistical %.3g; noise/h %.3g)", l->name,
+                       t ? "b" : "w", j, p1.an, p1.fd, p2.fd, e, tol, tol_stat,
+                       noise / h);
+            }
+        }
+    }
+    tail_free(&whole);
+    (void)forward_loss(&f, m);
+    fprintf(stderr, "  resnet:1 %d parameter tensors: checked %d (sharp %d) "
+            "skipped %d worst error/tolerance %.3g (statistical %.3g)\n",
+            tensors, checked, sharp, skipped, worst, worst_stat);
+    EXPECT(checked >= 4 * tensors && 2 * sharp >= checked,
+           "resnet:1: %d checked (%d sharp) of %d tensors: the check would be "
+           "vacuous", checked, sharp, tensors);
+    for (int i = 0; i < n; i++) {
+        free(dys[i]);
+        free(gw[i]);
+        free(gb[i]);
+    }
+    free(dys);
+    free(gw);
+    free(gb);
+    free(p0.v);
+    fixture_free(&f);
+}
+END_TEST
+
+/* Shapes, names (torchvision's, for the weights file and the PyTorch
+ * peer), sources and parameter counts of resnet:1 and resnet:3 on
+ * 28 x 28 x 1, and the initial values of batch norm. */
+START_TEST(resnet_shapes)
+{
+    emu_policy p;
+    emu_error err;
+    if (emu_policy_preset(&p, "fp32", &err))
+        ck_abort_msg("%s", err.message);
+    emu_model m;
+    emu_ctx ctx;
+    build_with(&m, &ctx, &p, "resnet:1", 2, 1);
+    /* conv1 144, bn1 32, layer1 2 (2304 + 32), layer2 4608 + 64 + 9216 +
+     * 64 + 512 + 64, layer3 18432 + 128 + 36864 + 128 + 2048 + 128, fc 650 */
+    ck_assert_uint_eq(emu_model_param_count(&m), 77754);
+    static const struct { const char *name; int kind, src, src2, c, h; } want[] = {
+        { "conv1", EMU_LAYER_CONV, -1, -1, 16, 28 },
+        { "bn1", EMU_LAYER_BATCHNORM, 0, -1, 16, 28 },
+        { "relu", EMU_LAYER_RELU, 1, -1, 16, 28 },
+        { "layer1.0.conv1", EMU_LAYER_CONV, 2, -1, 16, 28 },
+        { "layer1.0.bn1", EMU_LAYER_BATCHNORM, 3, -1, 16, 28 },
+        { "layer1.0.relu1", EMU_LAYER_RELU, 4, -1, 16, 28 },
+        { "layer1.0.conv2", EMU_LAYER_CONV, 5, -1, 16, 28 },
+        { "layer1.0.bn2", EMU_LAYER_BATCHNORM, 6, -1, 16, 28 },
+        { "layer1.0.add", EMU_LAYER_ADD, 7, 2, 16, 28 },
+        { "layer1.0.relu2", EMU_LAYER_RELU, 8, -1, 16, 28 },
+        { "layer2.0.conv1", EMU_LAYER_CONV, 9, -1, 32, 14 },
+        { "layer2.0.bn1", EMU_LAYER_BATCHNORM, 10, -1, 32, 14 },
+        { "layer2.0.relu1", EMU_LAYER_RELU, 11, -1, 32, 14 },
+        { "layer2.0.conv2", EMU_LAYER_CONV, 12, -1, 32, 14 },
+        { "layer2.0.bn2", EMU_LAYER_BATCHNORM, 13, -1, 32, 14 },
+        { "layer2.0.downsample.0", EMU_LAYER_CONV, 9, -1, 32, 14 },
+        { "layer2.0.downsample.1", EMU_LAYER_BATCHNORM, 15, -1, 32, 14 },
+        { "layer2.0.add", EMU_LAYER_ADD, 14, 16, 32, 14 },
+        { "layer2.0.relu2", EMU_LAYER_RELU, 17, -1, 32, 14 },
+        { "layer3.0.conv1", EMU_LAYER_CONV, 18, -1, 64, 7 },
+    };
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+        const emu_layer *l = &m.layers[i];
+        EXPECT(!strcmp(l->name, want[i].name) && (int)l->kind == want[i].kind &&
+                   l->src == want[i].src && l->src2 == want[i].src2 &&
+                   l->out_dims[0] == want[i].c && l->out_dims[1] == want[i].h,
+               "layer %zu: %s kind %d src %d/%d out (%d, %d), expected %s", i,
+               l->name, (int)l->kind, l->src, l->src2, l->out_dims[0],
+               l->out_dims[1], want[i].name);
+    }
+    const emu_layer *ds = &m.layers[15], *bn = &m.layers[16];
+    ck_assert(ds->stride == 2 && ds->ksize == 1 && ds->pad == 0 && !ds->has_bias);
+    ck_assert(m.layers[10].stride == 2 && m.layers[10].ksize == 3 &&
+              m.layers[10].pad == 1);
+    ck_assert(ds->bias.w.data == NULL && ds->bias.w.n == 0);
+    ck_assert(bn->has_params && bn->has_bias && bn->weight.w.n == 32 &&
+              bn->bias.w.n == 32 && bn->running_mean.n == 32 &&
+              bn->running_var.n == 32);
+    for (size_t c = 0; c < 32; c++)
+        ck_assert(bn->weight.w.data[c] == 1.0f && bn->bias.w.data[c] == 0.0f &&
+                  bn->running_mean.data[c] == 0.0f &&
+                  bn->running_var.data[c] == 1.0f);
+    ck_assert_str_eq(m.layers[m.n_layers - 2].name, "avgpool");
+    ck_assert_int_eq(m.layers[m.n_layers - 2].out_ndim, 1);
+    ck_assert_str_eq(m.layers[m.n_layers - 1].name, "fc");
+    ck_assert(m.layers[m.n_layers - 1].has_bias);
+    ck_assert_int_eq(m.n_layers, 30);
+    emu_model_free(&m);
+    /* ResNet-20: 0.27 M parameters, as He et al. report (1 input channel) */
+    build_with(&m, &ctx, &p, "resnet:3", 2, 1);
+    ck_assert_uint_eq(emu_model_param_count(&m), 272186);
+    ck_assert_str_eq(m.layers[m.n_layers - 3].name, "layer3.2.relu2");
+    emu_model_free(&m);
+    /* adaptive per-layer scaling is refused on the graph */
+    if (emu_policy_preset(&p, "adaptive", &err))
+        ck_abort_msg("%s", err.message);
+    emu_ctx_init(&ctx, 1);
+    ck_assert_int_eq(emu_model_build(&m, "resnet:1", &p, 2, 1, 28, 28, 10, 1,
+                                     &ctx, &err), -1);
+    ck_assert_int_eq(err.code, EMU_ESPEC);
+    ck_assert_ptr_nonnull(strstr(err.message, "adaptive"));
+}
+END_TEST
+
+/* Evaluation mode: batch norm normalises with its running statistics,
+ * which it leaves alone, so an example's logits do not depend on the rest
+ * of its batch (in training mode they do: the check can fail). */
+START_TEST(resnet_eval_mode)
+{
+    fixture f;
+    fixture_make(&f, "resnet:1", 4, 1, 8, 8, 4, 22);
+    emu_model *m = &f.m;
+    /* two training passes move the running statistics off 0 and 1 */
+    for (int k = 0; k < 2; k++)
+        if (emu_model_forward(m, &f.ctx, &f.p))
+            ck_abort_msg("%s", f.ctx.err.message);
+    const emu_layer *bn = &m->layers[1];
+    ck_assert(bn->kind == EMU_LAYER_BATCHNORM);
+    float *rm = NULL, *rv = NULL;
+    const size_t k = (size_t)m->classes;
+    float row_train[8], row_eval[8];
+    for (int mode = 0; mode < 2; mode++) {
+        m->eval = mode == 1;
+        if (mode == 1) {
+            rm = copy_of(&bn->running_mean);
+            rv = copy_of(&bn->running_var);
+            ck_assert(rm[0] != 0.0f && rv[0] != 1.0f);
+        }
+        float *x0 = copy_of(&m->x);
+        if (emu_model_forward(m, &f.ctx, &f.p))
+            ck_abort_msg("%s", f.ctx.err.message);
+        float *row = mode ? row_eval : row_train;
+        memcpy(row, logits_of(m)->data, k * sizeof *row);
+        if (mode == 1) {
+            ck_assert(!memcmp(rm, bn->running_mean.data, 16 * sizeof(float)));
+            ck_assert(!memcmp(rv, bn->running_var.data, 16 * sizeof(float)));
+            /* bn1's output is the running-statistics formula, rounded once */
+            const emu_tensor *x = &m->layers[0].y, *y = &bn->y;
+            for (size_t j = 0; j < y->n; j += 7) {
+                size_t c = (j / 64) % 16;
+                double v = bn->weight.w.data[c] *
+                               ((double)x->data[j] - rm[c]) /
+                               sqrt((double)rv[c] + 1e-5) +
+                           bn->bias.w.data[c];
+                EXPECT(fabs(y->data[j] - v) <= 0x1p-23 * fabs(v) + 1e-30,
+                       "eval bn1[%zu] %.9g vs %.17g", j, y->data[j], v);
+            }
+        }
+        /* other images in the rest of the batch */
+        for (size_t j = 64; j < m->x.n; j++)
+            m->x.data[j] = m->x.data[j] * 0.5f + 0.25f;
+        if (emu_model_forward(m, &f.ctx, &f.p))
+            ck_abort_msg("%s", f.ctx.err.message);
+        bool same = !memcmp(row, logits_of(m)->data, k * sizeof *row);
+        EXPECT(same == (mode == 1), "%s mode: example 0's logits %s with the "
+               "rest of the batch", mode ? "evaluation" : "training",
+               same ? "do not change" : "change");
+        memcpy(m->x.data, x0, m->x.n * sizeof *x0);
+        free(x0);
+    }
+    m->eval = false;
+    free(rm);
+    free(rv);
+    fixture_free(&f);
+}
+END_TEST
+
 /* ---- scales in the backward pass ----------------------------------------- */
 
 static void expect_scaled(const float *got, const float *base, size_t n,
@@ -557,7 +901,7 @@ START_TEST(fp8_recipe)
     ck_assert_int_eq(m[0].n_layers, 8);
     for (int i = 0; i < m[0].n_layers; i++) {
         const emu_layer *l = &m[0].layers[i];
-        char got[40];
+        char got[64];
         snprintf(got, sizeof got, "%s %d", l->name, (int)l->exempt);
         EXPECT(!strcmp(got, want[i]), "layer %d: '%s', expected '%s'", i, got, want[i]);
         if (l->has_params)
@@ -678,6 +1022,11 @@ START_TEST(model_refusals)
         { "cnn:6", 28, "two conv" },
         { "cnn", 8, "smaller than the kernel" },
         { "transformer", 28, "unknown model" },
+        { "resnet:0", 28, "1..9" },
+        { "resnet:10", 28, "resnet:10" },
+        { "resnet:two", 28, "resnet:two" },
+        { "resnet:", 28, "1..9" },
+        { "resnet-gelu:1", 28, "unknown model" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         memset(&err, 0, sizeof err);
@@ -1057,12 +1406,15 @@ static Suite *suite(void)
     tcase_add_test(tc, gradient_mlp);
     tcase_add_test(tc, gradient_mlp_gelu);
     tcase_add_test(tc, gradient_cnn);
+    tcase_add_test(tc, gradient_resnet);
     suite_add_tcase(s, tc);
     TCase *tm = tcase_create("models");
     tcase_set_timeout(tm, 600);
     tcase_add_test(tm, scales_are_exact);
     tcase_add_test(tm, fp8_recipe);
     tcase_add_test(tm, model_shapes);
+    tcase_add_test(tm, resnet_shapes);
+    tcase_add_test(tm, resnet_eval_mode);
     tcase_add_test(tm, model_refusals);
     tcase_add_test(tm, presets_and_policies);
     tcase_add_test(tm, resume_other_configuration);

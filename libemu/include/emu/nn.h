@@ -144,6 +144,10 @@ typedef enum emu_layer_kind {
     EMU_LAYER_RELU,
     EMU_LAYER_GELU,
     EMU_LAYER_FLATTEN,  /* (B, C, H, W) -> (B, C*H*W): a view, no rounding  */
+    EMU_LAYER_ADD,      /* y = a + b: a from src, b from src2 (a residual)  */
+    EMU_LAYER_GAP,      /* global average pool (B, C, H, W) -> (B, C)       */
+    EMU_LAYER_BATCHNORM,/* 2-d batch norm: gamma in weight, beta in bias,
+                           running statistics in running_mean/running_var */
     EMU_LAYER_COUNT
 } emu_layer_kind;
 
@@ -159,15 +163,26 @@ typedef struct emu_param {
     emu_tensor c;        /* Kahan compensation, in w's format               */
 } emu_param;
 
+/* A model is a list of layers in an order where each layer comes after
+ * the layers it reads (so the forward pass runs the list in order and the
+ * backward pass in reverse); a layer reads the output of layer `src` (-1:
+ * the model's input), an ADD layer also that of `src2`.  An output read
+ * by several layers receives the sum of their input gradients (site
+ * "<prefix>.grad_add", see emu_model_backward). */
 typedef struct emu_layer {
     emu_layer_kind kind;
-    char name[24];            /* "conv1", "fc2", "relu3"                    */
+    char name[40];            /* "conv1", "fc2", "layer2.0.downsample.1"    */
+    int src, src2;            /* layers read (-1: the model's input)        */
     int in_dims[4], out_dims[4]; /* per example: (C, H, W) or (F)          */
     int in_ndim, out_ndim;
     int ksize, stride, pad;   /* conv and pool                              */
     bool exempt;              /* kept in the policy's exempt precision       */
-    bool has_params;
+    bool has_params;          /* weight (and bias, if has_bias)             */
+    bool has_bias;            /* false: a convolution without bias          */
     emu_param weight, bias;
+    /* Batch norm's buffers (C), binary32, role other: what evaluation
+     * mode normalises with; checkpointed with the parameters. */
+    emu_tensor running_mean, running_var;
     const emu_tensor *in;     /* the input the forward pass used            */
     bool has_xq;              /* input cast into this layer's format first  */
     emu_tensor xq;            /* that cast input (B, ...)                   */
@@ -191,6 +206,8 @@ typedef struct emu_model {
     int batch;
     int in_dims[3];           /* (C, H, W) of one example                   */
     int classes;
+    bool eval;                /* batch norm in evaluation mode (running
+                                 statistics, not updated); false: training */
     emu_tensor x;             /* input batch, activation format             */
     emu_tensor loss;          /* 1 element                                  */
     emu_tensor dlogits;       /* (B, K), act_grad format                    */
@@ -201,8 +218,19 @@ typedef struct emu_model {
  *   "mlp:784-128x8-10"            a deep plain MLP (8 hidden layers of 128)
  *   "cnn" or "cnn:6-16-120-84"    LeNet-style: conv5(6)+pool, conv5(16)+pool,
  *                                 fc 120, fc 84, fc K
+ *   "resnet:N" (N 1..9)           He et al.'s CIFAR ResNet for square
+ *                                 images: conv3(16) bn relu, three stages
+ *                                 of N basic blocks (16, 32, 64 channels,
+ *                                 stride 2 entering stages 2 and 3), global
+ *                                 average pool, fc K; torchvision's layer
+ *                                 names (conv1, bn1, layer1.0.conv1, ...,
+ *                                 layer2.0.downsample.0, fc).  resnet:1 is
+ *                                 ResNet-8, resnet:3 ResNet-20.
  * (gelu can replace relu: "mlp-gelu:...").  Parameters are initialised
- * deterministically from seed (He-uniform), rounded into their formats. */
+ * deterministically from seed (He-uniform; batch norm gamma 1, beta 0,
+ * running mean 0, running variance 1), rounded into their formats.
+ * resnet refuses the adaptive (per-layer) loss scaling: its residual
+ * branches would add gradients that carry different scales. */
 int emu_model_build(emu_model *m, const char *arch, const emu_policy *p,
                     int batch, int in_c, int in_h, int in_w, int classes,
                     uint64_t seed, emu_ctx *ctx, emu_error *err);
@@ -252,7 +280,13 @@ int emu_model_load_weights(emu_model *m, emu_ctx *ctx, const emu_policy *p,
  * Like the ops, it and emu_model_backward return 0 or -1 with ctx->err. */
 int emu_model_forward(emu_model *m, emu_ctx *ctx, const emu_policy *p);
 /* Loss (times scale into dlogits) and backward pass: weight gradients in
- * each param's g.  labels has m->batch entries. */
+ * each param's g.  labels has m->batch entries.  The layers run in
+ * reverse order; where a layer's output feeds several layers, their input
+ * gradients arrive in that order (the consumer latest in the list first)
+ * and each one after the first is added to the sum so far, one rounding
+ * into the act_grad format of the layer whose output it is, at site
+ * "<prefix>.grad_add", prefix = the arriving consumer's name up to its
+ * last '.' ("layer1.0.conv1" -> "layer1.0.grad_add"). */
 int emu_model_backward(emu_model *m, emu_ctx *ctx, const emu_policy *p,
                        const int *labels, float scale);
 

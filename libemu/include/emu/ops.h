@@ -259,6 +259,36 @@ int emu_t_maxpool2d_backward(emu_ctx *ctx, const char *site, emu_tensor *dx, con
 int emu_t_avgpool2d(emu_ctx *ctx, const char *site, emu_tensor *y, const emu_tensor *x, const emu_pool_opts *o, const emu_rounding *rnd);
 int emu_t_avgpool2d_backward(emu_ctx *ctx, const char *site, emu_tensor *dx, const emu_tensor *dy, const emu_pool_opts *o, const emu_rounding *rnd);
 
+/* ---- batch normalisation (NCHW, per channel over N, H, W) --------------- */
+
+typedef struct emu_batchnorm_opts {
+    const emu_accum *accum;  /* the channel sums (required in training)    */
+    bool training;           /* batch statistics; false: running ones      */
+    double eps;              /* added to the variance (PyTorch: 1e-5), > 0 */
+    double momentum;         /* running = (1 - m) running + m batch (0.1)  */
+    const emu_rounding *stat_rnd; /* rounding of mean, var, xc and the
+                                     running statistics; NULL: rnd         */
+    const emu_rounding *param_grad_rnd; /* backward: of dgamma and dbeta;
+                                           NULL: rnd                       */
+} emu_batchnorm_opts;
+/* Training mode: mean (C) = sum of x / M, xc (N, C, H, W) = x - mean,
+ * var (C) = sum of xc^2 / M (biased), y = gamma xc / sqrt(var + eps) +
+ * beta, and, if given, the running statistics updated as PyTorch does
+ * (running_var from the unbiased variance var M / (M - 1)); M = N H W
+ * must be at least 2.  Evaluation mode: y = gamma (x - running_mean) /
+ * sqrt(running_var + eps) + beta (xc, mean, var unused, may be NULL).
+ * gamma and beta (C) may be NULL (1 and 0).  The sums run under
+ * o->accum; each quantity is rounded once into its tensor (sites
+ * "<site>.mean", "<site>.xc", "<site>.var", "<site>", "<site>.running_mean",
+ * "<site>.running_var"; the definitions in libemu/ops_norm.c). */
+int emu_t_batchnorm2d(emu_ctx *ctx, const char *site, emu_tensor *y, emu_tensor *xc, emu_tensor *mean, emu_tensor *var, emu_tensor *running_mean, emu_tensor *running_var, const emu_tensor *x, const emu_tensor *gamma, const emu_tensor *beta, const emu_batchnorm_opts *o, const emu_rounding *rnd);
+/* The backward pass of training mode from the forward's xc and var:
+ * dbeta = sum of dy ("<site>.dbias"), dgamma = sum of dy xc / sqrt(var +
+ * eps) ("<site>.dweight"), dx = gamma / sqrt(var + eps) (dy - dbeta / M -
+ * xc dgamma / (M sqrt(var + eps))) ("<site>.dinput", from the two sums as
+ * the accumulator left them), all rounded under rnd. */
+int emu_t_batchnorm2d_backward(emu_ctx *ctx, const char *site, emu_tensor *dx, emu_tensor *dgamma, emu_tensor *dbeta, const emu_tensor *dy, const emu_tensor *xc, const emu_tensor *var, const emu_tensor *gamma, const emu_batchnorm_opts *o, const emu_rounding *rnd);
+
 /* ---- softmax and losses (rows of a (B, C) matrix) ----------------------- */
 /* Fused ops: each output is evaluated in binary64 from the inputs (the row
  * maximum subtracted before exp, row sums in column order, log of a sum
