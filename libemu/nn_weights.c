@@ -56,11 +56,10 @@ static int layer_slots(emu_layer *l, named_slot *s)
             s[n++] = (named_slot){ "bias", &l->bias, NULL };
     }
     switch (l->kind) {
-    /* Batch norm's running statistics go here, e.g.
-     *   case EMU_LAYER_BATCHNORM:
-     *       s[n++] = (named_slot){ "running_mean", NULL, &l->running_mean };
-     *       s[n++] = (named_slot){ "running_var", NULL, &l->running_var };
-     *       break; */
+    case EMU_LAYER_BATCHNORM:
+        s[n++] = (named_slot){ "running_mean", NULL, &l->running_mean };
+        s[n++] = (named_slot){ "running_var", NULL, &l->running_var };
+        break;
     default:
         break;
     }
