@@ -97,6 +97,9 @@ static int grad(const char *arch, const char *weights, uint64_t seed,
     emu_dataset train, test;
     if (emu_policy_preset(&p, "fp32", &err))
         return die("preset", &err);
+    const char *set = getenv("PEER_SET"); /* debugging: a policy assignment */
+    if (set && emu_policy_set(&p, set, &err))
+        return die("PEER_SET", &err);
     if (emu_dataset_synthetic(&train, &test, seed, ntrain, ntest, &err))
         return die("data", &err);
     if ((size_t)batch * (size_t)steps > train.n) {
