@@ -24,6 +24,16 @@ rounds every partial sum):
               each run): max |diff| / max|grad| 2.5e-7 (mlp), 3.4e-7
               (mlp-gelu), 2.3e-6 (cnn, conv1.weight, whose elements sum
               B * 28 * 28 products), all below 3e-8 in absolute terms.
+  against binary64  the same model in PyTorch binary64 is the reference:
+              per tensor, max |libemu - torch64| <= 4 max |torch32 - torch64|
+              + 1e-6 max |torch64|, i.e. libemu's fp32 preset is at least
+              as accurate as PyTorch's own binary32 (within 4x).  For models
+              with batch norm this is the gradient check: its backward
+              cancels (dy sums to nearly zero over a channel), and PyTorch's
+              binary32 gradients there are up to 1e-3 of the tensor's
+              largest element off binary64, so an elementwise comparison
+              of the two binary32 results says nothing sharp.  The 10
+              training losses are checked the same way.
   loss, logits  1e-5 relative (measured: under 1.1e-7).
   10 steps    losses 1e-5 relative: the step-1 differences above, carried
               through 10 updates (measured: under 1.5e-7, SGD and AdamW).
@@ -32,6 +42,7 @@ Usage: torch_peer.py --peer PATH --emu PATH [--keep DIR]
 Exit status 0 pass, 1 fail, 77 skipped (no torch).
 """
 import argparse
+import copy
 import csv
 import json
 import os
@@ -209,6 +220,22 @@ class Checker:
         return worst, (worst / scale if scale else 0.0)
 
 
+    def close_f64(self, what, emu, t32, t64, factor=4.0, floor=1e-6):
+        """libemu at least as close to PyTorch's binary64 result as
+        PyTorch's own binary32 result is, within `factor`, plus `floor`
+        times the tensor's largest element."""
+        emu, t32, t64 = (np.asarray(v, np.float64) for v in (emu, t32, t64))
+        scale = float(np.max(np.abs(t64))) if t64.size else 0.0
+        e_emu = float(np.max(np.abs(emu - t64))) if t64.size else 0.0
+        e_t32 = float(np.max(np.abs(t32 - t64))) if t64.size else 0.0
+        bound = factor * e_t32 + floor * scale
+        if e_emu > bound:
+            print(f'FAIL {what}: max |emu - torch64| {e_emu:.3g} > {factor:g} x '
+                  f'max |torch32 - torch64| {e_t32:.3g} + {floor:g} x max {scale:.3g}')
+            self.failures += 1
+        return e_emu / scale if scale else 0.0, e_t32 / scale if scale else 0.0
+
+
 def run(cmd):
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        universal_newlines=True)
@@ -230,30 +257,53 @@ def gradient_check(chk, args, arch, tmp):
     run([args.peer, 'grad', arch, wpath, str(SEED), str(NTRAIN), str(NTEST),
          str(BATCH), str(STEPS), gpath])
     _, out = read_weights(gpath)
+    bn = has_batch_norm(model)
+    m64 = copy.deepcopy(model).double()
     model.train()
+    m64.train()
     x = torch.from_numpy(out['x.0'].copy())
     y = torch.from_numpy(out['y.0'].astype(np.int64))
     logits = model(x)
     loss = F.cross_entropy(logits, y)
     loss.backward()
+    loss64 = F.cross_entropy(m64(x.double()), y)
+    loss64.backward()
     chk.close(f'{arch} loss', out['loss'], loss.item(), 1e-5, 0)
     chk.close(f'{arch} logits', out['logits'], logits.detach().numpy(), 1e-5, 1e-6)
     worst_abs = worst_rel = 0.0
     worst_name = ''
+    worst64 = (0.0, 0.0, '')
+    p64 = dict(m64.named_parameters())
     for name, p in model.named_parameters():
-        a, r = chk.close(f'{arch} grad {name}', out['grad.' + name],
-                         p.grad.numpy(), 1e-4, 1e-5)
-        if r >= worst_rel:
-            worst_rel, worst_name = r, name
-        worst_abs = max(worst_abs, a)
+        if not bn:
+            # Batch norm's backward cancels: there PyTorch's own binary32
+            # gradients are up to 1e-3 of the tensor's largest element off
+            # its binary64 ones, and only the comparison below is sharp.
+            a, r = chk.close(f'{arch} grad {name}', out['grad.' + name],
+                             p.grad.numpy(), 1e-4, 1e-5)
+            if r >= worst_rel:
+                worst_rel, worst_name = r, name
+            worst_abs = max(worst_abs, a)
+        e, e32 = chk.close_f64(f'{arch} grad {name} (binary64 reference)',
+                               out['grad.' + name], p.grad.numpy(),
+                               p64[name].grad.numpy())
+        if e >= worst64[0]:
+            worst64 = (e, e32, name)
+    b64 = dict(m64.named_buffers())
     for name, b in model.named_buffers():
         if 'after.' + name in out:
-            chk.close(f'{arch} buffer {name}', out['after.' + name], b.numpy(),
-                      1e-5, 1e-6)
+            chk.close_f64(f'{arch} buffer {name} (binary64 reference)',
+                          out['after.' + name], b.numpy(), b64[name].numpy())
     print(f'{arch}: loss emu {float(out["loss"]):.9g} torch {loss.item():.9g}; '
-          f'gradients: max |diff| {worst_abs:.3g}, max |diff| / max|grad| '
-          f'{worst_rel:.3g} ({worst_name})')
+          + ('' if bn else f'gradients: max |diff| {worst_abs:.3g}, max |diff| / '
+             f'max|grad| {worst_rel:.3g} ({worst_name}); ')
+          + f'against binary64: libemu {worst64[0]:.3g} of the tensor\'s largest '
+          f'gradient, PyTorch binary32 {worst64[1]:.3g} ({worst64[2]})')
     return out
+
+
+def has_batch_norm(model):
+    return any(isinstance(m, nn.BatchNorm2d) for m in model.modules())
 
 
 def training_check(chk, args, arch, opt, tmp, batches):
@@ -285,20 +335,34 @@ def training_check(chk, args, arch, opt, tmp, batches):
          '--out', out] + flags)
     with open(os.path.join(out, 'steps.csv')) as f:
         emu_losses = [float(r['loss']) for r in csv.DictReader(f)]
-    model.train()
-    torch_losses = []
-    for k in range(STEPS):
-        optim.zero_grad()
-        x = torch.from_numpy(batches['x.%d' % k].copy())
-        y = torch.from_numpy(batches['y.%d' % k].astype(np.int64))
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        optim.step()
-        torch_losses.append(loss.item())
-    chk.close(f'{arch} {opt} losses', emu_losses, torch_losses, 1e-5, 0)
+    bn = has_batch_norm(model)
+    m64 = copy.deepcopy(model).double()
+    optim64 = type(optim)(m64.parameters(), **optim.defaults)
+
+    def train(net, opt_, dtype):
+        net.train()
+        losses = []
+        for k in range(STEPS):
+            opt_.zero_grad()
+            x = torch.from_numpy(batches['x.%d' % k].copy()).to(dtype)
+            y = torch.from_numpy(batches['y.%d' % k].astype(np.int64))
+            loss = F.cross_entropy(net(x), y)
+            loss.backward()
+            opt_.step()
+            losses.append(loss.item())
+        return losses
+    torch_losses = train(model, optim, torch.float32)
+    losses64 = train(m64, optim64, torch.float64)
+    if not bn:  # (see gradient_check)
+        chk.close(f'{arch} {opt} losses', emu_losses, torch_losses, 1e-5, 0)
+    chk.close_f64(f'{arch} {opt} losses (binary64 reference)', emu_losses,
+                  torch_losses, losses64)
     rel = max(abs(e - t) / abs(t) for e, t in zip(emu_losses, torch_losses))
+    rel64 = max(abs(e - t) / abs(t) for e, t in zip(emu_losses, losses64))
+    rel32 = max(abs(e - t) / abs(t) for e, t in zip(torch_losses, losses64))
     print(f'{arch} {opt}: {STEPS} losses {emu_losses[0]:.6f} .. {emu_losses[-1]:.6f}, '
-          f'max relative diff {rel:.3g}')
+          f'max relative diff {rel:.3g} (against binary64: libemu {rel64:.3g}, '
+          f'PyTorch binary32 {rel32:.3g})')
 
 
 def main():
