@@ -157,29 +157,25 @@ void emu_scale_pairs(double *hi, double *lo, bool lo_valid, size_t n,
 
 /* ---- GEMM results as chunk producers ------------------------------------- */
 
-/* The source index of outputs i0 .. i0+m-1 (idx[j]): themselves, or the
- * NCHW transpose of a (N*P, C) GEMM. */
-static void gemm_src_index(const emu_gemm_src *s, size_t i0, size_t m,
-                           size_t *idx)
-{
-    if (!s->tc) {
-        for (size_t j = 0; j < m; j++)
-            idx[j] = i0 + j;
-        return;
-    }
-    const size_t C = s->tc, P = s->tp;
-    size_t n = i0 / (C * P), c = i0 / P % C, p = i0 % P;
-    for (size_t j = 0; j < m; j++) {
-        idx[j] = (n * P + p) * C + c;
-        if (++p == P) {
-            p = 0;
-            if (++c == C) {
-                c = 0;
-                n++;
-            }
-        }
-    }
-}
+/* Walks the sources of outputs i0 .. i0+m-1 in the NCHW transpose of a
+ * (N*P, C) GEMM: output (n*C + c)*P + p reads (n*P + p)*C + c.  BODY sees
+ * the output's j and its source src. */
+#define GEMM_SRC_NCHW(s, i0, m, BODY)                                       \
+    do {                                                                    \
+        const size_t C_ = (s)->tc, P_ = (s)->tp;                            \
+        size_t n_ = (i0) / (C_ * P_), c_ = (i0) / P_ % C_, p_ = (i0) % P_;  \
+        for (size_t j = 0; j < (m); j++) {                                  \
+            const size_t src = (n_ * P_ + p_) * C_ + c_;                    \
+            BODY;                                                           \
+            if (++p_ == P_) {                                               \
+                p_ = 0;                                                     \
+                if (++c_ == C_) {                                           \
+                    c_ = 0;                                                 \
+                    n_++;                                                   \
+                }                                                           \
+            }                                                               \
+        }                                                                   \
+    } while (0)
 
 bool emu_gemm_src_f32(const emu_gemm_src *s)
 {
@@ -189,19 +185,26 @@ bool emu_gemm_src_f32(const emu_gemm_src *s)
 int emu_gemm_src_fill(const emu_gemm_src *s, size_t i0, size_t m, double *hi,
                       double *lo)
 {
-    size_t idx[EMU_COMMIT_CHUNK];
-    gemm_src_index(s, i0, m, idx);
     if (!s->f) {
-        for (size_t j = 0; j < m; j++)
-            hi[j] = s->hi[idx[j]];
-        if (!s->lo)
-            return 0;
-        for (size_t j = 0; j < m; j++)
-            lo[j] = s->lo[idx[j]];
-        return 1;
+        if (s->tc)
+            GEMM_SRC_NCHW(s, i0, m, {
+                hi[j] = s->hi[src];
+                if (s->lo)
+                    lo[j] = s->lo[src];
+            });
+        else
+            for (size_t j = 0; j < m; j++) {
+                hi[j] = s->hi[i0 + j];
+                if (s->lo)
+                    lo[j] = s->lo[i0 + j];
+            }
+        return s->lo != NULL;
     }
-    for (size_t j = 0; j < m; j++)
-        hi[j] = s->f[idx[j]];
+    if (s->tc)
+        GEMM_SRC_NCHW(s, i0, m, { hi[j] = s->f[src]; });
+    else
+        for (size_t j = 0; j < m; j++)
+            hi[j] = s->f[i0 + j];
     /* as emu_scale_pairs scales the whole array: its low parts (TwoProduct
      * residuals) exist only for an alpha that is not a power of two */
     const bool pairs = !emu_is_pow2(s->alpha);
@@ -211,12 +214,8 @@ int emu_gemm_src_fill(const emu_gemm_src *s, size_t i0, size_t m, double *hi,
 
 void emu_gemm_src_fill32(const emu_gemm_src *s, size_t i0, size_t m, float *v)
 {
-    if (!s->tc) {
+    if (!s->tc)
         memcpy(v, s->f + i0, m * sizeof *v);
-        return;
-    }
-    size_t idx[EMU_COMMIT_CHUNK];
-    gemm_src_index(s, i0, m, idx);
-    for (size_t j = 0; j < m; j++)
-        v[j] = s->f[idx[j]];
+    else
+        GEMM_SRC_NCHW(s, i0, m, { v[j] = s->f[src]; });
 }

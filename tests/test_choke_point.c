@@ -30,8 +30,9 @@
  *               results and in every counter, histogram and sampled error,
  *               at sizes 0, 1, chunk - 1, chunk, chunk + 1 and larger, on
  *               values with NaN, inf, overflow and subnormals, in place too;
- *   ops         matmul (fast model), reductions and the losses hand their
- *               outputs to the choke point a chunk at a time: each equals
+ *   ops         matmul and conv2d (fast model), reductions and the losses
+ *               hand their outputs to the choke point a chunk at a time:
+ *               each equals
  *               its values formed independently here, whole, and committed
  *               as arrays, in results and every counter and histogram, at
  *               1, chunk - 1, chunk, chunk + 1 and 3000 outputs (rows split
@@ -2154,6 +2155,111 @@ START_TEST(test_matmul_chunks)
 }
 END_TEST
 
+/* conv2d under the fast model: the sgemm products read in NCHW order
+ * chunk by chunk (binary32, scaled in the producer) against the same
+ * GEMM formed here on the im2row matrix conv2d documents (bias first,
+ * then (ci, kh, kw); the same sgemm call, so the same sums), transposed
+ * whole and committed as arrays.  Output sizes 1, 1176 and 2880: the
+ * chunks start inside images and channels. */
+START_TEST(test_conv_chunks)
+{
+    static const struct { size_t N, Ci, H, Co, K; int pad; } geo[] = {
+        { 1, 1, 1, 1, 1, 0 }, { 2, 2, 14, 3, 3, 1 }, { 5, 3, 12, 4, 3, 1 },
+    };
+    static const double alphas[] = { 1.0, 0x1p-2, 0.75 };
+    emu_accum fast;
+    emu_accum_default(&fast);
+    fast.kind = EMU_ACCUM_FAST;
+    test_rng g = test_rng_make(34);
+    for (size_t gi = 0; gi < sizeof geo / sizeof *geo; gi++)
+    for (size_t ci = 0; ci < sizeof op_cases / sizeof *op_cases; ci++)
+    for (size_t ai = 0; ai < 3; ai++) {
+        const op_case *c = &op_cases[ci];
+        const size_t N = geo[gi].N, Ci = geo[gi].Ci, H = geo[gi].H;
+        const size_t Co = geo[gi].Co, KS = geo[gi].K;
+        const size_t pad = (size_t)geo[gi].pad, Ho = H + 2 * pad - KS + 1;
+        const double alpha = alphas[ai];
+        emu_tensor x, w, bias, y, ref;
+        emu_error err;
+        const emu_format *f32 = test_format("binary32");
+        ck_assert(emu_tensor_alloc4(&x, "x", EMU_ROLE_ACTIVATION, f32, N, Ci,
+                                    H, H, &err) == 0);
+        ck_assert(emu_tensor_alloc4(&w, "w", EMU_ROLE_WEIGHT, f32, Co, Ci, KS,
+                                    KS, &err) == 0);
+        ck_assert(emu_tensor_alloc4(&y, "y", EMU_ROLE_ACTIVATION,
+                                    test_format(c->fmt), N, Co, Ho, Ho,
+                                    &err) == 0);
+        ck_assert(emu_tensor_alloc(&bias, "b", EMU_ROLE_WEIGHT, f32, 1, &Co,
+                                   &err) == 0);
+        wide_values(x.data, x.n, &g, -10, 4);
+        wide_values(w.data, w.n, &g, -10, 4);
+        wide_values(bias.data, bias.n, &g, -10, 4);
+        emu_stats stats;
+        emu_ctx ctx;
+        op_ctx(&ctx, &stats, c->stats);
+        emu_conv_opts o = { .accum = &fast, .stride = 1, .pad = (int)pad,
+                            .alpha = alpha };
+        ck_assert_int_eq(emu_t_conv2d(&ctx, "cv", &y, &x, &w, &bias, &o,
+                                      &c->rnd), 0);
+        const emu_site_stats got = op_totals(&stats, "cv", y.role, c->stats);
+        emu_stats_free(&stats);
+
+        /* rows (P, K) and weights (Co, K), bias first */
+        const size_t K = 1 + Ci * KS * KS, P = N * Ho * Ho, n = y.n;
+        float *rows = malloc(P * K * sizeof *rows);
+        float *wp = malloc(Co * K * sizeof *wp), *prod = malloc(n * sizeof *prod);
+        for (size_t b = 0; b < N; b++)
+            for (size_t oh = 0; oh < Ho; oh++)
+                for (size_t ow = 0; ow < Ho; ow++) {
+                    float *r = rows + ((b * Ho + oh) * Ho + ow) * K;
+                    *r++ = 1.0f;
+                    for (size_t i = 0; i < Ci; i++)
+                        for (size_t kh = 0; kh < KS; kh++)
+                            for (size_t kw = 0; kw < KS; kw++) {
+                                const ptrdiff_t ih = (ptrdiff_t)(oh + kh) - (ptrdiff_t)pad;
+                                const ptrdiff_t iw = (ptrdiff_t)(ow + kw) - (ptrdiff_t)pad;
+                                *r++ = ih < 0 || iw < 0 || ih >= (ptrdiff_t)H ||
+                                       iw >= (ptrdiff_t)H
+                                     ? 0.0f
+                                     : x.data[((b * Ci + i) * H + (size_t)ih) * H +
+                                              (size_t)iw];
+                            }
+                }
+        for (size_t co = 0; co < Co; co++) {
+            wp[co * K] = bias.data[co];
+            memcpy(wp + co * K + 1, w.data + co * (K - 1), (K - 1) * sizeof *wp);
+        }
+        ck_assert_int_eq(emu_gemm_fast_f32(P, Co, K, rows, (ptrdiff_t)K, 1, wp,
+                                           1, (ptrdiff_t)K, NULL, prod), 0);
+        double *hi = malloc(n * sizeof *hi), *lo = malloc(n * sizeof *lo);
+        const size_t HW = Ho * Ho;
+        for (size_t b = 0; b < N; b++)
+            for (size_t co = 0; co < Co; co++)
+                for (size_t q = 0; q < HW; q++)
+                    hi[(b * Co + co) * HW + q] = prod[(b * HW + q) * Co + co];
+        const bool pairs = !emu_is_pow2(alpha);
+        emu_scale_pairs(hi, pairs ? lo : NULL, false, n, alpha);
+        const emu_site_stats want = commit_arrays(
+            &y, "cv", "conv2d", hi, pairs ? lo : NULL, NULL, &c->rnd,
+            c->stats, 0, &ref);
+        char what[128];
+        snprintf(what, sizeof what, "conv2d %zu outputs, %s, mode %d, stats "
+                 "%d, alpha %g", n, c->fmt, (int)c->rnd.mode, c->stats, alpha);
+        same_op(&y, &ref, &got, &want, what);
+        free(rows);
+        free(wp);
+        free(prod);
+        free(hi);
+        free(lo);
+        emu_tensor_free(&x);
+        emu_tensor_free(&w);
+        emu_tensor_free(&bias);
+        emu_tensor_free(&y);
+        emu_tensor_free(&ref);
+    }
+}
+END_TEST
+
 /* Reductions: each output's dot product formed here by emu_accum_dot
  * (its words numbered by the output), the swamping summed, committed as
  * arrays; along the last axis and along the first (strided). */
@@ -2357,6 +2463,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_chunked_equals_arrays);
     tcase_add_test(tc, test_chunked_in_place);
     tcase_add_test(tc, test_matmul_chunks);
+    tcase_add_test(tc, test_conv_chunks);
     tcase_add_test(tc, test_reduce_chunks);
     tcase_add_test(tc, test_loss_chunks);
     suite_add_tcase(s, tc);
