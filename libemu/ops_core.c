@@ -475,17 +475,12 @@ static bool round_chunk(commit_run *r, size_t i0, size_t m, const double *h,
         }
         emu_round_array_f64_unguarded(fmt, buf, h, m, &r->ar, counts);
     } else {
-        /* the words of element i0 + j, as emu_random64 gives them */
-        uint64_t words[CHUNK];
-        if (r->sr)
-            emu_random_fill(r->ctx->seed, r->stream, i0, words, m);
-        for (size_t j = 0; j < m; j++) {
-            uint64_t word = r->sr ? words[j] : 0;
-            emu_status st;
-            buf[j] = emu_round2_word_unguarded(fmt, h[j], l[j], &r->ar.rnd,
-                                               word, &st);
-            emu_round_counts_add_unguarded(counts, h[j], buf[j], st.flags);
-        }
+        /* Pairs whose low part must be seen: the array kernel (vector
+         * lanes under stochastic rounding, the scalar choke point
+         * otherwise), with the words of element i0 + j as emu_random64
+         * gives them. */
+        emu_round_pairs_f32_unguarded(fmt, res, h, l, m, &r->ar, counts);
+        return false;
     }
     for (size_t j = 0; j < m; j++)
         res[j] = (float)buf[j]; /* exact: a carrier value */
