@@ -15,6 +15,10 @@
  *       buffer (batch norm's running statistics after the pass), and the
  *       first STEPS batches emu train visits, "x.<k>" (B, C, H, W) and
  *       "y.<k>" (B, labels as floats), for the training comparison.
+ *       Debugging: PEER_SET=ASSIGNMENT changes the fp32 policy (e.g.
+ *       accum=exact); PEER_DUMP=1 adds "dump.y.<layer>" and
+ *       "dump.dx.<layer>" (every layer's output and input gradient), to
+ *       locate a disagreement layer by layer.
  *
  * Exit status 0, or 1 with a message on stderr.
  */
@@ -154,6 +158,15 @@ static int grad(const char *arch, const char *weights, uint64_t seed,
         snprintf(name, sizeof name, "%s.%s", buf ? "after" : "grad", n);
         add(o, name, buf ? buf : &prm->g, NULL);
     }
+    if (getenv("PEER_DUMP")) /* debugging: each layer's output and dx */
+        for (int i = 0; i < m.n_layers; i++) {
+            snprintf(name, sizeof name, "dump.y.%s", m.layers[i].name);
+            add(o, name, &m.layers[i].y, NULL);
+            if (m.layers[i].dx.data) {
+                snprintf(name, sizeof name, "dump.dx.%s", m.layers[i].name);
+                add(o, name, &m.layers[i].dx, NULL);
+            }
+        }
     emu_tensor shape_x = m.x, shape_y;
     memset(&shape_y, 0, sizeof shape_y);
     shape_y.ndim = 1;
