@@ -134,6 +134,28 @@ class CNN(nn.Module):
         return x
 
 
+# libemu's forward ReLU masks (y > 0), by libemu's layer name, for the
+# binary64 twin.  At the kink either side is a correct derivative, and a
+# binary32 forward pass may land on the other side of zero than binary64
+# (resnet:1 on this batch: one of 200,704 elements of layer2.0.relu2, where
+# the residual add cancels two values of 1.148 to 3e-7): that one element
+# moved every gradient below it by 1e-3.  Where the binary64 input is
+# within rounding of zero, the twin takes libemu's side.
+RELU_MASKS, RELU_TAKEN, KINK = {}, {}, 2.0 ** -20
+
+
+def relu(x, name):
+    mask = RELU_MASKS.get(name)
+    if mask is None or x.dtype != torch.float64:
+        return F.relu(x)
+    xd = x.detach()
+    mask = torch.from_numpy(mask.copy()).reshape(xd.shape)
+    near = xd.abs() <= KINK * xd.abs().max()
+    keep = torch.where(near, mask, xd > 0)
+    RELU_TAKEN[name] = RELU_TAKEN.get(name, 0) + int((keep != (xd > 0)).sum())
+    return x * keep.to(x.dtype)
+
+
 class BasicBlock(nn.Module):
     def __init__(self, cin, cout, stride):
         super().__init__()
@@ -149,8 +171,8 @@ class BasicBlock(nn.Module):
 
     def forward(self, x):
         identity = x if self.downsample is None else self.downsample(x)
-        out = F.relu(self.bn1(self.conv1(x)))
-        return F.relu(self.bn2(self.conv2(out)) + identity)
+        out = relu(self.bn1(self.conv1(x)), self.prefix + '.relu1')
+        return relu(self.bn2(self.conv2(out)) + identity, self.prefix + '.relu2')
 
 
 class ResNet(nn.Module):
@@ -165,13 +187,15 @@ class ResNet(nn.Module):
         for i, c in enumerate((16, 32, 64)):
             blocks = [BasicBlock(cin, c, 1 if i == 0 else 2)]
             blocks += [BasicBlock(c, c, 1) for _ in range(n - 1)]
+            for j, blk in enumerate(blocks):
+                blk.prefix = f'layer{i + 1}.{j}'
             setattr(self, f'layer{i + 1}', nn.Sequential(*blocks))
             cin = c
         self.avgpool = nn.AdaptiveAvgPool2d(1)
         self.fc = nn.Linear(64, 10)
 
     def forward(self, x):
-        x = F.relu(self.bn1(self.conv1(x)))
+        x = relu(self.bn1(self.conv1(x)), 'relu')
         x = self.layer3(self.layer2(self.layer1(x)))
         return self.fc(self.avgpool(x).flatten(1))
 
@@ -220,13 +244,15 @@ class Checker:
         return worst, (worst / scale if scale else 0.0)
 
 
-    def close_f64(self, what, emu, t32, t64, factor=4.0, floor=1e-6):
+    def close_f64(self, what, emu, t32, t64, e64=None, factor=4.0, floor=1e-6):
         """libemu at least as close to PyTorch's binary64 result as
         PyTorch's own binary32 result is, within `factor`, plus `floor`
-        times the tensor's largest element."""
+        times the tensor's largest element.  e64: the binary64 result on
+        libemu's side of ReLU's kink (RELU_MASKS), libemu's reference."""
         emu, t32, t64 = (np.asarray(v, np.float64) for v in (emu, t32, t64))
+        e64 = t64 if e64 is None else np.asarray(e64, np.float64)
         scale = float(np.max(np.abs(t64))) if t64.size else 0.0
-        e_emu = float(np.max(np.abs(emu - t64))) if t64.size else 0.0
+        e_emu = float(np.max(np.abs(emu - e64))) if t64.size else 0.0
         e_t32 = float(np.max(np.abs(t32 - t64))) if t64.size else 0.0
         bound = factor * e_t32 + floor * scale
         if e_emu > bound:
@@ -236,9 +262,10 @@ class Checker:
         return e_emu / scale if scale else 0.0, e_t32 / scale if scale else 0.0
 
 
-def run(cmd):
+def run(cmd, env=None):
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                       universal_newlines=True)
+                       universal_newlines=True,
+                       env=dict(os.environ, **env) if env else None)
     if r.returncode:
         raise RuntimeError(f'{" ".join(cmd)}: exit {r.returncode}: {r.stderr.strip()}')
     return r
@@ -254,13 +281,19 @@ def gradient_check(chk, args, arch, tmp):
                           if not k.endswith('num_batches_tracked')},
                   {'written_by': 'torch_peer.py'})
     gpath = os.path.join(tmp, 'grad.safetensors')
-    run([args.peer, 'grad', arch, wpath, str(SEED), str(NTRAIN), str(NTEST),
-         str(BATCH), str(STEPS), gpath])
-    _, out = read_weights(gpath)
     bn = has_batch_norm(model)
+    run([args.peer, 'grad', arch, wpath, str(SEED), str(NTRAIN), str(NTEST),
+         str(BATCH), str(STEPS), gpath], env={'PEER_DUMP': '1'} if bn else None)
+    _, out = read_weights(gpath)
+    RELU_MASKS.clear()
+    RELU_TAKEN.clear()
+    masks = {k[len('dump.y.'):]: v > 0 for k, v in out.items()
+             if k.startswith('dump.y.') and k.split('.')[-1].startswith('relu')}
     m64 = copy.deepcopy(model).double()
+    e64 = copy.deepcopy(m64)  # libemu's twin: its side of the kink
     model.train()
     m64.train()
+    e64.train()
     x = torch.from_numpy(out['x.0'].copy())
     y = torch.from_numpy(out['y.0'].astype(np.int64))
     logits = model(x)
@@ -268,12 +301,15 @@ def gradient_check(chk, args, arch, tmp):
     loss.backward()
     loss64 = F.cross_entropy(m64(x.double()), y)
     loss64.backward()
+    RELU_MASKS.update(masks)
+    F.cross_entropy(e64(x.double()), y).backward()
+    RELU_MASKS.clear()
     chk.close(f'{arch} loss', out['loss'], loss.item(), 1e-5, 0)
     chk.close(f'{arch} logits', out['logits'], logits.detach().numpy(), 1e-5, 1e-6)
     worst_abs = worst_rel = 0.0
     worst_name = ''
     worst64 = (0.0, 0.0, '')
-    p64 = dict(m64.named_parameters())
+    p64, pe64 = dict(m64.named_parameters()), dict(e64.named_parameters())
     for name, p in model.named_parameters():
         if not bn:
             # Batch norm's backward cancels: there PyTorch's own binary32
@@ -286,19 +322,22 @@ def gradient_check(chk, args, arch, tmp):
             worst_abs = max(worst_abs, a)
         e, e32 = chk.close_f64(f'{arch} grad {name} (binary64 reference)',
                                out['grad.' + name], p.grad.numpy(),
-                               p64[name].grad.numpy())
+                               p64[name].grad.numpy(), pe64[name].grad.numpy())
         if e >= worst64[0]:
             worst64 = (e, e32, name)
-    b64 = dict(m64.named_buffers())
+    b64, be64 = dict(m64.named_buffers()), dict(e64.named_buffers())
     for name, b in model.named_buffers():
         if 'after.' + name in out:
             chk.close_f64(f'{arch} buffer {name} (binary64 reference)',
-                          out['after.' + name], b.numpy(), b64[name].numpy())
+                          out['after.' + name], b.numpy(), b64[name].numpy(),
+                          be64[name].numpy())
     print(f'{arch}: loss emu {float(out["loss"]):.9g} torch {loss.item():.9g}; '
           + ('' if bn else f'gradients: max |diff| {worst_abs:.3g}, max |diff| / '
              f'max|grad| {worst_rel:.3g} ({worst_name}); ')
           + f'against binary64: libemu {worst64[0]:.3g} of the tensor\'s largest '
-          f'gradient, PyTorch binary32 {worst64[1]:.3g} ({worst64[2]})')
+          f'gradient, PyTorch binary32 {worst64[1]:.3g} ({worst64[2]})'
+          + (f'; ReLU elements at the kink given libemu\'s side: '
+             f'{sum(RELU_TAKEN.values())}' if masks else ''))
     return out
 
 
