@@ -135,6 +135,12 @@ int emu_gemm_src_fill(const emu_gemm_src *s, size_t i0, size_t m, double *hi,
                       double *lo);
 void emu_gemm_src_fill32(const emu_gemm_src *s, size_t i0, size_t m, float *v);
 
+/* (hi + lo) / n as a pair that rounds like the exact quotient (the mean of
+ * emu_t_reduce and of batch norm): s 1200 bits, q and r 106 bits, the
+ * caller's MPFR temporaries (ops_reduce.c). */
+void emu_mean_pair(double *hi, double *lo, size_t n, mpfr_ptr s, mpfr_ptr q,
+                   mpfr_ptr r);
+
 /* One accumulator rounding of hi + lo as the models do it: the inline fast
  * path where it applies (*fast = true), else the scalar choke point; the
  * two are tested bit-identical. */

@@ -279,26 +279,11 @@ static int dx_fill(const void *vop, size_t i0, size_t m, double *hi, double *lo)
  * format), split exactly into two doubles; as emu_t_reduce's mean. */
 static void div_pair(double *hi, double *lo, size_t n)
 {
-    if (!isfinite(*hi) || n == 1)
-        return;
     mpfr_t s, q, r;
     mpfr_init2(s, 1200);
     mpfr_inits2(106, q, r, (mpfr_ptr)0);
-    mpfr_set_d(s, *hi, MPFR_RNDN);
-    mpfr_add_d(s, s, *lo, MPFR_RNDN);
-    int t = mpfr_div_ui(q, s, (unsigned long)n, MPFR_RNDZ);
-    if (t != 0 && mpfr_min_prec(q) < mpfr_get_prec(q)) {
-        if (mpfr_sgn(q) > 0)
-            mpfr_nextabove(q);
-        else
-            mpfr_nextbelow(q);
-    }
-    double h = mpfr_get_d(q, MPFR_RNDN);
-    mpfr_sub_d(r, q, h, MPFR_RNDN);
-    *hi = h;
-    *lo = h == 0.0 ? 0.0 : mpfr_get_d(r, MPFR_RNDN);
-    mpfr_clear(s);
-    mpfr_clears(q, r, (mpfr_ptr)0);
+    emu_mean_pair(hi, lo, n, s, q, r);
+    mpfr_clears(s, q, r, (mpfr_ptr)0);
 }
 
 /* The fast model's channel sum: a binary64 accumulation.  A binary32

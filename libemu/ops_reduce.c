@@ -91,8 +91,9 @@ static bool red_inputs_had_nan(const void *op, size_t o)
 }
 
 /* (hi + lo) / n as a pair that rounds like the exact quotient: MPFR's
- * quotient rounded to odd at 106 bits, split exactly into two doubles. */
-static void mean_pair(double *hi, double *lo, size_t n, mpfr_ptr s,
+ * quotient rounded to odd at 106 bits, split exactly into two doubles.
+ * s (1200 bits), q and r (106 bits) are the caller's temporaries. */
+void emu_mean_pair(double *hi, double *lo, size_t n, mpfr_ptr s,
                       mpfr_ptr q, mpfr_ptr r)
 {
     if (!isfinite(*hi) || n == 1) {
@@ -153,7 +154,7 @@ static int red_fill(const void *opv, size_t i0, size_t m, double *hi,
                                         len, &rng, op->counts,
                                         need_lo ? &lo[j] : NULL);
         if (r == EMU_REDUCE_MEAN)
-            mean_pair(&hi[j], &lo[j], len, op->s, op->q, op->rem);
+            emu_mean_pair(&hi[j], &lo[j], len, op->s, op->q, op->rem);
     }
     return need_lo;
 }
