@@ -26,7 +26,7 @@ what tests/check.sh runs, to keep this script working; it fails (exit 1)
 if any run fails or disagrees on its step count.
 
 Usage: /usr/bin/python3 bench/train_vs_torch.py [--quick] [--steps N |
-       --epochs N] [--reps N] [--models mlp,cnn] [--all-stats] ...
+       --epochs N] [--reps N] [--models mlp,cnn,resnet:1] [--all-stats] ...
 """
 import argparse
 import gzip
@@ -49,7 +49,9 @@ THREAD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
               "MKL_NUM_THREADS": "1"}
 EMU_PRESETS = ["fp32", "fp16-mpt", "bf16-sr", "fp8-e5m2"]
 TORCH_PRECS = ["fp32", "bf16"]
-MODEL_LABEL = {"mlp": "MLP 784-256-128-10", "cnn": "LeNet CNN (`cnn`)"}
+MODEL_LABEL = {"mlp": "MLP 784-256-128-10", "cnn": "LeNet CNN (`cnn`)",
+               "resnet:1": "ResNet-8 (`resnet:1`)"}
+DEFAULT_MODELS = "mlp,cnn"  # resnet:1 on request: 5-8x the CNN per step
 IDX = {"train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
        "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")}
 
@@ -85,8 +87,19 @@ def load_split(data_dir, split, limit):
 
 
 def torch_model(kind):
-    """libemu's `mlp` and `cnn` (libemu/nn_model.c, parse_arch)."""
+    """libemu's `mlp`, `cnn` and `resnet:1` (libemu/nn_model.c,
+    parse_arch)."""
     import torch.nn as nn
+    if kind == "resnet:1":
+        # The PyTorch peer test's definition (the same layers and names as
+        # libemu's, checked there gradient by gradient): one definition,
+        # not a second copy to keep in step.
+        import importlib.util
+        path = os.path.join(ROOT, "tests", "torch_peer", "torch_peer.py")
+        spec = importlib.util.spec_from_file_location("torch_peer", path)
+        peer = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(peer)
+        return peer.build(kind)
     if kind == "mlp":  # flatten, 784-256-128-10, ReLU between
         return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(),
                              nn.Linear(256, 128), nn.ReLU(),
@@ -105,7 +118,8 @@ def torch_model(kind):
 def he_uniform_(model, gen):
     """libemu's initialisation scheme (nn_model.c, init_param): weights
     U(-b, b) with b = sqrt(6 / fan_in), fan_in = inputs x kernel area;
-    biases zero.  (PyTorch's default is b = sqrt(1 / fan_in).)"""
+    biases zero; batch norm's gamma 1 and beta 0 (PyTorch's own default).
+    (PyTorch's default for the weights is b = sqrt(1 / fan_in).)"""
     import math
     import torch
     with torch.no_grad():
@@ -114,7 +128,8 @@ def he_uniform_(model, gen):
                 fan_in = m.weight[0].numel()
                 b = math.sqrt(6.0 / fan_in)
                 m.weight.uniform_(-b, b, generator=gen)
-                m.bias.zero_()
+                if m.bias is not None:  # resnet's convolutions have none
+                    m.bias.zero_()
 
 
 def torch_worker(cfg):
@@ -156,6 +171,7 @@ def torch_worker(cfg):
             done += 1
     train_s = time.perf_counter() - t0
     right = 0
+    model.eval()  # batch norm on its running statistics, as libemu's eval
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16,
                                          enabled=bf16):
         xt, yt = torch.from_numpy(xt), torch.from_numpy(yt)
@@ -308,7 +324,9 @@ def main():
         "(issue 12's table).")
     ap.add_argument("--emu", default=os.path.join(ROOT, "build/cli/emu"),
                     help="the emu program (default build/cli/emu)")
-    ap.add_argument("--models", default="mlp,cnn", help="mlp,cnn")
+    ap.add_argument("--models", default=DEFAULT_MODELS,
+                    help="comma-separated, of %s (default %s)" %
+                    (",".join(MODEL_LABEL), DEFAULT_MODELS))
     ap.add_argument("--steps", type=int, default=0,
                     help="steps per run (default: --epochs epochs)")
     ap.add_argument("--epochs", type=int, default=1)
@@ -353,7 +371,7 @@ def main():
     models = [m for m in a.models.split(",") if m]
     for m in models:
         if m not in MODEL_LABEL:
-            die("unknown model '%s' (mlp, cnn)" % m)
+            die("unknown model '%s' (%s)" % (m, ", ".join(MODEL_LABEL)))
     seeds = ([int(s) for s in a.seeds.split(",")] if a.seeds else
              list(range(a.seed, a.seed + a.reps)))
     if a.batch < 1 or a.reps < 1 or a.epochs < 1 or a.steps < 0:
