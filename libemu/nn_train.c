@@ -727,10 +727,9 @@ static int kahan_step(run *r, const char *name, emu_param *prm, double lr,
 /* The gradient an update reads once it is unscaled: the master-format
  * copy under a master policy, the gradient itself otherwise; and the
  * rounding of that tensor's role. */
-static emu_tensor *update_grad(const run *r, const emu_layer *l, emu_param *prm,
-                               const emu_rounding **rnd)
+static emu_tensor *update_grad(const emu_policy *p, const emu_layer *l,
+                               emu_param *prm, const emu_rounding **rnd)
 {
-    const emu_policy *p = r->p;
     const bool ex = l->exempt;
     if (p->use_master) {
         *rnd = &(ex ? &p->exempt_prec : &p->master)->rnd;
@@ -816,27 +815,14 @@ static int update_param(run *r, const emu_layer *l, emu_param *prm,
     return unscale_param(r, l, prm, what) || step_param(r, l, prm, what, lr);
 }
 
-/* Global gradient-norm clipping over the unscaled gradients (all of them
- * unscaled before this is called), torch.nn.utils.clip_grad_norm_'s rule,
- * every sum through the choke point since the norm is itself an overflow
- * site of 16-bit formats: per tensor the sum of squares under the policy's
- * accumulator model ("clip.sumsq"), their sum ("clip.sum") and its square
- * root ("clip.norm"), each rounded into the gradient format of the update
- * (the master format under a master policy, where PyTorch's AMP clips the
- * unscaled fp32 gradients; the weight-gradient format otherwise), role
- * weight_grad.  *norm is the rounded norm.  With clip = 0 only the norm is
- * computed.  Otherwise, unless *norm is not finite and the caller skips the
- * step (skip_nonfinite: dynamic loss scaling), coef = C / (norm + 1e-6) in
- * binary32 as PyTorch computes it, and if coef < 1 each gradient is scaled
- * by it ("<layer>.w.clip").  Under no or static scaling an infinite norm
- * gives coef 0 (the gradients are zeroed, as PyTorch does); NaN leaves them
- * unchanged. */
-static int clip_grads(run *r, double clip, bool skip_nonfinite, double *norm)
+/* emu/nn.h: the update's gradients as update_grad picks them. */
+int emu_model_clip_grad_norm(emu_model *m, emu_ctx *ctx, const emu_policy *p,
+                             double clip, bool skip_nonfinite, double *norm)
 {
-    const emu_policy *p = r->p;
-    emu_ctx *ctx = &r->ctx;
+    if (!(clip >= 0.0) || isinf(clip))
+        return emu_ctx_fail(ctx, "clip", "the clipping norm %g is not a "
+                            "finite number >= 0", clip);
     const emu_role_prec *gp = p->use_master ? &p->master : &p->weight_grad;
-    emu_model *m = &r->m;
     size_t nt = 0;
     for (int i = 0; i < m->n_layers; i++)
         if (m->layers[i].has_params)
@@ -866,7 +852,7 @@ static int clip_grads(run *r, double clip, bool skip_nonfinite, double *norm)
         emu_param *prms[2] = { &l->weight, l->has_bias ? &l->bias : NULL };
         for (int t = 0; t < 2 && prms[t]; t++) {
             const emu_rounding *grnd;
-            const emu_tensor *g = update_grad(r, l, prms[t], &grnd);
+            const emu_tensor *g = update_grad(p, l, prms[t], &grnd);
             if (emu_t_reduce(ctx, "clip.sumsq", &one, g, EMU_REDUCE_SUMSQ, -1,
                              &p->accum, &gp->rnd))
                 goto done;
@@ -893,7 +879,7 @@ static int clip_grads(run *r, double clip, bool skip_nonfinite, double *norm)
         const char *whats[2] = { "w", "b" };
         for (int t = 0; t < 2 && prms[t] && !rc; t++) {
             const emu_rounding *grnd;
-            emu_tensor *g = update_grad(r, l, prms[t], &grnd);
+            emu_tensor *g = update_grad(p, l, prms[t], &grnd);
             char site[96];
             snprintf(site, sizeof site, "%s.%s.clip", l->name, whats[t]);
             rc = emu_t_scale(ctx, site, g, coef, g, grnd);
@@ -1606,7 +1592,8 @@ static int train_epochs(run *r, FILE *log, double *final_acc, emu_error *err)
                         return emu_fail(err, r->ctx.err.code, r->ctx.err.where, "", "%s",
                                         r->ctx.err.message);
                 }
-                if (clip_grads(r, c->clip_norm, skips, &gnorm))
+                if (emu_model_clip_grad_norm(&r->m, &r->ctx, r->p, c->clip_norm, skips,
+                                             &gnorm))
                     return emu_fail(err, r->ctx.err.code, r->ctx.err.where, "", "%s",
                                     r->ctx.err.message);
                 if (skips && !isfinite(gnorm))

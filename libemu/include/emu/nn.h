@@ -290,6 +290,25 @@ int emu_model_forward(emu_model *m, emu_ctx *ctx, const emu_policy *p);
 int emu_model_backward(emu_model *m, emu_ctx *ctx, const emu_policy *p,
                        const int *labels, float scale);
 
+/* Global gradient-norm clipping, torch.nn.utils.clip_grad_norm_'s rule,
+ * over the gradients an update reads once unscaled: each parameter's gm
+ * under a master policy (p->use_master), its g otherwise.  The norm goes
+ * through the choke point, since in 16-bit formats it is itself an
+ * overflow site: per tensor the sum of squares under p->accum
+ * (site "clip.sumsq"), their sum ("clip.sum"), its square root
+ * ("clip.norm"), each rounded into the format of those gradients (master,
+ * where PyTorch's AMP clips the unscaled fp32 gradients, or weight_grad)
+ * under its rounding, role weight_grad.  *norm is the rounded norm.  Then,
+ * unless clip is 0 (the norm only) or the norm is not finite and
+ * skip_nonfinite is set (dynamic loss scaling skips such a step),
+ * coef = clip / (norm + 1e-6) in binary32 as PyTorch computes it, and if
+ * coef < 1 every gradient is scaled by it (emu_t_scale, sites
+ * "<layer>.w.clip" and "<layer>.b.clip", under the gradient's own
+ * rounding).  An infinite norm gives coef 0 (gradients zeroed, as in
+ * PyTorch); a NaN norm leaves them unchanged.  Returns 0 or -1 (ctx->err). */
+int emu_model_clip_grad_norm(emu_model *m, emu_ctx *ctx, const emu_policy *p,
+                             double clip, bool skip_nonfinite, double *norm);
+
 /* ---- the training loop -------------------------------------------------- */
 
 typedef enum emu_optimizer { EMU_OPT_SGD, EMU_OPT_ADAM, EMU_OPT_COUNT } emu_optimizer;
