@@ -1626,11 +1626,11 @@ static int train_epochs(run *r, FILE *log, double *final_acc, emu_error *err)
                 snprintf(norm_col, sizeof norm_col, ",%.9g", gnorm);
             double bacc = (double)right / (double)b;
             sb_printf(&r->steps, "%lld,%d,%.9g,%.9g,%.9g,%.17g,%d,%.9g,%.9g,%.9g,"
-                      "%.9g,%.9g,%.9g,%llu,%.6f%s\n",
+                      "%.9g,%.9g,%.9g,%llu%s,%.6f\n",
                       (long long)r->step, epoch, lr, loss, bacc, used_scale,
                       skip ? 1 : 0, q.agrad_zero, q.agrad_under, q.wgrad_zero,
                       q.act_zero, q.overflow, q.absorbed,
-                      (unsigned long long)q.adds, now() - t_step, norm_col);
+                      (unsigned long long)q.adds, norm_col, now() - t_step);
             layer_rows(r);
             if (c->stats_every > 0 && r->step % c->stats_every == 0)
                 append_step_rows(r);
@@ -1865,7 +1865,7 @@ int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
     if (cfg->max_steps && cfg->max_steps < r->total_steps)
         r->total_steps = cfg->max_steps;
     if (cfg->warmup > r->total_steps) {
-        emu_fail(err, EMU_ESPEC, "config", "warmup", "%lld warm-up steps in a "
+        emu_fail(err, EMU_ESPEC, "config", "warmup", "%lld warm-up steps (--warmup) in a "
                  "run of %lld steps", (long long)cfg->warmup,
                  (long long)r->total_steps);
         goto done;
@@ -1873,9 +1873,9 @@ int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
     r->scale = p->scaling.kind == EMU_SCALE_NONE ? 1.0 : p->scaling.init;
     r->floor = p->scaling.floor;
     r->adaptive_cut = 1.0;
-    if (cfg->clip_norm > 0.0)
-        sb_printf(&r->steps, "%.*s,grad_norm\n", (int)strlen(STEPS_HEADER) - 1,
-                  STEPS_HEADER);
+    if (cfg->clip_norm > 0.0) /* grad_norm before the timing, kept last */
+        sb_printf(&r->steps, "%.*sgrad_norm,seconds\n",
+                  (int)(strlen(STEPS_HEADER) - strlen("seconds\n")), STEPS_HEADER);
     else
         sb_printf(&r->steps, "%s", STEPS_HEADER);
     sb_printf(&r->layers, "step,layer,index,scale,grad_scale,dinput_to_zero,"
