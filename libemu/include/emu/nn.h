@@ -329,18 +329,6 @@ typedef struct emu_train_config {
     emu_schedule schedule;
     double lr_final;          /* cosine: final lr; step: factor per step  */
     int64_t lr_step;          /* step schedule: every lr_step steps       */
-    /* Linear warm-up: steps 0 .. warmup-1 take lr (s + 1) / warmup (0:
-     * none), then the schedule runs over the remaining steps as if they
-     * were the whole run (cosine reaches lr_final at the last step).  At
-     * most the run's step count. */
-    int64_t warmup;
-    /* Global gradient-norm clipping (0: off), clip_grad_norm_'s rule: the
-     * L2 norm of all unscaled weight gradients, computed through the choke
-     * point (sites clip.sumsq, clip.sum, clip.norm), and if
-     * clip_norm / (norm + 1e-6) < 1 every gradient scaled by that factor
-     * (sites "<layer>.w.clip", "<layer>.b.clip").  steps.csv gains a
-     * grad_norm column. */
-    double clip_norm;
     double loss_mult;         /* the loss is multiplied by this (shifted
                                  experiments: 2^-12 mimics SSD's tiny grads) */
     uint64_t seed;
@@ -355,6 +343,19 @@ typedef struct emu_train_config {
      * on resume (the checkpoint holds the weights); recorded in
      * meta.json with its checksum. */
     char init_from[512];
+    /* Added after 1.0, last so that the layout before them stays. */
+    /* Linear warm-up: steps 0 .. warmup-1 take lr (s + 1) / warmup (0:
+     * none), then the schedule runs over the remaining steps as if they
+     * were the whole run (cosine reaches lr_final at the last step).  At
+     * most the run's step count. */
+    int64_t warmup;
+    /* Global gradient-norm clipping (0: off), clip_grad_norm_'s rule: the
+     * L2 norm of all unscaled weight gradients, computed through the choke
+     * point (sites clip.sumsq, clip.sum, clip.norm), and if
+     * clip_norm / (norm + 1e-6) < 1 every gradient scaled by that factor
+     * (sites "<layer>.w.clip", "<layer>.b.clip").  steps.csv gains a
+     * grad_norm column. */
+    double clip_norm;
 } emu_train_config;
 
 void emu_train_config_default(emu_train_config *c);
