@@ -52,6 +52,12 @@ static void help(void)
         "  --optimizer sgd|adam  --lr X (0.02)  --momentum X (0.9)\n"
         "  --weight-decay X (0)  --schedule constant|step|cosine\n"
         "  --lr-final X (cosine: final lr; step: factor)  --lr-step N\n"
+        "  --lr-schedule, --lr-min  the same as --schedule, --lr-final\n"
+        "  --warmup N (0)       lr rises linearly to --lr over the first N\n"
+        "                       steps, then the schedule runs over the rest\n"
+        "  --clip-norm C (0: off)  scale the gradients to global L2 norm C\n"
+        "                       when it is larger (clip_grad_norm_); the norm\n"
+        "                       goes to steps.csv's grad_norm column\n"
         "  --loss-mult X        multiply the loss by X, a power of two (2^-12\n"
         "                       mimics the tiny gradients of SSD); divided out\n"
         "                       with the loss scale before the update\n"
@@ -92,14 +98,16 @@ static const cli_opt opts[] = {
     { "out", 0, true },           { "force", 0, false },
     { "resume", 0, true },        { "quiet", 0, false },
     { "help", 'h', false },       { "init-from", 0, true },
-    { "export", 0, true },        { NULL, 0, false },
+    { "export", 0, true },        { "lr-schedule", 0, true },
+    { "lr-min", 0, true },        { "warmup", 0, true },
+    { "clip-norm", 0, true },     { NULL, 0, false },
 };
 enum {
     O_PRESET, O_SET, O_CONFIG, O_MODEL, O_DATA, O_DATA_DIR, O_TRAIN_N, O_TEST_N,
     O_EPOCHS, O_STEPS, O_BATCH, O_OPT, O_LR, O_MOMENTUM, O_WD, O_SCHEDULE,
     O_LR_FINAL, O_LR_STEP, O_LOSS_MULT, O_SEED, O_REF_RATE, O_STATS_EVERY,
     O_CKPT_EVERY, O_THREADS, O_OUT, O_FORCE, O_RESUME, O_QUIET, O_HELP,
-    O_INIT_FROM, O_EXPORT
+    O_INIT_FROM, O_EXPORT, O_LR_SCHEDULE, O_LR_MIN, O_WARMUP, O_CLIP_NORM
 };
 
 /* What a real option must satisfy. */
@@ -213,12 +221,16 @@ static void apply(settings *s, int o, const char *val, const char *where)
     case O_MOMENTUM: c->momentum = parse_real(where, val, R_BELOW_ONE); break;
     case O_WD: c->weight_decay = parse_real(where, val, R_NONNEG); break;
     case O_SCHEDULE:
+    case O_LR_SCHEDULE:
         if (!strcmp(val, "constant")) c->schedule = EMU_LR_CONSTANT;
         else if (!strcmp(val, "step")) c->schedule = EMU_LR_STEP;
         else if (!strcmp(val, "cosine")) c->schedule = EMU_LR_COSINE;
         else cli_usage_error("train", "%s: '%s' is not constant, step or "
                              "cosine", where, val);
         break;
+    case O_WARMUP: c->warmup = parse_count(where, val, 0, 1L << 40); break;
+    case O_CLIP_NORM: c->clip_norm = parse_real(where, val, R_NONNEG); break;
+    case O_LR_MIN:
     case O_LR_FINAL: c->lr_final = parse_real(where, val, R_NONNEG); break;
     case O_LR_STEP: c->lr_step = parse_count(where, val, 1, 1L << 40); break;
     case O_LOSS_MULT: c->loss_mult = parse_real(where, val, R_POSITIVE); break;

@@ -11,6 +11,7 @@
 #include "nn_ckpt.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -431,6 +432,13 @@ void ckpt_put_config(ckpt_out *o, const emu_train_config *c)
     ckpt_u32(o, (uint32_t)c->stats_every);
     ckpt_u32(o, (uint32_t)c->checkpoint_every);
     ckpt_u32(o, (uint32_t)c->threads);
+    /* Settings added after layout version 3 was fixed: an optional tail,
+     * written only when one is used, so that every other run's checkpoint
+     * keeps its bytes (and older checkpoints read as "not used"). */
+    if (c->warmup || c->clip_norm != 0.0) {
+        ckpt_u64(o, (uint64_t)c->warmup);
+        ckpt_f64(o, c->clip_norm);
+    }
 }
 
 int ckpt_get_config(ckpt_in *in, emu_train_config *c)
@@ -459,6 +467,14 @@ int ckpt_get_config(ckpt_in *in, emu_train_config *c)
     c->stats_every = get_int(in);
     c->checkpoint_every = get_int(in);
     c->threads = get_int(in);
+    if (!in->failed && in->pos != in->end) {
+        c->warmup = (int64_t)ckpt_get_u64(in);
+        c->clip_norm = ckpt_get_f64(in);
+        if (!in->failed && (c->warmup < 0 || !(c->clip_norm >= 0.0) ||
+                            isinf(c->clip_norm)))
+            ckpt_bad(in, "warm-up %lld or clipping norm %g out of range",
+                     (long long)c->warmup, c->clip_norm);
+    }
     return ckpt_done(in);
 }
 

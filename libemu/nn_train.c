@@ -245,6 +245,12 @@ static void config_text(sbuf *b, const emu_train_config *c, const emu_policy *p)
               (int)c->schedule, c->lr_final, (long long)c->lr_step,
               c->loss_mult, (unsigned long long)c->seed, c->ref_rate,
               c->stats_every);
+    /* Settings added later, written only when used: a run without them
+     * keeps the fingerprint (and checkpoint) it always had. */
+    if (c->warmup)
+        sb_printf(b, "warmup=%lld\n", (long long)c->warmup);
+    if (c->clip_norm != 0.0)
+        sb_printf(b, "clip_norm=%.17g\n", c->clip_norm);
     char *ptext = NULL;
     size_t plen = 0;
     FILE *fp = open_memstream(&ptext, &plen);
@@ -373,8 +379,18 @@ static int claim_dir(run *r, emu_error *err)
 
 /* ---- schedule, data ------------------------------------------------------------ */
 
+/* The learning rate of step `step` (0-based) of a run of `total` steps: a
+ * function of the step alone, so that a resumed run needs nothing stored.
+ * Warm-up (llm.c's form) reaches lr at its last step; the decay then runs
+ * over the steps after it as over a run of their own. */
 static double lr_at(const emu_train_config *c, int64_t step, int64_t total)
 {
+    if (c->warmup > 0) {
+        if (step < c->warmup)
+            return c->lr * (double)(step + 1) / (double)c->warmup;
+        step -= c->warmup;
+        total -= c->warmup;
+    }
     switch (c->schedule) {
     case EMU_LR_STEP:
         return c->lr_step > 0 ? c->lr * pow(c->lr_final > 0.0 ? c->lr_final : 0.1,
@@ -708,17 +724,31 @@ static int kahan_step(run *r, const char *name, emu_param *prm, double lr,
     return emu_t_add(ctx, site, &prm->c, &prm->c, &prm->m, w_rnd);
 }
 
-static int update_param(run *r, const emu_layer *l, emu_param *prm,
-                        const char *what, double lr)
+/* The gradient an update reads once it is unscaled: the master-format
+ * copy under a master policy, the gradient itself otherwise; and the
+ * rounding of that tensor's role. */
+static emu_tensor *update_grad(const emu_policy *p, const emu_layer *l,
+                               emu_param *prm, const emu_rounding **rnd)
+{
+    const bool ex = l->exempt;
+    if (p->use_master) {
+        *rnd = &(ex ? &p->exempt_prec : &p->master)->rnd;
+        return &prm->gm;
+    }
+    *rnd = &(ex ? &p->exempt_prec : &p->weight_grad)->rnd;
+    return &prm->g;
+}
+
+/* First half of an update: the gradient unscaled (under a master policy
+ * cast to the master format first), ready for clipping and the step. */
+static int unscale_param(run *r, const emu_layer *l, emu_param *prm,
+                         const char *what)
 {
     const emu_policy *p = r->p;
     emu_ctx *ctx = &r->ctx;
     const bool ex = l->exempt;
-    const emu_role_prec *wp = ex ? &p->exempt_prec : &p->weight;
     const emu_role_prec *mp = ex ? &p->exempt_prec : &p->master;
     const emu_role_prec *gp = ex ? &p->exempt_prec : &p->weight_grad;
-    const emu_role_prec *sp = ex ? &p->exempt_prec : &p->opt_state;
-    const emu_rounding sr = { .mode = EMU_RS, .sr_bits = 64 };
     char name[64], site[96];
     snprintf(name, sizeof name, "%s.%s", l->name, what);
     const double inv = 1.0 / l->grad_scale; /* a power of two */
@@ -735,6 +765,31 @@ static int update_param(run *r, const emu_layer *l, emu_param *prm,
                             &mp->rnd))
                 return -1;
         }
+        return 0;
+    }
+    if (inv != 1.0) {
+        snprintf(site, sizeof site, "%s.unscale", name);
+        if (emu_t_scale(ctx, site, &prm->g, (float)inv, &prm->g, &gp->rnd))
+            return -1;
+    }
+    return 0;
+}
+
+/* Second half: the optimizer step from the unscaled gradient. */
+static int step_param(run *r, const emu_layer *l, emu_param *prm,
+                      const char *what, double lr)
+{
+    const emu_policy *p = r->p;
+    emu_ctx *ctx = &r->ctx;
+    const bool ex = l->exempt;
+    const emu_role_prec *wp = ex ? &p->exempt_prec : &p->weight;
+    const emu_role_prec *mp = ex ? &p->exempt_prec : &p->master;
+    const emu_role_prec *sp = ex ? &p->exempt_prec : &p->opt_state;
+    const emu_rounding sr = { .mode = EMU_RS, .sr_bits = 64 };
+    char name[64], site[96];
+    snprintf(name, sizeof name, "%s.%s", l->name, what);
+
+    if (p->use_master) {
         snprintf(site, sizeof site, "%s.update", name);
         if (optimizer_step(r, site, &prm->master, prm, &prm->gm, lr,
                            p->update == EMU_UPDATE_SR ? &sr : &mp->rnd,
@@ -743,17 +798,97 @@ static int update_param(run *r, const emu_layer *l, emu_param *prm,
         snprintf(site, sizeof site, "%s.cast", name);
         return emu_t_cast(ctx, site, &prm->w, &prm->master, &wp->rnd);
     }
-    if (inv != 1.0) {
-        snprintf(site, sizeof site, "%s.unscale", name);
-        if (emu_t_scale(ctx, site, &prm->g, (float)inv, &prm->g, &gp->rnd))
-            return -1;
-    }
     if (p->update == EMU_UPDATE_KAHAN)
         return kahan_step(r, name, prm, lr, &wp->rnd, &sp->rnd);
     snprintf(site, sizeof site, "%s.update", name);
     return optimizer_step(r, site, &prm->w, prm, &prm->g, lr,
                           p->update == EMU_UPDATE_SR ? &sr : &wp->rnd,
                           &sp->rnd);
+}
+
+/* Without clipping each parameter is unscaled and stepped in turn (the op
+ * order, and so the site order and stochastic streams, of every run
+ * before clipping existed). */
+static int update_param(run *r, const emu_layer *l, emu_param *prm,
+                        const char *what, double lr)
+{
+    return unscale_param(r, l, prm, what) || step_param(r, l, prm, what, lr);
+}
+
+/* emu/nn.h: the update's gradients as update_grad picks them. */
+int emu_model_clip_grad_norm(emu_model *m, emu_ctx *ctx, const emu_policy *p,
+                             double clip, bool skip_nonfinite, double *norm)
+{
+    if (!(clip >= 0.0) || isinf(clip))
+        return emu_ctx_fail(ctx, "clip", "the clipping norm %g is not a "
+                            "finite number >= 0", clip);
+    const emu_role_prec *gp = p->use_master ? &p->master : &p->weight_grad;
+    size_t nt = 0;
+    for (int i = 0; i < m->n_layers; i++)
+        if (m->layers[i].has_params)
+            nt += m->layers[i].has_bias ? 2 : 1;
+    emu_tensor sq, one, total, nrm;
+    memset(&sq, 0, sizeof sq), memset(&one, 0, sizeof one);
+    memset(&total, 0, sizeof total), memset(&nrm, 0, sizeof nrm);
+    int rc = -1;
+    if (!nt) {
+        *norm = 0.0;
+        return 0;
+    }
+    if (emu_tensor_alloc4(&sq, "clip.sumsq", EMU_ROLE_WEIGHT_GRAD, &gp->fmt, nt,
+                          0, 0, 0, &ctx->err) ||
+        emu_tensor_alloc4(&one, "clip.sumsq", EMU_ROLE_WEIGHT_GRAD, &gp->fmt, 1,
+                          0, 0, 0, &ctx->err) ||
+        emu_tensor_alloc4(&total, "clip.sum", EMU_ROLE_WEIGHT_GRAD, &gp->fmt, 1,
+                          0, 0, 0, &ctx->err) ||
+        emu_tensor_alloc4(&nrm, "clip.norm", EMU_ROLE_WEIGHT_GRAD, &gp->fmt, 1,
+                          0, 0, 0, &ctx->err))
+        goto done;
+    size_t k = 0;
+    for (int i = 0; i < m->n_layers; i++) {
+        emu_layer *l = &m->layers[i];
+        if (!l->has_params)
+            continue;
+        emu_param *prms[2] = { &l->weight, l->has_bias ? &l->bias : NULL };
+        for (int t = 0; t < 2 && prms[t]; t++) {
+            const emu_rounding *grnd;
+            const emu_tensor *g = update_grad(p, l, prms[t], &grnd);
+            if (emu_t_reduce(ctx, "clip.sumsq", &one, g, EMU_REDUCE_SUMSQ, -1,
+                             &p->accum, &gp->rnd))
+                goto done;
+            sq.data[k++] = one.data[0]; /* already in sq's format */
+        }
+    }
+    if (emu_t_reduce(ctx, "clip.sum", &total, &sq, EMU_REDUCE_SUM, -1,
+                     &p->accum, &gp->rnd) ||
+        emu_t_unary(ctx, "clip.norm", &nrm, &total, EMU_UNARY_SQRT, 0.0f, 0.0f,
+                    &gp->rnd))
+        goto done;
+    *norm = nrm.data[0];
+    rc = 0;
+    if (clip <= 0.0 || (skip_nonfinite && !isfinite(*norm)))
+        goto done;
+    float coef = (float)clip / (nrm.data[0] + 1e-6f);
+    if (!(coef < 1.0f))
+        goto done;
+    for (int i = 0; i < m->n_layers && !rc; i++) {
+        emu_layer *l = &m->layers[i];
+        if (!l->has_params)
+            continue;
+        emu_param *prms[2] = { &l->weight, l->has_bias ? &l->bias : NULL };
+        const char *whats[2] = { "w", "b" };
+        for (int t = 0; t < 2 && prms[t] && !rc; t++) {
+            const emu_rounding *grnd;
+            emu_tensor *g = update_grad(p, l, prms[t], &grnd);
+            char site[96];
+            snprintf(site, sizeof site, "%s.%s.clip", l->name, whats[t]);
+            rc = emu_t_scale(ctx, site, g, coef, g, grnd);
+        }
+    }
+done:
+    emu_tensor_free(&sq), emu_tensor_free(&one);
+    emu_tensor_free(&total), emu_tensor_free(&nrm);
+    return rc;
 }
 
 /* ---- per-step records ------------------------------------------------------------ */
@@ -778,7 +913,8 @@ static step_rates rates(const emu_stats *st)
         if (s->role == EMU_ROLE_ACT_GRAD) {
             az += t->to_zero, au += t->underflow, q.agrad_n += t->results;
         } else if (s->role == EMU_ROLE_WEIGHT_GRAD && !emu_ends_with(s->name, ".gradm") &&
-                   !emu_ends_with(s->name, ".unscale")) {
+                   !emu_ends_with(s->name, ".unscale") &&
+                   !emu_ends_with(s->name, ".clip") && strncmp(s->name, "clip.", 5)) {
             wz += t->to_zero, q.wgrad_n += t->results;
         } else if (s->role == EMU_ROLE_ACTIVATION) {
             actz += t->to_zero, actn += t->results;
@@ -1189,20 +1325,26 @@ static int write_meta(run *r, bool completed, double test_acc, emu_error *err)
     sb_printf(&b, "  \"seconds\": %.3f,\n", r->elapsed_before + (now() - r->t0));
     if (r->init_json[0])
         sb_printf(&b, "  \"init_from\": %s,\n", r->init_json);
+    /* Settings added later, only when used (older runs' meta.json as they
+     * were). */
+    char extra[96] = "";
+    if (c->warmup || c->clip_norm != 0.0)
+        snprintf(extra, sizeof extra, ", \"warmup\": %lld, \"clip_norm\": %.17g",
+                 (long long)c->warmup, c->clip_norm);
     sb_printf(&b, "  \"config\": {\"preset\": \"%s\", \"arch\": \"%s\", "
               "\"data\": \"%s\", \"epochs\": %d, \"max_steps\": %lld, "
               "\"batch\": %d, \"optimizer\": \"%s\", \"lr\": %.17g, "
               "\"momentum\": %.17g, \"weight_decay\": %.17g, \"schedule\": "
               "\"%s\", \"lr_final\": %.17g, \"loss_mult\": %.17g, "
               "\"seed\": %llu, \"ref_rate\": %.17g, \"stats_every\": %d, "
-              "\"threads\": %d},\n",
+              "\"threads\": %d%s},\n",
               c->preset, c->arch, c->data, c->epochs, (long long)c->max_steps,
               c->batch, c->opt == EMU_OPT_ADAM ? "adam" : "sgd", c->lr,
               c->momentum, c->weight_decay,
               c->schedule == EMU_LR_COSINE ? "cosine"
               : c->schedule == EMU_LR_STEP ? "step" : "constant",
               c->lr_final, c->loss_mult, (unsigned long long)c->seed,
-              c->ref_rate, c->stats_every, c->threads);
+              c->ref_rate, c->stats_every, c->threads, extra);
     char *ptext = NULL;
     size_t plen = 0;
     FILE *fp = open_memstream(&ptext, &plen);
@@ -1432,6 +1574,31 @@ static int train_epochs(run *r, FILE *log, double *final_acc, emu_error *err)
             trace_gradients(r);
             bool finite = grads_finite(&r->m);
             double used_scale = r->scale;
+            /* Clipping needs every gradient unscaled before any update.  A
+             * step the loss scaling skips anyway is not clipped; under it a
+             * norm that overflows skips the step like an overflowed
+             * gradient (grad_norm is nan when it was not computed). */
+            const bool clipping = c->clip_norm > 0.0;
+            const bool skips = r->p->scaling.kind == EMU_SCALE_DYNAMIC ||
+                               r->p->scaling.kind == EMU_SCALE_ENHANCED ||
+                               r->p->scaling.kind == EMU_SCALE_ADAPTIVE;
+            double gnorm = NAN;
+            if (clipping && (finite || !skips)) {
+                for (int i = 0; i < r->m.n_layers; i++) {
+                    emu_layer *l = &r->m.layers[i];
+                    if (l->has_params &&
+                        (unscale_param(r, l, &l->weight, "w") ||
+                         (l->has_bias && unscale_param(r, l, &l->bias, "b"))))
+                        return emu_fail(err, r->ctx.err.code, r->ctx.err.where, "", "%s",
+                                        r->ctx.err.message);
+                }
+                if (emu_model_clip_grad_norm(&r->m, &r->ctx, r->p, c->clip_norm, skips,
+                                             &gnorm))
+                    return emu_fail(err, r->ctx.err.code, r->ctx.err.where, "", "%s",
+                                    r->ctx.err.message);
+                if (skips && !isfinite(gnorm))
+                    finite = false;
+            }
             bool skip = update_scale(r, finite);
             double lr = lr_at(c, r->step, r->total_steps);
             if (!skip) {
@@ -1439,8 +1606,11 @@ static int train_epochs(run *r, FILE *log, double *final_acc, emu_error *err)
                     emu_layer *l = &r->m.layers[i];
                     if (!l->has_params)
                         continue;
-                    if (update_param(r, l, &l->weight, "w", lr) ||
-                        (l->has_bias && update_param(r, l, &l->bias, "b", lr)))
+                    int (*upd)(run *, const emu_layer *, emu_param *,
+                               const char *, double) =
+                        clipping ? step_param : update_param;
+                    if (upd(r, l, &l->weight, "w", lr) ||
+                        (l->has_bias && upd(r, l, &l->bias, "b", lr)))
                         return emu_fail(err, r->ctx.err.code, r->ctx.err.where, "", "%s",
                                     r->ctx.err.message);
                 }
@@ -1451,13 +1621,16 @@ static int train_epochs(run *r, FILE *log, double *final_acc, emu_error *err)
             if (r->p->scaling.kind == EMU_SCALE_ADAPTIVE)
                 adaptive_feedback(r);
             double loss = loss_sum / (double)b;
+            char norm_col[40] = ""; /* the grad_norm column, when clipping */
+            if (clipping)
+                snprintf(norm_col, sizeof norm_col, ",%.9g", gnorm);
             double bacc = (double)right / (double)b;
             sb_printf(&r->steps, "%lld,%d,%.9g,%.9g,%.9g,%.17g,%d,%.9g,%.9g,%.9g,"
-                      "%.9g,%.9g,%.9g,%llu,%.6f\n",
+                      "%.9g,%.9g,%.9g,%llu%s,%.6f\n",
                       (long long)r->step, epoch, lr, loss, bacc, used_scale,
                       skip ? 1 : 0, q.agrad_zero, q.agrad_under, q.wgrad_zero,
                       q.act_zero, q.overflow, q.absorbed,
-                      (unsigned long long)q.adds, now() - t_step);
+                      (unsigned long long)q.adds, norm_col, now() - t_step);
             layer_rows(r);
             if (c->stats_every > 0 && r->step % c->stats_every == 0)
                 append_step_rows(r);
@@ -1583,6 +1756,7 @@ static int check_config(const emu_train_config *c, const emu_policy *p,
         { "beta2", c->beta2, 0.0, false, 1.0, true },
         { "eps", c->eps, 0.0, true, INFINITY, true },
         { "lr_final", c->lr_final, 0.0, false, INFINITY, true },
+        { "clip_norm", c->clip_norm, 0.0, false, INFINITY, true },
         { "loss_mult", c->loss_mult, 0.0, true, INFINITY, true },
         { "ref_rate", c->ref_rate, 0.0, false, 1.0, false },
     };
@@ -1600,6 +1774,7 @@ static int check_config(const emu_train_config *c, const emu_policy *p,
         { "max_steps", c->max_steps, 0 }, { "threads", c->threads, 1 },
         { "stats_every", c->stats_every, 0 },
         { "checkpoint_every", c->checkpoint_every, 0 },
+        { "warmup", c->warmup, 0 },
     };
     for (size_t i = 0; i < sizeof counts / sizeof *counts; i++)
         if (counts[i].v < counts[i].lo)
@@ -1689,10 +1864,20 @@ int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
     r->total_steps = r->steps_per_epoch * cfg->epochs;
     if (cfg->max_steps && cfg->max_steps < r->total_steps)
         r->total_steps = cfg->max_steps;
+    if (cfg->warmup > r->total_steps) {
+        emu_fail(err, EMU_ESPEC, "config", "warmup", "%lld warm-up steps (--warmup) in a "
+                 "run of %lld steps", (long long)cfg->warmup,
+                 (long long)r->total_steps);
+        goto done;
+    }
     r->scale = p->scaling.kind == EMU_SCALE_NONE ? 1.0 : p->scaling.init;
     r->floor = p->scaling.floor;
     r->adaptive_cut = 1.0;
-    sb_printf(&r->steps, "%s", STEPS_HEADER);
+    if (cfg->clip_norm > 0.0) /* grad_norm before the timing, kept last */
+        sb_printf(&r->steps, "%.*sgrad_norm,seconds\n",
+                  (int)(strlen(STEPS_HEADER) - strlen("seconds\n")), STEPS_HEADER);
+    else
+        sb_printf(&r->steps, "%s", STEPS_HEADER);
     sb_printf(&r->layers, "step,layer,index,scale,grad_scale,dinput_to_zero,"
               "dinput_subnormal,dinput_zero,dinput_exact_zero,dweight_to_zero,"
               "dinput_sigma\n");

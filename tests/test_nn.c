@@ -866,6 +866,98 @@ START_TEST(scales_are_exact)
 }
 END_TEST
 
+/* ---- global gradient-norm clipping ---------------------------------------- */
+
+/* The binary64 L2 norm of every parameter gradient of m. */
+static double grad_norm64(const emu_model *m)
+{
+    double ss = 0.0;
+    for (int i = 0; i < m->n_layers; i++) {
+        const emu_layer *l = &m->layers[i];
+        if (!l->has_params)
+            continue;
+        for (size_t j = 0; j < l->weight.g.n; j++)
+            ss += (double)l->weight.g.data[j] * l->weight.g.data[j];
+        if (l->has_bias)
+            for (size_t j = 0; j < l->bias.g.n; j++)
+                ss += (double)l->bias.g.data[j] * l->bias.g.data[j];
+    }
+    return sqrt(ss);
+}
+
+/* emu_model_clip_grad_norm under fp32 with exact sums: the norm is the
+ * binary64 one within three roundings (the sums of squares, their sum,
+ * the square root: < 2^-22 relative); clipped gradients have norm C
+ * (coef = C / (norm + 1e-6) and one rounding per element); a norm below C
+ * leaves every gradient bit for bit; under binary16 the sum of squares
+ * overflows (the norm is inf) where the binary64 norm is finite, and then
+ * the step is left alone (skip_nonfinite) or zeroed (PyTorch's coef 0). */
+START_TEST(clip_grad_norm)
+{
+    fixture f;
+    fixture_make(&f, "mlp:36-16-16-5", 4, 1, 6, 6, 5, 33);
+    emu_model *m = &f.m;
+    ck_assert(!f.p.use_master);
+    if (emu_model_forward(m, &f.ctx, &f.p) ||
+        emu_model_backward(m, &f.ctx, &f.p, f.labels, 1.0f))
+        ck_abort_msg("%s", f.ctx.err.message);
+    const int fc1 = 1;
+    float *g1 = copy_of(&m->layers[fc1].weight.g);
+    const double ref = grad_norm64(m);
+    ck_assert(ref > 0.0 && isfinite(ref));
+
+    /* Norm only (clip 0), and a C above the norm: nothing changes. */
+    double norm = -1.0;
+    ck_assert_int_eq(emu_model_clip_grad_norm(m, &f.ctx, &f.p, 0.0, true, &norm), 0);
+    EXPECT(fabs(norm - ref) <= 0x1p-22 * ref, "norm %.9g, binary64 %.17g", norm, ref);
+    ck_assert_int_eq(emu_model_clip_grad_norm(m, &f.ctx, &f.p, 2.0 * ref, true,
+                                              &norm), 0);
+    EXPECT(fabs(norm - ref) <= 0x1p-22 * ref, "norm %.9g, binary64 %.17g", norm, ref);
+    EXPECT(!memcmp(g1, m->layers[fc1].weight.g.data,
+                   m->layers[fc1].weight.g.n * sizeof *g1),
+           "a norm below C changed the gradients");
+
+    /* C a quarter of the norm: the clipped norm is C (to 1e-6 / norm for
+     * the epsilon, and the roundings). */
+    const double c = ref / 4.0;
+    ck_assert_int_eq(emu_model_clip_grad_norm(m, &f.ctx, &f.p, c, true, &norm), 0);
+    EXPECT(fabs(norm - ref) <= 0x1p-22 * ref, "norm %.9g, binary64 %.17g", norm, ref);
+    const double after = grad_norm64(m);
+    EXPECT(fabs(after - c) <= c * (1e-6 / ref + 0x1p-21), "clipped norm %.17g, "
+           "C %.17g", after, c);
+    const double coef = (double)((float)c / ((float)norm + 1e-6f));
+    for (size_t j = 0; j < m->layers[fc1].weight.g.n; j++)
+        EXPECT(m->layers[fc1].weight.g.data[j] == (float)(coef * g1[j]),
+               "fc1.w.g[%zu] = %a, not %a times %a rounded", j,
+               (double)m->layers[fc1].weight.g.data[j], coef, (double)g1[j]);
+
+    /* binary16: 300^2 times 256 elements overflows 65504. */
+    emu_policy p16;
+    emu_error err;
+    if (emu_policy_preset(&p16, "fp16-no-master", &err))
+        ck_abort_msg("%s", err.message);
+    ck_assert(!p16.use_master);
+    for (size_t j = 0; j < m->layers[fc1].weight.g.n; j++)
+        m->layers[fc1].weight.g.data[j] = 300.0f;
+    ck_assert(isfinite(grad_norm64(m)));
+    ck_assert_int_eq(emu_model_clip_grad_norm(m, &f.ctx, &p16, 1.0, true, &norm), 0);
+    EXPECT(isinf(norm), "binary16 norm %g: the sum of squares should overflow", norm);
+    EXPECT(m->layers[fc1].weight.g.data[0] == 300.0f, "a skipped step was clipped");
+    ck_assert_int_eq(emu_model_clip_grad_norm(m, &f.ctx, &p16, 1.0, false, &norm), 0);
+    EXPECT(m->layers[fc1].weight.g.data[0] == 0.0f, "coef 0 (inf norm) left %g",
+           (double)m->layers[fc1].weight.g.data[0]);
+
+    /* Refusals. */
+    EXPECT(emu_model_clip_grad_norm(m, &f.ctx, &f.p, -1.0, true, &norm) == -1 &&
+               strstr(f.ctx.err.message, "clipping norm"),
+           "a negative norm: %s", f.ctx.err.message);
+    EXPECT(emu_model_clip_grad_norm(m, &f.ctx, &f.p, NAN, true, &norm) == -1,
+           "a NaN clipping norm was accepted");
+    free(g1);
+    fixture_free(&f);
+}
+END_TEST
+
 /* ---- the FP8 recipe ------------------------------------------------------ */
 
 static void build_with(emu_model *m, emu_ctx *ctx, const emu_policy *p,
@@ -1411,6 +1503,7 @@ static Suite *suite(void)
     TCase *tm = tcase_create("models");
     tcase_set_timeout(tm, 600);
     tcase_add_test(tm, scales_are_exact);
+    tcase_add_test(tm, clip_grad_norm);
     tcase_add_test(tm, fp8_recipe);
     tcase_add_test(tm, model_shapes);
     tcase_add_test(tm, resnet_shapes);

@@ -66,6 +66,14 @@ expect_error "loss multiplier 0" "--loss-mult: '0' must be > 0" --loss-mult 0 --
 expect_error "negative learning rate" "--lr: '-0.1' must be > 0" --lr -0.1 --out "$o"
 expect_error "learning rate -1" "^emu train: --lr: '-1' must be > 0$" --lr -1 --out "$o"
 expect_error "learning rate 0" "--lr: '0' must be > 0" --lr 0 --out "$o"
+expect_error "negative clipping norm" "--clip-norm: '-1' must be >= 0" --clip-norm -1 --out "$o"
+expect_error "clipping norm nan" "--clip-norm: 'nan' is not a number" --clip-norm nan --out "$o"
+expect_error "negative warm-up" "--warmup: '-1'" --warmup -1 --out "$o"
+expect_error "warm-up longer than the run" "3 warm-up steps \(--warmup\) in a run of 2 steps" \
+    $QUICK --warmup 3 --out "$o"
+expect_error "unknown schedule" "--lr-schedule: 'linear' is not constant, step or cosine" \
+    --lr-schedule linear --out "$o"
+expect_error "negative final lr" "--lr-min: '-0.1' must be >= 0" --lr-min -0.1 --out "$o"
 expect_error "learning rate not a number" "--lr: 'fast' is not a number" --lr fast --out "$o"
 expect_error "learning rate infinite" "--lr: 'inf' is not finite" --lr inf --out "$o"
 expect_error "learning rate overflowing" "--lr: '1e999' is not finite" --lr 1e999 --out "$o"

@@ -65,11 +65,17 @@ resume_case adaptive --preset adaptive --model mlp:784-16x4-10 \
 # Delayed FP8 scaling: the amax histories and tensor scales carry over.
 resume_case fp8delayed --preset fp8-delayed --model mlp:784-32-16-10 \
     --set tensor_scaling=delayed,history=4
+# Warm-up, cosine decay and gradient clipping under a dynamic loss scale:
+# the lr is a function of the step, the clipping of the gradients alone.
+resume_case clipsched --preset fp16-mpt --model mlp:784-32-16-10 \
+    --warmup 10 --lr-schedule cosine --lr-min 0.001 --clip-norm 0.5
 
 # ---- refusals ------------------------------------------------------------
 
 k=$tmp/mpt/killed
 expect_refusal "resume with another option" "$k" "resume" train --resume "$k" --lr 0.1
+expect_refusal "resume with another clipping norm" "$tmp/clipsched/killed" "resume" \
+    train --resume "$tmp/clipsched/killed" --clip-norm 1
 expect_refusal "resume with a preset" "$k" "resume" train --resume "$k" --preset fp32
 printf 'lr = 0.1\n' > "$tmp/cfg"
 expect_refusal "resume with a config file" "$k" "resume" train --resume "$k" --config "$tmp/cfg"

@@ -290,6 +290,25 @@ int emu_model_forward(emu_model *m, emu_ctx *ctx, const emu_policy *p);
 int emu_model_backward(emu_model *m, emu_ctx *ctx, const emu_policy *p,
                        const int *labels, float scale);
 
+/* Global gradient-norm clipping, torch.nn.utils.clip_grad_norm_'s rule,
+ * over the gradients an update reads once unscaled: each parameter's gm
+ * under a master policy (p->use_master), its g otherwise.  The norm goes
+ * through the choke point, since in 16-bit formats it is itself an
+ * overflow site: per tensor the sum of squares under p->accum
+ * (site "clip.sumsq"), their sum ("clip.sum"), its square root
+ * ("clip.norm"), each rounded into the format of those gradients (master,
+ * where PyTorch's AMP clips the unscaled fp32 gradients, or weight_grad)
+ * under its rounding, role weight_grad.  *norm is the rounded norm.  Then,
+ * unless clip is 0 (the norm only) or the norm is not finite and
+ * skip_nonfinite is set (dynamic loss scaling skips such a step),
+ * coef = clip / (norm + 1e-6) in binary32 as PyTorch computes it, and if
+ * coef < 1 every gradient is scaled by it (emu_t_scale, sites
+ * "<layer>.w.clip" and "<layer>.b.clip", under the gradient's own
+ * rounding).  An infinite norm gives coef 0 (gradients zeroed, as in
+ * PyTorch); a NaN norm leaves them unchanged.  Returns 0 or -1 (ctx->err). */
+int emu_model_clip_grad_norm(emu_model *m, emu_ctx *ctx, const emu_policy *p,
+                             double clip, bool skip_nonfinite, double *norm);
+
 /* ---- the training loop -------------------------------------------------- */
 
 typedef enum emu_optimizer { EMU_OPT_SGD, EMU_OPT_ADAM, EMU_OPT_COUNT } emu_optimizer;
@@ -324,6 +343,19 @@ typedef struct emu_train_config {
      * on resume (the checkpoint holds the weights); recorded in
      * meta.json with its checksum. */
     char init_from[512];
+    /* Added after 1.0, last so that the layout before them stays. */
+    /* Linear warm-up: steps 0 .. warmup-1 take lr (s + 1) / warmup (0:
+     * none), then the schedule runs over the remaining steps as if they
+     * were the whole run (cosine reaches lr_final at the last step).  At
+     * most the run's step count. */
+    int64_t warmup;
+    /* Global gradient-norm clipping (0: off), clip_grad_norm_'s rule: the
+     * L2 norm of all unscaled weight gradients, computed through the choke
+     * point (sites clip.sumsq, clip.sum, clip.norm), and if
+     * clip_norm / (norm + 1e-6) < 1 every gradient scaled by that factor
+     * (sites "<layer>.w.clip", "<layer>.b.clip").  steps.csv gains a
+     * grad_norm column. */
+    double clip_norm;
 } emu_train_config;
 
 void emu_train_config_default(emu_train_config *c);
