@@ -649,7 +649,8 @@ START_TEST(gradient_resnet)
     fprintf(stderr, "  resnet:1 %d parameter tensors: checked %d (sharp %d) "
             "skipped %d worst error/tolerance %.3g (statistical %.3g)\n",
             tensors, checked, sharp, skipped, worst, worst_stat);
-    EXPECT(checked >= 4 * tensors && 2 * sharp >= checked,
+    /* (per is 3 under the sanitizer's reduced scale, 6 otherwise) */
+    EXPECT(3 * checked >= 2 * per * tensors && 2 * sharp >= checked,
            "resnet:1: %d checked (%d sharp) of %d tensors: the check would be "
            "vacuous", checked, sharp, tensors);
     for (int i = 0; i < n; i++) {
