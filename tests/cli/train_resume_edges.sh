@@ -81,7 +81,10 @@ fi
 # checkpoint every 8): the resumed run must still evaluate epoch 0, and
 # with stochastic rounding (the evaluation's ops advance the op counter)
 # every later step depends on it.
-EPOCH="--preset bf16-sr --checkpoint-every 8"
+# MPFR sampling (--ref-rate) only measures, and makes each step slow
+# enough that the kill lands in the window between that checkpoint and the
+# next step's row: without it the run outgrew the 10 ms polling.
+EPOCH="--preset bf16-sr --checkpoint-every 8 --ref-rate 0.05"
 mkdir -p "$tmp/efull" "$tmp/ecut"
 # shellcheck disable=SC2086
 (cd "$tmp/efull" && "$EMU" train $COMMON $EPOCH --out r) > "$tmp/efull/log" 2>&1 ||
@@ -93,7 +96,7 @@ while :; do
         sh "$tmp/ecut" "$EMU" train $COMMON $EPOCH --out r --force &&
         [ "$(rows "$tmp/ecut/r")" -eq 16 ] && break
     tries=$((tries + 1))
-    [ $tries -lt 8 ] || { fail "could not stop the run at the end of epoch 0"; break; }
+    [ $tries -lt 20 ] || { fail "could not stop the run at the end of epoch 0"; break; }
 done
 if [ "$(rows "$tmp/ecut/r")" -eq 16 ]; then
     (cd "$tmp/ecut" && "$EMU" train --resume r) > "$tmp/ecut/log" 2>&1 ||
