@@ -435,13 +435,15 @@ static int check_width(const emu_format *fmt, size_t width)
     return 0;
 }
 
-int emu_ffi_round_f32_bits(const emu_ffi_format *f, const emu_ffi_rounding *r,
-                           uint64_t seed, uint64_t stream,
-                           uint64_t first_index, void *bits, size_t width,
-                           const float *in, size_t n, uint64_t *counts)
+/* The bit-pattern rounding of a binary32 (in32) or binary64 (in64) array:
+ * each chunk through its array kernel, then encoded. */
+static int round_bits(const emu_ffi_format *f, const emu_ffi_rounding *r,
+                      uint64_t seed, uint64_t stream, uint64_t first_index,
+                      void *bits, size_t width, const float *in32,
+                      const double *in64, size_t n, uint64_t *counts)
 {
-    EMU_HOSTFP_GUARD;
-    if (check_round_args(f, r, bits, in, n) || check_width(&f->fmt, width))
+    if (check_round_args(f, r, bits, in32 ? (const void *)in32 : in64, n) ||
+        check_width(&f->fmt, width))
         return -1;
     emu_error e;
     emu_format copy;
@@ -454,11 +456,13 @@ int emu_ffi_round_f32_bits(const emu_ffi_format *f, const emu_ffi_rounding *r,
     for (size_t at = 0; at < n; at += BITS_CHUNK) {
         size_t m = n - at < BITS_CHUNK ? n - at : BITS_CHUNK;
         emu_array_rounding a = array_rounding(r, seed, stream, first_index + at);
-        if (emu_round_array_f32(fmt, buf, in + at, m, &a, counts ? &c : NULL,
-                                &e))
+        emu_round_counts *cp = counts ? &c : NULL;
+        if (in32 ? emu_round_array_f32(fmt, buf, in32 + at, m, &a, cp, &e)
+                 : emu_round_array_f64(fmt, v, in64 + at, m, &a, cp, &e))
             return keep(&e);
-        for (size_t i = 0; i < m; i++)
-            v[i] = buf[i];
+        if (in32)
+            for (size_t i = 0; i < m; i++)
+                v[i] = buf[i];
         if (encode_chunk(fmt, &r->rnd.profile, v, m, at,
                          (uint8_t *)bits + at * width, width, &e))
             return keep(&e);
@@ -467,32 +471,24 @@ int emu_ffi_round_f32_bits(const emu_ffi_format *f, const emu_ffi_rounding *r,
     return 0;
 }
 
+int emu_ffi_round_f32_bits(const emu_ffi_format *f, const emu_ffi_rounding *r,
+                           uint64_t seed, uint64_t stream,
+                           uint64_t first_index, void *bits, size_t width,
+                           const float *in, size_t n, uint64_t *counts)
+{
+    EMU_HOSTFP_GUARD;
+    return round_bits(f, r, seed, stream, first_index, bits, width, in, NULL,
+                      n, counts);
+}
+
 int emu_ffi_round_f64_bits(const emu_ffi_format *f, const emu_ffi_rounding *r,
                            uint64_t seed, uint64_t stream,
                            uint64_t first_index, void *bits, size_t width,
                            const double *in, size_t n, uint64_t *counts)
 {
     EMU_HOSTFP_GUARD;
-    if (check_round_args(f, r, bits, in, n) || check_width(&f->fmt, width))
-        return -1;
-    emu_error e;
-    emu_format copy;
-    const emu_format *fmt = format_for(f, r, &copy, &e);
-    if (!fmt)
-        return keep(&e);
-    double v[BITS_CHUNK];
-    emu_round_counts c = { 0 };
-    for (size_t at = 0; at < n; at += BITS_CHUNK) {
-        size_t m = n - at < BITS_CHUNK ? n - at : BITS_CHUNK;
-        emu_array_rounding a = array_rounding(r, seed, stream, first_index + at);
-        if (emu_round_array_f64(fmt, v, in + at, m, &a, counts ? &c : NULL, &e))
-            return keep(&e);
-        if (encode_chunk(fmt, &r->rnd.profile, v, m, at,
-                         (uint8_t *)bits + at * width, width, &e))
-            return keep(&e);
-    }
-    add_counts(counts, &c);
-    return 0;
+    return round_bits(f, r, seed, stream, first_index, bits, width, NULL, in,
+                      n, counts);
 }
 
 int emu_ffi_round_f64_to_f32(const emu_ffi_format *f,
