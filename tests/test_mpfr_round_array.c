@@ -50,28 +50,6 @@ static void find_carrier_formats(void)
             carrier[n_carrier++] = emu_format_at(i);
 }
 
-static uint64_t dbits(double x)
-{
-    uint64_t u;
-    memcpy(&u, &x, sizeof u);
-    return u;
-}
-
-static const char *counts_diff(const emu_round_counts *a,
-                               const emu_round_counts *b)
-{
-    if (a->n != b->n) return "n";
-    if (a->inexact != b->inexact) return "inexact";
-    if (a->underflow != b->underflow) return "underflow";
-    if (a->to_zero != b->to_zero) return "to_zero";
-    if (a->subnormal != b->subnormal) return "subnormal";
-    if (a->overflow != b->overflow) return "overflow";
-    if (a->nan != b->nan) return "nan";
-    if (a->invalid != b->invalid) return "invalid";
-    if (a->flags != b->flags) return "flags";
-    return "";
-}
-
 /* A value around f's range: a random binade from below its subnormals
  * to above its max, a random significand of random length (short ones
  * land on the format's grid and its ties), a random sign. */
@@ -136,10 +114,10 @@ START_TEST(test_f64_vs_mpfr)
                                 "%a\n", f->name, emu_rnd_name(a.rnd.mode),
                                 cfg, in_h[i], y, out_d[i]);
                 }
-                ck_assert_msg(!*counts_diff(&want, &got), "%s %s cfg %d: "
+                ck_assert_msg(!*test_counts_diff(&want, &got), "%s %s cfg %d: "
                               "counts differ from MPFR's in %s", f->name,
                               emu_rnd_name(a.rnd.mode), cfg,
-                              counts_diff(&want, &got));
+                              test_counts_diff(&want, &got));
             }
     }
     ck_assert_msg(n_mismatch == before, "%s: %llu values differ from MPFR",
@@ -185,7 +163,7 @@ START_TEST(test_pairs_vs_mpfr)
                     double y = ref_sr_round(f, exact, &a.rnd, word, &ws);
                     emu_round_counts_add(&want, in_h[i], y, ws.flags);
                     n_checked++;
-                    if (dbits((float)y) != dbits((double)out_f[i])
+                    if (d2u((float)y) != d2u((double)out_f[i])
                         && !(isnan(y) && isnan(out_f[i]))
                         && n_mismatch++ < PRINT_LIMIT)
                         fprintf(stderr, "%s sr%u sat %d: %a + %a word 0x%016"
@@ -193,9 +171,9 @@ START_TEST(test_pairs_vs_mpfr)
                                 bits[b], sat, in_h[i], in_l[i], word, y,
                                 (double)out_f[i]);
                 }
-                ck_assert_msg(!*counts_diff(&want, &got), "%s sr%u sat %d: "
+                ck_assert_msg(!*test_counts_diff(&want, &got), "%s sr%u sat %d: "
                               "counts differ from MPFR's in %s", f->name,
-                              bits[b], sat, counts_diff(&want, &got));
+                              bits[b], sat, test_counts_diff(&want, &got));
             }
     }
     ck_assert_msg(n_mismatch == before, "%s: %llu values differ from MPFR",

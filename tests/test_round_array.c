@@ -100,29 +100,6 @@ static float bitsf(uint32_t u)
     return x;
 }
 
-static uint64_t dbits(double x)
-{
-    uint64_t u;
-    memcpy(&u, &x, sizeof u);
-    return u;
-}
-
-/* Empty string if the counts agree, else the first differing field. */
-static const char *counts_diff(const emu_round_counts *a,
-                               const emu_round_counts *b)
-{
-    if (a->n != b->n) return "n";
-    if (a->inexact != b->inexact) return "inexact";
-    if (a->underflow != b->underflow) return "underflow";
-    if (a->to_zero != b->to_zero) return "to_zero";
-    if (a->subnormal != b->subnormal) return "subnormal";
-    if (a->overflow != b->overflow) return "overflow";
-    if (a->nan != b->nan) return "nan";
-    if (a->invalid != b->invalid) return "invalid";
-    if (a->flags != b->flags) return "flags";
-    return "";
-}
-
 static void print_counts(char *buf, size_t size, const emu_round_counts *c)
 {
     snprintf(buf, size,
@@ -158,7 +135,7 @@ static void compare_f32(const emu_format *f, const emu_array_rounding *a,
                (int)a->rnd.saturate, i, fbits(in[i]), (double)in[i], word,
                fbits(yf), y, st.flags, fbits(out[i]), (double)out[i]);
     }
-    const char *diff = counts_diff(&want, &got);
+    const char *diff = test_counts_diff(&want, &got);
     if (*diff) {
         /* Find the first element whose own counts differ, for the message. */
         size_t bad = n;
@@ -174,7 +151,7 @@ static void compare_f32(const emu_format *f, const emu_array_rounding *a,
             emu_status st;
             double y = emu_round2_word(f, in[i], 0.0, &a->rnd, word, &st);
             emu_round_counts_add(&w1, in[i], y, st.flags);
-            if (*counts_diff(&w1, &g1))
+            if (*test_counts_diff(&w1, &g1))
                 bad = i;
         }
         char wb[256], gb[256];
@@ -306,8 +283,8 @@ START_TEST(test_in_place)
                    "%s mode %d: in place in[%d] = 0x%08" PRIx32
                    " expected 0x%08" PRIx32 " got 0x%08" PRIx32,
                    f->name, m, i, fbits(in[i]), fbits(out[i]), fbits(buf[i]));
-        EXPECT(!*counts_diff(&c1, &c2), "%s mode %d: in-place counts differ "
-               "in %s", f->name, m, counts_diff(&c1, &c2));
+        EXPECT(!*test_counts_diff(&c1, &c2), "%s mode %d: in-place counts differ "
+               "in %s", f->name, m, test_counts_diff(&c1, &c2));
     }
 }
 END_TEST
@@ -338,8 +315,8 @@ START_TEST(test_chunking)
                    "%s mode %d: chunked in[%d] = 0x%08" PRIx32
                    " whole 0x%08" PRIx32 " chunked 0x%08" PRIx32, f->name, m,
                    i, fbits(in[i]), fbits(whole[i]), fbits(parts[i]));
-        EXPECT(!*counts_diff(&cw, &cp), "%s mode %d: chunked counts differ "
-               "in %s", f->name, m, counts_diff(&cw, &cp));
+        EXPECT(!*test_counts_diff(&cw, &cp), "%s mode %d: chunked counts differ "
+               "in %s", f->name, m, test_counts_diff(&cw, &cp));
     }
 }
 END_TEST
@@ -499,20 +476,20 @@ static void compare_f64(const emu_format *f, const emu_array_rounding *a,
         emu_status st;
         double y = emu_round2_word(f, in[i], 0.0, &a->rnd, word, &st);
         emu_round_counts_add(&want, in[i], y, st.flags);
-        EXPECT(dbits(y) == dbits(out[i]),
+        EXPECT(d2u(y) == d2u(out[i]),
                "%s %s tininess %s saturate %d: in[%zu] = 0x%016" PRIx64
                " (%a): expected 0x%016" PRIx64 " (%a, flags 0x%x) got 0x%016"
                PRIx64 " (%a)", f->name, mode_label(&mc, mb, sizeof mb),
                a->rnd.tininess == EMU_TINY_BEFORE ? "before" : "after",
-               (int)a->rnd.saturate, i, dbits(in[i]), in[i], dbits(y), y,
-               st.flags, dbits(out[i]), out[i]);
+               (int)a->rnd.saturate, i, d2u(in[i]), in[i], d2u(y), y,
+               st.flags, d2u(out[i]), out[i]);
     }
     char wb[256], gb[256];
     print_counts(wb, sizeof wb, &want);
     print_counts(gb, sizeof gb, &got);
-    EXPECT(!*counts_diff(&want, &got), "%s %s: f64 counts differ in %s\n"
+    EXPECT(!*test_counts_diff(&want, &got), "%s %s: f64 counts differ in %s\n"
            "expected %s\ngot      %s", f->name, mode_label(&mc, mb, sizeof mb),
-           counts_diff(&want, &got), wb, gb);
+           test_counts_diff(&want, &got), wb, gb);
 }
 
 START_TEST(test_f64)
@@ -617,7 +594,7 @@ START_TEST(test_f64_edges)
                                            emu_random64(a.seed, a.stream,
                                                         a.first_index + i - 1),
                                            NULL);
-                EXPECT(dbits(y) == dbits(out[i]), "%s in place [%zu]",
+                EXPECT(d2u(y) == d2u(out[i]), "%s in place [%zu]",
                        f->name, i);
             }
         }
@@ -674,9 +651,9 @@ static void compare_pairs(const emu_format *f, const emu_array_rounding *a,
     char wb[256], gb[256];
     print_counts(wb, sizeof wb, &want);
     print_counts(gb, sizeof gb, &got);
-    EXPECT(!*counts_diff(&want, &got), "%s %s: pair counts differ in %s\n"
+    EXPECT(!*test_counts_diff(&want, &got), "%s %s: pair counts differ in %s\n"
            "expected %s\ngot      %s", f->name, mode_label(&mc, mb, sizeof mb),
-           counts_diff(&want, &got), wb, gb);
+           test_counts_diff(&want, &got), wb, gb);
 }
 
 /* Every edge class of hi (f64_edge_inputs) with every class of lo, and

@@ -144,3 +144,18 @@ void test_oracle_leave(test_fpstate saved)
 #endif
     fesetround(saved.round);
 }
+
+const char *test_counts_diff(const emu_round_counts *a,
+                             const emu_round_counts *b)
+{
+    if (a->n != b->n) return "n";
+    if (a->inexact != b->inexact) return "inexact";
+    if (a->underflow != b->underflow) return "underflow";
+    if (a->to_zero != b->to_zero) return "to_zero";
+    if (a->subnormal != b->subnormal) return "subnormal";
+    if (a->overflow != b->overflow) return "overflow";
+    if (a->nan != b->nan) return "nan";
+    if (a->invalid != b->invalid) return "invalid";
+    if (a->flags != b->flags) return "flags";
+    return "";
+}

@@ -54,6 +54,11 @@ emu_bits test_random_bits(test_rng *g, const emu_format *fmt);
 /* Same value: both NaN, or equal with the same sign (so -0 != +0). */
 bool test_same(double a, double b);
 
+/* Empty string if two array roundings' counts agree, else the name of the
+ * first differing field. */
+const char *test_counts_diff(const emu_round_counts *a,
+                             const emu_round_counts *b);
+
 /* A shipped format by name; aborts the test run if missing. */
 const emu_format *test_format(const char *name);
 
