@@ -886,20 +886,6 @@ static inline bool pow2_quotient_suspect(float t, float x)
 #define EMU_INLINE static inline
 #endif
 
-static inline uint64_t f64_bits(double v)
-{
-    uint64_t u;
-    memcpy(&u, &v, sizeof u);
-    return u;
-}
-
-static inline float f32_of(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
 /* t = RN32(x * inv) through binary64, for n contiguous values, in
  * fixed-length runs that vectorize. */
 static inline void div_run(float *restrict t, const float *restrict x,
@@ -1007,7 +993,7 @@ static bool sr_plan_make(sr_plan *P, const emu_format *f, const emu_rounding *r)
 static inline double sel(bool c, double a, double b)
 {
     const uint64_t m = (uint64_t)0 - (uint64_t)c;
-    const uint64_t u = (f64_bits(a) & m) | (f64_bits(b) & ~m);
+    const uint64_t u = (d2u(a) & m) | (d2u(b) & ~m);
     double v;
     memcpy(&v, &u, sizeof v);
     return v;
@@ -1021,7 +1007,7 @@ EMU_INLINE uint32_t sr_quotient(const sr_plan *P, float xf, double d,
     const bool zero = xf == 0.0f;
     const double x = sel(zero, 1.0, (double)xf);
     const double hi = x / d;
-    const uint64_t uh = f64_bits(hi) & 0x7fffffffffffffffu;
+    const uint64_t uh = d2u(hi) & 0x7fffffffffffffffu;
     const int eh = (int)(uh >> 52) - 1023; /* NaN, inf: 1024 */
     const double lo = fma(-hi, d, x) / d;
     const bool ok = (eh >= -1000) & (eh < 1000) & (hi + lo == hi);
@@ -1118,7 +1104,7 @@ EMU_INLINE uint32_t scale_rne_bits(const qrun *R, double a, float *s)
     const uint32_t sh = k->shift;
     const uint32_t r = (u + k->half_minus_1 + ((u >> sh) & 1u)) &
                        ~((1u << sh) - 1u);
-    *s = f32_of(r & (0u - ok));
+    *s = u2f(r & (0u - ok));
     return ok;
 }
 
@@ -1129,7 +1115,7 @@ EMU_INLINE bool scale_rne_fast(const qrun *R, double a, double *s)
     if (u < k->min_normal || u > k->max || (u & R->scale_fmask) == 0)
         return false;
     const uint32_t sh = k->shift;
-    *s = f32_of((u + k->half_minus_1 + ((u >> sh) & 1u)) &
+    *s = u2f((u + k->half_minus_1 + ((u >> sh) & 1u)) &
                 ~((1u << sh) - 1u));
     return true;
 }
