@@ -57,7 +57,8 @@ done
 # The 2^-11 rule, update by update (same model, data order and policy as
 # sgd0.005-nomaster; see update_rule.c).
 RULE_BIN=$(build_program update_rule "$EXP/update_rule.c")
-job "$RULE_BIN" --out "$RESULTS/update_rule" "${RULE[@]}" --lr 0.005 --momentum 0 --scale 1024
+job --copy update_rule_steps.csv --copy update_rule_ratio.csv \
+    "$RULE_BIN" --out update_rule "${RULE[@]}" --lr 0.005 --momentum 0 --scale 1024
 
 run_jobs
 "$PY" "$EXP/summarize.py" "$RESULTS"

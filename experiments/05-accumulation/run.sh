@@ -11,8 +11,10 @@ if [ "$MODE" = quick ]; then DOTS=20; else DOTS=1000; fi
 BIN=$(build_program accum_sweep "$EXP/accum_sweep.c")
 # binary16 inputs and e4m3 inputs (DeepSeek-V3's FP8
 # GEMM), K = 64 ... 16384.
-job bash -c "$(q "$BIN") --input binary16 --dots $DOTS --kmax 16384 --seed 1 > $(q "$RESULTS/sweep_binary16.csv")"
-job bash -c "$(q "$BIN") --input e4m3 --dots $DOTS --kmax 16384 --seed 1 > $(q "$RESULTS/sweep_e4m3.csv")"
+for input in binary16 e4m3; do
+    job --copy "sweep_$input.csv" "$BIN" --input $input --dots $DOTS \
+        --kmax 16384 --seed 1 '>' "sweep_$input.csv"
+done
 run_jobs
 "$PY" "$EXP/summarize.py" "$RESULTS"
 finish
