@@ -52,7 +52,7 @@ if [ ! -x "$EMU" ] && [ $LIST_ONLY = 0 ]; then
 fi
 
 mkdir -p "$RESULTS" "$WORK"
-: > "$JOBLIST"
+rm -f "$JOBLIST"   # train and job write it anew
 COLLECT=()       # run folders to trim into $RESULTS after the jobs
 COLLECT_HIST=()  # 1 where the run's gradient histograms are kept
 COPY=()          # other files the jobs write into $WORK, copied as is
@@ -99,6 +99,7 @@ job() {
 # run_jobs: runs the job list (tools/runjobs.sh: GNU parallel, JOBS at a
 # time), then collects.  Fails if any job failed.
 run_jobs() {
+    touch "$JOBLIST"
     if [ $LIST_ONLY = 1 ]; then
         echo "$NAME ($MODE): $(wc -l < "$JOBLIST") jobs in $JOBLIST"
         exit 0
