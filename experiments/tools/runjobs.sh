@@ -28,7 +28,7 @@
 # failed job's log is printed).
 set -euo pipefail
 
-usage() { sed -n '2,31p' "$0" >&2; exit 2; }
+usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { print }' "$0" >&2; exit 2; }
 [ $# -ge 1 ] && [ $# -le 2 ] || usage
 case $1 in -h|--help) usage ;; esac
 LIST=$1
