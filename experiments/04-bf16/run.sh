@@ -24,17 +24,17 @@ COMMON=("${DATA[@]}" "${LEN[@]}" --model mlp:784-256-128-10 --batch 64
         --optimizer sgd --lr 0.05 --momentum 0.9 --schedule cosine
         --lr-final 0.0001)
 
-# Each variant once per seed (run folder VARIANT-sSEED); a seed fixes the
+# Each variant once per seed (run folder VARIANT-seedN); a seed fixes the
 # initial weights and the data order, the same for every variant, so the
 # differences to FP32 are paired by seed.
 for seed in "${SEEDS[@]}"; do
     KEEP_HIST=$([ "$seed" = 1 ] && echo 1 || echo 0) \
-        train "fp32-s$seed" --preset fp32 "${COMMON[@]}" --seed "$seed"
+        train "fp32-seed$seed" --preset fp32 "${COMMON[@]}" --seed "$seed"
     # Everything BF16 (weights, activations, gradients, momentum; FP32
     # accumulation); the weight update rounded to nearest, stochastically,
     # or Kahan-compensated; and the ablation with only the weights in FP32.
     for p in bf16-nearest bf16-sr bf16-kahan bf16-fp32w; do
-        train "$p-s$seed" --preset $p "${COMMON[@]}" --seed "$seed"
+        train "$p-seed$seed" --preset $p "${COMMON[@]}" --seed "$seed"
     done
 done
 

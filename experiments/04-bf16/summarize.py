@@ -11,11 +11,10 @@ learning rate is smallest).  Writes RESULTS_DIR/
                              difference to FP32 (variant - FP32, accuracy
                              in points), its 95% t interval and the verdict
                              (tools/seedstats.py states the rule)
-Run folders are VARIANT-sSEED; a folder without the suffix (the results of
+Run folders are VARIANT-seedN; a folder without the suffix (the results of
 the older, single-seed format) counts as the seed in its meta.json.
 """
 import os
-import re
 import sys
 
 import pandas as pd
@@ -48,27 +47,15 @@ FINDINGS = [
 
 
 def runs_table(results):
-    rows = []
-    for run in sorted(os.listdir(results)):
-        m = re.fullmatch(r"(.+?)(?:-s(\d+))?", run)
-        if m.group(1) not in VARIANTS or not eu.have(results, run):
-            continue
-        meta = eu.meta(results, run)
+    def measure(run):
         s = eu.steps(results, run)
         tail = s.iloc[-max(1, len(s) // 10):]
-        ev = pd.read_csv(os.path.join(results, run, "eval.csv"))
-        rows.append({"variant": m.group(1),
-                     "seed": int(m.group(2) or meta["config"]["seed"]),
-                     "run": run, "test_accuracy": meta["test_accuracy"],
-                     "test_loss": ev["test_loss"].iloc[-1],
-                     "train_loss_floor": eu.final_loss(s),
-                     "cancelled_updates": eu.absorbed_rate(s),
-                     "cancelled_updates_last_tenth": eu.absorbed_rate(tail)})
-    t = pd.DataFrame(rows)
-    if t.empty:
-        return t
-    t["variant"] = pd.Categorical(t["variant"], VARIANTS, ordered=True)
-    return t.sort_values(["variant", "seed"]).reset_index(drop=True)
+        return {"test_accuracy": eu.meta(results, run)["test_accuracy"],
+                "test_loss": eu.evals(results, run)["test_loss"].iloc[-1],
+                "train_loss_floor": eu.final_loss(s),
+                "cancelled_updates": eu.absorbed_rate(s),
+                "cancelled_updates_last_tenth": eu.absorbed_rate(tail)}
+    return eu.over_seeds(results, VARIANTS, measure)
 
 
 def main(results):
@@ -76,7 +63,6 @@ def main(results):
     if runs.empty:
         eu.write_tables(results, {"bf16_runs": runs})
         return 0
-    runs["variant"] = runs["variant"].astype(str)
     per = ss.per_variant(runs, METRICS)
     fp32 = runs[runs["variant"] == "fp32"].set_index("seed")["test_accuracy"]
     runs["diff_to_fp32_points"] = [

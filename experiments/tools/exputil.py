@@ -3,9 +3,15 @@ the notebooks: reading a run's result files and the quantities computed
 from them.  Everything here reads only the files that tools/collect.py
 keeps (meta.json, steps.csv, eval.csv, ops.csv, hist.csv,
 layers_steps.csv).
+
+Seeds: a run over seeds has one folder per seed, RUN-seedN.  Every reader
+here takes the run's name: RUN itself when that folder exists (the older,
+single-seed results), else RUN-seed1, so tables and figures of one run's
+mechanism read seed 1; seeds(results, RUN) lists every seed's folder.
 """
 import json
 import os
+import re
 
 import numpy as np
 import pandas as pd
@@ -13,25 +19,58 @@ import pandas as pd
 GRAD_ROLES = ("act_grad", "weight_grad")
 
 
+def _done(results, folder):
+    return os.path.exists(os.path.join(results, folder, "meta.json"))
+
+
+def folder(results, run):
+    """The folder of a run: RUN itself, else RUN-seed1 (see above)."""
+    if not _done(results, run) and _done(results, f"{run}-seed1"):
+        return f"{run}-seed1"
+    return run
+
+
+def seeds(results, run):
+    """{seed: folder} of a run: every RUN-seedN, or the single-seed folder
+    RUN with the seed of its meta.json."""
+    out = {}
+    if os.path.isdir(results):
+        for f in os.listdir(results):
+            m = re.fullmatch(re.escape(run) + r"-seed(\d+)", f)
+            if m and _done(results, f):
+                out[int(m.group(1))] = f
+    if not out and _done(results, run):
+        out[int(meta(results, run)["config"]["seed"])] = run
+    return dict(sorted(out.items()))
+
+
 def have(results, run):
-    return os.path.exists(os.path.join(results, run, "meta.json"))
+    return _done(results, folder(results, run))
 
 
 def meta(results, run):
-    with open(os.path.join(results, run, "meta.json")) as f:
+    with open(os.path.join(results, folder(results, run), "meta.json")) as f:
         return json.load(f)
 
 
+def _csv(results, run, name):
+    return pd.read_csv(os.path.join(results, folder(results, run), name))
+
+
 def steps(results, run):
-    return pd.read_csv(os.path.join(results, run, "steps.csv"))
+    return _csv(results, run, "steps.csv")
+
+
+def evals(results, run):
+    return _csv(results, run, "eval.csv")
 
 
 def ops(results, run):
-    return pd.read_csv(os.path.join(results, run, "ops.csv"))
+    return _csv(results, run, "ops.csv")
 
 
 def hist(results, run):
-    return pd.read_csv(os.path.join(results, run, "hist.csv"))
+    return _csv(results, run, "hist.csv")
 
 
 def is_grad_site(df):
@@ -110,3 +149,13 @@ def write_tables(results, tables):
         df.to_csv(path, index=False, float_format="%.6g")
         print(f"\n## {name}\n")
         print(markdown(df))
+
+
+def over_seeds(results, variants, measure):
+    """One row per (variant, seed) present: variant, seed, run (the folder)
+    and the dict measure(folder) returns."""
+    rows = []
+    for v in variants:
+        for seed, f in seeds(results, v).items():
+            rows.append({"variant": v, "seed": seed, "run": f, **measure(f)})
+    return pd.DataFrame(rows)
