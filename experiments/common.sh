@@ -112,9 +112,22 @@ run_jobs() {
 }
 
 # collect_jobs: trims every run of the list into $RESULTS and copies the
-# other outputs.
+# other outputs; run folders in $RESULTS that the list no longer makes
+# (renamed runs, the older single-seed folders) are removed, so that the
+# summaries never mix them in.
 collect_jobs() {
-    local i hist
+    local i hist d keep
+    for d in "$RESULTS"/*/; do
+        [ -f "$d/meta.json" ] || continue
+        keep=0
+        for i in "${COLLECT[@]}"; do
+            [ "$(basename "$d")" = "$i" ] && { keep=1; break; }
+        done
+        if [ $keep = 0 ]; then
+            echo "  removed (not in the job list): $(basename "$d")"
+            rm -rf "${d:?}"
+        fi
+    done
     for i in "${!COLLECT[@]}"; do
         hist=
         [ "${COLLECT_HIST[$i]}" = 1 ] && hist=--hist

@@ -1,9 +1,15 @@
 #!/usr/bin/env python3
 """summarize.py RESULTS_DIR — experiment 1's numbers, from its result files.
 
-Writes RESULTS_DIR/summary_scaling.csv, summary_master.csv and
-summary_rule.csv and prints them as Markdown tables (the README quotes
-them).  Called by run.sh after the runs.
+Writes RESULTS_DIR/summary_scaling.csv, summary_shift.csv,
+summary_master.csv and summary_rule.csv (the mechanism, from seed 1's runs:
+exputil reads RUN-seed1, or the older single-seed folder RUN), and over
+every seed summary_runs.csv (per run), summary_variants.csv (mean and sd
+per run name) and summary_findings.csv (per finding of the paper: the
+paired difference variant - baseline in accuracy points, its 95% t
+interval and the verdict; tools/seedstats.py states the rule), and prints
+them as Markdown tables (the README quotes them).  Called by run.sh after
+the runs.
 """
 import os
 import sys
@@ -14,6 +20,7 @@ import pandas as pd
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "tools"))
 import exputil as eu  # noqa: E402
+import seedstats as ss  # noqa: E402
 
 SCALES = (1, 8, 1024, 32768)
 SHIFT = {"plain": 0, "shifted": -12}
@@ -96,8 +103,9 @@ def master_table(results):
             row[f"{tag}_absorbed"] = eu.absorbed_rate(s)
             row[f"{tag}_test_accuracy"] = eu.meta(results, run)["test_accuracy"]
             row[f"{tag}_final_train_loss"] = eu.final_loss(s)
-        row["accuracy_gap_points"] = 100 * (row["master_test_accuracy"]
-                                            - row["nomaster_test_accuracy"])
+        # variant - baseline, as everywhere: no master copy - master copy.
+        row["diff_nomaster_minus_master_points"] = 100 * (
+            row["nomaster_test_accuracy"] - row["master_test_accuracy"])
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -130,11 +138,68 @@ def rule_table(results):
     }])
 
 
+# The training runs (each over seeds).
+RUNS = (["fp32"]
+        + [f"fp16-{v}-{s}" for v in SHIFT
+           for s in [f"s{x}" for x in SCALES] + ["dynamic"]]
+        + [f"fp16-shift{k}-s1" for k in (16, 20, 24)]
+        + ["fp16-nomaster"]
+        + [f"sgd{lr}-{m}" for lr in ("0.005", "0.001")
+           for m in ("master", "nomaster")])
+
+# "Matches FP32": the paper gives no band; ours is +-0.5 accuracy points.
+MATCH = 0.5
+# The findings, each a claim about variant - baseline in accuracy points.
+FINDINGS = [
+    ("loss scale 8 matches FP32", "fp16-plain-s8", "fp32",
+     ss.Claim("within", -MATCH, MATCH), "SSD: scale 8 matches FP32"),
+    ("unscaled FP16 matches FP32 (plain loss)", "fp16-plain-s1", "fp32",
+     ss.Claim("within", -MATCH, MATCH), "-"),
+    ("unscaled FP16 loses accuracy with gradients 2^12x smaller",
+     "fp16-shifted-s1", "fp32", ss.Claim("less", 0),
+     "SSD without scaling: diverges"),
+    ("a loss scale (2^15) recovers FP32 with gradients 2^12x smaller",
+     "fp16-shifted-s32768", "fp32", ss.Claim("within", -MATCH, MATCH),
+     "scaling recovers FP32"),
+    ("dynamic scaling recovers FP32 with gradients 2^12x smaller",
+     "fp16-shifted-dynamic", "fp32", ss.Claim("within", -MATCH, MATCH),
+     "scaling recovers FP32"),
+    ("unscaled FP16 fails with gradients 2^20x smaller (ours)",
+     "fp16-shift20-s1", "fp32", ss.Claim("less", -10), "-"),
+    ("no master copy loses accuracy (recipe, lr to 5e-4)", "fp16-nomaster",
+     "fp16-plain-dynamic", ss.Claim("less", 0),
+     "speech: 80% relative accuracy lost"),
+    ("no master copy loses accuracy (SGD lr 0.005)", "sgd0.005-nomaster",
+     "sgd0.005-master", ss.Claim("less", 0), "speech: 80% relative accuracy lost"),
+    ("no master copy loses accuracy (SGD lr 0.001)", "sgd0.001-nomaster",
+     "sgd0.001-master", ss.Claim("less", 0), "speech: 80% relative accuracy lost"),
+]
+
+
+def seed_tables(results):
+    def measure(run):
+        return {"test_accuracy": eu.meta(results, run)["test_accuracy"],
+                "final_train_loss": eu.final_loss(eu.steps(results, run))}
+    runs = eu.over_seeds(results, RUNS, measure)
+    if runs.empty:
+        return runs, runs, runs
+    per = ss.per_variant(runs, ["test_accuracy", "final_train_loss"])
+    findings = pd.DataFrame([
+        ss.finding(runs, name, "test_accuracy", variant, base, claim, paper,
+                   scale=100)
+        for name, variant, base, claim, paper in FINDINGS
+        if (runs.variant == variant).any() and (runs.variant == base).any()])
+    return runs, per, findings
+
+
 def main(results):
+    runs, per, findings = seed_tables(results)
     eu.write_tables(results, {"scaling": scaling_table(results),
                               "shift": shift_table(results),
                               "master": master_table(results),
-                              "rule": rule_table(results)})
+                              "rule": rule_table(results),
+                              "runs": runs, "variants": per,
+                              "findings": findings})
     return 0
 
 

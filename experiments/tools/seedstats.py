@@ -26,7 +26,12 @@ Conventions (every experiment uses them):
                  "inconclusive at this power"  otherwise, and whenever
                                        fewer than 2 seeds are paired.
                A within-claim that "reproduces" is an equivalence test (the
-               two one-sided tests at 2.5% each).
+               two one-sided tests at 2.5% each).  When every paired
+               difference is the same (sd 0 up to rounding: accuracies are
+               multiples of 1/test examples, so with 2-3 seeds this happens)
+               the interval is that single value; finding() says so in its
+               "note" column, since the verdict then rests on the seeds
+               agreeing exactly rather than on a measured spread.
 
 Only numpy, pandas and the standard library: the t distribution is computed
 here (its CDF from the regularized incomplete beta function, the quantile by
@@ -219,8 +224,11 @@ def finding(runs, name, metric, variant, baseline, claim, paper="",
         return pd.Series(scale * g[metric].to_numpy(dtype=float),
                          index=g["seed"].to_numpy())
     p = paired(series(variant), series(baseline), level)
+    note = ""
+    if p.n >= 2 and p.sd <= 1e-9 * max(1.0, abs(p.mean)):
+        note = "every paired difference equal: an interval of no width"
     return {"finding": name, "metric": metric, "variant": variant,
             "baseline": baseline, "seeds": p.n, "diff_mean": p.mean,
             "diff_sd": p.sd, "ci_lo": p.lo, "ci_hi": p.hi,
             "ci_level": level, "claim": claim.text(), "paper": paper,
-            "verdict": verdict(p, claim)}
+            "verdict": verdict(p, claim), "note": note}

@@ -162,6 +162,14 @@ def test_finding_row_and_per_variant():
     assert row["diff_mean"] == pytest.approx(d.mean(), abs=1e-12)
     assert row["ci_hi"] == pytest.approx(d.mean() + half, abs=1e-12)
     assert row["verdict"] == ss.REPRODUCES
+    assert row["note"] == ""
+    # Equal differences up to rounding (0.4 - 0.8 vs 0.5 - 0.9, scaled):
+    # an interval of no width, flagged.
+    same = pd.DataFrame({"variant": ["a", "a", "b", "b"], "seed": [1, 2, 1, 2],
+                         "acc": [0.8, 0.9, 0.4, 0.5]})
+    row = ss.finding(same, "b < a", "acc", "b", "a", ss.Claim("less", 0), scale=100)
+    assert row["diff_sd"] < 1e-12 and row["verdict"] == ss.REPRODUCES
+    assert "no width" in row["note"]
     t = ss.per_variant(runs, ["acc"])
     assert list(t["variant"]) == ["fp32", "bf16"]
     assert t.loc[0, "acc_mean"] == pytest.approx(np.mean([0.870, 0.875, 0.872]))
