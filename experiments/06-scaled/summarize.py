@@ -2,7 +2,7 @@
 """summarize.py RESULTS_DIR — experiment 6's numbers, from its result files.
 
 Writes to RESULTS_DIR:
-  summary_accuracy.csv  per run: final test accuracy, gap to the model's
+  summary_accuracy.csv  per run: final test accuracy, difference to the model's
                         FP32 run, training-loss floor, overall clipping and
                         flush-to-zero rates of the quantized GEMM operands
   summary_quant.csv     per run, layer and operand (x, w, dy.dw, x.dw, dy,
@@ -154,8 +154,9 @@ def main(results):
     for model in acc["model"].unique():
         base = acc[acc["run"] == f"{model}-fp32"]["test_accuracy"]
         sel = acc["model"] == model
-        acc.loc[sel, "gap_to_fp32_points"] = 100 * (base.iloc[0] - acc.loc[sel, "test_accuracy"])
-    acc = acc[["run", "model", "variant", "test_accuracy", "gap_to_fp32_points",
+        # variant - FP32, the sign convention of every experiment.
+        acc.loc[sel, "diff_to_fp32_points"] = 100 * (acc.loc[sel, "test_accuracy"] - base.iloc[0])
+    acc = acc[["run", "model", "variant", "test_accuracy", "diff_to_fp32_points",
                "final_train_loss", "clip_rate", "flush_rate", "steps",
                "skipped_steps", "nan_loss_steps", "seconds"]]
     quant, operand, split = (pd.DataFrame(quant), pd.DataFrame(operand),
@@ -169,7 +170,7 @@ def main(results):
 
     # The short tables.
     print("\n## accuracy (clip/flush: all quantized GEMM operands)\n")
-    print(eu.markdown(acc[["run", "test_accuracy", "gap_to_fp32_points",
+    print(eu.markdown(acc[["run", "test_accuracy", "diff_to_fp32_points",
                            "final_train_loss", "clip_rate", "flush_rate"]]))
     print("\n## clipping / flush-to-zero by operand (all layers)\n")
     t = operand.pivot(index="run", columns="operand", values=["clip_rate", "flush_rate"])

@@ -31,16 +31,16 @@ def folder(results, run):
 
 
 def seeds(results, run):
-    """{seed: folder} of a run: every RUN-seedN, or the single-seed folder
-    RUN with the seed of its meta.json."""
+    """{seed: folder} of a run: every RUN-seedN, and the folder RUN (older
+    results) under the seed of its meta.json."""
     out = {}
     if os.path.isdir(results):
         for f in os.listdir(results):
             m = re.fullmatch(re.escape(run) + r"-seed(\d+)", f)
             if m and _done(results, f):
                 out[int(m.group(1))] = f
-    if not out and _done(results, run):
-        out[int(meta(results, run)["config"]["seed"])] = run
+    if _done(results, run):
+        out.setdefault(int(meta(results, run)["config"]["seed"]), run)
     return dict(sorted(out.items()))
 
 
