@@ -2,9 +2,12 @@
 # Runs every experiment, then (unless --no-notebooks) executes the notebooks
 # on their results.
 #   experiments/run_all.sh --quick   the CI run: a few minutes in all,
-#                                    results in */results-quick/
+#                                    results in */results-quick/; an
+#                                    experiment with committed quick results
+#                                    fails unless it reproduces them bit for
+#                                    bit (see common.sh)
 #   experiments/run_all.sh           the full runs behind the READMEs
-#                                    (up to ~15 minutes each on 2 free cores)
+#                                    (up to ~20 minutes each on 2 free cores)
 # Environment: EMU (the emu program), EMU_BUILD (the build folder),
 # EMU_EXP_JOBS (runs at a time, default 2), EMU_EXP_WORK (raw run folders).
 set -euo pipefail
@@ -15,7 +18,7 @@ for a in "$@"; do
     case $a in
     --quick|--full) ARGS+=("$a") ;;
     --no-notebooks) NOTEBOOKS=0 ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     *) echo "$0: unknown argument '$a'" >&2; exit 2 ;;
     esac
 done
