@@ -51,6 +51,11 @@ if [ -z "$INDEX" ]; then
     # exit status is the number of failed jobs.
     SELF=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
     [ "$N" -gt 0 ] || exit 0
+    if ! command -v parallel >/dev/null; then
+        echo "runjobs.sh: GNU parallel not found (Debian: apt-get install parallel);" \
+             "or run each line by index: runjobs.sh $LIST 1 ... $N" >&2
+        exit 1
+    fi
     mkdir -p "$WORK/logs"
     seq 1 "$N" | parallel --will-cite --jobs "$JOBS" --line-buffer \
         --joblog "$WORK/logs/joblog.txt" -q bash "$SELF" "$LIST" {} || {
