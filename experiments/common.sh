@@ -13,7 +13,9 @@
 # Quick mode reproduces its committed results bit for bit: when
 # results-quick/ holds a previous run, finish compares the new results with
 # it (tools/compare_results.py: every CSV and JSON value except wall times
-# and the run_info.json record) and fails on any difference.
+# and the run_info.json record) and fails on any difference; when they are
+# the same it puts the previous folder back, so that a passing quick run
+# leaves committed files untouched.
 
 set -euo pipefail
 
@@ -166,7 +168,14 @@ finish() {
     echo "$NAME ($MODE): ${t}s wall, ${cpu}s CPU; results in $RESULTS (commit $commit)"
     if [ -n "$REF" ]; then
         if "$PY" "$TOOLS/compare_results.py" "$REF" "$RESULTS"; then
-            echo "$NAME (quick): the same results as before the run, bit for bit"
+            # The same results: leave the folder as it was, wall times and
+            # run_info.json (its commit still made these results)
+            # included, so that a passing run changes no committed file.
+            cp "$RESULTS/run_info.json" "$WORK/run_info.json"
+            rm -rf "${RESULTS:?}"
+            mv "$REF" "$RESULTS"
+            echo "$NAME (quick): the same results as before the run, bit for bit" \
+                 "($RESULTS left as it was; this run's record: $WORK/run_info.json)"
         else
             echo "$0: the quick results differ from the ones in $RESULTS before this" \
                  "run (kept in $REF); if the change is intended, commit the new ones" >&2
