@@ -61,12 +61,12 @@ COPY=()          # other files the jobs write into $WORK, copied as is
 T_START=$(date +%s)
 # In quick mode the committed results-quick/ is the reference the new run
 # must reproduce (see compare_results): a copy, taken before the run.
-REF=
+QUICK_REF=
 if [ "$MODE" = quick ] && [ $LIST_ONLY = 0 ] && [ $COLLECT_ONLY = 0 ] &&
    [ -f "$RESULTS/run_info.json" ]; then
-    REF=$WORK/reference
-    rm -rf "$REF"
-    cp -r "$RESULTS" "$REF"
+    QUICK_REF=$WORK/reference
+    rm -rf "$QUICK_REF"
+    cp -r "$RESULTS" "$QUICK_REF"
 fi
 
 # q ARGS...: a shell-quoted copy of ARGS, one string.
@@ -166,19 +166,19 @@ finish() {
         "$NAME" "$MODE" "$commit" "$([ $COLLECT_ONLY = 1 ] && echo elsewhere || echo here)" \
         "$t" "$cpu" "$JOBS" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" > "$RESULTS/run_info.json"
     echo "$NAME ($MODE): ${t}s wall, ${cpu}s CPU; results in $RESULTS (commit $commit)"
-    if [ -n "$REF" ]; then
-        if "$PY" "$TOOLS/compare_results.py" "$REF" "$RESULTS"; then
+    if [ -n "$QUICK_REF" ]; then
+        if "$PY" "$TOOLS/compare_results.py" "$QUICK_REF" "$RESULTS"; then
             # The same results: leave the folder as it was, wall times and
             # run_info.json (its commit still made these results)
             # included, so that a passing run changes no committed file.
             cp "$RESULTS/run_info.json" "$WORK/run_info.json"
             rm -rf "${RESULTS:?}"
-            mv "$REF" "$RESULTS"
+            mv "$QUICK_REF" "$RESULTS"
             echo "$NAME (quick): the same results as before the run, bit for bit" \
                  "($RESULTS left as it was; this run's record: $WORK/run_info.json)"
         else
             echo "$0: the quick results differ from the ones in $RESULTS before this" \
-                 "run (kept in $REF); if the change is intended, commit the new ones" >&2
+                 "run (kept in $QUICK_REF); if the change is intended, commit the new ones" >&2
             return 1
         fi
     fi
