@@ -60,10 +60,10 @@ COLLECT_HIST=()  # 1 where the run's gradient histograms are kept
 COPY=()          # other files the jobs write into $WORK, copied as is
 T_START=$(date +%s)
 # In quick mode the committed results-quick/ is the reference the new run
-# must reproduce (see compare_results): a copy, taken before the run.
+# must reproduce (see finish): a copy, taken before the run (or before
+# collecting the runs of a job list run elsewhere).
 QUICK_REF=
-if [ "$MODE" = quick ] && [ $LIST_ONLY = 0 ] && [ $COLLECT_ONLY = 0 ] &&
-   [ -f "$RESULTS/run_info.json" ]; then
+if [ "$MODE" = quick ] && [ $LIST_ONLY = 0 ] && [ -f "$RESULTS/run_info.json" ]; then
     QUICK_REF=$WORK/reference
     rm -rf "$QUICK_REF"
     cp -r "$RESULTS" "$QUICK_REF"
