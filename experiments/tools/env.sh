@@ -13,6 +13,7 @@
 #   WORK      raw run folders: $EMU_EXP_WORK/<experiment>/<mode>, default
 #             $EXP/work/<mode> (ignored by git; checkpoints live there)
 #   JOBLIST   the experiment's job list, $EXP/jobs-<mode>.txt
+# and, in quick mode, OPENBLAS_CORETYPE (below).
 ROOT=$(cd "$EXP/../.." && pwd)
 BUILD=${EMU_BUILD:-$ROOT/build}
 EMU=${EMU:-$BUILD/cli/emu}
@@ -27,3 +28,9 @@ case $WORK in /*) ;; *) WORK=$PWD/$WORK ;; esac
 [ -n "${EMU_EXP_WORK:-}" ] && WORK=$WORK/$NAME
 WORK=$WORK/$MODE
 JOBLIST=$EXP/jobs-$MODE.txt
+# Quick runs must reproduce their committed results on any x86-64 machine,
+# but the `fast` accumulator's binary32 GEMMs (OpenBLAS sgemm) round
+# differently with each CPU kernel OpenBLAS picks (Cooperlake, Haswell and
+# Nehalem kernels gave three different fp32 runs): quick mode pins the
+# SSE3 kernel every x86-64 CPU runs.  Full runs keep the fastest kernel.
+if [ "$MODE" = quick ]; then export OPENBLAS_CORETYPE=Prescott; fi
