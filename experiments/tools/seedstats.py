@@ -25,6 +25,7 @@ Conventions (every experiment uses them):
                                        within: hi < a or lo > b
                  "inconclusive at this power"  otherwise, and whenever
                                        fewer than 2 seeds are paired.
+               Bounds equal up to rounding noise (TOL) count as equal.
                A within-claim that "reproduces" is an equivalence test (the
                two one-sided tests at 2.5% each).  When every paired
                difference is the same (sd 0 up to rounding: accuracies are
@@ -178,23 +179,42 @@ class Claim:
         return f"in [{self.a:g}, {self.b:g}]"
 
 
+# Bounds are compared with this tolerance (relative to the larger of 1 and
+# the numbers compared): differences of decimal metrics carry rounding noise
+# (100 * (0.876 - 0.874) is 0.2000000000000018), which must not decide a
+# verdict at a claim's boundary.
+TOL = 1e-9
+
+
+def _eq(x, y):
+    return abs(x - y) <= TOL * max(1.0, abs(x), abs(y))
+
+
 def verdict(p, claim):
     """The verdict on a claim about the difference, from its interval (the
-    rule is in the module's docstring)."""
+    rule is in the module's docstring; bounds equal within TOL count as
+    equal)."""
     if p.n < 2 or math.isnan(p.lo):
         return INCONCLUSIVE
-    lo, hi = p.lo, p.hi
+    lo, hi, a, b = p.lo, p.hi, claim.a, claim.b
+
+    def lt(x, y):   # x < y, beyond rounding noise
+        return x < y and not _eq(x, y)
+
+    def le(x, y):   # x <= y, up to rounding noise
+        return x <= y or _eq(x, y)
+
     if claim.kind == "less":
-        if hi < claim.a:
+        if lt(hi, a):
             return REPRODUCES
-        return DOES_NOT if lo >= claim.a else INCONCLUSIVE
+        return DOES_NOT if le(a, lo) else INCONCLUSIVE
     if claim.kind == "greater":
-        if lo > claim.a:
+        if lt(a, lo):
             return REPRODUCES
-        return DOES_NOT if hi <= claim.a else INCONCLUSIVE
-    if claim.a <= lo and hi <= claim.b:
+        return DOES_NOT if le(hi, a) else INCONCLUSIVE
+    if le(a, lo) and le(hi, b):
         return REPRODUCES
-    if hi < claim.a or lo > claim.b:
+    if lt(hi, a) or lt(b, lo):
         return DOES_NOT
     return INCONCLUSIVE
 

@@ -148,6 +148,22 @@ def test_verdict_rule(lo, hi, claim, want):
     assert ss.verdict(interval(lo, hi), claim) == want
 
 
+def test_rounding_noise_does_not_decide():
+    # 100 * (0.876 - 0.874) is not exactly 0.2: at the band's edge the
+    # interval still counts as inside it, and the identical-runs case
+    # (exactly 0, or 0 up to noise) as not below 0.
+    d = 100 * (0.876 - 0.874)
+    assert d != 0.2
+    assert ss.verdict(interval(d, d), ss.Claim("within", -0.1, 0.2)) == ss.REPRODUCES
+    assert ss.verdict(interval(-d, -d), ss.Claim("within", -0.2, 0.1)) == ss.REPRODUCES
+    tiny = 100 * (0.3 - 0.1 - 0.2)
+    assert tiny != 0
+    assert ss.verdict(interval(tiny, tiny), ss.Claim("less", 0)) == ss.DOES_NOT
+    assert ss.verdict(interval(tiny, tiny), ss.Claim("greater", 0)) == ss.DOES_NOT
+    # A real margin beyond the tolerance still decides.
+    assert ss.verdict(interval(0.2001, 0.3), ss.Claim("within", -0.1, 0.2)) == ss.DOES_NOT
+
+
 def test_finding_row_and_per_variant():
     import pandas as pd
     runs = pd.DataFrame({
