@@ -414,6 +414,314 @@ START_TEST(embedding_sampled)
 }
 END_TEST
 
+
+/* ---- layer norm ---------------------------------------------------------------- */
+
+typedef struct ln_case {
+    size_t N, D;
+    emu_tensor x, y, mean, rstd, gamma, beta, dy, dx, dg, db;
+} ln_case;
+
+static void ln_make(ln_case *k, size_t N, size_t D, const char *yfmt, test_rng *g)
+{
+    memset(k, 0, sizeof *k);
+    k->N = N, k->D = D;
+    k->x = mk("x", "binary32", N, D, 0, 0);
+    k->y = mk("y", yfmt, N, D, 0, 0);
+    k->dy = mk("dy", "binary32", N, D, 0, 0);
+    k->dx = mk("dx", "binary32", N, D, 0, 0);
+    k->mean = mk("mean", "binary32", N, 0, 0, 0);
+    k->rstd = mk("rstd", "binary32", N, 0, 0, 0);
+    k->gamma = mk("gamma", "binary32", D, 0, 0, 0);
+    k->beta = mk("beta", "binary32", D, 0, 0, 0);
+    k->dg = mk("dgamma", "binary32", D, 0, 0, 0);
+    k->db = mk("dbeta", "binary32", D, 0, 0, 0);
+    for (size_t i = 0; i < N; i++) {
+        double off = grid(g, 2.0), spread = ldexp(1.0, (int)test_below(g, 4) - 1);
+        for (size_t d = 0; d < D; d++)
+            k->x.data[i * D + d] = (float)(off + spread * grid(g, 1.0));
+    }
+    for (size_t d = 0; d < D; d++) {
+        k->gamma.data[d] = grid(g, 1.0) + 0.25f;
+        k->beta.data[d] = grid(g, 1.0);
+    }
+    for (size_t j = 0; j < N * D; j++)
+        k->dy.data[j] = grid(g, 1.0);
+}
+
+static void ln_free(ln_case *k)
+{
+    emu_tensor *ts[] = { &k->x, &k->y, &k->mean, &k->rstd, &k->gamma, &k->beta,
+                         &k->dy, &k->dx, &k->dg, &k->db };
+    for (int i = 0; i < 10; i++)
+        emu_tensor_free(ts[i]);
+}
+
+/* Forward values of every site against MPFR in four formats and four
+ * modes: the exact model makes each sum exact, so every output is the
+ * exact value of its definition rounded once (within the binary64
+ * evaluation's few 2^-53 relative). */
+START_TEST(layernorm_sampled)
+{
+    test_rng g = test_rng_make(0x1a01);
+    emu_accum exact = accum_spec("exact");
+    const emu_rnd modes[] = { EMU_RNE, EMU_RZ, EMU_RU, EMU_RNA };
+    for (int f = 0; f < 4; f++) {
+        emu_ctx ctx;
+        emu_ctx_init(&ctx, 5);
+        emu_stats st;
+        emu_stats_init(&st);
+        ctx.stats = &st;
+        ctx.measure = EMU_MEASURE_ALL;
+        ctx.ref_rate = 1.0;
+        ln_case k;
+        ln_make(&k, 5, 12, fmts4[f], &g);
+        emu_tensor dx = mk("dxf", fmts4[f], 5, 12, 0, 0);
+        emu_rounding r = { .mode = modes[f] };
+        emu_layernorm_opts o = { .accum = &exact, .eps = 1e-5 };
+        ck_assert_int_eq(emu_t_layernorm(&ctx, "ln", &k.y, &k.mean, &k.rstd, &k.x,
+                                         &k.gamma, &k.beta, &o, &r), 0);
+        ck_assert_int_eq(emu_t_layernorm_backward(&ctx, "ln", &dx, &k.dg, &k.db,
+                                                  &k.dy, &k.x, &k.mean, &k.rstd,
+                                                  &k.gamma, &o, &r), 0);
+        const char *sites[] = { "ln.mean", "ln.var", "ln.rstd", "ln", "ln.dweight",
+                                "ln.dbias", "ln.dinput" };
+        /* directed modes: up to one ulp; nearest: half */
+        check_sites(&st, sites, 7, (modes[f] == EMU_RNE || modes[f] == EMU_RNA
+                                    ? 0.5 : 1.0) + 0x1p-20);
+        ck_assert(emu_stats_find_name(&st, "ln.var")->total.dot_samples > 0);
+        emu_stats_free(&st);
+        emu_tensor_free(&dx);
+        ln_free(&k);
+    }
+}
+END_TEST
+
+/* The mean under a narrow sequential accumulator: the model's sum (MPFR's
+ * additions in binary16) divided by D with one rounding; the variance's
+ * terms are the binary32 centred values. */
+START_TEST(layernorm_narrow_accumulator)
+{
+    test_rng g = test_rng_make(0x1a02);
+    ln_case k;
+    ln_make(&k, 4, 24, "binary32", &g);
+    for (size_t j = 0; j < k.x.n; j++)
+        k.x.data[j] = rnd_val(&g);
+    emu_accum seq = accum_spec("seq,acc=binary16");
+    emu_layernorm_opts o = { .accum = &seq, .eps = 1e-5 };
+    emu_ctx ctx;
+    emu_ctx_init(&ctx, 1);
+    ck_assert_int_eq(emu_t_layernorm(&ctx, "ln", &k.y, &k.mean, &k.rstd, &k.x,
+                                     NULL, NULL, &o, &test_rne), 0);
+    const emu_format *b16 = test_format("binary16"), *b32 = test_format("binary32");
+    for (size_t i = 0; i < k.N; i++) {
+        emu_status st;
+        double s = seq_ref(b16, &test_rne, 0.0, k.x.data + i * k.D, k.D);
+        double want = emu_ref_div(b32, s, (double)k.D, &test_rne, &st);
+        EXPECT(test_same(k.mean.data[i], want), "row %zu: mean %a, want %a", i,
+               k.mean.data[i], want);
+        float c[24];
+        double v = 0.0;
+        for (size_t d = 0; d < k.D; d++)
+            c[d] = (float)((double)k.x.data[i * k.D + d] - k.mean.data[i]);
+        for (size_t d = 0; d < k.D; d++) {
+            double sq = emu_ref_mul(b32, c[d], c[d], &test_rne, &st);
+            (void)sq;
+            /* the products are exact: the sum of squares in binary16 */
+            v = emu_ref_add(b16, v, (double)c[d] * c[d], &test_rne, &st);
+        }
+        double var = emu_ref_div(b32, v, (double)k.D, &test_rne, &st);
+        double rs = emu_ref_convert(b32, 1.0 / sqrt(var + 1e-5), &test_rne, &st);
+        EXPECT(fabs(k.rstd.data[i] - rs) <= ldexp(fabs(rs), -23),
+               "row %zu: rstd %a, want %a", i, k.rstd.data[i], rs);
+    }
+    ln_free(&k);
+}
+END_TEST
+
+/* Central differences of L = sum r y (binary32 tensors, exact model).
+ * Tolerance: the rounding noise of L(v +- h) over 2h (each y within half
+ * an ulp, and the stored mean and rstd within half an ulp of binary32,
+ * which move y by at most |y| 2^-23: together about
+ * sum |r| (|y| + 4) 2^-24 / (2h)), plus the truncation error, estimated
+ * from the difference of the central differences at h and 2h. */
+START_TEST(layernorm_finite_difference)
+{
+    test_rng g = test_rng_make(0x1a03);
+    ln_case k;
+    ln_make(&k, 3, 7, "binary32", &g);
+    emu_accum exact = accum_spec("exact");
+    emu_layernorm_opts o = { .accum = &exact, .eps = 1e-5 };
+    emu_ctx ctx;
+    emu_ctx_init(&ctx, 1);
+    ck_assert_int_eq(emu_t_layernorm(&ctx, "ln", &k.y, &k.mean, &k.rstd, &k.x,
+                                     &k.gamma, &k.beta, &o, &test_rne), 0);
+    ck_assert_int_eq(emu_t_layernorm_backward(&ctx, "ln", &k.dx, &k.dg, &k.db,
+                                              &k.dy, &k.x, &k.mean, &k.rstd,
+                                              &k.gamma, &o, &test_rne), 0);
+    emu_tensor y2 = mk("y2", "binary32", 3, 7, 0, 0);
+    emu_tensor m2 = mk("m2", "binary32", 3, 0, 0, 0), r2 = mk("r2", "binary32", 3, 0, 0, 0);
+    /* parameters to perturb: x, gamma, beta; the gradients to compare */
+    emu_tensor *par[] = { &k.x, &k.gamma, &k.beta };
+    emu_tensor *grad[] = { &k.dx, &k.dg, &k.db };
+    double worst = 0.0;
+    for (int p = 0; p < 3; p++)
+        for (size_t j = 0; j < par[p]->n; j++) {
+            double fd[2], noise = 0.0;
+            for (int hh = 0; hh < 2; hh++) {
+                const float h = hh ? 0x1p-9f : 0x1p-10f;
+                double L[2];
+                for (int s = 0; s < 2; s++) {
+                    float keep = par[p]->data[j];
+                    par[p]->data[j] = keep + (s ? -h : h);
+                    ck_assert_int_eq(emu_t_layernorm(&ctx, "ln", &y2, &m2, &r2,
+                                                     &k.x, &k.gamma, &k.beta, &o,
+                                                     &test_rne), 0);
+                    par[p]->data[j] = keep;
+                    L[s] = 0.0;
+                    for (size_t q = 0; q < y2.n; q++) {
+                        L[s] += (double)k.dy.data[q] * y2.data[q];
+                        if (hh == 0)
+                            noise += fabs(k.dy.data[q]) *
+                                     (fabs(y2.data[q]) + 4.0) * 0x1p-24;
+                    }
+                }
+                fd[hh] = (L[0] - L[1]) / (2.0 * h);
+                if (hh == 0)
+                    noise /= 2.0 * h;
+            }
+            const double got = grad[p]->data[j];
+            const double tol = noise + fabs(fd[1] - fd[0]) +
+                               ldexp(fabs(got), -23) + 1e-12;
+            EXPECT(fabs(got - fd[0]) <= tol,
+                   "param %d [%zu]: %.9g, fd %.9g (h: %.9g), tolerance %.3g", p, j,
+                   got, fd[0], fd[1], tol);
+            if (fabs(got - fd[0]) / tol > worst)
+                worst = fabs(got - fd[0]) / tol;
+        }
+    /* the check can fail: a gradient off by 1% of its size would show */
+    ck_assert(worst < 1.0);
+    emu_tensor_free(&y2);
+    emu_tensor_free(&m2);
+    emu_tensor_free(&r2);
+    ln_free(&k);
+}
+END_TEST
+
+/* The fast model agrees with the exact one to the binary64 sums' error
+ * (within one ulp of binary32 on these well-conditioned rows); D = 1 and
+ * a non-finite row; NULL gamma, beta and parameter gradients. */
+START_TEST(layernorm_fast_and_edges)
+{
+    test_rng g = test_rng_make(0x1a04);
+    ln_case a, b;
+    ln_make(&a, 6, 16, "binary32", &g);
+    g = test_rng_make(0x1a04);
+    ln_make(&b, 6, 16, "binary32", &g);
+    emu_accum exact = accum_spec("exact"), fast = accum_spec("fast");
+    emu_layernorm_opts oe = { .accum = &exact, .eps = 1e-5 },
+                       of = { .accum = &fast, .eps = 1e-5 };
+    emu_ctx ctx;
+    emu_ctx_init(&ctx, 1);
+    ck_assert_int_eq(emu_t_layernorm(&ctx, "ln", &a.y, &a.mean, &a.rstd, &a.x,
+                                     &a.gamma, &a.beta, &oe, &test_rne), 0);
+    ck_assert_int_eq(emu_t_layernorm_backward(&ctx, "ln", &a.dx, &a.dg, &a.db, &a.dy,
+                                              &a.x, &a.mean, &a.rstd, &a.gamma,
+                                              &oe, &test_rne), 0);
+    ck_assert_int_eq(emu_t_layernorm(&ctx, "ln", &b.y, &b.mean, &b.rstd, &b.x,
+                                     &b.gamma, &b.beta, &of, &test_rne), 0);
+    ck_assert_int_eq(emu_t_layernorm_backward(&ctx, "ln", &b.dx, &b.dg, &b.db, &b.dy,
+                                              &b.x, &b.mean, &b.rstd, &b.gamma,
+                                              &of, &test_rne), 0);
+    emu_tensor *ta[] = { &a.y, &a.mean, &a.rstd, &a.dx, &a.dg, &a.db };
+    emu_tensor *tb[] = { &b.y, &b.mean, &b.rstd, &b.dx, &b.dg, &b.db };
+    for (int t = 0; t < 6; t++)
+        for (size_t j = 0; j < ta[t]->n; j++) {
+            double u = ta[t]->data[j], v = tb[t]->data[j];
+            EXPECT(fabs(u - v) <= ldexp(fabs(u), -23) + 1e-6, "%s [%zu]: %a vs %a",
+                   ta[t]->name, j, u, v);
+        }
+    /* row 2 with an infinity: NaN (inf - inf); other rows unchanged */
+    a.x.data[2 * 16 + 5] = INFINITY;
+    float keep = a.y.data[0];
+    ck_assert_int_eq(emu_t_layernorm(&ctx, "ln", &a.y, &a.mean, &a.rstd, &a.x,
+                                     NULL, NULL, &oe, &test_rne), 0);
+    for (size_t d = 0; d < 16; d++)
+        ck_assert(isnan(a.y.data[2 * 16 + d]));
+    ck_assert(!isnan(a.y.data[0]) && a.y.data[0] != keep); /* no gamma, beta now */
+    ck_assert_int_eq(emu_t_layernorm_backward(&ctx, "ln", &a.dx, NULL, NULL, &a.dy,
+                                              &a.x, &a.mean, &a.rstd, NULL, &oe,
+                                              &test_rne), 0);
+    ck_assert(isnan(a.dx.data[2 * 16]) && !isnan(a.dx.data[0]));
+    /* D = 1: x - mean = 0, y = beta; the gradient of x is 0 */
+    emu_tensor x1 = mk("x1", "binary32", 3, 1, 0, 0), y1 = mk("y1", "binary32", 3, 1, 0, 0);
+    emu_tensor m1 = mk("m1", "binary32", 3, 0, 0, 0), r1 = mk("r1", "binary32", 3, 0, 0, 0);
+    emu_tensor b1 = mk("b1", "binary32", 1, 0, 0, 0), d1 = mk("d1", "binary32", 3, 1, 0, 0);
+    b1.data[0] = 0.75f;
+    x1.data[0] = 3.0f, x1.data[1] = -2.5f, x1.data[2] = 1e30f;
+    ck_assert_int_eq(emu_t_layernorm(&ctx, "ln1", &y1, &m1, &r1, &x1, NULL, &b1,
+                                     &oe, &test_rne), 0);
+    for (int i = 0; i < 3; i++) {
+        ck_assert(y1.data[i] == 0.75f && m1.data[i] == x1.data[i]);
+        ck_assert(r1.data[i] == (float)(1.0 / sqrt(1e-5)));
+    }
+    ck_assert_int_eq(emu_t_layernorm_backward(&ctx, "ln1", &d1, NULL, NULL, &x1,
+                                              &x1, &m1, &r1, NULL, &oe,
+                                              &test_rne), 0);
+    for (int i = 0; i < 3; i++)
+        ck_assert(d1.data[i] == 0.0f);
+    emu_tensor *t1[] = { &x1, &y1, &m1, &r1, &b1, &d1 };
+    for (int i = 0; i < 6; i++)
+        emu_tensor_free(t1[i]);
+    ln_free(&a);
+    ln_free(&b);
+}
+END_TEST
+
+START_TEST(layernorm_refusals)
+{
+    test_rng g = test_rng_make(0x1a05);
+    ln_case k;
+    ln_make(&k, 3, 4, "binary32", &g);
+    emu_accum seq = accum_spec("seq");
+    emu_layernorm_opts o = { .accum = &seq, .eps = 1e-5 }, bad = o;
+    emu_ctx ctx;
+    emu_ctx_init(&ctx, 1);
+    k.y.data[0] = 99.0f;
+    ck_assert_int_eq(emu_t_layernorm(&ctx, "ln", &k.y, &k.mean, &k.rstd, &k.x,
+                                     &k.gamma, &k.beta, NULL, &test_rne), -1);
+    bad.eps = 0.0;
+    ck_assert_int_eq(emu_t_layernorm(&ctx, "ln", &k.y, &k.mean, &k.rstd, &k.x,
+                                     &k.gamma, &k.beta, &bad, &test_rne), -1);
+    bad = o;
+    bad.accum = NULL;
+    ck_assert_int_eq(emu_t_layernorm(&ctx, "ln", &k.y, &k.mean, &k.rstd, &k.x,
+                                     &k.gamma, &k.beta, &bad, &test_rne), -1);
+    /* gamma of N values, mean of D values, y sharing the mean's storage */
+    ck_assert_int_eq(emu_t_layernorm(&ctx, "ln", &k.y, &k.mean, &k.rstd, &k.x,
+                                     &k.mean, &k.beta, &o, &test_rne), -1);
+    ck_assert_int_eq(emu_t_layernorm(&ctx, "ln", &k.y, &k.gamma, &k.rstd, &k.x,
+                                     NULL, NULL, &o, &test_rne), -1);
+    ck_assert_int_eq(emu_t_layernorm(&ctx, "ln", &k.y, &k.rstd, &k.rstd, &k.x,
+                                     NULL, NULL, &o, &test_rne), -1);
+    ck_assert_int_eq(ctx.err.code, EMU_EINVAL);
+    ck_assert(k.y.data[0] == 99.0f);
+    ck_assert_int_eq(emu_t_layernorm_backward(&ctx, "ln", &k.dx, &k.dg, &k.dg,
+                                              &k.dy, &k.x, &k.mean, &k.rstd,
+                                              &k.gamma, &o, &test_rne), -1);
+    ck_assert_int_eq(emu_t_layernorm_backward(&ctx, "ln", &k.dx, &k.dg, &k.db,
+                                              &k.dy, &k.x, &k.mean, &k.rstd,
+                                              &k.gamma, &o, NULL), -1);
+    /* in place is allowed: y over x, dx over dy */
+    ck_assert_int_eq(emu_t_layernorm(&ctx, "ln", &k.x, &k.mean, &k.rstd, &k.x,
+                                     &k.gamma, &k.beta, &o, &test_rne), 0);
+    ck_assert_int_eq(emu_t_layernorm_backward(&ctx, "ln", &k.dy, &k.dg, &k.db,
+                                              &k.dy, &k.x, &k.mean, &k.rstd,
+                                              &k.gamma, &o, &test_rne), 0);
+    ln_free(&k);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("ops_seq");
@@ -425,6 +733,13 @@ static Suite *suite(void)
     tcase_add_test(tc, embedding_finite_difference);
     tcase_add_test(tc, embedding_refusals);
     tcase_add_test(tc, embedding_sampled);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("layernorm");
+    tcase_add_test(tc, layernorm_sampled);
+    tcase_add_test(tc, layernorm_narrow_accumulator);
+    tcase_add_test(tc, layernorm_finite_difference);
+    tcase_add_test(tc, layernorm_fast_and_edges);
+    tcase_add_test(tc, layernorm_refusals);
     suite_add_tcase(s, tc);
     return s;
 }
