@@ -12,9 +12,14 @@
  *
  * What is rounded, and where (each through the choke point, once); every
  * sum is one dot product under the model of the options, its terms (exact
- * products of binary32 values) in the order given; the fast model sums in
- * binary64, each output's terms in that order (computed across outputs,
- * fast_dots), and multiplies by s in binary64:
+ * products of binary32 values) in the order given.  The fast model, as
+ * emu_t_matmul's: per example and head, each product is one binary32 GEMM
+ * (sgemm where the library has BLAS; its summation order), the masked
+ * entries entering as zero terms, the scale s applied in binary64; when
+ * qkv or dout holds an inf or NaN (which a zero term would spread across
+ * the mask), binary64 sums of the defined terms in their order
+ * (fast_dots).  The softmax and dscores row sums under the fast model are
+ * binary64 sums.
  *   <site>.scores   S[t, t2] = s (sum over d of q[t, d] k[t2, d]), t2 <= t:
  *                   the accumulator's value times s, exactly
  *                   (emu_scale_pairs), rounded once into att's format
@@ -84,6 +89,7 @@ typedef struct attn_op {
     uint64_t seed, stream;
     emu_accum_counts *counts;
     const double *fres;       /* the fast model's sums, by output index   */
+    const float *f32;         /* or its binary32 GEMM results             */
     /* softmax: the row being produced */
     size_t row;
     bool have_row;
@@ -187,6 +193,13 @@ static int dot_fill(const void *vop, size_t i0, size_t m, double *hi,
 {
     const attn_op *op = vop;
     bool any = false;
+    if (op->f32) {
+        /* the fast model's binary32 results, scaled in binary64 */
+        const double sc = scaled(op) ? op->scale : 1.0;
+        for (size_t j = 0; j < m; j++)
+            hi[j] = (double)op->f32[i0 + j] * sc;
+        return 0;
+    }
     for (size_t j = 0; j < m; j++) {
         if (op->fres) {
             /* the fast model: binary64 sums, scaled in binary64 */
@@ -292,6 +305,66 @@ static void fast_dots(const attn_op *op, double *res, float *tmp, double *acc)
             }
             }
         }
+}
+
+/* The unscaled products' binary32 results are binary32 values: copied. */
+static void dot_fill32(const void *vop, size_t i0, size_t m, float *v)
+{
+    const attn_op *op = vop;
+    memcpy(v, op->f32 + i0, m * sizeof *v);
+}
+
+/* The fast model with finite operands: each product of an example and a
+ * head as a binary32 GEMM (emu_gemm_fast_f32: sgemm where the library has
+ * BLAS, as emu_t_matmul's fast model), masked entries as zero terms (the
+ * scores and G computed in full, their triangle kept), into res by output
+ * index.  tmp: T max(T, hs) floats.  Returns -1 if out of memory. */
+static int fast_gemms(const attn_op *op, float *res, float *tmp)
+{
+    const size_t B = op->B, T = op->T, C = op->C, H = op->H, hs = op->hs;
+    const ptrdiff_t C3 = (ptrdiff_t)op->C3, Cs = (ptrdiff_t)C, Ts = (ptrdiff_t)T;
+    for (size_t b = 0; b < B; b++)
+        for (size_t h = 0; h < H; h++) {
+            const size_t bh = b * H + h;
+            const float *q = op->qkv + b * T * op->C3 + h * hs;
+            const float *k = q + C, *v = q + 2 * C;
+            const float *dy = op->dout ? op->dout + b * T * C + h * hs : NULL;
+            const float *P = op->what == AT_OUT || op->what == AT_DV
+                                 ? op->att + bh * T * T
+                                 : op->ds ? op->ds + bh * T * T : NULL;
+            int rc;
+            switch (op->what) {
+            case AT_SCORES: /* q k^T */
+            case AT_DATT:   /* dout v^T */
+                rc = op->what == AT_SCORES
+                         ? emu_gemm_fast_f32(T, T, hs, q, C3, 1, k, 1, C3, NULL, tmp)
+                         : emu_gemm_fast_f32(T, T, hs, dy, Cs, 1, v, 1, C3, NULL, tmp);
+                if (rc)
+                    return -1;
+                for (size_t t = 0; t < T; t++)
+                    memcpy(res + bh * op->tri + t * (t + 1) / 2, tmp + t * T,
+                           (t + 1) * sizeof *res);
+                continue;
+            case AT_OUT: /* att v */
+                rc = emu_gemm_fast_f32(T, hs, T, P, Ts, 1, v, C3, 1, NULL, tmp);
+                break;
+            case AT_DQ: /* dS k */
+                rc = emu_gemm_fast_f32(T, hs, T, P, Ts, 1, k, C3, 1, NULL, tmp);
+                break;
+            case AT_DV: /* att^T dout */
+                rc = emu_gemm_fast_f32(T, hs, T, P, 1, Ts, dy, Cs, 1, NULL, tmp);
+                break;
+            default: /* AT_DK: dS^T q */
+                rc = emu_gemm_fast_f32(T, hs, T, P, 1, Ts, q, C3, 1, NULL, tmp);
+                break;
+            }
+            if (rc)
+                return -1;
+            for (size_t t = 0; t < T; t++)
+                memcpy(res + (b * T + t) * C + h * hs, tmp + t * hs,
+                       hs * sizeof *res);
+        }
+    return 0;
 }
 
 /* exact = sum x[k] y[k] (exact products, exact sum at exact's precision:
@@ -531,7 +604,23 @@ static int commit_dots(emu_ctx *ctx, const char *site, const char *suffix,
     op->counts = swamp ? &counts : NULL;
     op->stream = emu_ctx_stream(ctx) ^ ACCUM_STREAM_TAG;
     double *fres = NULL;
-    if (op->accum->kind == EMU_ACCUM_FAST) {
+    float *f32 = NULL;
+    /* Zero terms of the masked entries would turn an inf or NaN of a later
+     * (or, for dv and dk, earlier) position into NaN: the GEMMs only with
+     * finite operands. */
+    const bool finite = emu_all_finite(op->qkv, op->B * op->T * op->C3) &&
+                        (!op->dout || emu_all_finite(op->dout, op->B * op->T * op->C));
+    if (op->accum->kind == EMU_ACCUM_FAST && finite) {
+        const size_t T = op->T, big = T > op->hs ? T : op->hs;
+        f32 = malloc((out->n + T * big) * sizeof *f32);
+        if (!f32)
+            return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory");
+        if (fast_gemms(op, f32, f32 + out->n)) {
+            free(f32);
+            return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory");
+        }
+        op->f32 = f32;
+    } else if (op->accum->kind == EMU_ACCUM_FAST) {
         const size_t T = op->T, big = T > op->hs ? T : op->hs;
         fres = emu_scratch(ctx, site, out->n + big);
         float *tmp = fres ? malloc(T * op->hs * sizeof *tmp) : NULL;
@@ -547,10 +636,16 @@ static int commit_dots(emu_ctx *ctx, const char *site, const char *suffix,
     emu_op_out oo = { .site = sub, .kind = kind, .out = out, .fill = dot_fill,
                       .swamp = op->counts, .op = op, .ref = dot_ref,
                       .rnd = rnd, .store_early = true };
+    if (f32 && !scaled(op)) {
+        oo.fill = NULL;
+        oo.fill32 = dot_fill32;
+    }
     int rc = emu_commit(ctx, &oo);
     op->counts = NULL;
     op->fres = NULL;
+    op->f32 = NULL;
     free(fres);
+    free(f32);
     return rc;
 }
 

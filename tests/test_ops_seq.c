@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops_internal.h" /* emu_gemm_fast_f32: the fast model's GEMM */
 #include "testutil.h"
 
 static emu_tensor mk(const char *name, const char *fmt, size_t a, size_t b,
@@ -1052,45 +1053,66 @@ START_TEST(attention_refusals)
 END_TEST
 
 
-/* The fast model: each output of att v and of the dv product is the
- * binary64 sum of its terms in their defined order, rounded once (the
- * library forms them across outputs: the same sums). */
+/* The fast model: with finite operands each product is emu_gemm_fast_f32
+ * of an example and a head (att v and att^T dout checked here, rounded once
+ * into bfloat16); with a NaN in qkv, the binary64 sums of the defined terms
+ * in their order, and the NaN reaches only the outputs whose terms hold it
+ * (nothing leaks across the mask as 0 * NaN). */
 START_TEST(attention_fast_is_its_definition)
 {
     test_rng g = test_rng_make(0xa706);
-    at_case k;
-    at_make(&k, 2, 7, 12, 3, "bfloat16", &g);
-    for (size_t j = 0; j < k.qkv.n; j++)
-        k.qkv.data[j] = rnd_val(&g);
-    for (size_t j = 0; j < k.dout.n; j++)
-        k.dout.data[j] = rnd_val(&g);
+    const size_t B = 2, T = 7, C = 12, H = 3, hs = 4;
+    const emu_format *bf = test_format("bfloat16");
     emu_accum fast = accum_spec("fast");
     emu_ctx ctx;
     emu_ctx_init(&ctx, 1);
-    at_run(&ctx, &k, &fast, &test_rne, true);
-    const size_t T = 7, C = 12, H = 3, hs = 4;
-    const emu_format *bf = test_format("bfloat16");
-    for (size_t b = 0; b < 2; b++)
-        for (size_t t = 0; t < T; t++)
-            for (size_t c = 0; c < C; c++) {
-                const size_t h = c / hs;
-                const float *P = k.att.data + ((b * H + h) * T) * T;
-                double s = 0.0, sv = 0.0;
-                for (size_t u = 0; u <= t; u++)
-                    s += (double)P[t * T + u] * k.qkv.data[(b * T + u) * 3 * C + 2 * C + c];
-                for (size_t u = t; u < T; u++)
-                    sv += (double)P[u * T + t] * k.dout.data[(b * T + u) * C + c];
-                emu_status st;
-                double want = emu_ref_convert(bf, s, &test_rne, &st);
-                double wantv = emu_ref_convert(bf, sv, &test_rne, &st);
-                EXPECT(test_same(k.out.data[(b * T + t) * C + c], want),
-                       "out (%zu, %zu, %zu): %a, want %a", b, t, c,
-                       k.out.data[(b * T + t) * C + c], want);
-                EXPECT(test_same(k.dqkv.data[(b * T + t) * 3 * C + 2 * C + c], wantv),
-                       "dv (%zu, %zu, %zu): %a, want %a", b, t, c,
-                       k.dqkv.data[(b * T + t) * 3 * C + 2 * C + c], wantv);
+    for (int with_nan = 0; with_nan < 2; with_nan++) {
+        at_case k;
+        at_make(&k, B, T, C, H, "bfloat16", &g);
+        for (size_t j = 0; j < k.qkv.n; j++)
+            k.qkv.data[j] = rnd_val(&g);
+        for (size_t j = 0; j < k.dout.n; j++)
+            k.dout.data[j] = rnd_val(&g);
+        const size_t nan_t = 4, nan_c = 5; /* v of example 1, time 4, column 5 */
+        if (with_nan)
+            k.qkv.data[(1 * T + nan_t) * 3 * C + 2 * C + nan_c] = NAN;
+        at_run(&ctx, &k, &fast, &test_rne, true);
+        float gem[7 * 4], gemv[7 * 4];
+        for (size_t b = 0; b < B; b++)
+            for (size_t h = 0; h < H; h++) {
+                const float *P = k.att.data + (b * H + h) * T * T;
+                const float *v = k.qkv.data + b * T * 3 * C + 2 * C + h * hs;
+                const float *dy = k.dout.data + b * T * C + h * hs;
+                ck_assert_int_eq(emu_gemm_fast_f32(T, hs, T, P, (ptrdiff_t)T, 1, v,
+                                                   (ptrdiff_t)(3 * C), 1, NULL, gem), 0);
+                ck_assert_int_eq(emu_gemm_fast_f32(T, hs, T, P, 1, (ptrdiff_t)T, dy,
+                                                   (ptrdiff_t)C, 1, NULL, gemv), 0);
+                for (size_t t = 0; t < T; t++)
+                    for (size_t d = 0; d < hs; d++) {
+                        const size_t c = h * hs + d;
+                        double s = gem[t * hs + d], sv = gemv[t * hs + d];
+                        if (with_nan) {
+                            s = sv = 0.0;
+                            for (size_t u = 0; u <= t; u++)
+                                s += (double)P[t * T + u] * v[u * 3 * C + d];
+                            for (size_t u = t; u < T; u++)
+                                sv += (double)P[u * T + t] * dy[u * C + d];
+                            EXPECT((bool)isnan(s) == (b == 1 && c == nan_c && t >= nan_t),
+                                   "NaN at (%zu, %zu, %zu)", b, t, c);
+                        }
+                        emu_status st;
+                        double want = emu_ref_convert(bf, s, &test_rne, &st);
+                        double wantv = emu_ref_convert(bf, sv, &test_rne, &st);
+                        const float got = k.out.data[(b * T + t) * C + c];
+                        const float gotv = k.dqkv.data[(b * T + t) * 3 * C + 2 * C + c];
+                        EXPECT(test_same(got, want), "nan %d out (%zu, %zu, %zu): %a, "
+                               "want %a", with_nan, b, t, c, got, want);
+                        EXPECT(test_same(gotv, wantv), "nan %d dv (%zu, %zu, %zu): %a, "
+                               "want %a", with_nan, b, t, c, gotv, wantv);
+                    }
             }
-    at_free(&k);
+        at_free(&k);
+    }
 }
 END_TEST
 
