@@ -4,7 +4,9 @@
 weights file, must agree on a fixed batch of the embedded data -- the loss,
 the logits and every parameter gradient -- and over the first 10 optimizer
 steps of `emu train` (SGD with momentum and weight decay; Adam, whose
-weight decay in libemu is decoupled, i.e. PyTorch's AdamW).
+weight decay in libemu is decoupled, i.e. PyTorch's AdamW).  Language
+models (gpt:L-D-H-T, libemu's layer names, the head tied to wte) are
+checked on the loss, logits and every gradient of one batch of windows.
 
 Weights go both ways: for the gradient check PyTorch initialises the model
 and writes the file (json.dumps formatting, not libemu's), libemu loads it;
@@ -35,6 +37,23 @@ rounds every partial sum):
               of the two binary32 results says nothing sharp.  The 10
               training losses are checked the same way.
   loss, logits  1e-5 relative (measured: under 1.1e-7).
+  gpt         (gpt:2-32-4-16 and the default gpt:4-128-4-64 on 4 windows of
+              T random ids of the 97-character vocabulary; the head tied to
+              wte, so wte's gradient is the head's plus the embedding's)
+              the same elementwise bound as the MLPs, 1e-4 relative + 1e-5
+              of the tensor's largest element, and the binary64 comparison
+              (libemu within 4x of PyTorch binary32's own error, + 1e-6 of
+              the largest element).  A gradient element here is a chain of
+              ~6L + 8 ops whose sums run over at most 4D = 512 (the
+              MLP's projection) or B T = 256 terms (weight gradients); the
+              rounding errors of such a chain, fp32 against fp32 in other
+              orders, are of the order of 1e-6 of the tensor's largest
+              element where layer norm's and softmax's backward passes
+              cancel (measured: max |diff| / max|grad| 6.6e-7 and 1.0e-6;
+              libemu 5.7e-7 and 7.9e-7 off binary64 where PyTorch's binary32
+              is 4.9e-7 and 6.2e-7).  A wrong term is off by O(1) of the
+              largest element (an embedding gradient that started from
+              garbage was off by 4e-2).
   10 steps    losses 1e-5 relative: the step-1 differences above, carried
               through 10 updates (measured: under 1.5e-7, SGD and AdamW).
 
