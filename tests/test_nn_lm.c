@@ -674,6 +674,52 @@ START_TEST(exemptions)
 }
 END_TEST
 
+/* ---- it learns ---------------------------------------------------------------- */
+
+/* A sequence whose next id is a function of the current one (v -> 3v + 1
+ * mod V, a permutation): a trained model predicts it almost surely.  50
+ * AdamW steps (every parameter through emu_t_adam_update) must bring the
+ * loss from ln V to below a tenth of it, and the windows' starts vary, so
+ * that the positions must not matter. */
+START_TEST(learns_a_sequence)
+{
+    lm_fixture f;
+    lm_make(&f, "fp32-fast", 1, 32, 2, 16, 11, 4, 16, 29);
+    const int V = f.V, R = f.B * f.S;
+    double first = 0.0, last = 0.0;
+    for (int step = 0; step < 50; step++) {
+        for (int b = 0; b < f.B; b++) {
+            int v = (step * 7 + b * 3) % V;
+            for (int t = 0; t < f.S; t++) {
+                f.m.tokens[b * f.S + t] = v;
+                v = (3 * v + 1) % V;
+                f.targets[b * f.S + t] = v;
+            }
+        }
+        lm_step(&f);
+        if (step == 0)
+            first = f.m.loss.data[0];
+        last = f.m.loss.data[0];
+        emu_adam_opts o = { .lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f,
+                            .eps = 1e-8f, .weight_decay = 0.0f, .t = step + 1 };
+        for (int i = 0; i < f.m.n_layers; i++) {
+            emu_layer *l = &f.m.layers[i];
+            emu_param *ps[2] = { &l->weight, &l->bias };
+            for (int k = 0; k < 2 && l->has_params; k++)
+                if (ps[k]->w.data &&
+                    emu_t_adam_update(&f.ctx, "update", &ps[k]->w, &ps[k]->m,
+                                      &ps[k]->v, &ps[k]->g, &o, &test_rne))
+                    ck_abort_msg("update: %s", f.ctx.err.message);
+        }
+    }
+    printf("learns_a_sequence: loss %.4f -> %.4f over 50 steps (%d rows)\n",
+           first, last, R);
+    ck_assert_msg(fabs(first - log((double)V)) < 0.3, "first loss %g", first);
+    ck_assert_msg(last < 0.1 * first, "loss %g -> %g", first, last);
+    lm_free(&f);
+}
+END_TEST
+
 /* ---- refusals -------------------------------------------------------------- */
 
 START_TEST(refusals)
@@ -721,6 +767,13 @@ START_TEST(refusals)
         ck_assert_ptr_null(m.layers);
         ck_assert_ptr_null(m.tokens);
     }
+    /* Per-layer adaptive loss scaling cannot compose along residuals. */
+    emu_policy ad;
+    ck_assert_int_eq(emu_policy_preset(&ad, "adaptive", &err), 0);
+    ck_assert_int_eq(emu_model_build_lm(&m, "gpt:1-8-2-8", &ad, 2, 8, 11, 1,
+                                        &ctx, &err), -1);
+    ck_assert_msg(strstr(err.message, "adaptive"), "%s", err.message);
+    ck_assert_ptr_null(m.layers);
     /* The image builder sends language models away, by name. */
     ck_assert_int_eq(emu_model_build(&m, "gpt:2-16-2-8", &p, 2, 1, 28, 28, 10, 1,
                                      &ctx, &err), -1);
@@ -756,6 +809,7 @@ static Suite *suite(void)
     tcase_add_test(t, weights_round_trip);
     tcase_add_test(t, scaled_presets);
     tcase_add_test(t, exemptions);
+    tcase_add_test(t, learns_a_sequence);
     tcase_add_test(t, refusals);
     suite_add_tcase(s, t);
     return s;

@@ -6,6 +6,7 @@
  *   peer init ARCH PRESET SEED OUT
  *       the weights a run `emu train --model ARCH --preset PRESET --seed
  *       SEED` starts from (the random initialisation), as a weights file
+ *       (a language model: over the 97-character text vocabulary)
  *   peer grad ARCH WEIGHTS SEED NTRAIN NTEST BATCH STEPS OUT
  *       the fp32 preset's model with WEIGHTS loaded: one forward and
  *       backward pass on the first batch of `emu train --seed SEED
@@ -65,8 +66,12 @@ static int init(const char *arch, const char *preset, uint64_t seed,
     if (emu_policy_preset(&p, preset, &err))
         return die("preset", &err);
     emu_ctx_init(&ctx, seed);
-    /* The embedded data's shape: 1 x 28 x 28, 10 classes. */
-    if (emu_model_build(&m, arch, &p, 1, 1, 28, 28, 10, seed, &ctx, &err))
+    /* The embedded data's shape: 1 x 28 x 28, 10 classes; a language
+     * model's: the 97-character text vocabulary (its weights do not
+     * depend on the window). */
+    if (emu_arch_is_lm(arch)
+            ? emu_model_build_lm(&m, arch, &p, 1, 1, 97, seed, &ctx, &err)
+            : emu_model_build(&m, arch, &p, 1, 1, 28, 28, 10, seed, &ctx, &err))
         return die(arch, &err);
     int rc = emu_model_save_weights(&m, out, &err) ? die(out, &err) : 0;
     emu_model_free(&m);

@@ -8,7 +8,8 @@
  * each tensor role, which format and rounding it lives in; presets name
  * the recipes of the mixed-precision papers.
  *
- * Shapes: B batch, C channels, H x W image, F features, K classes.
+ * Shapes: B batch, C channels, H x W image, F features, K classes; for
+ * language models T tokens per window, V ids, D width (B*T rows).
  */
 #ifndef EMU_NN_H
 #define EMU_NN_H
@@ -278,6 +279,8 @@ void emu_model_free(emu_model *m);
  * loss is their mean cross-entropy.  Named tensors, weights files and
  * checkpoints work as for the other models (names: wte.weight,
  * wpe.weight, h0.ln1.weight, h0.attn.qkv.weight, ..., ln_f.bias).
+ * m->classes is V, m->in_dims (seq_len, 1, 1), and m->x is not allocated
+ * (the embeddings read m->tokens).
  * Refuses, naming the value: a spec that does not parse, sizes < 1 or
  * absurd (L <= 64, D <= 8192, T <= 8192, at most 2^31 parameters), D not
  * divisible by H,
