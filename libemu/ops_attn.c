@@ -90,6 +90,7 @@ typedef struct attn_op {
     emu_accum_counts *counts;
     const double *fres;       /* the fast model's sums, by output index   */
     const float *f32;         /* or its binary32 GEMM results             */
+    bool finite;              /* qkv and dout hold no inf or NaN          */
     /* softmax: the row being produced */
     size_t row;
     bool have_row;
@@ -432,15 +433,18 @@ static int softmax_fill(const void *vop, size_t i0, size_t m, double *hi,
     (void)lo;
     attn_op *op = (attn_op *)vop; /* its row cache: filled in order */
     const size_t T = op->T;
-    for (size_t j = 0; j < m; j++) {
-        const size_t o = i0 + j, row = o / T, t2 = o % T;
-        if (t2 > row % T) {
-            hi[j] = 0.0;
-            continue;
-        }
-        if (!op->have_row || op->row != row)
+    for (size_t j = 0; j < m;) {
+        /* the rest of row `row` that lies in this chunk: t2 .. t2 + n - 1 */
+        const size_t o = i0 + j, row = o / T, t2 = o % T, t = row % T;
+        const size_t n = T - t2 < m - j ? T - t2 : m - j;
+        if (t2 <= t && (!op->have_row || op->row != row))
             softmax_row(op, row);
-        hi[j] = op->e[t2] / op->E;
+        const float *e = op->e;
+        const double E = op->E;
+        double *h = hi + j;
+        for (size_t u = 0; u < n; u++)
+            h[u] = t2 + u <= t ? e[t2 + u] / E : 0.0;
+        j += n;
     }
     return 0;
 }
@@ -493,11 +497,15 @@ static int dscores_fill(const void *vop, size_t i0, size_t m, double *hi,
 {
     (void)lo;
     const attn_op *op = vop;
+    size_t row, t2;
+    dscores_pos(op, i0, &row, &t2); /* then row by row */
     for (size_t j = 0; j < m; j++) {
-        size_t row, t2;
-        dscores_pos(op, i0 + j, &row, &t2);
         hi[j] = (double)op->att[row * op->T + t2] *
                 ((double)op->sc[i0 + j] - op->R[row]);
+        if (++t2 > row % op->T) {
+            t2 = 0;
+            row++;
+        }
     }
     return 0;
 }
@@ -591,8 +599,8 @@ static int scratch(emu_ctx *ctx, const char *site, emu_tensor *t,
 
 /* One commit of a generic dot-product op into out. */
 static int commit_dots(emu_ctx *ctx, const char *site, const char *suffix,
-                       const char *kind, emu_tensor *out, attn_op *op,
-                       enum at_dot what, const emu_rounding *rnd)
+                       const char *kind, emu_tensor *out, bool scratch_out,
+                       attn_op *op, enum at_dot what, const emu_rounding *rnd)
 {
     char sub[EMU_TENSOR_NAME_MAX + 24];
     snprintf(sub, sizeof sub, "%s%s", site, suffix);
@@ -608,18 +616,21 @@ static int commit_dots(emu_ctx *ctx, const char *site, const char *suffix,
     /* Zero terms of the masked entries would turn an inf or NaN of a later
      * (or, for dv and dk, earlier) position into NaN: the GEMMs only with
      * finite operands. */
-    const bool finite = emu_all_finite(op->qkv, op->B * op->T * op->C3) &&
-                        (!op->dout || emu_all_finite(op->dout, op->B * op->T * op->C));
-    if (op->accum->kind == EMU_ACCUM_FAST && finite) {
+    if (op->accum->kind == EMU_ACCUM_FAST && op->finite) {
+        /* Into a scratch output itself (each chunk's producer reads its own
+         * positions only, before the choke point stores them); the caller's
+         * out stays untouched until the commit. */
         const size_t T = op->T, big = T > op->hs ? T : op->hs;
-        f32 = malloc((out->n + T * big) * sizeof *f32);
+        const size_t extra = scratch_out ? 0 : out->n;
+        f32 = malloc((extra + T * big) * sizeof *f32);
         if (!f32)
             return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory");
-        if (fast_gemms(op, f32, f32 + out->n)) {
+        float *res = scratch_out ? out->data : f32;
+        if (fast_gemms(op, res, f32 + extra)) {
             free(f32);
             return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory");
         }
-        op->f32 = f32;
+        op->f32 = res;
     } else if (op->accum->kind == EMU_ACCUM_FAST) {
         const size_t T = op->T, big = T > op->hs ? T : op->hs;
         fres = emu_scratch(ctx, site, out->n + big);
@@ -671,12 +682,14 @@ int emu_t_attention(emu_ctx *ctx, const char *site, emu_tensor *out,
     emu_tensor sc;
     if (scratch(ctx, site, &sc, ".scores", att, op.B * op.H * op.tri))
         return -1;
+    op.finite = o->accum->kind == EMU_ACCUM_FAST &&
+                emu_all_finite(qkv->data, qkv->n);
     op.e = malloc(op.T * sizeof *op.e);
     if (!op.e) {
         emu_tensor_free(&sc);
         return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory");
     }
-    int rc = commit_dots(ctx, site, ".scores", "attn_scores", &sc, &op,
+    int rc = commit_dots(ctx, site, ".scores", "attn_scores", &sc, true, &op,
                          AT_SCORES, srnd);
     if (!rc) {
         char sub[EMU_TENSOR_NAME_MAX + 24];
@@ -697,7 +710,8 @@ int emu_t_attention(emu_ctx *ctx, const char *site, emu_tensor *out,
     }
     if (!rc) {
         op.att = att->data;
-        rc = commit_dots(ctx, site, "", "attention", out, &op, AT_OUT, rnd);
+        rc = commit_dots(ctx, site, "", "attention", out, false, &op, AT_OUT,
+                         rnd);
     }
     free(op.e);
     emu_tensor_free(&sc);
@@ -750,10 +764,14 @@ int emu_t_attention_backward(emu_ctx *ctx, const char *site, emu_tensor *dqkv,
     }
     op.att = att->data;
     op.dout = dout->data;
+    op.finite = o->accum->kind == EMU_ACCUM_FAST &&
+                emu_all_finite(qkv->data, qkv->n) &&
+                emu_all_finite(dout->data, dout->n);
     if (!rc)
-        rc = commit_dots(ctx, site, ".dv", "attn_dv", &g[2], &op, AT_DV, rnd);
+        rc = commit_dots(ctx, site, ".dv", "attn_dv", &g[2], true, &op, AT_DV,
+                         rnd);
     if (!rc)
-        rc = commit_dots(ctx, site, ".datt", "attn_datt", &tri, &op, AT_DATT,
+        rc = commit_dots(ctx, site, ".datt", "attn_datt", &tri, true, &op, AT_DATT,
                          srnd);
     if (!rc) {
         /* R = the rows' sums of att G: dot products of the dscores commit */
@@ -790,10 +808,12 @@ int emu_t_attention_backward(emu_ctx *ctx, const char *site, emu_tensor *dqkv,
                    (t + 1) * sizeof *ds);
         }
         op.ds = ds;
-        rc = commit_dots(ctx, site, ".dq", "attn_dq", &g[0], &op, AT_DQ, rnd);
+        rc = commit_dots(ctx, site, ".dq", "attn_dq", &g[0], true, &op, AT_DQ,
+                         rnd);
     }
     if (!rc)
-        rc = commit_dots(ctx, site, ".dk", "attn_dk", &g[1], &op, AT_DK, rnd);
+        rc = commit_dots(ctx, site, ".dk", "attn_dk", &g[1], true, &op, AT_DK,
+                         rnd);
     if (!rc) {
         /* [dq | dk | dv]: exact copies, the values are in dqkv's format */
         for (size_t bt = 0; bt < B * T; bt++)
