@@ -651,7 +651,7 @@ static int commit_dots(emu_ctx *ctx, const char *site, const char *suffix,
         oo.fill = NULL;
         oo.fill32 = dot_fill32;
     }
-    int rc = emu_commit(ctx, &oo);
+    int rc = emu_commit_direct(ctx, &oo);
     op->counts = NULL;
     op->fres = NULL;
     op->f32 = NULL;
@@ -705,7 +705,7 @@ int emu_t_attention(emu_ctx *ctx, const char *site, emu_tensor *out,
         emu_op_out oo = { .site = sub, .kind = "attn_softmax", .out = att,
                           .fill = softmax_fill, .swamp = op.counts, .op = &op,
                           .ref = softmax_ref, .rnd = srnd, .store_early = true };
-        rc = emu_commit(ctx, &oo);
+        rc = emu_commit_direct(ctx, &oo);
         op.counts = NULL;
     }
     if (!rc) {
@@ -797,7 +797,7 @@ int emu_t_attention_backward(emu_ctx *ctx, const char *site, emu_tensor *dqkv,
         emu_op_out oo = { .site = sub, .kind = "attn_dscores", .out = &tri,
                           .fill = dscores_fill, .swamp = op.counts, .op = &op,
                           .ref = dscores_ref, .rnd = srnd, .store_early = true };
-        rc = emu_commit(ctx, &oo);
+        rc = emu_commit_direct(ctx, &oo);
         op.counts = NULL;
     }
     if (!rc) {
