@@ -744,8 +744,7 @@ int emu_t_layernorm(emu_ctx *ctx, const char *site, emu_tensor *y,
     const size_t D = x->shape[x->ndim - 1], N = x->n / D;
     const emu_rounding *srnd = o->stat_rnd ? o->stat_rnd : rnd;
     if (emu_check_rounding(ctx, site, srnd) ||
-        emu_check_tensor(ctx, site, "y", y) ||
-        emu_check_same_shape(ctx, site, "y", y, "x", x) ||
+        check_rows(ctx, site, "y", y, N, D) ||
         check_vec(ctx, site, "mean", mean, N, false) ||
         check_vec(ctx, site, "rstd", rstd, N, false) ||
         check_vec(ctx, site, "gamma", gamma, D, true) ||
@@ -830,10 +829,8 @@ int emu_t_layernorm_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
     const size_t D = x->shape[x->ndim - 1], N = x->n / D;
     const emu_rounding *prnd = o->param_grad_rnd ? o->param_grad_rnd : rnd;
     if (emu_check_rounding(ctx, site, prnd) ||
-        emu_check_tensor(ctx, site, "dy", dy) ||
-        emu_check_same_shape(ctx, site, "dy", dy, "x", x) ||
-        emu_check_tensor(ctx, site, "dx", dx) ||
-        emu_check_same_shape(ctx, site, "dx", dx, "x", x) ||
+        check_rows(ctx, site, "dy", dy, N, D) ||
+        check_rows(ctx, site, "dx", dx, N, D) ||
         check_vec(ctx, site, "mean", mean, N, false) ||
         check_vec(ctx, site, "rstd", rstd, N, false) ||
         check_vec(ctx, site, "gamma", gamma, D, true) ||
