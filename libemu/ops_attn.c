@@ -90,6 +90,7 @@ typedef struct attn_op {
     emu_accum_counts *counts;
     const double *fres;       /* the fast model's sums, by output index   */
     const float *f32;         /* or its binary32 GEMM results             */
+    const double *ehi, *elo;  /* emulated models: the engine's values     */
     bool finite;              /* qkv and dout hold no inf or NaN          */
     /* softmax: the row being produced */
     size_t row;
@@ -201,6 +202,17 @@ static int dot_fill(const void *vop, size_t i0, size_t m, double *hi,
             hi[j] = (double)op->f32[i0 + j] * sc;
         return 0;
     }
+    if (op->ehi) {
+        memcpy(hi, op->ehi + i0, m * sizeof *hi);
+        memcpy(lo, op->elo + i0, m * sizeof *lo);
+        if (scaled(op)) {
+            emu_scale_pairs(hi, lo, true, m, op->scale);
+            return 1;
+        }
+        for (size_t j = 0; j < m; j++)
+            any |= lo[j] != 0.0;
+        return any;
+    }
     for (size_t j = 0; j < m; j++) {
         if (op->fres) {
             /* the fast model: binary64 sums, scaled in binary64 */
@@ -306,6 +318,66 @@ static void fast_dots(const attn_op *op, double *res, float *tmp, double *acc)
             }
             }
         }
+}
+
+/* The emulated models: every dot product of op->what through the GEMM
+ * engine (emu_gemm_accum_ex: each value bit-identical to emu_accum_dot of
+ * the same terms in the same order, numbered as their outputs), one call
+ * per row of an example and head, each call only the causal terms.  hi,
+ * lo: out->n values by output index.  Returns -1 if out of memory. */
+static int engine_dots(const attn_op *op, double *hi, double *lo)
+{
+    const size_t B = op->B, T = op->T, C = op->C, H = op->H, hs = op->hs;
+    const ptrdiff_t C3 = (ptrdiff_t)op->C3, Cs = (ptrdiff_t)C, Ts = (ptrdiff_t)T;
+    for (size_t b = 0; b < B; b++)
+        for (size_t h = 0; h < H; h++) {
+            const size_t bh = b * H + h;
+            const float *q = op->qkv + b * T * op->C3 + h * hs;
+            const float *k = q + C, *v = q + 2 * C;
+            const float *dy = op->dout ? op->dout + b * T * C + h * hs : NULL;
+            for (size_t t = 0; t < T; t++) {
+                const float *a, *y;
+                ptrdiff_t a_cs, y_rs, y_cs = 1;
+                size_t n, K, o;
+                switch (op->what) {
+                case AT_SCORES: /* row t: q_t . k_t2, t2 <= t */
+                case AT_DATT:   /* dout_t . v_t2 */
+                    a = op->what == AT_SCORES ? q + (size_t)t * op->C3 : dy + t * C;
+                    y = op->what == AT_SCORES ? k : v;
+                    a_cs = 1;
+                    y_rs = 1;
+                    y_cs = C3;
+                    n = t + 1;
+                    K = hs;
+                    o = bh * op->tri + t * (t + 1) / 2;
+                    break;
+                case AT_OUT: /* att[t, 0..t] . v[0..t, c] */
+                case AT_DQ:  /* dS[t, 0..t] . k[0..t, c] */
+                    a = (op->what == AT_OUT ? op->att : op->ds) + (bh * T + t) * T;
+                    y = op->what == AT_OUT ? v : k;
+                    a_cs = 1;
+                    y_rs = C3;
+                    n = hs;
+                    K = t + 1;
+                    o = (b * T + t) * C + h * hs;
+                    break;
+                default: /* AT_DV, AT_DK: P[t..T-1, t] . y[t..T-1, c] */
+                    a = (op->what == AT_DV ? op->att : op->ds) + (bh * T + t) * T + t;
+                    y = op->what == AT_DV ? dy + t * C : q + t * op->C3;
+                    a_cs = Ts;
+                    y_rs = op->what == AT_DV ? Cs : C3;
+                    n = hs;
+                    K = T - t;
+                    o = (b * T + t) * C + h * hs;
+                    break;
+                }
+                if (emu_gemm_accum_ex(op->accum, 1, n, K, a, 0, a_cs, y, y_rs,
+                                      y_cs, NULL, hi + o, lo + o, op->seed,
+                                      op->stream, o, op->counts, 1))
+                    return -1;
+            }
+        }
+    return 0;
 }
 
 /* The unscaled products' binary32 results are binary32 values: copied. */
@@ -631,6 +703,16 @@ static int commit_dots(emu_ctx *ctx, const char *site, const char *suffix,
             return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory");
         }
         op->f32 = res;
+    } else if (op->accum->kind != EMU_ACCUM_FAST) {
+        fres = emu_scratch(ctx, site, 2 * out->n);
+        if (!fres)
+            return -1;
+        if (engine_dots(op, fres, fres + out->n)) {
+            free(fres);
+            return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory");
+        }
+        op->ehi = fres;
+        op->elo = fres + out->n;
     } else if (op->accum->kind == EMU_ACCUM_FAST) {
         const size_t T = op->T, big = T > op->hs ? T : op->hs;
         fres = emu_scratch(ctx, site, out->n + big);
@@ -655,6 +737,7 @@ static int commit_dots(emu_ctx *ctx, const char *site, const char *suffix,
     op->counts = NULL;
     op->fres = NULL;
     op->f32 = NULL;
+    op->ehi = op->elo = NULL;
     free(fres);
     free(f32);
     return rc;
