@@ -90,6 +90,8 @@ typedef struct attn_op {
     emu_accum_counts *counts;
     const double *fres;       /* the fast model's sums, by output index   */
     const float *f32;         /* or its binary32 GEMM results             */
+    const double *ehi, *elo;  /* emulated models: the engine's values     */
+    bool finite;              /* qkv and dout hold no inf or NaN          */
     /* softmax: the row being produced */
     size_t row;
     bool have_row;
@@ -200,6 +202,17 @@ static int dot_fill(const void *vop, size_t i0, size_t m, double *hi,
             hi[j] = (double)op->f32[i0 + j] * sc;
         return 0;
     }
+    if (op->ehi) {
+        memcpy(hi, op->ehi + i0, m * sizeof *hi);
+        memcpy(lo, op->elo + i0, m * sizeof *lo);
+        if (scaled(op)) {
+            emu_scale_pairs(hi, lo, true, m, op->scale);
+            return 1;
+        }
+        for (size_t j = 0; j < m; j++)
+            any |= lo[j] != 0.0;
+        return any;
+    }
     for (size_t j = 0; j < m; j++) {
         if (op->fres) {
             /* the fast model: binary64 sums, scaled in binary64 */
@@ -305,6 +318,66 @@ static void fast_dots(const attn_op *op, double *res, float *tmp, double *acc)
             }
             }
         }
+}
+
+/* The emulated models: every dot product of op->what through the GEMM
+ * engine (emu_gemm_accum_ex: each value bit-identical to emu_accum_dot of
+ * the same terms in the same order, numbered as their outputs), one call
+ * per row of an example and head, each call only the causal terms.  hi,
+ * lo: out->n values by output index.  Returns -1 if out of memory. */
+static int engine_dots(const attn_op *op, double *hi, double *lo)
+{
+    const size_t B = op->B, T = op->T, C = op->C, H = op->H, hs = op->hs;
+    const ptrdiff_t C3 = (ptrdiff_t)op->C3, Cs = (ptrdiff_t)C, Ts = (ptrdiff_t)T;
+    for (size_t b = 0; b < B; b++)
+        for (size_t h = 0; h < H; h++) {
+            const size_t bh = b * H + h;
+            const float *q = op->qkv + b * T * op->C3 + h * hs;
+            const float *k = q + C, *v = q + 2 * C;
+            const float *dy = op->dout ? op->dout + b * T * C + h * hs : NULL;
+            for (size_t t = 0; t < T; t++) {
+                const float *a, *y;
+                ptrdiff_t a_cs, y_rs, y_cs = 1;
+                size_t n, K, o;
+                switch (op->what) {
+                case AT_SCORES: /* row t: q_t . k_t2, t2 <= t */
+                case AT_DATT:   /* dout_t . v_t2 */
+                    a = op->what == AT_SCORES ? q + (size_t)t * op->C3 : dy + t * C;
+                    y = op->what == AT_SCORES ? k : v;
+                    a_cs = 1;
+                    y_rs = 1;
+                    y_cs = C3;
+                    n = t + 1;
+                    K = hs;
+                    o = bh * op->tri + t * (t + 1) / 2;
+                    break;
+                case AT_OUT: /* att[t, 0..t] . v[0..t, c] */
+                case AT_DQ:  /* dS[t, 0..t] . k[0..t, c] */
+                    a = (op->what == AT_OUT ? op->att : op->ds) + (bh * T + t) * T;
+                    y = op->what == AT_OUT ? v : k;
+                    a_cs = 1;
+                    y_rs = C3;
+                    n = hs;
+                    K = t + 1;
+                    o = (b * T + t) * C + h * hs;
+                    break;
+                default: /* AT_DV, AT_DK: P[t..T-1, t] . y[t..T-1, c] */
+                    a = (op->what == AT_DV ? op->att : op->ds) + (bh * T + t) * T + t;
+                    y = op->what == AT_DV ? dy + t * C : q + t * op->C3;
+                    a_cs = Ts;
+                    y_rs = op->what == AT_DV ? Cs : C3;
+                    n = hs;
+                    K = T - t;
+                    o = (b * T + t) * C + h * hs;
+                    break;
+                }
+                if (emu_gemm_accum_ex(op->accum, 1, n, K, a, 0, a_cs, y, y_rs,
+                                      y_cs, NULL, hi + o, lo + o, op->seed,
+                                      op->stream, o, op->counts, 1))
+                    return -1;
+            }
+        }
+    return 0;
 }
 
 /* The unscaled products' binary32 results are binary32 values: copied. */
@@ -432,15 +505,18 @@ static int softmax_fill(const void *vop, size_t i0, size_t m, double *hi,
     (void)lo;
     attn_op *op = (attn_op *)vop; /* its row cache: filled in order */
     const size_t T = op->T;
-    for (size_t j = 0; j < m; j++) {
-        const size_t o = i0 + j, row = o / T, t2 = o % T;
-        if (t2 > row % T) {
-            hi[j] = 0.0;
-            continue;
-        }
-        if (!op->have_row || op->row != row)
+    for (size_t j = 0; j < m;) {
+        /* the rest of row `row` that lies in this chunk: t2 .. t2 + n - 1 */
+        const size_t o = i0 + j, row = o / T, t2 = o % T, t = row % T;
+        const size_t n = T - t2 < m - j ? T - t2 : m - j;
+        if (t2 <= t && (!op->have_row || op->row != row))
             softmax_row(op, row);
-        hi[j] = op->e[t2] / op->E;
+        const float *e = op->e;
+        const double E = op->E;
+        double *h = hi + j;
+        for (size_t u = 0; u < n; u++)
+            h[u] = t2 + u <= t ? e[t2 + u] / E : 0.0;
+        j += n;
     }
     return 0;
 }
@@ -493,11 +569,15 @@ static int dscores_fill(const void *vop, size_t i0, size_t m, double *hi,
 {
     (void)lo;
     const attn_op *op = vop;
+    size_t row, t2;
+    dscores_pos(op, i0, &row, &t2); /* then row by row */
     for (size_t j = 0; j < m; j++) {
-        size_t row, t2;
-        dscores_pos(op, i0 + j, &row, &t2);
         hi[j] = (double)op->att[row * op->T + t2] *
                 ((double)op->sc[i0 + j] - op->R[row]);
+        if (++t2 > row % op->T) {
+            t2 = 0;
+            row++;
+        }
     }
     return 0;
 }
@@ -591,8 +671,8 @@ static int scratch(emu_ctx *ctx, const char *site, emu_tensor *t,
 
 /* One commit of a generic dot-product op into out. */
 static int commit_dots(emu_ctx *ctx, const char *site, const char *suffix,
-                       const char *kind, emu_tensor *out, attn_op *op,
-                       enum at_dot what, const emu_rounding *rnd)
+                       const char *kind, emu_tensor *out, bool scratch_out,
+                       attn_op *op, enum at_dot what, const emu_rounding *rnd)
 {
     char sub[EMU_TENSOR_NAME_MAX + 24];
     snprintf(sub, sizeof sub, "%s%s", site, suffix);
@@ -608,18 +688,31 @@ static int commit_dots(emu_ctx *ctx, const char *site, const char *suffix,
     /* Zero terms of the masked entries would turn an inf or NaN of a later
      * (or, for dv and dk, earlier) position into NaN: the GEMMs only with
      * finite operands. */
-    const bool finite = emu_all_finite(op->qkv, op->B * op->T * op->C3) &&
-                        (!op->dout || emu_all_finite(op->dout, op->B * op->T * op->C));
-    if (op->accum->kind == EMU_ACCUM_FAST && finite) {
+    if (op->accum->kind == EMU_ACCUM_FAST && op->finite) {
+        /* Into a scratch output itself (each chunk's producer reads its own
+         * positions only, before the choke point stores them); the caller's
+         * out stays untouched until the commit. */
         const size_t T = op->T, big = T > op->hs ? T : op->hs;
-        f32 = malloc((out->n + T * big) * sizeof *f32);
+        const size_t extra = scratch_out ? 0 : out->n;
+        f32 = malloc((extra + T * big) * sizeof *f32);
         if (!f32)
             return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory");
-        if (fast_gemms(op, f32, f32 + out->n)) {
+        float *res = scratch_out ? out->data : f32;
+        if (fast_gemms(op, res, f32 + extra)) {
             free(f32);
             return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory");
         }
-        op->f32 = f32;
+        op->f32 = res;
+    } else if (op->accum->kind != EMU_ACCUM_FAST) {
+        fres = emu_scratch(ctx, site, 2 * out->n);
+        if (!fres)
+            return -1;
+        if (engine_dots(op, fres, fres + out->n)) {
+            free(fres);
+            return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory");
+        }
+        op->ehi = fres;
+        op->elo = fres + out->n;
     } else if (op->accum->kind == EMU_ACCUM_FAST) {
         const size_t T = op->T, big = T > op->hs ? T : op->hs;
         fres = emu_scratch(ctx, site, out->n + big);
@@ -640,10 +733,11 @@ static int commit_dots(emu_ctx *ctx, const char *site, const char *suffix,
         oo.fill = NULL;
         oo.fill32 = dot_fill32;
     }
-    int rc = emu_commit(ctx, &oo);
+    int rc = emu_commit_direct(ctx, &oo);
     op->counts = NULL;
     op->fres = NULL;
     op->f32 = NULL;
+    op->ehi = op->elo = NULL;
     free(fres);
     free(f32);
     return rc;
@@ -671,12 +765,14 @@ int emu_t_attention(emu_ctx *ctx, const char *site, emu_tensor *out,
     emu_tensor sc;
     if (scratch(ctx, site, &sc, ".scores", att, op.B * op.H * op.tri))
         return -1;
+    op.finite = o->accum->kind == EMU_ACCUM_FAST &&
+                emu_all_finite(qkv->data, qkv->n);
     op.e = malloc(op.T * sizeof *op.e);
     if (!op.e) {
         emu_tensor_free(&sc);
         return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory");
     }
-    int rc = commit_dots(ctx, site, ".scores", "attn_scores", &sc, &op,
+    int rc = commit_dots(ctx, site, ".scores", "attn_scores", &sc, true, &op,
                          AT_SCORES, srnd);
     if (!rc) {
         char sub[EMU_TENSOR_NAME_MAX + 24];
@@ -692,12 +788,13 @@ int emu_t_attention(emu_ctx *ctx, const char *site, emu_tensor *out,
         emu_op_out oo = { .site = sub, .kind = "attn_softmax", .out = att,
                           .fill = softmax_fill, .swamp = op.counts, .op = &op,
                           .ref = softmax_ref, .rnd = srnd, .store_early = true };
-        rc = emu_commit(ctx, &oo);
+        rc = emu_commit_direct(ctx, &oo);
         op.counts = NULL;
     }
     if (!rc) {
         op.att = att->data;
-        rc = commit_dots(ctx, site, "", "attention", out, &op, AT_OUT, rnd);
+        rc = commit_dots(ctx, site, "", "attention", out, false, &op, AT_OUT,
+                         rnd);
     }
     free(op.e);
     emu_tensor_free(&sc);
@@ -750,10 +847,14 @@ int emu_t_attention_backward(emu_ctx *ctx, const char *site, emu_tensor *dqkv,
     }
     op.att = att->data;
     op.dout = dout->data;
+    op.finite = o->accum->kind == EMU_ACCUM_FAST &&
+                emu_all_finite(qkv->data, qkv->n) &&
+                emu_all_finite(dout->data, dout->n);
     if (!rc)
-        rc = commit_dots(ctx, site, ".dv", "attn_dv", &g[2], &op, AT_DV, rnd);
+        rc = commit_dots(ctx, site, ".dv", "attn_dv", &g[2], true, &op, AT_DV,
+                         rnd);
     if (!rc)
-        rc = commit_dots(ctx, site, ".datt", "attn_datt", &tri, &op, AT_DATT,
+        rc = commit_dots(ctx, site, ".datt", "attn_datt", &tri, true, &op, AT_DATT,
                          srnd);
     if (!rc) {
         /* R = the rows' sums of att G: dot products of the dscores commit */
@@ -779,7 +880,7 @@ int emu_t_attention_backward(emu_ctx *ctx, const char *site, emu_tensor *dqkv,
         emu_op_out oo = { .site = sub, .kind = "attn_dscores", .out = &tri,
                           .fill = dscores_fill, .swamp = op.counts, .op = &op,
                           .ref = dscores_ref, .rnd = srnd, .store_early = true };
-        rc = emu_commit(ctx, &oo);
+        rc = emu_commit_direct(ctx, &oo);
         op.counts = NULL;
     }
     if (!rc) {
@@ -790,10 +891,12 @@ int emu_t_attention_backward(emu_ctx *ctx, const char *site, emu_tensor *dqkv,
                    (t + 1) * sizeof *ds);
         }
         op.ds = ds;
-        rc = commit_dots(ctx, site, ".dq", "attn_dq", &g[0], &op, AT_DQ, rnd);
+        rc = commit_dots(ctx, site, ".dq", "attn_dq", &g[0], true, &op, AT_DQ,
+                         rnd);
     }
     if (!rc)
-        rc = commit_dots(ctx, site, ".dk", "attn_dk", &g[1], &op, AT_DK, rnd);
+        rc = commit_dots(ctx, site, ".dk", "attn_dk", &g[1], true, &op, AT_DK,
+                         rnd);
     if (!rc) {
         /* [dq | dk | dv]: exact copies, the values are in dqkv's format */
         for (size_t bt = 0; bt < B * T; bt++)

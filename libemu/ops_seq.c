@@ -326,8 +326,7 @@ int emu_t_embedding_backward(emu_ctx *ctx, const char *site, emu_tensor *dtable,
             free(start);
             return -1;
         }
-        /* (The scratch is not zeroed.) */
-        for (size_t k = 0; k < V * D; k++)
+        for (size_t k = 0; k < V * D; k++) /* emu_scratch does not zero */
             fast[k] = o->accumulate ? dtable->data[k] : 0.0;
         for (size_t i = 0; i < n; i++) {
             double *row = fast + (size_t)idx[i] * D;
@@ -349,7 +348,7 @@ int emu_t_embedding_backward(emu_ctx *ctx, const char *site, emu_tensor *dtable,
                       .fill = emb_bwd_fill, .swamp = op.counts, .op = &op,
                       .ref = emb_bwd_ref, .inputs_had_nan = emb_bwd_had_nan,
                       .rnd = rnd, .store_early = true };
-    int rc = emu_commit(ctx, &oo);
+    int rc = emu_commit_direct(ctx, &oo);
     free(op.buf);
     free(fast);
     free(start);
@@ -429,6 +428,74 @@ static void centre_row(const ln_op *op, size_t i)
         op->buf[d] = (float)((double)x[d] - mu);
 }
 
+/* The fast model's row sums of nr rows of D values (rows of x at stride
+ * D): out[r] = sum over d of t(r, d) in binary64, d ascending, with t the
+ * value x (kind 0), x y[d] (1), x y at row stride D (2), or c^2 with c =
+ * x - mean[r] rounded to binary32 (3): as model_dot's fast loop forms each
+ * sum, but eight rows at a time, so that eight independent chains of
+ * additions overlap instead of one row's waiting on its latency. */
+enum { ROWS = 8 };
+
+static void fast_row_sums1(int kind, const float *x, const float *y,
+                           const float *mean, size_t nr, size_t D, double *out)
+{
+    for (size_t r = 0; r < nr; r++) {
+        const float *xr = x + r * D;
+        double s = 0.0;
+        for (size_t d = 0; d < D; d++) {
+            if (kind == 0) {
+                s += xr[d];
+            } else if (kind == 3) {
+                const float c = (float)((double)xr[d] - mean[r]);
+                s += (double)c * c;
+            } else {
+                s += (double)xr[d] * y[kind == 2 ? r * D + d : d];
+            }
+        }
+        out[r] = s;
+    }
+}
+
+static void fast_row_sums(int kind, const float *x, const float *y,
+                          const float *mean, size_t nr, size_t D, double *out)
+{
+    for (size_t r0 = 0; r0 < nr; r0 += ROWS) {
+        if (nr - r0 < ROWS) { /* the last rows, one at a time */
+            fast_row_sums1(kind, x + r0 * D, y ? y + (kind == 2 ? r0 * D : 0) : NULL,
+                           mean ? mean + r0 : NULL, nr - r0, D, out + r0);
+            break;
+        }
+        const size_t k = ROWS; /* a constant: the sums stay in registers */
+        double s[ROWS] = { 0 };
+        const float *xr = x + r0 * D;
+        switch (kind) {
+        case 0:
+            for (size_t d = 0; d < D; d++)
+                for (size_t r = 0; r < k; r++)
+                    s[r] += xr[r * D + d];
+            break;
+        case 1:
+            for (size_t d = 0; d < D; d++)
+                for (size_t r = 0; r < k; r++)
+                    s[r] += (double)xr[r * D + d] * y[d];
+            break;
+        case 2:
+            for (size_t d = 0; d < D; d++)
+                for (size_t r = 0; r < k; r++)
+                    s[r] += (double)xr[r * D + d] * y[(r0 + r) * D + d];
+            break;
+        default:
+            for (size_t d = 0; d < D; d++)
+                for (size_t r = 0; r < k; r++) {
+                    const float c = (float)((double)xr[r * D + d] - mean[r0 + r]);
+                    s[r] += (double)c * c;
+                }
+            break;
+        }
+        memcpy(out + r0, s, k * sizeof *s);
+    }
+}
+
 /* The reductions: mean and var per row; dbeta, dgamma per column. */
 static int ln_sum_fill(const void *vop, size_t i0, size_t m, double *hi,
                        double *lo)
@@ -436,6 +503,17 @@ static int ln_sum_fill(const void *vop, size_t i0, size_t m, double *hi,
     const ln_op *op = vop;
     const size_t D = op->D, N = op->N;
     bool any = false;
+    if (op->accum->kind == EMU_ACCUM_FAST &&
+        (op->what == LN_MEAN || op->what == LN_VAR)) {
+        fast_row_sums(op->what == LN_MEAN ? 0 : 3, op->x + i0 * D, NULL,
+                      op->mean + i0, m, D, hi);
+        for (size_t j = 0; j < m; j++) {
+            lo[j] = 0.0;
+            div_rows(op, &hi[j], &lo[j]);
+            any |= lo[j] != 0.0;
+        }
+        return any;
+    }
     for (size_t j = 0; j < m; j++) {
         const size_t i = i0 + j;
         switch (op->what) {
@@ -666,8 +744,7 @@ int emu_t_layernorm(emu_ctx *ctx, const char *site, emu_tensor *y,
     const size_t D = x->shape[x->ndim - 1], N = x->n / D;
     const emu_rounding *srnd = o->stat_rnd ? o->stat_rnd : rnd;
     if (emu_check_rounding(ctx, site, srnd) ||
-        emu_check_tensor(ctx, site, "y", y) ||
-        emu_check_same_shape(ctx, site, "y", y, "x", x) ||
+        check_rows(ctx, site, "y", y, N, D) ||
         check_vec(ctx, site, "mean", mean, N, false) ||
         check_vec(ctx, site, "rstd", rstd, N, false) ||
         check_vec(ctx, site, "gamma", gamma, D, true) ||
@@ -713,7 +790,7 @@ int emu_t_layernorm(emu_ctx *ctx, const char *site, emu_tensor *y,
                           .out = k ? &var : mean, .fill = ln_sum_fill,
                           .swamp = op.counts, .op = &op, .ref = ln_sum_ref,
                           .rnd = srnd, .store_early = true };
-        rc = emu_commit(ctx, &oo);
+        rc = emu_commit_direct(ctx, &oo);
     }
     mpfr_clears(ms, mq, mr, (mpfr_ptr)0);
     free(buf);
@@ -723,14 +800,14 @@ int emu_t_layernorm(emu_ctx *ctx, const char *site, emu_tensor *y,
         emu_op_out oo = { .site = sub, .kind = "ln_rstd", .out = rstd,
                           .fill = rstd_fill, .op = &op, .ref = rstd_ref,
                           .rnd = srnd, .store_early = true };
-        rc = emu_commit(ctx, &oo);
+        rc = emu_commit_direct(ctx, &oo);
     }
     if (!rc) {
         op.rstd = rstd->data;
         emu_op_out oo = { .site = site, .kind = "layernorm", .out = y,
                           .fill = y_fill, .op = &op, .ref = y_ref, .rnd = rnd,
                           .store_early = emu_store_early_ok(y, x->data, x->n) };
-        rc = emu_commit(ctx, &oo);
+        rc = emu_commit_direct(ctx, &oo);
     }
     emu_tensor_free(&var);
     return rc;
@@ -752,10 +829,8 @@ int emu_t_layernorm_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
     const size_t D = x->shape[x->ndim - 1], N = x->n / D;
     const emu_rounding *prnd = o->param_grad_rnd ? o->param_grad_rnd : rnd;
     if (emu_check_rounding(ctx, site, prnd) ||
-        emu_check_tensor(ctx, site, "dy", dy) ||
-        emu_check_same_shape(ctx, site, "dy", dy, "x", x) ||
-        emu_check_tensor(ctx, site, "dx", dx) ||
-        emu_check_same_shape(ctx, site, "dx", dx, "x", x) ||
+        check_rows(ctx, site, "dy", dy, N, D) ||
+        check_rows(ctx, site, "dx", dx, N, D) ||
         check_vec(ctx, site, "mean", mean, N, false) ||
         check_vec(ctx, site, "rstd", rstd, N, false) ||
         check_vec(ctx, site, "gamma", gamma, D, true) ||
@@ -824,14 +899,18 @@ int emu_t_layernorm_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
                           .out = pouts[k], .fill = ln_sum_fill,
                           .swamp = op.counts, .op = &op, .ref = ln_sum_ref,
                           .rnd = prnd, .store_early = true };
-        rc = emu_commit(ctx, &oo);
+        rc = emu_commit_direct(ctx, &oo);
     }
     if (!rc) {
         /* S1 = sum dy gamma, S2 = sum dy w per row: dot products 2i and
          * 2i + 1 of the dinput commit, their swamping counted there */
         memset(&counts, 0, sizeof counts);
         op.stream = emu_ctx_stream(ctx) ^ ACCUM_STREAM_TAG;
-        for (size_t i = 0; i < N; i++) {
+        if (fast) {
+            fast_row_sums(gd ? 1 : 0, dy->data, gd, NULL, N, D, s1);
+            fast_row_sums(2, dy->data, w, NULL, N, D, s2);
+        }
+        for (size_t i = 0; i < N && !fast; i++) {
             double lo;
             const float *g = dy->data + i * D;
             s1[i] = model_dot(&op, g, 1, gd, 1, D, 2 * i, &lo);
@@ -846,7 +925,7 @@ int emu_t_layernorm_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
                           .fill = dx_fill, .swamp = op.counts, .op = &op,
                           .ref = dx_ref, .rnd = rnd,
                           .store_early = emu_store_early_ok(dx, dy->data, dy->n) };
-        rc = emu_commit(ctx, &oo);
+        rc = emu_commit_direct(ctx, &oo);
     }
     free(xh);
     free(sums);

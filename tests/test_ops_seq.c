@@ -1116,6 +1116,152 @@ START_TEST(attention_fast_is_its_definition)
 }
 END_TEST
 
+
+/* ---- unmeasured runs ---------------------------------------------------------- */
+
+
+/* With nothing measured, binary32 outputs under nearest-even are written
+ * by the host's conversion (emu_commit_direct): bit for bit what the
+ * measured commit writes, NaN rows, subnormal and overflowing results
+ * included, and the op index advances alike. */
+START_TEST(unmeasured_is_bit_identical)
+{
+    const char *specs[] = { "fast", "exact" };
+    for (int a = 0; a < 2; a++) {
+        emu_accum acc = accum_spec(specs[a]);
+        emu_tensor res[2][9];
+        uint64_t index[2];
+        for (int m = 0; m < 2; m++) {
+            test_rng g = test_rng_make(0xd1);
+            emu_ctx ctx;
+            emu_ctx_init(&ctx, 4);
+            emu_stats st;
+            emu_stats_init(&st);
+            if (m) {
+                ctx.stats = &st;
+                ctx.measure = EMU_MEASURE_ALL;
+            }
+            ln_case k;
+            ln_make(&k, 5, 8, "binary32", &g);
+            k.x.data[3 * 8 + 2] = NAN;
+            for (size_t d = 0; d < 8; d++) /* a row of tiny spread: y subnormal */
+                k.x.data[8 + d] = 1.0f + (float)d * 0x1p-23f;
+            k.gamma.data[1] = 0x1p-140f;
+            k.beta.data[5] = 3e38f;
+            k.beta.data[6] = -3.4e38f;
+            emu_layernorm_opts o = { .accum = &acc, .eps = 1e-5 };
+            ck_assert_int_eq(emu_t_layernorm(&ctx, "ln", &k.y, &k.mean, &k.rstd, &k.x,
+                                             &k.gamma, &k.beta, &o, &test_rne), 0);
+            ck_assert_int_eq(emu_t_layernorm_backward(&ctx, "ln", &k.dx, &k.dg, &k.db,
+                                                      &k.dy, &k.x, &k.mean, &k.rstd,
+                                                      &k.gamma, &o, &test_rne), 0);
+            at_case c;
+            at_make(&c, 2, 5, 6, 2, "binary32", &g);
+            c.qkv.data[7] = 60.0f; /* a large score */
+            if (a == 0)
+                c.qkv.data[2 * 18 + 13] = NAN;
+            emu_attention_opts ao = { .accum = &acc, .heads = 2 };
+            ck_assert_int_eq(emu_t_attention(&ctx, "at", &c.out, &c.att, &c.qkv, &ao,
+                                             &test_rne), 0);
+            ck_assert_int_eq(emu_t_attention_backward(&ctx, "at", &c.dqkv, &c.dout,
+                                                      &c.qkv, &c.att, &ao, &test_rne), 0);
+            emu_tensor dt = mk("dt", "binary32", 3, 8, 0, 0);
+            int32_t idx[5] = { 2, 0, 2, 2, 1 };
+            emu_embedding_opts eo = { .accum = &acc };
+            ck_assert_int_eq(emu_t_embedding_backward(&ctx, "e", &dt, &k.y, idx, 5, &eo,
+                                                      &test_rne), 0);
+            emu_tensor *keep[9] = { &k.y, &k.mean, &k.rstd, &k.dx, &k.dg, &k.db,
+                                    &c.att, &c.dqkv, &dt };
+            for (int i = 0; i < 9; i++) {
+                res[m][i] = *keep[i];
+                keep[i]->data = NULL; /* kept: freed below */
+                keep[i]->owns_data = false;
+            }
+            for (int i = 0; i < 9; i++)
+                res[m][i].owns_data = true;
+            emu_tensor_free(&c.out);
+            index[m] = ctx.op_index;
+            ln_free(&k);
+            at_free(&c);
+            emu_stats_free(&st);
+        }
+        ck_assert_uint_eq(index[0], index[1]);
+        for (int i = 0; i < 9; i++) {
+            for (size_t j = 0; j < res[0][i].n; j++) {
+                uint32_t u0, u1;
+                memcpy(&u0, &res[0][i].data[j], 4);
+                memcpy(&u1, &res[1][i].data[j], 4);
+                EXPECT(u0 == u1, "%s: %s[%zu] differs: %08x unmeasured, %08x "
+                       "measured", specs[a], res[0][i].name, j, (unsigned)u0,
+                       (unsigned)u1);
+            }
+            emu_tensor_free(&res[0][i]);
+            emu_tensor_free(&res[1][i]);
+        }
+    }
+}
+END_TEST
+
+
+/* The emulated models run through the GEMM engine: each output of att v
+ * and of att^T dout is emu_accum_dot of its defined terms, with the
+ * stochastic words of dot product number = its output index in the
+ * stream op_index ^ 2^63 of its commit. */
+START_TEST(attention_emulated_is_accum_dot)
+{
+    const char *specs[] = { "seq,acc=bfloat16,mode=sr", "blocked,acc=binary16,block=3",
+                            "fused,acc=bfloat16,k=4,w=12" };
+    const size_t B = 2, T = 6, C = 8, H = 2, hs = 4;
+    for (int a = 0; a < 3; a++) {
+        test_rng g = test_rng_make(0xa707);
+        at_case k;
+        at_make(&k, B, T, C, H, "binary32", &g);
+        for (size_t j = 0; j < k.qkv.n; j++)
+            k.qkv.data[j] = rnd_val(&g);
+        emu_accum acc = accum_spec(specs[a]);
+        emu_ctx ctx;
+        emu_ctx_init(&ctx, 77);
+        const uint64_t tag = (uint64_t)1 << 63;
+        const uint64_t fwd = ctx.op_index; /* scores, softmax, out */
+        at_run(&ctx, &k, &acc, &test_rne, false);
+        /* again from op index fwd, then the backward (dv: fwd + 3) */
+        emu_tensor out1 = mk("o1", "binary32", B, T, C, 0);
+        emu_attention_opts o = { .accum = &acc, .heads = (int)H };
+        ctx.op_index = fwd;
+        ck_assert_int_eq(emu_t_attention(&ctx, "attn", &out1, &k.att, &k.qkv, &o,
+                                         &test_rne), 0);
+        ck_assert_int_eq(emu_t_attention_backward(&ctx, "attn", &k.dqkv, &k.dout,
+                                                  &k.qkv, &k.att, &o, &test_rne), 0);
+        const uint64_t s_out = (fwd + 2) ^ tag, s_dv = (fwd + 3) ^ tag;
+        for (size_t b = 0; b < B; b++)
+            for (size_t t = 0; t < T; t++)
+                for (size_t c = 0; c < C; c++) {
+                    const size_t h = c / hs, i = (b * T + t) * C + c;
+                    const float *P = k.att.data + (b * H + h) * T * T;
+                    emu_accum_rng r1 = { 77, s_out, i }, r2 = { 77, s_dv, i };
+                    double lo1, lo2;
+                    double v1 = emu_accum_dot(&lo1, NULL, &acc, P + t * T, 1,
+                                              k.qkv.data + b * T * 3 * C + 2 * C + c,
+                                              (ptrdiff_t)(3 * C), t + 1, &r1);
+                    double v2 = emu_accum_dot(&lo2, NULL, &acc, P + t * T + t,
+                                              (ptrdiff_t)T,
+                                              k.dout.data + (b * T + t) * C + c,
+                                              (ptrdiff_t)C, T - t, &r2);
+                    emu_status st;
+                    double w1 = emu_round2(test_format("binary32"), v1, lo1, &test_rne, &st);
+                    double w2 = emu_round2(test_format("binary32"), v2, lo2, &test_rne, &st);
+                    EXPECT(test_same(out1.data[i], w1), "%s out[%zu]: %a, want %a",
+                           specs[a], i, out1.data[i], w1);
+                    const float dv = k.dqkv.data[(b * T + t) * 3 * C + 2 * C + c];
+                    EXPECT(test_same(dv, w2), "%s dv[%zu]: %a, want %a", specs[a], i,
+                           dv, w2);
+                }
+        emu_tensor_free(&out1);
+        at_free(&k);
+    }
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("ops_seq");
@@ -1141,7 +1287,11 @@ static Suite *suite(void)
     tcase_add_test(tc, attention_finite_difference);
     tcase_add_test(tc, attention_edges);
     tcase_add_test(tc, attention_fast_is_its_definition);
+    tcase_add_test(tc, attention_emulated_is_accum_dot);
     tcase_add_test(tc, attention_refusals);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("unmeasured");
+    tcase_add_test(tc, unmeasured_is_bit_identical);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -387,7 +387,8 @@ typedef struct emu_layernorm_opts {
     const emu_rounding *stat_rnd;    /* mean, var, rstd (NULL: rnd)         */
     const emu_rounding *param_grad_rnd; /* dgamma, dbeta (NULL: rnd)        */
 } emu_layernorm_opts;
-/* Over the last dimension D of x (N, D): mean (N) = sum of the row / D,
+/* Over the last dimension D of x (N, D) (any shape of N*D elements whose
+ * last dimension is D; y, dy and dx likewise): mean (N) = sum of the row / D,
  * var = sum of (x - mean)^2 / D (the biased variance, of the stored mean;
  * rounded into rstd's format, not kept), rstd (N) = 1/sqrt(var + eps),
  * y = (x - mean) rstd gamma + beta; gamma, beta (D) may be NULL (1 and
