@@ -28,6 +28,17 @@
  * the reduction runs.  A convolution whose operands carry tensor scales
  * adds its bias after the product (the scales must not multiply it), and
  * its bias gradient is then the sum of the unquantized dY.
+ *
+ * Sequence models (emu_model_build_lm) run every layer on the B*T rows of
+ * the batch: a linear layer is the same product with R = B*T rows (its
+ * weight gradient's reduction axis is then the rows), attention sees them
+ * as (B, T, F).  Their exemptions go by group (the embeddings "first",
+ * the head "last"), not by position.  The tied head (EMU_LAYER_TIED) is a
+ * linear layer without bias whose W is its embedding's table: its GEMM
+ * operands are quantized like a linear layer's (lm_head.q.*), its weight
+ * gradient is written into the embedding's, in that layer's format and
+ * rounding, and the embedding's scatter-add, later in the backward pass,
+ * adds to it.  Attention's two batched products are not quantized.
  */
 #include "hostfp.h" /* first: no contraction, no excess precision */
 
