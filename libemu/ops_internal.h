@@ -73,7 +73,7 @@ bool emu_all_finite(const float *v, size_t n);
 void emu_scale_pairs(double *hi, double *lo, bool lo_valid, size_t n,
                      double alpha);
 
-/* calloc of n doubles that fails cleanly (sets ctx->err) on overflow or
+/* malloc (not zeroed) of n doubles that fails cleanly (sets ctx->err) on overflow or
  * lack of memory. */
 double *emu_scratch(emu_ctx *ctx, const char *site, size_t n);
 
@@ -146,5 +146,12 @@ void emu_mean_pair(double *hi, double *lo, size_t n, mpfr_ptr s, mpfr_ptr q,
  * two are tested bit-identical. */
 double emu_accum_round_step(const emu_format *f, const emu_rounding *r,
                             double hi, double lo, uint64_t word, bool *fast);
+
+/* emu_commit, or, when nothing is measured (emu_commit_measures false)
+ * and o->out is binary32 under nearest-even, o->fill's values rounded by
+ * the host's conversion straight into o->out (bit-identical: binary32 is
+ * the host's format) and a commit without values.  For ops with a fill
+ * producer and store_early (others go to emu_commit). */
+int emu_commit_direct(emu_ctx *ctx, const emu_op_out *o);
 
 #endif

@@ -219,3 +219,37 @@ void emu_gemm_src_fill32(const emu_gemm_src *s, size_t i0, size_t m, float *v)
     else
         GEMM_SRC_NCHW(s, i0, m, { v[j] = s->f[src]; });
 }
+
+/* Nothing measured and binary32 outputs under nearest-even: the host's
+ * conversion of each value is the choke point's rounding (IEEE binary32,
+ * the host in its default state under EMU_HOSTFP_GUARD), NaN made the
+ * canonical one as the choke point writes it; a value with a low part
+ * goes through emu_round2.  Then the commit without values, which only
+ * advances the op index.  Otherwise emu_commit itself. */
+int emu_commit_direct(emu_ctx *ctx, const emu_op_out *o)
+{
+    if (!o->fill || !o->store_early || emu_commit_measures(ctx) ||
+        !o->rnd || o->rnd->mode != EMU_RNE ||
+        !emu_round_is_identity_f32(&o->out->fmt, o->rnd))
+        return emu_commit(ctx, o);
+    double hi[EMU_COMMIT_CHUNK], lo[EMU_COMMIT_CHUNK];
+    float *out = o->out->data;
+    const size_t n = o->out->n;
+    for (size_t i0 = 0; i0 < n; i0 += EMU_COMMIT_CHUNK) {
+        const size_t m = n - i0 < EMU_COMMIT_CHUNK ? n - i0 : EMU_COMMIT_CHUNK;
+        if (o->fill(o->op, i0, m, hi, lo)) {
+            emu_status st;
+            for (size_t j = 0; j < m; j++)
+                out[i0 + j] = (float)emu_round2_unguarded(&o->out->fmt, hi[j],
+                                                          lo[j], o->rnd, &st);
+            continue;
+        }
+        for (size_t j = 0; j < m; j++) {
+            const float v = (float)hi[j];
+            out[i0 + j] = isnan(v) ? NAN : v;
+        }
+    }
+    emu_op_out bare = { .site = o->site, .kind = o->kind, .out = o->out,
+                        .rnd = o->rnd };
+    return emu_commit(ctx, &bare);
+}
