@@ -1055,6 +1055,12 @@ static double unary_value(const emu_format *f, emu_unary fn, double x,
     }
 }
 
+double emu_unary_eval(const emu_format *f, emu_unary fn, double x)
+{
+    double lo;
+    return unary_value(f, fn, x, 0.0, 0.0, &lo);
+}
+
 int emu_t_unary(emu_ctx *ctx, const char *site, emu_tensor *out,
                 const emu_tensor *x, emu_unary f, float param, float param2,
                 const emu_rounding *rnd)
