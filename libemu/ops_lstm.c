@@ -52,8 +52,10 @@
  *   <site>.dweight_ih  dw_ih = D^T X, X = x as (B T, I): terms over (b, t)
  *   <site>.dweight_hh  dw_hh = D^T Hp, Hp row (b, t) = h_{t-1}[b] (at
  *                      t = 0: h0, or zero terms kept when NULL)
- *   <site>.dbias_ih, <site>.dbias_hh   the column sums of D (emu_t_reduce,
- *                      axis 0), the same sum rounded into each tensor
+ *   <site>.dbias_ih, <site>.dbias_hh   the column sums of D, as dot
+ *                      products 1 * D[(b, t), j] over (b, t) (emu_t_matmul
+ *                      of a row of ones with D), the same sum rounded into
+ *                      each tensor
  *   all four under o->param_grad_rnd, dot products under o->accum.
  * The binary64 evaluations (h, dc, dgates) differ from the exact values
  * of their formulas by a few 2^-53 relative (libm's tanh and cosh: 1 to 2
@@ -712,14 +714,20 @@ int emu_t_lstm_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
         if (emu_t_matmul(ctx, s1, g->dw_hh, &D, &HP, &mw, prnd))
             goto out;
     }
-    if (g->db_ih) {
-        snprintf(s1, sizeof s1, "%s.dbias_ih", site);
-        if (emu_t_reduce(ctx, s1, g->db_ih, &D, EMU_REDUCE_SUM, 0, o->accum, prnd))
-            goto out;
-    }
-    if (g->db_hh) {
-        snprintf(s1, sizeof s1, "%s.dbias_hh", site);
-        if (emu_t_reduce(ctx, s1, g->db_hh, &D, EMU_REDUCE_SUM, 0, o->accum, prnd))
+    /* The bias gradients as products (1, B T) x D: dot products of ones
+     * with D's columns (the forward's bias terms times 1), so that the
+     * fast model sums them with sgemm's contiguous reads. */
+    emu_tensor *dbs[2] = { g->db_ih, g->db_hh };
+    for (int q = 0; q < 2; q++) {
+        if (!dbs[q])
+            continue;
+        for (size_t r = 0; r < B * T; r++)
+            hp[r] = 1.0f;
+        emu_tensor ONES = view2(dy, NULL, hp, 1, B * T);
+        emu_tensor DB = view2(dbs[q], NULL, dbs[q]->data, 1, G);
+        const emu_matmul_opts m = { .accum = o->accum };
+        snprintf(s1, sizeof s1, "%s.%s", site, q ? "dbias_hh" : "dbias_ih");
+        if (emu_t_matmul(ctx, s1, &DB, &ONES, &D, &m, prnd))
             goto out;
     }
     rc = 0;
