@@ -63,7 +63,13 @@
  * before its one rounding or is the accumulator model's result.
  * Why one GEMM per step with the bias and input columns in it: each gate
  * is then a single dot product (as the convolution's bias is a term),
- * with one output rounding, and the fast model is one sgemm per step.
+ * with one output rounding.  The fast model (host binary32 BLAS, whose
+ * summation order is its own) groups the same binary32 sums as PyTorch
+ * does: the bias and input terms of the whole window are one sgemm
+ * (x W_ih^T, not rounded: the accumulator's binary32 value), and each
+ * step adds h_{t-1} W_hh^T to its rows (emu_t_matmul's accumulate, sgemm's
+ * beta = 1), so the site's MPFR reference starts from the window sum as
+ * sgemm left it and measures the recurrent terms and the output rounding.
  */
 #include "hostfp.h" /* first: no contraction, no excess precision */
 
@@ -526,6 +532,7 @@ int emu_t_lstm(emu_ctx *ctx, const char *site, emu_tensor *y, emu_tensor *gates,
     float *cs = alloc_floats(ctx, site, T * B * H);
     float *hs = alloc_floats(ctx, site, T * B * H);
     float *zero = alloc_floats(ctx, site, B * H);
+    float *ax = NULL, *xw = NULL; /* the fast model's window product */
     int rc = -1;
     if (!wcat || !acat || !pre || !gs || !cs || !hs || !zero)
         goto out;
@@ -553,14 +560,46 @@ int emu_t_lstm(emu_ctx *ctx, const char *site, emu_tensor *y, emu_tensor *gates,
     const emu_matmul_opts mo = { .accum = o->accum, .trans_b = true };
     const float *hprev0 = h0 ? h0->data : zero, *cprev0 = c0 ? c0->data : zero;
     lstm_op op = { .H = H, .G = G, .fmt = &gates->fmt, .pre = pre };
+
+    /* The fast model: the window's bias and input terms as one sgemm. */
+    const bool fast = o->accum->kind == EMU_ACCUM_FAST;
+    const emu_matmul_opts mf = { .accum = o->accum, .trans_b = true,
+                                 .accumulate = true };
+    if (fast) {
+        const size_t K1 = nb + I;
+        ax = alloc_floats(ctx, site, B * T * K1);
+        xw = alloc_floats(ctx, site, B * T * G);
+        if (!ax || !xw)
+            goto out;
+        for (size_t r = 0; r < B * T; r++) {
+            for (size_t k = 0; k < nb; k++)
+                ax[r * K1 + k] = 1.0f;
+            memcpy(ax + r * K1 + nb, x->data + r * I, I * sizeof *ax);
+        }
+        /* B(k, j) = wcat[j K + k]: the first K1 columns of wcat's rows */
+        if (emu_gemm_fast_f32(B * T, G, K1, ax, (ptrdiff_t)K1, 1, wcat, 1,
+                              (ptrdiff_t)K, NULL, xw)) {
+            emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory in the GEMM");
+            goto out;
+        }
+    }
     for (size_t t = 0; t < T; t++) {
         const float *hprev = t ? hs + (t - 1) * B * H : hprev0;
-        for (size_t b = 0; b < B; b++) {
-            memcpy(acat + b * K + nb, row_bt(x->data, b, t, T, I), I * sizeof *acat);
-            memcpy(acat + b * K + nb + I, hprev + b * H, H * sizeof *acat);
+        if (fast) {
+            for (size_t b = 0; b < B; b++)
+                memcpy(pre + b * G, row_bt(xw, b, t, T, G), G * sizeof *pre);
+            emu_tensor Hp = view2(y, NULL, hprev, B, H);
+            if (emu_t_matmul(ctx, sg, &P, &Hp, w->w_hh, &mf, rnd))
+                goto out;
+        } else {
+            for (size_t b = 0; b < B; b++) {
+                memcpy(acat + b * K + nb, row_bt(x->data, b, t, T, I),
+                       I * sizeof *acat);
+                memcpy(acat + b * K + nb + I, hprev + b * H, H * sizeof *acat);
+            }
+            if (emu_t_matmul(ctx, sg, &P, &A, &W, &mo, rnd))
+                goto out;
         }
-        if (emu_t_matmul(ctx, sg, &P, &A, &W, &mo, rnd))
-            goto out;
         emu_tensor Gt = view2(gates, NULL, gs + t * B * G, B, G);
         emu_tensor Ct = view2(c, NULL, cs + t * B * H, B, H);
         emu_tensor Ht = view2(y, NULL, hs + t * B * H, B, H);
@@ -589,6 +628,8 @@ int emu_t_lstm(emu_ctx *ctx, const char *site, emu_tensor *y, emu_tensor *gates,
     }
     rc = 0;
 out:
+    free(ax);
+    free(xw);
     free(wcat);
     free(acat);
     free(pre);
