@@ -26,7 +26,9 @@
  *     quantity once at the documented point (the header of ops_lstm.c).
  *  4. Every site sampled against MPFR through the choke point: with the
  *     exact accumulator each output is within half an ulp (plus the
- *     binary64 evaluations' few 2^-53) of its exact value.
+ *     binary64 evaluations' few 2^-53) of its exact value; the fast
+ *     model's pre-activations within half an ulp and the recurrent sum's
+ *     binary32 error.
  *  5. PyTorch (torch.nn.LSTM, fp32, batch_first) forward and gradients,
  *     through tests/lstm_torch.py; skipped (a note, no failure) without
  *     torch.  Bound 5e-6 (1 + |v|): both sides are binary32 computations
@@ -593,6 +595,23 @@ START_TEST(sampled_against_mpfr)
     /* the products are dot products: their error is split */
     ck_assert(emu_stats_find_name(&st, "lstm.gates")->total.dot_samples > 0);
     ck_assert(emu_stats_find_name(&st, "lstm.dweight_hh")->total.dot_samples > 0);
+    case_free(&k);
+    emu_stats_free(&st);
+
+    /* The fast model: the window's input product is the accumulator's
+     * start, and the reference measures from there the recurrent terms'
+     * binary32 sum (errors of 2^-24 relative to the terms, 2^-13 of a
+     * binary16 ulp) and the output rounding. */
+    emu_stats_init(&st);
+    ctx.stats = &st;
+    acc = accum_of(EMU_ACCUM_FAST);
+    case_make(&k, 2, 4, 3, 3, test_format("binary16"), test_format("binary32"),
+              test_format("bfloat16"), false, true, &g);
+    forward(&ctx, &k, &o);
+    const emu_site *s = emu_stats_find_name(&st, "lstm.gates");
+    ck_assert(s && s->total.ref_samples == k.B * k.T * 4 * k.H);
+    EXPECT(s->total.ulp_max <= 0.5 + 0x1p-10, "fast gates: %.17g ulps",
+           s->total.ulp_max);
     case_free(&k);
     emu_stats_free(&st);
 }
