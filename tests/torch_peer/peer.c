@@ -19,6 +19,14 @@
  *       accum=exact); PEER_DUMP=1 adds "dump.y.<layer>" and
  *       "dump.dx.<layer>" (every layer's output and input gradient), to
  *       locate a disagreement layer by layer.
+ *   peer lmgrad ARCH WEIGHTS SEED BATCH SEQ VOCAB OUT
+ *       a language model (emu_model_build_lm, fp32 preset) with WEIGHTS
+ *       loaded: one forward and backward pass on BATCH windows of SEQ
+ *       token ids; id i of the inputs is emu_random64(SEED, 1, i) mod
+ *       VOCAB and target i emu_random64(SEED, 2, i) mod VOCAB.  OUT holds
+ *       "loss", "logits" (B*T, V), "grad.<name>" for every parameter,
+ *       "x.0" (B, T) and "y.0" (B*T), ids as floats.  PEER_SET and
+ *       PEER_DUMP as for grad.
  *
  * Exit status 0, or 1 with a message on stderr.
  */
@@ -192,6 +200,81 @@ static int grad(const char *arch, const char *weights, uint64_t seed,
     return rc;
 }
 
+static int lmgrad(const char *arch, const char *weights, uint64_t seed,
+                  int batch, int seq, int vocab, const char *out)
+{
+    emu_policy p;
+    emu_error err;
+    emu_ctx ctx;
+    emu_model m;
+    if (emu_policy_preset(&p, "fp32", &err))
+        return die("preset", &err);
+    const char *set = getenv("PEER_SET");
+    if (set && emu_policy_set(&p, set, &err))
+        return die("PEER_SET", &err);
+    emu_ctx_init(&ctx, seed);
+    if (emu_model_build_lm(&m, arch, &p, batch, seq, vocab, seed, &ctx, &err))
+        return die(arch, &err);
+    if (emu_model_load_weights(&m, &ctx, &p, weights, &err))
+        return die(weights, &err);
+    const size_t R = (size_t)batch * (size_t)seq;
+    int *targets = malloc(R * sizeof *targets);
+    float *xs = malloc(R * sizeof *xs), *ys = malloc(R * sizeof *ys);
+    outlist *o = calloc(1, sizeof *o);
+    if (!targets || !xs || !ys || !o) {
+        fprintf(stderr, "peer: out of memory\n");
+        return 1;
+    }
+    for (size_t i = 0; i < R; i++) {
+        m.tokens[i] = (int32_t)(emu_random64(seed, 1, i) % (uint64_t)vocab);
+        targets[i] = (int)(emu_random64(seed, 2, i) % (uint64_t)vocab);
+        xs[i] = (float)m.tokens[i];
+        ys[i] = (float)targets[i];
+    }
+    if (emu_model_forward(&m, &ctx, &p) ||
+        emu_model_backward(&m, &ctx, &p, targets, 1.0f))
+        return die("step", &ctx.err);
+    add(o, "loss", &m.loss, NULL);
+    o->t[o->n - 1].ndim = 0;
+    add(o, "logits", &m.layers[m.n_layers - 1].y, NULL);
+    char name[EMU_TF_NAME_MAX + 16];
+    for (int i = 0; i < emu_model_named_count(&m); i++) {
+        emu_param *prm;
+        const char *n = emu_model_named_at(&m, i, &prm, NULL);
+        snprintf(name, sizeof name, "grad.%s", n);
+        add(o, name, &prm->g, NULL);
+    }
+    if (getenv("PEER_DUMP"))
+        for (int i = 0; i < m.n_layers; i++) {
+            snprintf(name, sizeof name, "dump.y.%s", m.layers[i].name);
+            add(o, name, &m.layers[i].y, NULL);
+            if (m.layers[i].dx.data) {
+                snprintf(name, sizeof name, "dump.dx.%s", m.layers[i].name);
+                add(o, name, &m.layers[i].dx, NULL);
+            }
+        }
+    emu_tensor shape_x, shape_y;
+    memset(&shape_x, 0, sizeof shape_x);
+    memset(&shape_y, 0, sizeof shape_y);
+    shape_x.ndim = 2;
+    shape_x.shape[0] = (size_t)batch;
+    shape_x.shape[1] = (size_t)seq;
+    shape_y.ndim = 1;
+    shape_y.shape[0] = R;
+    add(o, "x.0", &shape_x, xs);
+    add(o, "y.0", &shape_y, ys);
+    const char *meta[] = { "arch", arch, "weights", weights, NULL };
+    int rc = emu_tensorfile_write(out, o->t, o->n, meta, &err) ? die(out, &err) : 0;
+    for (int i = 0; i < o->n; i++)
+        free(o->names[i]);
+    free(o);
+    free(targets);
+    free(xs);
+    free(ys);
+    emu_model_free(&m);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 6 && !strcmp(argv[1], "init"))
@@ -200,7 +283,12 @@ int main(int argc, char **argv)
         return grad(argv[2], argv[3], (uint64_t)arg_long(argv[4]),
                     (size_t)arg_long(argv[5]), (size_t)arg_long(argv[6]),
                     (int)arg_long(argv[7]), (int)arg_long(argv[8]), argv[9]);
+    if (argc == 9 && !strcmp(argv[1], "lmgrad"))
+        return lmgrad(argv[2], argv[3], (uint64_t)arg_long(argv[4]),
+                      (int)arg_long(argv[5]), (int)arg_long(argv[6]),
+                      (int)arg_long(argv[7]), argv[8]);
     fprintf(stderr, "usage: peer init ARCH PRESET SEED OUT\n"
-                    "       peer grad ARCH WEIGHTS SEED NTRAIN NTEST BATCH STEPS OUT\n");
+                    "       peer grad ARCH WEIGHTS SEED NTRAIN NTEST BATCH STEPS OUT\n"
+                    "       peer lmgrad ARCH WEIGHTS SEED BATCH SEQ VOCAB OUT\n");
     return 1;
 }

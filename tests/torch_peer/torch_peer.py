@@ -4,7 +4,9 @@
 weights file, must agree on a fixed batch of the embedded data -- the loss,
 the logits and every parameter gradient -- and over the first 10 optimizer
 steps of `emu train` (SGD with momentum and weight decay; Adam, whose
-weight decay in libemu is decoupled, i.e. PyTorch's AdamW).
+weight decay in libemu is decoupled, i.e. PyTorch's AdamW).  Language
+models (gpt:L-D-H-T, libemu's layer names, the head tied to wte) are
+checked on the loss, logits and every gradient of one batch of windows.
 
 Weights go both ways: for the gradient check PyTorch initialises the model
 and writes the file (json.dumps formatting, not libemu's), libemu loads it;
@@ -35,6 +37,23 @@ rounds every partial sum):
               of the two binary32 results says nothing sharp.  The 10
               training losses are checked the same way.
   loss, logits  1e-5 relative (measured: under 1.1e-7).
+  gpt         (gpt:2-32-4-16 and the default gpt:4-128-4-64 on 4 windows of
+              T random ids of the 97-character vocabulary; the head tied to
+              wte, so wte's gradient is the head's plus the embedding's)
+              the same elementwise bound as the MLPs, 1e-4 relative + 1e-5
+              of the tensor's largest element, and the binary64 comparison
+              (libemu within 4x of PyTorch binary32's own error, + 1e-6 of
+              the largest element).  A gradient element here is a chain of
+              ~6L + 8 ops whose sums run over at most 4D = 512 (the
+              MLP's projection) or B T = 256 terms (weight gradients); the
+              rounding errors of such a chain, fp32 against fp32 in other
+              orders, are of the order of 1e-6 of the tensor's largest
+              element where layer norm's and softmax's backward passes
+              cancel (measured: max |diff| / max|grad| 6.6e-7 and 1.0e-6;
+              libemu 5.7e-7 and 7.9e-7 off binary64 where PyTorch's binary32
+              is 4.9e-7 and 6.2e-7).  A wrong term is off by O(1) of the
+              largest element (an embedding gradient that started from
+              garbage was off by 4e-2).
   10 steps    losses 1e-5 relative: the step-1 differences above, carried
               through 10 updates (measured: under 1.5e-7, SGD and AdamW).
 
@@ -63,6 +82,10 @@ except ImportError as e:  # CTest reports 77 as skipped
     sys.exit(77)
 
 SEED, NTRAIN, NTEST, BATCH, STEPS = 5, 320, 64, 32, 10
+# Language models: the text vocabulary's size, windows per batch.
+LM_VOCAB, LM_BATCH = 97, 4
+LM_MODELS = ['gpt:2-32-4-16', 'gpt']
+LM_RTOL, LM_ATOL = 1e-4, 1e-5
 
 
 # ---- the file format, in a few lines (README "Weights files") -------------
@@ -201,6 +224,60 @@ class ResNet(nn.Module):
         return self.fc(self.avgpool(x).flatten(1))
 
 
+class Block(nn.Module):
+    """GPT-2's pre-norm block with libemu's layer names."""
+
+    def __init__(self, D, H):
+        super().__init__()
+        self.H = H
+        self.ln1 = nn.LayerNorm(D, eps=1e-5)
+        self.attn = nn.Module()
+        self.attn.qkv = nn.Linear(D, 3 * D)
+        self.attn.proj = nn.Linear(D, D)
+        self.ln2 = nn.LayerNorm(D, eps=1e-5)
+        self.mlp = nn.Module()
+        self.mlp.fc = nn.Linear(D, 4 * D)
+        self.mlp.proj = nn.Linear(4 * D, D)
+
+    def forward(self, x):
+        B, T, D = x.shape
+        hs = D // self.H
+        q, k, v = self.attn.qkv(self.ln1(x)).split(D, dim=2)
+        q, k, v = (t.view(B, T, self.H, hs).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
+        causal = torch.ones(T, T, dtype=torch.bool).tril()
+        att = F.softmax(att.masked_fill(~causal, float('-inf')), dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(B, T, D)
+        x = x + self.attn.proj(y)
+        return x + self.mlp.proj(F.gelu(self.mlp.fc(self.ln2(x))))
+
+
+class GPT(nn.Module):
+    """gpt:L-D-H-T: token and position embeddings, L blocks h0.., ln_f, and
+    the head tied to wte (no parameter of its own, as in libemu)."""
+
+    def __init__(self, L, D, H, T, V):
+        super().__init__()
+        self.L = L
+        self.wte = nn.Embedding(V, D)
+        self.wpe = nn.Embedding(T, D)
+        for i in range(L):
+            setattr(self, f'h{i}', Block(D, H))
+        self.ln_f = nn.LayerNorm(D, eps=1e-5)
+
+    def forward(self, idx):
+        T = idx.shape[1]
+        x = self.wte(idx) + self.wpe(torch.arange(T))
+        for i in range(self.L):
+            x = getattr(self, f'h{i}')(x)
+        return F.linear(self.ln_f(x), self.wte.weight).flatten(0, 1)
+
+
+def gpt_dims(arch):
+    _, _, rest = arch.partition(':')
+    return [int(v) for v in (rest or '4-128-4-64').split('-')]
+
+
 def build(arch):
     kind, _, rest = arch.partition(':')
     act = nn.GELU() if kind.endswith('-gelu') else nn.ReLU()
@@ -216,6 +293,8 @@ def build(arch):
         return CNN(s[0], s[1], s[2:], act)
     if kind == 'resnet':
         return ResNet(int(rest or 1))
+    if kind == 'gpt':
+        return GPT(*gpt_dims(arch), LM_VOCAB)
     raise ValueError(arch)
 
 
@@ -340,6 +419,61 @@ def gradient_check(chk, args, arch, tmp):
           + (f'; ReLU elements at the kink given libemu\'s side: '
              f'{sum(RELU_TAKEN.values())}' if masks else ''))
     return out
+
+
+def lm_gradient_check(chk, args, arch, tmp):
+    """A gpt: PyTorch initialises it (GPT-2's normal(0, 0.02) weights;
+    biases and layer norms from PyTorch's default, perturbed so that no
+    parameter is a constant) and writes the weights; libemu loads them and
+    runs one forward and backward pass on LM_BATCH windows of the full
+    context T of random ids and targets (peer lmgrad)."""
+    torch.manual_seed(SEED)
+    model = build(arch)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith('weight') and p.dim() == 2:
+                p.normal_(0.0, 0.02)
+            elif 'ln' in name and name.endswith('weight'):
+                p.add_(torch.randn_like(p) * 0.1)
+            else:
+                p.copy_(torch.randn_like(p) * 0.02)
+    T = gpt_dims(arch)[3]
+    wpath = os.path.join(tmp, 'torch_init.safetensors')
+    write_weights(wpath, {k: v.numpy() for k, v in model.state_dict().items()},
+                  {'written_by': 'torch_peer.py'})
+    gpath = os.path.join(tmp, 'lmgrad.safetensors')
+    run([args.peer, 'lmgrad', arch, wpath, str(SEED), str(LM_BATCH), str(T),
+         str(LM_VOCAB), gpath])
+    _, out = read_weights(gpath)
+    m64 = copy.deepcopy(model).double()
+    x = torch.from_numpy(out['x.0'].astype(np.int64))
+    y = torch.from_numpy(out['y.0'].astype(np.int64))
+    logits = model(x)
+    loss = F.cross_entropy(logits, y)
+    loss.backward()
+    F.cross_entropy(m64(x), y).backward()
+    chk.close(f'{arch} loss', out['loss'], loss.item(), 1e-5, 0)
+    chk.close(f'{arch} logits', out['logits'], logits.detach().numpy(), 1e-5, 1e-5)
+    worst = (0.0, '')
+    worst64 = (0.0, 0.0, '')
+    p64 = dict(m64.named_parameters())
+    names = [n for n, _ in model.named_parameters()]
+    assert names == [k[len('grad.'):] for k in out if k.startswith('grad.')], names
+    for name, p in model.named_parameters():
+        _, r = chk.close(f'{arch} grad {name}', out['grad.' + name],
+                         p.grad.numpy(), LM_RTOL, LM_ATOL)
+        if r >= worst[0]:
+            worst = (r, name)
+        e, e32 = chk.close_f64(f'{arch} grad {name} (binary64 reference)',
+                               out['grad.' + name], p.grad.numpy(),
+                               p64[name].grad.numpy())
+        if e >= worst64[0]:
+            worst64 = (e, e32, name)
+    print(f'{arch} (V {LM_VOCAB}, {LM_BATCH} x {T} tokens): loss emu '
+          f'{float(out["loss"]):.9g} torch {loss.item():.9g}; gradients: max '
+          f'|diff| / max|grad| {worst[0]:.3g} ({worst[1]}); against binary64: '
+          f'libemu {worst64[0]:.3g} of the tensor\'s largest gradient, PyTorch '
+          f'binary32 {worst64[1]:.3g} ({worst64[2]})')
 
 
 def has_batch_norm(model):
@@ -484,6 +618,8 @@ def main():
     chk = Checker()
     models = ['mlp:784-64-32-10', 'mlp-gelu:784-48x2-10', 'cnn', 'resnet:1']
     try:
+        for arch in LM_MODELS:
+            lm_gradient_check(chk, args, arch, tmp)
         for arch in models:
             if arch.startswith('resnet'):
                 probe = subprocess.run([args.peer, 'init', arch, 'fp32', '1',
