@@ -1,8 +1,10 @@
 /*
  * test_nn_lstm.c — the LSTM language model of emu/nn.h ("lstm:L-H",
  * emu_model_build_lm): its layers and parameter names, the gradients of
- * every parameter against binary64 finite differences, and a weights
- * file round trip.
+ * every parameter against binary64 finite differences, a weights file
+ * round trip, and the loss and gradients against PyTorch's word language
+ * model loaded strictly from the model's weights file (skipped without
+ * torch).
  *
  * Gradient check.  The model runs under the fp32 preset with the exact
  * accumulator, every value the binary32 rounding of an exactly computed
@@ -26,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "nn_internal.h"
@@ -297,6 +300,92 @@ START_TEST(weights_round_trip)
 }
 END_TEST
 
+/* ---- PyTorch -------------------------------------------------------------------- */
+
+#ifndef EMU_LSTM_MODEL_TORCH_SCRIPT
+#define EMU_LSTM_MODEL_TORCH_SCRIPT "tests/lstm_model_torch.py"
+#endif
+
+/* The model's weights file loaded strictly into PyTorch's word language
+ * model of the same shape (every name and shape must match), its loss and
+ * gradients against the model's under the fp32 preset's fast model.
+ * Bound 2e-6 relative to each tensor's largest gradient: both sides are
+ * binary32 computations of the same formulas, differing in summation
+ * order and in PyTorch's rounding of tanh(c) before the product with o
+ * (a few 2^-24 over chains of ~10 ops; seen: at most 2.5e-7). */
+START_TEST(against_pytorch)
+{
+    char dir[] = "/tmp/emu_lstm_torch_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char wpath[64], ipath[64], opath[64], cmd[512];
+    snprintf(wpath, sizeof wpath, "%s/w.safetensors", dir);
+    snprintf(ipath, sizeof ipath, "%s/in.safetensors", dir);
+    snprintf(opath, sizeof opath, "%s/out.safetensors", dir);
+    emu_error err;
+    lstm_fixture f;
+    memset(&f, 0, sizeof f);
+    f.L = 2, f.H = 16, f.V = 13, f.B = 3, f.S = 9;
+    if (emu_policy_preset(&f.p, "fp32", &err) || emu_policy_validate(&f.p, &err))
+        ck_abort_msg("policy: %s", err.message);
+    emu_ctx_init(&f.ctx, 5);
+    ck_assert_msg(emu_model_build_lm(&f.m, "lstm:2-16", &f.p, f.B, f.S, f.V, 5,
+                                     &f.ctx, &err) == 0, "%s", err.message);
+    test_rng g = test_rng_make(5);
+    const int R = f.B * f.S;
+    f.targets = malloc((size_t)R * sizeof *f.targets);
+    float *tok = malloc((size_t)R * sizeof *tok), *tgt = malloc((size_t)R * sizeof *tgt);
+    for (int i = 0; i < R; i++) {
+        f.m.tokens[i] = (int32_t)test_below(&g, (uint64_t)f.V);
+        f.targets[i] = (int)test_below(&g, (uint64_t)f.V);
+        tok[i] = (float)f.m.tokens[i];
+        tgt[i] = (float)f.targets[i];
+    }
+    emu_tf_out in[2] = { { "tokens", 2, { (size_t)f.B, (size_t)f.S }, tok },
+                         { "targets", 2, { (size_t)f.B, (size_t)f.S }, tgt } };
+    ck_assert_msg(emu_model_save_weights(&f.m, wpath, &err) == 0, "%s", err.message);
+    ck_assert_msg(emu_tensorfile_write(ipath, in, 2, NULL, &err) == 0, "%s",
+                  err.message);
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s %s %s %s",
+             EMU_LSTM_MODEL_TORCH_SCRIPT, wpath, ipath, opath);
+    int rc = system(cmd);
+    if (rc == -1 || !WIFEXITED(rc) || WEXITSTATUS(rc) == 77 ||
+        WEXITSTATUS(rc) == 127) {
+        printf("against_pytorch: skipped (no /usr/bin/python3 with torch)\n");
+    } else {
+        ck_assert_msg(WEXITSTATUS(rc) == 0, "%s failed (%d)", cmd, WEXITSTATUS(rc));
+        ck_assert_int_eq(emu_model_forward(&f.m, &f.ctx, &f.p), 0);
+        ck_assert_int_eq(emu_model_backward(&f.m, &f.ctx, &f.p, f.targets, 1.0f), 0);
+        emu_tensorfile tf;
+        ck_assert_msg(emu_tensorfile_read(&tf, opath, 0, &err) == 0, "%s",
+                      err.message);
+        const emu_tf_tensor *loss = emu_tensorfile_find(&tf, "loss");
+        ck_assert(loss);
+        EXPECT(fabs(loss->values[0] - f.m.loss.data[0]) < 1e-6 * loss->values[0],
+               "loss %.9g, torch %.9g", f.m.loss.data[0], loss->values[0]);
+        const int n = emu_model_named_count(&f.m);
+        ck_assert_int_eq(n, tf.count - 1);
+        for (int i = 0; i < n; i++) {
+            emu_param *prm = NULL;
+            const char *name = emu_model_named_at(&f.m, i, &prm, NULL);
+            const emu_tf_tensor *t = emu_tensorfile_find(&tf, name);
+            EXPECT(t && t->n == prm->g.n, "torch has no gradient %s", name);
+            double big = 0.0, worst = 0.0;
+            for (size_t k = 0; k < t->n; k++)
+                big = fmax(big, fabs(t->values[k]));
+            for (size_t k = 0; k < t->n; k++)
+                worst = fmax(worst, fabs(prm->g.data[k] - t->values[k]) / big);
+            printf("%-20s max |g - torch| / max |torch| = %.3g\n", name, worst);
+            EXPECT(worst < 2e-6, "%s: %g", name, worst);
+        }
+        emu_tensorfile_free(&tf);
+    }
+    remove(wpath), remove(ipath), remove(opath);
+    rmdir(dir);
+    free(tok), free(tgt);
+    fx_free(&f);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("nn_lstm");
@@ -305,6 +394,7 @@ static Suite *suite(void)
     tcase_add_test(tc, layers_and_names);
     tcase_add_test(tc, gradients_against_finite_differences);
     tcase_add_test(tc, weights_round_trip);
+    tcase_add_test(tc, against_pytorch);
     suite_add_tcase(s, tc);
     return s;
 }
