@@ -444,11 +444,13 @@ int emu_t_attention_backward(emu_ctx *ctx, const char *site, emu_tensor *dqkv,
  * (4H, H), b_ih, b_hh (4H); h0, c0, h_n, c_n (B, H).  Per step t:
  *   gates_t = b_ih + b_hh + x_t W_ih^T + h_{t-1} W_hh^T       (B, 4H)
  *             ONE dot product per gate under o->accum, of I + H + 2 terms
- *             (the biases are terms times 1), rounded once into gates'
- *             format under rnd: site "<site>.gates" (pre-activation);
+ *             (the biases are terms times 1; the fast model groups its
+ *             binary32 sums as PyTorch: the window's x W_ih^T first),
+ *             rounded once into gates' format under rnd: site
+ *             "<site>.gates" (pre-activation);
  *   i, f, o = sigmoid, g = tanh of the rounded pre-activations, each
- *             evaluated in binary64 and rounded once into gates' format
- *             under rnd: site "<site>.act" (all four gates);
+ *             rounded once into gates' format under rnd as emu_t_unary
+ *             rounds them (correctly): site "<site>.act" (all four gates);
  *   c_t = f c_{t-1} + i g   exact, rounded once into c's format under
  *             o->cell_rnd: site "<site>.c";
  *   h_t = o tanh(c_t)       binary64, rounded once into y's format under
