@@ -47,6 +47,9 @@ struct emu_layer_priv {
      * embedding read by a tied head: its weight gradient starts from the
      * head's (accumulate). */
     emu_tensor ln_mean, ln_rstd, att;
+    /* An LSTM layer: the activated gates (B, T, 4H) and the cell states
+     * (B, T, H) its backward pass reads. */
+    emu_tensor lstm_gates, lstm_c;
     int32_t *pos;
     bool tied;
 };

@@ -433,6 +433,68 @@ static int gpt_spec(const gpt_dims *g, int vocab, layer_spec *v, int *n)
     return 0;
 }
 
+/* The limits of an lstm spec. */
+enum { LSTM_MAX_L = 16, LSTM_MAX_H = 8192 };
+
+/* "lstm:L-H" (or "lstm": 2-256): layers and width. */
+static int lstm_parse(const char *arch, const char *rest, int vocab, int *L,
+                      int *H, emu_error *err)
+{
+    long v[2] = { 2, 256 };
+    if (*rest) {
+        const char *s = rest;
+        for (int i = 0; i < 2; i++) {
+            char *end;
+            if (*s < '0' || *s > '9')
+                return emu_fail(err, EMU_ESPEC, "model", "arch", "'%s': expected "
+                                "lstm:L-H (layers, width; e.g. lstm:2-256)", arch);
+            v[i] = strtol(s, &end, 10);
+            if (*end != (i < 1 ? '-' : '\0'))
+                return emu_fail(err, EMU_ESPEC, "model", "arch", "'%s': expected "
+                                "lstm:L-H (layers, width; e.g. lstm:2-256)", arch);
+            s = end + 1;
+        }
+    }
+    static const char *const what[2] = { "layer count L", "width H" };
+    static const long max[2] = { LSTM_MAX_L, LSTM_MAX_H };
+    for (int i = 0; i < 2; i++)
+        if (v[i] < 1 || v[i] > max[i])
+            return emu_fail(err, EMU_ESPEC, "model", "arch", "'%s': the %s is %ld, "
+                            "not in 1..%ld", arch, what[i], v[i], max[i]);
+    /* encoder, per layer 8 H^2 + 8 H, decoder */
+    double params = 2.0 * vocab * v[1] + vocab +
+                    (double)v[0] * (8.0 * v[1] * v[1] + 8.0 * v[1]);
+    if (params > GPT_MAX_PARAMS)
+        return emu_fail(err, EMU_ESPEC, "model", "arch", "'%s': %.3g parameters "
+                        "(more than 2^31)", arch, params);
+    *L = (int)v[0];
+    *H = (int)v[1];
+    return 0;
+}
+
+/* PyTorch's word language model (examples/word_language_model) with an
+ * embedding as wide as the LSTM: encoder (V, H); per layer k an LSTM_HH
+ * holder lstm.lK.hh (w_hh, b_hh) and the LSTM lstm.lK (w_ih, b_ih),
+ * reading the layer below; decoder (H -> V).  Initialisation: the
+ * LSTM's U(-1/sqrt(H), 1/sqrt(H)) (set where the parameters are made),
+ * the encoder normal(0, 0.1), the decoder He-uniform, bias 0. */
+static void lstm_spec(int L, int H, int vocab, layer_spec *v, int *n)
+{
+    *n = 0;
+    int x = node(v, n, EMU_LAYER_EMBEDDING, H, 0, 0, 1, -1, -1, "encoder");
+    v[x].table = vocab;
+    v[x].init_std = 0.1;
+    v[x].group = EMU_EXEMPT_FIRST;
+    for (int k = 0; k < L; k++) {
+        int hh = node(v, n, EMU_LAYER_LSTM_HH, H, 0, 0, 1, -1, -1,
+                      "lstm.l%d.hh", k);
+        x = node(v, n, EMU_LAYER_LSTM, H, 0, 0, 1, x, -1, "lstm.l%d", k);
+        v[x].tie = hh;
+    }
+    int head = node(v, n, EMU_LAYER_LINEAR, vocab, 0, 0, 1, x, -1, "decoder");
+    v[head].group = EMU_EXEMPT_LAST;
+}
+
 /* The kind of a spec: its text up to ':' (or all of it). */
 static bool arch_kind_is(const char *arch, const char *kind)
 {
@@ -740,6 +802,8 @@ void emu_model_free(emu_model *m)
             emu_tensor_free(&l->priv->ln_mean);
             emu_tensor_free(&l->priv->ln_rstd);
             emu_tensor_free(&l->priv->att);
+            emu_tensor_free(&l->priv->lstm_gates);
+            emu_tensor_free(&l->priv->lstm_c);
             free(l->priv->pos);
             free(l->priv);
         }
@@ -932,6 +996,27 @@ static int build_spec(emu_model *m, const char *arch, layer_spec *spec, int n,
             dims[0] = e->in_dims[0];
             break;
         }
+        case EMU_LAYER_LSTM_HH:
+            /* w_hh (4H, H), b_hh: read by the LSTM layer after it. */
+            l->in_dims[0] = sp->out;
+            l->in_ndim = 1;
+            dims[0] = sp->out;
+            ndim = 1;
+            l->has_params = l->has_bias = true;
+            break;
+        case EMU_LAYER_LSTM: {
+            const emu_layer *hh = sp->tie >= 0 && sp->tie < i
+                                      ? &m->layers[sp->tie] : NULL;
+            if (ndim != 1 || !hh || hh->kind != EMU_LAYER_LSTM_HH ||
+                hh->in_dims[0] != sp->out)
+                return spec_fail(spec, m, err, EMU_ESPEC, "arch",
+                                 "%s: an LSTM needs flat rows and an earlier "
+                                 "LSTM_HH of its width", sp->name);
+            l->tie = sp->tie;
+            dims[0] = sp->out;
+            l->has_params = l->has_bias = true;
+            break;
+        }
         default:
             snprintf(auto_name, sizeof auto_name, "%s%d",
                      l->kind == EMU_LAYER_GELU ? "gelu" : "relu", ++nact);
@@ -962,7 +1047,8 @@ static int build_spec(emu_model *m, const char *arch, layer_spec *spec, int n,
             m->layers[l->src2].priv->consumers++;
     }
     for (int i = 0; i + 1 < n; i++)
-        if (!m->layers[i].priv->consumers)
+        if (!m->layers[i].priv->consumers &&
+            m->layers[i].kind != EMU_LAYER_LSTM_HH) /* read through `tie` */
             return spec_fail(spec, m, err, EMU_ESPEC, "arch", "%s: no layer "
                              "reads its output", m->layers[i].name);
     if (p->scaling.kind == EMU_SCALE_ADAPTIVE && is_graph(m))
@@ -1016,19 +1102,35 @@ static int build_spec(emu_model *m, const char *arch, layer_spec *spec, int n,
             continue; /* views, made in forward and backward */
         /* An embedding reads ids, not a tensor to cast. */
         if ((l->has_params || l->kind == EMU_LAYER_TIED) &&
-            l->kind != EMU_LAYER_EMBEDDING && strcmp(in_fmt->name, act->name)) {
+            l->kind != EMU_LAYER_EMBEDDING && l->kind != EMU_LAYER_LSTM_HH &&
+            strcmp(in_fmt->name, act->name)) {
             l->has_xq = true;
             if (alloc_act(&l->xq, l->name, "xq", EMU_ROLE_ACTIVATION, act,
                           R, l->in_dims, l->in_ndim, err))
                 goto fail;
         }
-        if (alloc_act(&l->y, l->name, "y", EMU_ROLE_ACTIVATION, act, R,
-                      l->out_dims, l->out_ndim, err) ||
+        if (l->kind != EMU_LAYER_LSTM_HH && /* parameters only */
+            (alloc_act(&l->y, l->name, "y", EMU_ROLE_ACTIVATION, act, R,
+                       l->out_dims, l->out_ndim, err) ||
             (l->kind != EMU_LAYER_ADD && /* an addition's dx is its dy */
              l->kind != EMU_LAYER_EMBEDDING && /* ids have no gradient */
              alloc_act(&l->dx, l->name, "dx", EMU_ROLE_ACT_GRAD, grad, R,
-                       l->in_dims, l->in_ndim, err)))
+                       l->in_dims, l->in_ndim, err))))
             goto fail;
+        if (l->kind == EMU_LAYER_LSTM) {
+            /* What the backward pass reads, in the activation format. */
+            char name[EMU_TENSOR_NAME_MAX];
+            const size_t H = (size_t)l->out_dims[0];
+            snprintf(name, sizeof name, "%s.gates", l->name);
+            if (emu_tensor_alloc4(&lp->lstm_gates, name, EMU_ROLE_ACTIVATION,
+                                  act, (size_t)batch, (size_t)rows, 4 * H, 0,
+                                  err))
+                goto fail;
+            snprintf(name, sizeof name, "%s.c", l->name);
+            if (emu_tensor_alloc4(&lp->lstm_c, name, EMU_ROLE_ACTIVATION, act,
+                                  (size_t)batch, (size_t)rows, H, 0, err))
+                goto fail;
+        }
         if (l->kind == EMU_LAYER_MAXPOOL) {
             l->argmax = calloc(l->y.n, sizeof *l->argmax);
             if (!l->argmax) {
@@ -1067,6 +1169,17 @@ static int build_spec(emu_model *m, const char *arch, layer_spec *spec, int n,
             wshape[1] = (size_t)(emb ? l->out_dims[0] : l->in_dims[0]);
             wdim = 2;
             fan_in = l->in_dims[0];
+        } else if (l->kind == EMU_LAYER_LSTM || l->kind == EMU_LAYER_LSTM_HH) {
+            /* w_ih (4H, I) or w_hh (4H, H); weights and biases
+             * U(-1/sqrt(H), 1/sqrt(H)) as PyTorch: He-uniform's
+             * sqrt(6 / fan_in) with fan_in = 6 H. */
+            const int H = l->kind == EMU_LAYER_LSTM ? l->out_dims[0]
+                                                    : l->in_dims[0];
+            wshape[0] = 4 * (size_t)H;
+            wshape[1] = (size_t)l->in_dims[0];
+            wdim = 2;
+            fan_in = 6 * H;
+            bkind = INIT_HE;
         } else if (l->kind == EMU_LAYER_CONV) {
             wshape[0] = (size_t)l->out_dims[0];
             wshape[1] = (size_t)l->in_dims[0];
@@ -1186,6 +1299,25 @@ int emu_model_build(emu_model *m, const char *arch, const emu_policy *p,
                       ctx, err);
 }
 
+/* A language model from its spec (freed here): windows of seq_len
+ * tokens, the token buffer. */
+static int build_lm_spec(emu_model *m, const char *arch, layer_spec *spec,
+                         int n, const emu_policy *p, int batch, int seq_len,
+                         int vocab, uint64_t seed, emu_ctx *ctx,
+                         emu_error *err)
+{
+    const int in_dims[3] = { seq_len, 1, 1 };
+    if (build_spec(m, arch, spec, n, p, batch, seq_len, in_dims, vocab, seed,
+                   ctx, err))
+        return -1;
+    m->seq_len = seq_len;
+    m->vocab = vocab;
+    m->tokens = calloc((size_t)batch * (size_t)seq_len, sizeof *m->tokens);
+    if (!m->tokens)
+        return build_fail(m, err, EMU_ENOMEM, "arch", "out of memory");
+    return 0;
+}
+
 int emu_model_build_lm(emu_model *m, const char *arch, const emu_policy *p,
                        int batch, int seq_len, int vocab, uint64_t seed,
                        emu_ctx *ctx, emu_error *err)
@@ -1202,10 +1334,27 @@ int emu_model_build_lm(emu_model *m, const char *arch, const emu_policy *p,
                         "2..1048576", vocab);
     const char *colon = strchr(arch, ':');
     const char *rest = colon ? colon + 1 : "";
-    if (arch_kind_is(arch, "lstm"))
-        return emu_fail(err, EMU_EUNSUPPORTED, "model", "arch", "'%s': the LSTM "
-                        "language model is not built yet (use gpt:L-D-H-T)",
-                        arch);
+    if (arch_kind_is(arch, "lstm")) {
+        if (colon && !*rest)
+            return emu_fail(err, EMU_ESPEC, "model", "arch", "'%s': expected "
+                            "lstm:L-H after the colon", arch);
+        int L = 0, H = 0;
+        if (lstm_parse(arch, rest, vocab, &L, &H, err))
+            return -1;
+        if (seq_len < 1)
+            return emu_fail(err, EMU_EINVAL, "model", "seq_len", "%d is not "
+                            "positive", seq_len);
+        if ((int64_t)batch * seq_len > INT32_MAX / 4)
+            return emu_fail(err, EMU_EINVAL, "model", "batch", "%d windows of "
+                            "%d tokens are too many rows", batch, seq_len);
+        layer_spec *spec = malloc((size_t)(2 + 2 * L) * sizeof *spec);
+        if (!spec)
+            return emu_fail(err, EMU_ENOMEM, "model", "arch", "out of memory");
+        int n;
+        lstm_spec(L, H, vocab, spec, &n);
+        return build_lm_spec(m, arch, spec, n, p, batch, seq_len, vocab, seed,
+                             ctx, err);
+    }
     if (!arch_kind_is(arch, "gpt"))
         return emu_fail(err, EMU_ESPEC, "model", "arch", "'%s': unknown language "
                         "model (gpt, gpt:L-D-H-T such as gpt:4-128-4-64)", arch);
@@ -1226,16 +1375,8 @@ int emu_model_build_lm(emu_model *m, const char *arch, const emu_policy *p,
         return emu_fail(err, EMU_ENOMEM, "model", "arch", "out of memory");
     int n;
     gpt_spec(&g, vocab, spec, &n);
-    const int in_dims[3] = { seq_len, 1, 1 };
-    if (build_spec(m, arch, spec, n, p, batch, seq_len, in_dims, vocab, seed,
-                   ctx, err))
-        return -1;
-    m->seq_len = seq_len;
-    m->vocab = vocab;
-    m->tokens = calloc((size_t)batch * (size_t)seq_len, sizeof *m->tokens);
-    if (!m->tokens)
-        return build_fail(m, err, EMU_ENOMEM, "arch", "out of memory");
-    return 0;
+    return build_lm_spec(m, arch, spec, n, p, batch, seq_len, vocab, seed, ctx,
+                         err);
 }
 
 size_t emu_model_param_count(const emu_model *m)
@@ -1443,6 +1584,19 @@ int emu_model_forward(emu_model *m, emu_ctx *ctx, const emu_policy *p)
             rc = emu_t_matmul(ctx, site, &l->y, xa, wa, &o, rnd);
             break;
         }
+        case EMU_LAYER_LSTM_HH:
+            break; /* its parameters are the next LSTM layer's */
+        case EMU_LAYER_LSTM: {
+            const emu_layer *hh = &m->layers[l->tie];
+            emu_lstm_weights w = { &l->weight.w, &hh->weight.w, &l->bias.w,
+                                   &hh->bias.w };
+            emu_lstm_opts o = { .accum = &p->accum };
+            emu_tensor xs = seq_view(x, m), ys = seq_view(&l->y, m);
+            rc = emu_t_lstm(ctx, l->name, &ys, &l->priv->lstm_gates,
+                            &l->priv->lstm_c, NULL, NULL, &xs, NULL, NULL, &w,
+                            &o, rnd);
+            break;
+        }
         default:
             rc = emu_ctx_fail(ctx, l->name, "unknown layer kind");
         }
@@ -1520,8 +1674,8 @@ int emu_model_backward(emu_model *m, emu_ctx *ctx, const emu_policy *p,
      * input gradient goes to the layer(s) it read. */
     for (int i = m->n_layers - 1; i >= 0; i--) {
         emu_layer *l = &m->layers[i];
-        if (!l->priv->upstream)
-            continue;
+        if (!l->priv->upstream || l->kind == EMU_LAYER_LSTM_HH)
+            continue; /* an LSTM_HH's gradients come from its LSTM layer */
         const emu_tensor *dy = l->priv->gout;
         if (!dy)
             return emu_ctx_fail(ctx, l->name, "no gradient reached the output");
@@ -1693,6 +1847,23 @@ int emu_model_backward(emu_model *m, emu_ctx *ctx, const emu_policy *p,
                 site_of(site, sizeof site, l, "dinput");
                 rc = emu_t_matmul(ctx, site, &l->dx, dya, wa, &d, grad_rnd);
             }
+            break;
+        }
+        case EMU_LAYER_LSTM: {
+            /* Its LSTM_HH's gradients too (that layer, earlier in the
+             * list, has nothing left to do). */
+            emu_layer *hh = &m->layers[l->tie];
+            emu_lstm_weights w = { &l->weight.w, &hh->weight.w, &l->bias.w,
+                                   &hh->bias.w };
+            emu_lstm_grads gr = { &l->weight.g, &hh->weight.g, &l->bias.g,
+                                  &hh->bias.g };
+            emu_lstm_opts o = { .accum = &p->accum, .param_grad_rnd = wgrad_rnd };
+            emu_tensor dxs = seq_view(&l->dx, m), dys = seq_view(dy, m),
+                       xs = seq_view(l->in, m), ys = seq_view(&l->y, m);
+            rc = emu_t_lstm_backward(ctx, l->name, need_dx ? &dxs : NULL, &gr,
+                                     &dys, &xs, &ys, &l->priv->lstm_gates,
+                                     &l->priv->lstm_c, NULL, NULL, &w, &o,
+                                     grad_rnd);
             break;
         }
         default:

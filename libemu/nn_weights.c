@@ -89,6 +89,23 @@ const char *emu_model_named_at(emu_model *m, int i, emu_param **param,
                 *param = s[i].param;
             if (buffer)
                 *buffer = s[i].buffer;
+            const emu_layer *l = &m->layers[k];
+            if (l->kind == EMU_LAYER_LSTM || l->kind == EMU_LAYER_LSTM_HH) {
+                /* nn.LSTM's names: layer "lstm.l0" (its w_hh, b_hh in
+                 * "lstm.l0.hh") -> "lstm.weight_ih_l0", "lstm.bias_hh_l0" */
+                char base[sizeof l->name];
+                snprintf(base, sizeof base, "%s", l->name);
+                if (l->kind == EMU_LAYER_LSTM_HH && strrchr(base, '.'))
+                    *strrchr(base, '.') = '\0';
+                char *dot = strrchr(base, '.');
+                if (dot) {
+                    *dot = '\0';
+                    snprintf(name, sizeof name, "%s.%s_%s_%s", base,
+                             s[i].suffix,
+                             l->kind == EMU_LAYER_LSTM ? "ih" : "hh", dot + 1);
+                    return name;
+                }
+            }
             snprintf(name, sizeof name, "%s.%s", m->layers[k].name, s[i].suffix);
             return name;
         }

@@ -276,19 +276,26 @@ static void exact_sigmoid_grad(double dy, double y, double *hi, double *lo)
 #define INV_SQRT2 0x1.6a09e667f3bcdp-1
 #define INV_SQRT2PI 0x1.9884533d43651p-2
 
+/* The exponent, scaling and integer rounding come from the bits (a is a
+ * normal double here, 2^-g a normal power of two, m >= 0 and exact), not
+ * from frexp, ldexp and nearbyint: the activations of fused ops (the
+ * LSTM's gates) call this once an element. */
 static bool settled(const emu_format *f, double y, double eps)
 {
     double a = fabs(y);
     if (a < 0x1p-900)
         return true;
-    int e;
-    frexp(a, &e);
-    e -= 1; /* 2^e <= a < 2^(e+1) */
+    if (!isfinite(a))
+        return false; /* the slow path decides (never reached from here) */
+    int e = (int)(d2u(a) >> 52) - 1023; /* 2^e <= a < 2^(e+1) */
     if (e >= f->emax + 2)
         return true;
     int g = (e > f->emin - 1 ? e : f->emin - 1) - f->p;
-    double m = ldexp(a, -g); /* exact */
-    double d = fabs(m - nearbyint(m));
+    double m = g > -1023 && g < 1023 ? a * u2d((uint64_t)(1023 - g) << 52)
+                                     : ldexp(a, -g); /* exact */
+    /* nearest integer, ties to even (the environment is the default) */
+    double r = m < 0x1p52 ? (m + 0x1p52) - 0x1p52 : m;
+    double d = fabs(m - r);
     return d > eps * m;
 }
 
@@ -1053,6 +1060,12 @@ static double unary_value(const emu_format *f, emu_unary fn, double x,
     case EMU_UNARY_CLAMP: return x < p1 ? p1 : x > p2 ? p2 : x;
     default: return NAN;
     }
+}
+
+double emu_unary_eval(const emu_format *f, emu_unary fn, double x)
+{
+    double lo;
+    return unary_value(f, fn, x, 0.0, 0.0, &lo);
 }
 
 int emu_t_unary(emu_ctx *ctx, const char *site, emu_tensor *out,

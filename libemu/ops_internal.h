@@ -141,6 +141,12 @@ void emu_gemm_src_fill32(const emu_gemm_src *s, size_t i0, size_t m, float *v);
 void emu_mean_pair(double *hi, double *lo, size_t n, mpfr_ptr s, mpfr_ptr q,
                    mpfr_ptr r);
 
+/* tanh, sigmoid, exp, log or gelu of x as emu_t_unary evaluates it for an
+ * output in format f (ops_elementwise.c): a binary64 value that rounds to
+ * f, in every deterministic mode, as the exact value does (fused ops that
+ * apply an activation, such as the LSTM's gates). */
+double emu_unary_eval(const emu_format *f, emu_unary fn, double x);
+
 /* One accumulator rounding of hi + lo as the models do it: the inline fast
  * path where it applies (*fast = true), else the scalar choke point; the
  * two are tested bit-identical. */

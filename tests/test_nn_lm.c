@@ -754,7 +754,11 @@ START_TEST(refusals)
         { "gpt:2-16-2-8", 2, 0, 11, "0 is not in 1..8" },
         { "gpt:2-16-2-8", 0, 8, 11, "0 is not in 1..65536" },
         { "gpt:2-16-2-8", 2, 8, 1, "1 is not in 2..1048576" },
-        { "lstm:2-64", 2, 8, 11, "'lstm:2-64': the LSTM language model is not" },
+        { "lstm:2-64x", 2, 8, 11, "'lstm:2-64x': expected lstm:L-H" },
+        { "lstm:", 2, 8, 11, "'lstm:': expected lstm:L-H" },
+        { "lstm:17-64", 2, 8, 11, "layer count L is 17, not in 1..16" },
+        { "lstm:16-8192", 2, 8, 1048576, "more than 2^31" },
+        { "lstm:2-64", 2, 0, 11, "0 is not positive" },
         { "gpx", 2, 8, 11, "'gpx': unknown language model" },
         { "mlp:784-10", 2, 8, 11, "'mlp:784-10': unknown language model" },
     };

@@ -159,6 +159,12 @@ typedef enum emu_layer_kind {
     EMU_LAYER_TIED,     /* y (B*T, V) = x W^T with W the weight of layer
                            `tie` (an embedding): GPT's head; its weight
                            gradient accumulates into that layer's        */
+    EMU_LAYER_LSTM,     /* one nn.LSTM layer over the window: (B*T, I) ->
+                           (B*T, H); w_ih, b_ih in weight, bias; w_hh,
+                           b_hh in those of layer `tie`, an LSTM_HH      */
+    EMU_LAYER_LSTM_HH,  /* holds an LSTM layer's w_hh and b_hh (so that
+                           every layer has one weight and one bias); no
+                           computation of its own                       */
     EMU_LAYER_COUNT
 } emu_layer_kind;
 
@@ -271,7 +277,18 @@ void emu_model_free(emu_model *m);
  *       weights normal(0, 0.02), the residual projections (attn.proj,
  *       mlp.proj) normal(0, 0.02 / sqrt(2L)), biases 0, layer norms
  *       gamma 1, beta 0.
- *   "lstm:L-H" (reserved for the LSTM model; refused until it lands).
+ *   "lstm:L-H" (default "lstm" = lstm:2-256)  PyTorch's word language
+ *       model: the embedding encoder (V, H), an nn.LSTM of L layers of
+ *       width H (batch_first, from zero state in every window: truncated
+ *       BPTT over the window; emu_t_lstm), the linear head decoder
+ *       (H -> V, with bias).  Layers encoder, lstm.l0 (with lstm.l0.hh
+ *       holding its w_hh, b_hh), ..., decoder; state-dict names
+ *       encoder.weight, lstm.weight_ih_l0, lstm.weight_hh_l0,
+ *       lstm.bias_ih_l0, lstm.bias_hh_l0, ..., decoder.weight,
+ *       decoder.bias.  Initialised as PyTorch: the LSTM's weights and
+ *       biases U(-1/sqrt(H), 1/sqrt(H)), the encoder normal(0, 0.1), the
+ *       decoder He-uniform with bias 0.  The gates and cell states are
+ *       kept in the activation format.
  * seq_len is the window T the model runs on (gpt: at most the T of its
  * spec, the position table's size).  emu_model_forward reads m->tokens
  * (batch x seq_len ids) and leaves the (B*T, V) logits in the last
@@ -284,7 +301,8 @@ void emu_model_free(emu_model *m);
  * Refuses, naming the value: a spec that does not parse, sizes < 1 or
  * absurd (L <= 64, D <= 8192, T <= 8192, at most 2^31 parameters), D not
  * divisible by H,
- * seq_len outside 1..T, vocab outside 2..2^20.  Returns 0 or -1 with err. */
+ * seq_len outside 1..T (lstm: below 1), vocab outside 2..2^20.  Returns 0
+ * or -1 with err. */
 int emu_model_build_lm(emu_model *m, const char *arch, const emu_policy *p,
                        int batch, int seq_len, int vocab, uint64_t seed,
                        emu_ctx *ctx, emu_error *err);

@@ -437,6 +437,81 @@ int emu_t_attention_backward(emu_ctx *ctx, const char *site, emu_tensor *dqkv,
                              const emu_tensor *att,
                              const emu_attention_opts *o, const emu_rounding *rnd);
 
+/* ---- LSTM -------------------------------------------------------------- */
+/* One layer of PyTorch's nn.LSTM (batch_first=True) over a window of T
+ * steps, gate order i, f, g, o; the exact definition of every quantity
+ * (its terms, their order, where it is rounded) is in libemu/ops_lstm.c.
+ * Shapes: x (B, T, I); y (B, T, H) = h_1 .. h_T; w_ih (4H, I), w_hh
+ * (4H, H), b_ih, b_hh (4H); h0, c0, h_n, c_n (B, H).  Per step t:
+ *   gates_t = b_ih + b_hh + x_t W_ih^T + h_{t-1} W_hh^T       (B, 4H)
+ *             ONE dot product per gate under o->accum, of I + H + 2 terms
+ *             (the biases are terms times 1; the fast model groups its
+ *             binary32 sums as PyTorch: the window's x W_ih^T first),
+ *             rounded once into gates' format under rnd: site
+ *             "<site>.gates" (pre-activation);
+ *   i, f, o = sigmoid, g = tanh of the rounded pre-activations, each
+ *             rounded once into gates' format under rnd as emu_t_unary
+ *             rounds them (correctly): site "<site>.act" (all four gates);
+ *   c_t = f c_{t-1} + i g   exact, rounded once into c's format under
+ *             o->cell_rnd: site "<site>.c";
+ *   h_t = o tanh(c_t)       binary64, rounded once into y's format under
+ *             rnd: site "<site>.h".
+ * Each site aggregates its T steps.  h0 = c0 = 0 when NULL (each window
+ * starts from zero state: truncated BPTT over the window). */
+typedef struct emu_lstm_weights {
+    const emu_tensor *w_ih;   /* (4H, I), rows i | f | g | o (required)    */
+    const emu_tensor *w_hh;   /* (4H, H) (required)                        */
+    const emu_tensor *b_ih;   /* (4H), or NULL (zero)                      */
+    const emu_tensor *b_hh;   /* (4H), or NULL (zero)                      */
+} emu_lstm_weights;
+
+/* The weight gradients of emu_t_lstm_backward; any may be NULL (not
+ * computed).  Shapes as the weights'. */
+typedef struct emu_lstm_grads {
+    emu_tensor *dw_ih, *dw_hh, *db_ih, *db_hh;
+} emu_lstm_grads;
+
+typedef struct emu_lstm_opts {
+    const emu_accum *accum;             /* every dot product and sum (required) */
+    const emu_rounding *cell_rnd;       /* c_t, the cell-state gradients and
+                                           c_n (NULL: rnd)                   */
+    const emu_rounding *param_grad_rnd; /* dw_ih, dw_hh, db_ih, db_hh
+                                           (NULL: rnd)                       */
+} emu_lstm_opts;
+
+/* Forward.  Saved for the backward pass: gates (B, T, 4H), the ACTIVATED
+ * gates [i | f | g | o] of every step, and c (B, T, H), the cell states
+ * c_1 .. c_T; with y, x, h0 and c0 they are all it reads.  gates' format
+ * is the activations' (and the pre-activations') format, c's the cell
+ * state's (binary32 keeps a wide cell state under a narrow activation
+ * format).  h_n, c_n (may be NULL): the final state h_T, c_T, copies of
+ * y[:, T-1] and c[:, T-1] rounded into their own formats (sites
+ * "<site>.h_n" under rnd, "<site>.c_n" under o->cell_rnd).  No output may
+ * share storage with an input. */
+int emu_t_lstm(emu_ctx *ctx, const char *site, emu_tensor *y, emu_tensor *gates, emu_tensor *c, emu_tensor *h_n, emu_tensor *c_n, const emu_tensor *x, const emu_tensor *h0, const emu_tensor *c0, const emu_lstm_weights *w, const emu_lstm_opts *o, const emu_rounding *rnd);
+
+/* Backward through the T steps of the window (the gradients of the final
+ * state h_T, c_T are zero: the loss reads y only).  From dy (B, T, H) and
+ * the forward's x, y, gates, c, h0, c0 (h0, c0 NULL: zero, as in the
+ * forward) and weights:
+ *   dh_t (B, H) = dy_t + dgates_{t+1} W_hh (one dot product under
+ *             o->accum whose accumulator starts at dy_t; dy_{T-1} alone
+ *             at t = T-1), rounded into dy's format under rnd ("<site>.dh");
+ *   dc_t = dh_t o_t (1 - tanh(c_t)^2) + dc_{t+1} f_{t+1}, binary64,
+ *             rounded into c's format under o->cell_rnd ("<site>.dc");
+ *   dgates_t (B, 4H) = [dc_t g i (1 - i) | dc_t c_{t-1} f (1 - f) |
+ *             dc_t i (1 - g^2) | dh_t tanh(c_t) o (1 - o)] from the saved
+ *             activations, binary64, rounded into dy's format under rnd
+ *             ("<site>.dgates");
+ * then over the whole window, as GEMMs under o->accum of B T terms in
+ * (b, t) order:
+ *   dx (B, T, I) = dgates W_ih ("<site>.dinput", under rnd; may be NULL);
+ *   dw_ih = sum over (b, t) of dgates^T x_t ("<site>.dweight_ih"),
+ *   dw_hh = sum of dgates^T h_{t-1} ("<site>.dweight_hh"),
+ *   db_ih, db_hh = sum of dgates ("<site>.dbias_ih", "<site>.dbias_hh"),
+ *   under o->param_grad_rnd.  The gradients overwrite their tensors. */
+int emu_t_lstm_backward(emu_ctx *ctx, const char *site, emu_tensor *dx, const emu_lstm_grads *g, const emu_tensor *dy, const emu_tensor *x, const emu_tensor *y, const emu_tensor *gates, const emu_tensor *c, const emu_tensor *h0, const emu_tensor *c0, const emu_lstm_weights *w, const emu_lstm_opts *o, const emu_rounding *rnd);
+
 #ifdef __cplusplus
 }
 #endif
