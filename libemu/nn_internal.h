@@ -41,6 +41,14 @@ struct emu_layer_priv {
     int consumers;
     const emu_tensor *gout;
     emu_tensor gsum;
+    /* Sequence models.  Layer norm: the row means and reciprocal standard
+     * deviations (binary32, B*T).  Attention: the softmax probabilities
+     * (B, H, T, T).  A position embedding: its ids t of each row.  An
+     * embedding read by a tied head: its weight gradient starts from the
+     * head's (accumulate). */
+    emu_tensor ln_mean, ln_rstd, att;
+    int32_t *pos;
+    bool tied;
 };
 
 #endif

@@ -44,6 +44,12 @@
 #include "nn_internal.h"
 #include "ops_internal.h"
 
+/* Until branch ops-seq (emu_t_embedding, emu_t_layernorm, emu_t_attention)
+ * is merged, the sequence layers build but refuse to run. */
+#ifndef NN_LM_SEQ_OPS
+#define NN_LM_SEQ_OPS 0
+#endif
+
 /* The precision of a role in layer l. */
 static const emu_role_prec *prec_of(const emu_policy *p, const emu_layer *l,
                                     emu_role role)
@@ -147,14 +153,15 @@ static int gemm_operand(emu_ctx *ctx, const emu_policy *p, emu_layer *l,
  * weight is blocked as the matrix (C_out, C_in k k).  dY's tensor scale
  * is chosen at its first use, the weight gradient. */
 static int forward_operands(emu_ctx *ctx, const emu_policy *p, emu_layer *l,
-                            const emu_tensor *x, const emu_tensor **xa,
-                            const emu_tensor **wa, double *g)
+                            const emu_tensor *x, const emu_tensor *w,
+                            const emu_tensor **xa, const emu_tensor **wa,
+                            double *g)
 {
     const bool conv = l->kind == EMU_LAYER_CONV;
     double gx, gw;
     if (gemm_operand(ctx, p, l, EMU_QT_X, EMU_QB_FWD_X, x, 1, false, true,
                      xa, &gx) ||
-        gemm_operand(ctx, p, l, EMU_QT_W, EMU_QB_FWD_W, &l->weight.w, 1, conv,
+        gemm_operand(ctx, p, l, EMU_QT_W, EMU_QB_FWD_W, w, 1, conv,
                      true, wa, &gw))
         return -1;
     *g = gx * gw;
@@ -176,14 +183,15 @@ static int dweight_operands(emu_ctx *ctx, const emu_policy *p, emu_layer *l,
 }
 
 static int dinput_operands(emu_ctx *ctx, const emu_policy *p, emu_layer *l,
-                           const emu_tensor *dy, const emu_tensor **dya,
-                           const emu_tensor **wa, double *g)
+                           const emu_tensor *dy, const emu_tensor *w,
+                           const emu_tensor **dya, const emu_tensor **wa,
+                           double *g)
 {
     const bool conv = l->kind == EMU_LAYER_CONV;
     double gdy, gw;
     if (gemm_operand(ctx, p, l, EMU_QT_DY, EMU_QB_DX_DY, dy, 1, false, false,
                      dya, &gdy) ||
-        gemm_operand(ctx, p, l, EMU_QT_W, EMU_QB_DX_W, &l->weight.w, 0, conv,
+        gemm_operand(ctx, p, l, EMU_QT_W, EMU_QB_DX_W, w, 0, conv,
                      false, wa, &gw))
         return -1;
     *g = gdy * gw;
@@ -202,6 +210,15 @@ typedef struct layer_spec {
     int src, src2;    /* the layers read: SRC_PREV, -1 (input) or index */
     bool no_bias;
     char name[40];    /* "": numbered by kind (fc1, conv2, relu3, ...)  */
+    /* Sequence models: an embedding's table rows (ids or positions), an
+     * attention's heads, a tied head's embedding layer; the standard
+     * deviation of a normal initialisation of the weight (0: He-uniform);
+     * the exemption group (EMU_EXEMPT_*: the layer is exempt when the
+     * policy exempts its group; image models exempt by position). */
+    int table, heads, tie;
+    bool positions;
+    double init_std;
+    unsigned group;
 } layer_spec;
 
 /* MAX_LAYERS bounds the sequential specs (mlp, cnn); MAX_SPEC any model. */
@@ -231,7 +248,9 @@ static int node(layer_spec *v, int *n, emu_layer_kind kind, int out, int k,
     layer_spec *l = &v[*n];
     *l = (layer_spec){ .kind = kind, .out = out, .ksize = k, .pad = pad,
                        .stride = stride, .src = src, .src2 = src2,
-                       .no_bias = kind == EMU_LAYER_CONV };
+                       .no_bias = kind == EMU_LAYER_CONV ||
+                                  kind == EMU_LAYER_EMBEDDING,
+                       .tie = -1 };
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(l->name, sizeof l->name, fmt, ap);
@@ -300,6 +319,127 @@ static int resnet_spec(const char *rest, int classes, layer_spec *v, int *n,
     return 0;
 }
 
+/* ---- language models --------------------------------------------------------- */
+
+/* The limits of a gpt spec: beyond them a model is a typo, not a plan
+ * (and its tensors would not fit in memory). */
+enum { GPT_MAX_L = 64, GPT_MAX_D = 8192, GPT_MAX_T = 8192 };
+#define GPT_MAX_PARAMS 2147483648.0 /* 2^31 */
+
+/* The dimensions of "gpt:L-D-H-T" (or "gpt": 4-128-4-64). */
+typedef struct gpt_dims {
+    int L, D, H, T;
+} gpt_dims;
+
+static int gpt_parse(const char *arch, const char *rest, int vocab,
+                     gpt_dims *g, emu_error *err)
+{
+    long v[4] = { 4, 128, 4, 64 };
+    if (*rest) {
+        const char *s = rest;
+        for (int i = 0; i < 4; i++) {
+            char *end;
+            if (*s < '0' || *s > '9')
+                return emu_fail(err, EMU_ESPEC, "model", "arch", "'%s': expected "
+                                "gpt:L-D-H-T (layers, width, heads, context; "
+                                "e.g. gpt:4-128-4-64)", arch);
+            v[i] = strtol(s, &end, 10);
+            if (*end != (i < 3 ? '-' : '\0'))
+                return emu_fail(err, EMU_ESPEC, "model", "arch", "'%s': expected "
+                                "gpt:L-D-H-T (layers, width, heads, context; "
+                                "e.g. gpt:4-128-4-64)", arch);
+            s = end + 1;
+        }
+    }
+    static const char *const what[4] = { "layer count L", "width D", "head count H",
+                                         "context T" };
+    static const long max[4] = { GPT_MAX_L, GPT_MAX_D, GPT_MAX_D, GPT_MAX_T };
+    for (int i = 0; i < 4; i++)
+        if (v[i] < 1 || v[i] > max[i])
+            return emu_fail(err, EMU_ESPEC, "model", "arch", "'%s': the %s is %ld, "
+                            "not in 1..%ld", arch, what[i], v[i], max[i]);
+    if (v[1] % v[2])
+        return emu_fail(err, EMU_ESPEC, "model", "arch", "'%s': the width D = %ld is "
+                        "not divisible by the heads H = %ld", arch, v[1], v[2]);
+    /* wte, wpe, per block 12 D^2 + 13 D, ln_f. */
+    double params = (double)vocab * v[1] + (double)v[3] * v[1] +
+                    (double)v[0] * (12.0 * v[1] * v[1] + 13.0 * v[1]) +
+                    2.0 * v[1];
+    if (params > GPT_MAX_PARAMS)
+        return emu_fail(err, EMU_ESPEC, "model", "arch", "'%s': %.3g parameters "
+                        "(more than 2^31)", arch, params);
+    *g = (gpt_dims){ (int)v[0], (int)v[1], (int)v[2], (int)v[3] };
+    return 0;
+}
+
+/* GPT-2's shape, pre-norm, with the layer names of the issue (the
+ * parameters' names are then PyTorch's for modules of those names):
+ *   wte (V, D), wpe (T, D), emb = wte + wpe;
+ *   per block hN: ln1, attn.qkv (D -> 3D), attn (causal, H heads),
+ *     attn.proj (D -> D), add1 = x + proj, ln2, mlp.fc (D -> 4D),
+ *     mlp.gelu, mlp.proj (4D -> D), add2;
+ *   ln_f, lm_head (tied to wte).
+ * Initialisation (GPT-2, nanoGPT): weights normal(0, 0.02), the two
+ * residual projections 0.02 / sqrt(2L); biases 0; layer norms 1 and 0.
+ * The embeddings are the FP8 recipe's "first" layers, the head its
+ * "last". */
+static int gpt_spec(const gpt_dims *g, int vocab, layer_spec *v, int *n)
+{
+    const int D = g->D;
+    const double proj_std = 0.02 / sqrt(2.0 * g->L);
+    *n = 0;
+    int wte = node(v, n, EMU_LAYER_EMBEDDING, D, 0, 0, 1, -1, -1, "wte");
+    v[wte].table = vocab;
+    int wpe = node(v, n, EMU_LAYER_EMBEDDING, D, 0, 0, 1, -1, -1, "wpe");
+    v[wpe].table = g->T;
+    v[wpe].positions = true;
+    int x = node(v, n, EMU_LAYER_ADD, 0, 0, 0, 1, wte, wpe, "emb");
+    for (int i = wte; i <= x; i++)
+        v[i].group = EMU_EXEMPT_FIRST;
+    for (int b = 0; b < g->L; b++) {
+        node(v, n, EMU_LAYER_LAYERNORM, D, 0, 0, 1, x, -1, "h%d.ln1", b);
+        node(v, n, EMU_LAYER_LINEAR, 3 * D, 0, 0, 1, *n - 1, -1,
+             "h%d.attn.qkv", b);
+        int att = node(v, n, EMU_LAYER_ATTENTION, D, 0, 0, 1, *n - 1, -1,
+                       "h%d.attn", b);
+        v[att].heads = g->H;
+        int proj = node(v, n, EMU_LAYER_LINEAR, D, 0, 0, 1, *n - 1, -1,
+                        "h%d.attn.proj", b);
+        v[proj].init_std = proj_std;
+        x = node(v, n, EMU_LAYER_ADD, 0, 0, 0, 1, proj, x, "h%d.add1", b);
+        node(v, n, EMU_LAYER_LAYERNORM, D, 0, 0, 1, x, -1, "h%d.ln2", b);
+        node(v, n, EMU_LAYER_LINEAR, 4 * D, 0, 0, 1, *n - 1, -1,
+             "h%d.mlp.fc", b);
+        node(v, n, EMU_LAYER_GELU, 0, 0, 0, 1, *n - 1, -1, "h%d.mlp.gelu", b);
+        proj = node(v, n, EMU_LAYER_LINEAR, D, 0, 0, 1, *n - 1, -1,
+                    "h%d.mlp.proj", b);
+        v[proj].init_std = proj_std;
+        x = node(v, n, EMU_LAYER_ADD, 0, 0, 0, 1, proj, x, "h%d.add2", b);
+    }
+    node(v, n, EMU_LAYER_LAYERNORM, D, 0, 0, 1, x, -1, "ln_f");
+    int head = node(v, n, EMU_LAYER_TIED, vocab, 0, 0, 1, *n - 1, -1,
+                    "lm_head");
+    v[head].tie = wte;
+    v[head].group = EMU_EXEMPT_LAST;
+    for (int i = 0; i < *n; i++)
+        if ((v[i].kind == EMU_LAYER_LINEAR || v[i].kind == EMU_LAYER_EMBEDDING) &&
+            v[i].init_std == 0.0)
+            v[i].init_std = 0.02;
+    return 0;
+}
+
+/* The kind of a spec: its text up to ':' (or all of it). */
+static bool arch_kind_is(const char *arch, const char *kind)
+{
+    size_t k = strlen(kind);
+    return !strncmp(arch, kind, k) && (arch[k] == '\0' || arch[k] == ':');
+}
+
+bool emu_arch_is_lm(const char *arch)
+{
+    return arch && (arch_kind_is(arch, "gpt") || arch_kind_is(arch, "lstm"));
+}
+
 /* "784-256-128-10" or "784-128x8-10": sizes after the input size. */
 static int parse_sizes(const char *s, int *sizes, int max, emu_error *err)
 {
@@ -352,6 +492,10 @@ static int parse_arch(const char *arch, int in_features, int classes,
         act = EMU_LAYER_GELU;
     }
     int sizes[MAX_LAYERS];
+    if (emu_arch_is_lm(arch))
+        return emu_fail(err, EMU_ESPEC, "model", "arch", "'%s' is a language "
+                        "model: it takes tokens, not images (build it with "
+                        "emu_model_build_lm; train it on text data)", arch);
     if (!strcmp(kind, "mlp")) {
         int k = parse_sizes(*rest ? rest : "784-256-128-10", sizes, MAX_LAYERS,
                             err);
@@ -469,15 +613,19 @@ static void param_free(emu_param *prm)
 }
 
 /* How a parameter starts. */
-typedef enum init_kind { INIT_HE, INIT_ZERO, INIT_ONE } init_kind;
+typedef enum init_kind { INIT_HE, INIT_ZERO, INIT_ONE, INIT_NORMAL } init_kind;
 
-/* He-uniform initial values U(-b, b), b = sqrt(6 / fan_in), from Philox
- * stream `stream` (or constants: biases 0, batch norm's gamma 1), rounded
- * into the master (or compute) format through the choke point; the
- * compute copy is then a cast of the master. */
+/* He-uniform initial values U(-b, b), b = sqrt(6 / fan_in), or normal
+ * ones N(0, std^2) (GPT-2's), from Philox stream `stream` (or constants:
+ * biases 0, batch and layer norm's gamma 1), rounded into the master (or
+ * compute) format through the choke point; the compute copy is then a
+ * cast of the master.  A normal value is Box and Muller's from the words
+ * 2i and 2i + 1 of the stream (the cosine branch): the host's log and cos
+ * are not correctly rounded, but the binary32 rounding of the result
+ * hides their last-bit differences except in the rarest ties. */
 static int init_param(emu_param *prm, const char *site, int fan_in,
-                      init_kind kind, uint64_t seed, uint64_t stream,
-                      emu_ctx *ctx, const emu_policy *p)
+                      init_kind kind, double std, uint64_t seed,
+                      uint64_t stream, emu_ctx *ctx, const emu_policy *p)
 {
     size_t n = prm->w.n;
     float *v = malloc(n * sizeof *v);
@@ -485,6 +633,16 @@ static int init_param(emu_param *prm, const char *site, int fan_in,
         return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory");
     double b = sqrt(6.0 / fan_in);
     for (size_t i = 0; i < n; i++) {
+        if (kind == INIT_NORMAL) {
+            /* u1 in (0, 1], so the logarithm is finite. */
+            double u1 = ldexp((double)((emu_random64(seed, stream, 2 * i) >> 11) +
+                                       1), -53);
+            double u2 = ldexp((double)(emu_random64(seed, stream, 2 * i + 1) >>
+                                       11), -53);
+            v[i] = (float)(std * sqrt(-2.0 * log(u1)) *
+                           cos(6.283185307179586 * u2));
+            continue;
+        }
         double u = ldexp((double)(emu_random64(seed, stream, i) >> 11), -53);
         v[i] = kind == INIT_ZERO ? 0.0f
              : kind == INIT_ONE  ? 1.0f
@@ -574,6 +732,10 @@ void emu_model_free(emu_model *m)
             emu_tensor_free(&l->priv->bn_mean);
             emu_tensor_free(&l->priv->bn_var);
             emu_tensor_free(&l->priv->gsum);
+            emu_tensor_free(&l->priv->ln_mean);
+            emu_tensor_free(&l->priv->ln_rstd);
+            emu_tensor_free(&l->priv->att);
+            free(l->priv->pos);
             free(l->priv);
         }
         /* Views (flatten's tensors, an addition's dx) own nothing. */
@@ -587,6 +749,7 @@ void emu_model_free(emu_model *m)
     emu_tensor_free(&m->x);
     emu_tensor_free(&m->loss);
     emu_tensor_free(&m->dlogits);
+    free(m->tokens);
     memset(m, 0, sizeof *m);
 }
 
@@ -608,22 +771,15 @@ static bool is_graph(const emu_model *m)
     return false;
 }
 
-int emu_model_build(emu_model *m, const char *arch, const emu_policy *p,
-                    int batch, int in_c, int in_h, int in_w, int classes,
-                    uint64_t seed, emu_ctx *ctx, emu_error *err)
+/* Builds m from spec[0 .. n-1] (freed here): `batch` examples of `rows`
+ * rows each at every layer (1 for image models, T for sequence models),
+ * the model's input (layer -1) of per-example dims in_dims (ndim 3; an
+ * embedding reads the tokens instead). */
+static int build_spec(emu_model *m, const char *arch, layer_spec *spec, int n,
+                      const emu_policy *p, int batch, int rows,
+                      const int *in_dims, int classes, uint64_t seed,
+                      emu_ctx *ctx, emu_error *err)
 {
-    EMU_HOSTFP_GUARD;
-    memset(m, 0, sizeof *m);
-    if (batch < 1 || batch > 1 << 16)
-        return emu_fail(err, EMU_EINVAL, "model", "batch", "%d is not in 1..65536", batch);
-    layer_spec *spec = malloc(MAX_SPEC * sizeof *spec);
-    if (!spec)
-        return emu_fail(err, EMU_ENOMEM, "model", "arch", "out of memory");
-    int n;
-    if (parse_arch(arch, in_c * in_h * in_w, classes, spec, &n, err)) {
-        free(spec);
-        return -1;
-    }
     m->layers = calloc((size_t)n, sizeof *m->layers);
     if (!m->layers) {
         free(spec);
@@ -636,9 +792,12 @@ int emu_model_build(emu_model *m, const char *arch, const emu_policy *p,
             return build_fail(m, err, EMU_ENOMEM, "arch", "out of memory");
         }
     m->batch = batch;
-    m->in_dims[0] = in_c, m->in_dims[1] = in_h, m->in_dims[2] = in_w;
+    memcpy(m->in_dims, in_dims, sizeof m->in_dims);
     m->classes = classes;
     snprintf(m->arch, sizeof m->arch, "%s", arch);
+    /* Every activation tensor holds batch * rows rows of per-row dims. */
+    const int R = batch * rows;
+    bool lm = false;
 
     /* Sources, shapes and names. */
     int nconv = 0, nfc = 0, nact = 0, npool = 0, nflat = 0;
@@ -649,7 +808,8 @@ int emu_model_build(emu_model *m, const char *arch, const emu_policy *p,
         l->kind = sp->kind;
         l->src = sp->src == SRC_PREV ? i - 1 : sp->src;
         l->src2 = sp->src2 == SRC_PREV ? -1 : sp->src2;
-        int dims[3] = { in_c, in_h, in_w }, ndim = 3;
+        l->tie = -1;
+        int dims[3] = { in_dims[0], in_dims[1], in_dims[2] }, ndim = 3;
         if (l->src >= 0) {
             memcpy(dims, m->layers[l->src].out_dims, sizeof dims);
             ndim = m->layers[l->src].out_ndim;
@@ -657,6 +817,7 @@ int emu_model_build(emu_model *m, const char *arch, const emu_policy *p,
         memcpy(l->in_dims, dims, sizeof dims);
         l->in_ndim = ndim;
         char auto_name[sizeof l->name];
+        auto_name[0] = '\0';
         switch (l->kind) {
         case EMU_LAYER_LINEAR:
             if (ndim != 1)
@@ -707,7 +868,6 @@ int emu_model_build(emu_model *m, const char *arch, const emu_policy *p,
                 return spec_fail(spec, m, err, EMU_ESPEC, "arch",
                                               "%s: batch norm needs image input",
                                               sp->name);
-            auto_name[0] = '\0';
             l->has_params = l->has_bias = true;
             break;
         case EMU_LAYER_GAP:
@@ -717,18 +877,54 @@ int emu_model_build(emu_model *m, const char *arch, const emu_policy *p,
                                               "%s: global average pooling needs "
                                               "a square image (here %dx%d)",
                                               sp->name, dims[1], dims[2]);
-            auto_name[0] = '\0';
             l->ksize = l->stride = dims[1];
             ndim = 1;
             break;
         case EMU_LAYER_ADD: {
-            const int *d2 = l->src2 >= 0 ? m->layers[l->src2].out_dims : m->in_dims;
+            const int *d2 = l->src2 >= 0 ? m->layers[l->src2].out_dims : in_dims;
             int n2 = l->src2 >= 0 ? m->layers[l->src2].out_ndim : 3;
             if (n2 != ndim || memcmp(d2, dims, (size_t)ndim * sizeof *dims))
                 return spec_fail(spec, m, err, EMU_ESPEC, "arch",
                                               "%s: the two addends differ in "
                                               "shape", sp->name);
-            auto_name[0] = '\0';
+            break;
+        }
+        case EMU_LAYER_EMBEDDING:
+            /* Its input is an id (a one-hot row of `table` features). */
+            l->in_dims[0] = sp->table;
+            l->in_ndim = 1;
+            l->positions = sp->positions;
+            dims[0] = sp->out;
+            ndim = 1;
+            l->has_params = true;
+            lm = true;
+            break;
+        case EMU_LAYER_LAYERNORM:
+            if (ndim != 1)
+                return spec_fail(spec, m, err, EMU_ESPEC, "arch",
+                                 "%s: layer norm needs flat rows", sp->name);
+            l->has_params = l->has_bias = true;
+            break;
+        case EMU_LAYER_ATTENTION:
+            if (ndim != 1 || dims[0] % (3 * sp->heads))
+                return spec_fail(spec, m, err, EMU_ESPEC, "arch",
+                                 "%s: attention needs packed q, k, v rows of "
+                                 "3 x %d heads (here %d features)", sp->name,
+                                 sp->heads, dims[0]);
+            l->heads = sp->heads;
+            dims[0] /= 3;
+            break;
+        case EMU_LAYER_TIED: {
+            const emu_layer *e = sp->tie >= 0 && sp->tie < i
+                                     ? &m->layers[sp->tie] : NULL;
+            if (!e || e->kind != EMU_LAYER_EMBEDDING || ndim != 1 ||
+                dims[0] != e->out_dims[0])
+                return spec_fail(spec, m, err, EMU_ESPEC, "arch",
+                                 "%s: a tied head needs an earlier embedding "
+                                 "of its input's width", sp->name);
+            l->tie = sp->tie;
+            e->priv->tied = true;
+            dims[0] = e->in_dims[0];
             break;
         }
         default:
@@ -746,7 +942,6 @@ int emu_model_build(emu_model *m, const char *arch, const emu_policy *p,
             last_param = i;
         }
     }
-    free(spec);
 
     /* The graph: who needs a gradient, who reads each output. */
     for (int i = 0; i < n; i++) {
@@ -763,19 +958,23 @@ int emu_model_build(emu_model *m, const char *arch, const emu_policy *p,
     }
     for (int i = 0; i + 1 < n; i++)
         if (!m->layers[i].priv->consumers)
-            return build_fail(m, err, EMU_ESPEC, "arch", "%s: no layer reads its "
-                              "output", m->layers[i].name);
+            return spec_fail(spec, m, err, EMU_ESPEC, "arch", "%s: no layer "
+                             "reads its output", m->layers[i].name);
     if (p->scaling.kind == EMU_SCALE_ADAPTIVE && is_graph(m))
-        return build_fail(m, err, EMU_ESPEC, "arch", "'%s' with adaptive (per-layer) "
-                          "loss scaling: its residual branches would add input "
-                          "gradients that carry different per-layer scales; use "
-                          "another scaling (--set scaling=dynamic)", arch);
+        return spec_fail(spec, m, err, EMU_ESPEC, "arch", "'%s' with adaptive "
+                         "(per-layer) loss scaling: its residual branches would "
+                         "add input gradients that carry different per-layer "
+                         "scales; use another scaling (--set scaling=dynamic)",
+                         arch);
 
-    /* Exemptions: parameter layers by position, the others inherit. */
+    /* Exemptions: by group in a sequence model; otherwise parameter layers
+     * by position, the others inherit. */
     bool ex = false;
     for (int i = 0; i < n; i++) {
         emu_layer *l = &m->layers[i];
-        if (l->has_params)
+        if (lm)
+            ex = (spec[i].group & p->exempt) != 0;
+        else if (l->has_params)
             ex = ((p->exempt & EMU_EXEMPT_FIRST) && i == first_param) ||
                  ((p->exempt & EMU_EXEMPT_LAST) && i == last_param);
         else if (i < first_param)
@@ -784,15 +983,18 @@ int emu_model_build(emu_model *m, const char *arch, const emu_policy *p,
     }
 
     /* Tensors. */
-    if (emu_tensor_alloc4(&m->x, "input", EMU_ROLE_ACTIVATION,
+    if (!lm &&
+        emu_tensor_alloc4(&m->x, "input", EMU_ROLE_ACTIVATION,
                           &prec_of(p, &m->layers[0], EMU_ROLE_ACTIVATION)->fmt,
-                          (size_t)batch, (size_t)in_c, (size_t)in_h,
-                          (size_t)in_w, err))
-        return emu_model_free(m), -1;
+                          (size_t)batch, (size_t)in_dims[0], (size_t)in_dims[1],
+                          (size_t)in_dims[2], err))
+        return free(spec), emu_model_free(m), -1;
     /* The format of each layer's output (a flatten passes its input's). */
     const emu_format **out_fmt = calloc((size_t)n, sizeof *out_fmt);
-    if (!out_fmt)
+    if (!out_fmt) {
+        free(spec);
         return build_fail(m, err, EMU_ENOMEM, "arch", "out of memory");
+    }
     const emu_format *b32 = emu_format_find("binary32");
     for (int i = 0; i < n; i++) {
         emu_layer *l = &m->layers[i];
@@ -802,37 +1004,62 @@ int emu_model_build(emu_model *m, const char *arch, const emu_policy *p,
         const emu_format *in_fmt = l->src >= 0 ? out_fmt[l->src] : &m->x.fmt;
         out_fmt[i] = l->kind == EMU_LAYER_FLATTEN ? in_fmt : act;
         if (lp->consumers > 1 &&
-            alloc_act(&lp->gsum, l->name, "gsum", EMU_ROLE_ACT_GRAD, grad, batch,
+            alloc_act(&lp->gsum, l->name, "gsum", EMU_ROLE_ACT_GRAD, grad, R,
                       l->out_dims, l->out_ndim, err))
-            return free(out_fmt), emu_model_free(m), -1;
+            goto fail;
         if (l->kind == EMU_LAYER_FLATTEN)
             continue; /* views, made in forward and backward */
-        if (l->has_params && strcmp(in_fmt->name, act->name)) {
+        /* An embedding reads ids, not a tensor to cast. */
+        if ((l->has_params || l->kind == EMU_LAYER_TIED) &&
+            l->kind != EMU_LAYER_EMBEDDING && strcmp(in_fmt->name, act->name)) {
             l->has_xq = true;
             if (alloc_act(&l->xq, l->name, "xq", EMU_ROLE_ACTIVATION, act,
-                          batch, l->in_dims, l->in_ndim, err))
-                return free(out_fmt), emu_model_free(m), -1;
+                          R, l->in_dims, l->in_ndim, err))
+                goto fail;
         }
-        if (alloc_act(&l->y, l->name, "y", EMU_ROLE_ACTIVATION, act, batch,
+        if (alloc_act(&l->y, l->name, "y", EMU_ROLE_ACTIVATION, act, R,
                       l->out_dims, l->out_ndim, err) ||
             (l->kind != EMU_LAYER_ADD && /* an addition's dx is its dy */
-             alloc_act(&l->dx, l->name, "dx", EMU_ROLE_ACT_GRAD, grad, batch,
+             l->kind != EMU_LAYER_EMBEDDING && /* ids have no gradient */
+             alloc_act(&l->dx, l->name, "dx", EMU_ROLE_ACT_GRAD, grad, R,
                        l->in_dims, l->in_ndim, err)))
-            return free(out_fmt), emu_model_free(m), -1;
+            goto fail;
         if (l->kind == EMU_LAYER_MAXPOOL) {
             l->argmax = calloc(l->y.n, sizeof *l->argmax);
-            if (!l->argmax)
-                return free(out_fmt), build_fail(m, err, EMU_ENOMEM, "arch",
-                                                 "out of memory");
+            if (!l->argmax) {
+                emu_fail(err, EMU_ENOMEM, "model", "arch", "out of memory");
+                goto fail;
+            }
+        }
+        if (l->kind == EMU_LAYER_ATTENTION) {
+            /* The probabilities in the activation format: what the second
+             * product reads. */
+            char name[EMU_TENSOR_NAME_MAX];
+            snprintf(name, sizeof name, "%s.att", l->name);
+            if (emu_tensor_alloc4(&lp->att, name, EMU_ROLE_ACTIVATION, act,
+                                  (size_t)batch, (size_t)l->heads,
+                                  (size_t)rows, (size_t)rows, err))
+                goto fail;
+        }
+        if (l->kind == EMU_LAYER_EMBEDDING && l->positions) {
+            lp->pos = malloc((size_t)R * sizeof *lp->pos);
+            if (!lp->pos) {
+                emu_fail(err, EMU_ENOMEM, "model", "arch", "out of memory");
+                goto fail;
+            }
+            for (int r = 0; r < R; r++)
+                lp->pos[r] = r % rows;
         }
         if (!l->has_params)
             continue;
         size_t wshape[4];
         int wdim, fan_in;
         init_kind wkind = INIT_HE, bkind = INIT_ZERO;
-        if (l->kind == EMU_LAYER_LINEAR) {
-            wshape[0] = (size_t)l->out_dims[0];
-            wshape[1] = (size_t)l->in_dims[0];
+        if (l->kind == EMU_LAYER_LINEAR || l->kind == EMU_LAYER_EMBEDDING) {
+            /* (Fo, Fi); an embedding's table (ids, D). */
+            const bool emb = l->kind == EMU_LAYER_EMBEDDING;
+            wshape[0] = (size_t)(emb ? l->in_dims[0] : l->out_dims[0]);
+            wshape[1] = (size_t)(emb ? l->out_dims[0] : l->in_dims[0]);
             wdim = 2;
             fan_in = l->in_dims[0];
         } else if (l->kind == EMU_LAYER_CONV) {
@@ -841,6 +1068,21 @@ int emu_model_build(emu_model *m, const char *arch, const emu_policy *p,
             wshape[2] = wshape[3] = (size_t)l->ksize;
             wdim = 4;
             fan_in = l->in_dims[0] * l->ksize * l->ksize;
+        } else if (l->kind == EMU_LAYER_LAYERNORM) {
+            /* gamma (D) = 1, beta (D) = 0; the row statistics. */
+            wshape[0] = (size_t)l->in_dims[0];
+            wdim = 1;
+            fan_in = 1;
+            wkind = INIT_ONE;
+            char rname[EMU_TENSOR_NAME_MAX];
+            snprintf(rname, sizeof rname, "%s.mean", l->name);
+            if (emu_tensor_alloc4(&lp->ln_mean, rname, EMU_ROLE_OTHER, b32,
+                                  (size_t)R, 0, 0, 0, err))
+                goto fail;
+            snprintf(rname, sizeof rname, "%s.rstd", l->name);
+            if (emu_tensor_alloc4(&lp->ln_rstd, rname, EMU_ROLE_OTHER, b32,
+                                  (size_t)R, 0, 0, 0, err))
+                goto fail;
         } else { /* batch norm: gamma (C) = 1, beta (C) = 0 */
             wshape[0] = (size_t)l->in_dims[0];
             wdim = 1;
@@ -849,47 +1091,58 @@ int emu_model_build(emu_model *m, const char *arch, const emu_policy *p,
             char rname[EMU_TENSOR_NAME_MAX];
             if (alloc_act(&lp->bn_xc, l->name, "xc", EMU_ROLE_ACTIVATION, b32,
                           batch, l->in_dims, l->in_ndim, err))
-                return free(out_fmt), emu_model_free(m), -1;
+                goto fail;
             snprintf(rname, sizeof rname, "%s.mean", l->name);
             if (emu_tensor_alloc4(&lp->bn_mean, rname, EMU_ROLE_OTHER, b32,
                                   wshape[0], 0, 0, 0, err))
-                return free(out_fmt), emu_model_free(m), -1;
+                goto fail;
             snprintf(rname, sizeof rname, "%s.var", l->name);
             if (emu_tensor_alloc4(&lp->bn_var, rname, EMU_ROLE_OTHER, b32,
                                   wshape[0], 0, 0, 0, err))
-                return free(out_fmt), emu_model_free(m), -1;
+                goto fail;
             snprintf(rname, sizeof rname, "%s.running_mean", l->name);
             if (emu_tensor_alloc4(&l->running_mean, rname, EMU_ROLE_OTHER, b32,
                                   wshape[0], 0, 0, 0, err))
-                return free(out_fmt), emu_model_free(m), -1;
+                goto fail;
             snprintf(rname, sizeof rname, "%s.running_var", l->name);
             if (emu_tensor_alloc4(&l->running_var, rname, EMU_ROLE_OTHER, b32,
-                                  wshape[0], 0, 0, 0, err) ||
-                init_running(l, ctx))
-                return free(out_fmt), build_fail(m, err, ctx->err.code, "init",
-                                                 "%s", ctx->err.message);
+                                  wshape[0], 0, 0, 0, err))
+                goto fail;
+            if (init_running(l, ctx)) {
+                emu_fail(err, ctx->err.code, "model", "init", "%s",
+                              ctx->err.message);
+                goto fail;
+            }
         }
+        if (spec[i].init_std > 0.0)
+            wkind = INIT_NORMAL;
         size_t bshape[1] = { wshape[0] };
         if (alloc_param(&l->weight, l->name, "w", p, l, wdim, wshape, err) ||
             (l->has_bias &&
              alloc_param(&l->bias, l->name, "b", p, l, 1, bshape, err)))
-            return free(out_fmt), emu_model_free(m), -1;
+            goto fail;
         char site[EMU_TENSOR_NAME_MAX];
         snprintf(site, sizeof site, "%s.w", l->name);
-        if (init_param(&l->weight, site, fan_in, wkind, seed, 2 * (uint64_t)i,
-                       ctx, p))
-            return free(out_fmt), build_fail(m, err, ctx->err.code, "init", "%s",
-                                             ctx->err.message);
+        if (init_param(&l->weight, site, fan_in, wkind, spec[i].init_std, seed,
+                       2 * (uint64_t)i, ctx, p)) {
+            emu_fail(err, ctx->err.code, "model", "init", "%s",
+                          ctx->err.message);
+            goto fail;
+        }
         snprintf(site, sizeof site, "%s.b", l->name);
         if (l->has_bias &&
-            init_param(&l->bias, site, fan_in, bkind, seed, 2 * (uint64_t)i + 1,
-                       ctx, p))
-            return free(out_fmt), build_fail(m, err, ctx->err.code, "init", "%s",
-                                             ctx->err.message);
+            init_param(&l->bias, site, fan_in, bkind, 0.0, seed,
+                       2 * (uint64_t)i + 1, ctx, p)) {
+            emu_fail(err, ctx->err.code, "model", "init", "%s",
+                          ctx->err.message);
+            goto fail;
+        }
     }
     free(out_fmt);
+    free(spec);
     const emu_layer *last = &m->layers[n - 1];
-    if (last->kind != EMU_LAYER_LINEAR || last->out_dims[0] != classes)
+    if ((last->kind != EMU_LAYER_LINEAR && last->kind != EMU_LAYER_TIED) ||
+        last->out_dims[0] != classes)
         return build_fail(m, err, EMU_ESPEC, "arch", "the last layer must be a linear "
                           "layer with %d outputs", classes);
     /* The loss is reported, not trained on: binary32 whatever the policy. */
@@ -897,8 +1150,86 @@ int emu_model_build(emu_model *m, const char *arch, const emu_policy *p,
                           emu_format_find("binary32"), 1, 0, 0, 0, err) ||
         emu_tensor_alloc4(&m->dlogits, "dlogits", EMU_ROLE_ACT_GRAD,
                           &prec_of(p, last, EMU_ROLE_ACT_GRAD)->fmt,
-                          (size_t)batch, (size_t)classes, 0, 0, err))
+                          (size_t)R, (size_t)classes, 0, 0, err))
         return emu_model_free(m), -1;
+    return 0;
+fail:
+    free(out_fmt);
+    free(spec);
+    emu_model_free(m);
+    return -1;
+}
+
+int emu_model_build(emu_model *m, const char *arch, const emu_policy *p,
+                    int batch, int in_c, int in_h, int in_w, int classes,
+                    uint64_t seed, emu_ctx *ctx, emu_error *err)
+{
+    EMU_HOSTFP_GUARD;
+    memset(m, 0, sizeof *m);
+    if (batch < 1 || batch > 1 << 16)
+        return emu_fail(err, EMU_EINVAL, "model", "batch", "%d is not in 1..65536", batch);
+    layer_spec *spec = malloc(MAX_SPEC * sizeof *spec);
+    if (!spec)
+        return emu_fail(err, EMU_ENOMEM, "model", "arch", "out of memory");
+    int n;
+    if (parse_arch(arch, in_c * in_h * in_w, classes, spec, &n, err)) {
+        free(spec);
+        return -1;
+    }
+    const int in_dims[3] = { in_c, in_h, in_w };
+    return build_spec(m, arch, spec, n, p, batch, 1, in_dims, classes, seed,
+                      ctx, err);
+}
+
+int emu_model_build_lm(emu_model *m, const char *arch, const emu_policy *p,
+                       int batch, int seq_len, int vocab, uint64_t seed,
+                       emu_ctx *ctx, emu_error *err)
+{
+    EMU_HOSTFP_GUARD;
+    memset(m, 0, sizeof *m);
+    if (!arch)
+        arch = "(null)";
+    if (batch < 1 || batch > 1 << 16)
+        return emu_fail(err, EMU_EINVAL, "model", "batch", "%d is not in "
+                        "1..65536", batch);
+    if (vocab < 2 || vocab > 1 << 20)
+        return emu_fail(err, EMU_EINVAL, "model", "vocab", "%d is not in "
+                        "2..1048576", vocab);
+    const char *colon = strchr(arch, ':');
+    const char *rest = colon ? colon + 1 : "";
+    if (arch_kind_is(arch, "lstm"))
+        return emu_fail(err, EMU_EUNSUPPORTED, "model", "arch", "'%s': the LSTM "
+                        "language model is not built yet (use gpt:L-D-H-T)",
+                        arch);
+    if (!arch_kind_is(arch, "gpt"))
+        return emu_fail(err, EMU_ESPEC, "model", "arch", "'%s': unknown language "
+                        "model (gpt, gpt:L-D-H-T such as gpt:4-128-4-64)", arch);
+    if (colon && !*rest)
+        return emu_fail(err, EMU_ESPEC, "model", "arch", "'%s': expected "
+                        "gpt:L-D-H-T after the colon", arch);
+    gpt_dims g = { 0, 0, 0, 0 };
+    if (gpt_parse(arch, rest, vocab, &g, err))
+        return -1;
+    if (seq_len < 1 || seq_len > g.T)
+        return emu_fail(err, EMU_EINVAL, "model", "seq_len", "%d is not in 1..%d "
+                        "(the context T of '%s')", seq_len, g.T, arch);
+    if ((int64_t)batch * seq_len > INT32_MAX / 4)
+        return emu_fail(err, EMU_EINVAL, "model", "batch", "%d windows of %d "
+                        "tokens are too many rows", batch, seq_len);
+    layer_spec *spec = malloc((size_t)(5 + 10 * g.L) * sizeof *spec);
+    if (!spec)
+        return emu_fail(err, EMU_ENOMEM, "model", "arch", "out of memory");
+    int n;
+    gpt_spec(&g, vocab, spec, &n);
+    const int in_dims[3] = { seq_len, 1, 1 };
+    if (build_spec(m, arch, spec, n, p, batch, seq_len, in_dims, vocab, seed,
+                   ctx, err))
+        return -1;
+    m->seq_len = seq_len;
+    m->vocab = vocab;
+    m->tokens = calloc((size_t)batch * (size_t)seq_len, sizeof *m->tokens);
+    if (!m->tokens)
+        return build_fail(m, err, EMU_ENOMEM, "arch", "out of memory");
     return 0;
 }
 
@@ -949,6 +1280,35 @@ static emu_batchnorm_opts bn_opts(const emu_model *m, const emu_policy *p)
                                  .stat_rnd = &bn_stat_rnd };
 }
 
+#if NN_LM_SEQ_OPS
+/* Layer norm's settings: PyTorch's eps, the row statistics in binary32
+ * rounded to nearest as for batch norm. */
+static emu_layernorm_opts ln_opts(const emu_policy *p)
+{
+    return (emu_layernorm_opts){ .accum = &p->accum, .eps = 1e-5,
+                                 .stat_rnd = &bn_stat_rnd };
+}
+
+/* A sequence model's (B*T, F) rows seen as the (B, T, F) the attention
+ * ops take. */
+static emu_tensor seq_view(const emu_tensor *t, const emu_model *m)
+{
+    emu_tensor v = *t;
+    v.owns_data = false;
+    v.ndim = 3;
+    v.shape[0] = (size_t)m->batch;
+    v.shape[1] = (size_t)m->seq_len;
+    v.shape[2] = t->n / ((size_t)m->batch * (size_t)m->seq_len);
+    return v;
+}
+
+#endif
+/* The ids an embedding reads: the tokens, or the positions. */
+static const int32_t *embedding_ids(const emu_model *m, const emu_layer *l)
+{
+    return l->positions ? l->priv->pos : m->tokens;
+}
+
 int emu_model_forward(emu_model *m, emu_ctx *ctx, const emu_policy *p)
 {
     EMU_HOSTFP_GUARD;
@@ -970,7 +1330,7 @@ int emu_model_forward(emu_model *m, emu_ctx *ctx, const emu_policy *p)
         case EMU_LAYER_LINEAR: {
             const emu_tensor *xa, *wa;
             double g;
-            if (forward_operands(ctx, p, l, x, &xa, &wa, &g))
+            if (forward_operands(ctx, p, l, x, &l->weight.w, &xa, &wa, &g))
                 return -1;
             emu_matmul_opts o = {
                 .accum = &p->accum, .trans_b = true,
@@ -989,7 +1349,7 @@ int emu_model_forward(emu_model *m, emu_ctx *ctx, const emu_policy *p)
         case EMU_LAYER_CONV: {
             const emu_tensor *xa, *wa;
             double g;
-            if (forward_operands(ctx, p, l, x, &xa, &wa, &g))
+            if (forward_operands(ctx, p, l, x, &l->weight.w, &xa, &wa, &g))
                 return -1;
             const bool apart = g != 1.0; /* the bias is not scaled */
             emu_conv_opts o = { .accum = &p->accum, .stride = l->stride,
@@ -1043,6 +1403,52 @@ int emu_model_forward(emu_model *m, emu_ctx *ctx, const emu_policy *p)
         case EMU_LAYER_ADD:
             rc = emu_t_add(ctx, l->name, &l->y, x, output_of(m, l->src2), rnd);
             break;
+#if NN_LM_SEQ_OPS
+        case EMU_LAYER_EMBEDDING:
+            rc = emu_t_embedding(ctx, l->name, &l->y, &l->weight.w,
+                                 embedding_ids(m, l), l->y.shape[0], rnd);
+            break;
+        case EMU_LAYER_LAYERNORM: {
+            emu_layernorm_opts o = ln_opts(p);
+            rc = emu_t_layernorm(ctx, l->name, &l->y, &l->priv->ln_mean,
+                                 &l->priv->ln_rstd, x, &l->weight.w,
+                                 &l->bias.w, &o, rnd);
+            break;
+        }
+        case EMU_LAYER_ATTENTION: {
+            /* Both batched products in the activation format, under the
+             * policy's accumulator (no scaled operands). */
+            emu_tensor qkv = seq_view(x, m), out = seq_view(&l->y, m);
+            emu_attention_opts o = { .accum = &p->accum, .heads = l->heads };
+            rc = emu_t_attention(ctx, l->name, &out, &l->priv->att, &qkv, &o,
+                                 rnd);
+            break;
+        }
+#else
+        case EMU_LAYER_EMBEDDING:
+        case EMU_LAYER_LAYERNORM:
+        case EMU_LAYER_ATTENTION:
+            (void)embedding_ids;
+            rc = emu_ctx_failc(ctx, EMU_EUNSUPPORTED, l->name, "the sequence ops are not merged yet");
+            break;
+#endif
+        case EMU_LAYER_TIED: {
+            /* The linear layer's product with the embedding's table as W. */
+            const emu_param *w = &m->layers[l->tie].weight;
+            const emu_tensor *xa, *wa;
+            double g;
+            if (forward_operands(ctx, p, l, x, &w->w, &xa, &wa, &g))
+                return -1;
+            emu_matmul_opts o = {
+                .accum = &p->accum, .trans_b = true,
+                .a_src = l->has_xq ? in : xa != x ? x : NULL,
+                .b_src = p->use_master ? &w->master
+                         : wa != &w->w ? &w->w : NULL,
+                .alpha = g, .src_alpha = 1.0 };
+            site_of(site, sizeof site, l, "matmul");
+            rc = emu_t_matmul(ctx, site, &l->y, xa, wa, &o, rnd);
+            break;
+        }
         default:
             rc = emu_ctx_fail(ctx, l->name, "unknown layer kind");
         }
@@ -1149,7 +1555,7 @@ int emu_model_backward(emu_model *m, emu_ctx *ctx, const emu_policy *p,
                 rc = emu_t_reduce(ctx, site, &l->bias.g, dy, EMU_REDUCE_SUM, 0,
                                   &p->accum, wgrad_rnd);
             if (!rc && need_dx) {
-                if (dinput_operands(ctx, p, l, dy, &dya, &wa, &g))
+                if (dinput_operands(ctx, p, l, dy, &l->weight.w, &dya, &wa, &g))
                     return -1;
                 emu_matmul_opts d = { .accum = &p->accum,
                                       .alpha = l->scale * g,
@@ -1180,7 +1586,7 @@ int emu_model_backward(emu_model *m, emu_ctx *ctx, const emu_policy *p,
             if (!rc && apart && l->has_bias)
                 rc = conv_bias_grad(ctx, p, l, dy, wgrad_rnd);
             if (!rc && need_dx) {
-                if (dinput_operands(ctx, p, l, dy, &dya, &wa, &g))
+                if (dinput_operands(ctx, p, l, dy, &l->weight.w, &dya, &wa, &g))
                     return -1;
                 emu_conv_opts d = o;
                 d.alpha = l->scale * g;
@@ -1238,6 +1644,71 @@ int emu_model_backward(emu_model *m, emu_ctx *ctx, const emu_policy *p,
             l->dx = *dy;
             l->dx.owns_data = false;
             break;
+#if NN_LM_SEQ_OPS
+        case EMU_LAYER_EMBEDDING: {
+            /* A table read by a tied head holds the head's gradient
+             * already (the head comes later in the list): add to it. */
+            emu_embedding_opts o = { .accum = &p->accum,
+                                     .accumulate = l->priv->tied };
+            site_of(site, sizeof site, l, "dweight");
+            rc = emu_t_embedding_backward(ctx, site, &l->weight.g, dy,
+                                          embedding_ids(m, l), dy->shape[0],
+                                          &o, wgrad_rnd);
+            break;
+        }
+        case EMU_LAYER_LAYERNORM: {
+            emu_layernorm_opts o = ln_opts(p);
+            o.param_grad_rnd = wgrad_rnd;
+            rc = emu_t_layernorm_backward(ctx, l->name, &l->dx, &l->weight.g,
+                                          &l->bias.g, dy, l->in,
+                                          &l->priv->ln_mean, &l->priv->ln_rstd,
+                                          &l->weight.w, &o, grad_rnd);
+            break;
+        }
+        case EMU_LAYER_ATTENTION: {
+            emu_tensor dqkv = seq_view(&l->dx, m), dout = seq_view(dy, m),
+                       qkv = seq_view(l->in, m);
+            emu_attention_opts o = { .accum = &p->accum, .heads = l->heads };
+            rc = emu_t_attention_backward(ctx, l->name, &dqkv, &dout, &qkv,
+                                          &l->priv->att, &o, grad_rnd);
+            break;
+        }
+#else
+        case EMU_LAYER_EMBEDDING:
+        case EMU_LAYER_LAYERNORM:
+        case EMU_LAYER_ATTENTION:
+            rc = emu_ctx_failc(ctx, EMU_EUNSUPPORTED, l->name, "the sequence ops are not merged yet");
+            break;
+#endif
+        case EMU_LAYER_TIED: {
+            /* The weight gradient goes into the embedding's, in its
+             * format and rounding; the embedding adds its own later. */
+            emu_layer *e = &m->layers[l->tie];
+            const emu_tensor *dya, *xa, *wa;
+            double g;
+            if (dweight_operands(ctx, p, l, dy, &dya, &xa, &g))
+                return -1;
+            emu_matmul_opts o = { .accum = &p->accum, .trans_a = true,
+                                  .alpha = g, .src_alpha = 1.0,
+                                  .a_src = dya != dy ? dy : NULL,
+                                  .b_src = xa != l->in ? l->in : NULL };
+            site_of(site, sizeof site, l, "dweight");
+            rc = emu_t_matmul(ctx, site, &e->weight.g, dya, xa, &o,
+                              &prec_of(p, e, EMU_ROLE_WEIGHT_GRAD)->rnd);
+            if (!rc && need_dx) {
+                if (dinput_operands(ctx, p, l, dy, &e->weight.w, &dya, &wa, &g))
+                    return -1;
+                emu_matmul_opts d = { .accum = &p->accum,
+                                      .alpha = l->scale * g,
+                                      .src_alpha = l->scale,
+                                      .a_src = dya != dy ? dy : NULL,
+                                      .b_src = wa != &e->weight.w
+                                                   ? &e->weight.w : NULL };
+                site_of(site, sizeof site, l, "dinput");
+                rc = emu_t_matmul(ctx, site, &l->dx, dya, wa, &d, grad_rnd);
+            }
+            break;
+        }
         default:
             rc = emu_ctx_fail(ctx, l->name, "unknown layer kind");
         }

@@ -148,6 +148,16 @@ typedef enum emu_layer_kind {
     EMU_LAYER_GAP,      /* global average pool (B, C, H, W) -> (B, C)       */
     EMU_LAYER_BATCHNORM,/* 2-d batch norm: gamma in weight, beta in bias,
                            running statistics in running_mean/running_var */
+    /* Sequence models (emu_model_build_lm): a layer's rows are the B*T
+     * positions of the batch, so linear, GELU and ADD act on (B*T, F). */
+    EMU_LAYER_EMBEDDING,/* y (B*T, D) = weight (rows, D) row per id: the
+                           token ids (m->tokens) or, with positions, t     */
+    EMU_LAYER_LAYERNORM,/* over the features: gamma in weight, beta in bias */
+    EMU_LAYER_ATTENTION,/* causal self-attention of `heads` heads: the
+                           packed qkv (B*T, 3D) -> (B*T, D); no parameters */
+    EMU_LAYER_TIED,     /* y (B*T, V) = x W^T with W the weight of layer
+                           `tie` (an embedding): GPT's head; its weight
+                           gradient accumulates into that layer's        */
     EMU_LAYER_COUNT
 } emu_layer_kind;
 
@@ -197,6 +207,11 @@ typedef struct emu_layer {
     /* Library-private, owned by the model: the scaled GEMM operands'
      * state (amax histories, tensor scales) and scratch buffers. */
     struct emu_layer_priv *priv;
+    /* Added after 1.0, last so that the layout before them stays. */
+    int heads;                /* attention: H                               */
+    int tie;                  /* tied head: the embedding layer whose weight
+                                 it reads (-1: none)                        */
+    bool positions;           /* embedding: indexed by position t, not id   */
 } emu_layer;
 
 typedef struct emu_model {
@@ -210,7 +225,14 @@ typedef struct emu_model {
                                  statistics, not updated); false: training */
     emu_tensor x;             /* input batch, activation format             */
     emu_tensor loss;          /* 1 element                                  */
-    emu_tensor dlogits;       /* (B, K), act_grad format                    */
+    emu_tensor dlogits;       /* (B, K), act_grad format; (B*T, V) for a
+                                 language model                            */
+    /* Added after 1.0, last so that the layout before them stays. */
+    int seq_len;              /* T: a language model (tokens in, (B*T, V)
+                                 logits out); 0 for image models           */
+    int vocab;                /* V (also in classes); 0 for image models   */
+    int32_t *tokens;          /* (batch, seq_len) input ids, in [0, V): the
+                                 caller fills them before emu_model_forward */
 } emu_model;
 
 /* Builds a model from an architecture spec:
@@ -235,6 +257,36 @@ int emu_model_build(emu_model *m, const char *arch, const emu_policy *p,
                     int batch, int in_c, int in_h, int in_w, int classes,
                     uint64_t seed, emu_ctx *ctx, emu_error *err);
 void emu_model_free(emu_model *m);
+
+/* Builds a character (token) language model over a vocabulary of V ids:
+ *   "gpt:L-D-H-T" (default "gpt" = gpt:4-128-4-64)  GPT-2's shape: token
+ *       embedding wte (V, D) and learned position embedding wpe (T, D),
+ *       summed; L pre-norm blocks hN of width D with H heads (D divisible
+ *       by H): hN.ln1, hN.attn.qkv (linear D -> 3D), hN.attn (causal
+ *       attention), hN.attn.proj (D -> D), hN.add1 (residual), hN.ln2,
+ *       hN.mlp.fc (D -> 4D), hN.mlp.gelu, hN.mlp.proj (4D -> D), hN.add2;
+ *       the final layer norm ln_f and the head lm_head, tied to wte (its
+ *       weight gradient accumulates into wte's).  Initialised as GPT-2:
+ *       weights normal(0, 0.02), the residual projections (attn.proj,
+ *       mlp.proj) normal(0, 0.02 / sqrt(2L)), biases 0, layer norms
+ *       gamma 1, beta 0.
+ *   "lstm:L-H" (reserved for the LSTM model; refused until it lands).
+ * seq_len is the window T the model runs on (gpt: at most the T of its
+ * spec, the position table's size).  emu_model_forward reads m->tokens
+ * (batch x seq_len ids) and leaves the (B*T, V) logits in the last
+ * layer's y; emu_model_backward takes the B*T next-token targets and the
+ * loss is their mean cross-entropy.  Named tensors, weights files and
+ * checkpoints work as for the other models (names: wte.weight,
+ * wpe.weight, h0.ln1.weight, h0.attn.qkv.weight, ..., ln_f.bias).
+ * Refuses, naming the value: a spec that does not parse, sizes < 1 or
+ * absurd (L <= 64, D <= 8192, T <= 8192, at most 2^31 parameters), D not
+ * divisible by H,
+ * seq_len outside 1..T, vocab outside 2..2^20.  Returns 0 or -1 with err. */
+int emu_model_build_lm(emu_model *m, const char *arch, const emu_policy *p,
+                       int batch, int seq_len, int vocab, uint64_t seed,
+                       emu_ctx *ctx, emu_error *err);
+/* Whether arch names a language model ("gpt", "gpt:...", "lstm", "lstm:..."). */
+bool emu_arch_is_lm(const char *arch);
 
 /* Parameters in all: the sum of weight and bias element counts. */
 size_t emu_model_param_count(const emu_model *m);
