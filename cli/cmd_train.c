@@ -70,6 +70,8 @@ static void help(void)
         "  --loss-mult X        multiply the loss by X, a power of two (2^-12\n"
         "                       mimics the tiny gradients of SSD); divided out\n"
         "                       with the loss scale before the update\n"
+    );
+    printf(
         "Measurement and output:\n"
         "  --seed N (1)  --ref-rate X (fraction of outputs checked with MPFR, 0)\n"
         "  --stats-every N (50)  --checkpoint-every N (500)  --threads N (1)\n"

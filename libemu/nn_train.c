@@ -2079,13 +2079,13 @@ int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
     {
         /* A language model's rows add bits_per_char and perplexity after
          * the loss; clipping adds grad_norm before the timing, kept last. */
-        const char *h = STEPS_HEADER, *acc = strstr(h, "accuracy,");
+        const char *h = STEPS_HEADER, *rest = strstr(h, "accuracy,");
         size_t tail = strlen("seconds\n");
         if (r->lm)
-            sb_printf(&r->steps, "%.*sbits_per_char,perplexity,", (int)(acc - h), h);
+            sb_printf(&r->steps, "%.*sbits_per_char,perplexity,", (int)(rest - h), h);
         else
-            sb_printf(&r->steps, "%.*s", (int)(acc - h), h);
-        sb_printf(&r->steps, "%.*s%sseconds\n", (int)(strlen(acc) - tail), acc,
+            sb_printf(&r->steps, "%.*s", (int)(rest - h), h);
+        sb_printf(&r->steps, "%.*s%sseconds\n", (int)(strlen(rest) - tail), rest,
                   cfg->clip_norm > 0.0 ? "grad_norm," : "");
     }
     sb_printf(&r->layers, "step,layer,index,scale,grad_scale,dinput_to_zero,"

@@ -26,8 +26,16 @@ LM="--model gpt:1-16-2-16 --data text --train-examples 640 --test-examples 400
     --lr 0.003 --checkpoint-every 4 --stats-every 3 --preset bf16-sr"
 
 # shellcheck disable=SC2086
-"$EMU" train $LM --out "$tmp/full" > "$tmp/log" 2>&1 ||
-    { fail "the training run failed: $(cat "$tmp/log")"; exit 1; }
+if ! "$EMU" train $LM --out "$tmp/full" > "$tmp/log" 2>&1; then
+    # The one reason to skip: the gpt model's sequence ops (branches
+    # nn-lm and ops-seq of issue #13) are not in this build yet.
+    if grep -q "not merged yet" "$tmp/log"; then
+        echo "train_lm: skipped: the gpt model cannot run in this build: $(tail -1 "$tmp/log")"
+        exit 77
+    fi
+    fail "the training run failed: $(cat "$tmp/log")"
+    exit 1
+fi
 cat "$tmp/log"
 r=$tmp/full
 
