@@ -349,6 +349,93 @@ typedef struct emu_adam_opts {
  * "<site>.v", "<site>"; swamping as for SGD.  t >= 1, betas in [0, 1). */
 int emu_t_adam_update(emu_ctx *ctx, const char *site, emu_tensor *w, emu_tensor *m, emu_tensor *v, const emu_tensor *g, const emu_adam_opts *o, const emu_rounding *rnd);
 
+
+/* ---- sequence models (embedding, layer norm, causal attention) ---------
+ * Activations of sequence models are (B, T, D) tensors, i.e. (B*T, D)
+ * matrices; token ids are int32_t.  Every quantity below is rounded once
+ * into its tensor's format; the sums run under the accumulator model of
+ * the options (required), each output or statistic one dot product whose
+ * terms, in the order given, define it; the fast model sums in binary64.
+ * The exact definitions are in libemu/ops_seq.c and libemu/ops_attn.c. */
+
+/* out (N, D) (any shape of n*D elements whose last dimension is D): row i
+ * = table (V, D) row idx[i], each value rounded (a cast) into out's format
+ * under rnd; an index outside [0, V) is refused (EMU_EINVAL naming the
+ * position and value).  Site "<site>". */
+int emu_t_embedding(emu_ctx *ctx, const char *site, emu_tensor *out,
+                    const emu_tensor *table, const int32_t *idx, size_t n,
+                    const emu_rounding *rnd);
+
+typedef struct emu_embedding_opts {
+    const emu_accum *accum;  /* the scatter-add's sums (required)           */
+    bool accumulate;         /* start each row's sum at dtable's value (a
+                                tied head's gradient already there)       */
+} emu_embedding_opts;
+/* dtable (V, D): row v = sum, in ascending position order, of the rows
+ * dout[i] (N, D) with idx[i] == v, under o->accum (dot product number
+ * v*D + d for dtable[v, d]; accumulate: the accumulator starts at dtable's
+ * old value, as emu_matmul_opts.accumulate), rounded once into dtable's
+ * format; rows no index reaches are +0 (unchanged with accumulate).
+ * Site "<site>". */
+int emu_t_embedding_backward(emu_ctx *ctx, const char *site, emu_tensor *dtable,
+                             const emu_tensor *dout, const int32_t *idx, size_t n,
+                             const emu_embedding_opts *o, const emu_rounding *rnd);
+
+typedef struct emu_layernorm_opts {
+    const emu_accum *accum;          /* row sums (required)                 */
+    double eps;                      /* PyTorch's 1e-5                      */
+    const emu_rounding *stat_rnd;    /* mean, var, rstd (NULL: rnd)         */
+    const emu_rounding *param_grad_rnd; /* dgamma, dbeta (NULL: rnd)        */
+} emu_layernorm_opts;
+/* Over the last dimension D of x (N, D): mean (N) = sum of the row / D,
+ * var = sum of (x - mean)^2 / D (the biased variance, of the stored mean;
+ * rounded into rstd's format, not kept), rstd (N) = 1/sqrt(var + eps),
+ * y = (x - mean) rstd gamma + beta; gamma, beta (D) may be NULL (1 and
+ * 0).  mean and rstd are saved for the backward pass (binary32 tensors
+ * keep them as the backward's inputs best).  Sites "<site>.mean",
+ * "<site>.var", "<site>.rstd", "<site>" (y). */
+int emu_t_layernorm(emu_ctx *ctx, const char *site, emu_tensor *y,
+                    emu_tensor *mean, emu_tensor *rstd, const emu_tensor *x,
+                    const emu_tensor *gamma, const emu_tensor *beta,
+                    const emu_layernorm_opts *o, const emu_rounding *rnd);
+/* dx (N, D); dgamma, dbeta (D) (may be NULL), sums over the N rows, under
+ * param_grad_rnd; dx = rstd (dy gamma - S1 / D - xhat S2 / D), S1 and S2
+ * the row sums of dy gamma and of dy gamma xhat, xhat = (x - mean) rstd.
+ * Sites "<site>.dweight", "<site>.dbias", "<site>.dinput". */
+int emu_t_layernorm_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
+                             emu_tensor *dgamma, emu_tensor *dbeta,
+                             const emu_tensor *dy, const emu_tensor *x,
+                             const emu_tensor *mean, const emu_tensor *rstd,
+                             const emu_tensor *gamma,
+                             const emu_layernorm_opts *o, const emu_rounding *rnd);
+
+typedef struct emu_attention_opts {
+    const emu_accum *accum;        /* the two products' dot products, the
+                                      softmax's row sums (required)        */
+    int heads;                     /* H, dividing C                          */
+    const emu_rounding *stat_rnd;  /* scores and probabilities (NULL: rnd)   */
+} emu_attention_opts;
+/* Causal multi-head self-attention, GPT-2's layout: qkv (B, T, 3C) is the
+ * packed output of the c_attn linear, [q | k | v], head h owning columns
+ * h*C/H .. (h+1)*C/H - 1 of each.  att (B, H, T, T) keeps the softmax
+ * probabilities for the backward pass (entries above the diagonal +0).
+ * scores = q k^T / sqrt(C/H) (dot under accum, the scale applied before
+ * the one rounding; site "<site>.scores", rounded into att's format under
+ * stat_rnd, kept only for t2 <= t), att = softmax over t2 <= t
+ * ("<site>.softmax", the row sum under accum), out (B, T, C) = att v
+ * ("<site>", under accum). */
+int emu_t_attention(emu_ctx *ctx, const char *site, emu_tensor *out,
+                    emu_tensor *att, const emu_tensor *qkv,
+                    const emu_attention_opts *o, const emu_rounding *rnd);
+/* dqkv (B, T, 3C) from dout (B, T, C), the forward's qkv and att.  Sites
+ * "<site>.dv", "<site>.datt", "<site>.dscores", "<site>.dq", "<site>.dk"
+ * (datt and dscores, the gradients of att and of the scores, rounded into
+ * att's format under stat_rnd; dq, dk, dv under rnd). */
+int emu_t_attention_backward(emu_ctx *ctx, const char *site, emu_tensor *dqkv,
+                             const emu_tensor *dout, const emu_tensor *qkv,
+                             const emu_tensor *att,
+                             const emu_attention_opts *o, const emu_rounding *rnd);
+
 #ifdef __cplusplus
 }
 #endif

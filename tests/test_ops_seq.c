@@ -1,0 +1,754 @@
+/*
+ * test_ops_seq.c — the ops of sequence models: token embedding, layer
+ * norm (libemu/ops_seq.c) and causal attention (libemu/ops_attn.c).
+ *
+ *  1. Forward values against MPFR (emu_ref_* : the exact value rounded
+ *     once) in binary32, bfloat16, binary16 and e4m3 under several modes.
+ *  2. Sums under accumulator models against the model's definition
+ *     replayed with MPFR's correctly rounded additions (the sequential
+ *     model in a narrow accumulator, where the order of the terms shows),
+ *     and the exact model against the exact sum rounded once.
+ *  3. Backward passes against central differences of L = sum r_i y_i in
+ *     binary32 tensors with the exact accumulator (tolerances below).
+ *  4. Every site sampled against MPFR with ref_rate 1.
+ *  5. Refusals: ids outside the table, shapes, heads not dividing C.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+static emu_tensor mk(const char *name, const char *fmt, size_t a, size_t b,
+                     size_t c, size_t d)
+{
+    emu_tensor t;
+    emu_error e;
+    if (emu_tensor_alloc4(&t, name, EMU_ROLE_ACTIVATION, test_format(fmt), a, b,
+                          c, d, &e))
+        ck_abort_msg("alloc %s: %s", name, e.message);
+    return t;
+}
+
+/* Values k 2^-10 with a few bits: exact in binary32, sums exact in double. */
+static float grid(test_rng *g, double scale)
+{
+    return (float)(scale * ((double)test_below(g, 4096) - 2048.0) / 1024.0);
+}
+
+/* A random finite binary32 value of moderate range (subnormals of narrow
+ * formats included): mantissa 24 random bits, exponent in [-30, 10]. */
+static float rnd_val(test_rng *g)
+{
+    double m = (double)(test_next(g) >> 40) / 0x1p24; /* [0, 1) */
+    int e = (int)test_below(g, 41) - 30;
+    double v = ldexp(1.0 + m, e);
+    return (float)(test_below(g, 2) ? -v : v);
+}
+
+static emu_accum accum_spec(const char *spec)
+{
+    emu_accum a;
+    emu_error e;
+    if (emu_accum_parse(&a, spec, &e))
+        ck_abort_msg("accum %s: %s", spec, e.message);
+    return a;
+}
+
+static const char *const fmts4[] = { "binary32", "bfloat16", "binary16", "e4m3" };
+
+/* ---- embedding ------------------------------------------------------------------ */
+
+START_TEST(embedding_forward_formats)
+{
+    test_rng g = test_rng_make(0x5e01);
+    const size_t V = 7, D = 5, N = 13;
+    emu_tensor table = mk("wte", "binary32", V, D, 0, 0);
+    for (size_t k = 0; k < V * D; k++)
+        table.data[k] = rnd_val(&g);
+    int32_t idx[13];
+    for (size_t i = 0; i < N; i++)
+        idx[i] = (int32_t)test_below(&g, V);
+    const emu_rnd modes[] = { EMU_RNE, EMU_RZ, EMU_RU, EMU_RD };
+    emu_ctx ctx;
+    emu_ctx_init(&ctx, 1);
+    for (int f = 0; f < 4; f++) {
+        /* out as (B, T, D) = (1, 13, 5): any shape with last dimension D */
+        emu_tensor out = mk("x", fmts4[f], 1, N, D, 0);
+        for (int m = 0; m < 4; m++) {
+            emu_rounding r = { .mode = modes[m] };
+            ck_assert_int_eq(emu_t_embedding(&ctx, "wte", &out, &table, idx, N, &r),
+                             0);
+            for (size_t i = 0; i < N; i++)
+                for (size_t d = 0; d < D; d++) {
+                    emu_status st;
+                    double want = emu_ref_convert(test_format(fmts4[f]),
+                                                  table.data[idx[i] * D + d],
+                                                  &r, &st);
+                    EXPECT(test_same(out.data[i * D + d], want),
+                           "%s mode %d (%zu, %zu): %a, want %a", fmts4[f],
+                           (int)modes[m], i, d, out.data[i * D + d], want);
+                }
+        }
+        emu_tensor_free(&out);
+    }
+    /* NaN and inf are copied (cast) like any value; D = 1 works */
+    emu_tensor t1 = mk("t1", "binary32", 3, 1, 0, 0), o1 = mk("o1", "binary16", 4, 1, 0, 0);
+    t1.data[0] = NAN, t1.data[1] = INFINITY, t1.data[2] = -0.0f;
+    int32_t id1[4] = { 2, 0, 1, 2 };
+    ck_assert_int_eq(emu_t_embedding(&ctx, "e1", &o1, &t1, id1, 4, &test_rne), 0);
+    ck_assert(signbit(o1.data[0]) && o1.data[0] == 0.0f);
+    ck_assert(isnan(o1.data[1]) && isinf(o1.data[2]) && signbit(o1.data[3]));
+    emu_tensor_free(&t1);
+    emu_tensor_free(&o1);
+    emu_tensor_free(&table);
+}
+END_TEST
+
+/* The scatter-add of one output, replayed: the sequential model in acc
+ * (MPFR-backed correctly rounded additions), starting at init. */
+static double seq_ref(const emu_format *acc, const emu_rounding *r, double init,
+                      const float *terms, size_t n)
+{
+    double s = init;
+    for (size_t k = 0; k < n; k++) {
+        emu_status st;
+        double t = terms[k];
+        double sum = emu_ref_add(acc, s, t, r, &st);
+        /* IEEE's exact zero: +0 unless both are -0 (toward -inf: -0) */
+        s = sum;
+    }
+    return s;
+}
+
+/* The terms of dtable[v, d] in ascending position order. */
+static size_t terms_of(const float *dout, const int32_t *idx, size_t N, size_t D,
+                       size_t v, size_t d, float *buf)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < N; i++)
+        if ((size_t)idx[i] == v)
+            buf[k++] = dout[i * D + d];
+    return k;
+}
+
+START_TEST(embedding_backward_models)
+{
+    test_rng g = test_rng_make(0x5e02);
+    const size_t V = 6, D = 4, N = 40;
+    emu_tensor dout = mk("dx", "binary32", N, D, 0, 0);
+    for (size_t k = 0; k < N * D; k++)
+        dout.data[k] = rnd_val(&g);
+    int32_t idx[40];
+    for (size_t i = 0; i < N; i++)
+        idx[i] = (int32_t)test_below(&g, V - 1); /* row V-1 never reached */
+    emu_ctx ctx;
+    emu_ctx_init(&ctx, 1);
+    float buf[40];
+    for (int f = 0; f < 4; f++) {
+        emu_tensor dt = mk("dwte", fmts4[f], V, D, 0, 0);
+        const emu_format *of = test_format(fmts4[f]);
+        for (int a = 0; a < 3; a++) {
+            const char *spec[] = { "seq,acc=bfloat16", "seq,acc=binary16,mode=rz",
+                                   "exact" };
+            emu_accum acc = accum_spec(spec[a]);
+            for (int accu = 0; accu < 2; accu++) {
+                /* old values: representable in dt's format */
+                float old[24];
+                for (size_t k = 0; k < V * D; k++) {
+                    emu_status st;
+                    old[k] = dt.data[k] = accu ? (float)emu_ref_convert(
+                                                     of, grid(&g, 1.0), &test_rne, &st)
+                                               : 777.0f;
+                }
+                emu_embedding_opts o = { .accum = &acc, .accumulate = accu };
+                ck_assert_int_eq(emu_t_embedding_backward(&ctx, "wte", &dt, &dout,
+                                                          idx, N, &o, &test_rne),
+                                 0);
+                for (size_t v = 0; v < V; v++)
+                    for (size_t d = 0; d < D; d++) {
+                        size_t n = terms_of(dout.data, idx, N, D, v, d, buf);
+                        double init = accu ? old[v * D + d] : 0.0;
+                        double want;
+                        emu_status st;
+                        if (n == 0) {
+                            want = init;
+                        } else if (acc.kind == EMU_ACCUM_EXACT) {
+                            mpfr_t s;
+                            mpfr_init2(s, 2000);
+                            mpfr_set_d(s, init, MPFR_RNDN);
+                            for (size_t k = 0; k < n; k++)
+                                mpfr_add_d(s, s, buf[k], MPFR_RNDN);
+                            want = emu_ref_round(of, s, &test_rne, &st);
+                            mpfr_clear(s);
+                        } else {
+                            double s = seq_ref(&acc.acc, &acc.rnd, init, buf, n);
+                            want = emu_ref_convert(of, s, &test_rne, &st);
+                        }
+                        float got = dt.data[v * D + d];
+                        EXPECT(test_same(got, want),
+                               "%s %s accumulate %d [%zu, %zu] (%zu terms): %a, want %a",
+                               fmts4[f], spec[a], accu, v, d, n, got, want);
+                    }
+            }
+        }
+        emu_tensor_free(&dt);
+    }
+    emu_tensor_free(&dout);
+}
+END_TEST
+
+/* The terms are summed in ascending position order: a sequential bfloat16
+ * accumulator gives 1 for 1, then four 2^-9 (each one absorbed), but
+ * 1 + 2^-7 the other way round. */
+START_TEST(embedding_backward_order)
+{
+    emu_tensor dout = mk("d", "binary32", 6, 1, 0, 0);
+    emu_tensor dt = mk("dt", "binary32", 2, 1, 0, 0);
+    const float vals[6] = { 5.0f, 1.0f, 0x1p-9f, 0x1p-9f, 0x1p-9f, 0x1p-9f };
+    memcpy(dout.data, vals, sizeof vals);
+    int32_t idx[6] = { 0, 1, 1, 1, 1, 1 };
+    emu_accum acc = accum_spec("seq,acc=bfloat16");
+    emu_embedding_opts o = { .accum = &acc };
+    emu_ctx ctx;
+    emu_ctx_init(&ctx, 1);
+    ck_assert_int_eq(emu_t_embedding_backward(&ctx, "e", &dt, &dout, idx, 6, &o,
+                                              &test_rne), 0);
+    ck_assert(dt.data[0] == 5.0f);
+    ck_assert(dt.data[1] == 1.0f);
+    /* reversed positions: the small terms first */
+    const float rev[6] = { 5.0f, 0x1p-9f, 0x1p-9f, 0x1p-9f, 0x1p-9f, 1.0f };
+    memcpy(dout.data, rev, sizeof rev);
+    ck_assert_int_eq(emu_t_embedding_backward(&ctx, "e", &dt, &dout, idx, 6, &o,
+                                              &test_rne), 0);
+    ck_assert(dt.data[1] == 1.0f + 0x1p-7f);
+    /* the swamping of the first order is counted: 4 absorbed addends */
+    emu_stats st;
+    emu_stats_init(&st);
+    ctx.stats = &st;
+    ctx.measure = EMU_MEASURE_ALL;
+    memcpy(dout.data, vals, sizeof vals);
+    ck_assert_int_eq(emu_t_embedding_backward(&ctx, "e", &dt, &dout, idx, 6, &o,
+                                              &test_rne), 0);
+    const emu_site *s = emu_stats_find_name(&st, "e");
+    ck_assert(s && s->total.absorbed == 4);
+    /* inf and -inf at one row: NaN; NaN propagates */
+    dout.data[0] = INFINITY, dout.data[1] = -INFINITY, dout.data[2] = NAN;
+    idx[1] = 0;
+    ck_assert_int_eq(emu_t_embedding_backward(&ctx, "e", &dt, &dout, idx, 6, &o,
+                                              &test_rne), 0);
+    ck_assert(isnan(dt.data[0]) && isnan(dt.data[1]));
+    emu_stats_free(&st);
+    emu_tensor_free(&dout);
+    emu_tensor_free(&dt);
+}
+END_TEST
+
+/* The fast model: binary64 sums in position order, rounded once. */
+START_TEST(embedding_backward_fast)
+{
+    test_rng g = test_rng_make(0x5e03);
+    const size_t V = 5, D = 3, N = 30;
+    emu_tensor dout = mk("d", "binary32", N, D, 0, 0);
+    emu_tensor dt = mk("dt", "bfloat16", V, D, 0, 0);
+    for (size_t k = 0; k < N * D; k++)
+        dout.data[k] = rnd_val(&g);
+    int32_t idx[30];
+    for (size_t i = 0; i < N; i++)
+        idx[i] = (int32_t)test_below(&g, V);
+    emu_accum fast = accum_spec("fast");
+    emu_embedding_opts o = { .accum = &fast, .accumulate = true };
+    for (size_t k = 0; k < V * D; k++)
+        dt.data[k] = 0.5f;
+    emu_ctx ctx;
+    emu_ctx_init(&ctx, 1);
+    ck_assert_int_eq(emu_t_embedding_backward(&ctx, "e", &dt, &dout, idx, N, &o,
+                                              &test_rne), 0);
+    for (size_t v = 0; v < V; v++)
+        for (size_t d = 0; d < D; d++) {
+            double s = 0.5;
+            for (size_t i = 0; i < N; i++)
+                if ((size_t)idx[i] == v)
+                    s += dout.data[i * D + d];
+            emu_status st;
+            double want = emu_ref_convert(test_format("bfloat16"), s, &test_rne, &st);
+            EXPECT(test_same(dt.data[v * D + d], want), "[%zu, %zu]: %a, want %a",
+                   v, d, dt.data[v * D + d], want);
+        }
+    emu_tensor_free(&dout);
+    emu_tensor_free(&dt);
+}
+END_TEST
+
+/* The backward pass is the adjoint of the forward: for L = sum r out,
+ * central differences in each table entry (exact: L is linear and the grid
+ * values sum exactly) equal dtable. */
+START_TEST(embedding_finite_difference)
+{
+    test_rng g = test_rng_make(0x5e04);
+    const size_t V = 4, D = 3, N = 9;
+    emu_tensor table = mk("t", "binary32", V, D, 0, 0), out = mk("o", "binary32", N, D, 0, 0);
+    emu_tensor r = mk("r", "binary32", N, D, 0, 0), dt = mk("dt", "binary32", V, D, 0, 0);
+    for (size_t k = 0; k < V * D; k++)
+        table.data[k] = grid(&g, 1.0);
+    for (size_t k = 0; k < N * D; k++)
+        r.data[k] = grid(&g, 1.0);
+    int32_t idx[9];
+    for (size_t i = 0; i < N; i++)
+        idx[i] = (int32_t)test_below(&g, V);
+    emu_ctx ctx;
+    emu_ctx_init(&ctx, 1);
+    emu_accum exact = accum_spec("exact");
+    emu_embedding_opts o = { .accum = &exact };
+    ck_assert_int_eq(emu_t_embedding_backward(&ctx, "e", &dt, &r, idx, N, &o,
+                                              &test_rne), 0);
+    const float h = 0x1p-4f;
+    for (size_t k = 0; k < V * D; k++) {
+        double L[2];
+        for (int s = 0; s < 2; s++) {
+            float keep = table.data[k];
+            table.data[k] = keep + (s ? -h : h);
+            ck_assert_int_eq(emu_t_embedding(&ctx, "e", &out, &table, idx, N,
+                                             &test_rne), 0);
+            table.data[k] = keep;
+            L[s] = 0.0;
+            for (size_t j = 0; j < N * D; j++)
+                L[s] += (double)r.data[j] * out.data[j];
+        }
+        double fd = (L[0] - L[1]) / (2.0 * h);
+        EXPECT(fd == dt.data[k], "entry %zu: %.17g, fd %.17g", k, dt.data[k], fd);
+    }
+    emu_tensor_free(&table);
+    emu_tensor_free(&out);
+    emu_tensor_free(&r);
+    emu_tensor_free(&dt);
+}
+END_TEST
+
+START_TEST(embedding_refusals)
+{
+    emu_tensor table = mk("wte", "binary32", 4, 3, 0, 0), out = mk("x", "binary32", 5, 3, 0, 0);
+    emu_tensor bad = mk("x2", "binary32", 5, 2, 0, 0), dt = mk("dwte", "binary32", 4, 3, 0, 0);
+    int32_t idx[5] = { 0, 1, 2, 3, 0 };
+    emu_ctx ctx;
+    emu_ctx_init(&ctx, 1);
+    emu_accum seq = accum_spec("seq");
+    emu_embedding_opts o = { .accum = &seq };
+    out.data[0] = 99.0f;
+    dt.data[0] = 99.0f;
+    idx[3] = 4;
+    ck_assert_int_eq(emu_t_embedding(&ctx, "wte", &out, &table, idx, 5, &test_rne), -1);
+    ck_assert_int_eq(ctx.err.code, EMU_EINVAL);
+    EXPECT(strstr(ctx.err.message, "position 3") && strstr(ctx.err.message, "4"),
+           "message: %s", ctx.err.message);
+    ck_assert_int_eq(emu_t_embedding_backward(&ctx, "wte", &dt, &out, idx, 5, &o,
+                                              &test_rne), -1);
+    ck_assert_int_eq(ctx.err.code, EMU_EINVAL);
+    idx[3] = -1;
+    ck_assert_int_eq(emu_t_embedding(&ctx, "wte", &out, &table, idx, 5, &test_rne), -1);
+    EXPECT(strstr(ctx.err.message, "-1"), "message: %s", ctx.err.message);
+    idx[3] = 3;
+    /* shapes, n, NULL ids, NULL accumulator */
+    ck_assert_int_eq(emu_t_embedding(&ctx, "wte", &bad, &table, idx, 5, &test_rne), -1);
+    ck_assert_int_eq(emu_t_embedding(&ctx, "wte", &out, &table, idx, 4, &test_rne), -1);
+    ck_assert_int_eq(emu_t_embedding(&ctx, "wte", &out, &table, NULL, 5, &test_rne), -1);
+    ck_assert_int_eq(emu_t_embedding(&ctx, "wte", &out, &table, idx, 5, NULL), -1);
+    emu_embedding_opts none = { 0 };
+    ck_assert_int_eq(emu_t_embedding_backward(&ctx, "wte", &dt, &out, idx, 5, &none,
+                                              &test_rne), -1);
+    ck_assert_int_eq(emu_t_embedding_backward(&ctx, "wte", &dt, &bad, idx, 5, &o,
+                                              &test_rne), -1);
+    ck_assert(out.data[0] == 99.0f && dt.data[0] == 99.0f);
+    emu_tensor_free(&table);
+    emu_tensor_free(&out);
+    emu_tensor_free(&bad);
+    emu_tensor_free(&dt);
+}
+END_TEST
+
+/* ---- MPFR sampling of every site -------------------------------------------------- */
+
+static void check_sites(emu_stats *st, const char *const *sites, int n, double bound)
+{
+    for (int i = 0; i < n; i++) {
+        const emu_site *s = emu_stats_find_name(st, sites[i]);
+        EXPECT(s, "no site %s", sites[i]);
+        EXPECT(s->total.ref_samples == s->total.results && s->total.results > 0,
+               "site %s: %llu samples of %llu", sites[i],
+               (unsigned long long)s->total.ref_samples,
+               (unsigned long long)s->total.results);
+        EXPECT(s->total.ulp_max <= bound, "site %s: %.17g ulps", sites[i],
+               s->total.ulp_max);
+    }
+}
+
+START_TEST(embedding_sampled)
+{
+    test_rng g = test_rng_make(0x5e05);
+    emu_ctx ctx;
+    emu_ctx_init(&ctx, 3);
+    emu_stats st;
+    emu_stats_init(&st);
+    ctx.stats = &st;
+    ctx.measure = EMU_MEASURE_ALL;
+    ctx.ref_rate = 1.0;
+    emu_tensor table = mk("t", "binary32", 5, 4, 0, 0), out = mk("o", "bfloat16", 8, 4, 0, 0);
+    emu_tensor dt = mk("dt", "binary16", 5, 4, 0, 0);
+    for (size_t k = 0; k < 20; k++)
+        table.data[k] = rnd_val(&g);
+    int32_t idx[8] = { 0, 1, 1, 2, 0, 3, 3, 1 };
+    ck_assert_int_eq(emu_t_embedding(&ctx, "wte", &out, &table, idx, 8, &test_rne), 0);
+    emu_accum exact = accum_spec("exact");
+    emu_embedding_opts o = { .accum = &exact };
+    ck_assert_int_eq(emu_t_embedding_backward(&ctx, "dwte", &dt, &out, idx, 8, &o,
+                                              &test_rne), 0);
+    const char *sites[] = { "wte", "dwte" };
+    check_sites(&st, sites, 2, 0.5);
+    ck_assert(emu_stats_find_name(&st, "dwte")->total.dot_samples > 0);
+    emu_stats_free(&st);
+    emu_tensor_free(&table);
+    emu_tensor_free(&out);
+    emu_tensor_free(&dt);
+}
+END_TEST
+
+
+/* ---- layer norm ---------------------------------------------------------------- */
+
+typedef struct ln_case {
+    size_t N, D;
+    emu_tensor x, y, mean, rstd, gamma, beta, dy, dx, dg, db;
+} ln_case;
+
+static void ln_make(ln_case *k, size_t N, size_t D, const char *yfmt, test_rng *g)
+{
+    memset(k, 0, sizeof *k);
+    k->N = N, k->D = D;
+    k->x = mk("x", "binary32", N, D, 0, 0);
+    k->y = mk("y", yfmt, N, D, 0, 0);
+    k->dy = mk("dy", "binary32", N, D, 0, 0);
+    k->dx = mk("dx", "binary32", N, D, 0, 0);
+    k->mean = mk("mean", "binary32", N, 0, 0, 0);
+    k->rstd = mk("rstd", "binary32", N, 0, 0, 0);
+    k->gamma = mk("gamma", "binary32", D, 0, 0, 0);
+    k->beta = mk("beta", "binary32", D, 0, 0, 0);
+    k->dg = mk("dgamma", "binary32", D, 0, 0, 0);
+    k->db = mk("dbeta", "binary32", D, 0, 0, 0);
+    for (size_t i = 0; i < N; i++) {
+        double off = grid(g, 2.0), spread = ldexp(1.0, (int)test_below(g, 4) - 1);
+        for (size_t d = 0; d < D; d++)
+            k->x.data[i * D + d] = (float)(off + spread * grid(g, 1.0));
+    }
+    for (size_t d = 0; d < D; d++) {
+        k->gamma.data[d] = grid(g, 1.0) + 0.25f;
+        k->beta.data[d] = grid(g, 1.0);
+    }
+    for (size_t j = 0; j < N * D; j++)
+        k->dy.data[j] = grid(g, 1.0);
+}
+
+static void ln_free(ln_case *k)
+{
+    emu_tensor *ts[] = { &k->x, &k->y, &k->mean, &k->rstd, &k->gamma, &k->beta,
+                         &k->dy, &k->dx, &k->dg, &k->db };
+    for (int i = 0; i < 10; i++)
+        emu_tensor_free(ts[i]);
+}
+
+/* Forward values of every site against MPFR in four formats and four
+ * modes: the exact model makes each sum exact, so every output is the
+ * exact value of its definition rounded once (within the binary64
+ * evaluation's few 2^-53 relative). */
+START_TEST(layernorm_sampled)
+{
+    test_rng g = test_rng_make(0x1a01);
+    emu_accum exact = accum_spec("exact");
+    const emu_rnd modes[] = { EMU_RNE, EMU_RZ, EMU_RU, EMU_RNA };
+    for (int f = 0; f < 4; f++) {
+        emu_ctx ctx;
+        emu_ctx_init(&ctx, 5);
+        emu_stats st;
+        emu_stats_init(&st);
+        ctx.stats = &st;
+        ctx.measure = EMU_MEASURE_ALL;
+        ctx.ref_rate = 1.0;
+        ln_case k;
+        ln_make(&k, 5, 12, fmts4[f], &g);
+        emu_tensor dx = mk("dxf", fmts4[f], 5, 12, 0, 0);
+        emu_rounding r = { .mode = modes[f] };
+        emu_layernorm_opts o = { .accum = &exact, .eps = 1e-5 };
+        ck_assert_int_eq(emu_t_layernorm(&ctx, "ln", &k.y, &k.mean, &k.rstd, &k.x,
+                                         &k.gamma, &k.beta, &o, &r), 0);
+        ck_assert_int_eq(emu_t_layernorm_backward(&ctx, "ln", &dx, &k.dg, &k.db,
+                                                  &k.dy, &k.x, &k.mean, &k.rstd,
+                                                  &k.gamma, &o, &r), 0);
+        const char *sites[] = { "ln.mean", "ln.var", "ln.rstd", "ln", "ln.dweight",
+                                "ln.dbias", "ln.dinput" };
+        /* directed modes: up to one ulp; nearest: half */
+        check_sites(&st, sites, 7, (modes[f] == EMU_RNE || modes[f] == EMU_RNA
+                                    ? 0.5 : 1.0) + 0x1p-20);
+        ck_assert(emu_stats_find_name(&st, "ln.var")->total.dot_samples > 0);
+        emu_stats_free(&st);
+        emu_tensor_free(&dx);
+        ln_free(&k);
+    }
+}
+END_TEST
+
+/* The mean under a narrow sequential accumulator: the model's sum (MPFR's
+ * additions in binary16) divided by D with one rounding; the variance's
+ * terms are the binary32 centred values. */
+START_TEST(layernorm_narrow_accumulator)
+{
+    test_rng g = test_rng_make(0x1a02);
+    ln_case k;
+    ln_make(&k, 4, 24, "binary32", &g);
+    for (size_t j = 0; j < k.x.n; j++)
+        k.x.data[j] = rnd_val(&g);
+    emu_accum seq = accum_spec("seq,acc=binary16");
+    emu_layernorm_opts o = { .accum = &seq, .eps = 1e-5 };
+    emu_ctx ctx;
+    emu_ctx_init(&ctx, 1);
+    ck_assert_int_eq(emu_t_layernorm(&ctx, "ln", &k.y, &k.mean, &k.rstd, &k.x,
+                                     NULL, NULL, &o, &test_rne), 0);
+    const emu_format *b16 = test_format("binary16"), *b32 = test_format("binary32");
+    for (size_t i = 0; i < k.N; i++) {
+        emu_status st;
+        double s = seq_ref(b16, &test_rne, 0.0, k.x.data + i * k.D, k.D);
+        double want = emu_ref_div(b32, s, (double)k.D, &test_rne, &st);
+        EXPECT(test_same(k.mean.data[i], want), "row %zu: mean %a, want %a", i,
+               k.mean.data[i], want);
+        float c[24];
+        double v = 0.0;
+        for (size_t d = 0; d < k.D; d++)
+            c[d] = (float)((double)k.x.data[i * k.D + d] - k.mean.data[i]);
+        for (size_t d = 0; d < k.D; d++) {
+            double sq = emu_ref_mul(b32, c[d], c[d], &test_rne, &st);
+            (void)sq;
+            /* the products are exact: the sum of squares in binary16 */
+            v = emu_ref_add(b16, v, (double)c[d] * c[d], &test_rne, &st);
+        }
+        double var = emu_ref_div(b32, v, (double)k.D, &test_rne, &st);
+        double rs = emu_ref_convert(b32, 1.0 / sqrt(var + 1e-5), &test_rne, &st);
+        EXPECT(fabs(k.rstd.data[i] - rs) <= ldexp(fabs(rs), -23),
+               "row %zu: rstd %a, want %a", i, k.rstd.data[i], rs);
+    }
+    ln_free(&k);
+}
+END_TEST
+
+/* Central differences of L = sum r y (binary32 tensors, exact model).
+ * Tolerance: the rounding noise of L(v +- h) over 2h (each y within half
+ * an ulp, and the stored mean and rstd within half an ulp of binary32,
+ * which move y by at most |y| 2^-23: together about
+ * sum |r| (|y| + 4) 2^-24 / (2h)), plus the truncation error, estimated
+ * from the difference of the central differences at h and 2h. */
+START_TEST(layernorm_finite_difference)
+{
+    test_rng g = test_rng_make(0x1a03);
+    ln_case k;
+    ln_make(&k, 3, 7, "binary32", &g);
+    emu_accum exact = accum_spec("exact");
+    emu_layernorm_opts o = { .accum = &exact, .eps = 1e-5 };
+    emu_ctx ctx;
+    emu_ctx_init(&ctx, 1);
+    ck_assert_int_eq(emu_t_layernorm(&ctx, "ln", &k.y, &k.mean, &k.rstd, &k.x,
+                                     &k.gamma, &k.beta, &o, &test_rne), 0);
+    ck_assert_int_eq(emu_t_layernorm_backward(&ctx, "ln", &k.dx, &k.dg, &k.db,
+                                              &k.dy, &k.x, &k.mean, &k.rstd,
+                                              &k.gamma, &o, &test_rne), 0);
+    emu_tensor y2 = mk("y2", "binary32", 3, 7, 0, 0);
+    emu_tensor m2 = mk("m2", "binary32", 3, 0, 0, 0), r2 = mk("r2", "binary32", 3, 0, 0, 0);
+    /* parameters to perturb: x, gamma, beta; the gradients to compare */
+    emu_tensor *par[] = { &k.x, &k.gamma, &k.beta };
+    emu_tensor *grad[] = { &k.dx, &k.dg, &k.db };
+    double worst = 0.0;
+    for (int p = 0; p < 3; p++)
+        for (size_t j = 0; j < par[p]->n; j++) {
+            double fd[2], noise = 0.0;
+            for (int hh = 0; hh < 2; hh++) {
+                const float h = hh ? 0x1p-9f : 0x1p-10f;
+                double L[2];
+                for (int s = 0; s < 2; s++) {
+                    float keep = par[p]->data[j];
+                    par[p]->data[j] = keep + (s ? -h : h);
+                    ck_assert_int_eq(emu_t_layernorm(&ctx, "ln", &y2, &m2, &r2,
+                                                     &k.x, &k.gamma, &k.beta, &o,
+                                                     &test_rne), 0);
+                    par[p]->data[j] = keep;
+                    L[s] = 0.0;
+                    for (size_t q = 0; q < y2.n; q++) {
+                        L[s] += (double)k.dy.data[q] * y2.data[q];
+                        if (hh == 0)
+                            noise += fabs(k.dy.data[q]) *
+                                     (fabs(y2.data[q]) + 4.0) * 0x1p-24;
+                    }
+                }
+                fd[hh] = (L[0] - L[1]) / (2.0 * h);
+                if (hh == 0)
+                    noise /= 2.0 * h;
+            }
+            const double got = grad[p]->data[j];
+            const double tol = noise + fabs(fd[1] - fd[0]) +
+                               ldexp(fabs(got), -23) + 1e-12;
+            EXPECT(fabs(got - fd[0]) <= tol,
+                   "param %d [%zu]: %.9g, fd %.9g (h: %.9g), tolerance %.3g", p, j,
+                   got, fd[0], fd[1], tol);
+            if (fabs(got - fd[0]) / tol > worst)
+                worst = fabs(got - fd[0]) / tol;
+        }
+    /* the check can fail: a gradient off by 1% of its size would show */
+    ck_assert(worst < 1.0);
+    emu_tensor_free(&y2);
+    emu_tensor_free(&m2);
+    emu_tensor_free(&r2);
+    ln_free(&k);
+}
+END_TEST
+
+/* The fast model agrees with the exact one to the binary64 sums' error
+ * (within one ulp of binary32 on these well-conditioned rows); D = 1 and
+ * a non-finite row; NULL gamma, beta and parameter gradients. */
+START_TEST(layernorm_fast_and_edges)
+{
+    test_rng g = test_rng_make(0x1a04);
+    ln_case a, b;
+    ln_make(&a, 6, 16, "binary32", &g);
+    g = test_rng_make(0x1a04);
+    ln_make(&b, 6, 16, "binary32", &g);
+    emu_accum exact = accum_spec("exact"), fast = accum_spec("fast");
+    emu_layernorm_opts oe = { .accum = &exact, .eps = 1e-5 },
+                       of = { .accum = &fast, .eps = 1e-5 };
+    emu_ctx ctx;
+    emu_ctx_init(&ctx, 1);
+    ck_assert_int_eq(emu_t_layernorm(&ctx, "ln", &a.y, &a.mean, &a.rstd, &a.x,
+                                     &a.gamma, &a.beta, &oe, &test_rne), 0);
+    ck_assert_int_eq(emu_t_layernorm_backward(&ctx, "ln", &a.dx, &a.dg, &a.db, &a.dy,
+                                              &a.x, &a.mean, &a.rstd, &a.gamma,
+                                              &oe, &test_rne), 0);
+    ck_assert_int_eq(emu_t_layernorm(&ctx, "ln", &b.y, &b.mean, &b.rstd, &b.x,
+                                     &b.gamma, &b.beta, &of, &test_rne), 0);
+    ck_assert_int_eq(emu_t_layernorm_backward(&ctx, "ln", &b.dx, &b.dg, &b.db, &b.dy,
+                                              &b.x, &b.mean, &b.rstd, &b.gamma,
+                                              &of, &test_rne), 0);
+    emu_tensor *ta[] = { &a.y, &a.mean, &a.rstd, &a.dx, &a.dg, &a.db };
+    emu_tensor *tb[] = { &b.y, &b.mean, &b.rstd, &b.dx, &b.dg, &b.db };
+    for (int t = 0; t < 6; t++)
+        for (size_t j = 0; j < ta[t]->n; j++) {
+            double u = ta[t]->data[j], v = tb[t]->data[j];
+            EXPECT(fabs(u - v) <= ldexp(fabs(u), -23) + 1e-6, "%s [%zu]: %a vs %a",
+                   ta[t]->name, j, u, v);
+        }
+    /* row 2 with an infinity: NaN (inf - inf); other rows unchanged */
+    a.x.data[2 * 16 + 5] = INFINITY;
+    float keep = a.y.data[0];
+    ck_assert_int_eq(emu_t_layernorm(&ctx, "ln", &a.y, &a.mean, &a.rstd, &a.x,
+                                     NULL, NULL, &oe, &test_rne), 0);
+    for (size_t d = 0; d < 16; d++)
+        ck_assert(isnan(a.y.data[2 * 16 + d]));
+    ck_assert(!isnan(a.y.data[0]) && a.y.data[0] != keep); /* no gamma, beta now */
+    ck_assert_int_eq(emu_t_layernorm_backward(&ctx, "ln", &a.dx, NULL, NULL, &a.dy,
+                                              &a.x, &a.mean, &a.rstd, NULL, &oe,
+                                              &test_rne), 0);
+    ck_assert(isnan(a.dx.data[2 * 16]) && !isnan(a.dx.data[0]));
+    /* D = 1: x - mean = 0, y = beta; the gradient of x is 0 */
+    emu_tensor x1 = mk("x1", "binary32", 3, 1, 0, 0), y1 = mk("y1", "binary32", 3, 1, 0, 0);
+    emu_tensor m1 = mk("m1", "binary32", 3, 0, 0, 0), r1 = mk("r1", "binary32", 3, 0, 0, 0);
+    emu_tensor b1 = mk("b1", "binary32", 1, 0, 0, 0), d1 = mk("d1", "binary32", 3, 1, 0, 0);
+    b1.data[0] = 0.75f;
+    x1.data[0] = 3.0f, x1.data[1] = -2.5f, x1.data[2] = 1e30f;
+    ck_assert_int_eq(emu_t_layernorm(&ctx, "ln1", &y1, &m1, &r1, &x1, NULL, &b1,
+                                     &oe, &test_rne), 0);
+    for (int i = 0; i < 3; i++) {
+        ck_assert(y1.data[i] == 0.75f && m1.data[i] == x1.data[i]);
+        ck_assert(r1.data[i] == (float)(1.0 / sqrt(1e-5)));
+    }
+    ck_assert_int_eq(emu_t_layernorm_backward(&ctx, "ln1", &d1, NULL, NULL, &x1,
+                                              &x1, &m1, &r1, NULL, &oe,
+                                              &test_rne), 0);
+    for (int i = 0; i < 3; i++)
+        ck_assert(d1.data[i] == 0.0f);
+    emu_tensor *t1[] = { &x1, &y1, &m1, &r1, &b1, &d1 };
+    for (int i = 0; i < 6; i++)
+        emu_tensor_free(t1[i]);
+    ln_free(&a);
+    ln_free(&b);
+}
+END_TEST
+
+START_TEST(layernorm_refusals)
+{
+    test_rng g = test_rng_make(0x1a05);
+    ln_case k;
+    ln_make(&k, 3, 4, "binary32", &g);
+    emu_accum seq = accum_spec("seq");
+    emu_layernorm_opts o = { .accum = &seq, .eps = 1e-5 }, bad = o;
+    emu_ctx ctx;
+    emu_ctx_init(&ctx, 1);
+    k.y.data[0] = 99.0f;
+    ck_assert_int_eq(emu_t_layernorm(&ctx, "ln", &k.y, &k.mean, &k.rstd, &k.x,
+                                     &k.gamma, &k.beta, NULL, &test_rne), -1);
+    bad.eps = 0.0;
+    ck_assert_int_eq(emu_t_layernorm(&ctx, "ln", &k.y, &k.mean, &k.rstd, &k.x,
+                                     &k.gamma, &k.beta, &bad, &test_rne), -1);
+    bad = o;
+    bad.accum = NULL;
+    ck_assert_int_eq(emu_t_layernorm(&ctx, "ln", &k.y, &k.mean, &k.rstd, &k.x,
+                                     &k.gamma, &k.beta, &bad, &test_rne), -1);
+    /* gamma of N values, mean of D values, y sharing the mean's storage */
+    ck_assert_int_eq(emu_t_layernorm(&ctx, "ln", &k.y, &k.mean, &k.rstd, &k.x,
+                                     &k.mean, &k.beta, &o, &test_rne), -1);
+    ck_assert_int_eq(emu_t_layernorm(&ctx, "ln", &k.y, &k.gamma, &k.rstd, &k.x,
+                                     NULL, NULL, &o, &test_rne), -1);
+    ck_assert_int_eq(emu_t_layernorm(&ctx, "ln", &k.y, &k.rstd, &k.rstd, &k.x,
+                                     NULL, NULL, &o, &test_rne), -1);
+    ck_assert_int_eq(ctx.err.code, EMU_EINVAL);
+    ck_assert(k.y.data[0] == 99.0f);
+    ck_assert_int_eq(emu_t_layernorm_backward(&ctx, "ln", &k.dx, &k.dg, &k.dg,
+                                              &k.dy, &k.x, &k.mean, &k.rstd,
+                                              &k.gamma, &o, &test_rne), -1);
+    ck_assert_int_eq(emu_t_layernorm_backward(&ctx, "ln", &k.dx, &k.dg, &k.db,
+                                              &k.dy, &k.x, &k.mean, &k.rstd,
+                                              &k.gamma, &o, NULL), -1);
+    /* in place is allowed: y over x, dx over dy */
+    ck_assert_int_eq(emu_t_layernorm(&ctx, "ln", &k.x, &k.mean, &k.rstd, &k.x,
+                                     &k.gamma, &k.beta, &o, &test_rne), 0);
+    ck_assert_int_eq(emu_t_layernorm_backward(&ctx, "ln", &k.dy, &k.dg, &k.db,
+                                              &k.dy, &k.x, &k.mean, &k.rstd,
+                                              &k.gamma, &o, &test_rne), 0);
+    ln_free(&k);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("ops_seq");
+    TCase *tc = tcase_create("embedding");
+    tcase_add_test(tc, embedding_forward_formats);
+    tcase_add_test(tc, embedding_backward_models);
+    tcase_add_test(tc, embedding_backward_order);
+    tcase_add_test(tc, embedding_backward_fast);
+    tcase_add_test(tc, embedding_finite_difference);
+    tcase_add_test(tc, embedding_refusals);
+    tcase_add_test(tc, embedding_sampled);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("layernorm");
+    tcase_add_test(tc, layernorm_sampled);
+    tcase_add_test(tc, layernorm_narrow_accumulator);
+    tcase_add_test(tc, layernorm_finite_difference);
+    tcase_add_test(tc, layernorm_fast_and_edges);
+    tcase_add_test(tc, layernorm_refusals);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
