@@ -1,18 +1,502 @@
 /*
- * ops_attn.c — causal multi-head self-attention (emu_t_attention and its
- * backward pass).  Not implemented yet: the next commit.
+ * ops_attn.c — causal multi-head self-attention in GPT-2's layout
+ * (emu_t_attention, emu_t_attention_backward).  Called by the GPT layers
+ * of the nn code and by users.
+ *
+ * Shapes: qkv, dqkv (B, T, 3C), [q | k | v] along the last dimension,
+ * head h owning columns h hs .. (h+1) hs - 1 of each, hs = C / H; out,
+ * dout (B, T, C) (or (B*T, C)); att (B, H, T, T).  Below, for one
+ * example b and head h, q[t, d] = qkv[b, t, h hs + d], k[t, d] =
+ * qkv[b, t, C + h hs + d], v[t, d] = qkv[b, t, 2C + h hs + d], and
+ * s = 1 / sqrt(hs) rounded to binary64.
+ *
+ * What is rounded, and where (each through the choke point, once); every
+ * sum is one dot product under the model of the options, its terms (exact
+ * products of binary32 values) in the order given; the fast model sums in
+ * binary64:
+ *   <site>.scores   S[t, t2] = s (sum over d of q[t, d] k[t2, d]), t2 <= t:
+ *                   the accumulator's value times s, exactly
+ *                   (emu_scale_pairs), rounded once into att's format
+ *                   under stat_rnd.  Kept in a scratch tensor of the
+ *                   B H T (T+1) / 2 causal entries (row-major triangle):
+ *                   the masked entries are not outputs.
+ *   <site>.softmax  att[t, t2] = e[t2] / E for t2 <= t, +0 above the
+ *                   diagonal, from the stored scores: m = the row's
+ *                   maximum (NaN if it holds one), e[j] = exp(S[t, j] - m)
+ *                   in binary64 rounded to binary32 (nearest-even: the
+ *                   values a kernel keeps), E = the model's sum of e[0..t]
+ *                   (dot product number (b H + h) T + t; its swamping
+ *                   counted here), the quotient in binary64; rounded into
+ *                   att under stat_rnd.  A NaN or +inf among a row's
+ *                   scores makes the row's t + 1 entries NaN (inf - inf);
+ *                   a -inf score has probability +0 (all -inf: NaN), as
+ *                   in PyTorch.  The reference is the exact softmax of
+ *                   the stored scores: it measures the binary32 e[j] too.
+ *   <site>          out[t, h hs + d] = sum over t2 <= t of att[t, t2]
+ *                   v[t2, d] (t2 ascending), rounded under rnd.
+ * Backward, from dout, qkv and the stored att:
+ *   <site>.dv       dv[t2, d] = sum over t >= t2 of att[t, t2] dout[t, d]
+ *                   (t ascending), under rnd
+ *   <site>.datt     G[t, t2] = sum over d of dout[t, d] v[t2, d], t2 <= t,
+ *                   into att's format under stat_rnd (a triangle, as the
+ *                   scores)
+ *   <site>.dscores  dS[t, t2] = att[t, t2] (G[t, t2] - R[t]) in binary64,
+ *                   R[t] = the model's sum over t2 <= t of att[t, t2]
+ *                   G[t, t2] (dot product (b H + h) T + t, counted here),
+ *                   as the accumulator left it; into att's format under
+ *                   stat_rnd (a triangle)
+ *   <site>.dq       dq[t, d] = s (sum over t2 <= t of dS[t, t2] k[t2, d]),
+ *                   the scale applied exactly before the rounding, under rnd
+ *   <site>.dk       dk[t2, d] = s (sum over t >= t2 of dS[t, t2] q[t, d])
+ * dq, dk and dv are committed to scratch tensors in dqkv's format and
+ * copied (exactly) into dqkv's three column blocks.  Dot products are
+ * numbered by their output's index in the committed tensor; stochastic
+ * accumulator words: stream op_index ^ 2^63 of that commit, as
+ * emu_t_reduce.  The MPFR references: exact dot products of the stored
+ * operands (times s), the exact softmax of the stored scores, and the
+ * exact dS from the stored att, G and the accumulator's R.
  */
 #include "hostfp.h" /* first: no contraction, no excess precision */
 
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "ops_internal.h"
+
+#define ACCUM_STREAM_TAG ((uint64_t)1 << 63)
+
+/* Which dot products a generic producer forms. */
+enum at_dot { AT_SCORES, AT_OUT, AT_DV, AT_DATT, AT_DQ, AT_DK };
+
+typedef struct attn_op {
+    size_t B, T, C, H, hs, C3, tri;  /* tri = T (T + 1) / 2            */
+    double scale;
+    enum at_dot what;
+    const float *qkv, *att, *dout;
+    const float *sc;          /* packed triangle: scores, or G          */
+    const float *ds;          /* dS unpacked into B H T T (zeros above)  */
+    const double *R;          /* the rows' sum of att G                  */
+    const emu_accum *accum;
+    uint64_t seed, stream;
+    emu_accum_counts *counts;
+    /* softmax: the row being produced */
+    size_t row;
+    bool have_row;
+    float *e;
+    double E;
+} attn_op;
+
+/* Row t and column t2 of entry r of a packed lower triangle. */
+static void tri_pos(size_t r, size_t *t, size_t *t2)
+{
+    size_t u = (size_t)((sqrt(8.0 * (double)r + 1.0) - 1.0) / 2.0);
+    while (u * (u + 1) / 2 > r)
+        u--;
+    while ((u + 1) * (u + 2) / 2 <= r)
+        u++;
+    *t = u;
+    *t2 = r - u * (u + 1) / 2;
+}
+
+/* The terms of dot product o of op->what: x[k*incx] * y[k*incy], k < n. */
+static void dot_terms(const attn_op *op, size_t o, const float **x,
+                      ptrdiff_t *incx, const float **y, ptrdiff_t *incy,
+                      size_t *n)
+{
+    const size_t T = op->T, C = op->C, H = op->H, hs = op->hs, C3 = op->C3;
+    if (op->what == AT_SCORES || op->what == AT_DATT) {
+        const size_t bh = o / op->tri, b = bh / H, h = bh % H;
+        size_t t, t2;
+        tri_pos(o % op->tri, &t, &t2);
+        if (op->what == AT_SCORES) {
+            *x = op->qkv + (b * T + t) * C3 + h * hs;
+            *y = op->qkv + (b * T + t2) * C3 + C + h * hs;
+        } else {
+            *x = op->dout + (b * T + t) * C + h * hs;
+            *y = op->qkv + (b * T + t2) * C3 + 2 * C + h * hs;
+        }
+        *incx = *incy = 1;
+        *n = hs;
+        return;
+    }
+    /* (b, t, c) outputs of (B, T, C) tensors */
+    const size_t bt = o / C, c = o % C, b = bt / T, t = bt % T, h = c / hs;
+    const size_t bh = b * H + h;
+    switch (op->what) {
+    case AT_OUT: /* att[t, 0..t] . v[0..t, c] */
+        *x = op->att + (bh * T + t) * T;
+        *incx = 1;
+        *y = op->qkv + b * T * C3 + 2 * C + c;
+        *n = t + 1;
+        break;
+    case AT_DV: /* att[t..T-1, t] . dout[t..T-1, c] */
+        *x = op->att + (bh * T + t) * T + t;
+        *incx = (ptrdiff_t)T;
+        *y = op->dout + (b * T + t) * C + c;
+        *incy = (ptrdiff_t)C;
+        *n = T - t;
+        return;
+    case AT_DQ: /* dS[t, 0..t] . k[0..t, c] */
+        *x = op->ds + (bh * T + t) * T;
+        *incx = 1;
+        *y = op->qkv + b * T * C3 + C + c;
+        *n = t + 1;
+        break;
+    default: /* AT_DK: dS[t..T-1, t] . q[t..T-1, c] */
+        *x = op->ds + (bh * T + t) * T + t;
+        *incx = (ptrdiff_t)T;
+        *y = op->qkv + (b * T + t) * C3 + c;
+        *n = T - t;
+        break;
+    }
+    *incy = (ptrdiff_t)C3;
+}
+
+static double model_dot(const attn_op *op, const float *x, ptrdiff_t incx,
+                        const float *y, ptrdiff_t incy, size_t n, size_t dot,
+                        double *lo)
+{
+    *lo = 0.0;
+    if (op->accum->kind == EMU_ACCUM_FAST) {
+        double s = 0.0;
+        if (y)
+            for (size_t k = 0; k < n; k++)
+                s += (double)x[(ptrdiff_t)k * incx] * y[(ptrdiff_t)k * incy];
+        else
+            for (size_t k = 0; k < n; k++)
+                s += x[(ptrdiff_t)k * incx];
+        return s;
+    }
+    emu_accum_rng rng = { op->seed, op->stream, dot };
+    return emu_accum_dot_unguarded(op->accum, x, incx, y, incy, n, &rng,
+                                   op->counts, lo);
+}
+
+static bool scaled(const attn_op *op)
+{
+    return op->what == AT_SCORES || op->what == AT_DQ || op->what == AT_DK;
+}
+
+static int dot_fill(const void *vop, size_t i0, size_t m, double *hi,
+                    double *lo)
+{
+    const attn_op *op = vop;
+    bool any = false;
+    for (size_t j = 0; j < m; j++) {
+        const float *x, *y;
+        ptrdiff_t incx, incy;
+        size_t n;
+        dot_terms(op, i0 + j, &x, &incx, &y, &incy, &n);
+        hi[j] = model_dot(op, x, incx, y, incy, n, i0 + j, &lo[j]);
+        any |= lo[j] != 0.0;
+    }
+    if (scaled(op)) {
+        emu_scale_pairs(hi, lo, true, m, op->scale);
+        return 1;
+    }
+    return any;
+}
+
+/* exact = sum x[k] y[k] (exact products, exact sum at exact's precision:
+ * binary32 products span 2^-298 .. 2^256, and REF_PREC is 600 bits). */
+static void ref_dot(mpfr_ptr exact, const float *x, ptrdiff_t incx,
+                    const float *y, ptrdiff_t incy, size_t n)
+{
+    mpfr_t t;
+    mpfr_init2(t, 64);
+    mpfr_set_zero(exact, 1);
+    for (size_t k = 0; k < n; k++) {
+        mpfr_set_flt(t, x[(ptrdiff_t)k * incx], MPFR_RNDN);
+        mpfr_mul_d(t, t, y[(ptrdiff_t)k * incy], MPFR_RNDN); /* 48 bits */
+        mpfr_add(exact, exact, t, MPFR_RNDN);
+    }
+    mpfr_clear(t);
+}
+
+static int dot_ref(const void *vop, size_t o, mpfr_ptr exact, mpfr_ptr src)
+{
+    const attn_op *op = vop;
+    const float *x, *y;
+    ptrdiff_t incx, incy;
+    size_t n;
+    dot_terms(op, o, &x, &incx, &y, &incy, &n);
+    ref_dot(exact, x, incx, y, incy, n);
+    if (scaled(op))
+        mpfr_mul_d(exact, exact, op->scale, MPFR_RNDN);
+    mpfr_set(src, exact, MPFR_RNDN);
+    return 1;
+}
+
+/* ---- softmax ------------------------------------------------------------------ */
+
+/* The stored scores of row `row` = bh T + t: t + 1 values. */
+static const float *score_row(const attn_op *op, size_t row, size_t *n)
+{
+    const size_t t = row % op->T;
+    *n = t + 1;
+    return op->sc + (row / op->T) * op->tri + t * (t + 1) / 2;
+}
+
+static void softmax_row(attn_op *op, size_t row)
+{
+    size_t n;
+    const float *s = score_row(op, row, &n);
+    double m = -INFINITY;
+    for (size_t k = 0; k < n; k++)
+        if (isnan(s[k]) || isnan(m))
+            m = NAN;
+        else if (s[k] > m)
+            m = s[k];
+    for (size_t k = 0; k < n; k++)
+        op->e[k] = (float)exp((double)s[k] - m);
+    double lo;
+    op->E = model_dot(op, op->e, 1, NULL, 0, n, row, &lo);
+    op->E += lo;
+    op->row = row;
+    op->have_row = true;
+}
+
+static int softmax_fill(const void *vop, size_t i0, size_t m, double *hi,
+                        double *lo)
+{
+    (void)lo;
+    attn_op *op = (attn_op *)vop; /* its row cache: filled in order */
+    const size_t T = op->T;
+    for (size_t j = 0; j < m; j++) {
+        const size_t o = i0 + j, row = o / T, t2 = o % T;
+        if (t2 > row % T) {
+            hi[j] = 0.0;
+            continue;
+        }
+        if (!op->have_row || op->row != row)
+            softmax_row(op, row);
+        hi[j] = op->e[t2] / op->E;
+    }
+    return 0;
+}
+
+static int softmax_ref(const void *vop, size_t o, mpfr_ptr exact, mpfr_ptr src)
+{
+    (void)src;
+    const attn_op *op = vop;
+    const size_t T = op->T, row = o / T, t2 = o % T;
+    if (t2 > row % T) {
+        mpfr_set_zero(exact, 1);
+        return 0;
+    }
+    size_t n;
+    const float *s = score_row(op, row, &n);
+    double m = -INFINITY;
+    for (size_t k = 0; k < n; k++)
+        if (isnan(s[k]) || isnan(m))
+            m = NAN;
+        else if (s[k] > m)
+            m = s[k];
+    const mpfr_prec_t p = mpfr_get_prec(exact);
+    mpfr_t t, sum;
+    mpfr_inits2(p, t, sum, (mpfr_ptr)0);
+    mpfr_set_zero(sum, 1);
+    for (size_t k = 0; k < n; k++) {
+        mpfr_set_d(t, (double)s[k], MPFR_RNDN);
+        mpfr_sub_d(t, t, m, MPFR_RNDN);
+        mpfr_exp(t, t, MPFR_RNDN);
+        mpfr_add(sum, sum, t, MPFR_RNDN);
+        if (k == t2)
+            mpfr_set(exact, t, MPFR_RNDN);
+    }
+    mpfr_div(exact, exact, sum, MPFR_RNDN);
+    mpfr_clears(t, sum, (mpfr_ptr)0);
+    return 0;
+}
+
+/* ---- dscores ------------------------------------------------------------------ */
+
+static void dscores_pos(const attn_op *op, size_t o, size_t *row, size_t *t2)
+{
+    size_t t;
+    tri_pos(o % op->tri, &t, t2);
+    *row = (o / op->tri) * op->T + t;
+}
+
+static int dscores_fill(const void *vop, size_t i0, size_t m, double *hi,
+                        double *lo)
+{
+    (void)lo;
+    const attn_op *op = vop;
+    for (size_t j = 0; j < m; j++) {
+        size_t row, t2;
+        dscores_pos(op, i0 + j, &row, &t2);
+        hi[j] = (double)op->att[row * op->T + t2] *
+                ((double)op->sc[i0 + j] - op->R[row]);
+    }
+    return 0;
+}
+
+static int dscores_ref(const void *vop, size_t o, mpfr_ptr exact, mpfr_ptr src)
+{
+    (void)src;
+    const attn_op *op = vop;
+    size_t row, t2;
+    dscores_pos(op, o, &row, &t2);
+    mpfr_set_flt(exact, op->sc[o], MPFR_RNDN);
+    mpfr_sub_d(exact, exact, op->R[row], MPFR_RNDN);
+    mpfr_mul_d(exact, exact, op->att[row * op->T + t2], MPFR_RNDN);
+    return 0;
+}
+
+/* ---- checks and commits ---------------------------------------------------- */
+
+/* Checks o, qkv (B, T, 3C) and the heads; fills the sizes of op. */
+static int check_common(emu_ctx *ctx, const char *site,
+                        const emu_attention_opts *o, const emu_tensor *qkv,
+                        attn_op *op)
+{
+    if (!o)
+        return emu_ctx_fail(ctx, site, "attention options: NULL");
+    if (emu_check_accum(ctx, site, o->accum) ||
+        emu_check_tensor(ctx, site, "qkv", qkv))
+        return -1;
+    if (qkv->ndim != 3 || qkv->shape[2] % 3 != 0)
+        return emu_shape_fail(ctx, site, "qkv", qkv, "(B, T, 3C)");
+    const size_t C = qkv->shape[2] / 3;
+    if (o->heads < 1 || C % (size_t)o->heads != 0)
+        return emu_ctx_fail(ctx, site, "%d heads do not divide C = %zu",
+                            o->heads, C);
+    memset(op, 0, sizeof *op);
+    op->B = qkv->shape[0];
+    op->T = qkv->shape[1];
+    op->C = C;
+    op->C3 = 3 * C;
+    op->H = (size_t)o->heads;
+    op->hs = C / op->H;
+    op->tri = op->T * (op->T + 1) / 2;
+    op->scale = 1.0 / sqrt((double)op->hs);
+    op->qkv = qkv->data;
+    op->accum = o->accum;
+    op->seed = ctx->seed;
+    return 0;
+}
+
+static int check_att(emu_ctx *ctx, const char *site, const emu_tensor *att,
+                     const attn_op *op)
+{
+    if (emu_check_tensor(ctx, site, "att", att))
+        return -1;
+    if (att->ndim != 4 || att->shape[0] != op->B || att->shape[1] != op->H ||
+        att->shape[2] != op->T || att->shape[3] != op->T) {
+        char want[96];
+        snprintf(want, sizeof want, "(%zu, %zu, %zu, %zu) = (B, H, T, T)", op->B,
+                 op->H, op->T, op->T);
+        return emu_shape_fail(ctx, site, "att", att, want);
+    }
+    return 0;
+}
+
+/* A (B, T, C) activation: B T rows of C values, last dimension C. */
+static int check_btc(emu_ctx *ctx, const char *site, const char *what,
+                     const emu_tensor *t, const attn_op *op)
+{
+    if (emu_check_tensor(ctx, site, what, t))
+        return -1;
+    if (t->n != op->B * op->T * op->C || t->shape[t->ndim - 1] != op->C) {
+        char want[96];
+        snprintf(want, sizeof want, "(%zu, %zu, %zu) = (B, T, C)", op->B, op->T,
+                 op->C);
+        return emu_shape_fail(ctx, site, what, t, want);
+    }
+    return 0;
+}
+
+static int scratch(emu_ctx *ctx, const char *site, emu_tensor *t,
+                   const char *suffix, const emu_tensor *like, size_t n)
+{
+    char name[EMU_TENSOR_NAME_MAX];
+    emu_error e;
+    snprintf(name, sizeof name, "%.*s%s", (int)(EMU_TENSOR_NAME_MAX - 1 -
+                                                strlen(suffix)), site, suffix);
+    if (emu_tensor_alloc(t, name, like->role, &like->fmt, 1, &n, &e))
+        return emu_ctx_failc(ctx, e.code, site, "%s", e.message);
+    return 0;
+}
+
+/* One commit of a generic dot-product op into out. */
+static int commit_dots(emu_ctx *ctx, const char *site, const char *suffix,
+                       const char *kind, emu_tensor *out, attn_op *op,
+                       enum at_dot what, const emu_rounding *rnd)
+{
+    char sub[EMU_TENSOR_NAME_MAX + 24];
+    snprintf(sub, sizeof sub, "%s%s", site, suffix);
+    const bool swamp = ctx->stats && (ctx->measure & EMU_MEASURE_SWAMP) &&
+                       op->accum->kind != EMU_ACCUM_FAST;
+    emu_accum_counts counts;
+    memset(&counts, 0, sizeof counts);
+    op->what = what;
+    op->counts = swamp ? &counts : NULL;
+    op->stream = emu_ctx_stream(ctx) ^ ACCUM_STREAM_TAG;
+    emu_op_out oo = { .site = sub, .kind = kind, .out = out, .fill = dot_fill,
+                      .swamp = op->counts, .op = op, .ref = dot_ref,
+                      .rnd = rnd, .store_early = true };
+    int rc = emu_commit(ctx, &oo);
+    op->counts = NULL;
+    return rc;
+}
 
 int emu_t_attention(emu_ctx *ctx, const char *site, emu_tensor *out,
                     emu_tensor *att, const emu_tensor *qkv,
                     const emu_attention_opts *o, const emu_rounding *rnd)
 {
-    (void)out, (void)att, (void)qkv, (void)o, (void)rnd;
-    return emu_ctx_failc(ctx, EMU_EUNSUPPORTED, site ? site : "attention",
-                         "attention is not implemented yet");
+    EMU_HOSTFP_GUARD;
+    if (!site)
+        site = "attention";
+    attn_op op;
+    if (emu_check_rounding(ctx, site, rnd) ||
+        check_common(ctx, site, o, qkv, &op))
+        return -1;
+    const emu_rounding *srnd = o->stat_rnd ? o->stat_rnd : rnd;
+    if (emu_check_rounding(ctx, site, srnd) || check_att(ctx, site, att, &op) ||
+        check_btc(ctx, site, "out", out, &op))
+        return -1;
+    if (emu_tensors_overlap(out, att) || emu_tensors_overlap(out, qkv) ||
+        emu_tensors_overlap(att, qkv))
+        return emu_ctx_fail(ctx, site, "out, att and qkv must not share storage");
+
+    emu_tensor sc;
+    if (scratch(ctx, site, &sc, ".scores", att, op.B * op.H * op.tri))
+        return -1;
+    op.e = malloc(op.T * sizeof *op.e);
+    if (!op.e) {
+        emu_tensor_free(&sc);
+        return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory");
+    }
+    int rc = commit_dots(ctx, site, ".scores", "attn_scores", &sc, &op,
+                         AT_SCORES, srnd);
+    if (!rc) {
+        char sub[EMU_TENSOR_NAME_MAX + 24];
+        snprintf(sub, sizeof sub, "%s.softmax", site);
+        const bool swamp = ctx->stats && (ctx->measure & EMU_MEASURE_SWAMP) &&
+                           op.accum->kind != EMU_ACCUM_FAST;
+        emu_accum_counts counts;
+        memset(&counts, 0, sizeof counts);
+        op.sc = sc.data;
+        op.counts = swamp ? &counts : NULL;
+        op.stream = emu_ctx_stream(ctx) ^ ACCUM_STREAM_TAG;
+        op.have_row = false;
+        emu_op_out oo = { .site = sub, .kind = "attn_softmax", .out = att,
+                          .fill = softmax_fill, .swamp = op.counts, .op = &op,
+                          .ref = softmax_ref, .rnd = srnd, .store_early = true };
+        rc = emu_commit(ctx, &oo);
+        op.counts = NULL;
+    }
+    if (!rc) {
+        op.att = att->data;
+        rc = commit_dots(ctx, site, "", "attention", out, &op, AT_OUT, rnd);
+    }
+    free(op.e);
+    emu_tensor_free(&sc);
+    return rc;
 }
 
 int emu_t_attention_backward(emu_ctx *ctx, const char *site, emu_tensor *dqkv,
@@ -20,7 +504,102 @@ int emu_t_attention_backward(emu_ctx *ctx, const char *site, emu_tensor *dqkv,
                              const emu_tensor *att,
                              const emu_attention_opts *o, const emu_rounding *rnd)
 {
-    (void)dqkv, (void)dout, (void)qkv, (void)att, (void)o, (void)rnd;
-    return emu_ctx_failc(ctx, EMU_EUNSUPPORTED, site ? site : "attention",
-                         "attention is not implemented yet");
+    EMU_HOSTFP_GUARD;
+    if (!site)
+        site = "attention";
+    attn_op op;
+    if (emu_check_rounding(ctx, site, rnd) ||
+        check_common(ctx, site, o, qkv, &op))
+        return -1;
+    const emu_rounding *srnd = o->stat_rnd ? o->stat_rnd : rnd;
+    if (emu_check_rounding(ctx, site, srnd) || check_att(ctx, site, att, &op) ||
+        check_btc(ctx, site, "dout", dout, &op) ||
+        emu_check_tensor(ctx, site, "dqkv", dqkv) ||
+        emu_check_same_shape(ctx, site, "dqkv", dqkv, "qkv", qkv))
+        return -1;
+    if (emu_tensors_overlap(dqkv, dout) || emu_tensors_overlap(dqkv, qkv) ||
+        emu_tensors_overlap(dqkv, att))
+        return emu_ctx_fail(ctx, site, "dqkv shares storage with an input");
+
+    const size_t B = op.B, T = op.T, C = op.C, H = op.H, BTC = B * T * C;
+    const size_t rows = B * H * T;
+    emu_tensor g[3] = { 0 }, tri;  /* dq, dk, dv; G then dS */
+    memset(&tri, 0, sizeof tri);
+    float *ds = NULL;
+    double *R = NULL;
+    int rc = scratch(ctx, site, &g[2], ".dv", dqkv, BTC);
+    if (!rc)
+        rc = scratch(ctx, site, &g[0], ".dq", dqkv, BTC);
+    if (!rc)
+        rc = scratch(ctx, site, &g[1], ".dk", dqkv, BTC);
+    if (!rc)
+        rc = scratch(ctx, site, &tri, ".datt", att, B * H * op.tri);
+    if (!rc) {
+        ds = calloc(rows * T, sizeof *ds);
+        R = ds ? emu_scratch(ctx, site, rows) : NULL;
+        if (!ds)
+            rc = emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory for %zu "
+                               "values", rows * T);
+        else if (!R)
+            rc = -1;
+    }
+    op.att = att->data;
+    op.dout = dout->data;
+    if (!rc)
+        rc = commit_dots(ctx, site, ".dv", "attn_dv", &g[2], &op, AT_DV, rnd);
+    if (!rc)
+        rc = commit_dots(ctx, site, ".datt", "attn_datt", &tri, &op, AT_DATT,
+                         srnd);
+    if (!rc) {
+        /* R = the rows' sums of att G: dot products of the dscores commit */
+        char sub[EMU_TENSOR_NAME_MAX + 24];
+        snprintf(sub, sizeof sub, "%s.dscores", site);
+        const bool swamp = ctx->stats && (ctx->measure & EMU_MEASURE_SWAMP) &&
+                           op.accum->kind != EMU_ACCUM_FAST;
+        emu_accum_counts counts;
+        memset(&counts, 0, sizeof counts);
+        op.counts = swamp ? &counts : NULL;
+        op.stream = emu_ctx_stream(ctx) ^ ACCUM_STREAM_TAG;
+        op.sc = tri.data;
+        for (size_t r = 0; r < rows; r++) {
+            const size_t t = r % T;
+            double lo;
+            R[r] = model_dot(&op, att->data + r * T, 1,
+                             tri.data + (r / T) * op.tri + t * (t + 1) / 2, 1,
+                             t + 1, r, &lo);
+            R[r] += lo;
+        }
+        op.R = R;
+        /* dS overwrites G in place: each output reads its own G only */
+        emu_op_out oo = { .site = sub, .kind = "attn_dscores", .out = &tri,
+                          .fill = dscores_fill, .swamp = op.counts, .op = &op,
+                          .ref = dscores_ref, .rnd = srnd, .store_early = true };
+        rc = emu_commit(ctx, &oo);
+        op.counts = NULL;
+    }
+    if (!rc) {
+        /* dS unpacked into (B, H, T, T) with zeros above the diagonal */
+        for (size_t r = 0; r < rows; r++) {
+            const size_t t = r % T;
+            memcpy(ds + r * T, tri.data + (r / T) * op.tri + t * (t + 1) / 2,
+                   (t + 1) * sizeof *ds);
+        }
+        op.ds = ds;
+        rc = commit_dots(ctx, site, ".dq", "attn_dq", &g[0], &op, AT_DQ, rnd);
+    }
+    if (!rc)
+        rc = commit_dots(ctx, site, ".dk", "attn_dk", &g[1], &op, AT_DK, rnd);
+    if (!rc) {
+        /* [dq | dk | dv]: exact copies, the values are in dqkv's format */
+        for (size_t bt = 0; bt < B * T; bt++)
+            for (int p = 0; p < 3; p++)
+                memcpy(dqkv->data + bt * 3 * C + (size_t)p * C,
+                       g[p].data + bt * C, C * sizeof(float));
+    }
+    for (int p = 0; p < 3; p++)
+        emu_tensor_free(&g[p]);
+    emu_tensor_free(&tri);
+    free(ds);
+    free(R);
+    return rc;
 }

@@ -681,8 +681,9 @@ int emu_t_layernorm(emu_ctx *ctx, const char *site, emu_tensor *y,
     char sub[EMU_TENSOR_NAME_MAX + 24];
     emu_tensor var;
     emu_error e;
-    snprintf(sub, sizeof sub, "%s.var", site);
-    if (emu_tensor_alloc(&var, sub, rstd->role, &rstd->fmt, 1, &N, &e))
+    char vname[EMU_TENSOR_NAME_MAX]; /* the site's name, cut to fit */
+    snprintf(vname, sizeof vname, "%.*s.var", EMU_TENSOR_NAME_MAX - 5, site);
+    if (emu_tensor_alloc(&var, vname, rstd->role, &rstd->fmt, 1, &N, &e))
         return emu_ctx_failc(ctx, e.code, site, "%s", e.message);
     float *buf = malloc(D * sizeof *buf);
     if (!buf) {

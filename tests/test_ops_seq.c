@@ -722,6 +722,335 @@ START_TEST(layernorm_refusals)
 }
 END_TEST
 
+
+/* ---- causal attention ------------------------------------------------------------ */
+
+typedef struct at_case {
+    size_t B, T, C, H;
+    emu_tensor qkv, out, att, dout, dqkv;
+} at_case;
+
+static void at_make(at_case *k, size_t B, size_t T, size_t C, size_t H,
+                    const char *fmt, test_rng *g)
+{
+    memset(k, 0, sizeof *k);
+    k->B = B, k->T = T, k->C = C, k->H = H;
+    k->qkv = mk("qkv", "binary32", B, T, 3 * C, 0);
+    k->out = mk("y", fmt, B, T, C, 0);
+    k->att = mk("att", fmt, B, H, T, T);
+    k->dout = mk("dy", "binary32", B, T, C, 0);
+    k->dqkv = mk("dqkv", fmt, B, T, 3 * C, 0);
+    for (size_t j = 0; j < k->qkv.n; j++)
+        k->qkv.data[j] = grid(g, 1.0);
+    for (size_t j = 0; j < k->dout.n; j++)
+        k->dout.data[j] = grid(g, 1.0);
+}
+
+static void at_free(at_case *k)
+{
+    emu_tensor_free(&k->qkv);
+    emu_tensor_free(&k->out);
+    emu_tensor_free(&k->att);
+    emu_tensor_free(&k->dout);
+    emu_tensor_free(&k->dqkv);
+}
+
+/* The plain binary64 attention, written from the definition (not from the
+ * library's indexing): out, att and, if dout, dqkv. */
+static void at_ref64(const at_case *k, double *out, double *att, double *dqkv)
+{
+    const size_t B = k->B, T = k->T, C = k->C, H = k->H, hs = C / H;
+    const float *x = k->qkv.data;
+    const double sc = 1.0 / sqrt((double)hs);
+#define Q(b, t, c) ((double)x[((b) * T + (t)) * 3 * C + (c)])
+#define K(b, t, c) ((double)x[((b) * T + (t)) * 3 * C + C + (c)])
+#define V(b, t, c) ((double)x[((b) * T + (t)) * 3 * C + 2 * C + (c)])
+#define P(b, h, t, u) att[(((b) * H + (h)) * T + (t)) * T + (u)]
+    for (size_t j = 0; j < B * T * C; j++)
+        out[j] = 0.0;
+    if (dqkv)
+        for (size_t j = 0; j < B * T * 3 * C; j++)
+            dqkv[j] = 0.0;
+    for (size_t b = 0; b < B; b++)
+        for (size_t h = 0; h < H; h++) {
+            for (size_t t = 0; t < T; t++) {
+                double s[64], m = -INFINITY, sum = 0.0;
+                for (size_t u = 0; u <= t; u++) {
+                    s[u] = 0.0;
+                    for (size_t d = 0; d < hs; d++)
+                        s[u] += Q(b, t, h * hs + d) * K(b, u, h * hs + d);
+                    s[u] *= sc;
+                    m = fmax(m, s[u]);
+                }
+                for (size_t u = 0; u < T; u++) {
+                    P(b, h, t, u) = u <= t ? exp(s[u] - m) : 0.0;
+                    sum += P(b, h, t, u);
+                }
+                for (size_t u = 0; u < T; u++)
+                    P(b, h, t, u) /= sum;
+                for (size_t d = 0; d < hs; d++)
+                    for (size_t u = 0; u <= t; u++)
+                        out[(b * T + t) * C + h * hs + d] +=
+                            P(b, h, t, u) * V(b, u, h * hs + d);
+            }
+            if (!dqkv)
+                continue;
+            const float *dy = k->dout.data;
+            for (size_t t = 0; t < T; t++) {
+                double datt[64], r = 0.0;
+                for (size_t u = 0; u <= t; u++) {
+                    datt[u] = 0.0;
+                    for (size_t d = 0; d < hs; d++) {
+                        datt[u] += dy[(b * T + t) * C + h * hs + d] *
+                                   V(b, u, h * hs + d);
+                        dqkv[(b * T + u) * 3 * C + 2 * C + h * hs + d] +=
+                            P(b, h, t, u) * dy[(b * T + t) * C + h * hs + d];
+                    }
+                    r += P(b, h, t, u) * datt[u];
+                }
+                for (size_t u = 0; u <= t; u++) {
+                    const double dsc = P(b, h, t, u) * (datt[u] - r) * sc;
+                    for (size_t d = 0; d < hs; d++) {
+                        dqkv[(b * T + t) * 3 * C + h * hs + d] +=
+                            dsc * K(b, u, h * hs + d);
+                        dqkv[(b * T + u) * 3 * C + C + h * hs + d] +=
+                            dsc * Q(b, t, h * hs + d);
+                    }
+                }
+            }
+        }
+#undef Q
+#undef K
+#undef V
+#undef P
+}
+
+static void at_run(emu_ctx *ctx, at_case *k, const emu_accum *acc,
+                   const emu_rounding *r, bool backward)
+{
+    emu_attention_opts o = { .accum = acc, .heads = (int)k->H };
+    ck_assert_int_eq(emu_t_attention(ctx, "attn", &k->out, &k->att, &k->qkv, &o, r),
+                     0);
+    if (backward)
+        ck_assert_int_eq(emu_t_attention_backward(ctx, "attn", &k->dqkv, &k->dout,
+                                                  &k->qkv, &k->att, &o, r), 0);
+}
+
+/* binary32 tensors, exact and fast models, against the binary64
+ * definition: every stored intermediate (scores, att, G, dS) is a binary32
+ * rounding, so the results agree to a few 2^-24 of the magnitudes;
+ * 2^-16 (1.5e-5) leaves room and still sees any misplaced term. */
+START_TEST(attention_against_binary64)
+{
+    test_rng g = test_rng_make(0xa701);
+    const char *specs[] = { "exact", "fast", "seq" };
+    for (int a = 0; a < 3; a++) {
+        at_case k;
+        at_make(&k, 2, 5, 8, 2, "binary32", &g);
+        emu_accum acc = accum_spec(specs[a]);
+        emu_ctx ctx;
+        emu_ctx_init(&ctx, 1);
+        at_run(&ctx, &k, &acc, &test_rne, true);
+        double *out = malloc(k.out.n * sizeof *out), *att = malloc(k.att.n * sizeof *att);
+        double *dq = malloc(k.dqkv.n * sizeof *dq);
+        at_ref64(&k, out, att, dq);
+        for (size_t j = 0; j < k.out.n; j++)
+            EXPECT(fabs(k.out.data[j] - out[j]) <= 0x1p-16 * (1.0 + fabs(out[j])),
+                   "%s out[%zu] %.9g, want %.9g", specs[a], j, k.out.data[j], out[j]);
+        for (size_t j = 0; j < k.att.n; j++)
+            EXPECT(fabs(k.att.data[j] - att[j]) <= 0x1p-20 &&
+                   (att[j] != 0.0 || (k.att.data[j] == 0.0 && !signbit(k.att.data[j]))),
+                   "%s att[%zu] %.9g, want %.9g", specs[a], j, k.att.data[j], att[j]);
+        for (size_t j = 0; j < k.dqkv.n; j++)
+            EXPECT(fabs(k.dqkv.data[j] - dq[j]) <= 0x1p-16 * (1.0 + fabs(dq[j])),
+                   "%s dqkv[%zu] %.9g, want %.9g", specs[a], j, k.dqkv.data[j], dq[j]);
+        free(out);
+        free(att);
+        free(dq);
+        at_free(&k);
+    }
+}
+END_TEST
+
+/* Every site sampled against MPFR in four formats (att, out and dqkv in
+ * that format): with the exact model each output is its definition's
+ * exact value, from the stored operands, rounded once. */
+START_TEST(attention_sampled)
+{
+    test_rng g = test_rng_make(0xa702);
+    emu_accum exact = accum_spec("exact");
+    const emu_rnd modes[] = { EMU_RNE, EMU_RNE, EMU_RZ, EMU_RNE };
+    for (int f = 0; f < 4; f++) {
+        emu_ctx ctx;
+        emu_ctx_init(&ctx, 9);
+        emu_stats st;
+        emu_stats_init(&st);
+        ctx.stats = &st;
+        ctx.measure = EMU_MEASURE_ALL;
+        ctx.ref_rate = 1.0;
+        at_case k;
+        at_make(&k, 2, 4, 6, 3, fmts4[f], &g);
+        emu_rounding r = { .mode = modes[f] };
+        at_run(&ctx, &k, &exact, &r, true);
+        const char *sites[] = { "attn.scores", "attn.softmax", "attn", "attn.dv",
+                                "attn.datt", "attn.dscores", "attn.dq", "attn.dk" };
+        const double base = (modes[f] == EMU_RNE ? 0.5 : 1.0) + 0x1p-20;
+        check_sites(&st, sites, 1, base);
+        check_sites(&st, sites + 2, 6, base);
+        /* the softmax against the exact one: its binary32 exponentials and
+         * their sum add up to 2^-23 relative, 2^(p-23) ulps of a p-bit
+         * format (2 for binary32) */
+        check_sites(&st, sites + 1, 1, base + ldexp(1.0, test_format(fmts4[f])->p - 23));
+        /* the softmax's masked entries are outputs; the scores' are not */
+        ck_assert_uint_eq(emu_stats_find_name(&st, "attn.softmax")->total.results,
+                          2 * 3 * 4 * 4);
+        ck_assert_uint_eq(emu_stats_find_name(&st, "attn.scores")->total.results,
+                          2 * 3 * 10);
+        ck_assert(emu_stats_find_name(&st, "attn.dq")->total.dot_samples > 0);
+        emu_stats_free(&st);
+        at_free(&k);
+    }
+}
+END_TEST
+
+/* Central differences of L = sum r out in the entries of qkv (binary32
+ * tensors, exact model).  Tolerance: the rounding noise of L(v +- h) over
+ * 2h: each out within half an ulp, and the stored scores and att (binary32)
+ * move each out by at most about (|out| + max |v|) 2^-23; plus the
+ * truncation error (the difference of the central differences at h and
+ * 2h) and the gradient's own rounding. */
+START_TEST(attention_finite_difference)
+{
+    test_rng g = test_rng_make(0xa703);
+    at_case k;
+    at_make(&k, 2, 4, 6, 2, "binary32", &g);
+    emu_accum exact = accum_spec("exact");
+    emu_ctx ctx;
+    emu_ctx_init(&ctx, 1);
+    at_run(&ctx, &k, &exact, &test_rne, true);
+    emu_tensor out2 = mk("y2", "binary32", 2, 4, 6, 0), att2 = mk("a2", "binary32", 2, 2, 4, 4);
+    emu_attention_opts o = { .accum = &exact, .heads = 2 };
+    double vmax = 0.0;
+    for (size_t j = 0; j < k.qkv.n; j++)
+        vmax = fmax(vmax, fabs(k.qkv.data[j]));
+    double worst = 0.0;
+    for (size_t j = 0; j < k.qkv.n; j++) {
+        double fd[2], noise = 0.0;
+        for (int hh = 0; hh < 2; hh++) {
+            const float h = hh ? 0x1p-8f : 0x1p-9f;
+            double L[2];
+            for (int s = 0; s < 2; s++) {
+                float keep = k.qkv.data[j];
+                k.qkv.data[j] = keep + (s ? -h : h);
+                ck_assert_int_eq(emu_t_attention(&ctx, "a", &out2, &att2, &k.qkv, &o,
+                                                 &test_rne), 0);
+                k.qkv.data[j] = keep;
+                L[s] = 0.0;
+                for (size_t q = 0; q < out2.n; q++) {
+                    L[s] += (double)k.dout.data[q] * out2.data[q];
+                    if (hh == 0)
+                        noise += fabs(k.dout.data[q]) * (fabs(out2.data[q]) + vmax) *
+                                 0x1p-23;
+                }
+            }
+            fd[hh] = (L[0] - L[1]) / (2.0 * h);
+            if (hh == 0)
+                noise /= 2.0 * h;
+        }
+        const double got = k.dqkv.data[j];
+        const double tol = noise + fabs(fd[1] - fd[0]) + ldexp(fabs(got), -23) + 1e-12;
+        EXPECT(fabs(got - fd[0]) <= tol, "qkv[%zu]: %.9g, fd %.9g (2h: %.9g), tol %.3g",
+               j, got, fd[0], fd[1], tol);
+        if (fabs(got - fd[0]) / tol > worst)
+            worst = fabs(got - fd[0]) / tol;
+    }
+    ck_assert(worst < 1.0);
+    emu_tensor_free(&out2);
+    emu_tensor_free(&att2);
+    at_free(&k);
+}
+END_TEST
+
+/* T = 1: att = 1 and out = v, dv = dout, dq = dk = 0; NaN propagation:
+ * a NaN in q at time t makes rows t of att and out NaN (and no other); a
+ * NaN in k at time t makes every row from t on NaN. */
+START_TEST(attention_edges)
+{
+    test_rng g = test_rng_make(0xa704);
+    emu_accum seq = accum_spec("seq");
+    emu_ctx ctx;
+    emu_ctx_init(&ctx, 1);
+    at_case k;
+    at_make(&k, 2, 1, 4, 2, "binary32", &g);
+    at_run(&ctx, &k, &seq, &test_rne, true);
+    for (size_t b = 0; b < 2; b++)
+        for (size_t c = 0; c < 4; c++) {
+            ck_assert(k.out.data[b * 4 + c] == k.qkv.data[b * 12 + 8 + c]);
+            ck_assert(k.dqkv.data[b * 12 + 8 + c] == k.dout.data[b * 4 + c]);
+            ck_assert(k.dqkv.data[b * 12 + c] == 0.0f &&
+                      k.dqkv.data[b * 12 + 4 + c] == 0.0f);
+        }
+    for (size_t j = 0; j < k.att.n; j++)
+        ck_assert(k.att.data[j] == 1.0f);
+    at_free(&k);
+
+    at_make(&k, 1, 4, 4, 1, "binary32", &g);
+    k.qkv.data[1 * 12 + 2] = NAN; /* q at t = 1 */
+    at_run(&ctx, &k, &seq, &test_rne, false);
+    for (size_t t = 0; t < 4; t++)
+        for (size_t u = 0; u < 4; u++) {
+            float a = k.att.data[t * 4 + u];
+            ck_assert(u > t ? a == 0.0f : (t == 1) == (bool)isnan(a));
+        }
+    ck_assert(isnan(k.out.data[4]) && !isnan(k.out.data[0]) && !isnan(k.out.data[8]));
+    k.qkv.data[1 * 12 + 2] = 0.5f;
+    k.qkv.data[2 * 12 + 4 + 1] = NAN; /* k at t = 2 */
+    at_run(&ctx, &k, &seq, &test_rne, false);
+    for (size_t t = 0; t < 4; t++)
+        ck_assert((t >= 2) == (bool)isnan(k.att.data[t * 4]));
+    at_free(&k);
+}
+END_TEST
+
+START_TEST(attention_refusals)
+{
+    test_rng g = test_rng_make(0xa705);
+    emu_accum seq = accum_spec("seq");
+    emu_ctx ctx;
+    emu_ctx_init(&ctx, 1);
+    at_case k;
+    at_make(&k, 2, 3, 6, 3, "binary32", &g);
+    k.out.data[0] = 99.0f;
+    emu_attention_opts o = { .accum = &seq, .heads = 4 };
+    ck_assert_int_eq(emu_t_attention(&ctx, "attn", &k.out, &k.att, &k.qkv, &o,
+                                     &test_rne), -1);
+    ck_assert_int_eq(ctx.err.code, EMU_EINVAL);
+    EXPECT(strstr(ctx.err.message, "4 heads"), "message: %s", ctx.err.message);
+    o.heads = 0;
+    ck_assert_int_eq(emu_t_attention(&ctx, "attn", &k.out, &k.att, &k.qkv, &o,
+                                     &test_rne), -1);
+    o.heads = 2; /* att is (B, 3, T, T) */
+    ck_assert_int_eq(emu_t_attention(&ctx, "attn", &k.out, &k.att, &k.qkv, &o,
+                                     &test_rne), -1);
+    o.heads = 3;
+    o.accum = NULL;
+    ck_assert_int_eq(emu_t_attention(&ctx, "attn", &k.out, &k.att, &k.qkv, &o,
+                                     &test_rne), -1);
+    o.accum = &seq;
+    ck_assert_int_eq(emu_t_attention(&ctx, "attn", &k.out, &k.att, &k.qkv, &o,
+                                     NULL), -1);
+    /* out of the wrong shape; dqkv over qkv */
+    ck_assert_int_eq(emu_t_attention(&ctx, "attn", &k.dout, &k.att, &k.qkv, &o,
+                                     &test_rne), 0);
+    ck_assert_int_eq(emu_t_attention(&ctx, "attn", &k.qkv, &k.att, &k.qkv, &o,
+                                     &test_rne), -1);
+    ck_assert_int_eq(emu_t_attention_backward(&ctx, "attn", &k.qkv, &k.dout, &k.qkv,
+                                              &k.att, &o, &test_rne), -1);
+    ck_assert(k.out.data[0] == 99.0f);
+    at_free(&k);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("ops_seq");
@@ -740,6 +1069,13 @@ static Suite *suite(void)
     tcase_add_test(tc, layernorm_finite_difference);
     tcase_add_test(tc, layernorm_fast_and_edges);
     tcase_add_test(tc, layernorm_refusals);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("attention");
+    tcase_add_test(tc, attention_against_binary64);
+    tcase_add_test(tc, attention_sampled);
+    tcase_add_test(tc, attention_finite_difference);
+    tcase_add_test(tc, attention_edges);
+    tcase_add_test(tc, attention_refusals);
     suite_add_tcase(s, tc);
     return s;
 }
