@@ -326,9 +326,8 @@ int emu_t_embedding_backward(emu_ctx *ctx, const char *site, emu_tensor *dtable,
             free(start);
             return -1;
         }
-        if (o->accumulate)
-            for (size_t k = 0; k < V * D; k++)
-                fast[k] = dtable->data[k];
+        for (size_t k = 0; k < V * D; k++)
+            fast[k] = o->accumulate ? dtable->data[k] : 0.0;
         for (size_t i = 0; i < n; i++) {
             double *row = fast + (size_t)idx[i] * D;
             const float *g = dout->data + i * D;
