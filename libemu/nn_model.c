@@ -44,12 +44,6 @@
 #include "nn_internal.h"
 #include "ops_internal.h"
 
-/* Until branch ops-seq (emu_t_embedding, emu_t_layernorm, emu_t_attention)
- * is merged, the sequence layers build but refuse to run. */
-#ifndef NN_LM_SEQ_OPS
-#define NN_LM_SEQ_OPS 0
-#endif
-
 /* The precision of a role in layer l. */
 static const emu_role_prec *prec_of(const emu_policy *p, const emu_layer *l,
                                     emu_role role)
@@ -1280,7 +1274,6 @@ static emu_batchnorm_opts bn_opts(const emu_model *m, const emu_policy *p)
                                  .stat_rnd = &bn_stat_rnd };
 }
 
-#if NN_LM_SEQ_OPS
 /* Layer norm's settings: PyTorch's eps, the row statistics in binary32
  * rounded to nearest as for batch norm. */
 static emu_layernorm_opts ln_opts(const emu_policy *p)
@@ -1302,7 +1295,6 @@ static emu_tensor seq_view(const emu_tensor *t, const emu_model *m)
     return v;
 }
 
-#endif
 /* The ids an embedding reads: the tokens, or the positions. */
 static const int32_t *embedding_ids(const emu_model *m, const emu_layer *l)
 {
@@ -1403,7 +1395,6 @@ int emu_model_forward(emu_model *m, emu_ctx *ctx, const emu_policy *p)
         case EMU_LAYER_ADD:
             rc = emu_t_add(ctx, l->name, &l->y, x, output_of(m, l->src2), rnd);
             break;
-#if NN_LM_SEQ_OPS
         case EMU_LAYER_EMBEDDING:
             rc = emu_t_embedding(ctx, l->name, &l->y, &l->weight.w,
                                  embedding_ids(m, l), l->y.shape[0], rnd);
@@ -1424,14 +1415,6 @@ int emu_model_forward(emu_model *m, emu_ctx *ctx, const emu_policy *p)
                                  rnd);
             break;
         }
-#else
-        case EMU_LAYER_EMBEDDING:
-        case EMU_LAYER_LAYERNORM:
-        case EMU_LAYER_ATTENTION:
-            (void)embedding_ids;
-            rc = emu_ctx_failc(ctx, EMU_EUNSUPPORTED, l->name, "the sequence ops are not merged yet");
-            break;
-#endif
         case EMU_LAYER_TIED: {
             /* The linear layer's product with the embedding's table as W. */
             const emu_param *w = &m->layers[l->tie].weight;
@@ -1644,7 +1627,6 @@ int emu_model_backward(emu_model *m, emu_ctx *ctx, const emu_policy *p,
             l->dx = *dy;
             l->dx.owns_data = false;
             break;
-#if NN_LM_SEQ_OPS
         case EMU_LAYER_EMBEDDING: {
             /* A table read by a tied head holds the head's gradient
              * already (the head comes later in the list): add to it. */
@@ -1673,13 +1655,6 @@ int emu_model_backward(emu_model *m, emu_ctx *ctx, const emu_policy *p,
                                           &l->priv->att, &o, grad_rnd);
             break;
         }
-#else
-        case EMU_LAYER_EMBEDDING:
-        case EMU_LAYER_LAYERNORM:
-        case EMU_LAYER_ATTENTION:
-            rc = emu_ctx_failc(ctx, EMU_EUNSUPPORTED, l->name, "the sequence ops are not merged yet");
-            break;
-#endif
         case EMU_LAYER_TIED: {
             /* The weight gradient goes into the embedding's, in its
              * format and rounding; the embedding adds its own later. */
