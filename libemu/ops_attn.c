@@ -13,7 +13,8 @@
  * What is rounded, and where (each through the choke point, once); every
  * sum is one dot product under the model of the options, its terms (exact
  * products of binary32 values) in the order given; the fast model sums in
- * binary64:
+ * binary64, each output's terms in that order (computed across outputs,
+ * fast_dots), and multiplies by s in binary64:
  *   <site>.scores   S[t, t2] = s (sum over d of q[t, d] k[t2, d]), t2 <= t:
  *                   the accumulator's value times s, exactly
  *                   (emu_scale_pairs), rounded once into att's format
@@ -82,6 +83,7 @@ typedef struct attn_op {
     const emu_accum *accum;
     uint64_t seed, stream;
     emu_accum_counts *counts;
+    const double *fres;       /* the fast model's sums, by output index   */
     /* softmax: the row being produced */
     size_t row;
     bool have_row;
@@ -186,6 +188,14 @@ static int dot_fill(const void *vop, size_t i0, size_t m, double *hi,
     const attn_op *op = vop;
     bool any = false;
     for (size_t j = 0; j < m; j++) {
+        if (op->fres) {
+            /* the fast model: binary64 sums, scaled in binary64 */
+            hi[j] = op->fres[i0 + j];
+            if (scaled(op))
+                hi[j] *= op->scale;
+            lo[j] = 0.0;
+            continue;
+        }
         const float *x, *y;
         ptrdiff_t incx, incy;
         size_t n;
@@ -193,11 +203,95 @@ static int dot_fill(const void *vop, size_t i0, size_t m, double *hi,
         hi[j] = model_dot(op, x, incx, y, incy, n, i0 + j, &lo[j]);
         any |= lo[j] != 0.0;
     }
-    if (scaled(op)) {
+    if (scaled(op) && !op->fres) {
         emu_scale_pairs(hi, lo, true, m, op->scale);
         return 1;
     }
     return any;
+}
+
+/* The fast model's sums of op->what for every output, into res (by output
+ * index): each one the binary64 sum of its terms in their defined order,
+ * as model_dot forms it, but computed for many outputs at once so that the
+ * loops run across outputs (vectorised) while each output's own sum keeps
+ * its sequence.  tmp: T hs floats. */
+/* Vectorised across outputs (each output's sum keeps its order); still no
+ * contraction into fma. */
+__attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic",
+                       "fp-contract=off")))
+static void fast_dots(const attn_op *op, double *res, float *tmp, double *acc)
+{
+    const size_t B = op->B, T = op->T, C = op->C, H = op->H, hs = op->hs;
+    const size_t C3 = op->C3;
+    for (size_t b = 0; b < B; b++)
+        for (size_t h = 0; h < H; h++) {
+            const size_t bh = b * H + h;
+            const float *q = op->qkv + b * T * C3 + h * hs;
+            const float *k = q + C, *v = q + 2 * C;
+            switch (op->what) {
+            case AT_SCORES:
+            case AT_DATT: {
+                /* row t: x[t, d] . y[t2, d] over d, for t2 <= t */
+                const float *x = op->what == AT_SCORES ? q : op->dout + b * T * C + h * hs;
+                const float *y = op->what == AT_SCORES ? k : v;
+                const size_t xs = op->what == AT_SCORES ? C3 : C;
+                for (size_t t2 = 0; t2 < T; t2++) /* y transposed: tmp[d T + t2] */
+                    for (size_t d = 0; d < hs; d++)
+                        tmp[d * T + t2] = y[t2 * C3 + d];
+                for (size_t t = 0; t < T; t++) {
+                    for (size_t t2 = 0; t2 <= t; t2++)
+                        acc[t2] = 0.0;
+                    for (size_t d = 0; d < hs; d++) {
+                        const double a = x[t * xs + d];
+                        const float *yt = tmp + d * T;
+                        for (size_t t2 = 0; t2 <= t; t2++)
+                            acc[t2] += a * yt[t2];
+                    }
+                    memcpy(res + bh * op->tri + t * (t + 1) / 2, acc,
+                           (t + 1) * sizeof *acc);
+                }
+                break;
+            }
+            case AT_OUT:
+            case AT_DQ: {
+                /* out[t, d] = sum over t2 <= t of P[t, t2] y[t2, d] */
+                const float *P = op->what == AT_OUT ? op->att : op->ds;
+                const float *y = op->what == AT_OUT ? v : k;
+                for (size_t t = 0; t < T; t++) {
+                    const float *pr = P + (bh * T + t) * T;
+                    for (size_t d = 0; d < hs; d++)
+                        acc[d] = 0.0;
+                    for (size_t t2 = 0; t2 <= t; t2++) {
+                        const double a = pr[t2];
+                        const float *yr = y + t2 * C3;
+                        for (size_t d = 0; d < hs; d++)
+                            acc[d] += a * yr[d];
+                    }
+                    memcpy(res + (b * T + t) * C + h * hs, acc, hs * sizeof *acc);
+                }
+                break;
+            }
+            default: {
+                /* AT_DV, AT_DK: out[t2, d] = sum over t >= t2 of
+                 * P[t, t2] y[t, d] */
+                const float *P = op->what == AT_DV ? op->att : op->ds;
+                const float *y = op->what == AT_DV ? op->dout + b * T * C + h * hs : q;
+                const size_t ys = op->what == AT_DV ? C : C3;
+                for (size_t t2 = 0; t2 < T; t2++) {
+                    for (size_t d = 0; d < hs; d++)
+                        acc[d] = 0.0;
+                    for (size_t t = t2; t < T; t++) {
+                        const double a = P[(bh * T + t) * T + t2];
+                        const float *yr = y + t * ys;
+                        for (size_t d = 0; d < hs; d++)
+                            acc[d] += a * yr[d];
+                    }
+                    memcpy(res + (b * T + t2) * C + h * hs, acc, hs * sizeof *acc);
+                }
+                break;
+            }
+            }
+        }
 }
 
 /* exact = sum x[k] y[k] (exact products, exact sum at exact's precision:
@@ -436,11 +530,27 @@ static int commit_dots(emu_ctx *ctx, const char *site, const char *suffix,
     op->what = what;
     op->counts = swamp ? &counts : NULL;
     op->stream = emu_ctx_stream(ctx) ^ ACCUM_STREAM_TAG;
+    double *fres = NULL;
+    if (op->accum->kind == EMU_ACCUM_FAST) {
+        const size_t T = op->T, big = T > op->hs ? T : op->hs;
+        fres = emu_scratch(ctx, site, out->n + big);
+        float *tmp = fres ? malloc(T * op->hs * sizeof *tmp) : NULL;
+        if (!tmp) {
+            free(fres);
+            return fres ? emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory")
+                        : -1;
+        }
+        fast_dots(op, fres, tmp, fres + out->n);
+        free(tmp);
+        op->fres = fres;
+    }
     emu_op_out oo = { .site = sub, .kind = kind, .out = out, .fill = dot_fill,
                       .swamp = op->counts, .op = op, .ref = dot_ref,
                       .rnd = rnd, .store_early = true };
     int rc = emu_commit(ctx, &oo);
     op->counts = NULL;
+    op->fres = NULL;
+    free(fres);
     return rc;
 }
 

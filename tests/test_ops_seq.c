@@ -1051,6 +1051,49 @@ START_TEST(attention_refusals)
 }
 END_TEST
 
+
+/* The fast model: each output of att v and of the dv product is the
+ * binary64 sum of its terms in their defined order, rounded once (the
+ * library forms them across outputs: the same sums). */
+START_TEST(attention_fast_is_its_definition)
+{
+    test_rng g = test_rng_make(0xa706);
+    at_case k;
+    at_make(&k, 2, 7, 12, 3, "bfloat16", &g);
+    for (size_t j = 0; j < k.qkv.n; j++)
+        k.qkv.data[j] = rnd_val(&g);
+    for (size_t j = 0; j < k.dout.n; j++)
+        k.dout.data[j] = rnd_val(&g);
+    emu_accum fast = accum_spec("fast");
+    emu_ctx ctx;
+    emu_ctx_init(&ctx, 1);
+    at_run(&ctx, &k, &fast, &test_rne, true);
+    const size_t T = 7, C = 12, H = 3, hs = 4;
+    const emu_format *bf = test_format("bfloat16");
+    for (size_t b = 0; b < 2; b++)
+        for (size_t t = 0; t < T; t++)
+            for (size_t c = 0; c < C; c++) {
+                const size_t h = c / hs;
+                const float *P = k.att.data + ((b * H + h) * T) * T;
+                double s = 0.0, sv = 0.0;
+                for (size_t u = 0; u <= t; u++)
+                    s += (double)P[t * T + u] * k.qkv.data[(b * T + u) * 3 * C + 2 * C + c];
+                for (size_t u = t; u < T; u++)
+                    sv += (double)P[u * T + t] * k.dout.data[(b * T + u) * C + c];
+                emu_status st;
+                double want = emu_ref_convert(bf, s, &test_rne, &st);
+                double wantv = emu_ref_convert(bf, sv, &test_rne, &st);
+                EXPECT(test_same(k.out.data[(b * T + t) * C + c], want),
+                       "out (%zu, %zu, %zu): %a, want %a", b, t, c,
+                       k.out.data[(b * T + t) * C + c], want);
+                EXPECT(test_same(k.dqkv.data[(b * T + t) * 3 * C + 2 * C + c], wantv),
+                       "dv (%zu, %zu, %zu): %a, want %a", b, t, c,
+                       k.dqkv.data[(b * T + t) * 3 * C + 2 * C + c], wantv);
+            }
+    at_free(&k);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("ops_seq");
@@ -1075,6 +1118,7 @@ static Suite *suite(void)
     tcase_add_test(tc, attention_sampled);
     tcase_add_test(tc, attention_finite_difference);
     tcase_add_test(tc, attention_edges);
+    tcase_add_test(tc, attention_fast_is_its_definition);
     tcase_add_test(tc, attention_refusals);
     suite_add_tcase(s, tc);
     return s;
