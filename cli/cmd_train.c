@@ -41,12 +41,21 @@ static void help(void)
         "  --model ARCH         mlp:784-256-128-10 (default), mlp:784-128x8-10,\n"
         "                       cnn (LeNet-style), cnn:6-16-120-84, mlp-gelu:...,\n"
         "                       resnet:N (N 1..9 blocks per stage; resnet:1 is\n"
-        "                       ResNet-8, resnet:3 ResNet-20)\n"
+        "                       ResNet-8, resnet:3 ResNet-20); language models:\n"
+        "                       gpt (gpt:4-128-4-64), gpt:L-D-H-T, lstm:L-H\n"
         "  --data NAME          synthetic (default, generated in code) or\n"
-        "                       fashion-mnist (Debian's dataset-fashion-mnist)\n"
-        "  --data-dir DIR       where the Fashion-MNIST .gz files are\n"
+        "                       fashion-mnist (Debian's dataset-fashion-mnist);\n"
+        "                       for language models text (stories generated in\n"
+        "                       code) or fortunes (Debian's package fortunes)\n"
+        "  --data-dir DIR       where the Fashion-MNIST .gz files are; fortunes:\n"
+        "                       a text file or folder instead of the default set\n"
         "  --train-examples N   use the first N training examples (synthetic:\n"
-        "  --test-examples N    generate N; defaults 6000 and 1000)\n"
+        "  --test-examples N    generate N; defaults 6000 and 1000); text: N\n"
+        "                       characters (defaults 1000000 and 100000)\n"
+        "  --seq-len T          language models: window length (gpt: its T;\n"
+        "                       lstm: 64)\n"
+        "  --eval-windows N     language models: validation windows scored at\n"
+        "                       each evaluation (256)\n"
         "Optimisation:\n"
         "  --epochs N (1)  --steps N (stop early)  --batch N (64)\n"
         "  --optimizer sgd|adam  --lr X (0.02)  --momentum X (0.9)\n"
@@ -61,6 +70,8 @@ static void help(void)
         "  --loss-mult X        multiply the loss by X, a power of two (2^-12\n"
         "                       mimics the tiny gradients of SSD); divided out\n"
         "                       with the loss scale before the update\n"
+    );
+    printf(
         "Measurement and output:\n"
         "  --seed N (1)  --ref-rate X (fraction of outputs checked with MPFR, 0)\n"
         "  --stats-every N (50)  --checkpoint-every N (500)  --threads N (1)\n"
@@ -79,7 +90,9 @@ static void help(void)
         "                       completed run writes DIR/weights.safetensors);\n"
         "                       may be given with --resume\n"
         "\n"
-        "Example: emu train --preset bf16-sr --model cnn --epochs 2 --out runs/sr\n");
+        "Examples: emu train --preset bf16-sr --model cnn --epochs 2 --out runs/sr\n"
+        "          emu train --preset bf16-sr --model gpt --data text --steps 500\n"
+        "                    --optimizer adam --lr 1e-3 --batch 16 --out runs/gpt\n");
 }
 
 static const cli_opt opts[] = {
@@ -100,14 +113,16 @@ static const cli_opt opts[] = {
     { "help", 'h', false },       { "init-from", 0, true },
     { "export", 0, true },        { "lr-schedule", 0, true },
     { "lr-min", 0, true },        { "warmup", 0, true },
-    { "clip-norm", 0, true },     { NULL, 0, false },
+    { "clip-norm", 0, true },     { "seq-len", 0, true },
+    { "eval-windows", 0, true },  { NULL, 0, false },
 };
 enum {
     O_PRESET, O_SET, O_CONFIG, O_MODEL, O_DATA, O_DATA_DIR, O_TRAIN_N, O_TEST_N,
     O_EPOCHS, O_STEPS, O_BATCH, O_OPT, O_LR, O_MOMENTUM, O_WD, O_SCHEDULE,
     O_LR_FINAL, O_LR_STEP, O_LOSS_MULT, O_SEED, O_REF_RATE, O_STATS_EVERY,
     O_CKPT_EVERY, O_THREADS, O_OUT, O_FORCE, O_RESUME, O_QUIET, O_HELP,
-    O_INIT_FROM, O_EXPORT, O_LR_SCHEDULE, O_LR_MIN, O_WARMUP, O_CLIP_NORM
+    O_INIT_FROM, O_EXPORT, O_LR_SCHEDULE, O_LR_MIN, O_WARMUP, O_CLIP_NORM,
+    O_SEQ_LEN, O_EVAL_WINDOWS
 };
 
 /* What a real option must satisfy. */
@@ -201,9 +216,10 @@ static void apply(settings *s, int o, const char *val, const char *where)
         break;
     case O_MODEL: snprintf(c->arch, sizeof c->arch, "%s", val); break;
     case O_DATA:
-        if (strcmp(val, "synthetic") && strcmp(val, "fashion-mnist"))
-            cli_usage_error("train", "%s: '%s' is not synthetic or "
-                            "fashion-mnist", where, val);
+        if (strcmp(val, "synthetic") && strcmp(val, "fashion-mnist") &&
+            strcmp(val, "text") && strcmp(val, "fortunes"))
+            cli_usage_error("train", "%s: '%s' is not synthetic, "
+                            "fashion-mnist, text or fortunes", where, val);
         snprintf(c->data, sizeof c->data, "%s", val);
         break;
     case O_DATA_DIR: snprintf(c->data_dir, sizeof c->data_dir, "%s", val); break;
@@ -230,6 +246,10 @@ static void apply(settings *s, int o, const char *val, const char *where)
         break;
     case O_WARMUP: c->warmup = parse_count(where, val, 0, 1L << 40); break;
     case O_CLIP_NORM: c->clip_norm = parse_real(where, val, R_NONNEG); break;
+    case O_SEQ_LEN: c->seq_len = (int)parse_count(where, val, 1, 65536); break;
+    case O_EVAL_WINDOWS:
+        c->eval_windows = (size_t)parse_count(where, val, 1, 10000000);
+        break;
     case O_LR_MIN:
     case O_LR_FINAL: c->lr_final = parse_real(where, val, R_NONNEG); break;
     case O_LR_STEP: c->lr_step = parse_count(where, val, 1, 1L << 40); break;

@@ -435,9 +435,15 @@ void ckpt_put_config(ckpt_out *o, const emu_train_config *c)
     /* Settings added after layout version 3 was fixed: an optional tail,
      * written only when one is used, so that every other run's checkpoint
      * keeps its bytes (and older checkpoints read as "not used"). */
-    if (c->warmup || c->clip_norm != 0.0) {
+    const bool lm = c->seq_len || c->eval_windows;
+    if (c->warmup || c->clip_norm != 0.0 || lm) {
         ckpt_u64(o, (uint64_t)c->warmup);
         ckpt_f64(o, c->clip_norm);
+    }
+    /* Language-model runs' settings, a second optional tail. */
+    if (lm) {
+        ckpt_u32(o, (uint32_t)c->seq_len);
+        ckpt_u64(o, (uint64_t)c->eval_windows);
     }
 }
 
@@ -474,6 +480,16 @@ int ckpt_get_config(ckpt_in *in, emu_train_config *c)
                             isinf(c->clip_norm)))
             ckpt_bad(in, "warm-up %lld or clipping norm %g out of range",
                      (long long)c->warmup, c->clip_norm);
+    }
+    if (!in->failed && in->pos != in->end) {
+        size_t at = in->pos;
+        c->seq_len = get_int(in);
+        c->eval_windows = (size_t)ckpt_get_u64(in);
+        if (!in->failed && (c->seq_len < 0 || c->eval_windows > ((size_t)1 << 40))) {
+            in->pos = at;
+            ckpt_bad(in, "sequence length %d or %zu evaluation windows out of "
+                     "range", c->seq_len, c->eval_windows);
+        }
     }
     return ckpt_done(in);
 }

@@ -9,6 +9,12 @@
  * saved in the checkpoint, so a resumed run ends exactly where an
  * uninterrupted one does.
  *
+ * Language models (emu_arch_is_lm) train on text (data "text" or
+ * "fortunes", emu/data.h): each step's B windows of T tokens come from
+ * a Philox stream of (seed, step), the loss is the mean over the B*T
+ * next-token rows, one epoch is n_train / (B*T) steps, and evaluation
+ * scores a fixed set of validation windows.
+ *
  * Growing logs (steps.csv, ...) are kept in memory and written whole,
  * atomically, at every checkpoint and at the end: a killed run leaves the
  * files of its last checkpoint, never half a line.
@@ -185,6 +191,14 @@ typedef struct run {
     const emu_train_config *cfg;
     const emu_policy *p;
     emu_dataset train, test;
+    /* Language models: the text, the window length and the number of
+     * validation windows; batch_y then holds the B*T targets. */
+    bool lm;
+    emu_textset ttrain, tval;
+    int T;
+    size_t eval_count;
+    int32_t *win_y;
+    double last_eval_loss;    /* the last evaluation's mean loss (nats)     */
     emu_model m;
     emu_ctx ctx;
     emu_stats stats;
@@ -251,6 +265,9 @@ static void config_text(sbuf *b, const emu_train_config *c, const emu_policy *p)
         sb_printf(b, "warmup=%lld\n", (long long)c->warmup);
     if (c->clip_norm != 0.0)
         sb_printf(b, "clip_norm=%.17g\n", c->clip_norm);
+    if (c->seq_len || c->eval_windows)
+        sb_printf(b, "seq_len=%d eval_windows=%zu\n", c->seq_len,
+                  c->eval_windows);
     char *ptext = NULL;
     size_t plen = 0;
     FILE *fp = open_memstream(&ptext, &plen);
@@ -426,6 +443,17 @@ static int load_batch(run *r, const emu_dataset *d, const size_t *idx,
                       (size_t)b * es, &r->p->activation.rnd);
 }
 
+/* A language model's step: the training windows of `step` into the
+ * model's tokens and the targets into batch_y. */
+static void load_text_batch(run *r, int64_t step)
+{
+    const size_t rows = (size_t)r->m.batch * (size_t)r->T;
+    emu_text_batch(&r->ttrain, r->m.batch, r->T, r->cfg->seed, (uint64_t)step,
+                   r->m.tokens, r->win_y);
+    for (size_t i = 0; i < rows; i++)
+        r->batch_y[i] = r->win_y[i];
+}
+
 static const emu_tensor *logits(const emu_model *m)
 {
     return &m->layers[m->n_layers - 1].y;
@@ -437,7 +465,7 @@ static int score(const emu_model *m, const int *labels, size_t count,
                  double *loss_sum)
 {
     const emu_tensor *y = logits(m);
-    const int k = m->classes;
+    const int k = m->seq_len ? m->vocab : m->classes; /* rows of logits */
     int right = 0;
     for (size_t i = 0; i < count; i++) {
         const float *row = y->data + i * (size_t)k;
@@ -990,8 +1018,50 @@ static void append_step_rows(run *r)
 
 /* ---- evaluation ------------------------------------------------------------------ */
 
+/* The loss of a language model in the units people quote. */
+static double bits_per_char(double nats)
+{
+    return nats / 0.69314718055994530942;
+}
+
+/* A language model's evaluation: the eval_count validation windows, in
+ * batches (a short last batch repeats window 0, scored once). */
+static int evaluate_lm(run *r, int epoch, double *acc_out)
+{
+    emu_stats *saved = r->ctx.stats;
+    r->ctx.stats = NULL;
+    r->m.eval = true;
+    const size_t b = (size_t)r->m.batch, T = (size_t)r->T;
+    size_t right = 0;
+    double loss = 0.0;
+    int rc = 0;
+    for (size_t w0 = 0; w0 < r->eval_count && !rc; w0 += b) {
+        size_t count = r->eval_count - w0 < b ? r->eval_count - w0 : b;
+        emu_text_eval_batch(&r->tval, r->T, r->eval_count, w0, r->m.batch,
+                            r->m.tokens, r->win_y);
+        for (size_t i = 0; i < b * T; i++)
+            r->batch_y[i] = r->win_y[i];
+        rc = emu_model_forward(&r->m, &r->ctx, r->p);
+        if (!rc)
+            right += (size_t)score(&r->m, r->batch_y, count * T, &loss);
+    }
+    r->ctx.stats = saved;
+    r->m.eval = false;
+    if (rc)
+        return -1;
+    const double rows = (double)(r->eval_count * T);
+    *acc_out = (double)right / rows;
+    loss /= rows;
+    sb_printf(&r->eval, "%d,%lld,%.9g,%.9g,%.9g,%.9g\n", epoch,
+              (long long)r->step, loss, *acc_out, exp(loss), bits_per_char(loss));
+    r->last_eval_loss = loss;
+    return 0;
+}
+
 static int evaluate(run *r, int epoch, double *acc_out)
 {
+    if (r->lm)
+        return evaluate_lm(r, epoch, acc_out);
     emu_stats *saved = r->ctx.stats;
     r->ctx.stats = NULL; /* evaluation is not part of the measured run */
     r->m.eval = true;    /* batch norm normalises with its running statistics */
@@ -1307,6 +1377,8 @@ int emu_checkpoint_check(const void *data, size_t size, emu_train_config *cfg,
 }
 /* ---- results ------------------------------------------------------------------- */
 
+static void json_string(char *out, size_t size, const char *s);
+
 static int write_meta(run *r, bool completed, double test_acc, emu_error *err)
 {
     const emu_train_config *c = r->cfg;
@@ -1327,10 +1399,14 @@ static int write_meta(run *r, bool completed, double test_acc, emu_error *err)
         sb_printf(&b, "  \"init_from\": %s,\n", r->init_json);
     /* Settings added later, only when used (older runs' meta.json as they
      * were). */
-    char extra[96] = "";
+    char extra[200] = "";
     if (c->warmup || c->clip_norm != 0.0)
         snprintf(extra, sizeof extra, ", \"warmup\": %lld, \"clip_norm\": %.17g",
                  (long long)c->warmup, c->clip_norm);
+    if (r->lm) /* the window actually used, whatever the default */
+        snprintf(extra + strlen(extra), sizeof extra - strlen(extra),
+                 ", \"seq_len\": %d, \"eval_windows\": %zu", r->T,
+                 r->eval_count);
     sb_printf(&b, "  \"config\": {\"preset\": \"%s\", \"arch\": \"%s\", "
               "\"data\": \"%s\", \"epochs\": %d, \"max_steps\": %lld, "
               "\"batch\": %d, \"optimizer\": \"%s\", \"lr\": %.17g, "
@@ -1354,10 +1430,33 @@ static int write_meta(run *r, bool completed, double test_acc, emu_error *err)
         sb_printf(&b, "  \"policy\": %s,\n", ptext);
         free(ptext);
     }
-    sb_printf(&b, "  \"data\": {\"train\": \"%s\", \"test\": \"%s\", "
-              "\"train_examples\": %zu, \"test_examples\": %zu, \"source\": "
-              "\"%s\"},\n", r->train.name, r->test.name, r->train.n, r->test.n,
-              r->train.source);
+    if (r->lm) {
+        /* The text: generator and seed, or every file read with its size. */
+        char src[2 * sizeof r->ttrain.source + 8];
+        json_string(src, sizeof src, r->ttrain.source);
+        sb_printf(&b, "  \"data\": {\"train\": \"%s\", \"test\": \"%s\", "
+                  "\"train_tokens\": %zu, \"test_tokens\": %zu, "
+                  "\"train_records\": %zu, \"test_records\": %zu, "
+                  "\"vocab\": %d, \"vocabulary\": \"tab, newline, ' ' .. '~'\", "
+                  "\"seq_len\": %d, \"eval_windows\": %zu, \"source\": %s",
+                  r->ttrain.name, r->tval.name, r->ttrain.n, r->tval.n,
+                  r->ttrain.records, r->tval.records, EMU_TEXT_VOCAB, r->T,
+                  r->eval_count, src);
+        if (r->ttrain.entropy_bits > 0.0)
+            sb_printf(&b, ", \"generator_bits_per_char\": %.4f",
+                      r->ttrain.entropy_bits);
+        sb_printf(&b, "},\n");
+        if (isfinite(r->last_eval_loss))
+            sb_printf(&b, "  \"test_loss\": %.9g,\n  \"test_perplexity\": "
+                      "%.9g,\n  \"test_bits_per_char\": %.9g,\n",
+                      r->last_eval_loss, exp(r->last_eval_loss),
+                      bits_per_char(r->last_eval_loss));
+    } else {
+        sb_printf(&b, "  \"data\": {\"train\": \"%s\", \"test\": \"%s\", "
+                  "\"train_examples\": %zu, \"test_examples\": %zu, \"source\": "
+                  "\"%s\"},\n", r->train.name, r->test.name, r->train.n,
+                  r->test.n, r->train.source);
+    }
     sb_printf(&b, "  \"model\": {\"arch\": \"%s\", \"parameters\": %zu, "
               "\"layers\": [", r->m.arch, emu_model_param_count(&r->m));
     for (int i = 0; i < r->m.n_layers; i++) {
@@ -1504,10 +1603,44 @@ static int stop_requested(int64_t done)
     return stop_signal;
 }
 
+static bool is_text_data(const char *data)
+{
+    return !strcmp(data, "text") || !strcmp(data, "fortunes");
+}
+
+/* A language model's text; train_examples and test_examples are the
+ * characters generated (text) or a prefix of the files' (fortunes). */
+static int load_text(run *r, emu_error *err)
+{
+    const emu_train_config *c = r->cfg;
+    if (!strcmp(c->data, "text")) {
+        if (emu_text_embedded(&r->ttrain, &r->tval, c->seed,
+                              c->train_examples ? c->train_examples : 1000000,
+                              c->test_examples ? c->test_examples : 100000, err))
+            return -1;
+    } else {
+        if (emu_text_fortunes(&r->ttrain, &r->tval,
+                              c->data_dir[0] ? c->data_dir : NULL, err))
+            return -1;
+        if (c->train_examples && c->train_examples < r->ttrain.n)
+            r->ttrain.n = c->train_examples;
+        if (c->test_examples && c->test_examples < r->tval.n)
+            r->tval.n = c->test_examples;
+    }
+    if (emu_text_check_context(&r->ttrain, r->T, err) ||
+        emu_text_check_context(&r->tval, r->T, err))
+        return -1;
+    r->eval_count = emu_text_eval_count(&r->tval, r->T,
+                                        c->eval_windows ? c->eval_windows : 256);
+    return 0;
+}
+
 static int load_data(run *r, emu_error *err)
 {
     const emu_train_config *c = r->cfg;
     int rc;
+    if (r->lm)
+        return load_text(r, err);
     if (!strcmp(c->data, "synthetic"))
         rc = emu_dataset_synthetic(&r->train, &r->test, c->seed,
                                    c->train_examples ? c->train_examples : 6000,
@@ -1516,8 +1649,8 @@ static int load_data(run *r, emu_error *err)
         rc = emu_dataset_fashion_mnist(&r->train, &r->test,
                                        c->data_dir[0] ? c->data_dir : NULL, err);
     else
-        return emu_fail(err, EMU_ESPEC, "data", "", "'%s' is not synthetic or "
-                        "fashion-mnist", c->data);
+        return emu_fail(err, EMU_ESPEC, "data", "", "'%s' is not synthetic, "
+                        "fashion-mnist, text or fortunes", c->data);
     if (rc)
         return -1;
     if (r->test.channels != r->train.channels ||
@@ -1550,12 +1683,15 @@ static int train_epochs(run *r, FILE *log, double *final_acc, emu_error *err)
             break;
         int epoch = (int)(r->step / r->steps_per_epoch);
         int64_t in_epoch = r->step % r->steps_per_epoch;
-        emu_batch_permutation(r->perm, r->train.n, c->seed, (uint64_t)epoch);
+        if (!r->lm) /* a language model's windows are drawn per step */
+            emu_batch_permutation(r->perm, r->train.n, c->seed, (uint64_t)epoch);
         for (int64_t k = in_epoch; k < r->steps_per_epoch &&
                                    r->step < r->total_steps; k++) {
             double t_step = now();
             emu_stats_begin_step(&r->stats, r->step);
-            if (load_batch(r, &r->train, r->perm + (size_t)k * b, b))
+            if (r->lm)
+                load_text_batch(r, r->step);
+            else if (load_batch(r, &r->train, r->perm + (size_t)k * b, b))
                 return emu_fail(err, r->ctx.err.code, r->ctx.err.where, "", "%s",
                                 r->ctx.err.message);
             if (r->p->scaling.kind == EMU_SCALE_ADAPTIVE)
@@ -1570,7 +1706,9 @@ static int train_epochs(run *r, FILE *log, double *final_acc, emu_error *err)
                 return emu_fail(err, r->ctx.err.code, r->ctx.err.where, "", "%s",
                                 r->ctx.err.message);
             double loss_sum = 0.0;
-            int right = score(&r->m, r->batch_y, b, &loss_sum);
+            /* Rows scored: the batch, or its B*T positions. */
+            const size_t rows = r->lm ? b * (size_t)r->T : b;
+            int right = score(&r->m, r->batch_y, rows, &loss_sum);
             trace_gradients(r);
             bool finite = grads_finite(&r->m);
             double used_scale = r->scale;
@@ -1620,14 +1758,18 @@ static int train_epochs(run *r, FILE *log, double *final_acc, emu_error *err)
             step_rates q = rates(&r->stats);
             if (r->p->scaling.kind == EMU_SCALE_ADAPTIVE)
                 adaptive_feedback(r);
-            double loss = loss_sum / (double)b;
+            double loss = loss_sum / (double)rows;
             char norm_col[40] = ""; /* the grad_norm column, when clipping */
             if (clipping)
                 snprintf(norm_col, sizeof norm_col, ",%.9g", gnorm);
-            double bacc = (double)right / (double)b;
-            sb_printf(&r->steps, "%lld,%d,%.9g,%.9g,%.9g,%.17g,%d,%.9g,%.9g,%.9g,"
+            char lm_cols[48] = ""; /* bits_per_char, perplexity (LM runs) */
+            if (r->lm)
+                snprintf(lm_cols, sizeof lm_cols, "%.9g,%.9g,",
+                         bits_per_char(loss), exp(loss));
+            double bacc = (double)right / (double)rows;
+            sb_printf(&r->steps, "%lld,%d,%.9g,%.9g,%s%.9g,%.17g,%d,%.9g,%.9g,%.9g,"
                       "%.9g,%.9g,%.9g,%llu%s,%.6f\n",
-                      (long long)r->step, epoch, lr, loss, bacc, used_scale,
+                      (long long)r->step, epoch, lr, loss, lm_cols, bacc, used_scale,
                       skip ? 1 : 0, q.agrad_zero, q.agrad_under, q.wgrad_zero,
                       q.act_zero, q.overflow, q.absorbed,
                       (unsigned long long)q.adds, norm_col, now() - t_step);
@@ -1646,8 +1788,16 @@ static int train_epochs(run *r, FILE *log, double *final_acc, emu_error *err)
                 if (log && !c->quiet) {
                     if (r->tty)
                         fputc('\n', log);
-                    fprintf(log, "epoch %d: test accuracy %.2f%% (%zu examples)\n",
-                            epoch, 100.0 * acc, r->test.n);
+                    if (r->lm)
+                        fprintf(log, "epoch %d: validation loss %.4f, perplexity "
+                                "%.3f, %.4f bits/char, next-character accuracy "
+                                "%.2f%% (%zu windows of %d)\n", epoch,
+                                r->last_eval_loss, exp(r->last_eval_loss),
+                                bits_per_char(r->last_eval_loss), 100.0 * acc,
+                                r->eval_count, r->T);
+                    else
+                        fprintf(log, "epoch %d: test accuracy %.2f%% (%zu "
+                                "examples)\n", epoch, 100.0 * acc, r->test.n);
                 }
             }
             if (c->checkpoint_every > 0 && r->step % c->checkpoint_every == 0 &&
@@ -1791,13 +1941,42 @@ static int check_config(const emu_train_config *c, const emu_policy *p,
     return 0;
 }
 
+/* The window of a language model when seq_len is 0: a gpt's own T (the
+ * last number of "gpt:L-D-H-T"; "gpt" is gpt:4-128-4-64), 64 otherwise. */
+static int default_seq_len(const char *arch)
+{
+    int T = 0;
+    if (sscanf(arch, "gpt:%*d-%*d-%*d-%d", &T) == 1 && T > 0)
+        return T;
+    return 64;
+}
+
+/* Text data goes with a language model and images with an image model. */
+static int check_data_model(const emu_train_config *c, emu_error *err)
+{
+    const bool text = is_text_data(c->data), lm = emu_arch_is_lm(c->arch);
+    if (text && !lm)
+        return emu_fail(err, EMU_ESPEC, "config", "data", "--data %s is text, "
+                        "for a language model; '%s' is an image model: use "
+                        "--model gpt[:L-D-H-T] or lstm[:L-H]", c->data, c->arch);
+    if (lm && !text)
+        return emu_fail(err, EMU_ESPEC, "config", "data", "'%s' is a language "
+                        "model; --data %s is images: use --data text or "
+                        "fortunes", c->arch, c->data);
+    if (!lm && (c->seq_len || c->eval_windows))
+        return emu_fail(err, EMU_ESPEC, "config", c->seq_len ? "seq_len" :
+                        "eval_windows", "applies to language models only "
+                        "(--model gpt or lstm with --data text or fortunes)");
+    return 0;
+}
+
 int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
               emu_error *err)
 {
     EMU_HOSTFP_GUARD;
     if (emu_policy_validate(p, err))
         return -1;
-    if (check_config(cfg, p, err))
+    if (check_config(cfg, p, err) || check_data_model(cfg, err))
         return -1;
     if (p->update == EMU_UPDATE_KAHAN && cfg->opt != EMU_OPT_SGD)
         return emu_fail(err, EMU_ESPEC, "config", "", "Kahan-compensated updates are "
@@ -1818,6 +1997,9 @@ int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
     r->t0 = now();
     r->tty = log && isatty(fileno(log));
     snprintf(r->dir, sizeof r->dir, "%s", cfg->out_dir);
+    r->lm = emu_arch_is_lm(cfg->arch);
+    r->T = r->lm ? (cfg->seq_len ? cfg->seq_len : default_seq_len(cfg->arch)) : 0;
+    r->last_eval_loss = NAN;
     int rc = -1;
     double acc = NAN;
     emu_stats_init(&r->stats);
@@ -1829,12 +2011,17 @@ int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
 
     if (check_dir(r, err) || load_data(r, err))
         goto done;
-    if (r->train.n < (size_t)cfg->batch) {
+    if (!r->lm && r->train.n < (size_t)cfg->batch) {
         emu_fail(err, EMU_ESPEC, "data", "", "%zu training examples, fewer than one batch "
                  "of %d", r->train.n, cfg->batch);
         goto done;
     }
-    if (log && !cfg->quiet)
+    if (log && !cfg->quiet && r->lm)
+        fprintf(log, "data: %s (%zu characters) and %s (%zu), from %.300s%s; "
+                "windows of %d\n", r->ttrain.name, r->ttrain.n, r->tval.name,
+                r->tval.n, r->ttrain.source,
+                strlen(r->ttrain.source) > 300 ? "..." : "", r->T);
+    else if (log && !cfg->quiet)
         fprintf(log, "data: %s (%zu examples) and %s (%zu), from %s\n",
                 r->train.name, r->train.n, r->test.name, r->test.n,
                 r->train.source);
@@ -1844,23 +2031,39 @@ int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
     r->ctx.ref_rate = cfg->ref_rate;
     r->ctx.measure = EMU_MEASURE_ALL;
     r->ctx.stats = &r->stats;
-    if (emu_model_build(&r->m, cfg->arch, p, cfg->batch, r->train.channels,
-                        r->train.height, r->train.width, r->train.classes,
-                        cfg->seed, &r->ctx, err) ||
+    if ((r->lm ? emu_model_build_lm(&r->m, cfg->arch, p, cfg->batch, r->T,
+                                    EMU_TEXT_VOCAB, cfg->seed, &r->ctx, err)
+               : emu_model_build(&r->m, cfg->arch, p, cfg->batch,
+                                 r->train.channels, r->train.height,
+                                 r->train.width, r->train.classes, cfg->seed,
+                                 &r->ctx, err)) ||
         (!cfg->resume && cfg->init_from[0] && init_from(r, err)) ||
         claim_dir(r, err))
         goto done;
     r->trace = calloc((size_t)r->m.n_layers + 1, sizeof *r->trace);
-    r->batch_x = malloc((size_t)cfg->batch * example_size(&r->train) * sizeof(float));
-    r->batch_y = malloc((size_t)cfg->batch * sizeof(int));
-    r->perm = malloc(r->train.n * sizeof *r->perm);
-    if (!r->trace || !r->batch_x || !r->batch_y || !r->perm) {
+    /* Rows of targets: the batch, or its B*T positions. */
+    const size_t rows = (size_t)cfg->batch * (size_t)(r->lm ? r->T : 1);
+    if (r->lm) {
+        r->win_y = malloc(rows * sizeof *r->win_y);
+    } else {
+        r->batch_x = malloc((size_t)cfg->batch * example_size(&r->train) *
+                            sizeof(float));
+        r->perm = malloc(r->train.n * sizeof *r->perm);
+    }
+    r->batch_y = malloc(rows * sizeof(int));
+    if (!r->trace || !r->batch_y ||
+        (r->lm ? !r->win_y || !r->m.tokens : !r->batch_x || !r->perm)) {
         emu_fail(err, EMU_ENOMEM, "train", "", "out of memory");
         goto done;
     }
     for (int i = 0; i <= r->m.n_layers; i++)
         r->trace[i].corr = 1.0;
-    r->steps_per_epoch = (int64_t)(r->train.n / (size_t)cfg->batch);
+    /* A language model's epoch: as many steps as there are B*T windows
+     * in the training text (each step draws its own; at least one). */
+    r->steps_per_epoch = r->lm ? (int64_t)(r->ttrain.n / rows)
+                               : (int64_t)(r->train.n / (size_t)cfg->batch);
+    if (r->steps_per_epoch < 1)
+        r->steps_per_epoch = 1;
     r->total_steps = r->steps_per_epoch * cfg->epochs;
     if (cfg->max_steps && cfg->max_steps < r->total_steps)
         r->total_steps = cfg->max_steps;
@@ -1873,15 +2076,24 @@ int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
     r->scale = p->scaling.kind == EMU_SCALE_NONE ? 1.0 : p->scaling.init;
     r->floor = p->scaling.floor;
     r->adaptive_cut = 1.0;
-    if (cfg->clip_norm > 0.0) /* grad_norm before the timing, kept last */
-        sb_printf(&r->steps, "%.*sgrad_norm,seconds\n",
-                  (int)(strlen(STEPS_HEADER) - strlen("seconds\n")), STEPS_HEADER);
-    else
-        sb_printf(&r->steps, "%s", STEPS_HEADER);
+    {
+        /* A language model's rows add bits_per_char and perplexity after
+         * the loss; clipping adds grad_norm before the timing, kept last. */
+        const char *h = STEPS_HEADER, *rest = strstr(h, "accuracy,");
+        size_t tail = strlen("seconds\n");
+        if (r->lm)
+            sb_printf(&r->steps, "%.*sbits_per_char,perplexity,", (int)(rest - h), h);
+        else
+            sb_printf(&r->steps, "%.*s", (int)(rest - h), h);
+        sb_printf(&r->steps, "%.*s%sseconds\n", (int)(strlen(rest) - tail), rest,
+                  cfg->clip_norm > 0.0 ? "grad_norm," : "");
+    }
     sb_printf(&r->layers, "step,layer,index,scale,grad_scale,dinput_to_zero,"
               "dinput_subnormal,dinput_zero,dinput_exact_zero,dweight_to_zero,"
               "dinput_sigma\n");
-    sb_printf(&r->eval, "epoch,step,test_loss,test_accuracy\n");
+    /* A language model's "test" set is its validation text. */
+    sb_printf(&r->eval, "epoch,step,test_loss,test_accuracy%s\n", r->lm ?
+              ",test_perplexity,test_bits_per_char" : "");
     {
         /* The per-op header once, whatever the first rows hold. */
         char *t = NULL;
@@ -1965,15 +2177,25 @@ int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
         goto done;
     if (log && !cfg->quiet) {
         role_summary(&r->stats, log);
-        fprintf(log, "done: %lld steps (%lld skipped), test accuracy %.2f%%, "
-                "results in %s\n", (long long)r->step, (long long)r->skipped,
-                100.0 * acc, r->dir);
+        if (r->lm)
+            fprintf(log, "done: %lld steps (%lld skipped), validation loss "
+                    "%.4f, perplexity %.3f (%.4f bits/char), results in %s\n",
+                    (long long)r->step, (long long)r->skipped,
+                    r->last_eval_loss, exp(r->last_eval_loss),
+                    bits_per_char(r->last_eval_loss), r->dir);
+        else
+            fprintf(log, "done: %lld steps (%lld skipped), test accuracy "
+                    "%.2f%%, results in %s\n", (long long)r->step,
+                    (long long)r->skipped, 100.0 * acc, r->dir);
     }
     rc = 0;
 done:
     emu_model_free(&r->m);
     emu_dataset_free(&r->train);
     emu_dataset_free(&r->test);
+    emu_textset_free(&r->ttrain);
+    emu_textset_free(&r->tval);
+    free(r->win_y);
     emu_stats_free(&r->stats);
     sb_free(&r->steps);
     sb_free(&r->ops_steps);

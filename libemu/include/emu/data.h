@@ -1,7 +1,8 @@
 /*
  * emu/data.h — training data: Fashion-MNIST from its IDX files, and a
  * small image-like data set generated in code, so that a training run
- * works on a machine with no data installed.
+ * works on a machine with no data installed; and text for character
+ * language models: a corpus generated in code, and Debian's fortunes.
  */
 #ifndef EMU_DATA_H
 #define EMU_DATA_H
@@ -64,6 +65,89 @@ void emu_dataset_free(emu_dataset *d);
  * has its own order. */
 void emu_batch_permutation(size_t *perm, size_t n, uint64_t seed,
                            uint64_t epoch);
+
+/* ---- text: character language models -------------------------------------
+ * A text is a sequence of token ids over a fixed 97-character vocabulary:
+ * id 0 is tab, id 1 newline, ids 2 .. 96 the printable ASCII characters
+ * ' ' .. '~' in order.  Any other byte is outside the vocabulary, and a
+ * file holding one is refused (never mapped or dropped silently). */
+
+/* Where Debian's package `fortunes` puts its files. */
+#define EMU_FORTUNES_DIR "/usr/share/games/fortunes"
+#define EMU_TEXT_VOCAB 97   /* '\t', '\n', ' ' .. '~' (ids in that order)  */
+
+typedef struct emu_textset {
+    char name[64];          /* "text/train", "fortunes/val"                */
+    char source[2048];      /* the generator and seed, or the files read
+                               with their sizes in bytes                  */
+    size_t n;               /* tokens                                      */
+    uint8_t *tokens;        /* ids 0 .. EMU_TEXT_VOCAB-1                   */
+    size_t records;         /* stories (generated) or fortunes it holds    */
+    /* The generated corpus: the information of the generator's random
+     * choices per character, in bits — what a model that knew the
+     * grammar would score (bits per character); 0 for files. */
+    double entropy_bits;
+} emu_textset;
+
+/* The embedded corpus: n_train and n_val characters (each 1 .. 10^8) of
+ * numbered "stories" from a small grammar, with the long-range structure
+ * that attention and recurrence are for: each story introduces two made-up
+ * names and repeats them, numbers its lines, closes every bracket and
+ * quote it opens, refers back to earlier line numbers, and copies a random
+ * 5-letter code from the line that hides it to the line that finds it
+ * (README "Text data" has the grammar).  A pure function of the seed:
+ * story k of a split comes from Philox stream 2^47 + split 2^40 + k
+ * (split 1 train, 2 validation), so the two splits are disjoint draws. */
+int emu_text_embedded(emu_textset *train, emu_textset *val, uint64_t seed,
+                      size_t n_train, size_t n_val, emu_error *err);
+
+/* Debian's fortunes.  path NULL: the default set, the 17 files of
+ * EMU_FORTUNES_DIR that lie entirely inside the vocabulary (ascii-art
+ * cookie debian disclaimer food linuxcookie magic medicine paradoxum perl
+ * pratchett riddles sports startrek tao translate-me zippy; package
+ * fortunes 1:1.99.1-7.3: 572,887 bytes, 3,408 fortunes).  Otherwise path is a
+ * text file, or a folder whose regular files are all read (in strcmp
+ * order of their names; names beginning with '.' or ending in ".dat" or
+ * ".u8" skipped).  A file is a sequence of records ("fortunes") separated
+ * by lines holding only "%"; records are numbered across the files in
+ * order, and record i goes to validation when i % 10 == 9, to training
+ * otherwise.  Each split is its records, each as its lines (a final
+ * newline added if missing) followed by the line "%".  Errors name the
+ * file: missing, unreadable, empty, a byte outside the vocabulary (its
+ * offset and value), or fewer than 10 records in all. */
+int emu_text_fortunes(emu_textset *train, emu_textset *val, const char *path,
+                      emu_error *err);
+
+void emu_textset_free(emu_textset *t);
+
+/* The id of a byte (-1 outside the vocabulary), and the byte of an id
+ * (-1 outside 0 .. EMU_TEXT_VOCAB-1). */
+int emu_text_id(int byte);
+int emu_text_char(int id);
+
+/* Whether t holds a window of T tokens: 1 <= T and T + 1 <= t->n (the
+ * targets run one token further).  Returns 0, or -1 with err (EMU_ESPEC)
+ * naming the set, its size and T. */
+int emu_text_check_context(const emu_textset *t, int T, emu_error *err);
+
+/* Training windows: example b of step `step` starts at position
+ * p = w mod (n - T), w = word b of Philox stream 2^48 + 2^44 + step of
+ * `seed` (a stream no op, initialiser or emu_batch_permutation draws
+ * from); x[b*T + j] = tokens[p + j], y[b*T + j] = tokens[p + j + 1].
+ * A pure function of (t, T, seed, step): a resumed run draws the same
+ * windows.  The caller checks the context first (emu_text_check_context). */
+void emu_text_batch(const emu_textset *t, int batch, int T, uint64_t seed,
+                    uint64_t step, int32_t *x, int32_t *y);
+
+/* Evaluation windows: `count` non-overlapping windows spread evenly over
+ * t, window k starting at k * ((n - 1 - T) / (count - 1)) (0 when count
+ * is 1), so they cover the whole set, not only its beginning.
+ * emu_text_eval_count is the number used for a request of `want`:
+ * min(want, (n - 1) / T).  emu_text_eval_batch fills `batch` windows
+ * first .. first+batch-1 (those at or past count repeat window 0). */
+size_t emu_text_eval_count(const emu_textset *t, int T, size_t want);
+void emu_text_eval_batch(const emu_textset *t, int T, size_t count,
+                         size_t first, int batch, int32_t *x, int32_t *y);
 
 #ifdef __cplusplus
 }

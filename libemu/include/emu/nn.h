@@ -390,10 +390,16 @@ typedef enum emu_schedule { EMU_LR_CONSTANT, EMU_LR_STEP, EMU_LR_COSINE, EMU_LR_
 typedef struct emu_train_config {
     char preset[32];
     char arch[128];
-    char data[16];            /* "synthetic" or "fashion-mnist"            */
-    char data_dir[256];       /* for fashion-mnist ("" = Debian's location) */
-    size_t train_examples;    /* 0: all; otherwise the first n             */
-    size_t test_examples;
+    char data[16];            /* "synthetic" or "fashion-mnist"; for language
+                                 models "text" or "fortunes"              */
+    char data_dir[256];       /* for fashion-mnist ("" = Debian's location);
+                                 fortunes: a text file or folder ("": the
+                                 default set, emu_text_fortunes)          */
+    size_t train_examples;    /* 0: all; otherwise the first n (text: the
+                                 characters generated, default 10^6;
+                                 fortunes: the first n characters)         */
+    size_t test_examples;     /* the same for the test / validation set
+                                 (text: default 10^5)                      */
     int epochs;
     int64_t max_steps;        /* 0: epochs decide                          */
     int batch;
@@ -429,6 +435,13 @@ typedef struct emu_train_config {
      * (sites "<layer>.w.clip", "<layer>.b.clip").  steps.csv gains a
      * grad_norm column. */
     double clip_norm;
+    /* Language models (data "text" or "fortunes", arch emu_arch_is_lm):
+     * the window length T of a training example (0: a gpt's own T, 64 for
+     * an lstm), and how many validation windows of T each evaluation
+     * scores (0: 256; fewer if the set is shorter), spread evenly over the
+     * validation text (emu_text_eval_batch). */
+    int seq_len;
+    size_t eval_windows;
 } emu_train_config;
 
 void emu_train_config_default(emu_train_config *c);
