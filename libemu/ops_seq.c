@@ -857,33 +857,46 @@ int emu_t_layernorm_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
     float *w = xh + ND;
     double *s1 = sums, *s2 = sums + N, *fs = sums + 2 * N;
     const float *xd = x->data, *gd = gamma ? gamma->data : NULL;
-    for (size_t i = 0; i < N; i++) {
-        const double mu = mean->data[i], rs = rstd->data[i];
-        for (size_t d = 0; d < D; d++) {
-            const float h = (float)(((double)xd[i * D + d] - mu) * rs);
-            xh[i * D + d] = h;
-            w[i * D + d] = gd ? (float)((double)gd[d] * h) : h;
+    const bool fast = o->accum->kind == EMU_ACCUM_FAST;
+    if (fast) {
+        /* One pass: xh and w, and the fast model's sums, each in its
+         * defined order in binary64: the column sums of dy and dy xh
+         * (rows ascending) and the row sums S1, S2 (columns ascending). */
+        double *fb = fs, *fg = fs + D;
+        memset(fs, 0, 2 * D * sizeof *fs);
+        for (size_t i = 0; i < N; i++) {
+            const double mu = mean->data[i], rs = rstd->data[i];
+            const float *g = dy->data + i * D, *xr = xd + i * D;
+            double a1 = 0.0, a2 = 0.0;
+            for (size_t d = 0; d < D; d++) {
+                const float h = (float)(((double)xr[d] - mu) * rs);
+                const float wv = gd ? (float)((double)gd[d] * h) : h;
+                xh[i * D + d] = h;
+                w[i * D + d] = wv;
+                fb[d] += g[d];
+                fg[d] += (double)g[d] * h;
+                a1 += gd ? (double)g[d] * gd[d] : (double)g[d];
+                a2 += (double)g[d] * wv;
+            }
+            s1[i] = a1;
+            s2[i] = a2;
+        }
+    } else {
+        for (size_t i = 0; i < N; i++) {
+            const double mu = mean->data[i], rs = rstd->data[i];
+            for (size_t d = 0; d < D; d++) {
+                const float h = (float)(((double)xd[i * D + d] - mu) * rs);
+                xh[i * D + d] = h;
+                w[i * D + d] = gd ? (float)((double)gd[d] * h) : h;
+            }
         }
     }
-    const bool fast = o->accum->kind == EMU_ACCUM_FAST;
     const bool swamp = ctx->stats && (ctx->measure & EMU_MEASURE_SWAMP) && !fast;
     emu_accum_counts counts;
     ln_op op = { .N = N, .D = D, .x = xd, .mean = mean->data,
                  .rstd = rstd->data, .gamma = gd, .dy = dy->data, .xh = xh,
                  .eps = o->eps, .accum = o->accum, .seed = ctx->seed,
                  .counts = swamp ? &counts : NULL };
-    if (fast) {
-        /* column sums row by row: each in ascending row order, binary64 */
-        double *fb = fs, *fg = fs + D;
-        memset(fs, 0, 2 * D * sizeof *fs);
-        for (size_t i = 0; i < N; i++) {
-            const float *g = dy->data + i * D, *h = xh + i * D;
-            for (size_t d = 0; d < D; d++) {
-                fb[d] += g[d];
-                fg[d] += (double)g[d] * h[d];
-            }
-        }
-    }
     char sub[EMU_TENSOR_NAME_MAX + 24];
     int rc = 0;
     emu_tensor *pouts[2] = { dgamma, dbeta };
@@ -906,11 +919,7 @@ int emu_t_layernorm_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
          * 2i + 1 of the dinput commit, their swamping counted there */
         memset(&counts, 0, sizeof counts);
         op.stream = emu_ctx_stream(ctx) ^ ACCUM_STREAM_TAG;
-        if (fast) {
-            fast_row_sums(gd ? 1 : 0, dy->data, gd, NULL, N, D, s1);
-            fast_row_sums(2, dy->data, w, NULL, N, D, s2);
-        }
-        for (size_t i = 0; i < N && !fast; i++) {
+        for (size_t i = 0; i < N && !fast; i++) { /* fast: done above */
             double lo;
             const float *g = dy->data + i * D;
             s1[i] = model_dot(&op, g, 1, gd, 1, D, 2 * i, &lo);
