@@ -580,8 +580,11 @@ static int ln_sum_ref(const void *vop, size_t i, mpfr_ptr exact, mpfr_ptr src)
     } else {
         for (size_t r = 0; r < op->N; r++) {
             if (op->what == LN_DGAMMA) {
-                /* the defined terms: dy times the binary32 xhat */
-                mpfr_set_flt(t, op->xh[r * D + i], MPFR_RNDN);
+                /* the defined terms: dy times the binary32 xhat (formed
+                 * here: the fast model keeps no xh array) */
+                const float h = (float)(((double)op->x[r * D + i] - op->mean[r]) *
+                                        op->rstd[r]);
+                mpfr_set_flt(t, h, MPFR_RNDN);
                 mpfr_mul_d(t, t, op->dy[r * D + i], MPFR_RNDN);
                 mpfr_add(exact, exact, t, MPFR_RNDN);
             } else {
@@ -869,23 +872,25 @@ int emu_t_layernorm_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
     /* xh = (x - mean) rstd rounded to binary32, and w = gamma xh rounded
      * to binary32 (the terms of dgamma and of S2); the sums' scratch. */
     const size_t ND = N * D;
-    float *xh = malloc(2 * ND * sizeof *xh);
+    const bool fast = o->accum->kind == EMU_ACCUM_FAST;
+    /* xh and w as terms: the emulated models only (the fast model forms
+     * its sums in one pass below) */
+    float *xh = fast ? NULL : malloc(2 * ND * sizeof *xh);
     double *sums = emu_scratch(ctx, site, 2 * N + 2 * D);
-    if (!xh || !sums) {
+    if ((!fast && !xh) || !sums) {
         free(xh);
         free(sums);
         return sums ? emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory for "
                                     "%zu values", 2 * ND)
                     : -1;
     }
-    float *w = xh + ND;
+    float *w = fast ? NULL : xh + ND;
     double *s1 = sums, *s2 = sums + N, *fs = sums + 2 * N;
     const float *xd = x->data, *gd = gamma ? gamma->data : NULL;
-    const bool fast = o->accum->kind == EMU_ACCUM_FAST;
     if (fast) {
-        /* One pass: xh and w, and the fast model's sums, each in its
-         * defined order in binary64: the column sums of dy and dy xh
-         * (rows ascending) and the row sums S1, S2 (columns ascending). */
+        /* One pass: the fast model's sums, each in its defined order in
+         * binary64: the column sums of dy and dy xh (rows ascending) and
+         * the row sums S1, S2 (columns ascending). */
         double *fb = fs, *fg = fs + D;
         memset(fs, 0, 2 * D * sizeof *fs);
         for (size_t i = 0; i < N; i++) {
@@ -895,8 +900,6 @@ int emu_t_layernorm_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
             for (size_t d = 0; d < D; d++) {
                 const float h = (float)(((double)xr[d] - mu) * rs);
                 const float wv = gd ? (float)((double)gd[d] * h) : h;
-                xh[i * D + d] = h;
-                w[i * D + d] = wv;
                 fb[d] += g[d];
                 fg[d] += (double)g[d] * h;
                 a1 += gd ? (double)g[d] * gd[d] : (double)g[d];

@@ -495,6 +495,29 @@ START_TEST(layernorm_sampled)
         emu_tensor_free(&dx);
         ln_free(&k);
     }
+    /* the fast model sampled too (its references need no kept terms):
+     * binary64 sums, within an ulp of binary32 here */
+    emu_accum fast = accum_spec("fast");
+    emu_ctx ctx;
+    emu_ctx_init(&ctx, 5);
+    emu_stats st;
+    emu_stats_init(&st);
+    ctx.stats = &st;
+    ctx.measure = EMU_MEASURE_ALL;
+    ctx.ref_rate = 1.0;
+    ln_case k;
+    ln_make(&k, 5, 12, "binary32", &g);
+    emu_layernorm_opts o = { .accum = &fast, .eps = 1e-5 };
+    ck_assert_int_eq(emu_t_layernorm(&ctx, "ln", &k.y, &k.mean, &k.rstd, &k.x,
+                                     &k.gamma, &k.beta, &o, &test_rne), 0);
+    ck_assert_int_eq(emu_t_layernorm_backward(&ctx, "ln", &k.dx, &k.dg, &k.db, &k.dy,
+                                              &k.x, &k.mean, &k.rstd, &k.gamma, &o,
+                                              &test_rne), 0);
+    const char *sites[] = { "ln.mean", "ln.var", "ln.rstd", "ln", "ln.dweight",
+                            "ln.dbias", "ln.dinput" };
+    check_sites(&st, sites, 7, 1.0);
+    emu_stats_free(&st);
+    ln_free(&k);
 }
 END_TEST
 
@@ -911,6 +934,23 @@ START_TEST(attention_sampled)
         emu_stats_free(&st);
         at_free(&k);
     }
+    /* the fast model sampled too (binary32 GEMMs: a few ulps of binary32) */
+    emu_accum fast = accum_spec("fast");
+    emu_ctx ctx;
+    emu_ctx_init(&ctx, 9);
+    emu_stats st;
+    emu_stats_init(&st);
+    ctx.stats = &st;
+    ctx.measure = EMU_MEASURE_ALL;
+    ctx.ref_rate = 1.0;
+    at_case k;
+    at_make(&k, 2, 4, 6, 3, "binary32", &g);
+    at_run(&ctx, &k, &fast, &test_rne, true);
+    const char *sites[] = { "attn.scores", "attn.softmax", "attn", "attn.dv",
+                            "attn.datt", "attn.dscores", "attn.dq", "attn.dk" };
+    check_sites(&st, sites, 8, 16.0);
+    emu_stats_free(&st);
+    at_free(&k);
 }
 END_TEST
 
