@@ -499,6 +499,13 @@ static void softmax_row(attn_op *op, size_t row)
     op->have_row = true;
 }
 
+/* The producers below: their inner loops vectorised (each element's
+ * operations unchanged; no contraction). */
+#define AT_VECTORISE                                                        \
+    __attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic",   \
+                            "fp-contract=off")))
+
+AT_VECTORISE
 static int softmax_fill(const void *vop, size_t i0, size_t m, double *hi,
                         double *lo)
 {
@@ -514,8 +521,11 @@ static int softmax_fill(const void *vop, size_t i0, size_t m, double *hi,
         const float *e = op->e;
         const double E = op->E;
         double *h = hi + j;
-        for (size_t u = 0; u < n; u++)
-            h[u] = t2 + u <= t ? e[t2 + u] / E : 0.0;
+        const size_t nk = t2 <= t ? (t + 1 - t2 < n ? t + 1 - t2 : n) : 0;
+        for (size_t u = 0; u < nk; u++)
+            h[u] = e[t2 + u] / E;
+        for (size_t u = nk; u < n; u++)
+            h[u] = 0.0;
         j += n;
     }
     return 0;
@@ -564,17 +574,25 @@ static void dscores_pos(const attn_op *op, size_t o, size_t *row, size_t *t2)
     *row = (o / op->tri) * op->T + t;
 }
 
+AT_VECTORISE
 static int dscores_fill(const void *vop, size_t i0, size_t m, double *hi,
                         double *lo)
 {
     (void)lo;
     const attn_op *op = vop;
     size_t row, t2;
-    dscores_pos(op, i0, &row, &t2); /* then row by row */
-    for (size_t j = 0; j < m; j++) {
-        hi[j] = (double)op->att[row * op->T + t2] *
-                ((double)op->sc[i0 + j] - op->R[row]);
-        if (++t2 > row % op->T) {
+    dscores_pos(op, i0, &row, &t2); /* then row segment by row segment */
+    for (size_t j = 0; j < m;) {
+        const size_t t = row % op->T;
+        const size_t n = t + 1 - t2 < m - j ? t + 1 - t2 : m - j;
+        const float *p = op->att + row * op->T + t2, *g = op->sc + i0 + j;
+        const double r = op->R[row];
+        double *h = hi + j;
+        for (size_t u = 0; u < n; u++)
+            h[u] = (double)p[u] * ((double)g[u] - r);
+        j += n;
+        t2 += n;
+        if (t2 > t) {
             t2 = 0;
             row++;
         }

@@ -580,8 +580,11 @@ static int ln_sum_ref(const void *vop, size_t i, mpfr_ptr exact, mpfr_ptr src)
     } else {
         for (size_t r = 0; r < op->N; r++) {
             if (op->what == LN_DGAMMA) {
-                /* the defined terms: dy times the binary32 xhat */
-                mpfr_set_flt(t, op->xh[r * D + i], MPFR_RNDN);
+                /* the defined terms: dy times the binary32 xhat (formed
+                 * here: the fast model keeps no xh array) */
+                const float h = (float)(((double)op->x[r * D + i] - op->mean[r]) *
+                                        op->rstd[r]);
+                mpfr_set_flt(t, h, MPFR_RNDN);
                 mpfr_mul_d(t, t, op->dy[r * D + i], MPFR_RNDN);
                 mpfr_add(exact, exact, t, MPFR_RNDN);
             } else {
@@ -614,23 +617,39 @@ static int rstd_ref(const void *vop, size_t i, mpfr_ptr exact, mpfr_ptr src)
     return 0;
 }
 
+/* Row segments, the per-row values hoisted and the NULL parameters
+ * branches out of the inner loops, which the compiler vectorises (the
+ * same operations in the same order per element; no contraction). */
+#define LN_VECTORISE                                                        \
+    __attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic",   \
+                            "fp-contract=off")))
+
+LN_VECTORISE
 static int y_fill(const void *vop, size_t i0, size_t m, double *hi, double *lo)
 {
     (void)lo;
     const ln_op *op = vop;
     const size_t D = op->D;
-    size_t i = i0 / D, d = i0 % D;
-    for (size_t j = 0; j < m; j++) {
-        double v = ((double)op->x[i0 + j] - op->mean[i]) * op->rstd[i];
-        if (op->gamma)
-            v *= op->gamma[d];
-        if (op->beta)
-            v += op->beta[d];
-        hi[j] = v;
-        if (++d == D) {
-            d = 0;
-            i++;
-        }
+    const float *ga = op->gamma, *be = op->beta;
+    for (size_t j = 0; j < m;) {
+        const size_t i = (i0 + j) / D, d0 = (i0 + j) % D;
+        const size_t n = D - d0 < m - j ? D - d0 : m - j;
+        const double mu = op->mean[i], rs = op->rstd[i];
+        const float *x = op->x + i0 + j;
+        double *h = hi + j;
+        if (ga && be)
+            for (size_t k = 0; k < n; k++)
+                h[k] = ((double)x[k] - mu) * rs * ga[d0 + k] + be[d0 + k];
+        else if (ga)
+            for (size_t k = 0; k < n; k++)
+                h[k] = ((double)x[k] - mu) * rs * ga[d0 + k];
+        else if (be)
+            for (size_t k = 0; k < n; k++)
+                h[k] = ((double)x[k] - mu) * rs + be[d0 + k];
+        else
+            for (size_t k = 0; k < n; k++)
+                h[k] = ((double)x[k] - mu) * rs;
+        j += n;
     }
     return 0;
 }
@@ -649,24 +668,32 @@ static int y_ref(const void *vop, size_t k, mpfr_ptr exact, mpfr_ptr src)
 }
 
 /* dx = rstd (dy gamma - S1 / D - xhat S2 / D), xhat in binary64. */
+LN_VECTORISE
 static int dx_fill(const void *vop, size_t i0, size_t m, double *hi, double *lo)
 {
     (void)lo;
     const ln_op *op = vop;
     const size_t D = op->D;
     const double invD = 1.0 / (double)D;
-    size_t i = i0 / D, d = i0 % D;
-    for (size_t j = 0; j < m; j++) {
-        const double rs = op->rstd[i];
-        const double xh = ((double)op->x[i0 + j] - op->mean[i]) * rs;
-        double g = op->dy[i0 + j];
-        if (op->gamma)
-            g *= op->gamma[d];
-        hi[j] = rs * (g - op->s1[i] * invD - xh * (op->s2[i] * invD));
-        if (++d == D) {
-            d = 0;
-            i++;
-        }
+    const float *ga = op->gamma;
+    for (size_t j = 0; j < m;) {
+        const size_t i = (i0 + j) / D, d0 = (i0 + j) % D;
+        const size_t n = D - d0 < m - j ? D - d0 : m - j;
+        const double mu = op->mean[i], rs = op->rstd[i];
+        const double k1 = op->s1[i] * invD, k2 = op->s2[i] * invD;
+        const float *x = op->x + i0 + j, *dy = op->dy + i0 + j;
+        double *h = hi + j;
+        if (ga)
+            for (size_t k = 0; k < n; k++) {
+                const double xh = ((double)x[k] - mu) * rs;
+                h[k] = rs * ((double)dy[k] * ga[d0 + k] - k1 - xh * k2);
+            }
+        else
+            for (size_t k = 0; k < n; k++) {
+                const double xh = ((double)x[k] - mu) * rs;
+                h[k] = rs * ((double)dy[k] - k1 - xh * k2);
+            }
+        j += n;
     }
     return 0;
 }
@@ -845,45 +872,58 @@ int emu_t_layernorm_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
     /* xh = (x - mean) rstd rounded to binary32, and w = gamma xh rounded
      * to binary32 (the terms of dgamma and of S2); the sums' scratch. */
     const size_t ND = N * D;
-    float *xh = malloc(2 * ND * sizeof *xh);
+    const bool fast = o->accum->kind == EMU_ACCUM_FAST;
+    /* xh and w as terms: the emulated models only (the fast model forms
+     * its sums in one pass below) */
+    float *xh = fast ? NULL : malloc(2 * ND * sizeof *xh);
     double *sums = emu_scratch(ctx, site, 2 * N + 2 * D);
-    if (!xh || !sums) {
+    if ((!fast && !xh) || !sums) {
         free(xh);
         free(sums);
         return sums ? emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory for "
                                     "%zu values", 2 * ND)
                     : -1;
     }
-    float *w = xh + ND;
+    float *w = fast ? NULL : xh + ND;
     double *s1 = sums, *s2 = sums + N, *fs = sums + 2 * N;
     const float *xd = x->data, *gd = gamma ? gamma->data : NULL;
-    for (size_t i = 0; i < N; i++) {
-        const double mu = mean->data[i], rs = rstd->data[i];
-        for (size_t d = 0; d < D; d++) {
-            const float h = (float)(((double)xd[i * D + d] - mu) * rs);
-            xh[i * D + d] = h;
-            w[i * D + d] = gd ? (float)((double)gd[d] * h) : h;
+    if (fast) {
+        /* One pass: the fast model's sums, each in its defined order in
+         * binary64: the column sums of dy and dy xh (rows ascending) and
+         * the row sums S1, S2 (columns ascending). */
+        double *fb = fs, *fg = fs + D;
+        memset(fs, 0, 2 * D * sizeof *fs);
+        for (size_t i = 0; i < N; i++) {
+            const double mu = mean->data[i], rs = rstd->data[i];
+            const float *g = dy->data + i * D, *xr = xd + i * D;
+            double a1 = 0.0, a2 = 0.0;
+            for (size_t d = 0; d < D; d++) {
+                const float h = (float)(((double)xr[d] - mu) * rs);
+                const float wv = gd ? (float)((double)gd[d] * h) : h;
+                fb[d] += g[d];
+                fg[d] += (double)g[d] * h;
+                a1 += gd ? (double)g[d] * gd[d] : (double)g[d];
+                a2 += (double)g[d] * wv;
+            }
+            s1[i] = a1;
+            s2[i] = a2;
+        }
+    } else {
+        for (size_t i = 0; i < N; i++) {
+            const double mu = mean->data[i], rs = rstd->data[i];
+            for (size_t d = 0; d < D; d++) {
+                const float h = (float)(((double)xd[i * D + d] - mu) * rs);
+                xh[i * D + d] = h;
+                w[i * D + d] = gd ? (float)((double)gd[d] * h) : h;
+            }
         }
     }
-    const bool fast = o->accum->kind == EMU_ACCUM_FAST;
     const bool swamp = ctx->stats && (ctx->measure & EMU_MEASURE_SWAMP) && !fast;
     emu_accum_counts counts;
     ln_op op = { .N = N, .D = D, .x = xd, .mean = mean->data,
                  .rstd = rstd->data, .gamma = gd, .dy = dy->data, .xh = xh,
                  .eps = o->eps, .accum = o->accum, .seed = ctx->seed,
                  .counts = swamp ? &counts : NULL };
-    if (fast) {
-        /* column sums row by row: each in ascending row order, binary64 */
-        double *fb = fs, *fg = fs + D;
-        memset(fs, 0, 2 * D * sizeof *fs);
-        for (size_t i = 0; i < N; i++) {
-            const float *g = dy->data + i * D, *h = xh + i * D;
-            for (size_t d = 0; d < D; d++) {
-                fb[d] += g[d];
-                fg[d] += (double)g[d] * h[d];
-            }
-        }
-    }
     char sub[EMU_TENSOR_NAME_MAX + 24];
     int rc = 0;
     emu_tensor *pouts[2] = { dgamma, dbeta };
@@ -906,11 +946,7 @@ int emu_t_layernorm_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
          * 2i + 1 of the dinput commit, their swamping counted there */
         memset(&counts, 0, sizeof counts);
         op.stream = emu_ctx_stream(ctx) ^ ACCUM_STREAM_TAG;
-        if (fast) {
-            fast_row_sums(gd ? 1 : 0, dy->data, gd, NULL, N, D, s1);
-            fast_row_sums(2, dy->data, w, NULL, N, D, s2);
-        }
-        for (size_t i = 0; i < N && !fast; i++) {
+        for (size_t i = 0; i < N && !fast; i++) { /* fast: done above */
             double lo;
             const float *g = dy->data + i * D;
             s1[i] = model_dot(&op, g, 1, gd, 1, D, 2 * i, &lo);

@@ -495,6 +495,29 @@ START_TEST(layernorm_sampled)
         emu_tensor_free(&dx);
         ln_free(&k);
     }
+    /* the fast model sampled too (its references need no kept terms):
+     * binary64 sums, within an ulp of binary32 here */
+    emu_accum fast = accum_spec("fast");
+    emu_ctx ctx;
+    emu_ctx_init(&ctx, 5);
+    emu_stats st;
+    emu_stats_init(&st);
+    ctx.stats = &st;
+    ctx.measure = EMU_MEASURE_ALL;
+    ctx.ref_rate = 1.0;
+    ln_case k;
+    ln_make(&k, 5, 12, "binary32", &g);
+    emu_layernorm_opts o = { .accum = &fast, .eps = 1e-5 };
+    ck_assert_int_eq(emu_t_layernorm(&ctx, "ln", &k.y, &k.mean, &k.rstd, &k.x,
+                                     &k.gamma, &k.beta, &o, &test_rne), 0);
+    ck_assert_int_eq(emu_t_layernorm_backward(&ctx, "ln", &k.dx, &k.dg, &k.db, &k.dy,
+                                              &k.x, &k.mean, &k.rstd, &k.gamma, &o,
+                                              &test_rne), 0);
+    const char *sites[] = { "ln.mean", "ln.var", "ln.rstd", "ln", "ln.dweight",
+                            "ln.dbias", "ln.dinput" };
+    check_sites(&st, sites, 7, 1.0);
+    emu_stats_free(&st);
+    ln_free(&k);
 }
 END_TEST
 
@@ -911,6 +934,23 @@ START_TEST(attention_sampled)
         emu_stats_free(&st);
         at_free(&k);
     }
+    /* the fast model sampled too (binary32 GEMMs: a few ulps of binary32) */
+    emu_accum fast = accum_spec("fast");
+    emu_ctx ctx;
+    emu_ctx_init(&ctx, 9);
+    emu_stats st;
+    emu_stats_init(&st);
+    ctx.stats = &st;
+    ctx.measure = EMU_MEASURE_ALL;
+    ctx.ref_rate = 1.0;
+    at_case k;
+    at_make(&k, 2, 4, 6, 3, "binary32", &g);
+    at_run(&ctx, &k, &fast, &test_rne, true);
+    const char *sites[] = { "attn.scores", "attn.softmax", "attn", "attn.dv",
+                            "attn.datt", "attn.dscores", "attn.dq", "attn.dk" };
+    check_sites(&st, sites, 8, 16.0);
+    emu_stats_free(&st);
+    at_free(&k);
 }
 END_TEST
 
@@ -1262,6 +1302,67 @@ START_TEST(attention_emulated_is_accum_dot)
 }
 END_TEST
 
+
+/* The fast model's layer norm is its definition: binary64 sums in their
+ * order (rows' columns ascending, columns' rows ascending), each value
+ * rounded once. */
+START_TEST(layernorm_fast_is_its_definition)
+{
+    test_rng g = test_rng_make(0x1a06);
+    ln_case k;
+    ln_make(&k, 11, 16, "binary32", &g); /* 11 rows: a block of 8 and 3 more */
+    for (size_t j = 0; j < k.x.n; j++)
+        k.x.data[j] = rnd_val(&g);
+    emu_accum fast = accum_spec("fast");
+    emu_layernorm_opts o = { .accum = &fast, .eps = 1e-5 };
+    emu_ctx ctx;
+    emu_ctx_init(&ctx, 1);
+    ck_assert_int_eq(emu_t_layernorm(&ctx, "ln", &k.y, &k.mean, &k.rstd, &k.x,
+                                     &k.gamma, &k.beta, &o, &test_rne), 0);
+    ck_assert_int_eq(emu_t_layernorm_backward(&ctx, "ln", &k.dx, &k.dg, &k.db, &k.dy,
+                                              &k.x, &k.mean, &k.rstd, &k.gamma, &o,
+                                              &test_rne), 0);
+    const size_t N = 11, D = 16;
+    const float *x = k.x.data, *dy = k.dy.data, *ga = k.gamma.data;
+    for (size_t i = 0; i < N; i++) {
+        double s = 0.0, v = 0.0, s1 = 0.0, s2 = 0.0;
+        for (size_t d = 0; d < D; d++)
+            s += x[i * D + d];
+        EXPECT(k.mean.data[i] == (float)(s / 16.0), "mean %zu", i);
+        for (size_t d = 0; d < D; d++) {
+            const float c = (float)((double)x[i * D + d] - k.mean.data[i]);
+            v += (double)c * c;
+        }
+        const float var = (float)(v / 16.0);
+        EXPECT(k.rstd.data[i] == (float)(1.0 / sqrt((double)var + 1e-5)), "rstd %zu", i);
+        const double mu = k.mean.data[i], rs = k.rstd.data[i];
+        for (size_t d = 0; d < D; d++) {
+            const float h = (float)(((double)x[i * D + d] - mu) * rs);
+            s1 += (double)dy[i * D + d] * ga[d];
+            s2 += (double)dy[i * D + d] * (float)((double)ga[d] * h);
+        }
+        for (size_t d = 0; d < D; d++) {
+            const double xh = ((double)x[i * D + d] - mu) * rs;
+            const double want = rs * ((double)dy[i * D + d] * ga[d] - s1 * (1.0 / 16.0) -
+                                      xh * (s2 * (1.0 / 16.0)));
+            EXPECT(k.dx.data[i * D + d] == (float)want, "dx (%zu, %zu): %a, want %a",
+                   i, d, k.dx.data[i * D + d], (float)want);
+        }
+    }
+    for (size_t d = 0; d < D; d++) {
+        double sb = 0.0, sg = 0.0;
+        for (size_t i = 0; i < N; i++) {
+            const float h = (float)(((double)x[i * D + d] - k.mean.data[i]) *
+                                    k.rstd.data[i]);
+            sb += dy[i * D + d];
+            sg += (double)dy[i * D + d] * h;
+        }
+        EXPECT(k.db.data[d] == (float)sb && k.dg.data[d] == (float)sg, "column %zu", d);
+    }
+    ln_free(&k);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("ops_seq");
@@ -1279,6 +1380,7 @@ static Suite *suite(void)
     tcase_add_test(tc, layernorm_narrow_accumulator);
     tcase_add_test(tc, layernorm_finite_difference);
     tcase_add_test(tc, layernorm_fast_and_edges);
+    tcase_add_test(tc, layernorm_fast_is_its_definition);
     tcase_add_test(tc, layernorm_refusals);
     suite_add_tcase(s, tc);
     tc = tcase_create("attention");

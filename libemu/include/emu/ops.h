@@ -355,8 +355,11 @@ int emu_t_adam_update(emu_ctx *ctx, const char *site, emu_tensor *w, emu_tensor 
  * matrices; token ids are int32_t.  Every quantity below is rounded once
  * into its tensor's format; the sums run under the accumulator model of
  * the options (required), each output or statistic one dot product whose
- * terms, in the order given, define it; the fast model sums in binary64.
- * The exact definitions are in libemu/ops_seq.c and libemu/ops_attn.c. */
+ * terms, in the order given, define it.  The fast model sums in binary64
+ * (embedding gradient, layer norm, the softmax's row sums) or, for the
+ * products of attention, as emu_t_matmul's fast model does: one binary32
+ * GEMM per example and head.  The exact definitions are in
+ * libemu/ops_seq.c and libemu/ops_attn.c. */
 
 /* out (N, D) (any shape of n*D elements whose last dimension is D): row i
  * = table (V, D) row idx[i], each value rounded (a cast) into out's format
