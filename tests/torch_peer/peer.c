@@ -28,6 +28,11 @@
  *       "loss", "logits" (B*T, V), "grad.<name>" for every parameter,
  *       "x.0" (B, T) and "y.0" (B*T), ids as floats.  PEER_SET and
  *       PEER_DUMP as for grad.
+ *   peer lmbatches SEED NTRAIN NVAL BATCH SEQ STEPS OUT
+ *       the windows of the first STEPS steps of `emu train --data text
+ *       --seed SEED --train-examples NTRAIN --test-examples NVAL --batch
+ *       BATCH --seq-len SEQ` (emu_text_embedded, emu_text_batch):
+ *       "x.<k>" (B, T) and "y.<k>" (B*T), ids as floats.
  *
  * Exit status 0, or 1 with a message on stderr.
  */
@@ -280,6 +285,58 @@ static int lmgrad(const char *arch, const char *weights, uint64_t seed,
     return rc;
 }
 
+static int lmbatches(uint64_t seed, size_t ntrain, size_t nval, int batch,
+                     int seq, int steps, const char *out)
+{
+    emu_error err;
+    emu_textset train, val;
+    if (emu_text_embedded(&train, &val, seed, ntrain, nval, &err))
+        return die("text", &err);
+    if (emu_text_check_context(&train, seq, &err))
+        return die("text", &err);
+    const size_t R = (size_t)batch * (size_t)seq;
+    int32_t *x = malloc(R * sizeof *x), *y = malloc(R * sizeof *y);
+    float *fx = malloc((size_t)steps * R * sizeof *fx);
+    float *fy = malloc((size_t)steps * R * sizeof *fy);
+    outlist *o = calloc(1, sizeof *o);
+    if (!x || !y || !fx || !fy || !o) {
+        fprintf(stderr, "peer: out of memory\n");
+        return 1;
+    }
+    emu_tensor shape_x, shape_y;
+    memset(&shape_x, 0, sizeof shape_x);
+    memset(&shape_y, 0, sizeof shape_y);
+    shape_x.ndim = 2;
+    shape_x.shape[0] = (size_t)batch;
+    shape_x.shape[1] = (size_t)seq;
+    shape_y.ndim = 1;
+    shape_y.shape[0] = R;
+    char name[32];
+    for (int k = 0; k < steps; k++) {
+        emu_text_batch(&train, batch, seq, seed, (uint64_t)k, x, y);
+        for (size_t i = 0; i < R; i++) {
+            fx[(size_t)k * R + i] = (float)x[i];
+            fy[(size_t)k * R + i] = (float)y[i];
+        }
+        snprintf(name, sizeof name, "x.%d", k);
+        add(o, name, &shape_x, fx + (size_t)k * R);
+        snprintf(name, sizeof name, "y.%d", k);
+        add(o, name, &shape_y, fy + (size_t)k * R);
+    }
+    const char *meta[] = { "data", "text", "source", train.source, NULL };
+    int rc = emu_tensorfile_write(out, o->t, o->n, meta, &err) ? die(out, &err) : 0;
+    for (int i = 0; i < o->n; i++)
+        free(o->names[i]);
+    free(o);
+    free(x);
+    free(y);
+    free(fx);
+    free(fy);
+    emu_textset_free(&train);
+    emu_textset_free(&val);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 6 && !strcmp(argv[1], "init"))
@@ -292,8 +349,13 @@ int main(int argc, char **argv)
         return lmgrad(argv[2], argv[3], (uint64_t)arg_long(argv[4]),
                       (int)arg_long(argv[5]), (int)arg_long(argv[6]),
                       (int)arg_long(argv[7]), argv[8]);
+    if (argc == 9 && !strcmp(argv[1], "lmbatches"))
+        return lmbatches((uint64_t)arg_long(argv[2]), (size_t)arg_long(argv[3]),
+                         (size_t)arg_long(argv[4]), (int)arg_long(argv[5]),
+                         (int)arg_long(argv[6]), (int)arg_long(argv[7]), argv[8]);
     fprintf(stderr, "usage: peer init ARCH PRESET SEED OUT\n"
                     "       peer grad ARCH WEIGHTS SEED NTRAIN NTEST BATCH STEPS OUT\n"
-                    "       peer lmgrad ARCH WEIGHTS SEED BATCH SEQ VOCAB OUT\n");
+                    "       peer lmgrad ARCH WEIGHTS SEED BATCH SEQ VOCAB OUT\n"
+                    "       peer lmbatches SEED NTRAIN NVAL BATCH SEQ STEPS OUT\n");
     return 1;
 }
