@@ -34,6 +34,8 @@ static void help(void)
         "                       scale=1024  exempt=first+last  update=kahan\n"
         "                       q.all=mxfp6-e3m2  q.act_grad.mode=sr\n"
         "                       tensor_scaling=delayed,history=64,margin=1\n"
+        "                       norm_stats=binary32  softmax=bfloat16|activation\n"
+        "                       loss=binary32  softmax.mode=sr (op classes)\n"
         "  --config FILE        'key = value' lines, each key once: any option\n"
         "                       below (without --) or policy key; command-line\n"
         "                       options win\n"

@@ -19,6 +19,7 @@
 #include <zlib.h>
 
 #include "internal.h"
+#include "nn_internal.h"
 
 static const char MAGIC[8] = { 'E', 'M', 'U', '-', 'C', 'K', 'P', 'T' };
 static const char END[8] = { 'E', 'M', 'U', '-', 'E', 'N', 'D', '\n' };
@@ -677,6 +678,14 @@ void ckpt_put_policy(ckpt_out *o, const emu_policy *p)
     ckpt_u32(o, (uint32_t)p->tscale.history);
     ckpt_u32(o, (uint32_t)p->tscale.algo);
     ckpt_u32(o, (uint32_t)p->tscale.margin);
+    /* The op classes, appended only when one differs from what a policy
+     * without them meant: an image run's checkpoint stays as it was, and
+     * an older checkpoint (which ends here) reads as legacy. */
+    if (!emu_policy_classes_legacy(p)) {
+        put_prec(o, &p->norm_stats);
+        put_prec(o, &p->softmax);
+        put_prec(o, &p->loss);
+    }
 }
 
 int ckpt_get_policy(ckpt_in *in, emu_policy *p)
@@ -713,6 +722,14 @@ int ckpt_get_policy(ckpt_in *in, emu_policy *p)
     p->tscale.algo = (emu_amax_algo)get_enum(in, EMU_AMAX_ALGO_COUNT,
                                              "amax algorithm");
     p->tscale.margin = get_int(in);
+    emu_policy_class_reset(p, &p->norm_stats);
+    emu_policy_class_reset(p, &p->softmax);
+    emu_policy_class_reset(p, &p->loss);
+    if (!in->failed && in->pos < in->end) {
+        get_prec(in, &p->norm_stats);
+        get_prec(in, &p->softmax);
+        get_prec(in, &p->loss);
+    }
     if (ckpt_done(in))
         return -1;
     /* Well-formed is not enough: the policy must be one emu_train accepts. */

@@ -30,7 +30,8 @@ struct emu_layer_priv {
     emu_tensor qbuf[EMU_QB_COUNT];
     emu_tensor qsum;          /* conv: dY summed over space, for dbias    */
     /* Batch norm: what the forward pass keeps for the backward one
-     * (binary32: xc (B, C, H, W), the batch mean and variance (C)). */
+     * (policy norm_stats: xc (B, C, H, W), the batch mean and variance
+     * (C)). */
     emu_tensor bn_xc, bn_mean, bn_var;
     /* The graph (emu_model_backward): whether any layer up to this one,
      * through its sources, has parameters (else no gradient is needed
@@ -42,8 +43,8 @@ struct emu_layer_priv {
     const emu_tensor *gout;
     emu_tensor gsum;
     /* Sequence models.  Layer norm: the row means and reciprocal standard
-     * deviations (binary32, B*T).  Attention: the softmax probabilities
-     * (B, H, T, T).  A position embedding: its ids t of each row.  An
+     * deviations (policy norm_stats, B*T).  Attention: the softmax
+     * probabilities (B, H, T, T; policy softmax).  A position embedding: its ids t of each row.  An
      * embedding read by a tied head: its weight gradient starts from the
      * head's (accumulate). */
     emu_tensor ln_mean, ln_rstd, att;
@@ -53,5 +54,18 @@ struct emu_layer_priv {
     int32_t *pos;
     bool tied;
 };
+
+/* The policy's op classes (policy.c): whether class r (&p->norm_stats,
+ * &p->softmax or &p->loss) holds the value a record written before the
+ * classes existed meant (emu/nn.h), whether all three do, and setting r
+ * back to it. */
+bool emu_policy_class_legacy(const emu_policy *p, const emu_role_prec *r);
+bool emu_policy_classes_legacy(const emu_policy *p);
+void emu_policy_class_reset(emu_policy *p, emu_role_prec *r);
+/* Resets the classes a model of `arch` has no op of (normalisation
+ * outside resnet and gpt, attention outside gpt) to their legacy values:
+ * they change no number, and a run's record and checkpoint then name only
+ * what the model uses (nn_model.c). */
+void emu_policy_for_arch(emu_policy *p, const char *arch);
 
 #endif

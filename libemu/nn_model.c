@@ -507,6 +507,15 @@ bool emu_arch_is_lm(const char *arch)
     return arch && (arch_kind_is(arch, "gpt") || arch_kind_is(arch, "lstm"));
 }
 
+void emu_policy_for_arch(emu_policy *p, const char *arch)
+{
+    const bool gpt = arch && arch_kind_is(arch, "gpt");
+    if (!gpt && !(arch && arch_kind_is(arch, "resnet")))
+        emu_policy_class_reset(p, &p->norm_stats);
+    if (!gpt)
+        emu_policy_class_reset(p, &p->softmax);
+}
+
 /* "784-256-128-10" or "784-128x8-10": sizes after the input size. */
 static int parse_sizes(const char *s, int *sizes, int max, emu_error *err)
 {
@@ -1087,6 +1096,7 @@ static int build_spec(emu_model *m, const char *arch, layer_spec *spec, int n,
         return build_fail(m, err, EMU_ENOMEM, "arch", "out of memory");
     }
     const emu_format *b32 = emu_format_find("binary32");
+    const emu_format *nstat = &p->norm_stats.fmt; /* normalisation stats */
     for (int i = 0; i < n; i++) {
         emu_layer *l = &m->layers[i];
         struct emu_layer_priv *lp = l->priv;
@@ -1139,11 +1149,12 @@ static int build_spec(emu_model *m, const char *arch, layer_spec *spec, int n,
             }
         }
         if (l->kind == EMU_LAYER_ATTENTION) {
-            /* The probabilities in the activation format: what the second
-             * product reads. */
+            /* The probabilities in the policy's softmax format (or the
+             * activation format): what the second product reads. */
             char name[EMU_TENSOR_NAME_MAX];
             snprintf(name, sizeof name, "%s.att", l->name);
-            if (emu_tensor_alloc4(&lp->att, name, EMU_ROLE_ACTIVATION, act,
+            if (emu_tensor_alloc4(&lp->att, name, EMU_ROLE_ACTIVATION,
+                                  p->softmax.fmt.ebits ? &p->softmax.fmt : act,
                                   (size_t)batch, (size_t)l->heads,
                                   (size_t)rows, (size_t)rows, err))
                 goto fail;
@@ -1194,11 +1205,11 @@ static int build_spec(emu_model *m, const char *arch, layer_spec *spec, int n,
             wkind = INIT_ONE;
             char rname[EMU_TENSOR_NAME_MAX];
             snprintf(rname, sizeof rname, "%s.mean", l->name);
-            if (emu_tensor_alloc4(&lp->ln_mean, rname, EMU_ROLE_OTHER, b32,
+            if (emu_tensor_alloc4(&lp->ln_mean, rname, EMU_ROLE_OTHER, nstat,
                                   (size_t)R, 0, 0, 0, err))
                 goto fail;
             snprintf(rname, sizeof rname, "%s.rstd", l->name);
-            if (emu_tensor_alloc4(&lp->ln_rstd, rname, EMU_ROLE_OTHER, b32,
+            if (emu_tensor_alloc4(&lp->ln_rstd, rname, EMU_ROLE_OTHER, nstat,
                                   (size_t)R, 0, 0, 0, err))
                 goto fail;
         } else { /* batch norm: gamma (C) = 1, beta (C) = 0 */
@@ -1207,15 +1218,15 @@ static int build_spec(emu_model *m, const char *arch, layer_spec *spec, int n,
             fan_in = 1;
             wkind = INIT_ONE;
             char rname[EMU_TENSOR_NAME_MAX];
-            if (alloc_act(&lp->bn_xc, l->name, "xc", EMU_ROLE_ACTIVATION, b32,
+            if (alloc_act(&lp->bn_xc, l->name, "xc", EMU_ROLE_ACTIVATION, nstat,
                           batch, l->in_dims, l->in_ndim, err))
                 goto fail;
             snprintf(rname, sizeof rname, "%s.mean", l->name);
-            if (emu_tensor_alloc4(&lp->bn_mean, rname, EMU_ROLE_OTHER, b32,
+            if (emu_tensor_alloc4(&lp->bn_mean, rname, EMU_ROLE_OTHER, nstat,
                                   wshape[0], 0, 0, 0, err))
                 goto fail;
             snprintf(rname, sizeof rname, "%s.var", l->name);
-            if (emu_tensor_alloc4(&lp->bn_var, rname, EMU_ROLE_OTHER, b32,
+            if (emu_tensor_alloc4(&lp->bn_var, rname, EMU_ROLE_OTHER, nstat,
                                   wshape[0], 0, 0, 0, err))
                 goto fail;
             snprintf(rname, sizeof rname, "%s.running_mean", l->name);
@@ -1263,9 +1274,9 @@ static int build_spec(emu_model *m, const char *arch, layer_spec *spec, int n,
         last->out_dims[0] != classes)
         return build_fail(m, err, EMU_ESPEC, "arch", "the last layer must be a linear "
                           "layer with %d outputs", classes);
-    /* The loss is reported, not trained on: binary32 whatever the policy. */
-    if (emu_tensor_alloc4(&m->loss, "loss", EMU_ROLE_OTHER,
-                          emu_format_find("binary32"), 1, 0, 0, 0, err) ||
+    /* The loss is reported, not trained on: in the policy's loss format. */
+    if (emu_tensor_alloc4(&m->loss, "loss", EMU_ROLE_OTHER, &p->loss.fmt, 1,
+                          0, 0, 0, err) ||
         emu_tensor_alloc4(&m->dlogits, "dlogits", EMU_ROLE_ACT_GRAD,
                           &prec_of(p, last, EMU_ROLE_ACT_GRAD)->fmt,
                           (size_t)R, (size_t)classes, 0, 0, err))
@@ -1415,23 +1426,32 @@ static const emu_tensor *output_of(const emu_model *m, int i)
     return i < 0 ? &m->x : &m->layers[i].y;
 }
 
-/* Batch norm's settings (PyTorch's defaults): the statistics in binary32
- * rounded to nearest, as the mixed-precision recipes keep them. */
-static const emu_rounding bn_stat_rnd = { .mode = EMU_RNE, .sr_bits = 64 };
-
+/* Batch norm's settings (PyTorch's defaults): the statistics under the
+ * policy's norm_stats (binary32 nearest-even in every preset, as the
+ * mixed-precision recipes keep them). */
 static emu_batchnorm_opts bn_opts(const emu_model *m, const emu_policy *p)
 {
     return (emu_batchnorm_opts){ .accum = &p->accum, .training = !m->eval,
                                  .eps = 1e-5, .momentum = 0.1,
-                                 .stat_rnd = &bn_stat_rnd };
+                                 .stat_rnd = &p->norm_stats.rnd };
 }
 
-/* Layer norm's settings: PyTorch's eps, the row statistics in binary32
- * rounded to nearest as for batch norm. */
+/* Layer norm's settings: PyTorch's eps, the row statistics under
+ * norm_stats as for batch norm. */
 static emu_layernorm_opts ln_opts(const emu_policy *p)
 {
     return (emu_layernorm_opts){ .accum = &p->accum, .eps = 1e-5,
-                                 .stat_rnd = &bn_stat_rnd };
+                                 .stat_rnd = &p->norm_stats.rnd };
+}
+
+/* Attention's settings: the scores, probabilities and their gradients
+ * under the policy's softmax rounding, or (softmax=activation) under the
+ * layer's forward and backward roundings. */
+static emu_attention_opts attn_opts(const emu_policy *p, const emu_layer *l)
+{
+    return (emu_attention_opts){ .accum = &p->accum, .heads = l->heads,
+                                 .stat_rnd = p->softmax.fmt.ebits
+                                                 ? &p->softmax.rnd : NULL };
 }
 
 /* A sequence model's (B*T, F) rows seen as the (B, T, F) the attention
@@ -1562,7 +1582,7 @@ int emu_model_forward(emu_model *m, emu_ctx *ctx, const emu_policy *p)
             /* Both batched products in the activation format, under the
              * policy's accumulator (no scaled operands). */
             emu_tensor qkv = seq_view(x, m), out = seq_view(&l->y, m);
-            emu_attention_opts o = { .accum = &p->accum, .heads = l->heads };
+            emu_attention_opts o = attn_opts(p, l);
             rc = emu_t_attention(ctx, l->name, &out, &l->priv->att, &qkv, &o,
                                  rnd);
             break;
@@ -1662,9 +1682,11 @@ int emu_model_backward(emu_model *m, emu_ctx *ctx, const emu_policy *p,
 {
     EMU_HOSTFP_GUARD;
     const emu_layer *last = &m->layers[m->n_layers - 1];
-    if (emu_t_cross_entropy(ctx, "loss", &m->loss, &m->dlogits, &last->y,
-                            labels, scale,
-                            &prec_of(p, last, EMU_ROLE_ACT_GRAD)->rnd))
+    /* The loss value under the policy's loss rounding, its gradient under
+     * the head's. */
+    if (emu_cross_entropy_rnd2(ctx, "loss", &m->loss, &m->dlogits, &last->y,
+                               labels, scale, &p->loss.rnd,
+                               &prec_of(p, last, EMU_ROLE_ACT_GRAD)->rnd))
         return -1;
     char site[64];
     for (int i = 0; i < m->n_layers; i++)
@@ -1815,7 +1837,7 @@ int emu_model_backward(emu_model *m, emu_ctx *ctx, const emu_policy *p,
         case EMU_LAYER_ATTENTION: {
             emu_tensor dqkv = seq_view(&l->dx, m), dout = seq_view(dy, m),
                        qkv = seq_view(l->in, m);
-            emu_attention_opts o = { .accum = &p->accum, .heads = l->heads };
+            emu_attention_opts o = attn_opts(p, l);
             rc = emu_t_attention_backward(ctx, l->name, &dqkv, &dout, &qkv,
                                           &l->priv->att, &o, grad_rnd);
             break;

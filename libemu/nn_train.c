@@ -189,7 +189,9 @@ typedef struct layer_trace {
 
 typedef struct run {
     const emu_train_config *cfg;
-    const emu_policy *p;
+    const emu_policy *p;      /* &pol                                      */
+    emu_policy pol;           /* the caller's, the op classes the model has
+                                 no op of reset (emu_policy_for_arch)      */
     emu_dataset train, test;
     /* Language models: the text, the window length and the number of
      * validation windows; batch_y then holds the B*T targets. */
@@ -1993,7 +1995,12 @@ int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
     if (!r)
         return emu_fail(err, EMU_ENOMEM, "train", "", "out of memory");
     r->cfg = cfg;
-    r->p = p;
+    /* What the run records (fingerprint, meta.json, checkpoint) and uses:
+     * an op class the model has no op of changes nothing and is left
+     * out, so image runs keep the records they had. */
+    r->pol = *p;
+    emu_policy_for_arch(&r->pol, cfg->arch);
+    r->p = p = &r->pol;
     r->t0 = now();
     r->tty = log && isatty(fileno(log));
     snprintf(r->dir, sizeof r->dir, "%s", cfg->out_dir);

@@ -160,4 +160,12 @@ double emu_accum_round_step(const emu_format *f, const emu_rounding *r,
  * producer and store_early (others go to emu_commit). */
 int emu_commit_direct(emu_ctx *ctx, const emu_op_out *o);
 
+/* emu_t_cross_entropy with the loss value rounded under loss_rnd and the
+ * gradient under rnd (the nn code's policy keeps them apart). */
+int emu_cross_entropy_rnd2(emu_ctx *ctx, const char *site, emu_tensor *loss,
+                           emu_tensor *dlogits, const emu_tensor *logits,
+                           const int *labels, float scale,
+                           const emu_rounding *loss_rnd,
+                           const emu_rounding *rnd);
+
 #endif

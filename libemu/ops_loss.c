@@ -334,8 +334,19 @@ int emu_t_cross_entropy(emu_ctx *ctx, const char *site, emu_tensor *loss,
                         const int *labels, float scale,
                         const emu_rounding *rnd)
 {
+    return emu_cross_entropy_rnd2(ctx, site, loss, dlogits, logits, labels,
+                                  scale, rnd, rnd);
+}
+
+int emu_cross_entropy_rnd2(emu_ctx *ctx, const char *site, emu_tensor *loss,
+                           emu_tensor *dlogits, const emu_tensor *logits,
+                           const int *labels, float scale,
+                           const emu_rounding *loss_rnd,
+                           const emu_rounding *rnd)
+{
     EMU_HOSTFP_GUARD;
     if (emu_check_rounding(ctx, site, rnd) ||
+        emu_check_rounding(ctx, site, loss_rnd) ||
         emu_check_tensor(ctx, site, "loss", loss) ||
         emu_check_tensor(ctx, site, "logits", logits) ||
         check_rows(ctx, site, "logits", logits))
@@ -393,7 +404,7 @@ int emu_t_cross_entropy(emu_ctx *ctx, const char *site, emu_tensor *loss,
     int rc = emu_commit(ctx, &(emu_op_out){
         .site = site, .kind = "cross_entropy", .out = loss, .hi = &lossv,
         .op = &op, .ref = xent_loss_ref, .inputs_had_nan = xent_loss_had_nan,
-        .rnd = rnd });
+        .rnd = loss_rnd });
     if (rc == 0 && dlogits) {
         char sub[EMU_TENSOR_NAME_MAX + 16];
         sub_site(sub, sizeof sub, site, "dlogits");

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "nn_internal.h"
 
 static emu_role_prec prec(const char *format, emu_rnd mode)
 {
@@ -57,6 +58,45 @@ static void base(emu_policy *p, const char *name, const char *paper)
     p->tscale.kind = EMU_TSCALE_DELAYED;
     p->tscale.history = 16;
     p->tscale.algo = EMU_AMAX_MAX;
+    /* The op classes the recipes keep in binary32 (the fp16 presets
+     * narrow the softmax below). */
+    p->norm_stats = p->softmax = p->loss = prec("binary32", EMU_RNE);
+}
+
+/* ---- op classes -------------------------------------------------------------- */
+
+/* The values a record without the op classes meant: binary32 nearest-even
+ * statistics and loss (the code fixed them so), and the activation format
+ * for attention's softmax (no format: ebits 0). */
+static bool is_b32_rne(const emu_role_prec *r)
+{
+    char a[256], b[256];
+    emu_format_spec_string(&r->fmt, a, sizeof a);
+    emu_format_spec_string(emu_format_find("binary32"), b, sizeof b);
+    return r->fmt.ebits != 0 && !strcmp(a, b) && r->rnd.mode == EMU_RNE &&
+           r->rnd.tininess == EMU_TINY_AFTER && !r->rnd.saturate;
+}
+
+bool emu_policy_class_legacy(const emu_policy *p, const emu_role_prec *r)
+{
+    if (r == &p->softmax)
+        return r->fmt.ebits == 0;
+    return is_b32_rne(r);
+}
+
+bool emu_policy_classes_legacy(const emu_policy *p)
+{
+    return emu_policy_class_legacy(p, &p->norm_stats) &&
+           emu_policy_class_legacy(p, &p->softmax) &&
+           emu_policy_class_legacy(p, &p->loss);
+}
+
+void emu_policy_class_reset(emu_policy *p, emu_role_prec *r)
+{
+    if (r == &p->softmax)
+        memset(r, 0, sizeof *r);
+    else
+        *r = prec("binary32", EMU_RNE);
 }
 
 /* A preset's scaled operand.  Its spec is the library's own: a refusal is
@@ -112,6 +152,10 @@ int emu_policy_preset(emu_policy *p, const char *name, emu_error *err)
         p->master = prec("binary32", EMU_RNE);
         p->opt_state = prec("binary32", EMU_RNE);
         p->use_master = true;
+        /* "Softmax ... layers ... still read and write FP16 tensors from
+         * memory, performing the arithmetic in FP32": the op computes in
+         * binary64 and stores binary16. */
+        p->softmax = prec("binary16", EMU_RNE);
         dynamic(p);
         if (!strcmp(name, "fp16-no-master"))
             p->use_master = false; /* updates rounded straight into FP16 */
@@ -224,6 +268,9 @@ static emu_role_prec *role_field(emu_policy *p, const char *role)
     if (!strcmp(role, "weight_grad")) return &p->weight_grad;
     if (!strcmp(role, "opt_state")) return &p->opt_state;
     if (!strcmp(role, "exempt")) return &p->exempt_prec;
+    if (!strcmp(role, "norm_stats")) return &p->norm_stats;
+    if (!strcmp(role, "softmax")) return &p->softmax;
+    if (!strcmp(role, "loss")) return &p->loss;
     return NULL;
 }
 
@@ -312,6 +359,14 @@ int emu_policy_set(emu_policy *p, const char *assignment, emu_error *err)
         snprintf(role, sizeof role, "exempt");
     emu_role_prec *rp = role_field(p, role);
     if (rp && (!dot || !strcmp(dot + 1, "mode"))) {
+        if (rp == &p->softmax && !dot && !strcmp(val, "activation")) {
+            emu_policy_class_reset(p, rp);
+            return 0;
+        }
+        if (rp == &p->softmax && dot && !rp->fmt.ebits)
+            return emu_fail(err, EMU_ESPEC, "policy", key, "the softmax is in the "
+                            "activation format, under the roles' roundings: "
+                            "give it a format first (softmax=FMT)");
         if (dot) {
             if (emu_rnd_parse(val, &rp->rnd.mode, &rp->rnd.sr_bits))
                 return emu_fail(err, EMU_ESPEC, "policy", key, "'%s' is not a rounding "
@@ -427,7 +482,7 @@ int emu_policy_set(emu_policy *p, const char *assignment, emu_error *err)
     }
     return emu_fail(err, EMU_ESPEC, "policy", key, "unknown policy key (weight, master, "
                     "activation, act_grad, weight_grad, opt_state, "
-                    "<role>.mode, accum, exempt, exempt_format, update, "
+                    "norm_stats, softmax, loss, <role>.mode, accum, exempt, exempt_format, update, "
                     "scaling, scale, growth, backoff, interval, floor, "
                     "floor_growth, floor_every, target, max_scale, "
                     "q.<operand>, q.<operand>.mode, tensor_scaling)");
@@ -445,11 +500,14 @@ int emu_policy_validate(const emu_policy *p, emu_error *err)
     EMU_HOSTFP_GUARD;
     static const char *const roles[] = { "weight", "master", "activation",
                                          "act_grad", "weight_grad", "opt_state",
-                                         "exempt_format" };
+                                         "exempt_format", "norm_stats",
+                                         "loss", "softmax" };
     const emu_role_prec *rps[] = { &p->weight, &p->master, &p->activation,
                                    &p->act_grad, &p->weight_grad,
-                                   &p->opt_state, &p->exempt_prec };
-    for (int i = 0; i < 7; i++) {
+                                   &p->opt_state, &p->exempt_prec,
+                                   &p->norm_stats, &p->loss, &p->softmax };
+    /* The softmax may have no format (the activation's). */
+    for (int i = 0; i < (p->softmax.fmt.ebits ? 10 : 9); i++) {
         if (!emu_format_is_validated(&rps[i]->fmt))
             return emu_fail(err, EMU_EINVAL, "policy", roles[i], "%s was not validated, "
                             "or was changed since: call emu_format_validate",
@@ -541,8 +599,10 @@ int emu_policy_validate(const emu_policy *p, emu_error *err)
 
 /* ---- JSON -------------------------------------------------------------------- */
 
+/* "pad"name": {...}" followed by ",\n" (or "\n" if last, nothing if
+ * last < 0). */
 static void json_prec(FILE *fp, const char *name, const emu_role_prec *r,
-                      const char *pad, bool last)
+                      const char *pad, int last)
 {
     char spec[256];
     emu_format_spec_string(&r->fmt, spec, sizeof spec);
@@ -553,7 +613,8 @@ static void json_prec(FILE *fp, const char *name, const emu_role_prec *r,
         mode = modebuf;
     }
     fprintf(fp, "%s\"%s\": {\"format\": \"%s\", \"spec\": \"%s\", \"mode\": "
-            "\"%s\"}%s\n", pad, name, r->fmt.name, spec, mode, last ? "" : ",");
+            "\"%s\"}%s", pad, name, r->fmt.name, spec, mode,
+            last < 0 ? "" : last ? "\n" : ",\n");
 }
 
 void emu_policy_write_json(const emu_policy *p, FILE *fp, int indent)
@@ -611,6 +672,18 @@ void emu_policy_write_json(const emu_policy *p, FILE *fp, int indent)
         fprintf(fp, "%s\"%s\": {\"format\": \"%s\", \"mode\": \"%s\"}",
                 i ? ", " : "", qnames[i], spec, mode);
     }
-    fprintf(fp, ", \"tensor_scaling\": \"%s\"}\n", ts);
-    fprintf(fp, "%s}", pad);
+    fprintf(fp, ", \"tensor_scaling\": \"%s\"}", ts);
+    /* The op classes, all three when one differs from what a record
+     * without them meant (emu/nn.h), so that an older run's record stays
+     * byte for byte; the softmax as "activation" when it has no format. */
+    if (!emu_policy_classes_legacy(p)) {
+        fprintf(fp, ",\n");
+        json_prec(fp, "norm_stats", &p->norm_stats, pad2, 0);
+        if (p->softmax.fmt.ebits)
+            json_prec(fp, "softmax", &p->softmax, pad2, 0);
+        else
+            fprintf(fp, "%s\"softmax\": {\"format\": \"activation\"},\n", pad2);
+        json_prec(fp, "loss", &p->loss, pad2, -1);
+    }
+    fprintf(fp, "\n%s}", pad);
 }

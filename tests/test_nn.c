@@ -1370,7 +1370,12 @@ START_TEST(checkpoint_integrity)
     EXPECT(!strcmp(c2.arch, c.arch) && c2.lr == c.lr && c2.seed == c.seed &&
            c2.max_steps == c.max_steps && c2.batch == c.batch,
            "the configuration does not come back");
-    char *a = policy_json(&p), *b = policy_json(&p2);
+    /* The policy as the run used it: an op class its model has no op of
+     * (an MLP's softmax) reset to its legacy value. */
+    emu_policy pr = p;
+    if (emu_policy_set(&pr, "softmax=activation", &err))
+        ck_abort_msg("softmax=activation: %s", err.message);
+    char *a = policy_json(&pr), *b = policy_json(&p2);
     EXPECT(!strcmp(a, b), "the policy does not come back:\n%s\n%s", a, b);
     free(a);
     free(b);
@@ -1395,6 +1400,48 @@ START_TEST(checkpoint_integrity)
     }
     EXPECT(flips > 500 && cuts > 10, "%zu flips, %zu cuts", flips, cuts);
     free(img);
+
+    /* A gpt's checkpoint carries the op classes (appended to the policy
+     * section when they differ from the legacy values): they come back. */
+    {
+        emu_train_config g = c;
+        snprintf(g.arch, sizeof g.arch, "gpt:1-8-2-4");
+        snprintf(g.data, sizeof g.data, "text");
+        snprintf(g.out_dir, sizeof g.out_dir, "%s/lm", dir);
+        g.train_examples = 400;
+        g.test_examples = 100;
+        g.batch = 2;
+        g.eval_windows = 2;
+        emu_policy q;
+        if (emu_policy_preset(&q, "bf16-sr", &err) ||
+            emu_policy_set(&q, "norm_stats=binary16", &err) ||
+            emu_policy_set(&q, "softmax=e5m2", &err) ||
+            emu_policy_set(&q, "softmax.mode=rz", &err) ||
+            emu_policy_set(&q, "loss.mode=sr", &err) ||
+            emu_train(&g, &q, NULL, &err))
+            ck_abort_msg("the gpt run: %s: %s", err.where, err.message);
+        snprintf(path, sizeof path, "%s/checkpoint.bin", g.out_dir);
+        unsigned char *gi = (unsigned char *)slurp(path, &n);
+        if (emu_checkpoint_check(gi, n, &c2, &p2, &err))
+            ck_abort_msg("the gpt checkpoint: %s", err.message);
+        a = policy_json(&q);
+        b = policy_json(&p2);
+        EXPECT(!strcmp(a, b) && strstr(b, "\"softmax\": {\"format\": \"e5m2\""),
+               "the gpt's policy does not come back:\n%s\n%s", a, b);
+        free(a);
+        free(b);
+        free(gi);
+        static const char *const gfiles[] = {
+            "meta.json", "steps.csv", "ops_steps.csv", "layers_steps.csv",
+            "eval.csv", "ops.csv", "hist.csv", "ops.json", "summary.txt",
+            "checkpoint.bin", "weights.safetensors",
+        };
+        for (size_t i = 0; i < sizeof gfiles / sizeof gfiles[0]; i++) {
+            snprintf(path, sizeof path, "%s/%s", g.out_dir, gfiles[i]);
+            remove(path);
+        }
+        rmdir(g.out_dir);
+    }
 
     /* Each bad setting by its own name. */
     static const struct { const char *key; double lr, momentum, ref_rate; } bad[] = {

@@ -106,6 +106,16 @@ typedef struct emu_policy {
      * recipe for formats with a tensor scale. */
     emu_operand_quant q_weight, q_activation, q_act_grad;
     emu_tensor_scaling tscale;
+    /* Op classes the recipes keep wider than the roles (appended: a record
+     * written before they existed means the values noted "legacy").
+     * norm_stats: batch and layer norm's statistics (mean, var, rstd, and
+     * batch norm's centred xc); legacy binary32 RNE.  softmax: attention's
+     * scores and probabilities and their gradients (datt, dscores); a
+     * format with ebits 0 (softmax=activation) means the activation
+     * format under the forward's and the backward's roundings, the
+     * legacy.  loss: the loss value (the fused cross-entropy forms it in
+     * binary64, then rounds it once into this); legacy binary32 RNE. */
+    emu_role_prec norm_stats, softmax, loss;
 } emu_policy;
 
 /* The presets, by name: fp32, fp16-mpt, fp16-no-master, fp16-no-scaling,
@@ -124,7 +134,14 @@ const char *const *emu_policy_preset_names(void);
  * interval=, floor=, floor_growth=, floor_every=, target=, max_scale=,
  * q.weight=SPEC|none, q.activation=, q.act_grad=, q.all= (scaled formats,
  * emu_scaled_format_parse), q.<operand>.mode=MODE, tensor_scaling=SPEC
- * (emu_tensor_scaling_parse).
+ * (emu_tensor_scaling_parse), and the op classes: norm_stats=FMT (batch
+ * and layer norm's mean, var, rstd), softmax=FMT|activation (attention's
+ * scores, probabilities and their gradients; activation: the activation
+ * format under the roles' roundings), loss=FMT (the loss value), each
+ * with <class>.mode=MODE.  Preset defaults: norm_stats and loss binary32
+ * RNE everywhere; softmax binary16 RNE in the fp16 presets (Micikevicius
+ * et al. store the softmax's output in FP16, computing it in FP32),
+ * binary32 RNE in all others (production BF16 and FP8 recipes).
  * Returns 0 or -1 with err naming the key. */
 int emu_policy_set(emu_policy *p, const char *assignment, emu_error *err);
 
@@ -133,7 +150,11 @@ int emu_policy_set(emu_policy *p, const char *assignment, emu_error *err);
  * the carrier cannot hold, SR update with a non-SR weight rounding... */
 int emu_policy_validate(const emu_policy *p, emu_error *err);
 
-/* The policy as JSON (for the run record and for checking a resume). */
+/* The policy as JSON (for the run record and for checking a resume).  The
+ * op classes (norm_stats, softmax, loss) are written when one of them
+ * differs from its legacy value, so that a record written before the
+ * classes existed stays as it was (absent: all three legacy); emu_train
+ * first resets the classes its model has no op of. */
 void emu_policy_write_json(const emu_policy *p, FILE *fp, int indent);
 
 /* ---- layers and models -------------------------------------------------- */
