@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops_internal.h" /* emu_gemm_fast_f32: the FAST model's GEMM */
 #include "testutil.h"
 
 #define EXPECT(cond, ...)                                                     \
@@ -497,6 +498,143 @@ START_TEST(models_equal_accum_dot)
             }
             free_prob(&p);
         }
+}
+END_TEST
+
+/* ---- 1c. the fast model: sgemm on the documented matrices ---------------- */
+
+/* The FAST model has no summation order of its own: it is BLAS sgemm (or
+ * the host loop) on the im2row matrices, so the matrices' every entry
+ * decides its bits.  This builds them from the suite's own term lists
+ * (the rows of terms_fwd / terms_data / terms_weights, the padding +0)
+ * and calls the same GEMM on them: the convolution must give the same
+ * bits, at shapes that exercise each specialised kernel width (1, 3, 5)
+ * and the general one, strides, padding wider and narrower than the
+ * kernel, and a single channel. */
+static void fast_case(geo g, test_rng *r)
+{
+    char gs[96];
+    geo_string(&g, gs, sizeof gs);
+    prob p = make_prob(g, "binary32", "binary32");
+    const emu_format *f32 = test_format("binary32");
+    fill(&r[0], &p.x, f32, -8, 4);
+    fill(&r[0], &p.w, f32, -8, 4);
+    fill(&r[0], &p.b, f32, -8, 4);
+    fill(&r[0], &p.dy, f32, -8, 4);
+    /* -0 inputs stay -0 in the matrices, padding is +0 */
+    p.x.data[0] = -0.0f;
+    p.dy.data[p.dy.n - 1] = -0.0f;
+    emu_ctx ctx;
+    emu_ctx_init(&ctx, 7);
+    emu_rounding rnd = test_rne;
+    emu_accum accum;
+    emu_accum_default(&accum);
+    emu_error e;
+    ck_assert_int_eq(emu_accum_parse(&accum, "fast", &e), 0);
+    run_all(&ctx, &accum, &rnd, &p, true);
+
+    const size_t Kf = g.Ci * g.KH * g.KW + 1, Pf = g.N * g.Ho * g.Wo;
+    const size_t Kd = g.Co * g.KH * g.KW, Pd = g.N * g.H * g.W;
+    const size_t Kw = g.Ci * g.KH * g.KW, T = Pf;
+    size_t big = Kf * Pf + Kd * Pd + Kw * T;
+    float *rows = malloc(big * sizeof *rows), *wm = malloc(big * sizeof *wm);
+    float *out = malloc(big * sizeof *out);
+    float *A = malloc((Kf + Kd + T) * sizeof *A);
+    float *B = malloc((Kf + Kd + T) * sizeof *B);
+    ck_assert(rows && wm && out && A && B);
+
+    /* forward: rows (n, oh, ow) x (1, ci, kh, kw); wm (co) x K */
+    for (size_t n = 0; n < g.N; n++)
+        for (size_t oh = 0; oh < g.Ho; oh++)
+            for (size_t ow = 0; ow < g.Wo; ow++)
+                for (size_t co = 0; co < g.Co; co++) {
+                    size_t k = terms_fwd(&g, p.x.data, p.w.data, p.b.data, n,
+                                         co, oh, ow, A, B);
+                    ck_assert_uint_eq(k, Kf);
+                    memcpy(rows + ((n * g.Ho + oh) * g.Wo + ow) * Kf, B,
+                           Kf * sizeof *B);
+                    memcpy(wm + co * Kf, A, Kf * sizeof *A);
+                }
+    ck_assert_int_eq(emu_gemm_fast_f32(Pf, g.Co, Kf, rows, (ptrdiff_t)Kf, 1,
+                                       wm, 1, (ptrdiff_t)Kf, NULL, out), 0);
+    for (size_t i = 0; i < p.y.n; i++) {
+        size_t ow = i % g.Wo, oh = (i / g.Wo) % g.Ho;
+        size_t co = (i / (g.Wo * g.Ho)) % g.Co, n = i / (g.Wo * g.Ho * g.Co);
+        float want = out[((n * g.Ho + oh) * g.Wo + ow) * g.Co + co];
+        EXPECT(memcmp(&want, &p.y.data[i], sizeof want) == 0,
+               "fast conv2d %s [%zu]: got %a, sgemm %a", gs, i,
+               (double)p.y.data[i], (double)want);
+    }
+
+    /* data: rows (n, ih, iw) x (co, kh, kw); wm (ci) x K */
+    for (size_t n = 0; n < g.N; n++)
+        for (size_t ih = 0; ih < g.H; ih++)
+            for (size_t iw = 0; iw < g.W; iw++)
+                for (size_t ci = 0; ci < g.Ci; ci++) {
+                    size_t k = terms_data(&g, p.dy.data, p.w.data, n, ci, ih,
+                                          iw, A, B);
+                    ck_assert_uint_eq(k, Kd);
+                    memcpy(rows + ((n * g.H + ih) * g.W + iw) * Kd, B,
+                           Kd * sizeof *B);
+                    memcpy(wm + ci * Kd, A, Kd * sizeof *A);
+                }
+    ck_assert_int_eq(emu_gemm_fast_f32(Pd, g.Ci, Kd, rows, (ptrdiff_t)Kd, 1,
+                                       wm, 1, (ptrdiff_t)Kd, NULL, out), 0);
+    for (size_t i = 0; i < p.dx.n; i++) {
+        size_t iw = i % g.W, ih = (i / g.W) % g.H;
+        size_t ci = (i / (g.W * g.H)) % g.Ci, n = i / (g.W * g.H * g.Ci);
+        float want = out[((n * g.H + ih) * g.W + iw) * g.Ci + ci];
+        EXPECT(memcmp(&want, &p.dx.data[i], sizeof want) == 0,
+               "fast backward_data %s [%zu]: got %a, sgemm %a", gs, i,
+               (double)p.dx.data[i], (double)want);
+    }
+
+    /* weights: dy (co) x (n, oh, ow); rows (n, oh, ow) x (ci, kh, kw) */
+    for (size_t co = 0; co < g.Co; co++)
+        for (size_t ci = 0; ci < g.Ci; ci++)
+            for (size_t kh = 0; kh < g.KH; kh++)
+                for (size_t kw = 0; kw < g.KW; kw++) {
+                    size_t k = terms_weights(&g, p.dy.data, p.x.data, co, ci,
+                                             kh, kw, A, B);
+                    ck_assert_uint_eq(k, T);
+                    size_t c = (ci * g.KH + kh) * g.KW + kw;
+                    memcpy(wm + co * T, A, T * sizeof *A);
+                    for (size_t t = 0; t < T; t++)
+                        rows[t * Kw + c] = B[t];
+                }
+    ck_assert_int_eq(emu_gemm_fast_f32(g.Co, Kw, T, wm, (ptrdiff_t)T, 1, rows,
+                                       (ptrdiff_t)Kw, 1, NULL, out), 0);
+    for (size_t i = 0; i < p.dw.n; i++)
+        EXPECT(memcmp(&out[i], &p.dw.data[i], sizeof out[i]) == 0,
+               "fast backward_weights %s [%zu]: got %a, sgemm %a", gs, i,
+               (double)p.dw.data[i], (double)out[i]);
+    free(rows);
+    free(wm);
+    free(out);
+    free(A);
+    free(B);
+    free_prob(&p);
+}
+
+START_TEST(fast_is_sgemm_on_the_matrices)
+{
+    test_rng r = test_rng_make(0xfa57);
+    /* N, Ci, H, W, Co, KH, KW, stride, pad */
+    const geo shapes[] = {
+        make_geo(2, 1, 28, 28, 6, 5, 5, 1, 2),  /* LeNet conv1: same padding */
+        make_geo(3, 6, 14, 14, 16, 5, 5, 1, 0), /* LeNet conv2 */
+        make_geo(2, 3, 9, 8, 4, 3, 3, 2, 1),    /* ResNet downsampling 3x3 */
+        make_geo(2, 4, 8, 7, 5, 1, 1, 2, 0),    /* 1x1 shortcut, stride 2 */
+        make_geo(1, 1, 5, 6, 1, 1, 1, 1, 0),    /* 1x1, one channel */
+        make_geo(2, 2, 11, 9, 3, 5, 5, 2, 0),   /* 5x5, stride 2, odd size */
+        make_geo(1, 2, 6, 7, 3, 4, 2, 3, 3),    /* general widths, pad >= KW */
+        make_geo(2, 1, 3, 4, 2, 3, 4, 1, 2),    /* kernel wider than input */
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        fast_case(shapes[i], &r);
+    const uint64_t reps = test_scaled(40, 8);
+    for (uint64_t i = 0; i < reps; i++)
+        fast_case(rand_geo(&r), &r);
 }
 END_TEST
 
@@ -1330,6 +1468,7 @@ static Suite *suite(void)
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, sequential16_equals_scalar_chain);
     tcase_add_test(tc, models_equal_accum_dot);
+    tcase_add_test(tc, fast_is_sgemm_on_the_matrices);
     tcase_add_test(tc, threads_do_not_matter);
     tcase_add_test(tc, exact_model_vs_mpfr);
     tcase_add_test(tc, reference_callbacks);
