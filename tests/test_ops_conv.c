@@ -1335,6 +1335,117 @@ START_TEST(maxpool_selection)
 }
 END_TEST
 
+/* Max pooling's selection and routing at every window size and stride
+ * the kernels treat apart (sizes 2 and 3 specialised, 1 and 4 general;
+ * windows overlapping or not), on values drawn from a small set so that
+ * ties, -0 against +0, infinities and NaNs (quiet and signalling) meet in
+ * windows: y's bits and argmax against the selection rule written out
+ * here, and dx against the routed dy summed in output order. */
+START_TEST(maxpool_rule_all_shapes)
+{
+    test_rng r = test_rng_make(0x9a11);
+    const float pool[] = { 0.0f, -0.0f, 1.0f, -1.0f, 2.0f, -2.0f, 0x1p-140f,
+                           -0x1p-140f, INFINITY, -INFINITY, 3.5f, -3.5f };
+    uint32_t snan = 0x7fa00001, qnan = 0xffc00002;
+    for (size_t size = 1; size <= 4; size++)
+        for (size_t stride = 1; stride <= 3; stride++)
+            for (int rep = 0; rep < 6; rep++) {
+                size_t N = 1 + test_below(&r, 2), C = 1 + test_below(&r, 3);
+                size_t H = size + test_below(&r, 6), W = size + test_below(&r, 6);
+                emu_tensor x = mk("x", "binary32", N, C, H, W);
+                size_t Ho = (H - size) / stride + 1, Wo = (W - size) / stride + 1;
+                emu_tensor y = mk("y", "binary32", N, C, Ho, Wo);
+                emu_tensor dy = mk("dy", "binary32", N, C, Ho, Wo);
+                emu_tensor dx = mk("dx", "binary32", N, C, H, W);
+                for (size_t i = 0; i < x.n; i++) {
+                    uint64_t u = test_below(&r, 64);
+                    if (u == 0 && rep % 2)
+                        memcpy(&x.data[i], &snan, sizeof snan);
+                    else if (u == 1 && rep % 2)
+                        memcpy(&x.data[i], &qnan, sizeof qnan);
+                    else
+                        x.data[i] = pool[test_below(&r, sizeof pool / sizeof pool[0])];
+                }
+                for (size_t i = 0; i < dy.n; i++)
+                    dy.data[i] = test_below(&r, 5) == 0
+                                     ? -0.0f
+                                     : (float)((int)test_below(&r, 9) - 4);
+                size_t *arg = malloc(y.n * sizeof *arg);
+                emu_pool_opts o = { (int)size, (int)stride };
+                emu_ctx ctx;
+                emu_ctx_init(&ctx, 3);
+                ck_assert(arg);
+                EXPECT(emu_t_maxpool2d(&ctx, "m", &y, arg, &x, &o, &test_rne) == 0,
+                       "maxpool: %s", ctx.err.message);
+                EXPECT(emu_t_maxpool2d_backward(&ctx, "mb", &dx, &dy, arg, &o,
+                                                &test_rne) == 0,
+                       "maxpool backward: %s", ctx.err.message);
+                for (size_t i = 0; i < y.n; i++) {
+                    size_t ow = i % Wo, oh = i / Wo % Ho, nc = i / (Wo * Ho);
+                    size_t base = (nc * H + oh * stride) * W + ow * stride;
+                    size_t best = base;
+                    float b = x.data[base];
+                    for (size_t kh = 0; kh < size && !isnan(b); kh++)
+                        for (size_t kw = 0; kw < size && !isnan(b); kw++) {
+                            size_t j = base + kh * W + kw;
+                            float c = x.data[j];
+                            bool more = isnan(c) || c > b ||
+                                        (c == 0.0f && b == 0.0f &&
+                                         signbit(b) && !signbit(c));
+                            if (more) {
+                                b = c;
+                                best = j;
+                            }
+                        }
+                    EXPECT(arg[i] == best, "size %zu stride %zu output %zu: "
+                           "argmax %zu, want %zu", size, stride, i, arg[i], best);
+                    uint32_t got, want;
+                    memcpy(&got, &y.data[i], sizeof got);
+                    memcpy(&want, &b, sizeof want);
+                    if (isnan(b)) /* binary32 into itself: the canonical NaN */
+                        want = 0x7fc00000;
+                    EXPECT(got == want, "size %zu stride %zu output %zu: "
+                           "y %08x, want %08x", size, stride, i, got, want);
+                }
+                for (size_t j = 0; j < dx.n; j++) {
+                    bool any = false;
+                    float s = 0.0f;
+                    for (size_t i = 0; i < dy.n; i++)
+                        if (arg[i] == j) {
+                            s = any ? s + dy.data[i] : dy.data[i];
+                            any = true;
+                        }
+                    EXPECT(memcmp(&s, &dx.data[j], sizeof s) == 0,
+                           "size %zu stride %zu dx[%zu] = %a, want %a", size,
+                           stride, j, (double)dx.data[j], (double)s);
+                }
+                /* an entry outside its window is refused, the first named */
+                if (y.n > 2) {
+                    size_t k = y.n / 2, saved = arg[k], saved2 = arg[y.n - 1];
+                    size_t b = arg[k] = x.n + 1; /* past the end */
+                    {
+                        arg[y.n - 1] = x.n; /* and past the end */
+                        EXPECT(emu_t_maxpool2d_backward(&ctx, "mb", &dx, &dy,
+                                                        arg, &o, &test_rne) != 0,
+                               "size %zu stride %zu: bad argmax accepted",
+                               size, stride);
+                        char want[64];
+                        snprintf(want, sizeof want, "argmax[%zu] = %zu ", k, b);
+                        EXPECT(strstr(ctx.err.message, want), "message '%s', "
+                               "want '%s'", ctx.err.message, want);
+                    }
+                    arg[k] = saved;
+                    arg[y.n - 1] = saved2;
+                }
+                free(arg);
+                emu_tensor_free(&x);
+                emu_tensor_free(&y);
+                emu_tensor_free(&dy);
+                emu_tensor_free(&dx);
+            }
+}
+END_TEST
+
 /* ---- refusals ------------------------------------------------------------ */
 
 static void expect_fail(int rc, const emu_ctx *ctx, const char *needle)
@@ -1477,6 +1588,7 @@ static Suite *suite(void)
     tcase_add_test(tc, pooling_vs_mpfr);
     tcase_add_test(tc, pooling_ties_below_binary64);
     tcase_add_test(tc, maxpool_selection);
+    tcase_add_test(tc, maxpool_rule_all_shapes);
     tcase_add_test(tc, bad_input);
     suite_add_tcase(s, tc);
     return s;
