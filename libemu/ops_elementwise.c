@@ -847,14 +847,47 @@ static int ew_fill(const void *vop, size_t i0, size_t m, double *hi,
     return any;
 }
 
-/* The ops whose values are binary32 values: casts and selections. */
+/* The ops whose values are binary32 values: casts and selections, and the
+ * gradients of those that select or negate. */
 static bool ew_is_f32(const ew_op *op)
 {
     if (op->kind == EW_CAST)
         return true;
+    if (op->kind == EW_BACKWARD)
+        return op->f == EMU_UNARY_NEG || op->f == EMU_UNARY_ABS ||
+               op->f == EMU_UNARY_RELU;
     return op->kind == EW_UNARY &&
            (op->f == EMU_UNARY_NEG || op->f == EMU_UNARY_ABS ||
             op->f == EMU_UNARY_RELU || op->f == EMU_UNARY_CLAMP);
+}
+
+/* fill32 of the gradients that select or negate dy (ew_is_f32): the
+ * values of backward_value, whose products with 0, 1 or -1 are binary32
+ * values, formed by the same binary64 expressions (a NaN's sign and
+ * payload included) and narrowed exactly. */
+static void ew_backward_fill32(const ew_op *op, size_t i0, size_t m,
+                               float *out)
+{
+    const float *dy = op->a + i0, *x = op->b + i0;
+    switch (op->f) {
+    case EMU_UNARY_NEG:
+        for (size_t j = 0; j < m; j++)
+            out[j] = (float)-(double)dy[j];
+        break;
+    case EMU_UNARY_ABS:
+        for (size_t j = 0; j < m; j++) {
+            const double d = dy[j], v = x[j];
+            out[j] = (float)(d * (isnan(v) ? v : (double)((v > 0.0) -
+                                                          (v < 0.0))));
+        }
+        break;
+    default: /* EMU_UNARY_RELU */
+        for (size_t j = 0; j < m; j++) {
+            const double d = dy[j], v = x[j];
+            out[j] = (float)(d * (isnan(v) ? v : v > 0.0 ? 1.0 : 0.0));
+        }
+        break;
+    }
 }
 
 /* emu_op_out.fill32 for those: the same values as unary_value's, in
@@ -865,6 +898,10 @@ static void ew_fill32(const void *vop, size_t i0, size_t m, float *v)
     const float *a = op->a + i0;
     if (op->kind == EW_CAST) {
         memcpy(v, a, m * sizeof *v);
+        return;
+    }
+    if (op->kind == EW_BACKWARD) {
+        ew_backward_fill32(op, i0, m, v);
         return;
     }
     const float p1 = (float)op->p1, p2 = (float)op->p2;
