@@ -130,10 +130,33 @@ static void tables_merge(uint64_t *hist, const bin_tables *tab)
  * remainder, which is what gcc's cheap vectoriser (-O2) asks. */
 static inline void bins_f64(uint32_t *bins, const double *x, size_t m)
 {
-    uint64_t u[BIN_CHUNK];
-    memcpy(u, x, m * sizeof *x);
-    for (size_t j = 0; j < m; j++)
-        bins[j] = (uint32_t)bin_of_bits64(u[j]);
+    /* bin_of_bits64 in 32-bit lanes (the high word but for zero's test):
+     * every exponent field but 0x7ff gives its clamped bin (subnormal
+     * doubles clamp to BELOW), zero its own; infinities and NaNs are
+     * binned apart. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    enum { LO = 1, HI = 0 };
+#else
+    enum { LO = 0, HI = 1 };
+#endif
+    const int32_t normal0 = 1023 + EMU_HIST_EMIN - EMU_HIST_FIRST;
+    uint32_t w[2 * BIN_CHUNK], special = 0;
+    memcpy(w, x, m * sizeof *x);
+    for (size_t j = 0; j < m; j++) {
+        const uint32_t lo = w[2 * j + LO], hi = w[2 * j + HI];
+        const int32_t e = (int32_t)((hi >> 20) & 0x7ff);
+        int32_t b = e - normal0;
+        b = b < EMU_HIST_BELOW ? EMU_HIST_BELOW : b;
+        b = b > EMU_HIST_ABOVE ? EMU_HIST_ABOVE : b;
+        b &= -(int32_t)(((hi & 0x7fffffff) | lo) != 0); /* zero */
+        bins[j] = (uint32_t)b;
+        special |= (uint32_t)(e == 0x7ff);
+    }
+    if (special)
+        for (size_t j = 0; j < m; j++)
+            if (((w[2 * j + HI] >> 20) & 0x7ff) == 0x7ff)
+                bins[j] = (uint32_t)bin_of_bits64((uint64_t)w[2 * j + HI] << 32 |
+                                                  w[2 * j + LO]);
 }
 
 /* binary32 values: a normal value's bin is its exponent field plus a
