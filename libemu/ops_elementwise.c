@@ -881,12 +881,29 @@ static void ew_backward_fill32(const ew_op *op, size_t i0, size_t m,
                                                           (v < 0.0))));
         }
         break;
-    default: /* EMU_UNARY_RELU */
+    default: { /* EMU_UNARY_RELU */
+        /* Where dy is finite and x not a NaN, the product is dy (x > 0)
+         * or a zero of dy's sign, on the bits (a loop that vectorises);
+         * the other elements (rare) are then formed by the expression. */
+        uint32_t rare = 0;
         for (size_t j = 0; j < m; j++) {
-            const double d = dy[j], v = x[j];
-            out[j] = (float)(d * (isnan(v) ? v : v > 0.0 ? 1.0 : 0.0));
+            uint32_t d, v;
+            memcpy(&d, &dy[j], sizeof d);
+            memcpy(&v, &x[j], sizeof v);
+            const uint32_t pos = -(uint32_t)((int32_t)v > 0);
+            rare |= (uint32_t)((d & 0x7fffffff) >= 0x7f800000) |
+                    (uint32_t)((v & 0x7fffffff) > 0x7f800000);
+            d = (d & pos) | (d & 0x80000000u);
+            memcpy(&out[j], &d, sizeof d);
         }
+        if (rare)
+            for (size_t j = 0; j < m; j++) {
+                const double d = dy[j], v = x[j];
+                if (!isfinite(d) || isnan(v))
+                    out[j] = (float)(d * (isnan(v) ? v : v > 0.0 ? 1.0 : 0.0));
+            }
         break;
+    }
     }
 }
 
@@ -915,8 +932,17 @@ static void ew_fill32(const void *vop, size_t i0, size_t m, float *v)
             v[j] = fabsf(a[j]);
         break;
     case EMU_UNARY_RELU:
-        for (size_t j = 0; j < m; j++)
-            v[j] = isnan(a[j]) || a[j] > 0.0f ? a[j] : 0.0f;
+        /* isnan(a) || a > 0 ? a : +0, on the bits (a loop that
+         * vectorises): a positive non-zero pattern (+inf, +NaN
+         * included) or any NaN is kept. */
+        for (size_t j = 0; j < m; j++) {
+            uint32_t u;
+            memcpy(&u, &a[j], sizeof u);
+            const uint32_t keep = (uint32_t)((int32_t)u > 0) |
+                                  (uint32_t)((u & 0x7fffffff) > 0x7f800000);
+            u &= -keep;
+            memcpy(&v[j], &u, sizeof u);
+        }
         break;
     default: /* EMU_UNARY_CLAMP */
         for (size_t j = 0; j < m; j++)
