@@ -627,6 +627,7 @@ START_TEST(fast_is_sgemm_on_the_matrices)
         make_geo(2, 4, 8, 7, 5, 1, 1, 2, 0),    /* 1x1 shortcut, stride 2 */
         make_geo(1, 1, 5, 6, 1, 1, 1, 1, 0),    /* 1x1, one channel */
         make_geo(2, 2, 11, 9, 3, 5, 5, 2, 0),   /* 5x5, stride 2, odd size */
+        make_geo(1, 2, 13, 12, 3, 7, 7, 2, 3),  /* 7x7 stem, stride 2 */
         make_geo(1, 2, 6, 7, 3, 4, 2, 3, 3),    /* general widths, pad >= KW */
         make_geo(2, 1, 3, 4, 2, 3, 4, 1, 2),    /* kernel wider than input */
     };
