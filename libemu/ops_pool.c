@@ -474,9 +474,10 @@ static int bwd_commit(emu_ctx *ctx, const char *site, const char *kind,
 /* Counting sort of (target, source) pairs into routes: sources stay in
  * increasing order within a target. */
 static int routes_alloc(emu_ctx *ctx, const char *site, routes *rt,
-                        size_t n_in, size_t n_list)
+                        size_t n_in, size_t n_list, bool zero)
 {
-    rt->first = calloc(n_in + 1, sizeof *rt->first);
+    rt->first = zero ? calloc(n_in + 1, sizeof *rt->first)
+                     : malloc((n_in + 1) * sizeof *rt->first);
     rt->list = malloc((n_list ? n_list : 1) * sizeof *rt->list);
     if (!rt->first || !rt->list) {
         free(rt->first);
@@ -539,7 +540,7 @@ int emu_t_maxpool2d_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
         /* Windows that do not overlap: at most one dy reaches an input,
          * so the routes are one source per input (or none), written in
          * one scatter rather than sorted. */
-        if (routes_alloc(ctx, site, &op.rt, dx->n, dx->n))
+        if (routes_alloc(ctx, site, &op.rt, dx->n, dx->n, false))
             return -1;
         size_t *first = op.rt.first, *list = op.rt.list;
         const size_t none = SIZE_MAX;
@@ -558,7 +559,7 @@ int emu_t_maxpool2d_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
         routes_free(&op.rt);
         return rc;
     }
-    if (routes_alloc(ctx, site, &op.rt, dx->n, dy->n))
+    if (routes_alloc(ctx, site, &op.rt, dx->n, dy->n, true))
         return -1;
     size_t *first = op.rt.first, max_k = 0;
     for (size_t k = 0; k < dy->n; k++)
@@ -593,7 +594,7 @@ int emu_t_avgpool2d_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
         return -1;
     const float *dys = dy->data;
     pool_bwd_op op = { .dy = dys, .S = (double)(g.size * g.size) };
-    if (routes_alloc(ctx, site, &op.rt, dx->n, dy->n * g.size * g.size))
+    if (routes_alloc(ctx, site, &op.rt, dx->n, dy->n * g.size * g.size, true))
         return -1;
     /* Windows covering input row ih: oh*stride <= ih <= oh*stride + size-1,
      * in increasing (oh, ow) order. */
