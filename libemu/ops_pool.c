@@ -259,6 +259,42 @@ static EMU_KERNEL_INLINE bool window_max_fast(const float *xw, size_t W,
     return true;
 }
 
+/* window_max_fast for 2 x 2 windows, written out (gcc -O2 does not
+ * unroll the loops of the general one). */
+static inline bool window_max_2x2(const float *xw, size_t W, float *out,
+                                  size_t *best)
+{
+    uint32_t u[4];
+    memcpy(&u[0], xw, sizeof u[0]);
+    memcpy(&u[1], xw + 1, sizeof u[1]);
+    memcpy(&u[2], xw + W, sizeof u[2]);
+    memcpy(&u[3], xw + W + 1, sizeof u[3]);
+    const uint32_t nan = (uint32_t)((u[0] & 0x7fffffff) > 0x7f800000) |
+                         (uint32_t)((u[1] & 0x7fffffff) > 0x7f800000) |
+                         (uint32_t)((u[2] & 0x7fffffff) > 0x7f800000) |
+                         (uint32_t)((u[3] & 0x7fffffff) > 0x7f800000);
+    if (nan)
+        return false;
+    int32_t bk = max_key(u[0]);
+    uint32_t bu = u[0];
+    size_t bi = 0;
+#define MAX_2X2_STEP(k, offset)                                               \
+    do {                                                                      \
+        const int32_t key_ = max_key(u[k]);                                   \
+        const bool gt_ = key_ > bk;                                           \
+        bk = gt_ ? key_ : bk;                                                 \
+        bu = gt_ ? u[k] : bu;                                                 \
+        bi = gt_ ? (offset) : bi;                                             \
+    } while (0)
+    MAX_2X2_STEP(1, 1);
+    MAX_2X2_STEP(2, W);
+    MAX_2X2_STEP(3, W + 1);
+#undef MAX_2X2_STEP
+    memcpy(out, &bu, sizeof bu);
+    *best = bi;
+    return true;
+}
+
 /* emu_op_out.fill32 of max pooling for windows of SIZE (a constant where
  * inlined below): outputs i0 .. i0+m-1, each the first maximum of its
  * window in window order (kh, kw) by IEEE maximum's order (-0 < +0), or
@@ -273,7 +309,8 @@ static EMU_KERNEL_INLINE void maxpool_run(const pool_op *op, size_t i0,
         const size_t base = row + ow * g->stride;
         const float *xw = op->x + base;
         size_t best;
-        if (!window_max_fast(xw, g->W, size, &v[j], &best))
+        if (!(size == 2 ? window_max_2x2(xw, g->W, &v[j], &best)
+                        : window_max_fast(xw, g->W, size, &v[j], &best)))
             best = window_max_slow(xw, g->W, size, &v[j]);
         if (op->arg)
             op->arg[i0 + j] = base + best;
@@ -390,6 +427,8 @@ typedef struct routes {
 
 typedef struct pool_bwd_op {
     const float *dy;
+    const float *dense; /* windows apart: the one dy routed to each input,
+                           +0 where none is (then rt is unused) */
     routes rt;
     float *buf;      /* max_k scratch for the callbacks */
     double S;        /* divisor: 1 for max, size^2 for avg */
@@ -398,6 +437,11 @@ typedef struct pool_bwd_op {
 
 static size_t gather_routes(const pool_bwd_op *op, size_t j, float *buf)
 {
+    if (op->dense) {
+        /* an input nothing reaches: the sum of nothing, +0, as one +0 */
+        buf[0] = op->dense[j];
+        return 1;
+    }
     size_t k = 0;
     for (size_t r = op->rt.first[j]; r < op->rt.first[j + 1]; r++)
         buf[k++] = op->dy[op->rt.list[r]];
@@ -443,6 +487,10 @@ static int bwd_fill(const void *opv, size_t i0, size_t m, double *hi,
 static void bwd_fill32(const void *opv, size_t i0, size_t m, float *v)
 {
     const pool_bwd_op *op = opv;
+    if (op->dense) {
+        memcpy(v, op->dense + i0, m * sizeof *v);
+        return;
+    }
     const size_t *first = op->rt.first;
     for (size_t j = 0; j < m; j++) {
         const size_t r = first[i0 + j];
@@ -474,10 +522,9 @@ static int bwd_commit(emu_ctx *ctx, const char *site, const char *kind,
 /* Counting sort of (target, source) pairs into routes: sources stay in
  * increasing order within a target. */
 static int routes_alloc(emu_ctx *ctx, const char *site, routes *rt,
-                        size_t n_in, size_t n_list, bool zero)
+                        size_t n_in, size_t n_list)
 {
-    rt->first = zero ? calloc(n_in + 1, sizeof *rt->first)
-                     : malloc((n_in + 1) * sizeof *rt->first);
+    rt->first = calloc(n_in + 1, sizeof *rt->first);
     rt->list = malloc((n_list ? n_list : 1) * sizeof *rt->list);
     if (!rt->first || !rt->list) {
         free(rt->first);
@@ -538,28 +585,20 @@ int emu_t_maxpool2d_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
     pool_bwd_op op = { .dy = dys, .S = 1.0 };
     if (g.stride >= g.size) {
         /* Windows that do not overlap: at most one dy reaches an input,
-         * so the routes are one source per input (or none), written in
-         * one scatter rather than sorted. */
-        if (routes_alloc(ctx, site, &op.rt, dx->n, dx->n, false))
-            return -1;
-        size_t *first = op.rt.first, *list = op.rt.list;
-        const size_t none = SIZE_MAX;
-        memset(list, 0xff, dx->n * sizeof *list); /* none */
+         * so the gradient is dy scattered to the argmax, +0 elsewhere
+         * (exact_sum's sum of nothing and of one value). */
+        float *dense = malloc((dx->n ? dx->n : 1) * sizeof *dense);
+        if (!dense)
+            return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory");
+        memset(dense, 0, dx->n * sizeof *dense); /* +0.0f */
         for (size_t k = 0; k < dy->n; k++)
-            list[argmax[k]] = k;
-        /* first[] in the same form as the sorted routes' */
-        size_t c = 0;
-        for (size_t j = 0; j < dx->n; j++) {
-            first[j] = c;
-            list[c] = list[j];
-            c += list[j] != none;
-        }
-        first[dx->n] = c;
+            dense[argmax[k]] = dys[k];
+        op.dense = dense;
         int rc = bwd_commit(ctx, site, "maxpool2d_bwd", dx, dy, &op, 1, rnd);
-        routes_free(&op.rt);
+        free(dense);
         return rc;
     }
-    if (routes_alloc(ctx, site, &op.rt, dx->n, dy->n, true))
+    if (routes_alloc(ctx, site, &op.rt, dx->n, dy->n))
         return -1;
     size_t *first = op.rt.first, max_k = 0;
     for (size_t k = 0; k < dy->n; k++)
@@ -594,7 +633,7 @@ int emu_t_avgpool2d_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
         return -1;
     const float *dys = dy->data;
     pool_bwd_op op = { .dy = dys, .S = (double)(g.size * g.size) };
-    if (routes_alloc(ctx, site, &op.rt, dx->n, dy->n * g.size * g.size, true))
+    if (routes_alloc(ctx, site, &op.rt, dx->n, dy->n * g.size * g.size))
         return -1;
     /* Windows covering input row ih: oh*stride <= ih <= oh*stride + size-1,
      * in increasing (oh, ow) order. */
