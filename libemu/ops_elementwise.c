@@ -861,6 +861,49 @@ static bool ew_is_f32(const ew_op *op)
             op->f == EMU_UNARY_RELU || op->f == EMU_UNARY_CLAMP);
 }
 
+/* Runs of EW_RUN elements: loops of constant length, which gcc -O2's
+ * cheap vectoriser takes (it leaves loops of a variable count scalar). */
+enum { EW_RUN = 64 };
+
+/* relu's value isnan(a) || a > 0 ? a : +0 on the bits, for n <= EW_RUN
+ * values (n = EW_RUN: vectorised; the copies to and from the stack take
+ * away the aliasing of an in-place op, which would keep the loop
+ * scalar): a positive non-zero pattern (+inf, +NaN included) or any NaN
+ * is kept. */
+static EMU_KERNEL_INLINE void relu_bits(const float *a, float *v,
+                                        size_t n)
+{
+    uint32_t w[EW_RUN];
+    memcpy(w, a, n * sizeof *a);
+    for (size_t k = 0; k < n; k++) {
+        const uint32_t keep = (uint32_t)((int32_t)w[k] > 0) |
+                              (uint32_t)((w[k] & 0x7fffffff) > 0x7f800000);
+        w[k] &= -keep;
+    }
+    memcpy(v, w, n * sizeof *v);
+}
+
+/* relu's gradient dy * (x > 0 ? 1 : 0) on the bits, n <= EW_RUN values as
+ * relu_bits, where dy is finite and x not a NaN: dy, or a zero of dy's
+ * sign.  Returns non-zero if another element (rare) is among them, which
+ * the caller then forms by the expression. */
+static EMU_KERNEL_INLINE uint32_t relu_grad_bits(const float *dy,
+                                                 const float *x, float *out,
+                                                 size_t n)
+{
+    uint32_t d[EW_RUN], v[EW_RUN], rare = 0;
+    memcpy(d, dy, n * sizeof *dy);
+    memcpy(v, x, n * sizeof *x);
+    for (size_t k = 0; k < n; k++) {
+        const uint32_t pos = -(uint32_t)((int32_t)v[k] > 0);
+        rare |= (uint32_t)((d[k] & 0x7fffffff) >= 0x7f800000) |
+                (uint32_t)((v[k] & 0x7fffffff) > 0x7f800000);
+        d[k] = (d[k] & pos) | (d[k] & 0x80000000u);
+    }
+    memcpy(out, d, n * sizeof *out);
+    return rare;
+}
+
 /* fill32 of the gradients that select or negate dy (ew_is_f32): the
  * values of backward_value, whose products with 0, 1 or -1 are binary32
  * values, formed by the same binary64 expressions (a NaN's sign and
@@ -886,16 +929,10 @@ static void ew_backward_fill32(const ew_op *op, size_t i0, size_t m,
          * or a zero of dy's sign, on the bits (a loop that vectorises);
          * the other elements (rare) are then formed by the expression. */
         uint32_t rare = 0;
-        for (size_t j = 0; j < m; j++) {
-            uint32_t d, v;
-            memcpy(&d, &dy[j], sizeof d);
-            memcpy(&v, &x[j], sizeof v);
-            const uint32_t pos = -(uint32_t)((int32_t)v > 0);
-            rare |= (uint32_t)((d & 0x7fffffff) >= 0x7f800000) |
-                    (uint32_t)((v & 0x7fffffff) > 0x7f800000);
-            d = (d & pos) | (d & 0x80000000u);
-            memcpy(&out[j], &d, sizeof d);
-        }
+        size_t r = 0;
+        for (; r + EW_RUN <= m; r += EW_RUN)
+            rare |= relu_grad_bits(dy + r, x + r, out + r, EW_RUN);
+        rare |= relu_grad_bits(dy + r, x + r, out + r, m - r);
         if (rare)
             for (size_t j = 0; j < m; j++) {
                 const double d = dy[j], v = x[j];
@@ -931,19 +968,13 @@ static void ew_fill32(const void *vop, size_t i0, size_t m, float *v)
         for (size_t j = 0; j < m; j++)
             v[j] = fabsf(a[j]);
         break;
-    case EMU_UNARY_RELU:
-        /* isnan(a) || a > 0 ? a : +0, on the bits (a loop that
-         * vectorises): a positive non-zero pattern (+inf, +NaN
-         * included) or any NaN is kept. */
-        for (size_t j = 0; j < m; j++) {
-            uint32_t u;
-            memcpy(&u, &a[j], sizeof u);
-            const uint32_t keep = (uint32_t)((int32_t)u > 0) |
-                                  (uint32_t)((u & 0x7fffffff) > 0x7f800000);
-            u &= -keep;
-            memcpy(&v[j], &u, sizeof u);
-        }
+    case EMU_UNARY_RELU: {
+        size_t j = 0;
+        for (; j + EW_RUN <= m; j += EW_RUN)
+            relu_bits(a + j, v + j, EW_RUN);
+        relu_bits(a + j, v + j, m - j);
         break;
+    }
     default: /* EMU_UNARY_CLAMP */
         for (size_t j = 0; j < m; j++)
             v[j] = a[j] < p1 ? p1 : a[j] > p2 ? p2 : a[j];
