@@ -151,61 +151,153 @@ static float x_at(const conv_geom *g, const float *x, size_t n, size_t ci,
     return x[((n * g->Ci + ci) * g->H + (size_t)ih) * g->W + (size_t)iw];
 }
 
-/* The im2row matrix of the forward pass: row (n, oh, ow), column
- * (ci, kh, kw), preceded by a column of ones when `ones`. */
-static void im2row(const conv_geom *g, const float *x, bool ones, float *rows)
+/* n floats from src to dst; with n a constant (the kernel widths that
+ * im2row and im2row_data specialise) memcpy is a few moves, no call (a
+ * loop of n copies is not unrolled at -O2). */
+static EMU_KERNEL_INLINE void copy_taps(float *dst, const float *src,
+                                        size_t n)
 {
-    const size_t K = g->Ci * g->KH * g->KW + (ones ? 1 : 0);
-    const ptrdiff_t H = (ptrdiff_t)g->H, W = (ptrdiff_t)g->W;
-    const ptrdiff_t KW = (ptrdiff_t)g->KW;
+    memcpy(dst, src, n * sizeof *dst);
+}
+
+/* The rows of im2row from an image whose padding is already in it: xp
+ * has Hp x Wp planes, and row (n, oh, ow)'s taps (ci, kh, kw) are the
+ * runs xp[n, ci, oh*s + kh, ow*s .. ow*s + KW): one copy of KW values per
+ * (ci, kh), no bounds to test.  KW is a constant where inlined below. */
+static EMU_KERNEL_INLINE void im2row_runs(const conv_geom *g, const float *xp,
+                                          size_t Hp, size_t Wp, bool ones,
+                                          float *rows, size_t KW)
+{
+    const size_t K = g->Ci * g->KH * KW + (ones ? 1 : 0);
+    const size_t plane = Hp * Wp;
     float *r = rows;
     for (size_t n = 0; n < g->N; n++)
         for (size_t oh = 0; oh < g->Ho; oh++)
-            for (size_t ow = 0; ow < g->Wo; ow++) {
+            for (size_t ow = 0; ow < g->Wo; ow++, r += K) {
                 float *p = r;
                 if (ones)
                     *p++ = 1.0f;
-                const ptrdiff_t h0 = (ptrdiff_t)(oh * g->s) - (ptrdiff_t)g->pad;
-                const ptrdiff_t w0 = (ptrdiff_t)(ow * g->s) - (ptrdiff_t)g->pad;
-                /* The taps kw in [a, b) read inside the row, the others
-                 * are padding: one bounds check per row, not per value. */
-                ptrdiff_t a = w0 < 0 ? -w0 : 0, b = W - w0;
-                if (a > KW)
-                    a = KW;
-                if (b > KW)
-                    b = KW;
-                if (b < a)
-                    b = a;
-                for (size_t ci = 0; ci < g->Ci; ci++) {
-                    const float *xc = x + (n * g->Ci + ci) * g->H * g->W;
-                    for (size_t kh = 0; kh < g->KH; kh++, p += KW) {
-                        const ptrdiff_t ih = h0 + (ptrdiff_t)kh;
-                        if (ih < 0 || ih >= H) {
-                            for (ptrdiff_t kw = 0; kw < KW; kw++)
-                                p[kw] = 0.0f;
-                            continue;
-                        }
-                        const float *xr = xc + ih * W;
-                        for (ptrdiff_t kw = 0; kw < a; kw++)
-                            p[kw] = 0.0f;
-                        for (ptrdiff_t kw = a; kw < b; kw++)
-                            p[kw] = xr[w0 + kw];
-                        for (ptrdiff_t kw = b; kw < KW; kw++)
-                            p[kw] = 0.0f;
-                    }
-                }
-                r += K;
+                const float *x0 = xp + n * g->Ci * plane + oh * g->s * Wp +
+                                  ow * g->s;
+                for (size_t ci = 0; ci < g->Ci; ci++, x0 += plane)
+                    for (size_t kh = 0; kh < g->KH; kh++, p += KW)
+                        copy_taps(p, x0 + kh * Wp, KW);
             }
 }
 
-/* The output position fed by input position i through kernel tap k
- * ((i + pad - k) / s when that is an integer in [0, n_out)), or -1. */
-static ptrdiff_t dy_pos(size_t i, size_t k, size_t pad, size_t s, size_t n_out)
+/* The im2row matrix of the forward pass: row (n, oh, ow), column
+ * (ci, kh, kw), preceded by a column of ones when `ones`; a padded
+ * position holds +0.  With padding, x is first copied into zero-bordered
+ * planes (a pass over the image, small beside the matrix, which is
+ * KH*KW times larger), so that every row is made of plain runs.  Returns
+ * -1 if that copy cannot be allocated. */
+static int im2row(const conv_geom *g, const float *x, bool ones, float *rows)
 {
-    size_t t = i + pad;
-    if (t < k || (t - k) % s || (t - k) / s >= n_out)
+    const size_t Hp = g->H + 2 * g->pad, Wp = g->W + 2 * g->pad;
+    float *xp = NULL;
+    const float *src = x;
+    if (g->pad) {
+        const size_t planes = g->N * g->Ci, all = mul4(planes, Hp, Wp, 1);
+        xp = all ? calloc(all, sizeof *xp) : NULL;
+        if (!xp)
+            return -1;
+        for (size_t q = 0; q < planes; q++)
+            for (size_t ih = 0; ih < g->H; ih++)
+                memcpy(xp + (q * Hp + ih + g->pad) * Wp + g->pad,
+                       x + (q * g->H + ih) * g->W, g->W * sizeof *xp);
+        src = xp;
+    }
+    switch (g->KW) {
+    case 1: im2row_runs(g, src, Hp, Wp, ones, rows, 1); break;
+    case 3: im2row_runs(g, src, Hp, Wp, ones, rows, 3); break;
+    case 5: im2row_runs(g, src, Hp, Wp, ones, rows, 5); break;
+    case 7: im2row_runs(g, src, Hp, Wp, ones, rows, 7); break;
+    default: im2row_runs(g, src, Hp, Wp, ones, rows, g->KW); break;
+    }
+    free(xp);
+    return 0;
+}
+
+/* The rows of the data gradient's matrix from dp (see im2row_data):
+ * row (n, ih, iw), taps (co, kh, kw) = the run dp[n, co, ih + KH-1 - kh,
+ * W-1 - iw .. W-1 - iw + KW).  KW is a constant where inlined below. */
+static EMU_KERNEL_INLINE void data_runs(const conv_geom *g, const float *dp,
+                                        size_t Hp, size_t Wp, float *rows,
+                                        size_t KW)
+{
+    const size_t K = g->Co * g->KH * KW, plane = Hp * Wp;
+    float *r = rows;
+    for (size_t n = 0; n < g->N; n++)
+        for (size_t ih = 0; ih < g->H; ih++)
+            for (size_t iw = 0; iw < g->W; iw++, r += K) {
+                float *p = r;
+                const float *d0 = dp + n * g->Co * plane +
+                                  (ih + g->KH - 1) * Wp + (g->W - 1 - iw);
+                for (size_t co = 0; co < g->Co; co++, d0 += plane)
+                    for (size_t kh = 0; kh < g->KH; kh++, p += KW)
+                        copy_taps(p, d0 - kh * Wp, KW);
+            }
+}
+
+/* The output position fed through a tap at offset t = i + pad - k of an
+ * input position ((t / s when t is a multiple of s in [0, s*n_out)), or
+ * -1. */
+static ptrdiff_t dy_pos_t(ptrdiff_t t, size_t s, size_t n_out)
+{
+    if (t < 0 || (size_t)t % s || (size_t)t / s >= n_out)
         return -1;
-    return (ptrdiff_t)((t - k) / s);
+    return (ptrdiff_t)((size_t)t / s);
+}
+
+/* The matrix of the data gradient: row (n, ih, iw), column (co, kh, kw),
+ * dy[n, co, oh, ow] where output (oh, ow) is fed by (ih, iw) through tap
+ * (kh, kw) (dy_pos_t), +0 where none is.  dy is first spread into planes dp
+ * of (H + KH-1) x (W + KW-1): dp[r][c] is the dy reached at the row
+ * offset t = r + pad - (KH-1) and the column offset W-1 + pad - c (+0 if
+ * none, stride included), so that the taps (kh, kw) of one co and kh are
+ * KW neighbours, in kw order.  Returns -1 if dp cannot be allocated. */
+static int im2row_data(const conv_geom *g, const float *dy, float *rows)
+{
+    const size_t Hp = g->H + g->KH - 1, Wp = g->W + g->KW - 1;
+    const size_t planes = g->N * g->Co, plane = Hp * Wp;
+    const size_t all = mul4(planes, Hp, Wp, 1);
+    float *dp = all ? malloc(all * sizeof *dp) : NULL;
+    ptrdiff_t *map = malloc((Hp + Wp) * sizeof *map);
+    if (!dp || !map) {
+        free(dp);
+        free(map);
+        return -1;
+    }
+    ptrdiff_t *ohm = map, *owm = map + Hp;
+    for (size_t r = 0; r < Hp; r++)
+        ohm[r] = dy_pos_t((ptrdiff_t)(r + g->pad) - (ptrdiff_t)(g->KH - 1),
+                          g->s, g->Ho);
+    for (size_t c = 0; c < Wp; c++)
+        owm[c] = dy_pos_t((ptrdiff_t)(g->W - 1 + g->pad) - (ptrdiff_t)c,
+                          g->s, g->Wo);
+    for (size_t q = 0; q < planes; q++) {
+        const float *d = dy + q * g->Ho * g->Wo;
+        float *o = dp + q * plane;
+        for (size_t r = 0; r < Hp; r++, o += Wp) {
+            if (ohm[r] < 0) {
+                memset(o, 0, Wp * sizeof *o); /* +0.0 */
+                continue;
+            }
+            const float *dr = d + (size_t)ohm[r] * g->Wo;
+            for (size_t c = 0; c < Wp; c++)
+                o[c] = owm[c] < 0 ? 0.0f : dr[owm[c]];
+        }
+    }
+    free(map);
+    switch (g->KW) {
+    case 1: data_runs(g, dp, Hp, Wp, rows, 1); break;
+    case 3: data_runs(g, dp, Hp, Wp, rows, 3); break;
+    case 5: data_runs(g, dp, Hp, Wp, rows, 5); break;
+    case 7: data_runs(g, dp, Hp, Wp, rows, 7); break;
+    default: data_runs(g, dp, Hp, Wp, rows, g->KW); break;
+    }
+    free(dp);
+    return 0;
 }
 
 /* dy[n, co, oh, ow] feeding input position (ih, iw) through kernel tap
@@ -517,7 +609,12 @@ int emu_t_conv2d(emu_ctx *ctx, const char *site, emu_tensor *y,
         return -1;
     }
     double *lo = t + y->n;
-    im2row(&g, x->data, bias != NULL, rows);
+    if (im2row(&g, x->data, bias != NULL, rows)) {
+        free(rows);
+        free(wp);
+        free(t);
+        return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory");
+    }
     /* Weights as (Co, K) with the bias first: B(k, co) = wp[co*K + k]. */
     for (size_t co = 0; co < g.Co; co++) {
         float *p = wp + co * K;
@@ -576,38 +673,12 @@ int emu_t_conv2d_backward_data(emu_ctx *ctx, const char *site, emu_tensor *dx,
         return -1;
     }
     double *lo = t + dx->n;
-    /* The output row fed by input row ih through tap kh (or none), and the
-     * same for columns: dy_at's divisions done once per (position, tap). */
-    ptrdiff_t *ohm = malloc((g.H * g.KH + g.W * g.KW) * sizeof *ohm);
-    if (!ohm) {
+    if (im2row_data(&g, dy->data, rows)) {
         free(rows);
         free(wt);
         free(t);
         return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory");
     }
-    ptrdiff_t *owm = ohm + g.H * g.KH;
-    for (size_t ih = 0; ih < g.H; ih++)
-        for (size_t kh = 0; kh < g.KH; kh++)
-            ohm[ih * g.KH + kh] = dy_pos(ih, kh, g.pad, g.s, g.Ho);
-    for (size_t iw = 0; iw < g.W; iw++)
-        for (size_t kw = 0; kw < g.KW; kw++)
-            owm[iw * g.KW + kw] = dy_pos(iw, kw, g.pad, g.s, g.Wo);
-    float *r = rows;
-    for (size_t n = 0; n < g.N; n++)
-        for (size_t ih = 0; ih < g.H; ih++)
-            for (size_t iw = 0; iw < g.W; iw++)
-                for (size_t co = 0; co < g.Co; co++) {
-                    const float *d = dy->data + (n * g.Co + co) * g.Ho * g.Wo;
-                    for (size_t kh = 0; kh < g.KH; kh++) {
-                        ptrdiff_t oh = ohm[ih * g.KH + kh];
-                        for (size_t kw = 0; kw < g.KW; kw++) {
-                            ptrdiff_t ow = owm[iw * g.KW + kw];
-                            *r++ = oh < 0 || ow < 0
-                                 ? 0.0f : d[(size_t)oh * g.Wo + (size_t)ow];
-                        }
-                    }
-                }
-    free(ohm);
     /* B(k, ci) = w[co, ci, kh, kw] with k = (co, kh, kw): wt[ci*K + k]. */
     const size_t KK = g.KH * g.KW;
     for (size_t ci = 0; ci < g.Ci; ci++)
@@ -674,7 +745,12 @@ int emu_t_conv2d_backward_weights(emu_ctx *ctx, const char *site,
         return -1;
     }
     double *lo = hi + dw->n;
-    im2row(&g, x->data, false, rows);
+    if (im2row(&g, x->data, false, rows)) {
+        free(rows);
+        free(dyp);
+        free(hi);
+        return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory");
+    }
     /* dy as (Co, T), t = (n, oh, ow). */
     for (size_t co = 0; co < g.Co; co++)
         for (size_t n = 0; n < g.N; n++)

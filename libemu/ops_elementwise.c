@@ -854,14 +854,101 @@ static int ew_fill(const void *vop, size_t i0, size_t m, double *hi,
     return any;
 }
 
-/* The ops whose values are binary32 values: casts and selections. */
+/* The ops whose values are binary32 values: casts and selections, and the
+ * gradients of those that select or negate. */
 static bool ew_is_f32(const ew_op *op)
 {
     if (op->kind == EW_CAST)
         return true;
+    if (op->kind == EW_BACKWARD)
+        return op->f == EMU_UNARY_NEG || op->f == EMU_UNARY_ABS ||
+               op->f == EMU_UNARY_RELU;
     return op->kind == EW_UNARY &&
            (op->f == EMU_UNARY_NEG || op->f == EMU_UNARY_ABS ||
             op->f == EMU_UNARY_RELU || op->f == EMU_UNARY_CLAMP);
+}
+
+/* Runs of EW_RUN elements: loops of constant length, which gcc -O2's
+ * cheap vectoriser takes (it leaves loops of a variable count scalar). */
+enum { EW_RUN = 64 };
+
+/* relu's value isnan(a) || a > 0 ? a : +0 on the bits, for n <= EW_RUN
+ * values (n = EW_RUN: vectorised; the copies to and from the stack take
+ * away the aliasing of an in-place op, which would keep the loop
+ * scalar): a positive non-zero pattern (+inf, +NaN included) or any NaN
+ * is kept. */
+static EMU_KERNEL_INLINE void relu_bits(const float *a, float *v,
+                                        size_t n)
+{
+    uint32_t w[EW_RUN];
+    memcpy(w, a, n * sizeof *a);
+    for (size_t k = 0; k < n; k++) {
+        const uint32_t keep = (uint32_t)((int32_t)w[k] > 0) |
+                              (uint32_t)((w[k] & 0x7fffffff) > 0x7f800000);
+        w[k] &= -keep;
+    }
+    memcpy(v, w, n * sizeof *v);
+}
+
+/* relu's gradient dy * (x > 0 ? 1 : 0) on the bits, n <= EW_RUN values as
+ * relu_bits, where dy is finite and x not a NaN: dy, or a zero of dy's
+ * sign.  Returns non-zero if another element (rare) is among them, which
+ * the caller then forms by the expression. */
+static EMU_KERNEL_INLINE uint32_t relu_grad_bits(const float *dy,
+                                                 const float *x, float *out,
+                                                 size_t n)
+{
+    uint32_t d[EW_RUN], v[EW_RUN], rare = 0;
+    memcpy(d, dy, n * sizeof *dy);
+    memcpy(v, x, n * sizeof *x);
+    for (size_t k = 0; k < n; k++) {
+        const uint32_t pos = -(uint32_t)((int32_t)v[k] > 0);
+        rare |= (uint32_t)((d[k] & 0x7fffffff) >= 0x7f800000) |
+                (uint32_t)((v[k] & 0x7fffffff) > 0x7f800000);
+        d[k] = (d[k] & pos) | (d[k] & 0x80000000u);
+    }
+    memcpy(out, d, n * sizeof *out);
+    return rare;
+}
+
+/* fill32 of the gradients that select or negate dy (ew_is_f32): the
+ * values of backward_value, whose products with 0, 1 or -1 are binary32
+ * values, formed by the same binary64 expressions (a NaN's sign and
+ * payload included) and narrowed exactly. */
+static void ew_backward_fill32(const ew_op *op, size_t i0, size_t m,
+                               float *out)
+{
+    const float *dy = op->a + i0, *x = op->b + i0;
+    switch (op->f) {
+    case EMU_UNARY_NEG:
+        for (size_t j = 0; j < m; j++)
+            out[j] = (float)-(double)dy[j];
+        break;
+    case EMU_UNARY_ABS:
+        for (size_t j = 0; j < m; j++) {
+            const double d = dy[j], v = x[j];
+            out[j] = (float)(d * (isnan(v) ? v : (double)((v > 0.0) -
+                                                          (v < 0.0))));
+        }
+        break;
+    default: { /* EMU_UNARY_RELU */
+        /* Where dy is finite and x not a NaN, the product is dy (x > 0)
+         * or a zero of dy's sign, on the bits (a loop that vectorises);
+         * the other elements (rare) are then formed by the expression. */
+        uint32_t rare = 0;
+        size_t r = 0;
+        for (; r + EW_RUN <= m; r += EW_RUN)
+            rare |= relu_grad_bits(dy + r, x + r, out + r, EW_RUN);
+        rare |= relu_grad_bits(dy + r, x + r, out + r, m - r);
+        if (rare)
+            for (size_t j = 0; j < m; j++) {
+                const double d = dy[j], v = x[j];
+                if (!isfinite(d) || isnan(v))
+                    out[j] = (float)(d * (isnan(v) ? v : v > 0.0 ? 1.0 : 0.0));
+            }
+        break;
+    }
+    }
 }
 
 /* emu_op_out.fill32 for those: the same values as unary_value's, in
@@ -874,6 +961,10 @@ static void ew_fill32(const void *vop, size_t i0, size_t m, float *v)
         memcpy(v, a, m * sizeof *v);
         return;
     }
+    if (op->kind == EW_BACKWARD) {
+        ew_backward_fill32(op, i0, m, v);
+        return;
+    }
     const float p1 = (float)op->p1, p2 = (float)op->p2;
     switch (op->f) {
     case EMU_UNARY_NEG:
@@ -884,10 +975,13 @@ static void ew_fill32(const void *vop, size_t i0, size_t m, float *v)
         for (size_t j = 0; j < m; j++)
             v[j] = fabsf(a[j]);
         break;
-    case EMU_UNARY_RELU:
-        for (size_t j = 0; j < m; j++)
-            v[j] = isnan(a[j]) || a[j] > 0.0f ? a[j] : 0.0f;
+    case EMU_UNARY_RELU: {
+        size_t j = 0;
+        for (; j + EW_RUN <= m; j += EW_RUN)
+            relu_bits(a + j, v + j, EW_RUN);
+        relu_bits(a + j, v + j, m - j);
         break;
+    }
     default: /* EMU_UNARY_CLAMP */
         for (size_t j = 0; j < m; j++)
             v[j] = a[j] < p1 ? p1 : a[j] > p2 ? p2 : a[j];

@@ -80,6 +80,27 @@ static size_t channel_of(const bn_op *op, size_t i)
     return (i / op->HW) % op->C;
 }
 
+/* The channel of consecutive outputs without a division each: c and the
+ * outputs left in its plane, from output i on (chan_start), then stepped
+ * once per output (chan_next). */
+typedef struct chan_walk {
+    size_t c, left;
+} chan_walk;
+
+static chan_walk chan_start(const bn_op *op, size_t i)
+{
+    return (chan_walk){ channel_of(op, i), op->HW - i % op->HW };
+}
+
+static inline void chan_next(const bn_op *op, chan_walk *w)
+{
+    if (--w->left == 0) {
+        w->left = op->HW;
+        if (++w->c == op->C)
+            w->c = 0;
+    }
+}
+
 /* Channel c's values of v (N, C, H, W) into buf, in (n, h, w) order. */
 static void gather(const bn_op *op, const float *v, size_t c, float *buf)
 {
@@ -219,8 +240,9 @@ static int xc_fill(const void *vop, size_t i0, size_t m, double *hi, double *lo)
 {
     const bn_op *op = vop;
     bool any = false;
-    for (size_t j = 0; j < m; j++) {
-        const double x = op->x[i0 + j], mu = op->mean[channel_of(op, i0 + j)];
+    chan_walk w = chan_start(op, i0);
+    for (size_t j = 0; j < m; j++, chan_next(op, &w)) {
+        const double x = op->x[i0 + j], mu = op->mean[w.c];
         lo[j] = 0.0;
         if (!isfinite(x) || !isfinite(mu)) {
             hi[j] = x - mu;
@@ -241,8 +263,9 @@ static int y_fill(const void *vop, size_t i0, size_t m, double *hi, double *lo)
 {
     (void)lo;
     const bn_op *op = vop;
-    for (size_t j = 0; j < m; j++) {
-        const size_t c = channel_of(op, i0 + j);
+    chan_walk w = chan_start(op, i0);
+    for (size_t j = 0; j < m; j++, chan_next(op, &w)) {
+        const size_t c = w.c;
         double v = op->x[i0 + j];
         if (op->mean)
             v -= op->mean[c];
@@ -260,8 +283,9 @@ static int dx_fill(const void *vop, size_t i0, size_t m, double *hi, double *lo)
 {
     (void)lo;
     const bn_op *op = vop;
-    for (size_t j = 0; j < m; j++) {
-        const size_t c = channel_of(op, i0 + j);
+    chan_walk w = chan_start(op, i0);
+    for (size_t j = 0; j < m; j++, chan_next(op, &w)) {
+        const size_t c = w.c;
         double t = (double)op->dy[i0 + j] - op->k1[c];
         t -= (double)op->x[i0 + j] * op->k2[c];
         double g = op->inv[c];

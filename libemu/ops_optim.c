@@ -193,16 +193,17 @@ static void sgd_velocity_terms(double *terms, double mom, double wd, float v0,
 /* hi + lo = mom v0 + g + wd w0 (zero coefficients omit their terms). */
 static void sgd_velocity(double *restrict hi, double *restrict lo,
                          const float *v0, const float *g, const float *w0,
-                         double mom, double wd, size_t n)
+                         double mom, double wd, size_t n,
+                         uint64_t (*vel)(double *restrict, double *restrict,
+                                         const float *restrict,
+                                         const float *restrict, double, bool,
+                                         size_t))
 {
     const double m = mom, keep_m = mom != 0.0;
     uint64_t odd = 0;
     if (wd == 0.0) {
-        for (size_t i = 0; i < n; i++) {
-            const double a = keep_m ? m * v0[i] : 0.0;
-            emu_osum2z(a, g[i], &hi[i], &lo[i]);
-            odd |= nonfinite(hi[i]);
-        }
+        /* vel: the loop below, blocked and cloned (sgd_kernels) */
+        odd = vel(hi, lo, v0, g, m, mom != 0.0, n);
     } else {
         for (size_t i = 0; i < n; i++) {
             const double a = keep_m ? m * v0[i] : 0.0;
@@ -412,11 +413,100 @@ static adam_step_fn adam_step_for(emu_isa isa)
 
 /* ---- SGD -------------------------------------------------------------- */
 
+/* The two loops of every momentum step without weight decay (the
+ * velocity's pair mom v0 + g, emu_osum2z; the weights' w0 - lr v, a
+ * TwoSum), in blocks of SGD_BLOCK: a constant trip count is what gcc
+ * -O2's cheap vectoriser takes, so they run in vector lanes; one clone
+ * per instruction-set level (isa.c chooses), the same IEEE operations in
+ * the same order in each.  The velocity loop's non-finite test is on the
+ * bits ((e + 1) >> 11 is 1 for the exponent field 0x7ff alone), which
+ * SSE2 has in 64-bit lanes. */
+enum { SGD_BLOCK = 16 };
+
+#define SGD_VEL(i, a)                                                         \
+    do {                                                                      \
+        const double a_ = (a);                                                \
+        uint64_t u_;                                                          \
+        emu_osum2z(a_, g[i], &hi[i], &lo[i]);                                 \
+        memcpy(&u_, &hi[i], sizeof u_);                                       \
+        odd |= (((u_ >> 52) & 0x7ff) + 1) >> 11;                              \
+    } while (0)
+
+#define SGD_WMOM(i)                                                           \
+    do {                                                                      \
+        t[i] = -(lr * (double)v[i]);                                          \
+        emu_two_sum(w0[i], t[i], &hi[i], &lo[i]);                             \
+    } while (0)
+
+#define SGD_KERNELS(sfx, attrs)                                               \
+    attrs static uint64_t sgd_vel_##sfx(double *restrict hi,                  \
+                                        double *restrict lo,                  \
+                                        const float *restrict v0,             \
+                                        const float *restrict g, double mom,  \
+                                        bool keep, size_t n)                  \
+    {                                                                         \
+        uint64_t odd = 0;                                                     \
+        size_t i = 0;                                                         \
+        if (keep) {                                                           \
+            for (; i + SGD_BLOCK <= n; i += SGD_BLOCK)                        \
+                for (size_t j = i; j < i + SGD_BLOCK; j++)                    \
+                    SGD_VEL(j, mom * (double)v0[j]);                          \
+            for (; i < n; i++)                                                \
+                SGD_VEL(i, mom * (double)v0[i]);                              \
+        } else { /* a zero momentum omits its term: 0 inf would be NaN */     \
+            for (; i + SGD_BLOCK <= n; i += SGD_BLOCK)                        \
+                for (size_t j = i; j < i + SGD_BLOCK; j++)                    \
+                    SGD_VEL(j, 0.0);                                          \
+            for (; i < n; i++)                                                \
+                SGD_VEL(i, 0.0);                                              \
+        }                                                                     \
+        return odd;                                                           \
+    }                                                                         \
+    attrs static void sgd_wmom_##sfx(double *restrict t, double *restrict hi, \
+                                     double *restrict lo,                     \
+                                     const float *restrict v,                 \
+                                     const float *restrict w0, double lr,     \
+                                     size_t n)                                \
+    {                                                                         \
+        size_t i = 0;                                                         \
+        for (; i + SGD_BLOCK <= n; i += SGD_BLOCK)                            \
+            for (size_t j = i; j < i + SGD_BLOCK; j++)                        \
+                SGD_WMOM(j);                                                  \
+        for (; i < n; i++)                                                    \
+            SGD_WMOM(i);                                                      \
+    }
+
+SGD_KERNELS(base, )
+#if EMU_HAVE_ISA_CLONES
+SGD_KERNELS(avx2, EMU_ISA_TARGET_AVX2)
+SGD_KERNELS(avx512, EMU_ISA_TARGET_AVX512)
+#endif
+
+typedef struct sgd_kernels {
+    uint64_t (*vel)(double *restrict, double *restrict, const float *restrict,
+                    const float *restrict, double, bool, size_t);
+    void (*wmom)(double *restrict, double *restrict, double *restrict,
+                 const float *restrict, const float *restrict, double, size_t);
+} sgd_kernels;
+
+static sgd_kernels sgd_kernels_for(emu_isa isa)
+{
+#if EMU_HAVE_ISA_CLONES
+    if (isa == EMU_ISA_AVX512)
+        return (sgd_kernels){ sgd_vel_avx512, sgd_wmom_avx512 };
+    if (isa == EMU_ISA_AVX2)
+        return (sgd_kernels){ sgd_vel_avx2, sgd_wmom_avx2 };
+#endif
+    (void)isa;
+    return (sgd_kernels){ sgd_vel_base, sgd_wmom_base };
+}
+
 typedef struct sgd_op {
     const float *w0, *v0, *g; /* inputs as they were before the update   */
     const float *v_new;       /* the stored new momentum, or NULL        */
     double lr, mom, wd;
     double *t;                /* the weights' addends, filled by chunks  */
+    sgd_kernels k;            /* the vector loops of this process's level */
 } sgd_op;
 
 /* The producers of the commits (emu/extend.h): each chunk's exact sums,
@@ -428,7 +518,7 @@ static int sgd_v_fill(const void *opv, size_t i0, size_t m, double *hi,
 {
     const sgd_op *op = opv;
     sgd_velocity(hi, lo, op->v0 + i0, op->g + i0, op->w0 + i0, op->mom,
-                 op->wd, m);
+                 op->wd, m, op->k.vel);
     return 1;
 }
 
@@ -437,13 +527,7 @@ static int sgd_w_mom_fill(const void *opv, size_t i0, size_t m, double *hi,
                           double *lo)
 {
     const sgd_op *op = opv;
-    const float *v = op->v_new + i0, *w0 = op->w0 + i0;
-    double *t = op->t + i0;
-    const double lr = op->lr;
-    for (size_t j = 0; j < m; j++) {
-        t[j] = -(lr * v[j]);
-        emu_two_sum(w0[j], t[j], &hi[j], &lo[j]);
-    }
+    op->k.wmom(op->t + i0, hi, lo, op->v_new + i0, op->w0 + i0, op->lr, m);
     return 1;
 }
 
@@ -545,7 +629,8 @@ int emu_t_sgd_update(emu_ctx *ctx, const char *site, emu_tensor *w,
         return -1;
     }
     sgd_op op = { .w0 = w0, .v0 = v0, .g = g->data, .lr = o->lr,
-                  .mom = o->momentum, .wd = o->weight_decay, .t = t };
+                  .mom = o->momentum, .wd = o->weight_decay, .t = t,
+                  .k = sgd_kernels_for(emu_isa_active()) };
     int rc = 0;
 
     if (v) {

@@ -199,31 +199,119 @@ static int maxpool_ref(const void *opv, size_t i, mpfr_ptr exact,
     return 0;
 }
 
-/* emu_op_out.fill32 of max pooling: outputs i0 .. i0+m-1, each the first
- * maximum of its window in window order (kh, kw) by IEEE maximum's order
- * (-0 < +0), or its first NaN. */
-static void maxpool_fill32(const void *opv, size_t i0, size_t m, float *v)
+/* IEEE maximum's order of the non-NaN binary32 values (-0 < +0) as a
+ * signed integer order: a negative value's magnitude bits inverted. */
+static inline int32_t max_key(uint32_t u)
 {
-    const pool_op *op = opv;
+    return (int32_t)(u ^ ((uint32_t)((int32_t)u >> 31) >> 1));
+}
+
+/* The first maximum of a window in window order (kh, kw), or its first
+ * NaN: the selection rule, one comparison at a time (the rule's
+ * definition, and the path of windows that hold a NaN). */
+static size_t window_max_slow(const float *xw, size_t W, size_t size,
+                              float *out)
+{
+    size_t best = 0;
+    float b = xw[0];
+    for (size_t kh = 0; kh < size && !isnan(b); kh++)
+        for (size_t kw = 0; kw < size; kw++) {
+            const float c = xw[kh * W + kw];
+            if (isnan(c) || c > b ||
+                (c == 0.0f && b == 0.0f && signbit(b) && !signbit(c))) {
+                b = c;
+                best = kh * W + kw;
+                if (isnan(b))
+                    break;
+            }
+        }
+    *out = b;
+    return best;
+}
+
+/* The same selection for windows without a NaN, in integers: the first
+ * strictly larger key (max_key) in window order; returns false, having
+ * chosen nothing, if the window holds a NaN.  SIZE is a constant where
+ * inlined below. */
+static EMU_KERNEL_INLINE bool window_max_fast(const float *xw, size_t W,
+                                              size_t size, float *out,
+                                              size_t *best)
+{
+    uint32_t nan = 0, bu;
+    memcpy(&bu, xw, sizeof bu);
+    int32_t bk = max_key(bu);
+    size_t bi = 0;
+    for (size_t kh = 0; kh < size; kh++)
+        for (size_t kw = 0; kw < size; kw++) {
+            uint32_t u;
+            memcpy(&u, xw + kh * W + kw, sizeof u);
+            nan |= (uint32_t)((u & 0x7fffffff) > 0x7f800000);
+            const int32_t k = max_key(u);
+            const bool gt = k > bk;
+            bk = gt ? k : bk;
+            bu = gt ? u : bu;
+            bi = gt ? kh * W + kw : bi;
+        }
+    if (nan)
+        return false;
+    memcpy(out, &bu, sizeof bu);
+    *best = bi;
+    return true;
+}
+
+/* window_max_fast for 2 x 2 windows, written out (gcc -O2 does not
+ * unroll the loops of the general one). */
+static inline bool window_max_2x2(const float *xw, size_t W, float *out,
+                                  size_t *best)
+{
+    uint32_t u[4];
+    memcpy(&u[0], xw, sizeof u[0]);
+    memcpy(&u[1], xw + 1, sizeof u[1]);
+    memcpy(&u[2], xw + W, sizeof u[2]);
+    memcpy(&u[3], xw + W + 1, sizeof u[3]);
+    const uint32_t nan = (uint32_t)((u[0] & 0x7fffffff) > 0x7f800000) |
+                         (uint32_t)((u[1] & 0x7fffffff) > 0x7f800000) |
+                         (uint32_t)((u[2] & 0x7fffffff) > 0x7f800000) |
+                         (uint32_t)((u[3] & 0x7fffffff) > 0x7f800000);
+    if (nan)
+        return false;
+    int32_t bk = max_key(u[0]);
+    uint32_t bu = u[0];
+    size_t bi = 0;
+#define MAX_2X2_STEP(k, offset)                                               \
+    do {                                                                      \
+        const int32_t key_ = max_key(u[k]);                                   \
+        const bool gt_ = key_ > bk;                                           \
+        bk = gt_ ? key_ : bk;                                                 \
+        bu = gt_ ? u[k] : bu;                                                 \
+        bi = gt_ ? (offset) : bi;                                             \
+    } while (0)
+    MAX_2X2_STEP(1, 1);
+    MAX_2X2_STEP(2, W);
+    MAX_2X2_STEP(3, W + 1);
+#undef MAX_2X2_STEP
+    memcpy(out, &bu, sizeof bu);
+    *best = bi;
+    return true;
+}
+
+/* emu_op_out.fill32 of max pooling for windows of SIZE (a constant where
+ * inlined below): outputs i0 .. i0+m-1, each the first maximum of its
+ * window in window order (kh, kw) by IEEE maximum's order (-0 < +0), or
+ * its first NaN. */
+static EMU_KERNEL_INLINE void maxpool_run(const pool_op *op, size_t i0,
+                                          size_t m, float *v, size_t size)
+{
     const pool_geom *g = &op->g;
     size_t ow = i0 % g->Wo, oh = i0 / g->Wo % g->Ho, nc = i0 / (g->Wo * g->Ho);
+    size_t row = (nc * g->H + oh * g->stride) * g->W;
     for (size_t j = 0; j < m; j++) {
-        const size_t base = (nc * g->H + oh * g->stride) * g->W + ow * g->stride;
+        const size_t base = row + ow * g->stride;
         const float *xw = op->x + base;
-        size_t best = 0;
-        float b = xw[0];
-        for (size_t kh = 0; kh < g->size && !isnan(b); kh++)
-            for (size_t kw = 0; kw < g->size; kw++) {
-                const float c = xw[kh * g->W + kw];
-                if (isnan(c) || c > b ||
-                    (c == 0.0f && b == 0.0f && signbit(b) && !signbit(c))) {
-                    b = c;
-                    best = kh * g->W + kw;
-                    if (isnan(b))
-                        break;
-                }
-            }
-        v[j] = b;
+        size_t best;
+        if (!(size == 2 ? window_max_2x2(xw, g->W, &v[j], &best)
+                        : window_max_fast(xw, g->W, size, &v[j], &best)))
+            best = window_max_slow(xw, g->W, size, &v[j]);
         if (op->arg)
             op->arg[i0 + j] = base + best;
         if (++ow == g->Wo) {
@@ -232,7 +320,18 @@ static void maxpool_fill32(const void *opv, size_t i0, size_t m, float *v)
                 oh = 0;
                 nc++;
             }
+            row = (nc * g->H + oh * g->stride) * g->W;
         }
+    }
+}
+
+static void maxpool_fill32(const void *opv, size_t i0, size_t m, float *v)
+{
+    const pool_op *op = opv;
+    switch (op->g.size) {
+    case 2: maxpool_run(op, i0, m, v, 2); break;
+    case 3: maxpool_run(op, i0, m, v, 3); break;
+    default: maxpool_run(op, i0, m, v, op->g.size); break;
     }
 }
 
@@ -328,6 +427,8 @@ typedef struct routes {
 
 typedef struct pool_bwd_op {
     const float *dy;
+    const float *dense; /* windows apart: the one dy routed to each input,
+                           +0 where none is (then rt is unused) */
     routes rt;
     float *buf;      /* max_k scratch for the callbacks */
     double S;        /* divisor: 1 for max, size^2 for avg */
@@ -336,6 +437,11 @@ typedef struct pool_bwd_op {
 
 static size_t gather_routes(const pool_bwd_op *op, size_t j, float *buf)
 {
+    if (op->dense) {
+        /* an input nothing reaches: the sum of nothing, +0, as one +0 */
+        buf[0] = op->dense[j];
+        return 1;
+    }
     size_t k = 0;
     for (size_t r = op->rt.first[j]; r < op->rt.first[j + 1]; r++)
         buf[k++] = op->dy[op->rt.list[r]];
@@ -381,6 +487,10 @@ static int bwd_fill(const void *opv, size_t i0, size_t m, double *hi,
 static void bwd_fill32(const void *opv, size_t i0, size_t m, float *v)
 {
     const pool_bwd_op *op = opv;
+    if (op->dense) {
+        memcpy(v, op->dense + i0, m * sizeof *v);
+        return;
+    }
     const size_t *first = op->rt.first;
     for (size_t j = 0; j < m; j++) {
         const size_t r = first[i0 + j];
@@ -447,32 +557,60 @@ int emu_t_maxpool2d_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
         return emu_ctx_fail(ctx, site, "argmax: NULL (the forward pass "
                             "records it)");
     /* An argmax from another shape or options would route gradients to
-     * the wrong place: every entry must lie in its own window. */
-    for (size_t i = 0; i < dy->n; i++) {
-        size_t a = argmax[i];
-        size_t ow = i % g.Wo, oh = (i / g.Wo) % g.Ho, nc = i / (g.Wo * g.Ho);
-        size_t aw = a % g.W, ah = (a / g.W) % g.H, anc = a / (g.W * g.H);
-        if (a >= dx->n || anc != nc || ah < oh * g.stride ||
-            ah >= oh * g.stride + g.size || aw < ow * g.stride ||
-            aw >= ow * g.stride + g.size)
-            return emu_ctx_fail(ctx, site, "argmax[%zu] = %zu is not in the "
-                                "window of output %zu", i, a, i);
-    }
+     * the wrong place: every entry must lie in its own window, at an
+     * offset d from the window's first element with d = kh*W + kw,
+     * kh, kw < size (a table of those offsets, no division per entry). */
+    const size_t span = (g.size - 1) * g.W + g.size;
+    unsigned char *in_win = calloc(span, 1);
+    if (!in_win)
+        return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory");
+    for (size_t kh = 0; kh < g.size; kh++)
+        for (size_t kw = 0; kw < g.size; kw++)
+            in_win[kh * g.W + kw] = 1;
+    size_t i = 0, bad = SIZE_MAX;
+    for (size_t nc = 0; nc < g.N * g.C && bad == SIZE_MAX; nc++)
+        for (size_t oh = 0; oh < g.Ho; oh++) {
+            const size_t row = (nc * g.H + oh * g.stride) * g.W;
+            for (size_t ow = 0; ow < g.Wo; ow++, i++) {
+                const size_t d = argmax[i] - (row + ow * g.stride);
+                if ((d >= span || !in_win[d]) && bad == SIZE_MAX)
+                    bad = i; /* the first */
+            }
+        }
+    free(in_win);
+    if (bad != SIZE_MAX)
+        return emu_ctx_fail(ctx, site, "argmax[%zu] = %zu is not in the "
+                            "window of output %zu", bad, argmax[bad], bad);
     const float *dys = dy->data;
     pool_bwd_op op = { .dy = dys, .S = 1.0 };
+    if (g.stride >= g.size) {
+        /* Windows that do not overlap: at most one dy reaches an input,
+         * so the gradient is dy scattered to the argmax, +0 elsewhere
+         * (exact_sum's sum of nothing and of one value). */
+        float *dense = malloc((dx->n ? dx->n : 1) * sizeof *dense);
+        if (!dense)
+            return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory");
+        memset(dense, 0, dx->n * sizeof *dense); /* +0.0f */
+        for (size_t k = 0; k < dy->n; k++)
+            dense[argmax[k]] = dys[k];
+        op.dense = dense;
+        int rc = bwd_commit(ctx, site, "maxpool2d_bwd", dx, dy, &op, 1, rnd);
+        free(dense);
+        return rc;
+    }
     if (routes_alloc(ctx, site, &op.rt, dx->n, dy->n))
         return -1;
     size_t *first = op.rt.first, max_k = 0;
-    for (size_t i = 0; i < dy->n; i++)
-        first[argmax[i] + 1]++;
+    for (size_t k = 0; k < dy->n; k++)
+        first[argmax[k] + 1]++;
     for (size_t j = 0; j < dx->n; j++) {
         if (first[j + 1] > max_k)
             max_k = first[j + 1];
         first[j + 1] += first[j];
     }
-    /* Fill in increasing i, using first[] as cursors, then shift back. */
-    for (size_t i = 0; i < dy->n; i++)
-        op.rt.list[first[argmax[i]]++] = i;
+    /* Fill in increasing k, using first[] as cursors, then shift back. */
+    for (size_t k = 0; k < dy->n; k++)
+        op.rt.list[first[argmax[k]]++] = k;
     for (size_t j = dx->n; j > 0; j--)
         first[j] = first[j - 1];
     first[0] = 0;

@@ -357,13 +357,25 @@ static void check_hist_add_lengths(const double *xd, const float *xf)
         uint64_t wd[EMU_HIST_BINS] = { 0 }, wf[EMU_HIST_BINS] = { 0 };
         emu_hist_add_unguarded(gd, xd, lens[k]);
         emu_hist_add_f32_unguarded(gf, xf, lens[k]);
+        /* and the choke point's tables, fed in two uneven pieces and
+         * merged on top of the counts above (so each bin counts twice) */
+        emu_hist_tables td, tf;
+        memset(&td, 0, sizeof td);
+        memset(&tf, 0, sizeof tf);
+        const size_t cut = lens[k] / 3;
+        emu_hist_tables_add(&td, xd, cut, false);
+        emu_hist_tables_add(&td, xd + cut, lens[k] - cut, false);
+        emu_hist_tables_add(&tf, xf, cut, true);
+        emu_hist_tables_add(&tf, xf + cut, lens[k] - cut, true);
+        emu_hist_tables_merge(gd, &td);
+        emu_hist_tables_merge(gf, &tf);
         for (size_t i = 0; i < lens[k]; i++) {
             wd[ref_hist_bin(xd[i])]++;
             wf[ref_hist_bin(xf[i])]++;
         }
         for (int b = 0; b < EMU_HIST_BINS; b++) {
-            ck_assert_uint_eq(gd[b], wd[b]);
-            ck_assert_uint_eq(gf[b], wf[b]);
+            ck_assert_uint_eq(gd[b], 2 * wd[b]);
+            ck_assert_uint_eq(gf[b], 2 * wf[b]);
         }
     }
 }
@@ -434,6 +446,15 @@ START_TEST(test_hist_bins_from_bits)
             ck_assert_uint_eq(gd[b], wd[b]);
             ck_assert_uint_eq(gf[b], wf[b]);
         }
+        check_hist_add_lengths(xd, xf);
+        /* again with only normal values and zeros (a training's usual
+         * chunk): the arrays' path without a value binned apart */
+        for (size_t i = 0; i < NR; i++) {
+            const uint32_t e = (uf[i] >> 23) & 0xff;
+            if (e == 0 || e == 0xff)
+                uf[i] &= i % 2 ? 0x80000000u : 0xc07fffffu;
+        }
+        memcpy(xf, uf, sizeof xf);
         check_hist_add_lengths(xd, xf);
     }
     /* every bin was reached by the edges of one format or the other */

@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops_internal.h" /* emu_gemm_fast_f32: the FAST model's GEMM */
 #include "testutil.h"
 
 #define EXPECT(cond, ...)                                                     \
@@ -497,6 +498,144 @@ START_TEST(models_equal_accum_dot)
             }
             free_prob(&p);
         }
+}
+END_TEST
+
+/* ---- 1c. the fast model: sgemm on the documented matrices ---------------- */
+
+/* The FAST model has no summation order of its own: it is BLAS sgemm (or
+ * the host loop) on the im2row matrices, so the matrices' every entry
+ * decides its bits.  This builds them from the suite's own term lists
+ * (the rows of terms_fwd / terms_data / terms_weights, the padding +0)
+ * and calls the same GEMM on them: the convolution must give the same
+ * bits, at shapes that exercise each specialised kernel width (1, 3, 5)
+ * and the general one, strides, padding wider and narrower than the
+ * kernel, and a single channel. */
+static void fast_case(geo g, test_rng *r)
+{
+    char gs[96];
+    geo_string(&g, gs, sizeof gs);
+    prob p = make_prob(g, "binary32", "binary32");
+    const emu_format *f32 = test_format("binary32");
+    fill(&r[0], &p.x, f32, -8, 4);
+    fill(&r[0], &p.w, f32, -8, 4);
+    fill(&r[0], &p.b, f32, -8, 4);
+    fill(&r[0], &p.dy, f32, -8, 4);
+    /* -0 inputs stay -0 in the matrices, padding is +0 */
+    p.x.data[0] = -0.0f;
+    p.dy.data[p.dy.n - 1] = -0.0f;
+    emu_ctx ctx;
+    emu_ctx_init(&ctx, 7);
+    emu_rounding rnd = test_rne;
+    emu_accum accum;
+    emu_accum_default(&accum);
+    emu_error e;
+    ck_assert_int_eq(emu_accum_parse(&accum, "fast", &e), 0);
+    run_all(&ctx, &accum, &rnd, &p, true);
+
+    const size_t Kf = g.Ci * g.KH * g.KW + 1, Pf = g.N * g.Ho * g.Wo;
+    const size_t Kd = g.Co * g.KH * g.KW, Pd = g.N * g.H * g.W;
+    const size_t Kw = g.Ci * g.KH * g.KW, T = Pf;
+    size_t big = Kf * Pf + Kd * Pd + Kw * T;
+    float *rows = malloc(big * sizeof *rows), *wm = malloc(big * sizeof *wm);
+    float *out = malloc(big * sizeof *out);
+    float *A = malloc((Kf + Kd + T) * sizeof *A);
+    float *B = malloc((Kf + Kd + T) * sizeof *B);
+    ck_assert(rows && wm && out && A && B);
+
+    /* forward: rows (n, oh, ow) x (1, ci, kh, kw); wm (co) x K */
+    for (size_t n = 0; n < g.N; n++)
+        for (size_t oh = 0; oh < g.Ho; oh++)
+            for (size_t ow = 0; ow < g.Wo; ow++)
+                for (size_t co = 0; co < g.Co; co++) {
+                    size_t k = terms_fwd(&g, p.x.data, p.w.data, p.b.data, n,
+                                         co, oh, ow, A, B);
+                    ck_assert_uint_eq(k, Kf);
+                    memcpy(rows + ((n * g.Ho + oh) * g.Wo + ow) * Kf, B,
+                           Kf * sizeof *B);
+                    memcpy(wm + co * Kf, A, Kf * sizeof *A);
+                }
+    ck_assert_int_eq(emu_gemm_fast_f32(Pf, g.Co, Kf, rows, (ptrdiff_t)Kf, 1,
+                                       wm, 1, (ptrdiff_t)Kf, NULL, out), 0);
+    for (size_t i = 0; i < p.y.n; i++) {
+        size_t ow = i % g.Wo, oh = (i / g.Wo) % g.Ho;
+        size_t co = (i / (g.Wo * g.Ho)) % g.Co, n = i / (g.Wo * g.Ho * g.Co);
+        float want = out[((n * g.Ho + oh) * g.Wo + ow) * g.Co + co];
+        EXPECT(memcmp(&want, &p.y.data[i], sizeof want) == 0,
+               "fast conv2d %s [%zu]: got %a, sgemm %a", gs, i,
+               (double)p.y.data[i], (double)want);
+    }
+
+    /* data: rows (n, ih, iw) x (co, kh, kw); wm (ci) x K */
+    for (size_t n = 0; n < g.N; n++)
+        for (size_t ih = 0; ih < g.H; ih++)
+            for (size_t iw = 0; iw < g.W; iw++)
+                for (size_t ci = 0; ci < g.Ci; ci++) {
+                    size_t k = terms_data(&g, p.dy.data, p.w.data, n, ci, ih,
+                                          iw, A, B);
+                    ck_assert_uint_eq(k, Kd);
+                    memcpy(rows + ((n * g.H + ih) * g.W + iw) * Kd, B,
+                           Kd * sizeof *B);
+                    memcpy(wm + ci * Kd, A, Kd * sizeof *A);
+                }
+    ck_assert_int_eq(emu_gemm_fast_f32(Pd, g.Ci, Kd, rows, (ptrdiff_t)Kd, 1,
+                                       wm, 1, (ptrdiff_t)Kd, NULL, out), 0);
+    for (size_t i = 0; i < p.dx.n; i++) {
+        size_t iw = i % g.W, ih = (i / g.W) % g.H;
+        size_t ci = (i / (g.W * g.H)) % g.Ci, n = i / (g.W * g.H * g.Ci);
+        float want = out[((n * g.H + ih) * g.W + iw) * g.Ci + ci];
+        EXPECT(memcmp(&want, &p.dx.data[i], sizeof want) == 0,
+               "fast backward_data %s [%zu]: got %a, sgemm %a", gs, i,
+               (double)p.dx.data[i], (double)want);
+    }
+
+    /* weights: dy (co) x (n, oh, ow); rows (n, oh, ow) x (ci, kh, kw) */
+    for (size_t co = 0; co < g.Co; co++)
+        for (size_t ci = 0; ci < g.Ci; ci++)
+            for (size_t kh = 0; kh < g.KH; kh++)
+                for (size_t kw = 0; kw < g.KW; kw++) {
+                    size_t k = terms_weights(&g, p.dy.data, p.x.data, co, ci,
+                                             kh, kw, A, B);
+                    ck_assert_uint_eq(k, T);
+                    size_t c = (ci * g.KH + kh) * g.KW + kw;
+                    memcpy(wm + co * T, A, T * sizeof *A);
+                    for (size_t t = 0; t < T; t++)
+                        rows[t * Kw + c] = B[t];
+                }
+    ck_assert_int_eq(emu_gemm_fast_f32(g.Co, Kw, T, wm, (ptrdiff_t)T, 1, rows,
+                                       (ptrdiff_t)Kw, 1, NULL, out), 0);
+    for (size_t i = 0; i < p.dw.n; i++)
+        EXPECT(memcmp(&out[i], &p.dw.data[i], sizeof out[i]) == 0,
+               "fast backward_weights %s [%zu]: got %a, sgemm %a", gs, i,
+               (double)p.dw.data[i], (double)out[i]);
+    free(rows);
+    free(wm);
+    free(out);
+    free(A);
+    free(B);
+    free_prob(&p);
+}
+
+START_TEST(fast_is_sgemm_on_the_matrices)
+{
+    test_rng r = test_rng_make(0xfa57);
+    /* N, Ci, H, W, Co, KH, KW, stride, pad */
+    const geo shapes[] = {
+        make_geo(2, 1, 28, 28, 6, 5, 5, 1, 2),  /* LeNet conv1: same padding */
+        make_geo(3, 6, 14, 14, 16, 5, 5, 1, 0), /* LeNet conv2 */
+        make_geo(2, 3, 9, 8, 4, 3, 3, 2, 1),    /* ResNet downsampling 3x3 */
+        make_geo(2, 4, 8, 7, 5, 1, 1, 2, 0),    /* 1x1 shortcut, stride 2 */
+        make_geo(1, 1, 5, 6, 1, 1, 1, 1, 0),    /* 1x1, one channel */
+        make_geo(2, 2, 11, 9, 3, 5, 5, 2, 0),   /* 5x5, stride 2, odd size */
+        make_geo(1, 2, 13, 12, 3, 7, 7, 2, 3),  /* 7x7 stem, stride 2 */
+        make_geo(1, 2, 6, 7, 3, 4, 2, 3, 3),    /* general widths, pad >= KW */
+        make_geo(2, 1, 3, 4, 2, 3, 4, 1, 2),    /* kernel wider than input */
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        fast_case(shapes[i], &r);
+    const uint64_t reps = test_scaled(40, 8);
+    for (uint64_t i = 0; i < reps; i++)
+        fast_case(rand_geo(&r), &r);
 }
 END_TEST
 
@@ -1197,6 +1336,117 @@ START_TEST(maxpool_selection)
 }
 END_TEST
 
+/* Max pooling's selection and routing at every window size and stride
+ * the kernels treat apart (sizes 2 and 3 specialised, 1 and 4 general;
+ * windows overlapping or not), on values drawn from a small set so that
+ * ties, -0 against +0, infinities and NaNs (quiet and signalling) meet in
+ * windows: y's bits and argmax against the selection rule written out
+ * here, and dx against the routed dy summed in output order. */
+START_TEST(maxpool_rule_all_shapes)
+{
+    test_rng r = test_rng_make(0x9a11);
+    const float pool[] = { 0.0f, -0.0f, 1.0f, -1.0f, 2.0f, -2.0f, 0x1p-140f,
+                           -0x1p-140f, INFINITY, -INFINITY, 3.5f, -3.5f };
+    uint32_t snan = 0x7fa00001, qnan = 0xffc00002;
+    for (size_t size = 1; size <= 4; size++)
+        for (size_t stride = 1; stride <= 3; stride++)
+            for (int rep = 0; rep < 6; rep++) {
+                size_t N = 1 + test_below(&r, 2), C = 1 + test_below(&r, 3);
+                size_t H = size + test_below(&r, 6), W = size + test_below(&r, 6);
+                emu_tensor x = mk("x", "binary32", N, C, H, W);
+                size_t Ho = (H - size) / stride + 1, Wo = (W - size) / stride + 1;
+                emu_tensor y = mk("y", "binary32", N, C, Ho, Wo);
+                emu_tensor dy = mk("dy", "binary32", N, C, Ho, Wo);
+                emu_tensor dx = mk("dx", "binary32", N, C, H, W);
+                for (size_t i = 0; i < x.n; i++) {
+                    uint64_t u = test_below(&r, 64);
+                    if (u == 0 && rep % 2)
+                        memcpy(&x.data[i], &snan, sizeof snan);
+                    else if (u == 1 && rep % 2)
+                        memcpy(&x.data[i], &qnan, sizeof qnan);
+                    else
+                        x.data[i] = pool[test_below(&r, sizeof pool / sizeof pool[0])];
+                }
+                for (size_t i = 0; i < dy.n; i++)
+                    dy.data[i] = test_below(&r, 5) == 0
+                                     ? -0.0f
+                                     : (float)((int)test_below(&r, 9) - 4);
+                size_t *arg = malloc(y.n * sizeof *arg);
+                emu_pool_opts o = { (int)size, (int)stride };
+                emu_ctx ctx;
+                emu_ctx_init(&ctx, 3);
+                ck_assert(arg);
+                EXPECT(emu_t_maxpool2d(&ctx, "m", &y, arg, &x, &o, &test_rne) == 0,
+                       "maxpool: %s", ctx.err.message);
+                EXPECT(emu_t_maxpool2d_backward(&ctx, "mb", &dx, &dy, arg, &o,
+                                                &test_rne) == 0,
+                       "maxpool backward: %s", ctx.err.message);
+                for (size_t i = 0; i < y.n; i++) {
+                    size_t ow = i % Wo, oh = i / Wo % Ho, nc = i / (Wo * Ho);
+                    size_t base = (nc * H + oh * stride) * W + ow * stride;
+                    size_t best = base;
+                    float b = x.data[base];
+                    for (size_t kh = 0; kh < size && !isnan(b); kh++)
+                        for (size_t kw = 0; kw < size && !isnan(b); kw++) {
+                            size_t j = base + kh * W + kw;
+                            float c = x.data[j];
+                            bool more = isnan(c) || c > b ||
+                                        (c == 0.0f && b == 0.0f &&
+                                         signbit(b) && !signbit(c));
+                            if (more) {
+                                b = c;
+                                best = j;
+                            }
+                        }
+                    EXPECT(arg[i] == best, "size %zu stride %zu output %zu: "
+                           "argmax %zu, want %zu", size, stride, i, arg[i], best);
+                    uint32_t got, want;
+                    memcpy(&got, &y.data[i], sizeof got);
+                    memcpy(&want, &b, sizeof want);
+                    if (isnan(b)) /* binary32 into itself: the canonical NaN */
+                        want = 0x7fc00000;
+                    EXPECT(got == want, "size %zu stride %zu output %zu: "
+                           "y %08x, want %08x", size, stride, i, got, want);
+                }
+                for (size_t j = 0; j < dx.n; j++) {
+                    bool any = false;
+                    float s = 0.0f;
+                    for (size_t i = 0; i < dy.n; i++)
+                        if (arg[i] == j) {
+                            s = any ? s + dy.data[i] : dy.data[i];
+                            any = true;
+                        }
+                    EXPECT(memcmp(&s, &dx.data[j], sizeof s) == 0,
+                           "size %zu stride %zu dx[%zu] = %a, want %a", size,
+                           stride, j, (double)dx.data[j], (double)s);
+                }
+                /* an entry outside its window is refused, the first named */
+                if (y.n > 2) {
+                    size_t k = y.n / 2, saved = arg[k], saved2 = arg[y.n - 1];
+                    size_t b = arg[k] = x.n + 1; /* past the end */
+                    {
+                        arg[y.n - 1] = x.n; /* and past the end */
+                        EXPECT(emu_t_maxpool2d_backward(&ctx, "mb", &dx, &dy,
+                                                        arg, &o, &test_rne) != 0,
+                               "size %zu stride %zu: bad argmax accepted",
+                               size, stride);
+                        char want[64];
+                        snprintf(want, sizeof want, "argmax[%zu] = %zu ", k, b);
+                        EXPECT(strstr(ctx.err.message, want), "message '%s', "
+                               "want '%s'", ctx.err.message, want);
+                    }
+                    arg[k] = saved;
+                    arg[y.n - 1] = saved2;
+                }
+                free(arg);
+                emu_tensor_free(&x);
+                emu_tensor_free(&y);
+                emu_tensor_free(&dy);
+                emu_tensor_free(&dx);
+            }
+}
+END_TEST
+
 /* ---- refusals ------------------------------------------------------------ */
 
 static void expect_fail(int rc, const emu_ctx *ctx, const char *needle)
@@ -1330,6 +1580,7 @@ static Suite *suite(void)
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, sequential16_equals_scalar_chain);
     tcase_add_test(tc, models_equal_accum_dot);
+    tcase_add_test(tc, fast_is_sgemm_on_the_matrices);
     tcase_add_test(tc, threads_do_not_matter);
     tcase_add_test(tc, exact_model_vs_mpfr);
     tcase_add_test(tc, reference_callbacks);
@@ -1338,6 +1589,7 @@ static Suite *suite(void)
     tcase_add_test(tc, pooling_vs_mpfr);
     tcase_add_test(tc, pooling_ties_below_binary64);
     tcase_add_test(tc, maxpool_selection);
+    tcase_add_test(tc, maxpool_rule_all_shapes);
     tcase_add_test(tc, bad_input);
     suite_add_tcase(s, tc);
     return s;

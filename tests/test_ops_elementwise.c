@@ -1123,6 +1123,82 @@ START_TEST(test_nan_accounting)
 }
 END_TEST
 
+/* relu and its gradient go through bit-level runs of constant length and a
+ * tail: at a length that leaves partial runs and a partial chunk, on
+ * random bit patterns (NaNs, infinities, zeros and subnormals among
+ * them) and ordinary values, into binary32 and bfloat16, in place too,
+ * every output equals the scalar definition rounded once. */
+START_TEST(test_relu_runs)
+{
+    enum { N = 2 * 1024 + 3 * 64 + 37 };
+    test_rng g = test_rng_make(0x4e1);
+    const char *outs[] = { "binary32", "bfloat16" };
+    const emu_format *f32 = test_format("binary32");
+    emu_tensor x, dy, y, xin;
+    make(&x, f32, N, "x");
+    make(&dy, f32, N, "dy");
+    make(&xin, f32, N, "xin");
+    for (int rep = 0; rep < 4; rep++) {
+        for (size_t i = 0; i < N; i++) {
+            const bool bits = test_below(&g, 4) == 0;
+            x.data[i] = bits ? (float)emu_decode(f32, test_random_bits(&g, f32))
+                             : (float)((int)test_below(&g, 9) - 4) * 0.375f;
+            dy.data[i] = test_below(&g, 4) == 0
+                             ? (float)emu_decode(f32, test_random_bits(&g, f32))
+                             : (float)((int)test_below(&g, 9) - 4) * 0.25f;
+        }
+        if (rep == 0) /* runs without a rare element */
+            for (size_t i = 0; i < N; i++)
+                if (!isfinite(x.data[i]) || !isfinite(dy.data[i]))
+                    x.data[i] = dy.data[i] = 1.5f;
+        for (int k = 0; k < 2; k++) {
+            const emu_format *of = test_format(outs[k]);
+            make(&y, of, N, "y");
+            emu_ctx ctx;
+            emu_ctx_init(&ctx, 5);
+            ck_assert_int_eq(emu_t_unary(&ctx, "r", &y, &x, EMU_UNARY_RELU, 0,
+                                         0, &test_rne), 0);
+            for (size_t i = 0; i < N; i++) {
+                const double a = x.data[i];
+                const double want = emu_round(of, isnan(a) || a > 0 ? a : 0.0,
+                                              &test_rne, NULL);
+                ck_assert_msg(test_same(want, y.data[i]), "relu %s [%zu] of "
+                              "%a: %a, want %a", outs[k], i, a,
+                              (double)y.data[i], want);
+            }
+            ck_assert_int_eq(emu_t_unary_backward(&ctx, "rb", &y, &dy, &x,
+                                                  EMU_UNARY_RELU, 0, &test_rne),
+                             0);
+            for (size_t i = 0; i < N; i++) {
+                const double d = dy.data[i], v = x.data[i];
+                const double want = emu_round(
+                    of, d * (isnan(v) ? v : v > 0.0 ? 1.0 : 0.0), &test_rne,
+                    NULL);
+                ck_assert_msg(test_same(want, y.data[i]), "relu backward %s "
+                              "[%zu] of dy %a, x %a: %a, want %a", outs[k], i,
+                              d, v, (double)y.data[i], want);
+            }
+            emu_tensor_free(&y);
+        }
+        /* in place */
+        memcpy(xin.data, x.data, N * sizeof *x.data);
+        emu_ctx ctx;
+        emu_ctx_init(&ctx, 5);
+        ck_assert_int_eq(emu_t_unary(&ctx, "r", &xin, &xin, EMU_UNARY_RELU, 0,
+                                     0, &test_rne), 0);
+        for (size_t i = 0; i < N; i++) {
+            const double a = x.data[i];
+            ck_assert_msg(test_same(isnan(a) || a > 0 ? a : 0.0, xin.data[i]),
+                          "relu in place [%zu] of %a: %a", i, a,
+                          (double)xin.data[i]);
+        }
+    }
+    emu_tensor_free(&x);
+    emu_tensor_free(&dy);
+    emu_tensor_free(&xin);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("ops_elementwise");
@@ -1132,6 +1208,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, test_nan_accounting);
     tcase_add_test(tc, test_in_place);
+    tcase_add_test(tc, test_relu_runs);
     tcase_add_loop_test(tc, test_binary_ops, 0, OP_COUNT);
     tcase_add_test(tc, test_add_bias);
     tcase_add_test(tc, test_exact_unary);

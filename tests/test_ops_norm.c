@@ -341,6 +341,89 @@ START_TEST(binary32_against_binary64)
 }
 END_TEST
 
+/* Tensors of several commit chunks whose planes do not divide a chunk (and
+ * planes of one value, whose channel changes at every element): the
+ * producers' per-element channel must be right wherever a chunk starts.
+ * Under the fast model every value is a documented binary64 expression
+ * of binary32 inputs, rounded once (RNE: the narrowing cast), so xc, y,
+ * dx and the evaluation-mode y are checked bit for bit. */
+START_TEST(channels_across_chunks)
+{
+    test_rng g = test_rng_make(0xb45);
+    const size_t shapes[][4] = { { 3, 5, 15, 15 }, { 300, 7, 1, 1 },
+                                 { 2, 3, 37, 29 } };
+    emu_accum fast = accum_of(EMU_ACCUM_FAST);
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+        emu_ctx ctx;
+        emu_ctx_init(&ctx, 1);
+        emu_batchnorm_opts o = { .accum = &fast, .training = true, .eps = 1e-5,
+                                 .momentum = 0.1 };
+        bn_case k;
+        case_make(&k, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3],
+                  &g);
+        const size_t C = k.C, HW = k.H * k.W, M = k.N * HW;
+        ck_assert(k.x.n > 2 * EMU_COMMIT_CHUNK);
+        forward(&ctx, &k, &o, false);
+        backward(&ctx, &k, &o);
+        for (size_t c = 0; c < C; c++) {
+            const double inv = 1.0 / sqrt((double)k.var.data[c] + o.eps);
+            double s1 = 0.0, s2 = 0.0;
+            for (size_t n = 0; n < k.N; n++)
+                for (size_t j = 0; j < HW; j++) {
+                    const size_t i = (n * C + c) * HW + j;
+                    s1 += k.dy.data[i];
+                    s2 += (double)k.dy.data[i] * k.xc.data[i];
+                }
+            s1 += 0.0;
+            s2 += 0.0;
+            const double k1 = s1 / (double)M, k2 = inv * inv * s2 / (double)M;
+            for (size_t n = 0; n < k.N; n++)
+                for (size_t j = 0; j < HW; j++) {
+                    const size_t i = (n * C + c) * HW + j;
+                    mpfr_t d;
+                    mpfr_init2(d, 64);
+                    mpfr_set_flt(d, k.x.data[i], MPFR_RNDN);
+                    mpfr_sub_d(d, d, k.mean.data[c], MPFR_RNDN); /* exact */
+                    const float xc = (float)emu_ref_round(&k.xc.fmt, d,
+                                                          &test_rne, NULL);
+                    mpfr_clear(d);
+                    EXPECT(test_same(xc, k.xc.data[i]), "%zux%zux%zux%zu xc[%zu] "
+                           "%a, want %a", k.N, C, k.H, k.W, i,
+                           (double)k.xc.data[i], (double)xc);
+                    double v = k.xc.data[i];
+                    v *= inv;
+                    v *= k.gamma.data[c];
+                    v += k.beta.data[c];
+                    EXPECT(test_same((float)v, k.y.data[i]), "y[%zu] %a, want "
+                           "%a", i, (double)k.y.data[i], (double)(float)v);
+                    double t = (double)k.dy.data[i] - k1;
+                    t -= (double)k.xc.data[i] * k2;
+                    const double dx = t * (inv * k.gamma.data[c]);
+                    EXPECT(test_same((float)dx, k.dx.data[i]), "dx[%zu] %a, "
+                           "want %a", i, (double)k.dx.data[i], (double)(float)dx);
+                }
+        }
+        /* evaluation mode from the running statistics */
+        o.training = false;
+        o.accum = NULL;
+        if (emu_t_batchnorm2d(&ctx, "bn", &k.y, NULL, NULL, NULL, &k.rm, &k.rv,
+                              &k.x, &k.gamma, &k.beta, &o, &test_rne))
+            ck_abort_msg("eval: %s", ctx.err.message);
+        for (size_t i = 0; i < k.x.n; i++) {
+            const size_t c = (i / HW) % C;
+            double v = k.x.data[i];
+            v -= k.rm.data[c];
+            v *= 1.0 / sqrt((double)k.rv.data[c] + 1e-5);
+            v *= k.gamma.data[c];
+            v += k.beta.data[c];
+            EXPECT(test_same((float)v, k.y.data[i]), "eval y[%zu] %a, want %a",
+                   i, (double)k.y.data[i], (double)(float)v);
+        }
+        case_free(&k);
+    }
+}
+END_TEST
+
 /* ---- 3. evaluation mode and running statistics ----------------------------------- */
 
 START_TEST(evaluation_and_running_statistics)
@@ -558,6 +641,7 @@ static Suite *suite(void)
     tcase_add_test(tc, gradient_check_sees_a_missing_term);
     tcase_add_test(tc, binary32_against_binary64);
     tcase_add_test(tc, evaluation_and_running_statistics);
+    tcase_add_test(tc, channels_across_chunks);
     tcase_add_test(tc, sampled_against_mpfr);
     tcase_add_test(tc, bad_arguments);
     suite_add_tcase(s, tc);

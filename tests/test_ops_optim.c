@@ -902,6 +902,13 @@ START_TEST(update_pairs_match_reference)
                     emu_exact_sum_ref(t, 3, &hi, &lo);
                     expect_same_pair(seen.hi[0][i], seen.lo[0][i], hi, lo,
                                      "sgd v", t, 3);
+                    /* the weights: TwoSum of w0 and -(lr v), v as stored */
+                    const double tw = -(lr * (double)v.data[i]);
+                    const double s_ = w0[i] + tw, bv = s_ - w0[i];
+                    const double lw = (w0[i] - (s_ - bv)) + (tw - bv);
+                    double tt[2] = { w0[i], tw };
+                    expect_same_pair(seen.hi[1][i], seen.lo[1][i], s_, lw,
+                                     "sgd w", tt, 2);
                 } else {
                     const double lrwd = lr * wd;
                     double p = 0.0, pe = 0.0;
