@@ -36,6 +36,7 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -570,6 +571,225 @@ static double tr_gelu_grad(const emu_format *f, double dy, double x)
     return slow_ro53(TR_GELU_GRAD, x, dy);
 }
 
+/* ---- gelu's table-driven fast path ---------------------------------------
+ *
+ * The C library's erfc costs about 150 instructions; gelu and its
+ * derivative run once an element of every GPT MLP.  For the deterministic
+ * modes and |x| <= GT_XMAX, Phi(x) = erfc(-x / sqrt 2) / 2 and
+ * gelu'(x) = Phi(x) + x phi(x) are evaluated as Taylor polynomials of
+ * degree GT_DEG around the nearest of the centres c = k / GT_STEPS, with
+ * coefficients computed once by MPFR (emu_gelu_table_init) and a
+ * rigorous absolute error bound per centre:
+ *
+ *   remainder  h^K / K! max|f^(K)| on [c - H, c + H] (K = GT_DEG + 1,
+ *              H = 1 / (2 GT_STEPS)), with Phi^(K) = (-1)^(K-1) He_(K-1)
+ *              phi and gelu'^(K) = (K+1) phi^(K-1) + x phi^(K),
+ *              phi^(m) = (-1)^m He_m phi; |He_m(xi)| <= A_m(|xi|), A the
+ *              Hermite recurrence with all signs positive, and phi at its
+ *              largest point of the interval;
+ *   Horner     (2 K + 2) 2^-53 sum |a_k| H^k: one rounding a step (two
+ *              without a fused multiply-add) and the coefficients'
+ *              rounding to binary64;
+ *   argument   h = x - c, rounded if x is not on the 2^-58 grid: at most
+ *              2^-53 H max|f'|;
+ *
+ * the sum doubled (the bound's own binary64 arithmetic).  The value y is
+ * then accepted when no rounding boundary of the output format lies
+ * within that bound of y (settled_abs, settled's absolute twin); else
+ * the exact path above (tr_gelu, tr_gelu_grad) decides, with the same
+ * result.  Stochastic rounding keeps the C library path: its result
+ * depends on every bit of the pre-rounding value, not only on the
+ * rounding's boundaries, and runs stay bit-identical to earlier builds.
+ * tests/test_transcendental.c checks the fast path against MPFR on every
+ * binary16 and bfloat16 input and on large binary32 samples. */
+
+#define GT_XMAX 8
+#define GT_STEPS 32
+#define GT_DEG 9
+#define GT_N (2 * GT_XMAX * GT_STEPS + 1)
+
+typedef struct gelu_table {
+    double phi[GT_N][GT_DEG + 1];  /* Taylor coefficients of Phi         */
+    double dphi[GT_N][GT_DEG + 1]; /* and of gelu'                       */
+    double ephi[GT_N], edphi[GT_N]; /* their absolute error bounds        */
+} gelu_table;
+
+static gelu_table gtab;
+static _Atomic int gtab_state; /* 0 none, 1 being built, 2 ready */
+
+/* Fills gtab (once; a thread that finds it being built uses the exact
+ * path meanwhile).  Returns whether the table is ready. */
+static bool gelu_table_ready(void)
+{
+    if (atomic_load_explicit(&gtab_state, memory_order_acquire) == 2)
+        return true;
+    int expected = 0;
+    if (!atomic_compare_exchange_strong(&gtab_state, &expected, 1))
+        return false;
+    const mpfr_exp_t emin = mpfr_get_emin(), emax = mpfr_get_emax();
+    const mpfr_flags_t flags = mpfr_flags_save();
+    mpfr_set_emin(mpfr_get_emin_min());
+    mpfr_set_emax(mpfr_get_emax_max());
+    enum { K = GT_DEG + 1 };
+    mpfr_t c, pc, ph, he[K + 2], t, u;
+    mpfr_inits2(160, c, pc, ph, t, u, (mpfr_ptr)0);
+    for (int m = 0; m < K + 2; m++)
+        mpfr_init2(he[m], 160);
+    const double H = 0.5 / GT_STEPS;
+    double kfact = 1.0; /* K! */
+    for (int k = 2; k <= K; k++)
+        kfact *= k;
+    for (int j = 0; j < GT_N; j++) {
+        const double cd = (double)(j - GT_XMAX * GT_STEPS) / GT_STEPS;
+        mpfr_set_d(c, cd, MPFR_RNDN); /* exact */
+        /* Phi(c) = erfc(-c / sqrt 2) / 2, phi(c) = e^(-c^2/2) / sqrt(2 pi) */
+        mpfr_sqrt_ui(t, 2, MPFR_RNDN);
+        mpfr_neg(u, c, MPFR_RNDN);
+        mpfr_div(u, u, t, MPFR_RNDN);
+        mpfr_erfc(pc, u, MPFR_RNDN);
+        mpfr_div_2ui(pc, pc, 1, MPFR_RNDN);
+        mpfr_sqr(u, c, MPFR_RNDN);
+        mpfr_div_2ui(u, u, 1, MPFR_RNDN);
+        mpfr_neg(u, u, MPFR_RNDN);
+        mpfr_exp(ph, u, MPFR_RNDN);
+        mpfr_const_pi(t, MPFR_RNDN);
+        mpfr_mul_2ui(t, t, 1, MPFR_RNDN);
+        mpfr_sqrt(t, t, MPFR_RNDN);
+        mpfr_div(ph, ph, t, MPFR_RNDN);
+        /* He_0 .. He_(K+1) at c */
+        mpfr_set_ui(he[0], 1, MPFR_RNDN);
+        mpfr_set(he[1], c, MPFR_RNDN);
+        for (int m = 1; m + 1 < K + 2; m++) {
+            mpfr_mul(t, c, he[m], MPFR_RNDN);
+            mpfr_mul_ui(u, he[m - 1], (unsigned long)m, MPFR_RNDN);
+            mpfr_sub(he[m + 1], t, u, MPFR_RNDN);
+        }
+        /* phi^(m)(c) / k! = (-1)^m He_m(c) phi(c) / k! */
+        double sp = 0.0, sd = 0.0, hk = 1.0, fact = 1.0;
+        for (int k = 0; k <= GT_DEG; k++) {
+            if (k > 0)
+                fact *= k;
+            if (k == 0) {
+                mpfr_set(t, pc, MPFR_RNDN);
+                mpfr_mul(u, c, ph, MPFR_RNDN);
+                mpfr_add(u, u, pc, MPFR_RNDN); /* Phi + c phi */
+            } else {
+                /* Phi^(k) = phi^(k-1);  gelu'^(k) = (k+1) phi^(k-1) + c phi^(k) */
+                mpfr_mul(t, he[k - 1], ph, MPFR_RNDN);
+                if ((k - 1) & 1)
+                    mpfr_neg(t, t, MPFR_RNDN);
+                mpfr_mul(u, he[k], ph, MPFR_RNDN);
+                if (k & 1)
+                    mpfr_neg(u, u, MPFR_RNDN);
+                mpfr_mul(u, u, c, MPFR_RNDN);
+                mpfr_t w;
+                mpfr_init2(w, 160);
+                mpfr_mul_ui(w, t, (unsigned long)(k + 1), MPFR_RNDN);
+                mpfr_add(u, u, w, MPFR_RNDN);
+                mpfr_clear(w);
+                mpfr_div_d(t, t, fact, MPFR_RNDN); /* fact exact (<= 9!) */
+                mpfr_div_d(u, u, fact, MPFR_RNDN);
+            }
+            gtab.phi[j][k] = mpfr_get_d(t, MPFR_RNDN);
+            gtab.dphi[j][k] = mpfr_get_d(u, MPFR_RNDN);
+            sp += fabs(gtab.phi[j][k]) * hk;
+            sd += fabs(gtab.dphi[j][k]) * hk;
+            hk *= H;
+        }
+        /* Bounds over [c - H, c + H]: M = max |xi|, phi at min |xi|. */
+        const double M = fabs(cd) + H;
+        const double mn = fabs(cd) > H ? fabs(cd) - H : 0.0;
+        const double phimax = exp(-0.5 * mn * mn) * INV_SQRT2PI * 1.001;
+        double A[K + 2];
+        A[0] = 1.0;
+        A[1] = M;
+        for (int m = 1; m + 1 < K + 2; m++)
+            A[m + 1] = M * A[m] + m * A[m - 1];
+        const double hK = pow(H, K) / kfact;
+        const double rem_p = hK * A[K - 1] * phimax;
+        const double rem_d = hK * ((K + 1) * A[K - 1] + M * A[K]) * phimax;
+        const double horner = (2.0 * K + 2.0) * 0x1p-53;
+        const double arg_p = 0x1p-53 * H * phimax;
+        const double arg_d = 0x1p-53 * H * phimax * (2.0 + M * M);
+        gtab.ephi[j] = 2.0 * (rem_p + horner * sp + arg_p);
+        gtab.edphi[j] = 2.0 * (rem_d + horner * sd + arg_d);
+    }
+    for (int m = 0; m < K + 2; m++)
+        mpfr_clear(he[m]);
+    mpfr_clears(c, pc, ph, t, u, (mpfr_ptr)0);
+    mpfr_set_emin(emin);
+    mpfr_set_emax(emax);
+    mpfr_flags_restore(flags, MPFR_FLAGS_ALL);
+    atomic_store_explicit(&gtab_state, 2, memory_order_release);
+    return true;
+}
+
+/* Whether every value within err (absolute) of y rounds as y does into f
+ * in every deterministic mode: settled() with an absolute bound, which
+ * also must leave y's sign certain. */
+static bool settled_abs(const emu_format *f, double y, double err)
+{
+    double a = fabs(y);
+    if (!(err < a * 0x1p-30) || !isfinite(a))
+        return false;
+    if (a < 0x1p-900)
+        return true;
+    int e = (int)(d2u(a) >> 52) - 1023;
+    if (e >= f->emax + 2)
+        return true;
+    int g = (e > f->emin - 1 ? e : f->emin - 1) - f->p;
+    if (g <= -1023 || g >= 1023)
+        return false;
+    double s = u2d((uint64_t)(1023 - g) << 52); /* 2^-g, exact */
+    double m = a * s;
+    double r = m < 0x1p52 ? (m + 0x1p52) - 0x1p52 : m;
+    return fabs(m - r) > err * s;
+}
+
+/* The centre of x's interval and the polynomial's argument. */
+static inline int gt_index(double x, double *h)
+{
+    /* nearest integer to 32 x by the 1.5 * 2^52 trick (|32 x| <= 256) */
+    const double big = 0x1.8p52;
+    int j = (int)((x * GT_STEPS + big) - big) + GT_XMAX * GT_STEPS;
+    *h = x - (double)(j - GT_XMAX * GT_STEPS) * (1.0 / GT_STEPS);
+    return j;
+}
+
+static inline double gt_horner(const double *a, double h)
+{
+    double s = a[GT_DEG];
+    for (int k = GT_DEG - 1; k >= 0; k--)
+        s = s * h + a[k]; /* two roundings (hostfp.h: no contraction) */
+    return s;
+}
+
+/* gelu x on the fast path, or the exact path's value. */
+static double fast_gelu(const emu_format *f, double x)
+{
+    if (!(fabs(x) <= GT_XMAX) || x == 0.0)
+        return tr_gelu(f, x);
+    double h;
+    int j = gt_index(x, &h);
+    double y = x * gt_horner(gtab.phi[j], h);
+    if (settled_abs(f, y, fabs(x) * gtab.ephi[j] + 0x1p-52 * fabs(y)))
+        return y;
+    return tr_gelu(f, x);
+}
+
+/* dy gelu'(x) on the fast path, or the exact path's value. */
+static double fast_gelu_grad(const emu_format *f, double dy, double x)
+{
+    if (!(fabs(x) <= GT_XMAX) || x == 0.0 || !isfinite(dy) || dy == 0.0)
+        return tr_gelu_grad(f, dy, x);
+    double h;
+    int j = gt_index(x, &h);
+    double y = dy * gt_horner(gtab.dphi[j], h);
+    if (settled_abs(f, y, fabs(dy) * gtab.edphi[j] + 0x1p-52 * fabs(y)))
+        return y;
+    return tr_gelu_grad(f, dy, x);
+}
+
 /* ---- one op: its inputs, its reference, its NaN classifier -------------- */
 
 typedef enum ew_kind {
@@ -588,6 +808,7 @@ typedef struct ew_op {
     size_t dim;
     const emu_format *fmt; /* the output's (transcendental functions)    */
     emu_rnd mode;     /* the sign of an exact zero sum                   */
+    bool gelu_fast;   /* gelu (backward) through the table: see above    */
 } ew_op;
 
 static size_t b_index(const ew_op *op, size_t i)
@@ -833,10 +1054,20 @@ static int ew_fill(const void *vop, size_t i0, size_t m, double *hi,
             exact_sum(a[j], op->b[b_index(op, i0 + j)], mode, &hi[j], &lo[j]);
         break;
     case EW_UNARY:
+        if (op->gelu_fast) {
+            for (size_t j = 0; j < m; j++)
+                hi[j] = fast_gelu(op->fmt, a[j]);
+            break;
+        }
         for (size_t j = 0; j < m; j++)
             hi[j] = unary_value(op->fmt, op->f, a[j], op->p1, op->p2, &lo[j]);
         break;
     case EW_BACKWARD:
+        if (op->gelu_fast) {
+            for (size_t j = 0; j < m; j++)
+                hi[j] = fast_gelu_grad(op->fmt, a[j], op->b[i0 + j]);
+            break;
+        }
         for (size_t j = 0; j < m; j++)
             hi[j] = backward_value(op->fmt, op->f, a[j], op->b[i0 + j], op->p1,
                                    &lo[j]);
@@ -904,6 +1135,9 @@ static int ew_commit(emu_ctx *ctx, const char *site, const char *kind,
 {
     op->fmt = &out->fmt;
     op->mode = rnd->mode;
+    op->gelu_fast = (op->kind == EW_UNARY || op->kind == EW_BACKWARD) &&
+                    op->f == EMU_UNARY_GELU &&
+                    !emu_rnd_is_stochastic(rnd->mode) && gelu_table_ready();
     bool early = emu_store_early_ok(out, op->a, out->n);
     if (op->kind == EW_BIAS)
         early &= op->b != out->data && emu_store_early_ok(out, op->b, op->dim);
