@@ -519,7 +519,8 @@ static double gelu_eps(double x)
     return (24.0 + 2.0 * (x * x + 2.0 * fabs(x))) * 0x1p-52;
 }
 
-static double tr_gelu(const emu_format *f, double x)
+__attribute__((noinline)) static double tr_gelu(const emu_format *f,
+                                                double x)
 {
     if (isnan(x) || x == 0.0 || x == INFINITY)
         return x;
@@ -537,7 +538,8 @@ static double tr_gelu(const emu_format *f, double x)
 }
 
 /* dy * gelu'(x), gelu'(x) = Phi(x) + x phi(x). */
-static double tr_gelu_grad(const emu_format *f, double dy, double x)
+__attribute__((noinline)) static double
+tr_gelu_grad(const emu_format *f, double dy, double x)
 {
     if (isnan(x) || isnan(dy))
         return x + dy;
@@ -632,9 +634,9 @@ static bool gelu_table_ready(void)
     mpfr_set_emax(mpfr_get_emax_max());
     enum { K = GT_DEG + 1 };
     mpfr_t c, pc, ph, he[K + 2], t, u;
-    mpfr_inits2(160, c, pc, ph, t, u, (mpfr_ptr)0);
+    mpfr_inits2(96, c, pc, ph, t, u, (mpfr_ptr)0);
     for (int m = 0; m < K + 2; m++)
-        mpfr_init2(he[m], 160);
+        mpfr_init2(he[m], 96);
     const double H = 0.5 / GT_STEPS;
     double kfact = 1.0; /* K! */
     for (int k = 2; k <= K; k++)
@@ -683,7 +685,7 @@ static bool gelu_table_ready(void)
                     mpfr_neg(u, u, MPFR_RNDN);
                 mpfr_mul(u, u, c, MPFR_RNDN);
                 mpfr_t w;
-                mpfr_init2(w, 160);
+                mpfr_init2(w, 96);
                 mpfr_mul_ui(w, t, (unsigned long)(k + 1), MPFR_RNDN);
                 mpfr_add(u, u, w, MPFR_RNDN);
                 mpfr_clear(w);
@@ -756,38 +758,91 @@ static inline int gt_index(double x, double *h)
     return j;
 }
 
+/* Degree GT_DEG, unrolled; two roundings a step (hostfp.h: no
+ * contraction into a fused multiply-add). */
 static inline double gt_horner(const double *a, double h)
 {
-    double s = a[GT_DEG];
-    for (int k = GT_DEG - 1; k >= 0; k--)
-        s = s * h + a[k]; /* two roundings (hostfp.h: no contraction) */
-    return s;
+    _Static_assert(GT_DEG == 9, "gt_horner is unrolled for degree 9");
+    double s = a[9] * h + a[8];
+    s = s * h + a[7];
+    s = s * h + a[6];
+    s = s * h + a[5];
+    s = s * h + a[4];
+    s = s * h + a[3];
+    s = s * h + a[2];
+    s = s * h + a[1];
+    return s * h + a[0];
 }
 
-/* gelu x on the fast path, or the exact path's value. */
-static double fast_gelu(const emu_format *f, double x)
+/* The boundary test of the hot loops, for outputs in the format's normal
+ * range: the boundaries in the binade of 2^e are the multiples of
+ * 2^(e-p), so no boundary lies in [y - err, y + err] when the two ends,
+ * cut to p + 1 significant bits (mask), are equal (the same binade, the
+ * same sign, the same gap).  err is widened by half to cover the
+ * roundings of y -+ err (err >= 2^-52 |y| here).  Other cases go to
+ * settled_abs. */
+typedef struct gt_fmt {
+    uint64_t mask;   /* binary64 bits kept: sign, exponent, p fraction bits */
+    double min_norm; /* 2^emin                                             */
+} gt_fmt;
+
+static gt_fmt gt_fmt_of(const emu_format *f)
 {
-    if (!(fabs(x) <= GT_XMAX) || x == 0.0)
-        return tr_gelu(f, x);
-    double h;
-    int j = gt_index(x, &h);
-    double y = x * gt_horner(gtab.phi[j], h);
-    if (settled_abs(f, y, fabs(x) * gtab.ephi[j] + 0x1p-52 * fabs(y)))
-        return y;
-    return tr_gelu(f, x);
+    gt_fmt g = { ~(((uint64_t)1 << (52 - f->p)) - 1), ldexp(1.0, f->emin) };
+    return g;
 }
 
-/* dy gelu'(x) on the fast path, or the exact path's value. */
-static double fast_gelu_grad(const emu_format *f, double dy, double x)
+static inline bool gt_decided(const gt_fmt *g, const emu_format *f, double y,
+                              double err)
 {
-    if (!(fabs(x) <= GT_XMAX) || x == 0.0 || !isfinite(dy) || dy == 0.0)
-        return tr_gelu_grad(f, dy, x);
-    double h;
-    int j = gt_index(x, &h);
-    double y = dy * gt_horner(gtab.dphi[j], h);
-    if (settled_abs(f, y, fabs(dy) * gtab.edphi[j] + 0x1p-52 * fabs(y)))
-        return y;
-    return tr_gelu_grad(f, dy, x);
+    double e = 1.5 * err;
+    if (fabs(y) - e >= g->min_norm &&
+        ((d2u(y - e) ^ d2u(y + e)) & g->mask) == 0)
+        return true;
+    return settled_abs(f, y, err);
+}
+
+/* gelu of m values (deterministic modes, table ready); the exact path
+ * for arguments off the table and for undecided values. */
+static void fast_gelu_n(const emu_format *f, const float *x, size_t m,
+                        double *out)
+{
+    const gt_fmt g = gt_fmt_of(f);
+    for (size_t i = 0; i < m; i++) {
+        const double v = x[i];
+        if (!(fabs(v) <= GT_XMAX) || v == 0.0) {
+            out[i] = tr_gelu(f, v);
+            continue;
+        }
+        double h;
+        int j = gt_index(v, &h);
+        double y = v * gt_horner(gtab.phi[j], h);
+        out[i] = gt_decided(&g, f, y, fabs(v) * gtab.ephi[j] +
+                                          0x1p-52 * fabs(y))
+                     ? y
+                     : tr_gelu(f, v);
+    }
+}
+
+/* dy gelu'(x) of m values, likewise. */
+static void fast_gelu_grad_n(const emu_format *f, const float *dy,
+                             const float *x, size_t m, double *out)
+{
+    const gt_fmt g = gt_fmt_of(f);
+    for (size_t i = 0; i < m; i++) {
+        const double v = x[i], d = dy[i];
+        if (!(fabs(v) <= GT_XMAX) || v == 0.0 || !isfinite(d) || d == 0.0) {
+            out[i] = tr_gelu_grad(f, d, v);
+            continue;
+        }
+        double h;
+        int j = gt_index(v, &h);
+        double y = d * gt_horner(gtab.dphi[j], h);
+        out[i] = gt_decided(&g, f, y, fabs(d) * gtab.edphi[j] +
+                                          0x1p-52 * fabs(y))
+                     ? y
+                     : tr_gelu_grad(f, d, v);
+    }
 }
 
 /* ---- one op: its inputs, its reference, its NaN classifier -------------- */
@@ -1055,8 +1110,7 @@ static int ew_fill(const void *vop, size_t i0, size_t m, double *hi,
         break;
     case EW_UNARY:
         if (op->gelu_fast) {
-            for (size_t j = 0; j < m; j++)
-                hi[j] = fast_gelu(op->fmt, a[j]);
+            fast_gelu_n(op->fmt, a, m, hi);
             break;
         }
         for (size_t j = 0; j < m; j++)
@@ -1064,8 +1118,7 @@ static int ew_fill(const void *vop, size_t i0, size_t m, double *hi,
         break;
     case EW_BACKWARD:
         if (op->gelu_fast) {
-            for (size_t j = 0; j < m; j++)
-                hi[j] = fast_gelu_grad(op->fmt, a[j], op->b[i0 + j]);
+            fast_gelu_grad_n(op->fmt, a, op->b + i0, m, hi);
             break;
         }
         for (size_t j = 0; j < m; j++)
