@@ -470,7 +470,8 @@ static double tr_log(const emu_format *f, double x)
     return settled(f, y, EPS_LOG) ? y : slow_ro53(TR_LOG, x, 0.0);
 }
 
-static double tr_tanh(const emu_format *f, double x)
+__attribute__((noinline)) static double tr_tanh(const emu_format *f,
+                                                double x)
 {
     if (isnan(x) || x == 0.0)
         return x;
@@ -485,7 +486,8 @@ static double tr_tanh(const emu_format *f, double x)
     return settled(f, y, EPS_TANH) ? y : slow_ro53(TR_TANH, x, 0.0);
 }
 
-static double tr_sigmoid(const emu_format *f, double x)
+__attribute__((noinline)) static double tr_sigmoid(const emu_format *f,
+                                                   double x)
 {
     if (isnan(x))
         return x;
@@ -845,6 +847,109 @@ static void fast_gelu_grad_n(const emu_format *f, const float *dy,
     }
 }
 
+/* ---- sigmoid and tanh: a fast path through an exp of known error --------
+ *
+ * For the deterministic modes, sigmoid and tanh of finite moderate
+ * arguments are formed from exp_core, a binary64 exp with a proven
+ * relative error bound, and accepted by gt_decided under the bounds
+ * below; undecided values (about one binary32 output in 2^15) and other
+ * arguments take the exact path above (tr_sigmoid, tr_tanh), with the
+ * same result.  Stochastic rounding keeps the C library path (see gelu's).
+ *
+ * exp_core(t), |t| <= 700: k = nearest integer to t / ln 2, r = (t - k L1)
+ * - k L2 with fdlibm's split L1 + L2 of ln 2 (L1 has 32 significant bits,
+ * so k L1 and, when k != 0 and t is a binary32 value or twice one, t - k L1
+ * are exact; |r| <= 0.3466 + 2^-40, absolute error < 2^-53), then the
+ * Taylor polynomial of degree 12 of e^r (remainder < e^|r| |r|^13 / 13!
+ * < 2^-51.4 e^r) by Horner (25 roundings and 13 rounded coefficients:
+ * < 25 2^-53 e^|r| / e^-|r| < 2^-47.4 e^r), times 2^k exactly.  Relative
+ * error < 2^-47; EPS_CORE = 2^-46.
+ *
+ * sigmoid x = 1 / (1 + e^-x) (x > 0) or e^x / (1 + e^x): relative error
+ * < 2 EPS_CORE + 3 2^-53 < 2^-44 = EPS_SIG_FAST.
+ * tanh |x| = 1 - 2 / (e^(2|x|) + 1) for |x| >= 1/16: the error of q =
+ * 2 / (e + 1) (< EPS_CORE + 2^-52 relative) is amplified by q / tanh =
+ * 2 / (e - 1) <= 1 / |x| <= 16, plus the subtraction's rounding: < 2^-41.
+ * For |x| < 1/16, the odd Taylor polynomial of degree 11 (remainder
+ * < 2^-55 relative, the coefficients bounded by 2 zeta(2n) (2/pi)^2n) in
+ * u = x^2: < 2^-50.  EPS_TANH_FAST = 2^-41. */
+
+#define EPS_CORE 0x1p-46
+#define EPS_SIG_FAST 0x1p-44
+#define EPS_TANH_FAST 0x1p-41
+#define LN2_HI 0x1.62e42feep-1     /* fdlibm's ln2_hi: 32 significant bits */
+#define LN2_LO 0x1.a39ef35793c76p-33 /* ln 2 - LN2_HI, rounded           */
+#define INV_LN2 0x1.71547652b82fep0
+
+static inline double exp_core(double t)
+{
+    const double big = 0x1.8p52;
+    const double kd = (t * INV_LN2 + big) - big; /* nearest integer */
+    const double r = (t - kd * LN2_HI) - kd * LN2_LO;
+    double s = r * (1.0 / 479001600.0) + 1.0 / 39916800.0;
+    s = s * r + 1.0 / 3628800.0;
+    s = s * r + 1.0 / 362880.0;
+    s = s * r + 1.0 / 40320.0;
+    s = s * r + 1.0 / 5040.0;
+    s = s * r + 1.0 / 720.0;
+    s = s * r + 1.0 / 120.0;
+    s = s * r + 1.0 / 24.0;
+    s = s * r + 1.0 / 6.0;
+    s = s * r + 0.5;
+    s = s * r + 1.0;
+    s = s * r + 1.0;
+    const int k = (int)kd;
+    return s * u2d((uint64_t)(1023 + k) << 52); /* |k| <= 1010: exact */
+}
+
+/* sigmoid of a binary32 value, deterministic modes. */
+static inline double fast_sigmoid1(const gt_fmt *g, const emu_format *f,
+                                   double x)
+{
+    if (!(fabs(x) <= 80.0) || x == 0.0)
+        return tr_sigmoid(f, x);
+    double y;
+    if (x > 0.0) {
+        y = 1.0 / (1.0 + exp_core(-x));
+    } else {
+        double t = exp_core(x);
+        y = t / (1.0 + t);
+    }
+    return gt_decided(g, f, y, EPS_SIG_FAST * y) ? y : tr_sigmoid(f, x);
+}
+
+/* tanh of a binary32 value, deterministic modes. */
+static inline double fast_tanh1(const gt_fmt *g, const emu_format *f,
+                                double x)
+{
+    const double a = fabs(x);
+    if (!(a <= 10.0) || x == 0.0)
+        return tr_tanh(f, x);
+    double y;
+    if (a >= 0.0625) {
+        y = 1.0 - 2.0 / (exp_core(2.0 * a) + 1.0);
+    } else {
+        const double u = a * a;
+        double p = u * (-1382.0 / 155925.0) + 62.0 / 2835.0;
+        p = p * u + -17.0 / 315.0;
+        p = p * u + 2.0 / 15.0;
+        p = p * u + -1.0 / 3.0;
+        y = a + a * (u * p);
+    }
+    return gt_decided(g, f, y, EPS_TANH_FAST * y) ? copysign(y, x)
+                                                  : tr_tanh(f, x);
+}
+
+double emu_unary_eval_det(const emu_format *f, emu_unary fn, double x)
+{
+    const gt_fmt g = gt_fmt_of(f);
+    switch (fn) {
+    case EMU_UNARY_SIGMOID: return fast_sigmoid1(&g, f, x);
+    case EMU_UNARY_TANH: return fast_tanh1(&g, f, x);
+    default: return emu_unary_eval(f, fn, x);
+    }
+}
+
 /* ---- one op: its inputs, its reference, its NaN classifier -------------- */
 
 typedef enum ew_kind {
@@ -863,7 +968,7 @@ typedef struct ew_op {
     size_t dim;
     const emu_format *fmt; /* the output's (transcendental functions)    */
     emu_rnd mode;     /* the sign of an exact zero sum                   */
-    bool gelu_fast;   /* gelu (backward) through the table: see above    */
+    bool fast;        /* gelu (backward), sigmoid, tanh: the fast paths */
 } ew_op;
 
 static size_t b_index(const ew_op *op, size_t i)
@@ -1109,15 +1214,23 @@ static int ew_fill(const void *vop, size_t i0, size_t m, double *hi,
             exact_sum(a[j], op->b[b_index(op, i0 + j)], mode, &hi[j], &lo[j]);
         break;
     case EW_UNARY:
-        if (op->gelu_fast) {
-            fast_gelu_n(op->fmt, a, m, hi);
+        if (op->fast) {
+            const gt_fmt g = gt_fmt_of(op->fmt);
+            if (op->f == EMU_UNARY_GELU)
+                fast_gelu_n(op->fmt, a, m, hi);
+            else if (op->f == EMU_UNARY_SIGMOID)
+                for (size_t j = 0; j < m; j++)
+                    hi[j] = fast_sigmoid1(&g, op->fmt, a[j]);
+            else
+                for (size_t j = 0; j < m; j++)
+                    hi[j] = fast_tanh1(&g, op->fmt, a[j]);
             break;
         }
         for (size_t j = 0; j < m; j++)
             hi[j] = unary_value(op->fmt, op->f, a[j], op->p1, op->p2, &lo[j]);
         break;
     case EW_BACKWARD:
-        if (op->gelu_fast) {
+        if (op->fast) {
             fast_gelu_grad_n(op->fmt, a, op->b + i0, m, hi);
             break;
         }
@@ -1188,9 +1301,11 @@ static int ew_commit(emu_ctx *ctx, const char *site, const char *kind,
 {
     op->fmt = &out->fmt;
     op->mode = rnd->mode;
-    op->gelu_fast = (op->kind == EW_UNARY || op->kind == EW_BACKWARD) &&
-                    op->f == EMU_UNARY_GELU &&
-                    !emu_rnd_is_stochastic(rnd->mode) && gelu_table_ready();
+    op->fast = !emu_rnd_is_stochastic(rnd->mode) &&
+               (op->kind == EW_UNARY || op->kind == EW_BACKWARD) &&
+               ((op->f == EMU_UNARY_GELU && gelu_table_ready()) ||
+                (op->kind == EW_UNARY && (op->f == EMU_UNARY_SIGMOID ||
+                                          op->f == EMU_UNARY_TANH)));
     bool early = emu_store_early_ok(out, op->a, out->n);
     if (op->kind == EW_BIAS)
         early &= op->b != out->data && emu_store_early_ok(out, op->b, op->dim);
