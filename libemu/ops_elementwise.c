@@ -21,7 +21,10 @@
  *                          dy y - (dy y) y: three exact doubles, summed
  *                          into hi + lo by sum3().
  *   exp log tanh sigmoid   binary64 libm, checked, with an MPFR fallback:
- *     gelu, gelu backward  see "Transcendental functions" below.
+ *     gelu, gelu backward  see "Transcendental functions" below; under
+ *                          the deterministic modes gelu (backward),
+ *                          sigmoid and tanh try a cheaper evaluation of
+ *                          proven error first (their sections below).
  *
  * The scalar operations of emu/arith.h are the specification of the
  * arithmetic ops (special cases, signs of zero, SR words), and the tests
