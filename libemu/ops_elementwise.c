@@ -793,7 +793,9 @@ typedef struct gt_fmt {
 
 static gt_fmt gt_fmt_of(const emu_format *f)
 {
-    gt_fmt g = { ~(((uint64_t)1 << (52 - f->p)) - 1), ldexp(1.0, f->emin) };
+    /* 2^emin from its bits: carrier formats have emin >= -1022 */
+    gt_fmt g = { ~(((uint64_t)1 << (52 - f->p)) - 1),
+                 u2d((uint64_t)(1023 + f->emin) << 52) };
     return g;
 }
 
