@@ -21,7 +21,10 @@
  *                          dy y - (dy y) y: three exact doubles, summed
  *                          into hi + lo by sum3().
  *   exp log tanh sigmoid   binary64 libm, checked, with an MPFR fallback:
- *     gelu, gelu backward  see "Transcendental functions" below.
+ *     gelu, gelu backward  see "Transcendental functions" below; under
+ *                          the deterministic modes gelu (backward),
+ *                          sigmoid and tanh try a cheaper evaluation of
+ *                          proven error first (their sections below).
  *
  * The scalar operations of emu/arith.h are the specification of the
  * arithmetic ops (special cases, signs of zero, SR words), and the tests
@@ -36,6 +39,7 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -469,7 +473,8 @@ static double tr_log(const emu_format *f, double x)
     return settled(f, y, EPS_LOG) ? y : slow_ro53(TR_LOG, x, 0.0);
 }
 
-static double tr_tanh(const emu_format *f, double x)
+__attribute__((noinline)) static double tr_tanh(const emu_format *f,
+                                                double x)
 {
     if (isnan(x) || x == 0.0)
         return x;
@@ -484,7 +489,8 @@ static double tr_tanh(const emu_format *f, double x)
     return settled(f, y, EPS_TANH) ? y : slow_ro53(TR_TANH, x, 0.0);
 }
 
-static double tr_sigmoid(const emu_format *f, double x)
+__attribute__((noinline)) static double tr_sigmoid(const emu_format *f,
+                                                   double x)
 {
     if (isnan(x))
         return x;
@@ -518,7 +524,8 @@ static double gelu_eps(double x)
     return (24.0 + 2.0 * (x * x + 2.0 * fabs(x))) * 0x1p-52;
 }
 
-static double tr_gelu(const emu_format *f, double x)
+__attribute__((noinline)) static double tr_gelu(const emu_format *f,
+                                                double x)
 {
     if (isnan(x) || x == 0.0 || x == INFINITY)
         return x;
@@ -536,7 +543,8 @@ static double tr_gelu(const emu_format *f, double x)
 }
 
 /* dy * gelu'(x), gelu'(x) = Phi(x) + x phi(x). */
-static double tr_gelu_grad(const emu_format *f, double dy, double x)
+__attribute__((noinline)) static double
+tr_gelu_grad(const emu_format *f, double dy, double x)
 {
     if (isnan(x) || isnan(dy))
         return x + dy;
@@ -570,6 +578,383 @@ static double tr_gelu_grad(const emu_format *f, double dy, double x)
     return slow_ro53(TR_GELU_GRAD, x, dy);
 }
 
+/* ---- gelu's table-driven fast path ---------------------------------------
+ *
+ * The C library's erfc costs about 150 instructions; gelu and its
+ * derivative run once an element of every GPT MLP.  For the deterministic
+ * modes and |x| <= GT_XMAX, Phi(x) = erfc(-x / sqrt 2) / 2 and
+ * gelu'(x) = Phi(x) + x phi(x) are evaluated as Taylor polynomials of
+ * degree GT_DEG around the nearest of the centres c = k / GT_STEPS, with
+ * coefficients computed once by MPFR (emu_gelu_table_init) and a
+ * rigorous absolute error bound per centre:
+ *
+ *   remainder  h^K / K! max|f^(K)| on [c - H, c + H] (K = GT_DEG + 1,
+ *              H = 1 / (2 GT_STEPS)), with Phi^(K) = (-1)^(K-1) He_(K-1)
+ *              phi and gelu'^(K) = (K+1) phi^(K-1) + x phi^(K),
+ *              phi^(m) = (-1)^m He_m phi; |He_m(xi)| <= A_m(|xi|), A the
+ *              Hermite recurrence with all signs positive, and phi at its
+ *              largest point of the interval;
+ *   Horner     (2 K + 2) 2^-53 sum |a_k| H^k: one rounding a step (two
+ *              without a fused multiply-add) and the coefficients'
+ *              rounding to binary64;
+ *   argument   h = x - c, rounded if x is not on the 2^-58 grid: at most
+ *              2^-53 H max|f'|;
+ *
+ * the sum doubled (the bound's own binary64 arithmetic).  The value y is
+ * then accepted when no rounding boundary of the output format lies
+ * within that bound of y (settled_abs, settled's absolute twin); else
+ * the exact path above (tr_gelu, tr_gelu_grad) decides, with the same
+ * result.  Stochastic rounding keeps the C library path: its result
+ * depends on every bit of the pre-rounding value, not only on the
+ * rounding's boundaries, and runs stay bit-identical to earlier builds.
+ * tests/test_transcendental.c checks the fast path against MPFR on every
+ * binary16 and bfloat16 input and on large binary32 samples. */
+
+#define GT_XMAX 8
+#define GT_STEPS 32
+#define GT_DEG 9
+#define GT_N (2 * GT_XMAX * GT_STEPS + 1)
+
+typedef struct gelu_table {
+    double phi[GT_N][GT_DEG + 1];  /* Taylor coefficients of Phi         */
+    double dphi[GT_N][GT_DEG + 1]; /* and of gelu'                       */
+    double ephi[GT_N], edphi[GT_N]; /* their absolute error bounds        */
+} gelu_table;
+
+static gelu_table gtab;
+static _Atomic int gtab_state; /* 0 none, 1 being built, 2 ready */
+
+/* Fills gtab (once; a thread that finds it being built uses the exact
+ * path meanwhile).  Returns whether the table is ready. */
+static bool gelu_table_ready(void)
+{
+    if (atomic_load_explicit(&gtab_state, memory_order_acquire) == 2)
+        return true;
+    int expected = 0;
+    if (!atomic_compare_exchange_strong(&gtab_state, &expected, 1))
+        return false;
+    const mpfr_exp_t emin = mpfr_get_emin(), emax = mpfr_get_emax();
+    const mpfr_flags_t flags = mpfr_flags_save();
+    mpfr_set_emin(mpfr_get_emin_min());
+    mpfr_set_emax(mpfr_get_emax_max());
+    enum { K = GT_DEG + 1 };
+    mpfr_t c, pc, ph, he[K + 2], t, u;
+    mpfr_inits2(96, c, pc, ph, t, u, (mpfr_ptr)0);
+    for (int m = 0; m < K + 2; m++)
+        mpfr_init2(he[m], 96);
+    const double H = 0.5 / GT_STEPS;
+    double kfact = 1.0; /* K! */
+    for (int k = 2; k <= K; k++)
+        kfact *= k;
+    for (int j = 0; j < GT_N; j++) {
+        const double cd = (double)(j - GT_XMAX * GT_STEPS) / GT_STEPS;
+        mpfr_set_d(c, cd, MPFR_RNDN); /* exact */
+        /* Phi(c) = erfc(-c / sqrt 2) / 2, phi(c) = e^(-c^2/2) / sqrt(2 pi) */
+        mpfr_sqrt_ui(t, 2, MPFR_RNDN);
+        mpfr_neg(u, c, MPFR_RNDN);
+        mpfr_div(u, u, t, MPFR_RNDN);
+        mpfr_erfc(pc, u, MPFR_RNDN);
+        mpfr_div_2ui(pc, pc, 1, MPFR_RNDN);
+        mpfr_sqr(u, c, MPFR_RNDN);
+        mpfr_div_2ui(u, u, 1, MPFR_RNDN);
+        mpfr_neg(u, u, MPFR_RNDN);
+        mpfr_exp(ph, u, MPFR_RNDN);
+        mpfr_const_pi(t, MPFR_RNDN);
+        mpfr_mul_2ui(t, t, 1, MPFR_RNDN);
+        mpfr_sqrt(t, t, MPFR_RNDN);
+        mpfr_div(ph, ph, t, MPFR_RNDN);
+        /* He_0 .. He_(K+1) at c */
+        mpfr_set_ui(he[0], 1, MPFR_RNDN);
+        mpfr_set(he[1], c, MPFR_RNDN);
+        for (int m = 1; m + 1 < K + 2; m++) {
+            mpfr_mul(t, c, he[m], MPFR_RNDN);
+            mpfr_mul_ui(u, he[m - 1], (unsigned long)m, MPFR_RNDN);
+            mpfr_sub(he[m + 1], t, u, MPFR_RNDN);
+        }
+        /* phi^(m)(c) / k! = (-1)^m He_m(c) phi(c) / k! */
+        double sp = 0.0, sd = 0.0, hk = 1.0, fact = 1.0;
+        for (int k = 0; k <= GT_DEG; k++) {
+            if (k > 0)
+                fact *= k;
+            if (k == 0) {
+                mpfr_set(t, pc, MPFR_RNDN);
+                mpfr_mul(u, c, ph, MPFR_RNDN);
+                mpfr_add(u, u, pc, MPFR_RNDN); /* Phi + c phi */
+            } else {
+                /* Phi^(k) = phi^(k-1);  gelu'^(k) = (k+1) phi^(k-1) + c phi^(k) */
+                mpfr_mul(t, he[k - 1], ph, MPFR_RNDN);
+                if ((k - 1) & 1)
+                    mpfr_neg(t, t, MPFR_RNDN);
+                mpfr_mul(u, he[k], ph, MPFR_RNDN);
+                if (k & 1)
+                    mpfr_neg(u, u, MPFR_RNDN);
+                mpfr_mul(u, u, c, MPFR_RNDN);
+                mpfr_t w;
+                mpfr_init2(w, 96);
+                mpfr_mul_ui(w, t, (unsigned long)(k + 1), MPFR_RNDN);
+                mpfr_add(u, u, w, MPFR_RNDN);
+                mpfr_clear(w);
+                mpfr_div_d(t, t, fact, MPFR_RNDN); /* fact exact (<= 9!) */
+                mpfr_div_d(u, u, fact, MPFR_RNDN);
+            }
+            gtab.phi[j][k] = mpfr_get_d(t, MPFR_RNDN);
+            gtab.dphi[j][k] = mpfr_get_d(u, MPFR_RNDN);
+            sp += fabs(gtab.phi[j][k]) * hk;
+            sd += fabs(gtab.dphi[j][k]) * hk;
+            hk *= H;
+        }
+        /* Bounds over [c - H, c + H]: M = max |xi|, phi at min |xi|. */
+        const double M = fabs(cd) + H;
+        const double mn = fabs(cd) > H ? fabs(cd) - H : 0.0;
+        const double phimax = exp(-0.5 * mn * mn) * INV_SQRT2PI * 1.001;
+        double A[K + 2];
+        A[0] = 1.0;
+        A[1] = M;
+        for (int m = 1; m + 1 < K + 2; m++)
+            A[m + 1] = M * A[m] + m * A[m - 1];
+        const double hK = pow(H, K) / kfact;
+        const double rem_p = hK * A[K - 1] * phimax;
+        const double rem_d = hK * ((K + 1) * A[K - 1] + M * A[K]) * phimax;
+        const double horner = (2.0 * K + 2.0) * 0x1p-53;
+        const double arg_p = 0x1p-53 * H * phimax;
+        const double arg_d = 0x1p-53 * H * phimax * (2.0 + M * M);
+        gtab.ephi[j] = 2.0 * (rem_p + horner * sp + arg_p);
+        gtab.edphi[j] = 2.0 * (rem_d + horner * sd + arg_d);
+    }
+    for (int m = 0; m < K + 2; m++)
+        mpfr_clear(he[m]);
+    mpfr_clears(c, pc, ph, t, u, (mpfr_ptr)0);
+    mpfr_set_emin(emin);
+    mpfr_set_emax(emax);
+    mpfr_flags_restore(flags, MPFR_FLAGS_ALL);
+    atomic_store_explicit(&gtab_state, 2, memory_order_release);
+    return true;
+}
+
+/* Whether every value within err (absolute) of y rounds as y does into f
+ * in every deterministic mode: settled() with an absolute bound, which
+ * also must leave y's sign certain. */
+static bool settled_abs(const emu_format *f, double y, double err)
+{
+    double a = fabs(y);
+    if (!(err < a * 0x1p-30) || !isfinite(a))
+        return false;
+    if (a < 0x1p-900)
+        return true;
+    int e = (int)(d2u(a) >> 52) - 1023;
+    if (e >= f->emax + 2)
+        return true;
+    int g = (e > f->emin - 1 ? e : f->emin - 1) - f->p;
+    if (g <= -1023 || g >= 1023)
+        return false;
+    double s = u2d((uint64_t)(1023 - g) << 52); /* 2^-g, exact */
+    double m = a * s;
+    double r = m < 0x1p52 ? (m + 0x1p52) - 0x1p52 : m;
+    return fabs(m - r) > err * s;
+}
+
+/* The centre of x's interval and the polynomial's argument. */
+static inline int gt_index(double x, double *h)
+{
+    /* nearest integer to 32 x by the 1.5 * 2^52 trick (|32 x| <= 256) */
+    const double big = 0x1.8p52;
+    int j = (int)((x * GT_STEPS + big) - big) + GT_XMAX * GT_STEPS;
+    *h = x - (double)(j - GT_XMAX * GT_STEPS) * (1.0 / GT_STEPS);
+    return j;
+}
+
+/* Degree GT_DEG, unrolled; two roundings a step (hostfp.h: no
+ * contraction into a fused multiply-add). */
+static inline double gt_horner(const double *a, double h)
+{
+    _Static_assert(GT_DEG == 9, "gt_horner is unrolled for degree 9");
+    double s = a[9] * h + a[8];
+    s = s * h + a[7];
+    s = s * h + a[6];
+    s = s * h + a[5];
+    s = s * h + a[4];
+    s = s * h + a[3];
+    s = s * h + a[2];
+    s = s * h + a[1];
+    return s * h + a[0];
+}
+
+/* The boundary test of the hot loops, for outputs in the format's normal
+ * range: the boundaries in the binade of 2^e are the multiples of
+ * 2^(e-p), so no boundary lies in [y - err, y + err] when the two ends,
+ * cut to p + 1 significant bits (mask), are equal (the same binade, the
+ * same sign, the same gap).  err is widened by half to cover the
+ * roundings of y -+ err (err >= 2^-52 |y| here).  Other cases go to
+ * settled_abs. */
+typedef struct gt_fmt {
+    uint64_t mask;   /* binary64 bits kept: sign, exponent, p fraction bits */
+    double min_norm; /* 2^emin                                             */
+} gt_fmt;
+
+static gt_fmt gt_fmt_of(const emu_format *f)
+{
+    /* 2^emin from its bits: carrier formats have emin >= -1022 */
+    gt_fmt g = { ~(((uint64_t)1 << (52 - f->p)) - 1),
+                 u2d((uint64_t)(1023 + f->emin) << 52) };
+    return g;
+}
+
+static inline bool gt_decided(const gt_fmt *g, const emu_format *f, double y,
+                              double err)
+{
+    double e = 1.5 * err;
+    if (fabs(y) - e >= g->min_norm &&
+        ((d2u(y - e) ^ d2u(y + e)) & g->mask) == 0)
+        return true;
+    return settled_abs(f, y, err);
+}
+
+/* gelu of m values (deterministic modes, table ready); the exact path
+ * for arguments off the table and for undecided values. */
+static void fast_gelu_n(const emu_format *f, const float *x, size_t m,
+                        double *out)
+{
+    const gt_fmt g = gt_fmt_of(f);
+    for (size_t i = 0; i < m; i++) {
+        const double v = x[i];
+        if (!(fabs(v) <= GT_XMAX) || v == 0.0) {
+            out[i] = tr_gelu(f, v);
+            continue;
+        }
+        double h;
+        int j = gt_index(v, &h);
+        double y = v * gt_horner(gtab.phi[j], h);
+        out[i] = gt_decided(&g, f, y, fabs(v) * gtab.ephi[j] +
+                                          0x1p-52 * fabs(y))
+                     ? y
+                     : tr_gelu(f, v);
+    }
+}
+
+/* dy gelu'(x) of m values, likewise. */
+static void fast_gelu_grad_n(const emu_format *f, const float *dy,
+                             const float *x, size_t m, double *out)
+{
+    const gt_fmt g = gt_fmt_of(f);
+    for (size_t i = 0; i < m; i++) {
+        const double v = x[i], d = dy[i];
+        if (!(fabs(v) <= GT_XMAX) || v == 0.0 || !isfinite(d) || d == 0.0) {
+            out[i] = tr_gelu_grad(f, d, v);
+            continue;
+        }
+        double h;
+        int j = gt_index(v, &h);
+        double y = d * gt_horner(gtab.dphi[j], h);
+        out[i] = gt_decided(&g, f, y, fabs(d) * gtab.edphi[j] +
+                                          0x1p-52 * fabs(y))
+                     ? y
+                     : tr_gelu_grad(f, d, v);
+    }
+}
+
+/* ---- sigmoid and tanh: a fast path through an exp of known error --------
+ *
+ * For the deterministic modes, sigmoid and tanh of finite moderate
+ * arguments are formed from exp_core, a binary64 exp with a proven
+ * relative error bound, and accepted by gt_decided under the bounds
+ * below; undecided values (about one binary32 output in 2^15) and other
+ * arguments take the exact path above (tr_sigmoid, tr_tanh), with the
+ * same result.  Stochastic rounding keeps the C library path (see gelu's).
+ *
+ * exp_core(t), |t| <= 700: k = nearest integer to t / ln 2, r = (t - k L1)
+ * - k L2 with fdlibm's split L1 + L2 of ln 2 (L1 has 32 significant bits,
+ * so k L1 and, when k != 0 and t is a binary32 value or twice one, t - k L1
+ * are exact; |r| <= 0.3466 + 2^-40, absolute error < 2^-53), then the
+ * Taylor polynomial of degree 12 of e^r (remainder < e^|r| |r|^13 / 13!
+ * < 2^-51.4 e^r) by Horner (25 roundings and 13 rounded coefficients:
+ * < 25 2^-53 e^|r| / e^-|r| < 2^-47.4 e^r), times 2^k exactly.  Relative
+ * error < 2^-47; EPS_CORE = 2^-46.
+ *
+ * sigmoid x = 1 / (1 + e^-x) (x > 0) or e^x / (1 + e^x): relative error
+ * < 2 EPS_CORE + 3 2^-53 < 2^-44 = EPS_SIG_FAST.
+ * tanh |x| = 1 - 2 / (e^(2|x|) + 1) for |x| >= 1/16: the error of q =
+ * 2 / (e + 1) (< EPS_CORE + 2^-52 relative) is amplified by q / tanh =
+ * 2 / (e - 1) <= 1 / |x| <= 16, plus the subtraction's rounding: < 2^-41.
+ * For |x| < 1/16, the odd Taylor polynomial of degree 11 (remainder
+ * < 2^-55 relative, the coefficients bounded by 2 zeta(2n) (2/pi)^2n) in
+ * u = x^2: < 2^-50.  EPS_TANH_FAST = 2^-41. */
+
+#define EPS_CORE 0x1p-46
+#define EPS_SIG_FAST 0x1p-44
+#define EPS_TANH_FAST 0x1p-41
+#define LN2_HI 0x1.62e42feep-1     /* fdlibm's ln2_hi: 32 significant bits */
+#define LN2_LO 0x1.a39ef35793c76p-33 /* ln 2 - LN2_HI, rounded           */
+#define INV_LN2 0x1.71547652b82fep0
+
+static inline double exp_core(double t)
+{
+    const double big = 0x1.8p52;
+    const double kd = (t * INV_LN2 + big) - big; /* nearest integer */
+    const double r = (t - kd * LN2_HI) - kd * LN2_LO;
+    double s = r * (1.0 / 479001600.0) + 1.0 / 39916800.0;
+    s = s * r + 1.0 / 3628800.0;
+    s = s * r + 1.0 / 362880.0;
+    s = s * r + 1.0 / 40320.0;
+    s = s * r + 1.0 / 5040.0;
+    s = s * r + 1.0 / 720.0;
+    s = s * r + 1.0 / 120.0;
+    s = s * r + 1.0 / 24.0;
+    s = s * r + 1.0 / 6.0;
+    s = s * r + 0.5;
+    s = s * r + 1.0;
+    s = s * r + 1.0;
+    const int k = (int)kd;
+    return s * u2d((uint64_t)(1023 + k) << 52); /* |k| <= 1010: exact */
+}
+
+/* sigmoid of a binary32 value, deterministic modes. */
+static inline double fast_sigmoid1(const gt_fmt *g, const emu_format *f,
+                                   double x)
+{
+    if (!(fabs(x) <= 80.0) || x == 0.0)
+        return tr_sigmoid(f, x);
+    double y;
+    if (x > 0.0) {
+        y = 1.0 / (1.0 + exp_core(-x));
+    } else {
+        double t = exp_core(x);
+        y = t / (1.0 + t);
+    }
+    return gt_decided(g, f, y, EPS_SIG_FAST * y) ? y : tr_sigmoid(f, x);
+}
+
+/* tanh of a binary32 value, deterministic modes. */
+static inline double fast_tanh1(const gt_fmt *g, const emu_format *f,
+                                double x)
+{
+    const double a = fabs(x);
+    if (!(a <= 10.0) || x == 0.0)
+        return tr_tanh(f, x);
+    double y;
+    if (a >= 0.0625) {
+        y = 1.0 - 2.0 / (exp_core(2.0 * a) + 1.0);
+    } else {
+        const double u = a * a;
+        double p = u * (-1382.0 / 155925.0) + 62.0 / 2835.0;
+        p = p * u + -17.0 / 315.0;
+        p = p * u + 2.0 / 15.0;
+        p = p * u + -1.0 / 3.0;
+        y = a + a * (u * p);
+    }
+    return gt_decided(g, f, y, EPS_TANH_FAST * y) ? copysign(y, x)
+                                                  : tr_tanh(f, x);
+}
+
+double emu_unary_eval_det(const emu_format *f, emu_unary fn, double x)
+{
+    const gt_fmt g = gt_fmt_of(f);
+    switch (fn) {
+    case EMU_UNARY_SIGMOID: return fast_sigmoid1(&g, f, x);
+    case EMU_UNARY_TANH: return fast_tanh1(&g, f, x);
+    default: return emu_unary_eval(f, fn, x);
+    }
+}
+
 /* ---- one op: its inputs, its reference, its NaN classifier -------------- */
 
 typedef enum ew_kind {
@@ -588,6 +973,7 @@ typedef struct ew_op {
     size_t dim;
     const emu_format *fmt; /* the output's (transcendental functions)    */
     emu_rnd mode;     /* the sign of an exact zero sum                   */
+    bool fast;        /* gelu (backward), sigmoid, tanh: the fast paths */
 } ew_op;
 
 static size_t b_index(const ew_op *op, size_t i)
@@ -833,10 +1219,26 @@ static int ew_fill(const void *vop, size_t i0, size_t m, double *hi,
             exact_sum(a[j], op->b[b_index(op, i0 + j)], mode, &hi[j], &lo[j]);
         break;
     case EW_UNARY:
+        if (op->fast) {
+            const gt_fmt g = gt_fmt_of(op->fmt);
+            if (op->f == EMU_UNARY_GELU)
+                fast_gelu_n(op->fmt, a, m, hi);
+            else if (op->f == EMU_UNARY_SIGMOID)
+                for (size_t j = 0; j < m; j++)
+                    hi[j] = fast_sigmoid1(&g, op->fmt, a[j]);
+            else
+                for (size_t j = 0; j < m; j++)
+                    hi[j] = fast_tanh1(&g, op->fmt, a[j]);
+            break;
+        }
         for (size_t j = 0; j < m; j++)
             hi[j] = unary_value(op->fmt, op->f, a[j], op->p1, op->p2, &lo[j]);
         break;
     case EW_BACKWARD:
+        if (op->fast) {
+            fast_gelu_grad_n(op->fmt, a, op->b + i0, m, hi);
+            break;
+        }
         for (size_t j = 0; j < m; j++)
             hi[j] = backward_value(op->fmt, op->f, a[j], op->b[i0 + j], op->p1,
                                    &lo[j]);
@@ -998,6 +1400,11 @@ static int ew_commit(emu_ctx *ctx, const char *site, const char *kind,
 {
     op->fmt = &out->fmt;
     op->mode = rnd->mode;
+    op->fast = !emu_rnd_is_stochastic(rnd->mode) &&
+               (op->kind == EW_UNARY || op->kind == EW_BACKWARD) &&
+               ((op->f == EMU_UNARY_GELU && gelu_table_ready()) ||
+                (op->kind == EW_UNARY && (op->f == EMU_UNARY_SIGMOID ||
+                                          op->f == EMU_UNARY_TANH)));
     bool early = emu_store_early_ok(out, op->a, out->n);
     if (op->kind == EW_BIAS)
         early &= op->b != out->data && emu_store_early_ok(out, op->b, op->dim);

@@ -146,6 +146,10 @@ void emu_mean_pair(double *hi, double *lo, size_t n, mpfr_ptr s, mpfr_ptr q,
  * f, in every deterministic mode, as the exact value does (fused ops that
  * apply an activation, such as the LSTM's gates). */
 double emu_unary_eval(const emu_format *f, emu_unary fn, double x);
+/* The same for the deterministic modes only, through the fast paths of
+ * sigmoid and tanh (another binary64 value when it rounds alike in every
+ * deterministic mode; stochastic rounding must use emu_unary_eval). */
+double emu_unary_eval_det(const emu_format *f, emu_unary fn, double x);
 
 /* One accumulator rounding of hi + lo as the models do it: the inline fast
  * path where it applies (*fast = true), else the scalar choke point; the

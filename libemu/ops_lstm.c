@@ -89,6 +89,7 @@ typedef struct lstm_dims {
 typedef struct lstm_op {
     size_t H, G;
     const emu_format *fmt;  /* act: the output format                     */
+    bool det;               /* act: rnd is deterministic (fast activations) */
     const float *pre;       /* act: pre-activations (B, G)                */
     const float *act;       /* the step's gates (B, G)                    */
     const float *cprev;     /* c_{t-1} (B, H)                             */
@@ -261,7 +262,8 @@ static int act_fill(const void *vop, size_t i0, size_t m, double *hi, double *lo
         const size_t i = i0 + k;
         const emu_unary fn = (i % op->G) / op->H == 2 ? EMU_UNARY_TANH
                                                       : EMU_UNARY_SIGMOID;
-        hi[k] = emu_unary_eval(op->fmt, fn, op->pre[i]);
+        hi[k] = op->det ? emu_unary_eval_det(op->fmt, fn, op->pre[i])
+                        : emu_unary_eval(op->fmt, fn, op->pre[i]);
     }
     return 0;
 }
@@ -559,7 +561,8 @@ int emu_t_lstm(emu_ctx *ctx, const char *site, emu_tensor *y, emu_tensor *gates,
     emu_tensor P = view2(gates, sg, pre, B, G);
     const emu_matmul_opts mo = { .accum = o->accum, .trans_b = true };
     const float *hprev0 = h0 ? h0->data : zero, *cprev0 = c0 ? c0->data : zero;
-    lstm_op op = { .H = H, .G = G, .fmt = &gates->fmt, .pre = pre };
+    lstm_op op = { .H = H, .G = G, .fmt = &gates->fmt, .pre = pre,
+                   .det = !emu_rnd_is_stochastic(rnd->mode) };
 
     /* The fast model: the window's bias and input terms as one sgemm. */
     const bool fast = o->accum->kind == EMU_ACCUM_FAST;

@@ -783,6 +783,90 @@ START_TEST(test_backward)
 }
 END_TEST
 
+/* gelu backward on its table-driven fast path (ops_elementwise.c):
+ * every binary16 and bfloat16 argument x, with dy = 1 and with a random
+ * binary32 dy (tiny, huge and subnormal-output products included), then
+ * random binary32 arguments over the table's range and around the zero
+ * of gelu', into binary32, binary16 and bfloat16, in every deterministic
+ * mode, against MPFR. */
+START_TEST(test_gelu_backward_exhaustive)
+{
+    unsigned long long before = n_failed;
+    static const char *const ins[] = { "binary16", "bfloat16", "binary32" };
+    static const char *const outs[] = { "binary32", "binary16", "bfloat16" };
+    const emu_format *b32 = test_format("binary32");
+    test_rng g = test_rng_make(0x9e1u);
+    for (size_t k = 0; k < 3; k++) {
+        const emu_format *in = test_format(ins[k]);
+        const bool all = in->bits <= 16;
+        const size_t n = all ? (size_t)1 << in->bits : test_scaled(1 << 16, 512);
+        emu_tensor dy, v;
+        make(&dy, b32, n, "dy");
+        make(&v, in, n, "v");
+        for (int pass = 0; pass < 2; pass++) {
+            for (size_t i = 0; i < n; i++) {
+                double x;
+                if (all) {
+                    x = emu_decode(in, (emu_bits){ i });
+                } else if (test_below(&g, 4) == 0) {
+                    x = -0.7517915 + ldexp((double)test_below(&g, 1 << 16) -
+                                               32768.0, -24);
+                } else {
+                    x = ldexp((double)test_below(&g, 1u << 24),
+                              -24 + (int)test_below(&g, 28) - 24);
+                    x = fmin(x, 9.0) * (test_below(&g, 2) ? -1.0 : 1.0);
+                }
+                v.data[i] = (float)x;
+                double d = 1.0;
+                if (pass) {
+                    d = emu_decode(b32, test_random_bits(&g, b32));
+                    if (!isfinite(d) || test_below(&g, 2))
+                        d = ldexp(1.0 + (double)test_below(&g, 1u << 23) *
+                                            0x1p-23,
+                                  (int)test_below(&g, 300) - 150);
+                }
+                dy.data[i] = (float)d;
+            }
+            mpfr_t *refs = malloc(n * sizeof *refs);
+            ck_assert_ptr_nonnull(refs);
+            for (size_t i = 0; i < n; i++) {
+                mpfr_init2(refs[i], P);
+                ref_backward(EMU_UNARY_GELU, dy.data[i], v.data[i], 0.0,
+                             refs[i]);
+            }
+            for (size_t o = 0; o < 3; o++) {
+                const emu_format *out = test_format(outs[o]);
+                emu_tensor dx;
+                make(&dx, out, n, "dx");
+                emu_ctx ctx;
+                emu_ctx_init(&ctx, 12);
+                for (int r = 0; r < N_ROUNDINGS; r++) {
+                    const emu_rounding *rnd = &roundings[r];
+                    if (emu_rnd_is_stochastic(rnd->mode))
+                        continue;
+                    ck_assert_int_eq(emu_t_unary_backward(&ctx, "bw", &dx, &dy,
+                                                          &v, EMU_UNARY_GELU,
+                                                          0.0f, rnd), 0);
+                    for (size_t i = 0; i < n; i++) {
+                        double ops[2] = { dy.data[i], v.data[i] };
+                        double want = emu_ref_round(out, refs[i], rnd, NULL);
+                        expect("gelu_backward", in, out, rnd, 2, ops, want,
+                               dx.data[i]);
+                    }
+                }
+                emu_tensor_free(&dx);
+            }
+            for (size_t i = 0; i < n; i++)
+                mpfr_clear(refs[i]);
+            free(refs);
+        }
+        emu_tensor_free(&dy);
+        emu_tensor_free(&v);
+    }
+    ASSERT_NO_FAILURES(before);
+}
+END_TEST
+
 /* ---- errors -------------------------------------------------------------- */
 
 /* Runs `call`, which must fail: ctx->err names the site and mentions
@@ -1214,6 +1298,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_exact_unary);
     tcase_add_test(tc, test_cast_load);
     tcase_add_loop_test(tc, test_backward, 0, 11);
+    tcase_add_test(tc, test_gelu_backward_exhaustive);
     suite_add_tcase(s, tc);
     return s;
 }

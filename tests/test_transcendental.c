@@ -466,6 +466,66 @@ START_TEST(test_random_binary32)
 }
 END_TEST
 
+/* The fast paths of gelu, sigmoid and tanh (ops_elementwise.c: a table
+ * of Taylor polynomials, an exp of known error) over their ranges: 2^16
+ * binary32 arguments of magnitude 2^-30 .. 2^7 and the edges of each
+ * range (+-0, subnormals, 1/16, 8, 10, 80 and their neighbours, huge
+ * values, infinities, NaN), into binary32, binary16 and bfloat16. */
+START_TEST(test_fast_ranges)
+{
+    static const int fns[] = { F_GELU, F_SIGMOID, F_TANH };
+    const int fn = fns[_i];
+    const emu_format *b32 = test_format("binary32");
+    static const float edges[] = {
+        0.0f, -0.0f, 0x1p-149f, -0x1p-149f, 0x1p-126f, -0x1p-126f,
+        0x1p-4f, -0x1p-4f, 0x1.fffffep-5f, -0x1.fffffep-5f, 0x1.000002p-4f,
+        8.0f, -8.0f, 0x1.fffffep2f, -0x1.fffffep2f, 0x1.000002p3f,
+        -0x1.000002p3f, 10.0f, -10.0f, 0x1.000002p3f, 80.0f, -80.0f,
+        0x1.000002p6f, -0x1.000002p6f, 0x1.3ffffep6f, -0x1.3ffffep6f,
+        1e30f, -1e30f, 0x1.fffffep127f, -0x1.fffffep127f, INFINITY,
+        -INFINITY, NAN, 1.0f / 32, -1.0f / 64, 0.5f, -0.5f,
+    };
+    const size_t ne = sizeof edges / sizeof edges[0];
+    const size_t n = ne + test_scaled(1 << 16, 1024);
+    emu_tensor x;
+    emu_error err;
+    ck_assert_int_eq(emu_tensor_alloc(&x, "x", EMU_ROLE_ACTIVATION, b32, 1,
+                                      &n, &err), 0);
+    uint64_t *bits = malloc(n * sizeof *bits);
+    ck_assert_ptr_nonnull(bits);
+    test_rng g = test_rng_make(0xfa57 + (uint64_t)fn);
+    for (size_t i = 0; i < n; i++) {
+        float v;
+        if (i < ne) {
+            v = edges[i];
+        } else {
+            uint64_t w = test_next(&g);
+            int e = (int)((w >> 32) % 37) - 30; /* 2^-30 .. 2^7 */
+            uint32_t u = ((uint32_t)w & 0x807fffffu) |
+                         ((uint32_t)(e + 127) << 23);
+            memcpy(&v, &u, sizeof v);
+        }
+        x.data[i] = v;
+        uint32_t u;
+        memcpy(&u, &v, sizeof u);
+        bits[i] = u;
+    }
+    mpfr_t *refs = refs_for(fn, &x);
+    const char *outs[] = { "binary32", "binary16", "bfloat16" };
+    unsigned long long before = n_failed;
+    for (int o = 0; o < 3; o++) {
+        unsigned long long per_mode[TEST_DET_MODES] = { 0 };
+        check_all_modes(fn, b32, test_format(outs[o]), &x, bits, refs,
+                        per_mode);
+    }
+    refs_free(refs, n);
+    free(bits);
+    emu_tensor_free(&x);
+    ck_assert_msg(n_failed == before, "%llu failures (listed above)",
+                  n_failed - before);
+}
+END_TEST
+
 /* Hard cases: binary32 arguments whose binary64 evaluation lands within
  * the op's error bound of a binary32 rounding boundary, so that the op
  * must take its MPFR path (none of the 16-bit inputs does).  Found by a
@@ -651,6 +711,7 @@ static Suite *suite(void)
     tcase_add_test(ex, test_exhaustive_small);
     tcase_add_loop_test(ex, test_random_binary32, 0, F_COUNT);
     tcase_add_loop_test(ex, test_hard_cases, 0, F_COUNT);
+    tcase_add_loop_test(ex, test_fast_ranges, 0, 3);
     suite_add_tcase(s, ex);
     return s;
 }
