@@ -209,6 +209,28 @@ double emu_accum_dot_unguarded(const emu_accum *a, const float *x,
                                ptrdiff_t incx, const float *y, ptrdiff_t incy,
                                size_t n, const emu_accum_rng *rng,
                                emu_accum_counts *counts, double *lo);
+/* The same sum, with the fast model as the sequence ops define it: a
+ * binary64 running sum of the binary32 terms (*lo = 0), nothing counted. */
+static inline double emu_model_dot_unguarded(const emu_accum *a,
+                                             const float *x, ptrdiff_t incx,
+                                             const float *y, ptrdiff_t incy,
+                                             size_t n, const emu_accum_rng *rng,
+                                             emu_accum_counts *counts,
+                                             double *lo)
+{
+    *lo = 0.0;
+    if (a->kind == EMU_ACCUM_FAST) {
+        double s = 0.0;
+        if (y)
+            for (size_t k = 0; k < n; k++)
+                s += (double)x[(ptrdiff_t)k * incx] * y[(ptrdiff_t)k * incy];
+        else
+            for (size_t k = 0; k < n; k++)
+                s += x[(ptrdiff_t)k * incx];
+        return s;
+    }
+    return emu_accum_dot_unguarded(a, x, incx, y, incy, n, rng, counts, lo);
+}
 
 /* ---- instruction-set levels of the array kernels (isa.c) ----------------
  * The hot array passes are compiled for baseline x86-64, AVX2 and AVX-512

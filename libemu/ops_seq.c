@@ -380,19 +380,8 @@ static double model_dot(const ln_op *op, const float *x, ptrdiff_t incx,
                         const float *y, ptrdiff_t incy, size_t n, size_t dot,
                         double *lo)
 {
-    *lo = 0.0;
-    if (op->accum->kind == EMU_ACCUM_FAST) {
-        double s = 0.0;
-        if (y)
-            for (size_t k = 0; k < n; k++)
-                s += (double)x[(ptrdiff_t)k * incx] * y[(ptrdiff_t)k * incy];
-        else
-            for (size_t k = 0; k < n; k++)
-                s += x[(ptrdiff_t)k * incx];
-        return s;
-    }
     emu_accum_rng rng = { op->seed, op->stream, dot };
-    return emu_accum_dot_unguarded(op->accum, x, incx, y, incy, n, &rng,
+    return emu_model_dot_unguarded(op->accum, x, incx, y, incy, n, &rng,
                                    op->counts, lo);
 }
 
