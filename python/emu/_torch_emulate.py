@@ -16,14 +16,19 @@ ATen op below autograd, forward and backward.  For CPU float32 tensors:
   rounded operands and rounds its output (no swamping counts): the
   fastest choice, and the one under which the fp32 policy is bit-exact
   PyTorch.
+- batch norm, layer norm and attention's products are emu train's
+  layers, their statistics, scores and probabilities in the policy's op
+  classes (norm_stats, softmax): _torch_layers.
 - every other known op is computed by PyTorch in binary32 and its float
-  outputs rounded into the role's format through the choke point
+  outputs rounded into the role's format, or its op class's (the
+  softmax, the loss's two steps), through the choke point
   (Session.round).
 - sites are emu train's where the op has a counterpart there
   (`conv1.conv`, `fc1.matmul`, `fc1.bias`, `relu1`, `pool1.dinput`,
   `fc1.dweight`, `conv1.dweight.dbias`, `conv1.w.cast`, `fc1.w.update`,
-  `fc1.w.update.v`, `input`, `loss`, `loss.dlogits`; see _role_site and
-  README's table), `<module path>.<ATen op>` otherwise.
+  `fc1.w.update.v`, `input`, `loss`, `loss.dlogits`, `layer1.0.bn1.var`,
+  `layer1.0.add`, `layer1.0.grad_add`, `h0.attn.scores`, `wte`; see
+  _role_site and README's table), `<module path>.<ATen op>` otherwise.
 - views and metadata ops, creation ops and pure data movement (copies,
   cat, indexing, padding, max selection) pass through uncounted: their
   values are those of their (already rounded) inputs.
@@ -123,6 +128,10 @@ _OUT_IDX = {"native_batch_norm": (0,), "native_layer_norm": (0,),
 # bias passed as argument 2 (their output 0 is the input gradient).
 _WB_BWD = frozenset("native_batch_norm_backward native_layer_norm_backward "
                     "native_group_norm_backward".split())
+
+# Ops whose output is still att when their first input is (dropout:
+# native_dropout, or on CPU a multiplication by a scaled mask)
+_ATT_KEEP = frozenset(("native_dropout", "mul", "div"))
 
 # The normalisations' forward ops in training, computed as emu train's
 # layers (their statistics in the norm_stats class): _torch_layers.
@@ -739,7 +748,11 @@ class Emulate(TorchDispatchMode):
                     t.copy_(r)
                     r = self._mark(t, self._fmt(role, ctx.exempt, cls)[0])
             res.append(r)
-            if name == "_softmax" and ctx.phase == "fwd" and ctx.path:
+            if ctx.phase == "fwd" and ctx.path and i == 0 and (
+                    name == "_softmax" or (name in _ATT_KEEP and args
+                                           and _torch_layers.is_att(self, args[0]))):
+                # att (or att after dropout), which attention's product
+                # with v reads
                 _torch_layers.note_att(self, r)
         return _unflatten_like(out, res)
 
