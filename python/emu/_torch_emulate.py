@@ -336,6 +336,7 @@ class Emulate(TorchDispatchMode):
         self._inputs = {}       # data_ptr -> (version, shape, rounded copy)
         self._fresh = {}        # data_ptr -> (weakref, format, version)
         self._leaves = set()    # paths of modules without children
+        self._bare = set()      # ... and without parameters of their own
         self._state = {}        # data_ptr of an optimizer buffer -> param
         self._stack = []        # (path, exempt, input grad_fn ids)
         self._node = None       # _Ctx of the backward node running
@@ -424,6 +425,8 @@ class Emulate(TorchDispatchMode):
             self._names.setdefault(id(m), name)
             if not m._modules:
                 self._leaves.add(name)
+                if all(v is None for v in m._parameters.values()):
+                    self._bare.add(name)
             w = m._parameters.get("weight") if hasattr(m, "_parameters") else None
             if w is not None and w.dim() >= 2:
                 gemm.append(m)
@@ -765,7 +768,9 @@ class Emulate(TorchDispatchMode):
         leaf = ctx.path in self._leaves
         if ctx.phase == "fwd":
             op = name.rstrip("_")
-            if leaf and op in _LAYER_FWD:
+            if leaf and op in _LAYER_FWD and (op != "add" or ctx.path in self._bare):
+                # (an addition only as a module's whole forward, not a
+                # linear layer's bias added after matmul)
                 return "activation", ctx.path, _LAYER_FWD[op], None
             if not ctx.path and name in _LOSS_FWD:
                 role, site, kind = _LOSS_FWD[name]
