@@ -16,14 +16,19 @@ ATen op below autograd, forward and backward.  For CPU float32 tensors:
   rounded operands and rounds its output (no swamping counts): the
   fastest choice, and the one under which the fp32 policy is bit-exact
   PyTorch.
+- batch norm, layer norm and attention's products are emu train's
+  layers, their statistics, scores and probabilities in the policy's op
+  classes (norm_stats, softmax): _torch_layers.
 - every other known op is computed by PyTorch in binary32 and its float
-  outputs rounded into the role's format through the choke point
+  outputs rounded into the role's format, or its op class's (the
+  softmax, the loss's two steps), through the choke point
   (Session.round).
 - sites are emu train's where the op has a counterpart there
   (`conv1.conv`, `fc1.matmul`, `fc1.bias`, `relu1`, `pool1.dinput`,
   `fc1.dweight`, `conv1.dweight.dbias`, `conv1.w.cast`, `fc1.w.update`,
-  `fc1.w.update.v`, `input`, `loss`, `loss.dlogits`; see _role_site and
-  README's table), `<module path>.<ATen op>` otherwise.
+  `fc1.w.update.v`, `input`, `loss`, `loss.dlogits`, `layer1.0.bn1.var`,
+  `layer1.0.add`, `layer1.0.grad_add`, `h0.attn.scores`, `wte`; see
+  _role_site and README's table), `<module path>.<ATen op>` otherwise.
 - views and metadata ops, creation ops and pure data movement (copies,
   cat, indexing, padding, max selection) pass through uncounted: their
   values are those of their (already rounded) inputs.
@@ -62,6 +67,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from . import _core
+from . import _torch_layers
 
 _ROLES = ("weight", "activation", "act_grad", "weight_grad", "master",
           "opt_state", "other")
@@ -79,7 +85,7 @@ empty empty_like empty_strided zeros zeros_like ones ones_like full full_like
 new_empty new_empty_strided new_zeros new_ones new_full scalar_tensor arange
 linspace fill fill_ zero_ _local_scalar_dense item cat stack index index_select
 gather constant_pad_nd pad flip roll repeat masked_fill masked_fill_ where max
-min amax amin sort topk embedding argmax argmin eq ne lt le gt ge
+min amax amin sort topk argmax argmin eq ne lt le gt ge
 logical_not logical_and logical_or isnan isinf isfinite sign
 max_pool2d_with_indices_backward_unused set_ resize_ _index_put_impl_
 index_put index_put_ scatter scatter_ bernoulli bernoulli_ rand rand_like
@@ -107,7 +113,7 @@ adaptive_max_pool2d adaptive_max_pool2d_backward
 native_batch_norm native_batch_norm_backward native_layer_norm
 native_layer_norm_backward native_group_norm native_group_norm_backward
 native_dropout native_dropout_backward addcmul addcdiv lerp maximum minimum
-embedding_dense_backward _foreach_add _foreach_mul
+embedding embedding_dense_backward _foreach_add _foreach_mul
 """.split())
 
 # Which outputs of a multi-output op are model values (the rest, saved
@@ -123,18 +129,45 @@ _OUT_IDX = {"native_batch_norm": (0,), "native_layer_norm": (0,),
 _WB_BWD = frozenset("native_batch_norm_backward native_layer_norm_backward "
                     "native_group_norm_backward".split())
 
+# Ops whose output is still att when their first input is (dropout:
+# native_dropout, or on CPU a multiplication by a scaled mask)
+_ATT_KEEP = frozenset(("native_dropout", "mul", "div"))
+
+# The normalisations' forward ops in training, computed as emu train's
+# layers (their statistics in the norm_stats class): _torch_layers.
+_NORM_FWD = {"native_batch_norm": _torch_layers.batch_norm,
+             "native_layer_norm": _torch_layers.layer_norm}
+
 
 # Ops that are a whole layer of emu train's models: in a leaf module (one
 # without children: nn.ReLU, nn.MaxPool2d, ...) their output is counted
 # at the module's own path, as emu train counts `relu1` and `pool1`, with
 # emu train's op kind; their backward ops at `<path>.dinput`.
 _LAYER_FWD = {"relu": "relu", "gelu": "gelu", "tanh": "tanh",
-              "sigmoid": "sigmoid", "max_pool2d_with_indices": "maxpool2d"}
+              "sigmoid": "sigmoid", "max_pool2d_with_indices": "maxpool2d",
+              # a module whose forward is `a + b` (a residual addition,
+              # GPT's emb), a global average pool (nn.AdaptiveAvgPool2d(1)
+              # is a mean over H, W), an nn.Embedding's row lookup
+              "add": "add", "mean": "mean", "_adaptive_avg_pool2d": "avgpool2d",
+              "avg_pool2d": "avgpool2d", "embedding": "embedding"}
+# Backward ops of a leaf module without parameters are its `.dinput`
+# whatever they are (a mean's backward is expand and div); these get
+# emu train's kinds, others their ATen names.
 _LAYER_BWD = {"threshold_backward": "relu_backward",
               "gelu_backward": "gelu_backward",
               "tanh_backward": "tanh_backward",
               "sigmoid_backward": "sigmoid_backward",
-              "max_pool2d_with_indices_backward": "maxpool2d_bwd"}
+              "max_pool2d_with_indices_backward": "maxpool2d_bwd",
+              "_adaptive_avg_pool2d_backward": "avgpool2d_bwd",
+              "avg_pool2d_backward": "avgpool2d_bwd"}
+
+# The normalisations' backward ops: output -> (site suffix, emu train's kind)
+_NORM_BWD = {"native_batch_norm_backward": (("dinput", "batchnorm2d_backward"),
+                                            ("dweight", "bn_dgamma"),
+                                            ("dbias", "bn_dbeta")),
+             "native_layer_norm_backward": (("dinput", "layernorm_backward"),
+                                            ("dweight", "ln_dgamma"),
+                                            ("dbias", "ln_dbeta"))}
 
 # The cross-entropy loss outside any module, as emu train names it: the
 # loss value at `loss` (role other), the gradient of the logits at
@@ -142,6 +175,9 @@ _LAYER_BWD = {"threshold_backward": "relu_backward",
 _LOSS_FWD = {"nll_loss_forward": ("other", "loss", "nll_loss"),
              "nll_loss2d_forward": ("other", "loss", "nll_loss"),
              "_log_softmax": ("activation", "loss._log_softmax", None)}
+# Both forward steps are the policy's loss class (emu train forms the loss
+# in binary64 and rounds it once into that format); the gradient stays in
+# the act_grad format, as emu train's loss.dlogits.
 _LOSS_BWD = {"_log_softmax_backward_data": ("loss.dlogits", None),
              "nll_loss_backward": ("loss.nll_loss_backward", None),
              "nll_loss2d_backward": ("loss.nll_loss2d_backward", None)}
@@ -190,14 +226,21 @@ class _Ctx:
     module is exempt, and for a backward node the parameters its outputs
     feed: {output index: (param name, param)}."""
 
-    __slots__ = ("phase", "path", "exempt", "bound", "grads")
+    __slots__ = ("phase", "path", "exempt", "bound", "grads", "between",
+                 "attn")
 
-    def __init__(self, phase, path, exempt=False, bound=None, grads=None):
+    def __init__(self, phase, path, exempt=False, bound=None, grads=None,
+                 between=False, attn=None):
         self.phase, self.path, self.exempt = phase, path, exempt
         self.bound = bound or {}
         # addresses of the gradients flowing into a backward node: a
         # backward GEMM's operand among them is dY (emu train's q.dy)
         self.grads = grads
+        # backward, outside any node: autograd summing the gradients of a
+        # tensor read twice (path: the node that ran last)
+        self.between = between
+        # a backward node of attention's products: ("av" | "scores", alpha)
+        self.attn = attn
 
 
 _VIEW_NODES = ("TBackward", "ViewBackward", "ReshapeAliasBackward",
@@ -247,6 +290,22 @@ class Emulate(TorchDispatchMode):
         self._roles["other"] = ("binary32", "rne")
         for f, _ in self._roles.values():
             _core.format(f)
+        # the op classes (README's table): normalisation statistics,
+        # softmax, loss.  A dict without them means what emu train's
+        # records without them mean: binary32 statistics and loss, the
+        # softmax in the activation format (None: its role's format)
+        self._cls = {}
+        for c in ("norm_stats", "softmax", "loss"):
+            spec = pol.get(c, {"format": "activation" if c == "softmax"
+                               else "binary32"})
+            if spec["format"] == "activation":
+                if c != "softmax":
+                    raise ValueError("emu.torch.emulate: only the softmax may "
+                                     "follow the activation format")
+                self._cls[c] = None
+            else:
+                _core.format(spec["format"])
+                self._cls[c] = (spec["format"], spec.get("mode", "rne"))
         q = pol.get("gemm_operands", {})
         # role -> (spec, element mode, whether it has a tensor scale)
         self._q = {r: (_preset_form(q[r]["format"]), q[r].get("mode", "rne"),
@@ -277,11 +336,17 @@ class Emulate(TorchDispatchMode):
         self._inputs = {}       # data_ptr -> (version, shape, rounded copy)
         self._fresh = {}        # data_ptr -> (weakref, format, version)
         self._leaves = set()    # paths of modules without children
+        self._bare = set()      # ... and without parameters of their own
         self._state = {}        # data_ptr of an optimizer buffer -> param
         self._stack = []        # (path, exempt, input grad_fn ids)
         self._node = None       # _Ctx of the backward node running
         self._bwd = 0           # depth of torch.autograd.backward/grad calls
         self._last_path = ""
+        self._last_ctx = None   # the _Ctx of the backward node that ran last
+        self._bufs = set()      # data_ptrs of running_var buffers seen
+        self._att = {}          # data_ptr -> weakref: softmax outputs (att)
+        self._attn_paths = set()  # modules that ran attention's products
+        self._folded = {}       # id -> (tensor, alpha): see _torch_layers.gemm
         self._threads = torch.get_num_threads()
         torch.set_num_threads(1)  # torch's own kernels: thread-independent bits
         self._h = [_nnmod.register_module_forward_pre_hook(self._pre_hook),
@@ -318,6 +383,7 @@ class Emulate(TorchDispatchMode):
                 return fn(*a, **k)
             self._bwd += 1
             self._last_path = ""
+            self._last_ctx = None
             try:
                 return fn(*a, **k)
             finally:
@@ -359,6 +425,8 @@ class Emulate(TorchDispatchMode):
             self._names.setdefault(id(m), name)
             if not m._modules:
                 self._leaves.add(name)
+                if all(v is None for v in m._parameters.values()):
+                    self._bare.add(name)
             w = m._parameters.get("weight") if hasattr(m, "_parameters") else None
             if w is not None and w.dim() >= 2:
                 gemm.append(m)
@@ -375,6 +443,18 @@ class Emulate(TorchDispatchMode):
                 rec = (_short(full), p, id(m) in self._exempt_mods)
                 self._params[p.data_ptr()] = rec
                 self._init(rec)
+            # batch norm's running variance starts at 1: emu train counts
+            # its initialisation (in `other`'s binary32); the mean's zeros
+            # it does not
+            rv = m._buffers.get("running_var") if hasattr(m, "_buffers") else None
+            if (rv is not None and _is_f32(rv) and rv.is_contiguous()
+                    and rv.data_ptr() not in self._bufs and rv.numel()):
+                self._bufs.add(rv.data_ptr())
+                with torch.no_grad():
+                    f, m_ = self._roles["other"]
+                    self._sess.round((mname + "." if mname else "")
+                                     + "running_var.init", rv.detach(), f, m_,
+                                     "other", out=rv.detach(), kind="load")
 
     def _init(self, rec):
         """A parameter first seen: its values rounded in place into the
@@ -445,14 +525,18 @@ class Emulate(TorchDispatchMode):
                 c = ctx if ctx is not None else _Ctx(
                     "bwd", path, exempt, self._bound(n),
                     {g.data_ptr() for g in grad_outputs
-                     if isinstance(g, torch.Tensor)})
+                     if isinstance(g, torch.Tensor)},
+                    attn=(_torch_layers.node_kind(self, n)
+                          if path in self._attn_paths else None))
                 self._node = c
             return None
 
         def post(grad_inputs, grad_outputs):
             if self._active and self._node is not None:
                 self._last_path = self._node.path
+                self._last_ctx = self._node
                 self._node = None
+                self._folded.clear()
             return None
         n.register_prehook(pre)
         n.register_hook(post)
@@ -480,7 +564,9 @@ class Emulate(TorchDispatchMode):
         if self._node is not None:
             return self._node
         if self._bwd > 0:
-            return _Ctx("bwd", self._last_path)
+            last = self._last_ctx
+            return _Ctx("bwd", self._last_path, bound=last.bound if last else None,
+                        between=True)
         if self._stack:
             return _Ctx("fwd", self._stack[-1][0], self._stack[-1][1])
         if torch.is_grad_enabled():
@@ -489,7 +575,15 @@ class Emulate(TorchDispatchMode):
 
     # ---- formats, sites, roundings -----------------------------------------------------
 
-    def _fmt(self, role, exempt):
+    def _fmt(self, role, exempt, cls=None):
+        """(format, mode) of a value of `role`, or of op class `cls`
+        (norm_stats, softmax, loss) when given and it has a format of its
+        own (the softmax may follow its role's); cls may be a pair
+        (class, role) naming the role whose format it follows instead."""
+        if isinstance(cls, tuple):
+            cls, role = cls
+        if cls is not None and self._cls.get(cls) is not None:
+            return self._cls[cls]
         if role == "master" and not self._use_master:
             return self._fmt("weight", exempt)[0], self._roles["master"][1]
         f, m = self._roles[role]
@@ -497,12 +591,14 @@ class Emulate(TorchDispatchMode):
             f = self._exempt_fmt
         return f, m
 
-    def _round(self, site, t, role, exempt=False, kind=None, inplace=False):
-        """t rounded into role's format through the choke point, counted
-        at site (op kind `kind`, an ATen name cut to ops.csv's 23
-        characters); a new contiguous tensor, or t itself rounded in place
-        if `inplace` (t contiguous, and no other tensor's values)."""
-        f, m = self._fmt(role, exempt)
+    def _round(self, site, t, role, exempt=False, kind=None, inplace=False,
+               cls=None):
+        """t rounded into role's format (or op class cls's) through the
+        choke point, counted at site (op kind `kind`, an ATen name cut to
+        ops.csv's 23 characters); a new contiguous tensor, or t itself
+        rounded in place if `inplace` (t contiguous, and no other
+        tensor's values)."""
+        f, m = self._fmt(role, exempt, cls)
         if role == "master" and not self._use_master:
             role = "weight"
         d = t.detach()
@@ -604,17 +700,24 @@ class Emulate(TorchDispatchMode):
         if ctx.phase in ("fwd", "bwd"):
             args, kwargs = _map_tensors((args, kwargs),
                                         lambda a: self._substitute(a, ctx))
+        if name in _NORM_FWD and ctx.phase == "fwd" and _is_f32(args[0]):
+            return _NORM_FWD[name](self, func, args, kwargs, ctx)
+        if name == "mul" and ctx.phase == "bwd" and self._folded:
+            t = _torch_layers.folded_mul(self, args)
+            if t is not None:
+                return t
         out = func(*args, **kwargs)
         if out is None and name.endswith("_") and args:
             targets = tree_flatten(args[0])[0]  # _foreach_add_ and the like
             if name.rstrip("_") in _ROUND:
                 for t in targets:
                     if _is_f32(t):
-                        role, site, kind = self._role_site(name, ctx, 0, t, tin)
+                        role, site, kind, cls = self._role_site(name, ctx, 0, t, tin)
                         if t.is_contiguous():
-                            self._round(site, t, role, ctx.exempt, kind, True)
+                            self._round(site, t, role, ctx.exempt, kind, True, cls)
                         else:
-                            t.copy_(self._round(site, t, role, ctx.exempt, kind))
+                            t.copy_(self._round(site, t, role, ctx.exempt, kind,
+                                                cls=cls))
             elif any(_is_f32(t) for t in targets):
                 self._note(name, "passed through unrounded")
             return out
@@ -637,58 +740,97 @@ class Emulate(TorchDispatchMode):
             if (not _is_f32(t) or (keep is not None and i not in keep)):
                 res.append(t)
                 continue
-            role, site, kind = self._role_site(name, ctx, i, t, tin)
+            role, site, kind, cls = self._role_site(name, ctx, i, t, tin)
             if t.is_contiguous() and (id(t) in ins or t.data_ptr() not in in_ptrs):
                 # the op's own fresh output, or the tensor an in-place op
                 # wrote: rounded where it is, without a copy
-                r = self._round(site, t, role, ctx.exempt, kind, True)
+                r = self._round(site, t, role, ctx.exempt, kind, True, cls)
             else:
-                r = self._round(site, t, role, ctx.exempt, kind)
+                r = self._round(site, t, role, ctx.exempt, kind, cls=cls)
                 if id(t) in ins or not t.is_contiguous():
                     t.copy_(r)
-                    r = self._mark(t, self._fmt(role, ctx.exempt)[0])
+                    r = self._mark(t, self._fmt(role, ctx.exempt, cls)[0])
             res.append(r)
+            if ctx.phase == "fwd" and ctx.path and i == 0 and (
+                    name == "_softmax" or (name in _ATT_KEEP and args
+                                           and _torch_layers.is_att(self, args[0]))):
+                # att (or att after dropout), which attention's product
+                # with v reads
+                _torch_layers.note_att(self, r)
         return _unflatten_like(out, res)
 
     def _role_site(self, name, ctx, i, t, tin):
-        """(role, site, kind) of output i (tensor t) of op `name`: emu
-        train's site and kind where the op has a counterpart there, else
-        `<module path>.<ATen op>` and the ATen name."""
+        """(role, site, kind, op class) of output i (tensor t) of op
+        `name`: emu train's site and kind where the op has a counterpart
+        there, else `<module path>.<ATen op>` and the ATen name; the op
+        class (for _fmt) or None."""
         base = ctx.path + "." if ctx.path else ""
         leaf = ctx.path in self._leaves
         if ctx.phase == "fwd":
             op = name.rstrip("_")
-            if leaf and op in _LAYER_FWD:
-                return "activation", ctx.path, _LAYER_FWD[op]
+            if leaf and op in _LAYER_FWD and (op != "add" or ctx.path in self._bare):
+                # (an addition only as a module's whole forward, not a
+                # linear layer's bias added after matmul)
+                return "activation", ctx.path, _LAYER_FWD[op], None
             if not ctx.path and name in _LOSS_FWD:
-                return _LOSS_FWD[name][0], _LOSS_FWD[name][1], _LOSS_FWD[name][2] or name
-            return "activation", base + name, name
+                role, site, kind = _LOSS_FWD[name]
+                return role, site, kind or name, "loss"
+            if name == "_softmax":
+                # attention's probabilities (att), the softmax class
+                return ("activation", base + "softmax" if ctx.path else name,
+                        "attn_softmax", "softmax")
+            # an in-place op at its out-of-place name's site (torchvision's
+            # `out += identity` is emu train's `layer1.0.add`)
+            return "activation", base + op, op, None
         if ctx.phase == "opt":
-            return self._opt_site(name, t, tin)
+            return self._opt_site(name, t, tin) + (None,)
         # backward
+        if ctx.between and name in ("add", "add_"):
+            # autograd adding the two gradients of a tensor read twice,
+            # after the node that ran last: emu train's
+            # "<that layer's name up to its last '.'>.grad_add" (a
+            # weight's, when that node's output feeding the weight has
+            # the sum's shape: a tied weight's two gradients)
+            p = ctx.path
+            site = (p[:p.rfind(".")] if "." in p else p)
+            site = site + ".grad_add" if site else "grad_add"
+            wg = any(tuple(q.shape) == tuple(t.shape) for _, q in ctx.bound.values())
+            return ("weight_grad" if wg else "act_grad"), site, "add", None
         if not ctx.path and name in _LOSS_BWD:
-            return "act_grad", _LOSS_BWD[name][0], name
-        if leaf and name in _LAYER_BWD:
-            return "act_grad", base + "dinput", _LAYER_BWD[name]
+            return "act_grad", _LOSS_BWD[name][0], name, None
+        if ctx.between:
+            return "act_grad", base + name, name, None
+        if name in _NORM_BWD:
+            suffix, kind = _NORM_BWD[name][i]
+            return ("weight_grad" if i in (1, 2) else "act_grad"), base + suffix, kind, None
+        if name == "_softmax_backward_data":
+            # att's gradient through the softmax: the softmax class (its
+            # role is att's, as emu train's .dscores)
+            return ("activation", base + "dscores" if ctx.path else name,
+                    "attn_dscores", ("softmax", "act_grad"))
+        if leaf and not ctx.bound:
+            return "act_grad", base + "dinput", _LAYER_BWD.get(name, name), None
         if not ctx.bound:
-            return "act_grad", base + name, name
+            return "act_grad", base + name, name, None
         if ctx.bound.get(0, ("",))[0] == ctx.path and name in ("add", "add_"):
             # AccumulateGrad adding a new gradient into an existing .grad
-            return "weight_grad", base + "grad." + name, name
+            return "weight_grad", base + "grad." + name, name, None
         if name in _WB_BWD:
-            return ("weight_grad" if i in (1, 2) else "act_grad"), base + name, name
+            return ("weight_grad" if i in (1, 2) else "act_grad"), base + name, name, None
         ptrs = {p.data_ptr() for _, p in ctx.bound.values()}
         if any(a.data_ptr() in ptrs for a in tin):
-            return "act_grad", base + name, name
+            return "act_grad", base + name, name, None
         ts = tuple(s for s in t.shape if s != 1)
         for _, p in ctx.bound.values():
             ps = tuple(s for s in p.shape if s != 1)
             if ts == ps or (len(ps) == 2 and ts == ps[::-1]):
                 if name == "sum" and len(ps) == 1:
                     # a linear layer's bias gradient: emu train's .dbias
-                    return "weight_grad", base + "dbias", "sum"
-                return "weight_grad", base + name, name
-        return "act_grad", base + name, name
+                    return "weight_grad", base + "dbias", "sum", None
+                if name == "embedding_dense_backward":
+                    return "weight_grad", base + "dweight", "embedding_backward", None
+                return "weight_grad", base + name, name, None
+        return "act_grad", base + name, name, None
 
     def _opt_site(self, name, t, tin):
         """The optimizer's ops: an in-place update of a parameter is its
@@ -714,6 +856,10 @@ class Emulate(TorchDispatchMode):
 
     def _gemm(self, name, func, args, kwargs, ctx):
         from . import _torch_gemm
+        if name in ("bmm", "baddbmm"):
+            y = _torch_layers.gemm(self, name, func, args, kwargs, ctx)
+            if y is not None:
+                return y
         return _torch_gemm.run(self, name, func, args, kwargs, ctx)
 
 

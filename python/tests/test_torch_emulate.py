@@ -168,16 +168,20 @@ def test_sites_and_roles_by_module_path(net, tmp_path):
     ops = res["ops"]
     roles = {(s, r) for s, r in zip(ops["site"], ops["role"])}
     for want in [("conv.w.cast", "weight"), ("conv.conv", "activation"),
-                 ("bn.native_batch_norm", "activation"), ("conv2.conv", "activation"),
+                 ("bn", "activation"), ("bn.mean", "other"), ("bn.var", "other"),
+                 ("bn.xc", "activation"), ("bn.running_mean", "other"),
+                 ("bn.running_var", "other"), ("bn.running_var.init", "other"),
+                 ("conv2.conv", "activation"),
                  ("fc.matmul", "activation"), ("fc.bias", "activation"),
                  ("fc.dweight", "weight_grad"), ("fc.dbias", "weight_grad"),
                  ("fc.dinput", "act_grad"), ("conv2.dweight", "weight_grad"),
                  ("conv2.dinput", "act_grad"), ("conv.dweight.dbias", "weight_grad"),
                  ("input", "activation"), ("loss", "other"),
                  ("loss.dlogits", "act_grad"),
-                 ("bn.native_batch_norm_backward", "weight_grad"),
-                 ("bn.native_batch_norm_backward", "act_grad"),
-                 ("pool.avg_pool2d", "activation"), ("relu", "activation")]:
+                 ("bn.dweight", "weight_grad"), ("bn.dbias", "weight_grad"),
+                 ("bn.dinput", "act_grad"), ("add", "activation"),
+                 ("pool", "activation"), ("pool.dinput", "act_grad"),
+                 ("relu", "activation")]:
         assert want in roles, want
     # views are not roundings
     assert not any(s.endswith((".view", ".t", ".detach", "._reshape_alias"))
@@ -186,10 +190,14 @@ def test_sites_and_roles_by_module_path(net, tmp_path):
     for col in ["site", "kind", "role", "format", "results", "inexact", "underflow",
                 "to_zero", "overflow", "adds", "absorbed", "underflow_rate"]:
         assert col in ops.columns
-    # every site binary16 but the loss (binary32, role other, as emu
-    # train's) and the parameters' initial rounding into the binary32 master
+    # every site binary16 but the loss's two steps (the loss class,
+    # binary32), batch norm's statistics (norm_stats, binary32) and
+    # running statistics (role other), and the parameters' initial
+    # rounding into the binary32 master
     fmt = dict(zip(ops["site"], ops["format"]))
-    assert {s for s, f in fmt.items() if f != "binary16"} == {"loss"} | {
+    assert {s for s, f in fmt.items() if f != "binary16"} == {
+        "loss", "loss._log_softmax", "bn.mean", "bn.xc", "bn.var",
+        "bn.running_mean", "bn.running_var"} | {
         s for s in fmt if s.endswith(".init")}
     assert fmt["loss"] == "binary32" and fmt["conv.w.init"] == "binary32"
     assert "hist" in res and "unhandled_ops" in res and "emulate_json" in res
@@ -281,9 +289,11 @@ def test_resnet18_example_names_sites_by_module_path(tmp_path):
                                quiet=True)
     sites = set(ops["site"])
     for s in ["conv1.conv", "layer1.0.conv1.conv", "layer1.0.conv1.dweight",
-              "layer4.1.bn2.native_batch_norm", "layer2.0.downsample.0.conv",
+              "layer4.1.bn2", "layer4.1.bn2.mean", "layer4.1.bn2.dweight",
+              "layer2.0.downsample.0.conv", "layer2.0.downsample.1.var",
               "fc.matmul", "fc.bias", "fc.dweight", "maxpool", "maxpool.dinput",
-              "layer1.0.relu", "layer1.0.relu.dinput", "avgpool.mean"]:
+              "layer1.0.relu", "layer1.0.relu.dinput", "avgpool",
+              "avgpool.dinput", "layer1.0.add", "layer1.0.grad_add"]:
         assert s in sites, s
     assert em.unhandled == {}
     # fp8-e5m2 exempts the first and last layer: binary16 there, e5m2 inside
