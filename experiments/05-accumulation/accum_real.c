@@ -13,7 +13,8 @@
  *
  *   fwd    Y  = X W^T    a row of X times a row of W,       K = Fin
  *   dgrad  dX = dY W     a row of dY times a column of W,   K = Fout
- *                        (not for a first layer: training computes none)
+ *                        (not where no parameter lies before the layer:
+ *                        training computes none)
  *   wgrad  dW = dY^T X   a column of dY times a column of X, K = rows
  *                        (the batch, or batch x positions)
  *
@@ -325,6 +326,52 @@ static int measure(context *cx, const char *arch, const char *input,
     return 0;
 }
 
+/* ---- a check that the operands are the layer's ------------------------------ */
+
+/* The library's own results on the unquantized operands must be these
+ * GEMMs: Y = X W^T + b (fwd), the layer's input gradient dY W (dgrad) and
+ * its weight gradient dY^T X (wgrad; not for the tied head, whose
+ * table's gradient also holds the embedding's), each within 1e-4 of
+ * sum |terms| at a few elements (binary32 GEMMs are that close).  Catches
+ * a dY taken from the wrong layer.  Returns 0 or -1 with a message. */
+static int check_layer(const emu_layer *l, const layer_ops *L, bool tied)
+{
+    const gemm gs[3] = {
+        { L->x, L->w, L->fin, 1, L->fin, 1, L->rows, L->fout, L->fin },
+        { L->dy, L->w, L->fout, 1, 1, L->fin, L->rows, L->fin, L->fout },
+        { L->dy, L->x, 1, L->fout, 1, L->fin, L->fout, L->fin, L->rows },
+    };
+    const float *want[3] = { l->y.data, L->first ? NULL : l->dx.data,
+                             tied ? NULL : l->weight.g.data };
+    for (int kind = 0; kind < 3; kind++) {
+        const gemm *g = &gs[kind];
+        if (!want[kind])
+            continue;
+        for (size_t k = 0; k < 8; k++) {
+            size_t at = (k * 7919u) % (g->m * g->n);
+            size_t i = at / g->n, j = at % g->n;
+            double s = 0.0, abs_s = 0.0;
+            if (kind == GEMM_FWD && l->has_bias) {
+                s = l->bias.w.data[j];
+                abs_s = fabs(s);
+            }
+            for (size_t q = 0; q < g->K; q++) {
+                double p = (double)g->a[i * g->a_row + q * g->a_k] *
+                           (double)g->b[j * g->b_row + q * g->b_k];
+                s += p;
+                abs_s += fabs(p);
+            }
+            if (fabs(s - (double)want[kind][at]) > 1e-4 * abs_s + 1e-30) {
+                fprintf(stderr, "accum_real: %s %s: element %zu is %g, the "
+                        "operands give %g\n", l->name, GEMM_NAMES[kind], at,
+                        (double)want[kind][at], s);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
 /* ---- the model and its batch ------------------------------------------------ */
 
 static void usage(void)
@@ -517,6 +564,18 @@ int main(int argc, char **argv)
 
     printf("arch,input,layer,gemm,K,model,dots,rel_mean,rel_median,rel_max,"
            "nrel_mean,nrel_max,absorbed_rate,cancel_mean,cancel_median,pos_frac\n");
+    /* upstream[i]: a layer with parameters feeds layer i's output (or is
+     * i): training computes an input gradient only where its source has
+     * this, so a layer whose source has not gets no dgrad GEMM. */
+    bool *upstream = calloc((size_t)m.n_layers, sizeof *upstream);
+    if (!upstream)
+        return 1;
+    for (int i = 0; i < m.n_layers; i++) {
+        const emu_layer *l = &m.layers[i];
+        upstream[i] = l->has_params || l->kind == EMU_LAYER_TIED ||
+                      (l->src >= 0 && upstream[l->src]) ||
+                      (l->kind == EMU_LAYER_ADD && l->src2 >= 0 && upstream[l->src2]);
+    }
     int li = 0;
     for (int i = 0; i < m.n_layers; i++) {
         const emu_layer *l = &m.layers[i];
@@ -541,12 +600,14 @@ int main(int argc, char **argv)
                                                          : &l->weight.w;
         const emu_tensor *x = l->has_xq ? &l->xq : l->in;
         layer_ops L = { l->name, x->data, w->data, dy->data, 0, w->shape[1],
-                        w->shape[0], l->src < 0 };
+                        w->shape[0], l->src < 0 || !upstream[l->src] };
         L.rows = x->n / L.fin;
         if (x->n != L.rows * L.fin || dy->n != L.rows * L.fout) {
             fprintf(stderr, "accum_real: %s: dY is not rows x fout\n", l->name);
             return 1;
         }
+        if (check_layer(l, &L, l->kind == EMU_LAYER_TIED))
+            return 1;
         size_t kmax = L.fin > L.fout ? L.fin : L.fout;
         kmax = kmax > L.rows ? kmax : L.rows;
         if (kmax > cx.kmax) {
@@ -582,6 +643,7 @@ int main(int argc, char **argv)
         li++;
     }
     mpfr_clears(cx.exact, cx.t, cx.d, (mpfr_ptr)0);
+    free(upstream);
     free(cx.a);
     free(cx.b);
     free(labels);
