@@ -52,7 +52,7 @@
  * exact.  The error measures are accum_sweep's: rel = |got - exact| /
  * |exact| and nrel = |got - exact| / sum |x_i y_i| (normwise); and per GEMM
  * the data's cancellation |exact| / sum |x_i y_i| (1 when every product
- * has one sign, as in the synthetic uniform case; about sqrt(2 / (pi K))
+ * has one sign, as in the synthetic uniform case; about sqrt(pi / 2K)
  * for the synthetic normal case).
  *
  * Called by experiments/05-accumulation/run.sh; writes one CSV (one row
