@@ -64,11 +64,16 @@ FINDINGS = [
      "enhanced converges better", 100),
     ("deep MLP: enhanced scaling matches FP32", "test_accuracy",
      "deep-enhanced", "deep-fp32", MATCH, "matches FP32", 100),
+    ("deep MLP: the floor beats dynamic scaling growing as fast "
+     "(interval 25; ours)", "test_accuracy", "deep-enhanced",
+     "deep-dynamic25", ss.Claim("greater", 0), "", 100),
     ("subset: nearest rounding loses test accuracy against SR",
      "test_accuracy", "fit-rne", "fit-sr", ss.Claim("less", 0),
      "RNE overfits, SR regularises", 100),
     ("subset: nearest rounding widens the train-test gap", "gap_accuracy",
      "fit-rne", "fit-sr", ss.Claim("greater", 0), "RNE overfits", 100),
+    ("subset: nearest rounding raises the test loss", "test_loss",
+     "fit-rne", "fit-sr", ss.Claim("greater", 0), "RNE overfits", 1),
     ("subset: SR matches FP32", "test_accuracy", "fit-sr", "fit-fp32",
      MATCH, "matches FP32", 100),
 ]
