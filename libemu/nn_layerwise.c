@@ -2,7 +2,7 @@
  * nn_layerwise.c — the per-layer loss-scale factor of Zhao et al.,
  * "Adaptive Loss Scaling for Mixed Precision Training" (2019), for the
  * LAYERWISE scaling kind.  emu_model_backward (nn_model.c) calls it for
- * each GEMM layer (linear, convolution, tied head) right before the layer's
+ * each GEMM layer (linear, convolution) right before the layer's
  * input-gradient GEMM dX = dY . W, and tests/test_layerwise.c checks it
  * against MPFR.
  *

@@ -1061,6 +1061,17 @@ static int build_spec(emu_model *m, const char *arch, layer_spec *spec, int n,
             m->layers[i].kind != EMU_LAYER_LSTM_HH) /* read through `tie` */
             return spec_fail(spec, m, err, EMU_ESPEC, "arch", "%s: no layer "
                              "reads its output", m->layers[i].name);
+    /* A tied head's weight gradient and its embedding's own, and an LSTM
+     * layer's and its LSTM_HH's, go into one weight gradient from two
+     * points of the backward pass: under per-layer factors they would
+     * carry two scales. */
+    if (p->scaling.kind == EMU_SCALE_LAYERWISE && lm)
+        return spec_fail(spec, m, err, EMU_ESPEC, "arch", "'%s' with layerwise "
+                         "(per-layer) loss scaling: a language model's tied "
+                         "head and its embedding (or an LSTM's two weight "
+                         "sets) gather one weight gradient from points that "
+                         "would carry different factors; layerwise scaling "
+                         "is for the image models (mlp, cnn, resnet)", arch);
     if (p->scaling.kind == EMU_SCALE_ADAPTIVE && is_graph(m))
         return spec_fail(spec, m, err, EMU_ESPEC, "arch", "'%s' with adaptive "
                          "(per-layer) loss scaling: its residual branches would "
@@ -1943,9 +1954,7 @@ int emu_model_backward(emu_model *m, emu_ctx *ctx, const emu_policy *p,
             rc = emu_t_matmul(ctx, site, &e->weight.g, dya, xa, &o,
                               &prec_of(p, e, EMU_ROLE_WEIGHT_GRAD)->rnd);
             if (!rc && need_dx) {
-                if (lw)
-                    l->scale = layerwise_factor(p, l, dy, &e->weight.w,
-                                                dy->shape[1], gf);
+                /* (No layerwise factor: the language models refuse it.) */
                 if (dinput_operands(ctx, p, l, dy, &e->weight.w, &dya, &wa, &g))
                     return -1;
                 emu_matmul_opts d = { .accum = &p->accum,

@@ -226,6 +226,22 @@ START_TEST(bad_parameters)
         EXPECT(emu_policy_set(&p, unparsable[i], &err) == -1, "'%s' accepted",
                unparsable[i]);
     }
+    /* A language model refuses the rule, by name. */
+    {
+        emu_train_config c;
+        emu_train_config_default(&c);
+        snprintf(c.arch, sizeof c.arch, "gpt:1-8-2-4");
+        snprintf(c.data, sizeof c.data, "text");
+        snprintf(c.out_dir, sizeof c.out_dir, "./test_layerwise.never");
+        c.quiet = true;
+        c.max_steps = 1;
+        emu_policy_preset(&p, "layerwise", &err);
+        memset(&err, 0, sizeof err);
+        EXPECT(emu_train(&c, &p, NULL, &err) == -1 && err.code == EMU_ESPEC &&
+                   strstr(err.message, "layerwise"),
+               "gpt with layerwise scaling: %s", err.message);
+        EXPECT(access(c.out_dir, F_OK) != 0, "the refused run made its folder");
+    }
     /* The caps mean nothing to the other kinds: not validated there. */
     emu_policy_preset(&p, "fp16-mpt", &err);
     if (emu_policy_set(&p, "layer_max=3", &err) || emu_policy_validate(&p, &err))

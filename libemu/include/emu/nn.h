@@ -297,7 +297,10 @@ typedef struct emu_model {
  * running mean 0, running variance 1), rounded into their formats.
  * resnet refuses the adaptive (per-layer) loss scaling: its residual
  * branches would add gradients that carry different scales; the
- * layerwise scaling aligns them where they add (emu_model_backward). */
+ * layerwise scaling aligns them where they add (emu_model_backward); the
+ * language models (emu_model_build_lm) refuse layerwise scaling: a tied
+ * head and an LSTM gather one weight gradient from two points of the
+ * backward pass, which would carry different factors. */
 int emu_model_build(emu_model *m, const char *arch, const emu_policy *p,
                     int batch, int in_c, int in_h, int in_w, int classes,
                     uint64_t seed, emu_ctx *ctx, emu_error *err);
