@@ -681,10 +681,16 @@ void ckpt_put_policy(ckpt_out *o, const emu_policy *p)
     /* The op classes, appended only when one differs from what a policy
      * without them meant: an image run's checkpoint stays as it was, and
      * an older checkpoint (which ends here) reads as legacy. */
-    if (!emu_policy_classes_legacy(p)) {
+    if (!emu_policy_classes_legacy(p) || s->kind == EMU_SCALE_LAYERWISE) {
         put_prec(o, &p->norm_stats);
         put_prec(o, &p->softmax);
         put_prec(o, &p->loss);
+    }
+    /* LAYERWISE's caps after the classes (then always written): a kind no
+     * older checkpoint can hold, so that every older one reads as it was. */
+    if (s->kind == EMU_SCALE_LAYERWISE) {
+        ckpt_f64(o, p->layer_max);
+        ckpt_f64(o, p->total_max);
     }
 }
 
@@ -729,6 +735,13 @@ int ckpt_get_policy(ckpt_in *in, emu_policy *p)
         get_prec(in, &p->norm_stats);
         get_prec(in, &p->softmax);
         get_prec(in, &p->loss);
+    }
+    /* Not in the record of the other kinds: the defaults (unused there). */
+    p->layer_max = 16.0;
+    p->total_max = 1024.0;
+    if (!in->failed && s->kind == EMU_SCALE_LAYERWISE) {
+        p->layer_max = ckpt_get_f64(in);
+        p->total_max = ckpt_get_f64(in);
     }
     if (ckpt_done(in))
         return -1;

@@ -53,7 +53,30 @@ struct emu_layer_priv {
     emu_tensor lstm_gates, lstm_c;
     int32_t *pos;
     bool tied;
+    /* LAYERWISE (emu_model_backward): the product of the per-layer factors
+     * gout carries (the scale given to the loss times it is gout's total
+     * scale), and a second sum buffer for a rescaled addend when gout is
+     * already gsum (allocated if consumers > 2). */
+    double gfactor;
+    emu_tensor gtmp;
 };
+
+/* LAYERWISE loss scaling (nn_layerwise.c, Zhao et al.): the statistics
+ * of a backward GEMM's operands dY and W (binary64 mean squares
+ * sigma^2 + mu^2 and largest magnitudes, as stored) and the GEMM's
+ * reduction length k; the factor for the GEMM's output (a power of two,
+ * see nn_layerwise.c), given the target underflow rate, the per-layer cap
+ * and the room the total cap leaves (total_max / carried scale); and its
+ * underflow bound alone: the smallest power of two alpha >= 1 with
+ * erf(u / (sqrt 2 alpha sigma)) <= target (1 if sigma is 0). */
+typedef struct emu_layerwise_stats {
+    double g_ms, w_ms, g_amax, w_amax, k;
+} emu_layerwise_stats;
+void emu_layerwise_operand_stats(emu_layerwise_stats *s, const emu_tensor *dy,
+                                 const emu_tensor *w, double k);
+double emu_layerwise_factor(const emu_layerwise_stats *s, const emu_format *f,
+                            double target, double layer_max, double room);
+double emu_layerwise_lower(double sigma, double u, double target);
 
 /* The policy's op classes (policy.c): whether class r (&p->norm_stats,
  * &p->softmax or &p->loss) holds the value a record written before the

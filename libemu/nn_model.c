@@ -808,6 +808,7 @@ void emu_model_free(emu_model *m)
             emu_tensor_free(&l->priv->bn_mean);
             emu_tensor_free(&l->priv->bn_var);
             emu_tensor_free(&l->priv->gsum);
+            emu_tensor_free(&l->priv->gtmp);
             emu_tensor_free(&l->priv->ln_mean);
             emu_tensor_free(&l->priv->ln_rstd);
             emu_tensor_free(&l->priv->att);
@@ -1060,11 +1061,24 @@ static int build_spec(emu_model *m, const char *arch, layer_spec *spec, int n,
             m->layers[i].kind != EMU_LAYER_LSTM_HH) /* read through `tie` */
             return spec_fail(spec, m, err, EMU_ESPEC, "arch", "%s: no layer "
                              "reads its output", m->layers[i].name);
+    /* A tied head's weight gradient and its embedding's own, and an LSTM
+     * layer's and its LSTM_HH's, go into one weight gradient from two
+     * points of the backward pass: under per-layer factors they would
+     * carry two scales. */
+    if (p->scaling.kind == EMU_SCALE_LAYERWISE && lm)
+        return spec_fail(spec, m, err, EMU_ESPEC, "arch", "'%s' with layerwise "
+                         "(per-layer) loss scaling: a language model's tied "
+                         "head and its embedding (or an LSTM's two weight "
+                         "sets) gather one weight gradient from points that "
+                         "would carry different factors; layerwise scaling "
+                         "is for the image models (mlp, cnn, resnet)", arch);
     if (p->scaling.kind == EMU_SCALE_ADAPTIVE && is_graph(m))
         return spec_fail(spec, m, err, EMU_ESPEC, "arch", "'%s' with adaptive "
                          "(per-layer) loss scaling: its residual branches would "
                          "add input gradients that carry different per-layer "
-                         "scales; use another scaling (--set scaling=dynamic)",
+                         "scales; use the layerwise rule, which aligns them "
+                         "where they add (--set scaling=layerwise), or another "
+                         "scaling",
                          arch);
 
     /* Exemptions: by group in a sequence model; otherwise parameter layers
@@ -1106,6 +1120,10 @@ static int build_spec(emu_model *m, const char *arch, layer_spec *spec, int n,
         out_fmt[i] = l->kind == EMU_LAYER_FLATTEN ? in_fmt : act;
         if (lp->consumers > 1 &&
             alloc_act(&lp->gsum, l->name, "gsum", EMU_ROLE_ACT_GRAD, grad, R,
+                      l->out_dims, l->out_ndim, err))
+            goto fail;
+        if (lp->consumers > 2 && p->scaling.kind == EMU_SCALE_LAYERWISE &&
+            alloc_act(&lp->gtmp, l->name, "gtmp", EMU_ROLE_ACT_GRAD, grad, R,
                       l->out_dims, l->out_ndim, err))
             goto fail;
         if (l->kind == EMU_LAYER_FLATTEN)
@@ -1651,17 +1669,37 @@ static int conv_bias_grad(emu_ctx *ctx, const emu_policy *p, emu_layer *l,
                         &p->accum, rnd);
 }
 
+/* The largest magnitude in t (LAYERWISE's overflow checks). */
+static double amax_of(const emu_tensor *t)
+{
+    double mx = 0.0;
+    for (size_t i = 0; i < t->n; i++)
+        mx = fmax(mx, fabs((double)t->data[i]));
+    return mx;
+}
+
 /* Hands g, the gradient w.r.t. the output of layer j, from its consumer
  * `from`: the first to arrive is kept as it is, each later one added to
  * the sum so far (one rounding, into j's act_grad format and rounding), at
- * site "<from's name up to its last '.'>.grad_add". */
+ * site "<from's name up to its last '.'>.grad_add".
+ *
+ * LAYERWISE: g carries the product gf of the per-layer factors met on its
+ * way (the loss's scale apart).  Addends of different factors are brought
+ * to one before they add: the larger, if the sum cannot overflow at it
+ * (the addends' largest magnitudes, so rescaled, add up to at most the
+ * format's largest value), else the smaller; the other addend is scaled
+ * by the ratio (a power of two) at site "<prefix>.grad_rescale".  Scaling
+ * up is exact, so a residual merge never costs the deeper branch its
+ * factors while it is safe; the authors' code likewise rescales branches
+ * to the largest scale that does not overflow. */
 static int deliver(emu_model *m, emu_ctx *ctx, const emu_policy *p, int j,
-                   const emu_layer *from, const emu_tensor *g)
+                   const emu_layer *from, const emu_tensor *g, double gf)
 {
     emu_layer *t = &m->layers[j];
     struct emu_layer_priv *tp = t->priv;
     if (!tp->gout) {
         tp->gout = g;
+        tp->gfactor = gf;
         return 0;
     }
     const char *dot = strrchr(from->name, '.');
@@ -1670,11 +1708,49 @@ static int deliver(emu_model *m, emu_ctx *ctx, const emu_policy *p, int j,
     snprintf(site, sizeof site, "%.*s.grad_add", len, from->name);
     if (!tp->gsum.data)
         return emu_ctx_fail(ctx, site, "%s: more readers than counted", t->name);
-    if (emu_t_add(ctx, site, &tp->gsum, tp->gout, g,
-                  &prec_of(p, t, EMU_ROLE_ACT_GRAD)->rnd))
+    const emu_rounding *rnd = &prec_of(p, t, EMU_ROLE_ACT_GRAD)->rnd;
+    const emu_tensor *a = tp->gout, *b = g;
+    if (p->scaling.kind == EMU_SCALE_LAYERWISE && gf != tp->gfactor) {
+        const double fa = tp->gfactor, fb = gf;
+        double f = fmax(fa, fb);
+        if (amax_of(a) * (f / fa) + amax_of(b) * (f / fb) > tp->gsum.fmt.max)
+            f = fmin(fa, fb);
+        char rs[64];
+        snprintf(rs, sizeof rs, "%.*s.grad_rescale", len, from->name);
+        if (f != fb) {
+            /* b rescaled into a buffer a does not occupy */
+            emu_tensor *dst = a == &tp->gsum ? &tp->gtmp : &tp->gsum;
+            if (!dst->data)
+                return emu_ctx_fail(ctx, rs, "%s: more readers than counted",
+                                    t->name);
+            if (emu_t_scale(ctx, rs, dst, (float)(f / fb), b, rnd))
+                return -1;
+            b = dst;
+        } else {
+            if (emu_t_scale(ctx, rs, &tp->gsum, (float)(f / fa), a, rnd))
+                return -1;
+            a = &tp->gsum;
+        }
+        tp->gfactor = f;
+    }
+    if (emu_t_add(ctx, site, &tp->gsum, a, b, rnd))
         return -1;
     tp->gout = &tp->gsum;
     return 0;
+}
+
+/* LAYERWISE: layer l's factor for its input-gradient GEMM dX = dY W, from
+ * the operands (nn_layerwise.c); its reduction length k; gf the factors dY
+ * carries. */
+static double layerwise_factor(const emu_policy *p, const emu_layer *l,
+                               const emu_tensor *dy, const emu_tensor *w,
+                               double k, double gf)
+{
+    emu_layerwise_stats st;
+    emu_layerwise_operand_stats(&st, dy, w, k);
+    const double room = p->total_max / (p->scaling.init * gf);
+    return emu_layerwise_factor(&st, &l->dx.fmt, p->scaling.target,
+                                p->layer_max, room);
 }
 
 int emu_model_backward(emu_model *m, emu_ctx *ctx, const emu_policy *p,
@@ -1689,8 +1765,13 @@ int emu_model_backward(emu_model *m, emu_ctx *ctx, const emu_policy *p,
                                &prec_of(p, last, EMU_ROLE_ACT_GRAD)->rnd))
         return -1;
     char site[64];
-    for (int i = 0; i < m->n_layers; i++)
+    const bool lw = p->scaling.kind == EMU_SCALE_LAYERWISE;
+    for (int i = 0; i < m->n_layers; i++) {
         m->layers[i].priv->gout = NULL;
+        m->layers[i].priv->gfactor = 1.0;
+        if (lw)
+            m->layers[i].scale = 1.0;
+    }
     m->layers[m->n_layers - 1].priv->gout = &m->dlogits;
     /* Gradients are needed where a parameter lies upstream; a layer's
      * input gradient goes to the layer(s) it read. */
@@ -1701,6 +1782,11 @@ int emu_model_backward(emu_model *m, emu_ctx *ctx, const emu_policy *p,
         const emu_tensor *dy = l->priv->gout;
         if (!dy)
             return emu_ctx_fail(ctx, l->name, "no gradient reached the output");
+        /* LAYERWISE: the factors dy carries; its weight gradient carries
+         * them times the loss's scale. */
+        const double gf = l->priv->gfactor;
+        if (lw)
+            l->grad_scale = (double)scale * gf;
         const bool need_dx = l->src >= 0 && m->layers[l->src].priv->upstream;
         const emu_rounding *grad_rnd = &prec_of(p, l, EMU_ROLE_ACT_GRAD)->rnd;
         const emu_rounding *wgrad_rnd =
@@ -1725,6 +1811,9 @@ int emu_model_backward(emu_model *m, emu_ctx *ctx, const emu_policy *p,
                 rc = emu_t_reduce(ctx, site, &l->bias.g, dy, EMU_REDUCE_SUM, 0,
                                   &p->accum, wgrad_rnd);
             if (!rc && need_dx) {
+                if (lw)
+                    l->scale = layerwise_factor(p, l, dy, &l->weight.w,
+                                                dy->shape[1], gf);
                 if (dinput_operands(ctx, p, l, dy, &l->weight.w, &dya, &wa, &g))
                     return -1;
                 emu_matmul_opts d = { .accum = &p->accum,
@@ -1756,6 +1845,11 @@ int emu_model_backward(emu_model *m, emu_ctx *ctx, const emu_policy *p,
             if (!rc && apart && l->has_bias)
                 rc = conv_bias_grad(ctx, p, l, dy, wgrad_rnd);
             if (!rc && need_dx) {
+                if (lw) /* dX sums C_out k k products */
+                    l->scale = layerwise_factor(
+                        p, l, dy, &l->weight.w,
+                        (double)l->weight.w.shape[0] * l->weight.w.shape[2] *
+                            l->weight.w.shape[3], gf);
                 if (dinput_operands(ctx, p, l, dy, &l->weight.w, &dya, &wa, &g))
                     return -1;
                 emu_conv_opts d = o;
@@ -1785,7 +1879,9 @@ int emu_model_backward(emu_model *m, emu_ctx *ctx, const emu_policy *p,
             view_as(&l->dx, dy, m->batch, l->in_dims, l->in_ndim, l->name);
             break;
         case EMU_LAYER_BATCHNORM: {
-            /* (No per-layer adaptive factor: the builder refuses it here.) */
+            /* (No per-layer factor: the builder refuses ADAPTIVE here, and
+             * LAYERWISE passes dy's factors through: the backward pass is
+             * linear in dy.) */
             struct emu_layer_priv *lp = l->priv;
             emu_batchnorm_opts o = bn_opts(m, p);
             o.param_grad_rnd = wgrad_rnd;
@@ -1858,6 +1954,7 @@ int emu_model_backward(emu_model *m, emu_ctx *ctx, const emu_policy *p,
             rc = emu_t_matmul(ctx, site, &e->weight.g, dya, xa, &o,
                               &prec_of(p, e, EMU_ROLE_WEIGHT_GRAD)->rnd);
             if (!rc && need_dx) {
+                /* (No layerwise factor: the language models refuse it.) */
                 if (dinput_operands(ctx, p, l, dy, &e->weight.w, &dya, &wa, &g))
                     return -1;
                 emu_matmul_opts d = { .accum = &p->accum,
@@ -1893,11 +1990,14 @@ int emu_model_backward(emu_model *m, emu_ctx *ctx, const emu_policy *p,
         }
         if (rc)
             return -1;
-        if (need_dx && deliver(m, ctx, p, l->src, l, &l->dx))
+        /* The input gradient carries this layer's factor (1 but for a GEMM
+         * layer under LAYERWISE) on top of dy's. */
+        const double dxf = lw ? gf * l->scale : 1.0;
+        if (need_dx && deliver(m, ctx, p, l->src, l, &l->dx, dxf))
             return -1;
         if (l->kind == EMU_LAYER_ADD && l->src2 >= 0 &&
             m->layers[l->src2].priv->upstream &&
-            deliver(m, ctx, p, l->src2, l, &l->dx))
+            deliver(m, ctx, p, l->src2, l, &l->dx, dxf))
             return -1;
     }
     return 0;

@@ -677,6 +677,11 @@ static bool update_scale(run *r, bool finite)
         }
         r->adaptive_cut = fmin(1.0, r->adaptive_cut * 2.0);
         return false;
+    case EMU_SCALE_LAYERWISE:
+        /* The rule keeps nothing from step to step (its factors come from
+         * each step's operands, emu_model_backward): a step whose
+         * gradients overflowed anyway is skipped, and that is all. */
+        return !finite;
     default:
         return false; /* none, static: a non-finite gradient goes in */
     }
@@ -1721,7 +1726,8 @@ static int train_epochs(run *r, FILE *log, double *final_acc, emu_error *err)
             const bool clipping = c->clip_norm > 0.0;
             const bool skips = r->p->scaling.kind == EMU_SCALE_DYNAMIC ||
                                r->p->scaling.kind == EMU_SCALE_ENHANCED ||
-                               r->p->scaling.kind == EMU_SCALE_ADAPTIVE;
+                               r->p->scaling.kind == EMU_SCALE_ADAPTIVE ||
+                               r->p->scaling.kind == EMU_SCALE_LAYERWISE;
             double gnorm = NAN;
             if (clipping && (finite || !skips)) {
                 for (int i = 0; i < r->m.n_layers; i++) {

@@ -55,6 +55,9 @@ static void base(emu_policy *p, const char *name, const char *paper)
     p->scaling.floor_every = 0;
     p->scaling.target = 1e-3;
     p->scaling.max = 16777216.0; /* 2^24 */
+    /* LAYERWISE's caps: the authors' released code's defaults. */
+    p->layer_max = 16.0;
+    p->total_max = 1024.0;
     p->tscale.kind = EMU_TSCALE_DELAYED;
     p->tscale.history = 16;
     p->tscale.algo = EMU_AMAX_MAX;
@@ -123,7 +126,8 @@ static void dynamic(emu_policy *p)
 static const char *const preset_names[] = {
     "fp32", "fp16-mpt", "fp16-no-master", "fp16-no-scaling", "bf16-nearest",
     "bf16-sr", "bf16-kahan", "bf16-fp32w", "fp8-e5m2", "fp8-hybrid",
-    "adaptive", "fp8-delayed", "fp8-current", "mxfp8", "mxfp4", "nvfp4", NULL,
+    "adaptive", "layerwise", "fp8-delayed", "fp8-current", "mxfp8", "mxfp4",
+    "nvfp4", NULL,
 };
 
 const char *const *emu_policy_preset_names(void)
@@ -144,7 +148,8 @@ int emu_policy_preset(emu_policy *p, const char *name, emu_error *err)
     if (!strcmp(name, "fp32")) {
         base(p, name, "binary32 baseline");
     } else if (!strcmp(name, "fp16-mpt") || !strcmp(name, "fp16-no-master") ||
-               !strcmp(name, "fp16-no-scaling") || !strcmp(name, "adaptive")) {
+               !strcmp(name, "fp16-no-scaling") || !strcmp(name, "adaptive") ||
+               !strcmp(name, "layerwise")) {
         /* FP16 storage and arithmetic inputs, FP32 master weights and
          * accumulation, dynamic loss scaling. */
         base(p, name, MPT);
@@ -165,6 +170,15 @@ int emu_policy_preset(emu_policy *p, const char *name, emu_error *err)
             snprintf(p->paper, sizeof p->paper, "Zhao et al., Adaptive Loss "
                      "Scaling for Mixed Precision Training, 2019");
             p->scaling.kind = EMU_SCALE_ADAPTIVE;
+            p->scaling.init = 1.0;
+        }
+        if (!strcmp(name, "layerwise")) {
+            /* The paper's rule (nn_layerwise.c): loss scale 1, each GEMM
+             * layer's factor from its backward operands every step. */
+            snprintf(p->paper, sizeof p->paper, "Zhao et al., Adaptive Loss "
+                     "Scaling for Mixed Precision Training, 2019 (the "
+                     "paper's per-layer rule)");
+            p->scaling.kind = EMU_SCALE_LAYERWISE;
             p->scaling.init = 1.0;
         }
     } else if (!strcmp(name, "bf16-nearest") || !strcmp(name, "bf16-sr") ||
@@ -450,7 +464,7 @@ int emu_policy_set(emu_policy *p, const char *assignment, emu_error *err)
     }
     if (!strcmp(key, "scaling")) {
         static const char *const names[EMU_SCALE_COUNT] = {
-            "none", "static", "dynamic", "enhanced", "adaptive"
+            "none", "static", "dynamic", "enhanced", "adaptive", "layerwise"
         };
         for (int i = 0; i < EMU_SCALE_COUNT; i++)
             if (!strcmp(val, names[i])) {
@@ -458,7 +472,7 @@ int emu_policy_set(emu_policy *p, const char *assignment, emu_error *err)
                 return 0;
             }
         return emu_fail(err, EMU_ESPEC, "policy", key, "'%s' is not none, static, "
-                        "dynamic, enhanced or adaptive", val);
+                        "dynamic, enhanced, adaptive or layerwise", val);
     }
     emu_loss_scaling *s = &p->scaling;
     double *dfield = !strcmp(key, "scale") ? &s->init
@@ -467,7 +481,9 @@ int emu_policy_set(emu_policy *p, const char *assignment, emu_error *err)
                    : !strcmp(key, "floor") ? &s->floor
                    : !strcmp(key, "floor_growth") ? &s->floor_growth
                    : !strcmp(key, "target") ? &s->target
-                   : !strcmp(key, "max_scale") ? &s->max : NULL;
+                   : !strcmp(key, "max_scale") ? &s->max
+                   : !strcmp(key, "layer_max") ? &p->layer_max
+                   : !strcmp(key, "total_max") ? &p->total_max : NULL;
     if (dfield) {
         if (parse_double(val, dfield))
             return emu_fail(err, EMU_ESPEC, "policy", key, "'%s' is not a number", val);
@@ -485,6 +501,7 @@ int emu_policy_set(emu_policy *p, const char *assignment, emu_error *err)
                     "norm_stats, softmax, loss, <role>.mode, accum, exempt, exempt_format, update, "
                     "scaling, scale, growth, backoff, interval, floor, "
                     "floor_growth, floor_every, target, max_scale, "
+                    "layer_max, total_max, "
                     "q.<operand>, q.<operand>.mode, tensor_scaling)");
 }
 
@@ -565,9 +582,30 @@ int emu_policy_validate(const emu_policy *p, emu_error *err)
             return emu_fail(err, EMU_ESPEC, "policy", "floor_growth", "must be a power of "
                             "two >= 1");
     }
-    if (s->kind == EMU_SCALE_ADAPTIVE && !(s->target > 0.0 && s->target < 1.0))
+    if ((s->kind == EMU_SCALE_ADAPTIVE || s->kind == EMU_SCALE_LAYERWISE) &&
+        !(s->target > 0.0 && s->target < 1.0))
         return emu_fail(err, EMU_ESPEC, "policy", "target", "the target underflow rate "
-                        "must lie in (0, 1)");
+                        "must lie in (0, 1) (got %g)", s->target);
+    if (s->kind == EMU_SCALE_LAYERWISE) {
+        /* Factors are powers of two, and so are their caps, so that every
+         * product of them is exact; 2^127 bounds what the binary32 loss
+         * and its gradients can carry. */
+        if (!is_power_of_two(p->layer_max) || p->layer_max < 1.0 ||
+            p->layer_max > 0x1p127)
+            return emu_fail(err, EMU_ESPEC, "policy", "layer_max", "the per-layer "
+                            "cap must be a power of two from 1 to 2^127 (got %g)",
+                            p->layer_max);
+        if (!is_power_of_two(p->total_max) || p->total_max < 1.0 ||
+            p->total_max > 0x1p127)
+            return emu_fail(err, EMU_ESPEC, "policy", "total_max", "the total cap "
+                            "must be a power of two from 1 to 2^127 (got %g)",
+                            p->total_max);
+        if (s->init > p->total_max)
+            return emu_fail(err, EMU_ESPEC, "policy", "scale", "the loss scale %g "
+                            "exceeds the total cap total_max=%g: the total "
+                            "bounds the loss scale times every factor",
+                            s->init, p->total_max);
+    }
     if (!is_power_of_two(s->max))
         return emu_fail(err, EMU_ESPEC, "policy", "max_scale", "must be a power of two "
                         "(got %g)", s->max);
@@ -625,7 +663,7 @@ void emu_policy_write_json(const emu_policy *p, FILE *fp, int indent)
     snprintf(pad2, sizeof pad2, "%*s", indent + 2, "");
     static const char *const updates[EMU_UPDATE_COUNT] = { "plain", "sr", "kahan" };
     static const char *const scalings[EMU_SCALE_COUNT] = {
-        "none", "static", "dynamic", "enhanced", "adaptive"
+        "none", "static", "dynamic", "enhanced", "adaptive", "layerwise"
     };
     char accum[256];
     emu_accum_string(&p->accum, accum, sizeof accum);
@@ -650,9 +688,15 @@ void emu_policy_write_json(const emu_policy *p, FILE *fp, int indent)
     fprintf(fp, "%s\"scaling\": {\"kind\": \"%s\", \"init\": %.17g, \"growth\": "
             "%.17g, \"backoff\": %.17g, \"interval\": %d, \"floor\": %.17g, "
             "\"floor_growth\": %.17g, \"floor_every\": %d, \"target\": %.17g, "
-            "\"max\": %.17g}", pad2, scalings[s->kind], s->init, s->growth,
+            "\"max\": %.17g", pad2, scalings[s->kind], s->init, s->growth,
             s->backoff, s->interval, s->floor, s->floor_growth, s->floor_every,
             s->target, s->max);
+    /* The caps only where they act, so that every other record stays as
+     * it was. */
+    if (s->kind == EMU_SCALE_LAYERWISE)
+        fprintf(fp, ", \"layer_max\": %.17g, \"total_max\": %.17g",
+                p->layer_max, p->total_max);
+    fprintf(fp, "}");
     const emu_operand_quant *qs[3] = { &p->q_weight, &p->q_activation,
                                        &p->q_act_grad };
     static const char *const qnames[3] = { "weight", "activation", "act_grad" };

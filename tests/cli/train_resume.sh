@@ -62,6 +62,10 @@ resume_case mpt --preset fp16-mpt --model mlp:784-32-16-10 --set interval=3
 # rounding of the errors (the op counter carries over), a cosine schedule.
 resume_case adaptive --preset adaptive --model mlp:784-16x4-10 \
     --loss-mult 0.0000152587890625 --set act_grad.mode=sr --schedule cosine
+# Zhao et al.'s per-layer rule: nothing carries over but what every run
+# has (its factors come from each step's operands); the caps are saved.
+resume_case layerwise --preset layerwise --model mlp:784-16x4-10 \
+    --loss-mult 0.0000152587890625 --set act_grad.mode=sr --set total_max=4096
 # Delayed FP8 scaling: the amax histories and tensor scales carry over.
 resume_case fp8delayed --preset fp8-delayed --model mlp:784-32-16-10 \
     --set tensor_scaling=delayed,history=4

@@ -54,8 +54,14 @@ typedef enum emu_scaling {
                                 clean steps; on inf/NaN x backoff, skip     */
     EMU_SCALE_ENHANCED,      /* dynamic with a floor that rises on a
                                 schedule (Mellempudi et al., FP8)          */
-    EMU_SCALE_ADAPTIVE,      /* per-layer (Zhao et al.): each layer's scale
-                                from its statistics, composed backward    */
+    EMU_SCALE_ADAPTIVE,      /* per-layer, a variant of Zhao et al.'s rule:
+                                factors from the previous step's output-
+                                gradient statistics with a feedback factor */
+    EMU_SCALE_LAYERWISE,     /* Zhao et al.'s rule: every step, each GEMM
+                                layer's factor from the statistics of its
+                                backward GEMM's operands (dY, W), no
+                                feedback, capped per layer and in total
+                                (layer_max, total_max)                    */
     EMU_SCALE_COUNT
 } emu_scaling;
 
@@ -68,7 +74,8 @@ typedef struct emu_loss_scaling {
     double floor;            /* ENHANCED: the scale never drops below it    */
     double floor_growth;     /* ENHANCED: floor *= this every floor_every   */
     int floor_every;         /*   steps (0: fixed floor)                     */
-    double target;           /* ADAPTIVE: target underflow rate (1e-3)      */
+    double target;           /* ADAPTIVE, LAYERWISE: target underflow rate
+                                (1e-3)                                     */
     double max;              /* cap on any scale (2^24)                      */
 } emu_loss_scaling;
 
@@ -116,11 +123,16 @@ typedef struct emu_policy {
      * legacy.  loss: the loss value (the fused cross-entropy forms it in
      * binary64, then rounds it once into this); legacy binary32 RNE. */
     emu_role_prec norm_stats, softmax, loss;
+    /* LAYERWISE loss scaling's caps (appended, as above; unused by the
+     * other kinds, and recorded only for LAYERWISE): no layer's factor
+     * above layer_max (16), and the loss scale times the factors a
+     * gradient carries never above total_max (1024).  Powers of two. */
+    double layer_max, total_max;
 } emu_policy;
 
 /* The presets, by name: fp32, fp16-mpt, fp16-no-master, fp16-no-scaling,
  * bf16-nearest, bf16-sr, bf16-kahan, bf16-fp32w, fp8-e5m2, fp8-hybrid,
- * adaptive, and the scaled-format recipes fp8-delayed, fp8-current, mxfp8,
+ * adaptive, layerwise, and the scaled-format recipes fp8-delayed, fp8-current, mxfp8,
  * mxfp4, nvfp4.  Returns 0, or -1 with err listing the known names. */
 int emu_policy_preset(emu_policy *p, const char *name, emu_error *err);
 /* Names of the presets, NULL-terminated. */
@@ -130,8 +142,9 @@ const char *const *emu_policy_preset_names(void);
  * activation=FMT, act_grad=FMT, weight_grad=FMT, opt_state=FMT,
  * <role>.mode=MODE (or weight_mode=...), accum=SPEC (emu_accum_parse),
  * exempt=none|first|last|first+last, exempt_format=FMT, update=plain|sr|kahan,
- * scaling=none|static|dynamic|enhanced|adaptive, scale=S, growth=, backoff=,
- * interval=, floor=, floor_growth=, floor_every=, target=, max_scale=,
+ * scaling=none|static|dynamic|enhanced|adaptive|layerwise, scale=S, growth=,
+ * backoff=, interval=, floor=, floor_growth=, floor_every=, target=,
+ * max_scale=, layer_max=, total_max= (layerwise's caps),
  * q.weight=SPEC|none, q.activation=, q.act_grad=, q.all= (scaled formats,
  * emu_scaled_format_parse), q.<operand>.mode=MODE, tensor_scaling=SPEC
  * (emu_tensor_scaling_parse), and the op classes: norm_stats=FMT (batch
@@ -227,11 +240,14 @@ typedef struct emu_layer {
     emu_tensor y;             /* output activations (B, ...)                */
     emu_tensor dx;            /* gradient w.r.t. the input (B, ...)          */
     size_t *argmax;           /* max pool: chosen inputs                     */
-    double scale;             /* ADAPTIVE: the factor (a power of two) this
-                                 layer's input gradient is scaled by where it
-                                 is produced; 1 otherwise                  */
+    double scale;             /* ADAPTIVE, LAYERWISE: the factor (a power of
+                                 two) this layer's input gradient is scaled
+                                 by where it is produced; 1 otherwise
+                                 (LAYERWISE: set by emu_model_backward)    */
     double grad_scale;        /* the total scale its weight gradient carries
-                                 (loss scale times the factors above it)   */
+                                 (loss scale times the factors above it;
+                                 LAYERWISE: set by emu_model_backward, the
+                                 scale it was given times those factors)  */
     /* Library-private, owned by the model: the scaled GEMM operands'
      * state (amax histories, tensor scales) and scratch buffers. */
     struct emu_layer_priv *priv;
@@ -280,7 +296,11 @@ typedef struct emu_model {
  * deterministically from seed (He-uniform; batch norm gamma 1, beta 0,
  * running mean 0, running variance 1), rounded into their formats.
  * resnet refuses the adaptive (per-layer) loss scaling: its residual
- * branches would add gradients that carry different scales. */
+ * branches would add gradients that carry different scales; the
+ * layerwise scaling aligns them where they add (emu_model_backward); the
+ * language models (emu_model_build_lm) refuse layerwise scaling: a tied
+ * head and an LSTM gather one weight gradient from two points of the
+ * backward pass, which would carry different factors. */
 int emu_model_build(emu_model *m, const char *arch, const emu_policy *p,
                     int batch, int in_c, int in_h, int in_w, int classes,
                     uint64_t seed, emu_ctx *ctx, emu_error *err);
