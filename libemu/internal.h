@@ -275,4 +275,9 @@ const char *emu_isa_name(emu_isa isa);
 void emu_random_fill_hi32(uint64_t seed, uint64_t stream, uint64_t index,
                           uint32_t *out, size_t n);
 
+/* Files a failure of an FFI call (emu/ffi.h) as the calling thread's last
+ * error, for the emu_ffi_* functions outside ffi.c; returns -1 (ffi.c). */
+int emu_ffi_fail_(emu_errcode code, const char *where, const char *key,
+                  const char *msg);
+
 #endif
