@@ -237,6 +237,139 @@ void emu_hist_tables_add(emu_hist_tables *t, const void *x, size_t n, bool f32)
     }
 }
 
+/* Two binary32 arrays binned at once, x the values before rounding and y
+ * after, BIN_CHUNK of each (the pair kernel): their bins as bins_f32 gives
+ * them for normal values and zeros, *rare set if either holds another
+ * value (binned afterwards by bin_of_bits32), and diff[r] non-zero if run
+ * r of PAIR_RUN values has a value whose bins differ.  Integer operations
+ * only, compiled per instruction-set level (isa.c chooses): the same bins
+ * at every level. */
+enum { PAIR_RUN = 16, PAIR_RUNS = BIN_CHUNK / PAIR_RUN };
+
+typedef void (*pair_kernel)(uint32_t *restrict bx, uint32_t *restrict by,
+                            uint32_t *restrict diff, uint32_t *rare,
+                            const float *restrict x, const float *restrict y);
+
+static EMU_KERNEL_INLINE void pair_any(uint32_t *restrict bx,
+                                       uint32_t *restrict by,
+                                       uint32_t *restrict diff, uint32_t *rare,
+                                       const float *restrict x,
+                                       const float *restrict y)
+{
+    _Static_assert(EMU_HIST_ZERO == 0, "the mask below");
+    const uint32_t normal0 = 127 + EMU_HIST_EMIN - EMU_HIST_FIRST;
+    uint32_t r = 0;
+    for (size_t j = 0; j < BIN_CHUNK; j++) {
+        uint32_t ux, uy;
+        memcpy(&ux, &x[j], sizeof ux);
+        memcpy(&uy, &y[j], sizeof uy);
+        const uint32_t ax = ux & 0x7fffffff, ay = uy & 0x7fffffff;
+        const uint32_t nx = -(uint32_t)(ax - 0x00800000u < 0x7f000000u);
+        const uint32_t ny = -(uint32_t)(ay - 0x00800000u < 0x7f000000u);
+        bx[j] = ((ax >> 23) - normal0) & nx;
+        by[j] = ((ay >> 23) - normal0) & ny;
+        r |= (uint32_t)(ax - 1 < 0x007fffffu) | (uint32_t)(ax >= 0x7f800000u) |
+             (uint32_t)(ay - 1 < 0x007fffffu) | (uint32_t)(ay >= 0x7f800000u);
+    }
+    *rare = r;
+    for (size_t k = 0; k < PAIR_RUNS; k++) {
+        uint32_t d = 0;
+        for (size_t j = 0; j < PAIR_RUN; j++)
+            d |= bx[k * PAIR_RUN + j] ^ by[k * PAIR_RUN + j];
+        diff[k] = d;
+    }
+}
+
+static void pair_base(uint32_t *restrict bx, uint32_t *restrict by,
+                      uint32_t *restrict diff, uint32_t *rare,
+                      const float *restrict x, const float *restrict y)
+{
+    pair_any(bx, by, diff, rare, x, y);
+}
+
+#if EMU_HAVE_ISA_CLONES
+EMU_ISA_TARGET_AVX2
+static void pair_avx2(uint32_t *restrict bx, uint32_t *restrict by,
+                      uint32_t *restrict diff, uint32_t *rare,
+                      const float *restrict x, const float *restrict y)
+{
+    pair_any(bx, by, diff, rare, x, y);
+}
+
+EMU_ISA_TARGET_AVX512
+static void pair_avx512(uint32_t *restrict bx, uint32_t *restrict by,
+                        uint32_t *restrict diff, uint32_t *rare,
+                        const float *restrict x, const float *restrict y)
+{
+    pair_any(bx, by, diff, rare, x, y);
+}
+#endif
+
+static pair_kernel pair_for(emu_isa isa)
+{
+#if EMU_HAVE_ISA_CLONES
+    if (isa == EMU_ISA_AVX512)
+        return pair_avx512;
+    if (isa == EMU_ISA_AVX2)
+        return pair_avx2;
+#endif
+    (void)isa;
+    return pair_base;
+}
+
+/* x's bins corrected into fix where they differ from y's (bx, by: m
+ * bins each). */
+static void pair_fix(uint64_t *fix, const uint32_t *bx, const uint32_t *by,
+                     size_t m)
+{
+    for (size_t j = 0; j < m; j++)
+        if (bx[j] != by[j]) {
+            fix[bx[j]]++;
+            fix[by[j]]--;
+        }
+}
+
+/* Two binary32 arrays binned at once, x the values before rounding and y
+ * after: y's bins into t, which then counts both histograms, and where x
+ * has another bin (a rounding that crossed a binade, underflowed or
+ * overflowed: rare), fix[bin of x]++ and fix[bin of y]-- (modulo 2^64):
+ * x's histogram is t's counts plus fix.  One table increment per value
+ * instead of two; the bins are those emu_hist_tables_add gives. */
+void emu_hist_tables_add_pair_f32(emu_hist_tables *t, uint64_t *fix,
+                                  const float *x, const float *y, size_t n)
+{
+    const pair_kernel kern = pair_for(emu_isa_active());
+    uint32_t bx[BIN_CHUNK], by[BIN_CHUNK], diff[PAIR_RUNS];
+    size_t i = 0;
+    for (; i + BIN_CHUNK <= n; i += BIN_CHUNK) {
+        uint32_t rare;
+        kern(bx, by, diff, &rare, x + i, y + i);
+        if (rare) {
+            /* subnormals, infinities, NaNs: their bins, then every run
+             * compared */
+            for (size_t j = 0; j < BIN_CHUNK; j++) {
+                uint32_t ux, uy;
+                memcpy(&ux, &x[i + j], sizeof ux);
+                memcpy(&uy, &y[i + j], sizeof uy);
+                bx[j] = (uint32_t)bin_of_bits32(ux);
+                by[j] = (uint32_t)bin_of_bits32(uy);
+            }
+            for (size_t k = 0; k < PAIR_RUNS; k++)
+                diff[k] = 1;
+        }
+        tables_count((bin_tables *)t->t, by, BIN_CHUNK);
+        for (size_t k = 0; k < PAIR_RUNS; k++)
+            if (diff[k])
+                pair_fix(fix, bx + k * PAIR_RUN, by + k * PAIR_RUN, PAIR_RUN);
+    }
+    if (i < n) {
+        bins_f32(bx, x + i, n - i);
+        bins_f32(by, y + i, n - i);
+        tables_count((bin_tables *)t->t, by, n - i);
+        pair_fix(fix, bx, by, n - i);
+    }
+}
+
 void emu_hist_tables_merge(uint64_t *hist, const emu_hist_tables *t)
 {
     tables_merge(hist, (const bin_tables *)t->t);
