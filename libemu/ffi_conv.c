@@ -105,15 +105,22 @@ int emu_ffi_conv_weight_flip(float *out, const float *wt, size_t co,
         return emu_ffi_fail_(EMU_EINVAL, "conv weight flip", "shape",
                              "empty shape, or out channels not a multiple of groups");
     const size_t cog = co / groups, kk = kh * kw;
-    /* out[g*cg + ci][j][a][b] = wt[g*cog + j][ci][kh-1-a][kw-1-b] */
-    float *o = out;
+    /* out[g*cg + ci][j][a][b] = wt[g*cog + j][ci][kh-1-a][kw-1-b]: a
+     * transpose, done CB input channels at a time so that each read of wt
+     * is a contiguous run of CB kernels (a write stream per channel). */
+    enum { CB = 16 };
     for (size_t g = 0; g < groups; g++)
-        for (size_t ci = 0; ci < cg; ci++)
+        for (size_t c0 = 0; c0 < cg; c0 += CB) {
+            const size_t cn = cg - c0 < CB ? cg - c0 : CB;
             for (size_t j = 0; j < cog; j++) {
-                const float *src = wt + ((g * cog + j) * cg + ci) * kk;
-                for (size_t t = 0; t < kk; t++)
-                    o[t] = src[kk - 1 - t];
-                o += kk;
+                const float *src = wt + ((g * cog + j) * cg + c0) * kk;
+                for (size_t ci = 0; ci < cn; ci++) {
+                    float *o = out + ((g * cg + c0 + ci) * cog + j) * kk;
+                    const float *s = src + ci * kk;
+                    for (size_t t = 0; t < kk; t++)
+                        o[t] = s[kk - 1 - t];
+                }
             }
+        }
     return 0;
 }

@@ -217,26 +217,6 @@ static void hist_add(uint64_t *hist, const void *x, size_t n, bool f32)
     tables_merge(hist, &tab);
 }
 
-/* The choke point bins its outputs a chunk at a time: the tables then
- * live across its chunks and are merged once, at the end, rather than
- * cleared and merged per chunk (which would cost more than the binning). */
-void emu_hist_tables_add(emu_hist_tables *t, const void *x, size_t n, bool f32)
-{
-    _Static_assert(sizeof t->t == sizeof(bin_tables), "emu_hist_tables");
-    const size_t size = f32 ? sizeof(float) : sizeof(double);
-    const char *p = x;
-    uint32_t bins[BIN_CHUNK];
-    size_t i = 0;
-    for (; i + BIN_CHUNK <= n; i += BIN_CHUNK) {
-        bins_of(bins, p + i * size, BIN_CHUNK, f32); /* constant: vectorised */
-        tables_count((bin_tables *)t->t, bins, BIN_CHUNK);
-    }
-    if (i < n) {
-        bins_of(bins, p + i * size, n - i, f32);
-        tables_count((bin_tables *)t->t, bins, n - i);
-    }
-}
-
 /* Two binary32 arrays binned at once, x the values before rounding and y
  * after, BIN_CHUNK of each (the pair kernel): their bins as bins_f32 gives
  * them for normal values and zeros, *rare set if either holds another
@@ -280,6 +260,34 @@ static EMU_KERNEL_INLINE void pair_any(uint32_t *restrict bx,
     }
 }
 
+/* One binary32 array's bins, BIN_CHUNK of them, as bins_f32 gives them,
+ * *rare set for a value other than a normal one or zero (the single form
+ * of the pair kernel, for values carried unrounded). */
+typedef void (*bins_kernel)(uint32_t *restrict b, uint32_t *rare,
+                            const float *restrict x);
+
+static EMU_KERNEL_INLINE void bins_any(uint32_t *restrict b, uint32_t *rare,
+                                       const float *restrict x)
+{
+    const uint32_t normal0 = 127 + EMU_HIST_EMIN - EMU_HIST_FIRST;
+    uint32_t r = 0;
+    for (size_t j = 0; j < BIN_CHUNK; j++) {
+        uint32_t u;
+        memcpy(&u, &x[j], sizeof u);
+        const uint32_t a = u & 0x7fffffff;
+        const uint32_t nm = -(uint32_t)(a - 0x00800000u < 0x7f000000u);
+        b[j] = ((a >> 23) - normal0) & nm;
+        r |= (uint32_t)(a - 1 < 0x007fffffu) | (uint32_t)(a >= 0x7f800000u);
+    }
+    *rare = r;
+}
+
+static void bins_base(uint32_t *restrict b, uint32_t *rare,
+                      const float *restrict x)
+{
+    bins_any(b, rare, x);
+}
+
 static void pair_base(uint32_t *restrict bx, uint32_t *restrict by,
                       uint32_t *restrict diff, uint32_t *rare,
                       const float *restrict x, const float *restrict y)
@@ -294,6 +302,20 @@ static void pair_avx2(uint32_t *restrict bx, uint32_t *restrict by,
                       const float *restrict x, const float *restrict y)
 {
     pair_any(bx, by, diff, rare, x, y);
+}
+
+EMU_ISA_TARGET_AVX2
+static void bins_avx2(uint32_t *restrict b, uint32_t *rare,
+                      const float *restrict x)
+{
+    bins_any(b, rare, x);
+}
+
+EMU_ISA_TARGET_AVX512
+static void bins_avx512(uint32_t *restrict b, uint32_t *rare,
+                        const float *restrict x)
+{
+    bins_any(b, rare, x);
 }
 
 EMU_ISA_TARGET_AVX512
@@ -317,6 +339,18 @@ static pair_kernel pair_for(emu_isa isa)
     return pair_base;
 }
 
+static bins_kernel bins_for(emu_isa isa)
+{
+#if EMU_HAVE_ISA_CLONES
+    if (isa == EMU_ISA_AVX512)
+        return bins_avx512;
+    if (isa == EMU_ISA_AVX2)
+        return bins_avx2;
+#endif
+    (void)isa;
+    return bins_base;
+}
+
 /* x's bins corrected into fix where they differ from y's (bx, by: m
  * bins each). */
 static void pair_fix(uint64_t *fix, const uint32_t *bx, const uint32_t *by,
@@ -327,6 +361,42 @@ static void pair_fix(uint64_t *fix, const uint32_t *bx, const uint32_t *by,
             fix[bx[j]]++;
             fix[by[j]]--;
         }
+}
+
+/* The choke point bins its outputs a chunk at a time: the tables then
+ * live across its chunks and are merged once, at the end, rather than
+ * cleared and merged per chunk (which would cost more than the binning). */
+void emu_hist_tables_add(emu_hist_tables *t, const void *x, size_t n, bool f32)
+{
+    _Static_assert(sizeof t->t == sizeof(bin_tables), "emu_hist_tables");
+    const size_t size = f32 ? sizeof(float) : sizeof(double);
+    const char *p = x;
+    uint32_t bins[BIN_CHUNK];
+    size_t i = 0;
+    if (f32) {
+        /* the kernel of the CPU's level, then the rare values apart */
+        const bins_kernel kern = bins_for(emu_isa_active());
+        for (; i + BIN_CHUNK <= n; i += BIN_CHUNK) {
+            const float *xf = (const float *)x + i;
+            uint32_t rare;
+            kern(bins, &rare, xf);
+            if (rare)
+                for (size_t j = 0; j < BIN_CHUNK; j++) {
+                    uint32_t u;
+                    memcpy(&u, &xf[j], sizeof u);
+                    bins[j] = (uint32_t)bin_of_bits32(u);
+                }
+            tables_count((bin_tables *)t->t, bins, BIN_CHUNK);
+        }
+    }
+    for (; i + BIN_CHUNK <= n; i += BIN_CHUNK) {
+        bins_of(bins, p + i * size, BIN_CHUNK, f32); /* constant: vectorised */
+        tables_count((bin_tables *)t->t, bins, BIN_CHUNK);
+    }
+    if (i < n) {
+        bins_of(bins, p + i * size, n - i, f32);
+        tables_count((bin_tables *)t->t, bins, n - i);
+    }
 }
 
 /* Two binary32 arrays binned at once, x the values before rounding and y

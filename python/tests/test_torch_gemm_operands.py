@@ -99,9 +99,10 @@ def test_im2col_of_dilated_gradient(n, k, stride, pad, dil):
     assert torch.equal(_bits(rs), _bits(gs))
 
 
-@pytest.mark.parametrize("groups,k", itertools.product((1, 2, 3), ((3, 3), (1, 1), (2, 5))))
-def test_flipped_weight(groups, k):
-    cog, cg = 4, 5
+@pytest.mark.parametrize("groups,k,cg", itertools.product(
+    (1, 2, 3), ((3, 3), (1, 1), (2, 5)), (5, 37)))
+def test_flipped_weight(groups, k, cg):
+    cog = 4
     w = _data((groups * cog, cg, k[0], k[1]), 3)
     ref = torch.cat([w[i * cog:(i + 1) * cog].transpose(0, 1).flip(2, 3)
                      for i in range(groups)], 0)
