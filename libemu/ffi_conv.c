@@ -74,6 +74,27 @@ int emu_ffi_im2col(float *out, const float *x, size_t n, size_t c,
             for (size_t ow = 0; ow < wo; ow++, row++) {
                 const long *xb = xt + ow * kw;
                 float *o = out + row * rs;
+                if (!trans && dw == 1 && uw == 1 && xb[0] >= 0 &&
+                    xb[kw - 1] >= 0) {
+                    /* every tap of the row inside x: kw neighbours */
+                    const float *x0 = xi + xb[0];
+                    for (size_t ch = 0; ch < cg; ch++, x0 += h * w)
+                        for (size_t a = 0; a < kh; a++, o += kw) {
+                            if (ya[a] < 0) {
+                                memset(o, 0, kw * sizeof *o); /* +0.0 */
+                                continue;
+                            }
+                            const float *xr = x0 + (size_t)ya[a] * w;
+                            if (kw == 3) {
+                                o[0] = xr[0];
+                                o[1] = xr[1];
+                                o[2] = xr[2];
+                            } else {
+                                memcpy(o, xr, kw * sizeof *o);
+                            }
+                        }
+                    continue;
+                }
                 for (size_t ch = 0; ch < cg; ch++) {
                     const float *xc = xi + ch * h * w;
                     for (size_t a = 0; a < kh; a++) {
@@ -117,8 +138,12 @@ int emu_ffi_conv_weight_flip(float *out, const float *wt, size_t co,
                 for (size_t ci = 0; ci < cn; ci++) {
                     float *o = out + ((g * cg + c0 + ci) * cog + j) * kk;
                     const float *s = src + ci * kk;
-                    for (size_t t = 0; t < kk; t++)
-                        o[t] = s[kk - 1 - t];
+                    if (kk == 9) /* 3x3, most kernels: unrolled */
+                        for (size_t t = 0; t < 9; t++)
+                            o[t] = s[8 - t];
+                    else
+                        for (size_t t = 0; t < kk; t++)
+                            o[t] = s[kk - 1 - t];
                 }
             }
         }
