@@ -11,7 +11,9 @@ where one emulated pass spends its time, with and without histograms.
 
 emulate runs PyTorch's own kernels on one thread (so that its results do
 not depend on the thread count); the plain pass is timed on one thread
-too (the fair ratio) and on torch's default thread count."""
+too (the fair ratio) and on torch's default thread count.  The plain and
+emulated passes are timed in turn, `repeat` times, and the best of each
+kept, so that a load that comes and goes weighs on both sides."""
 
 import argparse
 import cProfile
