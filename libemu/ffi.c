@@ -51,6 +51,12 @@ static int fail(emu_errcode code, const char *where, const char *key,
     return keep(&e);
 }
 
+int emu_ffi_fail_(emu_errcode code, const char *where, const char *key,
+                  const char *msg)
+{
+    return fail(code, where, key, msg);
+}
+
 int emu_ffi_error_code(void) { return (int)last_error.code; }
 const char *emu_ffi_error_code_name(void)
 {

@@ -201,6 +201,11 @@ typedef struct emu_hist_tables {
 void emu_hist_tables_add(emu_hist_tables *t, const void *x, size_t n,
                          bool f32);
 void emu_hist_tables_merge(uint64_t *hist, const emu_hist_tables *t);
+/* Values x and their roundings y (binary32) into both histograms at once:
+ * y's bins into t (to be merged into both), x's differences from them into
+ * fix (added to x's histogram, modulo 2^64). */
+void emu_hist_tables_add_pair_f32(emu_hist_tables *t, uint64_t *fix,
+                                  const float *x, const float *y, size_t n);
 int emu_ulperr_bin_unguarded(double ulps);
 int emu_relerr_bin_unguarded(double rel);
 void emu_accum_count_add_unguarded(emu_accum_counts *c, const emu_format *acc,
@@ -274,5 +279,10 @@ const char *emu_isa_name(emu_isa isa);
  * ties of probability 2^-32 (rng.c). */
 void emu_random_fill_hi32(uint64_t seed, uint64_t stream, uint64_t index,
                           uint32_t *out, size_t n);
+
+/* Files a failure of an FFI call (emu/ffi.h) as the calling thread's last
+ * error, for the emu_ffi_* functions outside ffi.c; returns -1 (ffi.c). */
+int emu_ffi_fail_(emu_errcode code, const char *where, const char *key,
+                  const char *msg);
 
 #endif

@@ -595,6 +595,15 @@ static void measure_chunk(commit_run *r, size_t i0, size_t m, const double *h,
             for (size_t j = 0; j < m; j++)
                 s->hist_rounded[emu_hist_bin_unguarded(
                     value_of(o, res[j], i0 + j))]++;
+        } else if (v && r->tables) {
+            /* binary32 values and results: mostly in the same bins, so
+             * counted once into the table of both, the exact histogram
+             * corrected where a value's bin differs from its result's */
+            if (!r->hb_used) {
+                memset(r->hb, 0, sizeof *r->hb);
+                r->hb_used = true;
+            }
+            emu_hist_tables_add_pair_f32(r->hb, s->hist_exact, v, res, m);
         } else {
             if (v)
                 hist_put(r, r->hx, s->hist_exact, v, m, true);

@@ -232,20 +232,20 @@ static int mm_run(emu_ctx *ctx, const char *site, const char *kind, int nd,
     const emu_accum *model = o->accum;
     const size_t n = out->n, mn = m.M * m.N;
     const bool exact = model->kind == EMU_ACCUM_EXACT;
-    /* The fast model's products are binary32 values: kept as such and
-     * handed to the choke point a chunk at a time (scaled by alpha there),
-     * with no array of doubles and, into binary32 under an identity
-     * rounding, nothing to round.  The other models' values come from the
-     * engine as arrays (a dot product each, far more work than a pass). */
+    /* The fast model's products are binary32 values: formed in out itself
+     * and handed to the choke point a chunk at a time (scaled by alpha
+     * there), which reads each chunk before it stores the chunk's results
+     * over it, with no array of doubles and, into binary32 under an
+     * identity rounding, nothing to round.  (No callback reads out: the
+     * reference reads the inputs and the old values, copied in c.)  The
+     * other models' values come from the engine as arrays (a dot product
+     * each, far more work than a pass). */
     const bool fast = model->kind == EMU_ACCUM_FAST;
     const bool pairs = !fast && (exact || !emu_is_pow2(m.alpha));
     double *hi = NULL, *lo = NULL;
     float *p32 = NULL;
     if (fast) {
-        p32 = malloc(n * sizeof *p32);
-        if (!p32)
-            return emu_ctx_failc(ctx, EMU_ENOMEM, site,
-                                 "out of memory for %zu values", n);
+        p32 = out->data;
     } else {
         hi = emu_scratch(ctx, site, n);
         lo = pairs && hi ? emu_scratch(ctx, site, n) : NULL;
@@ -271,7 +271,6 @@ static int mm_run(emu_ctx *ctx, const char *site, const char *kind, int nd,
         if (!c || !c0) {
             free(hi);
             free(lo);
-            free(p32);
             free(c);
             free(c0);
             return -1;
@@ -299,7 +298,6 @@ static int mm_run(emu_ctx *ctx, const char *site, const char *kind, int nd,
     if (rc) {
         free(hi);
         free(lo);
-        free(p32);
         free(c);
         return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory in the GEMM engine");
     }
@@ -313,7 +311,6 @@ static int mm_run(emu_ctx *ctx, const char *site, const char *kind, int nd,
     if (ref && ref_terms_alloc(&m, nt)) {
         free(hi);
         free(lo);
-        free(p32);
         free(c);
         return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory for the reference");
     }
@@ -338,7 +335,6 @@ static int mm_run(emu_ctx *ctx, const char *site, const char *kind, int nd,
         ref_terms_free(&m, nt);
     free(hi);
     free(lo);
-    free(p32);
     free(c);
     return rc;
 }

@@ -217,6 +217,152 @@ static void hist_add(uint64_t *hist, const void *x, size_t n, bool f32)
     tables_merge(hist, &tab);
 }
 
+/* Two binary32 arrays binned at once, x the values before rounding and y
+ * after, BIN_CHUNK of each (the pair kernel): their bins as bins_f32 gives
+ * them for normal values and zeros, *rare set if either holds another
+ * value (binned afterwards by bin_of_bits32), and diff[r] non-zero if run
+ * r of PAIR_RUN values has a value whose bins differ.  Integer operations
+ * only, compiled per instruction-set level (isa.c chooses): the same bins
+ * at every level. */
+enum { PAIR_RUN = 16, PAIR_RUNS = BIN_CHUNK / PAIR_RUN };
+
+typedef void (*pair_kernel)(uint32_t *restrict bx, uint32_t *restrict by,
+                            uint32_t *restrict diff, uint32_t *rare,
+                            const float *restrict x, const float *restrict y);
+
+static EMU_KERNEL_INLINE void pair_any(uint32_t *restrict bx,
+                                       uint32_t *restrict by,
+                                       uint32_t *restrict diff, uint32_t *rare,
+                                       const float *restrict x,
+                                       const float *restrict y)
+{
+    _Static_assert(EMU_HIST_ZERO == 0, "the mask below");
+    const uint32_t normal0 = 127 + EMU_HIST_EMIN - EMU_HIST_FIRST;
+    uint32_t r = 0;
+    for (size_t j = 0; j < BIN_CHUNK; j++) {
+        uint32_t ux, uy;
+        memcpy(&ux, &x[j], sizeof ux);
+        memcpy(&uy, &y[j], sizeof uy);
+        const uint32_t ax = ux & 0x7fffffff, ay = uy & 0x7fffffff;
+        const uint32_t nx = -(uint32_t)(ax - 0x00800000u < 0x7f000000u);
+        const uint32_t ny = -(uint32_t)(ay - 0x00800000u < 0x7f000000u);
+        bx[j] = ((ax >> 23) - normal0) & nx;
+        by[j] = ((ay >> 23) - normal0) & ny;
+        r |= (uint32_t)(ax - 1 < 0x007fffffu) | (uint32_t)(ax >= 0x7f800000u) |
+             (uint32_t)(ay - 1 < 0x007fffffu) | (uint32_t)(ay >= 0x7f800000u);
+    }
+    *rare = r;
+    for (size_t k = 0; k < PAIR_RUNS; k++) {
+        uint32_t d = 0;
+        for (size_t j = 0; j < PAIR_RUN; j++)
+            d |= bx[k * PAIR_RUN + j] ^ by[k * PAIR_RUN + j];
+        diff[k] = d;
+    }
+}
+
+/* One binary32 array's bins, BIN_CHUNK of them, as bins_f32 gives them,
+ * *rare set for a value other than a normal one or zero (the single form
+ * of the pair kernel, for values carried unrounded). */
+typedef void (*bins_kernel)(uint32_t *restrict b, uint32_t *rare,
+                            const float *restrict x);
+
+static EMU_KERNEL_INLINE void bins_any(uint32_t *restrict b, uint32_t *rare,
+                                       const float *restrict x)
+{
+    const uint32_t normal0 = 127 + EMU_HIST_EMIN - EMU_HIST_FIRST;
+    uint32_t r = 0;
+    for (size_t j = 0; j < BIN_CHUNK; j++) {
+        uint32_t u;
+        memcpy(&u, &x[j], sizeof u);
+        const uint32_t a = u & 0x7fffffff;
+        const uint32_t nm = -(uint32_t)(a - 0x00800000u < 0x7f000000u);
+        b[j] = ((a >> 23) - normal0) & nm;
+        r |= (uint32_t)(a - 1 < 0x007fffffu) | (uint32_t)(a >= 0x7f800000u);
+    }
+    *rare = r;
+}
+
+static void bins_base(uint32_t *restrict b, uint32_t *rare,
+                      const float *restrict x)
+{
+    bins_any(b, rare, x);
+}
+
+static void pair_base(uint32_t *restrict bx, uint32_t *restrict by,
+                      uint32_t *restrict diff, uint32_t *rare,
+                      const float *restrict x, const float *restrict y)
+{
+    pair_any(bx, by, diff, rare, x, y);
+}
+
+#if EMU_HAVE_ISA_CLONES
+EMU_ISA_TARGET_AVX2
+static void pair_avx2(uint32_t *restrict bx, uint32_t *restrict by,
+                      uint32_t *restrict diff, uint32_t *rare,
+                      const float *restrict x, const float *restrict y)
+{
+    pair_any(bx, by, diff, rare, x, y);
+}
+
+EMU_ISA_TARGET_AVX2
+static void bins_avx2(uint32_t *restrict b, uint32_t *rare,
+                      const float *restrict x)
+{
+    bins_any(b, rare, x);
+}
+
+EMU_ISA_TARGET_AVX512
+static void bins_avx512(uint32_t *restrict b, uint32_t *rare,
+                        const float *restrict x)
+{
+    bins_any(b, rare, x);
+}
+
+EMU_ISA_TARGET_AVX512
+static void pair_avx512(uint32_t *restrict bx, uint32_t *restrict by,
+                        uint32_t *restrict diff, uint32_t *rare,
+                        const float *restrict x, const float *restrict y)
+{
+    pair_any(bx, by, diff, rare, x, y);
+}
+#endif
+
+static pair_kernel pair_for(emu_isa isa)
+{
+#if EMU_HAVE_ISA_CLONES
+    if (isa == EMU_ISA_AVX512)
+        return pair_avx512;
+    if (isa == EMU_ISA_AVX2)
+        return pair_avx2;
+#endif
+    (void)isa;
+    return pair_base;
+}
+
+static bins_kernel bins_for(emu_isa isa)
+{
+#if EMU_HAVE_ISA_CLONES
+    if (isa == EMU_ISA_AVX512)
+        return bins_avx512;
+    if (isa == EMU_ISA_AVX2)
+        return bins_avx2;
+#endif
+    (void)isa;
+    return bins_base;
+}
+
+/* x's bins corrected into fix where they differ from y's (bx, by: m
+ * bins each). */
+static void pair_fix(uint64_t *fix, const uint32_t *bx, const uint32_t *by,
+                     size_t m)
+{
+    for (size_t j = 0; j < m; j++)
+        if (bx[j] != by[j]) {
+            fix[bx[j]]++;
+            fix[by[j]]--;
+        }
+}
+
 /* The choke point bins its outputs a chunk at a time: the tables then
  * live across its chunks and are merged once, at the end, rather than
  * cleared and merged per chunk (which would cost more than the binning). */
@@ -227,6 +373,22 @@ void emu_hist_tables_add(emu_hist_tables *t, const void *x, size_t n, bool f32)
     const char *p = x;
     uint32_t bins[BIN_CHUNK];
     size_t i = 0;
+    if (f32) {
+        /* the kernel of the CPU's level, then the rare values apart */
+        const bins_kernel kern = bins_for(emu_isa_active());
+        for (; i + BIN_CHUNK <= n; i += BIN_CHUNK) {
+            const float *xf = (const float *)x + i;
+            uint32_t rare;
+            kern(bins, &rare, xf);
+            if (rare)
+                for (size_t j = 0; j < BIN_CHUNK; j++) {
+                    uint32_t u;
+                    memcpy(&u, &xf[j], sizeof u);
+                    bins[j] = (uint32_t)bin_of_bits32(u);
+                }
+            tables_count((bin_tables *)t->t, bins, BIN_CHUNK);
+        }
+    }
     for (; i + BIN_CHUNK <= n; i += BIN_CHUNK) {
         bins_of(bins, p + i * size, BIN_CHUNK, f32); /* constant: vectorised */
         tables_count((bin_tables *)t->t, bins, BIN_CHUNK);
@@ -234,6 +396,47 @@ void emu_hist_tables_add(emu_hist_tables *t, const void *x, size_t n, bool f32)
     if (i < n) {
         bins_of(bins, p + i * size, n - i, f32);
         tables_count((bin_tables *)t->t, bins, n - i);
+    }
+}
+
+/* Two binary32 arrays binned at once, x the values before rounding and y
+ * after: y's bins into t, which then counts both histograms, and where x
+ * has another bin (a rounding that crossed a binade, underflowed or
+ * overflowed: rare), fix[bin of x]++ and fix[bin of y]-- (modulo 2^64):
+ * x's histogram is t's counts plus fix.  One table increment per value
+ * instead of two; the bins are those emu_hist_tables_add gives. */
+void emu_hist_tables_add_pair_f32(emu_hist_tables *t, uint64_t *fix,
+                                  const float *x, const float *y, size_t n)
+{
+    const pair_kernel kern = pair_for(emu_isa_active());
+    uint32_t bx[BIN_CHUNK], by[BIN_CHUNK], diff[PAIR_RUNS];
+    size_t i = 0;
+    for (; i + BIN_CHUNK <= n; i += BIN_CHUNK) {
+        uint32_t rare;
+        kern(bx, by, diff, &rare, x + i, y + i);
+        if (rare) {
+            /* subnormals, infinities, NaNs: their bins, then every run
+             * compared */
+            for (size_t j = 0; j < BIN_CHUNK; j++) {
+                uint32_t ux, uy;
+                memcpy(&ux, &x[i + j], sizeof ux);
+                memcpy(&uy, &y[i + j], sizeof uy);
+                bx[j] = (uint32_t)bin_of_bits32(ux);
+                by[j] = (uint32_t)bin_of_bits32(uy);
+            }
+            for (size_t k = 0; k < PAIR_RUNS; k++)
+                diff[k] = 1;
+        }
+        tables_count((bin_tables *)t->t, by, BIN_CHUNK);
+        for (size_t k = 0; k < PAIR_RUNS; k++)
+            if (diff[k])
+                pair_fix(fix, bx + k * PAIR_RUN, by + k * PAIR_RUN, PAIR_RUN);
+    }
+    if (i < n) {
+        bins_f32(bx, x + i, n - i);
+        bins_f32(by, y + i, n - i);
+        tables_count((bin_tables *)t->t, by, n - i);
+        pair_fix(fix, bx, by, n - i);
     }
 }
 

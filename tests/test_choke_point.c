@@ -351,7 +351,7 @@ static void check_bin_f(uint32_t u, uint64_t *hist)
 /* The array forms at lengths around their inner chunks and tables. */
 static void check_hist_add_lengths(const double *xd, const float *xf)
 {
-    static const size_t lens[] = { 0, 1, 63, 64, 511, 512, 513, 1537 };
+    static const size_t lens[] = { 0, 1, 63, 64, 511, 512, 513, 1537, 4096 };
     for (size_t k = 0; k < sizeof lens / sizeof *lens; k++) {
         uint64_t gd[EMU_HIST_BINS] = { 0 }, gf[EMU_HIST_BINS] = { 0 };
         uint64_t wd[EMU_HIST_BINS] = { 0 }, wf[EMU_HIST_BINS] = { 0 };
@@ -377,6 +377,33 @@ static void check_hist_add_lengths(const double *xd, const float *xf)
             ck_assert_uint_eq(gd[b], 2 * wd[b]);
             ck_assert_uint_eq(gf[b], 2 * wf[b]);
         }
+        /* the pair form (values x and their roundings y counted at once):
+         * y mostly xf in the same binade (low bits changed), some runs
+         * without a change of bin, and every few values another value */
+        float *y = malloc((lens[k] ? lens[k] : 1) * sizeof *y);
+        ck_assert_ptr_nonnull(y);
+        uint64_t wy[EMU_HIST_BINS] = { 0 }, gx[EMU_HIST_BINS] = { 0 },
+                 gy[EMU_HIST_BINS] = { 0 };
+        for (size_t i = 0; i < lens[k]; i++) {
+            uint32_t u;
+            memcpy(&u, &xf[i], sizeof u);
+            u ^= (uint32_t)i & 0x3f;
+            if (i % 97 == 5 || (i % 7 == 3 && i < 40))
+                memcpy(&u, &xf[(i * 31 + 7) % lens[k]], sizeof u);
+            memcpy(&y[i], &u, sizeof u);
+            wy[ref_hist_bin(y[i])]++;
+        }
+        emu_hist_tables tp;
+        memset(&tp, 0, sizeof tp);
+        emu_hist_tables_add_pair_f32(&tp, gx, xf, y, cut);
+        emu_hist_tables_add_pair_f32(&tp, gx, xf + cut, y + cut, lens[k] - cut);
+        emu_hist_tables_merge(gx, &tp);
+        emu_hist_tables_merge(gy, &tp);
+        for (int b = 0; b < EMU_HIST_BINS; b++) {
+            ck_assert_uint_eq(gx[b], wf[b]);
+            ck_assert_uint_eq(gy[b], wy[b]);
+        }
+        free(y);
     }
 }
 

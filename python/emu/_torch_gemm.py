@@ -12,14 +12,21 @@ Its input gradient is the stride-1 convolution of the output gradient,
 dilated by the stride (zeros between its values) and padded by
 dilation*(k-1) - padding, with the weight transposed and flipped: every
 input-gradient value is one dot product under the accumulator model (no
-col2im additions outside it).  Transposed and non-2-d convolutions run
+col2im additions outside it).  The im2col matrices (that input
+gradient's too, without forming the dilated, padded gradient) and the
+flipped weight are built in one C pass each (emu_ffi_im2col,
+emu_ffi_conv_weight_flip), in the layout PyTorch's unfold + permute +
+reshape would give, so that the GEMMs are called exactly as on those.
+Transposed and non-2-d convolutions run
 in PyTorch's kernel with their outputs rounded, and are listed in
 unhandled_ops.csv."""
 
+import ctypes
+
 import torch
-import torch.nn.functional as F
 
 from . import _core
+from ._lib import check, lib
 
 
 def _mat(t):
@@ -30,6 +37,51 @@ def _mat(t):
     if t.t().is_contiguous():
         return t.t(), True
     return t.contiguous(), False
+
+
+def _cols(x, c0, cg, kh, kw, ho, wo, stride, pad, dil, up=(1, 1)):
+    """The im2col matrix of channels c0 .. c0+cg-1 of x (n, c, h, w), as
+    unfold's columns reshaped into a GEMM operand: (n*ho*wo, cg*kh*kw), a
+    row per output pixel, x upsampled by `up` (zeros between its values)
+    and padded by `pad` (top, left) first (emu_ffi_im2col).  Built in one
+    pass in C, in the layout unfold + permute + reshape gives (a
+    contiguous matrix, or with one image a transposed view of one), so
+    that the GEMM is called exactly as on those (the same sgemm variant,
+    hence the same bits)."""
+    n, c, h, w = x.shape
+    rows, k = n * ho * wo, cg * kh * kw
+    # the layout of unfold(...)[:, c0*kh*kw : ..., :].permute(0, 2, 1)
+    # .reshape(rows, k), from strides alone (a meta tensor: no data)
+    m = torch.empty(n, c * kh * kw, ho * wo, device="meta")
+    m = m[:, c0 * kh * kw:c0 * kh * kw + k, :].permute(0, 2, 1).reshape(rows, k)
+    trans = not m.is_contiguous() and m.t().is_contiguous()
+    out = torch.empty((k, rows) if trans else (rows, k))
+    if out.numel() == 0:
+        return out.t() if trans else out
+    x = x.detach()
+    if not x.is_contiguous():
+        x = x.contiguous()
+    geom = (ctypes.c_long * 9)(stride[0], stride[1], pad[0], pad[1], dil[0],
+                               dil[1], up[0], up[1], int(trans))
+    check(lib.emu_ffi_im2col(out.data_ptr(), x.data_ptr(), n, c, h, w, c0,
+                             cg, kh, kw, ho, wo, geom))
+    return out.t() if trans else out
+
+
+def _flipped(w, groups):
+    """The weight of an input gradient's convolution: w (co, cg, kh, kw)
+    with each group's (out, in) channels swapped and its kernels flipped,
+    (groups*cg, co/groups, kh, kw), in one C pass
+    (emu_ffi_conv_weight_flip)."""
+    co, cg, kh, kw = w.shape
+    w = w.detach()
+    if not w.is_contiguous():
+        w = w.contiguous()
+    out = torch.empty(groups * cg, co // groups, kh, kw)
+    if out.numel():
+        check(lib.emu_ffi_conv_weight_flip(out.data_ptr(), w.data_ptr(), co,
+                                           cg, kh, kw, groups))
+    return out
 
 
 _QROLE = {"x": "activation", "w": "weight", "dy": "act_grad"}
@@ -117,24 +169,28 @@ class _G:
         return self.em._operand(site, t, role, self.ctx.exempt, new)
 
     def conv2d(self, site, x, w, stride, padding, dilation, groups, role,
-               rx, rw, bias=None):
+               rx, rw, bias=None, up=(1, 1), out_hw=None):
         """conv2d(x, w) (+ bias) by im2col GEMMs, rounded into role's
-        format; returns (y, whether the bias was added inside the
-        accumulation)."""
+        format; x upsampled by `up` (zeros between its values) first, and
+        padded by `padding` (top and left; the output's size out_hw, by
+        default the symmetric padding's); returns (y, whether the bias
+        was added inside the accumulation)."""
         n, c, h, wd = x.shape
         co, cg, kh, kw = w.shape
-        ho = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
-        wo = (wd + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
-        cols = F.unfold(x.detach(), (kh, kw), dilation=tuple(dilation),
-                        padding=tuple(padding), stride=tuple(stride))
-        k = cg * kh * kw
+        if out_hw is None:
+            ho = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+            wo = (wd + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+        else:
+            ho, wo = out_hw
         cog = co // groups
         # the bias inside the accumulation unless a tensor scale multiplies
         # the product (then emu train too adds it apart, at <layer>.bias)
         fold = bias is not None and not self.em._tensor_scaled
         outs = []
+        k = cg * kh * kw
         for g in range(groups):
-            a = cols[:, g * k:(g + 1) * k, :].permute(0, 2, 1).reshape(n * ho * wo, k)
+            a = _cols(x, g * cg, cg, kh, kw, ho, wo, stride, padding,
+                      dilation, up)
             wm = w[g * cog:(g + 1) * cog].reshape(cog, k)
             b = bias[g * cog:(g + 1) * cog] if fold else None
             outs.append(self.matmul(site, a, wm.t(), role, rx, rw, init=b)[0])
@@ -281,31 +337,23 @@ def run(em, name, func, args, kwargs, ctx):
         gb = g.round(base + "dweight.dbias", go.sum((0, 2, 3)), wg_role,
                      "conv2d_bwd_bias")
     if mask[1]:
-        cols = F.unfold(x2.detach(), (kh, kw), dilation=tuple(dilation),
-                        padding=tuple(padding), stride=tuple(stride))
-        k = cg * kh * kw
         parts = []
         for gi_ in range(groups):
-            a = cols[:, gi_ * k:(gi_ + 1) * k, :].permute(0, 2, 1).reshape(n * ho * wo, k)
+            a = _cols(x2, gi_ * cg, cg, kh, kw, ho, wo, stride, padding,
+                      dilation)
             dy = go[:, gi_ * cog:(gi_ + 1) * cog].permute(0, 2, 3, 1).reshape(n * ho * wo, cog)
             parts.append(g.matmul(base + "dweight", dy.t(), a, wg_role,
                                   "dy", "x")[0])
         gw = (parts[0] if groups == 1 else torch.cat(parts, 0)).reshape(co, cg, kh, kw)
     if mask[0]:
-        z = go
-        if stride[0] > 1 or stride[1] > 1:
-            z = go.new_zeros(n, co, (ho - 1) * stride[0] + 1, (wo - 1) * stride[1] + 1)
-            z[:, :, ::stride[0], ::stride[1]] = go
-        pads = []
-        for d, (size, k_, s, p, dl) in enumerate(((h, kh, stride[0], padding[0], dilation[0]),
-                                                  (wd, kw, stride[1], padding[1], dilation[1]))):
-            lo = dl * (k_ - 1) - p
-            full = ((ho, wo)[d] - 1) * s - 2 * p + dl * (k_ - 1) + 1
-            pads.append((lo, lo + size - full))
-        z = F.pad(z, (pads[1][0], pads[1][1], pads[0][0], pads[0][1]))
-        wt = torch.cat([w2[i * cog:(i + 1) * cog].transpose(0, 1).flip(2, 3)
-                        for i in range(groups)], 0)
-        gi = g.conv2d(base + "dinput", z, wt, (1, 1), (0, 0), dilation, groups,
-                      "act_grad", "dy", "w")[0]
+        # the stride-1 convolution of go dilated by the stride (zeros
+        # between its values) and padded by dilation*(k-1) - padding at
+        # the top and left (im2col reads that input without forming it)
+        pads = [dl * (k_ - 1) - p for k_, p, dl in
+                ((kh, padding[0], dilation[0]), (kw, padding[1], dilation[1]))]
+        wt = _flipped(w2, groups)
+        gi = g.conv2d(base + "dinput", go, wt, (1, 1), pads, dilation, groups,
+                      "act_grad", "dy", "w", up=tuple(stride),
+                      out_hw=(h, wd))[0]
         assert gi.shape == x.shape, (gi.shape, x.shape)
     return gi, gw, gb

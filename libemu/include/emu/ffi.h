@@ -207,6 +207,28 @@ int emu_ffi_session_matmul(emu_ffi_session *s, const char *site,
                            double alpha, int accumulate, const float *a_src,
                            const float *b_src);
 
+/* The matrices of a 2-d convolution's GEMMs (emu.torch.emulate), pure
+ * data movement (every value out is a value in, or +0).
+ *
+ * im2col: x is (n, c, h, w), read through channels c0 .. c0+cg-1 of a
+ * virtual input: x upsampled by (uh, uw) (uh-1 zero rows between its
+ * rows: an input gradient's stride-dilated output gradient), zero
+ * outside, padded by (ph, pw) at the top and left (negative: cropped).
+ * out is (n*ho*wo, cg*kh*kw): row (i, oh, ow), column (ci, a, b) (unfold's
+ * order) holds the virtual input at channel c0+ci, row oh*sh + a*dh - ph,
+ * column ow*sw + b*dw - pw; or, if trans, out is that matrix transposed
+ * (cg*kh*kw, n*ho*wo).  geom: {sh, sw, ph, pw, dh, dw, uh, uw, trans};
+ * the strides, dilations and upsampling factors must be >= 1. */
+int emu_ffi_im2col(float *out, const float *x, size_t n, size_t c,
+                   size_t h, size_t w, size_t c0, size_t cg, size_t kh,
+                   size_t kw, size_t ho, size_t wo, const long *geom);
+/* The weight of an input gradient's convolution: wt is (co, cg, kh, kw)
+ * in `groups` groups of co/groups output channels; out (groups*cg,
+ * co/groups, kh, kw) holds out[g*cg + ci][j][a][b] = wt[g*co/groups +
+ * j][ci][kh-1-a][kw-1-b] (each group transposed, its kernels flipped). */
+int emu_ffi_conv_weight_flip(float *out, const float *wt, size_t co,
+                             size_t cg, size_t kh, size_t kw, size_t groups);
+
 /* Starts step `step` (emu_stats_begin_step); the rows of the step that
  * ends are kept for ops_steps.csv. */
 int emu_ffi_session_begin_step(emu_ffi_session *s, int64_t step);
