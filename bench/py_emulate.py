@@ -4,7 +4,9 @@ under emulate with a binary16 policy (fp16-mpt), with libemu's fastest
 accumulator model ("fast": binary32 sgemm on the rounded operands) and
 with accum="torch" (PyTorch's own kernels on the rounded operands), and
 with the fast model without histograms (hist=False), in one run; then
-where one emulated pass spends its time, with and without histograms.
+where one emulated pass spends its time, with and without histograms;
+then a training loop's steady state: forward + backward + an SGD update
+per step, all steps in one context, against the same plain steps.
 
     EMU_LIBRARY=build/libemu/libemu.so PYTHONPATH=python \
         /usr/bin/python3 bench/py_emulate.py [--repeat N] [--policy P] [--cpu] [--profile]
@@ -137,6 +139,47 @@ def main():
                   % (k, 1e3 * spent[k], elems[k],
                      elems[k] / max(spent[k], 1e-9) / 1e6))
         print("  %-16s %8.1f ms" % ("the rest", 1e3 * (total - sum(spent.values()))))
+    # A training loop's steady state: one context for every step, each
+    # step forward + backward + an SGD update with momentum (so every
+    # parameter has a new version, and is cast again, at every step); the
+    # context's one-time work (hooks, each parameter's .init) falls in the
+    # warm-up steps.  Plain PyTorch runs the same steps.
+    def train_steps(emulated_ctx):
+        torch.manual_seed(1)
+        m = torchvision.models.resnet18(weights=None, num_classes=10)
+        opt = torch.optim.SGD(m.parameters(), lr=1e-3, momentum=0.9)
+
+        def one():
+            step(m, x, labels)
+            opt.step()
+        ts = []
+        torch.set_num_threads(1)
+        ctx = et.emulate(a.policy, accum="fast") if emulated_ctx else None
+        if ctx is not None:
+            ctx.__enter__()
+        try:
+            for i in range(a.repeat + 2):
+                t0 = CLOCK()
+                one()
+                if i >= 2:
+                    ts.append(CLOCK() - t0)
+        finally:
+            if ctx is not None:
+                ctx.__exit__(None, None, None)
+            torch.set_num_threads(nthreads)
+        return ts
+    plain_t, emu_t = [], []
+    for _ in range(2):          # in turn, as above
+        plain_t += train_steps(False)
+        emu_t += train_steps(True)
+    print("training steps (forward+backward+SGD momentum) in one context, "
+          "steady state, best of %d (%s)" % (len(plain_t),
+                                              "CPU time" if a.cpu else "wall time"))
+    print("  %-52s %8.1f ms   %5.2fx plain (1 thread)"
+          % ("plain PyTorch fp32, 1 thread", 1e3 * min(plain_t), 1.0))
+    print("  %-52s %8.1f ms   %5.2fx plain (1 thread)"
+          % ("emulate(%s, accum=fast)" % a.policy, 1e3 * min(emu_t),
+             min(emu_t) / min(plain_t)))
     nparam = sum(p.numel() for p in model.parameters())
     print("  (parameters: %d, rounded at .init, cast, and their gradients "
           "rounded, every pass)" % nparam)
