@@ -102,6 +102,49 @@ static void exact_sum(double x, double y, emu_rnd mode, double *hi,
     }
 }
 
+/* exact_sum of m pairs a[j] + b[j] (b[j] negated if neg) of binary32
+ * values.  In runs of SUM_RUN without an infinity or a NaN (loops of
+ * constant length, which gcc -O2 vectorises) it is TwoSum alone: under
+ * the default environment (the guard holds it) an exact zero sum of
+ * finite values is already +0, or the zeros' common sign, which is
+ * exact_sum's answer in every mode but toward -inf.  That mode, runs
+ * with a special value and the tail take exact_sum element by element. */
+enum { SUM_RUN = 64 };
+
+static inline void exact_sums(const float *a, const float *b, bool neg,
+                              emu_rnd mode, size_t m, double *hi, double *lo)
+{
+    size_t j0 = 0;
+    if (mode != EMU_RD) {
+        for (; j0 + SUM_RUN <= m; j0 += SUM_RUN) {
+            /* Local copies: the loops then need no alias checks. */
+            float fa[SUM_RUN], fb[SUM_RUN];
+            uint32_t ua[SUM_RUN], ub[SUM_RUN], special = 0;
+            memcpy(fa, a + j0, sizeof fa);
+            memcpy(fb, b + j0, sizeof fb);
+            memcpy(ua, fa, sizeof ua);
+            memcpy(ub, fb, sizeof ub);
+            for (int j = 0; j < SUM_RUN; j++)
+                special |= (uint32_t)((ua[j] & 0x7f800000u) == 0x7f800000u) |
+                           (uint32_t)((ub[j] & 0x7f800000u) == 0x7f800000u);
+            if (special)
+                break; /* this run and the rest one by one */
+            double h[SUM_RUN], l[SUM_RUN];
+            if (neg)
+                for (int j = 0; j < SUM_RUN; j++)
+                    emu_two_sum(fa[j], -(double)fb[j], &h[j], &l[j]);
+            else
+                for (int j = 0; j < SUM_RUN; j++)
+                    emu_two_sum(fa[j], fb[j], &h[j], &l[j]);
+            memcpy(hi + j0, h, sizeof h);
+            memcpy(lo + j0, l, sizeof l);
+        }
+    }
+    for (size_t j = j0; j < m; j++)
+        exact_sum(a[j], neg ? -(double)b[j] : (double)b[j], mode, &hi[j],
+                  &lo[j]);
+}
+
 /* x * y: exact for carrier values (24 + 24 bits, no overflow or
  * underflow in binary64); 0 * inf is NaN. */
 static double exact_mul(double x, double y)
@@ -1191,12 +1234,10 @@ static int ew_fill(const void *vop, size_t i0, size_t m, double *hi,
     const emu_rnd mode = op->mode;
     switch (op->kind) {
     case EW_ADD:
-        for (size_t j = 0; j < m; j++)
-            exact_sum(a[j], b[j], mode, &hi[j], &lo[j]);
+        exact_sums(a, b, false, mode, m, hi, lo);
         break;
     case EW_SUB:
-        for (size_t j = 0; j < m; j++)
-            exact_sum(a[j], -(double)b[j], mode, &hi[j], &lo[j]);
+        exact_sums(a, b, true, mode, m, hi, lo);
         break;
     case EW_DIV:
         for (size_t j = 0; j < m; j++)
@@ -1214,10 +1255,27 @@ static int ew_fill(const void *vop, size_t i0, size_t m, double *hi,
         for (size_t j = 0; j < m; j++)
             exact_fma(op->alpha, a[j], b[j], mode, &hi[j], &lo[j]);
         break;
-    case EW_BIAS:
-        for (size_t j = 0; j < m; j++)
-            exact_sum(a[j], op->b[b_index(op, i0 + j)], mode, &hi[j], &lo[j]);
+    case EW_BIAS: {
+        /* b's elements of the chunk, stepped through without a division
+         * per element: (i / inner) % dim advances by one every inner. */
+        float bb[EMU_COMMIT_CHUNK];
+        if (m > EMU_COMMIT_CHUNK) { /* a producer's chunks are no longer */
+            for (size_t j = 0; j < m; j++)
+                exact_sum(a[j], op->b[b_index(op, i0 + j)], mode, &hi[j],
+                          &lo[j]);
+            break;
+        }
+        size_t r = i0 % op->inner, c = (i0 / op->inner) % op->dim;
+        for (size_t j = 0; j < m; j++) {
+            bb[j] = op->b[c];
+            if (++r == op->inner) {
+                r = 0;
+                c = c + 1 == op->dim ? 0 : c + 1;
+            }
+        }
+        exact_sums(a, bb, false, mode, m, hi, lo);
         break;
+    }
     case EW_UNARY:
         if (op->fast) {
             const gt_fmt g = gt_fmt_of(op->fmt);
