@@ -884,7 +884,7 @@ static inline double fast_gelu_grad1(const gt_fmt *g, const emu_format *f,
 #if EMU_HAVE_ISA_CLONES
 #include <immintrin.h>
 
-/* The same, four lanes at a time (AVX2: the coefficients are gathered):
+/* The same, four lanes at a time (AVX2):
  * every lane does fast_gelu1's IEEE operations in its order (no fused
  * multiply-add: target avx2 alone has none, and contraction is off), so a
  * lane the quick test of gt_decided accepts holds the scalar path's value;
@@ -910,7 +910,6 @@ static size_t gelu_avx2(const gt_fmt *g, const emu_format *f, const float *x,
         _mm256_set1_epi64x(0x7fffffffffffffffLL));
     const __m256i mask = _mm256_set1_epi64x((long long)g->mask);
     const __m128i centre = _mm_set1_epi32(GT_XMAX * GT_STEPS);
-    const __m128i width = _mm_set1_epi32(GT_DEG + 1);
     size_t i = 0;
     for (; i + 4 <= m; i += 4) {
         const __m256d v = _mm256_cvtps_pd(_mm_loadu_ps(x + i));
@@ -932,24 +931,52 @@ static size_t gelu_avx2(const gt_fmt *g, const emu_format *f, const float *x,
         const __m256d t = _mm256_sub_pd(
             _mm256_add_pd(_mm256_mul_pd(vv, steps), big), big);
         const __m256d h = _mm256_sub_pd(vv, _mm256_mul_pd(t, inv_steps));
-        const __m128i j = _mm_add_epi32(_mm256_cvttpd_epi32(t), centre);
-        const __m128i b = _mm_mullo_epi32(j, width);
-        __m256d s = _mm256_add_pd(
-            _mm256_mul_pd(_mm256_i32gather_pd(tab + 9, b, 8), h),
-            _mm256_i32gather_pd(tab + 8, b, 8));
-        s = _mm256_add_pd(_mm256_mul_pd(s, h), _mm256_i32gather_pd(tab + 7, b, 8));
-        s = _mm256_add_pd(_mm256_mul_pd(s, h), _mm256_i32gather_pd(tab + 6, b, 8));
-        s = _mm256_add_pd(_mm256_mul_pd(s, h), _mm256_i32gather_pd(tab + 5, b, 8));
-        s = _mm256_add_pd(_mm256_mul_pd(s, h), _mm256_i32gather_pd(tab + 4, b, 8));
-        s = _mm256_add_pd(_mm256_mul_pd(s, h), _mm256_i32gather_pd(tab + 3, b, 8));
-        s = _mm256_add_pd(_mm256_mul_pd(s, h), _mm256_i32gather_pd(tab + 2, b, 8));
-        s = _mm256_add_pd(_mm256_mul_pd(s, h), _mm256_i32gather_pd(tab + 1, b, 8));
-        s = _mm256_add_pd(_mm256_mul_pd(s, h), _mm256_i32gather_pd(tab, b, 8));
+        /* Each lane's ten coefficients are a row of the table: four
+         * rows loaded whole and transposed (gathers are microcoded, and
+         * slow on CPUs with the GDS mitigation). */
+        int32_t j[4];
+        _mm_storeu_si128((__m128i *)(void *)j,
+                         _mm_add_epi32(_mm256_cvttpd_epi32(t), centre));
+        const double *r0 = tab + (size_t)j[0] * (GT_DEG + 1);
+        const double *r1 = tab + (size_t)j[1] * (GT_DEG + 1);
+        const double *r2 = tab + (size_t)j[2] * (GT_DEG + 1);
+        const double *r3 = tab + (size_t)j[3] * (GT_DEG + 1);
+        __m256d c[GT_DEG + 1];
+        for (int q = 0; q < 8; q += 4) {
+            const __m256d a0 = _mm256_loadu_pd(r0 + q);
+            const __m256d a1 = _mm256_loadu_pd(r1 + q);
+            const __m256d a2 = _mm256_loadu_pd(r2 + q);
+            const __m256d a3 = _mm256_loadu_pd(r3 + q);
+            const __m256d t0 = _mm256_unpacklo_pd(a0, a1);
+            const __m256d t1 = _mm256_unpackhi_pd(a0, a1);
+            const __m256d t2 = _mm256_unpacklo_pd(a2, a3);
+            const __m256d t3 = _mm256_unpackhi_pd(a2, a3);
+            c[q] = _mm256_permute2f128_pd(t0, t2, 0x20);
+            c[q + 1] = _mm256_permute2f128_pd(t1, t3, 0x20);
+            c[q + 2] = _mm256_permute2f128_pd(t0, t2, 0x31);
+            c[q + 3] = _mm256_permute2f128_pd(t1, t3, 0x31);
+        }
+        {
+            const __m256d a02 = _mm256_insertf128_pd(
+                _mm256_castpd128_pd256(_mm_loadu_pd(r0 + 8)),
+                _mm_loadu_pd(r2 + 8), 1);
+            const __m256d a13 = _mm256_insertf128_pd(
+                _mm256_castpd128_pd256(_mm_loadu_pd(r1 + 8)),
+                _mm_loadu_pd(r3 + 8), 1);
+            c[8] = _mm256_unpacklo_pd(a02, a13);
+            c[9] = _mm256_unpackhi_pd(a02, a13);
+        }
+        _Static_assert(GT_DEG == 9, "the loads above");
+        __m256d s = _mm256_add_pd(_mm256_mul_pd(c[9], h), c[8]);
+        for (int q = 7; q >= 0; q--)
+            s = _mm256_add_pd(_mm256_mul_pd(s, h), c[q]);
+        const __m256d et = _mm256_set_pd(etab[j[3]], etab[j[2]], etab[j[1]],
+                                         etab[j[0]]);
         const __m256d y = _mm256_mul_pd(dd, s);
         const __m256d ay = _mm256_and_pd(y, absmask);
         const __m256d err = _mm256_add_pd(
             _mm256_mul_pd(_mm256_and_pd(dd, absmask),
-                          _mm256_i32gather_pd(etab, j, 8)),
+                          et),
             _mm256_mul_pd(eps, ay));
         const __m256d e = _mm256_mul_pd(half3, err);
         const __m256d norm = _mm256_cmp_pd(_mm256_sub_pd(ay, e), min_norm,
@@ -1103,6 +1130,26 @@ double emu_unary_eval_det(const emu_format *f, emu_unary fn, double x)
     case EMU_UNARY_SIGMOID: return fast_sigmoid1(&g, f, x);
     case EMU_UNARY_TANH: return fast_tanh1(&g, f, x);
     default: return emu_unary_eval(f, fn, x);
+    }
+}
+
+void emu_unary_eval_det_n(const emu_format *f, emu_unary fn, const float *x,
+                          size_t n, double *out)
+{
+    const gt_fmt g = gt_fmt_of(f);
+    switch (fn) {
+    case EMU_UNARY_SIGMOID:
+        for (size_t i = 0; i < n; i++)
+            out[i] = fast_sigmoid1(&g, f, x[i]);
+        break;
+    case EMU_UNARY_TANH:
+        for (size_t i = 0; i < n; i++)
+            out[i] = fast_tanh1(&g, f, x[i]);
+        break;
+    default:
+        for (size_t i = 0; i < n; i++)
+            out[i] = emu_unary_eval(f, fn, x[i]);
+        break;
     }
 }
 
