@@ -625,7 +625,8 @@ static void trace_tensor(layer_trace *t, const emu_tensor *g, double unscale)
         if (!isfinite(v))
             continue;
         s2 += v * v;
-        amax = fmax(amax, fabs(v));
+        /* fmax without its NaN cases (v is finite): no call */
+        amax = fabs(v) > amax ? fabs(v) : amax;
         n++;
     }
     t->sigma = n ? sqrt(s2 / (double)n) : 0.0;

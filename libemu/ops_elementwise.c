@@ -102,6 +102,49 @@ static void exact_sum(double x, double y, emu_rnd mode, double *hi,
     }
 }
 
+/* exact_sum of m pairs a[j] + b[j] (b[j] negated if neg) of binary32
+ * values.  In runs of SUM_RUN without an infinity or a NaN (loops of
+ * constant length, which gcc -O2 vectorises) it is TwoSum alone: under
+ * the default environment (the guard holds it) an exact zero sum of
+ * finite values is already +0, or the zeros' common sign, which is
+ * exact_sum's answer in every mode but toward -inf.  That mode, runs
+ * with a special value and the tail take exact_sum element by element. */
+enum { SUM_RUN = 64 };
+
+static inline void exact_sums(const float *a, const float *b, bool neg,
+                              emu_rnd mode, size_t m, double *hi, double *lo)
+{
+    size_t j0 = 0;
+    if (mode != EMU_RD) {
+        for (; j0 + SUM_RUN <= m; j0 += SUM_RUN) {
+            /* Local copies: the loops then need no alias checks. */
+            float fa[SUM_RUN], fb[SUM_RUN];
+            uint32_t ua[SUM_RUN], ub[SUM_RUN], special = 0;
+            memcpy(fa, a + j0, sizeof fa);
+            memcpy(fb, b + j0, sizeof fb);
+            memcpy(ua, fa, sizeof ua);
+            memcpy(ub, fb, sizeof ub);
+            for (int j = 0; j < SUM_RUN; j++)
+                special |= (uint32_t)((ua[j] & 0x7f800000u) == 0x7f800000u) |
+                           (uint32_t)((ub[j] & 0x7f800000u) == 0x7f800000u);
+            if (special)
+                break; /* this run and the rest one by one */
+            double h[SUM_RUN], l[SUM_RUN];
+            if (neg)
+                for (int j = 0; j < SUM_RUN; j++)
+                    emu_two_sum(fa[j], -(double)fb[j], &h[j], &l[j]);
+            else
+                for (int j = 0; j < SUM_RUN; j++)
+                    emu_two_sum(fa[j], fb[j], &h[j], &l[j]);
+            memcpy(hi + j0, h, sizeof h);
+            memcpy(lo + j0, l, sizeof l);
+        }
+    }
+    for (size_t j = j0; j < m; j++)
+        exact_sum(a[j], neg ? -(double)b[j] : (double)b[j], mode, &hi[j],
+                  &lo[j]);
+}
+
 /* x * y: exact for carrier values (24 + 24 bits, no overflow or
  * underflow in binary64); 0 * inf is NaN. */
 static double exact_mul(double x, double y)
@@ -809,26 +852,168 @@ static inline bool gt_decided(const gt_fmt *g, const emu_format *f, double y,
     return settled_abs(f, y, err);
 }
 
-/* gelu of m values (deterministic modes, table ready); the exact path
+/* gelu of one value (deterministic modes, table ready); the exact path
  * for arguments off the table and for undecided values. */
+static inline double fast_gelu1(const gt_fmt *g, const emu_format *f,
+                                double v)
+{
+    if (!(fabs(v) <= GT_XMAX) || v == 0.0)
+        return tr_gelu(f, v);
+    double h;
+    int j = gt_index(v, &h);
+    double y = v * gt_horner(gtab.phi[j], h);
+    return gt_decided(g, f, y, fabs(v) * gtab.ephi[j] + 0x1p-52 * fabs(y))
+               ? y
+               : tr_gelu(f, v);
+}
+
+/* dy gelu'(x) of one pair, likewise. */
+static inline double fast_gelu_grad1(const gt_fmt *g, const emu_format *f,
+                                     double d, double v)
+{
+    if (!(fabs(v) <= GT_XMAX) || v == 0.0 || !isfinite(d) || d == 0.0)
+        return tr_gelu_grad(f, d, v);
+    double h;
+    int j = gt_index(v, &h);
+    double y = d * gt_horner(gtab.dphi[j], h);
+    return gt_decided(g, f, y, fabs(d) * gtab.edphi[j] + 0x1p-52 * fabs(y))
+               ? y
+               : tr_gelu_grad(f, d, v);
+}
+
+#if EMU_HAVE_ISA_CLONES
+#include <immintrin.h>
+
+/* The same, four lanes at a time (AVX2):
+ * every lane does fast_gelu1's IEEE operations in its order (no fused
+ * multiply-add: target avx2 alone has none, and contraction is off), so a
+ * lane the quick test of gt_decided accepts holds the scalar path's value;
+ * the other lanes (off the table, zero, NaN, undecided by the quick test)
+ * are redone by the scalar path, whose answer they then are.  dy NULL:
+ * gelu; else dy gelu'.  Returns the elements done (a multiple of four). */
+EMU_ISA_TARGET_AVX2
+static size_t gelu_avx2(const gt_fmt *g, const emu_format *f, const float *x,
+                        const float *dy, size_t m, double *out)
+{
+    const double *tab = dy ? &gtab.dphi[0][0] : &gtab.phi[0][0];
+    const double *etab = dy ? gtab.edphi : gtab.ephi;
+    const __m256d big = _mm256_set1_pd(0x1.8p52);
+    const __m256d steps = _mm256_set1_pd((double)GT_STEPS);
+    const __m256d inv_steps = _mm256_set1_pd(1.0 / GT_STEPS);
+    const __m256d xmax = _mm256_set1_pd((double)GT_XMAX);
+    const __m256d zero = _mm256_setzero_pd();
+    const __m256d inf = _mm256_set1_pd(INFINITY);
+    const __m256d eps = _mm256_set1_pd(0x1p-52);
+    const __m256d half3 = _mm256_set1_pd(1.5);
+    const __m256d min_norm = _mm256_set1_pd(g->min_norm);
+    const __m256d absmask = _mm256_castsi256_pd(
+        _mm256_set1_epi64x(0x7fffffffffffffffLL));
+    const __m256i mask = _mm256_set1_epi64x((long long)g->mask);
+    const __m128i centre = _mm_set1_epi32(GT_XMAX * GT_STEPS);
+    size_t i = 0;
+    for (; i + 4 <= m; i += 4) {
+        const __m256d v = _mm256_cvtps_pd(_mm_loadu_ps(x + i));
+        __m256d ok = _mm256_and_pd(
+            _mm256_cmp_pd(_mm256_and_pd(v, absmask), xmax, _CMP_LE_OQ),
+            _mm256_cmp_pd(v, zero, _CMP_NEQ_OQ));
+        __m256d d = v;
+        if (dy) {
+            d = _mm256_cvtps_pd(_mm_loadu_ps(dy + i));
+            ok = _mm256_and_pd(
+                ok, _mm256_and_pd(
+                        _mm256_cmp_pd(_mm256_and_pd(d, absmask), inf,
+                                      _CMP_LT_OQ),
+                        _mm256_cmp_pd(d, zero, _CMP_NEQ_OQ)));
+        }
+        /* lanes off the path computed at 0 (the table's centre row) */
+        const __m256d vv = _mm256_and_pd(v, ok);
+        const __m256d dd = _mm256_and_pd(d, ok);
+        const __m256d t = _mm256_sub_pd(
+            _mm256_add_pd(_mm256_mul_pd(vv, steps), big), big);
+        const __m256d h = _mm256_sub_pd(vv, _mm256_mul_pd(t, inv_steps));
+        /* Each lane's ten coefficients are a row of the table: four
+         * rows loaded whole and transposed (gathers are microcoded, and
+         * slow on CPUs with the GDS mitigation). */
+        int32_t j[4];
+        _mm_storeu_si128((__m128i *)(void *)j,
+                         _mm_add_epi32(_mm256_cvttpd_epi32(t), centre));
+        const double *r0 = tab + (size_t)j[0] * (GT_DEG + 1);
+        const double *r1 = tab + (size_t)j[1] * (GT_DEG + 1);
+        const double *r2 = tab + (size_t)j[2] * (GT_DEG + 1);
+        const double *r3 = tab + (size_t)j[3] * (GT_DEG + 1);
+        __m256d c[GT_DEG + 1];
+        for (int q = 0; q < 8; q += 4) {
+            const __m256d a0 = _mm256_loadu_pd(r0 + q);
+            const __m256d a1 = _mm256_loadu_pd(r1 + q);
+            const __m256d a2 = _mm256_loadu_pd(r2 + q);
+            const __m256d a3 = _mm256_loadu_pd(r3 + q);
+            const __m256d t0 = _mm256_unpacklo_pd(a0, a1);
+            const __m256d t1 = _mm256_unpackhi_pd(a0, a1);
+            const __m256d t2 = _mm256_unpacklo_pd(a2, a3);
+            const __m256d t3 = _mm256_unpackhi_pd(a2, a3);
+            c[q] = _mm256_permute2f128_pd(t0, t2, 0x20);
+            c[q + 1] = _mm256_permute2f128_pd(t1, t3, 0x20);
+            c[q + 2] = _mm256_permute2f128_pd(t0, t2, 0x31);
+            c[q + 3] = _mm256_permute2f128_pd(t1, t3, 0x31);
+        }
+        {
+            const __m256d a02 = _mm256_insertf128_pd(
+                _mm256_castpd128_pd256(_mm_loadu_pd(r0 + 8)),
+                _mm_loadu_pd(r2 + 8), 1);
+            const __m256d a13 = _mm256_insertf128_pd(
+                _mm256_castpd128_pd256(_mm_loadu_pd(r1 + 8)),
+                _mm_loadu_pd(r3 + 8), 1);
+            c[8] = _mm256_unpacklo_pd(a02, a13);
+            c[9] = _mm256_unpackhi_pd(a02, a13);
+        }
+        _Static_assert(GT_DEG == 9, "the loads above");
+        __m256d s = _mm256_add_pd(_mm256_mul_pd(c[9], h), c[8]);
+        for (int q = 7; q >= 0; q--)
+            s = _mm256_add_pd(_mm256_mul_pd(s, h), c[q]);
+        const __m256d et = _mm256_set_pd(etab[j[3]], etab[j[2]], etab[j[1]],
+                                         etab[j[0]]);
+        const __m256d y = _mm256_mul_pd(dd, s);
+        const __m256d ay = _mm256_and_pd(y, absmask);
+        const __m256d err = _mm256_add_pd(
+            _mm256_mul_pd(_mm256_and_pd(dd, absmask),
+                          et),
+            _mm256_mul_pd(eps, ay));
+        const __m256d e = _mm256_mul_pd(half3, err);
+        const __m256d norm = _mm256_cmp_pd(_mm256_sub_pd(ay, e), min_norm,
+                                           _CMP_GE_OQ);
+        const __m256i diff = _mm256_and_si256(
+            _mm256_xor_si256(_mm256_castpd_si256(_mm256_sub_pd(y, e)),
+                             _mm256_castpd_si256(_mm256_add_pd(y, e))),
+            mask);
+        const __m256d same = _mm256_castsi256_pd(
+            _mm256_cmpeq_epi64(diff, _mm256_setzero_si256()));
+        const int done = _mm256_movemask_pd(
+            _mm256_and_pd(ok, _mm256_and_pd(norm, same)));
+        _mm256_storeu_pd(out + i, y);
+        if (done != 0xf)
+            for (int k = 0; k < 4; k++)
+                if (!(done >> k & 1))
+                    out[i + (size_t)k] =
+                        dy ? fast_gelu_grad1(g, f, dy[i + (size_t)k],
+                                             x[i + (size_t)k])
+                           : fast_gelu1(g, f, x[i + (size_t)k]);
+    }
+    return i;
+}
+#endif
+
+/* gelu of m values (deterministic modes, table ready). */
 static void fast_gelu_n(const emu_format *f, const float *x, size_t m,
                         double *out)
 {
     const gt_fmt g = gt_fmt_of(f);
-    for (size_t i = 0; i < m; i++) {
-        const double v = x[i];
-        if (!(fabs(v) <= GT_XMAX) || v == 0.0) {
-            out[i] = tr_gelu(f, v);
-            continue;
-        }
-        double h;
-        int j = gt_index(v, &h);
-        double y = v * gt_horner(gtab.phi[j], h);
-        out[i] = gt_decided(&g, f, y, fabs(v) * gtab.ephi[j] +
-                                          0x1p-52 * fabs(y))
-                     ? y
-                     : tr_gelu(f, v);
-    }
+    size_t i = 0;
+#if EMU_HAVE_ISA_CLONES
+    if (emu_isa_active() >= EMU_ISA_AVX2)
+        i = gelu_avx2(&g, f, x, NULL, m, out);
+#endif
+    for (; i < m; i++)
+        out[i] = fast_gelu1(&g, f, x[i]);
 }
 
 /* dy gelu'(x) of m values, likewise. */
@@ -836,20 +1021,13 @@ static void fast_gelu_grad_n(const emu_format *f, const float *dy,
                              const float *x, size_t m, double *out)
 {
     const gt_fmt g = gt_fmt_of(f);
-    for (size_t i = 0; i < m; i++) {
-        const double v = x[i], d = dy[i];
-        if (!(fabs(v) <= GT_XMAX) || v == 0.0 || !isfinite(d) || d == 0.0) {
-            out[i] = tr_gelu_grad(f, d, v);
-            continue;
-        }
-        double h;
-        int j = gt_index(v, &h);
-        double y = d * gt_horner(gtab.dphi[j], h);
-        out[i] = gt_decided(&g, f, y, fabs(d) * gtab.edphi[j] +
-                                          0x1p-52 * fabs(y))
-                     ? y
-                     : tr_gelu_grad(f, d, v);
-    }
+    size_t i = 0;
+#if EMU_HAVE_ISA_CLONES
+    if (emu_isa_active() >= EMU_ISA_AVX2)
+        i = gelu_avx2(&g, f, x, dy, m, out);
+#endif
+    for (; i < m; i++)
+        out[i] = fast_gelu_grad1(&g, f, dy[i], x[i]);
 }
 
 /* ---- sigmoid and tanh: a fast path through an exp of known error --------
@@ -952,6 +1130,26 @@ double emu_unary_eval_det(const emu_format *f, emu_unary fn, double x)
     case EMU_UNARY_SIGMOID: return fast_sigmoid1(&g, f, x);
     case EMU_UNARY_TANH: return fast_tanh1(&g, f, x);
     default: return emu_unary_eval(f, fn, x);
+    }
+}
+
+void emu_unary_eval_det_n(const emu_format *f, emu_unary fn, const float *x,
+                          size_t n, double *out)
+{
+    const gt_fmt g = gt_fmt_of(f);
+    switch (fn) {
+    case EMU_UNARY_SIGMOID:
+        for (size_t i = 0; i < n; i++)
+            out[i] = fast_sigmoid1(&g, f, x[i]);
+        break;
+    case EMU_UNARY_TANH:
+        for (size_t i = 0; i < n; i++)
+            out[i] = fast_tanh1(&g, f, x[i]);
+        break;
+    default:
+        for (size_t i = 0; i < n; i++)
+            out[i] = emu_unary_eval(f, fn, x[i]);
+        break;
     }
 }
 
@@ -1191,12 +1389,10 @@ static int ew_fill(const void *vop, size_t i0, size_t m, double *hi,
     const emu_rnd mode = op->mode;
     switch (op->kind) {
     case EW_ADD:
-        for (size_t j = 0; j < m; j++)
-            exact_sum(a[j], b[j], mode, &hi[j], &lo[j]);
+        exact_sums(a, b, false, mode, m, hi, lo);
         break;
     case EW_SUB:
-        for (size_t j = 0; j < m; j++)
-            exact_sum(a[j], -(double)b[j], mode, &hi[j], &lo[j]);
+        exact_sums(a, b, true, mode, m, hi, lo);
         break;
     case EW_DIV:
         for (size_t j = 0; j < m; j++)
@@ -1214,10 +1410,27 @@ static int ew_fill(const void *vop, size_t i0, size_t m, double *hi,
         for (size_t j = 0; j < m; j++)
             exact_fma(op->alpha, a[j], b[j], mode, &hi[j], &lo[j]);
         break;
-    case EW_BIAS:
-        for (size_t j = 0; j < m; j++)
-            exact_sum(a[j], op->b[b_index(op, i0 + j)], mode, &hi[j], &lo[j]);
+    case EW_BIAS: {
+        /* b's elements of the chunk, stepped through without a division
+         * per element: (i / inner) % dim advances by one every inner. */
+        float bb[EMU_COMMIT_CHUNK];
+        if (m > EMU_COMMIT_CHUNK) { /* a producer's chunks are no longer */
+            for (size_t j = 0; j < m; j++)
+                exact_sum(a[j], op->b[b_index(op, i0 + j)], mode, &hi[j],
+                          &lo[j]);
+            break;
+        }
+        size_t r = i0 % op->inner, c = (i0 / op->inner) % op->dim;
+        for (size_t j = 0; j < m; j++) {
+            bb[j] = op->b[c];
+            if (++r == op->inner) {
+                r = 0;
+                c = c + 1 == op->dim ? 0 : c + 1;
+            }
+        }
+        exact_sums(a, bb, false, mode, m, hi, lo);
         break;
+    }
     case EW_UNARY:
         if (op->fast) {
             const gt_fmt g = gt_fmt_of(op->fmt);

@@ -150,6 +150,9 @@ double emu_unary_eval(const emu_format *f, emu_unary fn, double x);
  * sigmoid and tanh (another binary64 value when it rounds alike in every
  * deterministic mode; stochastic rounding must use emu_unary_eval). */
 double emu_unary_eval_det(const emu_format *f, emu_unary fn, double x);
+/* emu_unary_eval_det of n binary32 values x into out, one call a run. */
+void emu_unary_eval_det_n(const emu_format *f, emu_unary fn, const float *x,
+                          size_t n, double *out);
 
 /* One accumulator rounding of hi + lo as the models do it: the inline fast
  * path where it applies (*fast = true), else the scalar choke point; the

@@ -258,12 +258,22 @@ static int act_fill(const void *vop, size_t i0, size_t m, double *hi, double *lo
 {
     (void)lo;
     const lstm_op *op = vop;
-    for (size_t k = 0; k < m; k++) {
-        const size_t i = i0 + k;
-        const emu_unary fn = (i % op->G) / op->H == 2 ? EMU_UNARY_TANH
-                                                      : EMU_UNARY_SIGMOID;
-        hi[k] = op->det ? emu_unary_eval_det(op->fmt, fn, op->pre[i])
-                        : emu_unary_eval(op->fmt, fn, op->pre[i]);
+    /* A run of one gate's columns at a time (gate g, q = 2, is tanh), so
+     * that neither a division nor the choice of function is per element. */
+    size_t col = i0 % op->G;
+    for (size_t k = 0; k < m;) {
+        const size_t left = op->H - col % op->H;
+        const size_t run = left < m - k ? left : m - k;
+        const emu_unary fn = col / op->H == 2 ? EMU_UNARY_TANH
+                                              : EMU_UNARY_SIGMOID;
+        const float *x = op->pre + i0 + k;
+        if (op->det)
+            emu_unary_eval_det_n(op->fmt, fn, x, run, hi + k);
+        else
+            for (size_t j = 0; j < run; j++)
+                hi[k + j] = emu_unary_eval(op->fmt, fn, x[j]);
+        k += run;
+        col = (col + run) % op->G;
     }
     return 0;
 }
