@@ -681,11 +681,14 @@ void ckpt_put_policy(ckpt_out *o, const emu_policy *p)
     /* The op classes, appended only when one differs from what a policy
      * without them meant: an image run's checkpoint stays as it was, and
      * an older checkpoint (which ends here) reads as legacy. */
-    if (!emu_policy_classes_legacy(p)) {
+    if (!emu_policy_classes_legacy(p) || p->attn_quant) {
         put_prec(o, &p->norm_stats);
         put_prec(o, &p->softmax);
         put_prec(o, &p->loss);
     }
+    /* attn_quant after them, only when set (absent: no). */
+    if (p->attn_quant)
+        ckpt_u32(o, 1);
 }
 
 int ckpt_get_policy(ckpt_in *in, emu_policy *p)
@@ -730,6 +733,8 @@ int ckpt_get_policy(ckpt_in *in, emu_policy *p)
         get_prec(in, &p->softmax);
         get_prec(in, &p->loss);
     }
+    if (!in->failed && in->pos < in->end)
+        p->attn_quant = get_bool(in);
     if (ckpt_done(in))
         return -1;
     /* Well-formed is not enough: the policy must be one emu_train accepts. */

@@ -116,6 +116,15 @@ typedef struct emu_policy {
      * legacy.  loss: the loss value (the fused cross-entropy forms it in
      * binary64, then rounds it once into this); legacy binary32 RNE. */
     emu_role_prec norm_stats, softmax, loss;
+    /* Whether the scaled GEMM operands (q_*) include attention's batched
+     * products (Q K^T, att V and their backward products) as well as the
+     * linear layers' (appended; absent from a record: no).  The presets
+     * follow their recipes: mxfp8 yes (Rouhani et al. quantize every
+     * matmul, attention's included), fp8-delayed, fp8-current no
+     * (Transformer Engine keeps attention in higher precision unless its
+     * FP8 attention is enabled), mxfp4 and nvfp4 no (their recipes
+     * quantize the linear layers only). */
+    bool attn_quant;
 } emu_policy;
 
 /* The presets, by name: fp32, fp16-mpt, fp16-no-master, fp16-no-scaling,
@@ -138,7 +147,8 @@ const char *const *emu_policy_preset_names(void);
  * and layer norm's mean, var, rstd), softmax=FMT|activation (attention's
  * scores, probabilities and their gradients; activation: the activation
  * format under the roles' roundings), loss=FMT (the loss value), each
- * with <class>.mode=MODE.  Preset defaults: norm_stats and loss binary32
+ * with <class>.mode=MODE, and attn_quant=yes|no (emu_policy.attn_quant).
+ * Preset defaults: norm_stats and loss binary32
  * RNE everywhere; softmax binary16 RNE in the fp16 presets (Micikevicius
  * et al. store the softmax's output in FP16, computing it in FP32),
  * binary32 RNE in all others (production BF16 and FP8 recipes).
