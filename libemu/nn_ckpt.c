@@ -436,7 +436,7 @@ void ckpt_put_config(ckpt_out *o, const emu_train_config *c)
     /* Settings added after layout version 3 was fixed: an optional tail,
      * written only when one is used, so that every other run's checkpoint
      * keeps its bytes (and older checkpoints read as "not used"). */
-    const bool lm = c->seq_len || c->eval_windows;
+    const bool lm = c->seq_len || c->eval_windows || c->data_max_bytes;
     if (c->warmup || c->clip_norm != 0.0 || lm) {
         ckpt_u64(o, (uint64_t)c->warmup);
         ckpt_f64(o, c->clip_norm);
@@ -446,6 +446,10 @@ void ckpt_put_config(ckpt_out *o, const emu_train_config *c)
         ckpt_u32(o, (uint32_t)c->seq_len);
         ckpt_u64(o, (uint64_t)c->eval_windows);
     }
+    /* A third: fortunes' size limit, when set (a resume reads the files
+     * again under it). */
+    if (c->data_max_bytes)
+        ckpt_u64(o, (uint64_t)c->data_max_bytes);
 }
 
 int ckpt_get_config(ckpt_in *in, emu_train_config *c)
@@ -492,6 +496,8 @@ int ckpt_get_config(ckpt_in *in, emu_train_config *c)
                      "range", c->seq_len, c->eval_windows);
         }
     }
+    if (!in->failed && in->pos != in->end)
+        c->data_max_bytes = (size_t)ckpt_get_u64(in);
     return ckpt_done(in);
 }
 

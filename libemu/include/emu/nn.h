@@ -473,6 +473,10 @@ typedef struct emu_train_config {
      * validation text (emu_text_eval_batch). */
     int seq_len;
     size_t eval_windows;
+    /* --data fortunes: the most bytes of text read, all files together
+     * (0: EMU_TEXT_MAX_BYTES, 256 MiB; emu_text_fortunes_max).  It
+     * changes no number, only what is refused. */
+    size_t data_max_bytes;
 } emu_train_config;
 
 void emu_train_config_default(emu_train_config *c);
