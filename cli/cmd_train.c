@@ -36,6 +36,7 @@ static void help(void)
         "                       tensor_scaling=delayed,history=64,margin=1\n"
         "                       norm_stats=binary32  softmax=bfloat16|activation\n"
         "                       loss=binary32  softmax.mode=sr (op classes)\n"
+        "                       attn_quant=yes|no (scaled operands in attention)\n"
         "  --config FILE        'key = value' lines, each key once: any option\n"
         "                       below (without --) or policy key; command-line\n"
         "                       options win\n"

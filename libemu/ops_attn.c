@@ -61,6 +61,13 @@
  * emu_t_reduce.  The MPFR references: exact dot products of the stored
  * operands (times s), the exact softmax of the stored scores, and the
  * exact dS from the stored att, G and the accumulator's R.
+ * Operand hook (o->operands, emu_attn_operand): each product's two
+ * operands are replaced right before its commit, q, k, v in a packed copy
+ * of qkv (each product reads only its own parts of it), att and dS in a
+ * copy of their own; the softmax and dscores read the stored att and G as
+ * they are.  The producers read through op's pointers, which are swapped
+ * to the copies for the product and back; without a hook nothing is
+ * copied.
  */
 #include "hostfp.h" /* first: no contraction, no excess precision */
 

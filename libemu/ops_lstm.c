@@ -70,6 +70,14 @@
  * step adds h_{t-1} W_hh^T to its rows (emu_t_matmul's accumulate, sgemm's
  * beta = 1), so the site's MPFR reference starts from the window sum as
  * sgemm left it and measures the recurrent terms and the output rounding.
+ * Operand hook (o->operands, emu_lstm_operand): x, w_ih, w_hh are
+ * replaced once before the window's products, h_{t-1} at each step before
+ * that step's GEMM (from step 1, or 0 with h0), dgates_{t+1} at each step
+ * of the backward recurrence, and D, w_ih, x, Hp before the window's
+ * products; the products then read the replacements in place of the
+ * values, in the same order and concatenation (the bias terms and the
+ * bias gradients' sums read the values as they are).  Without a hook
+ * nothing is copied.
  */
 #include "hostfp.h" /* first: no contraction, no excess precision */
 
