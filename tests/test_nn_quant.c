@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "emu/scaled.h"
 #include "nn_internal.h"
@@ -493,6 +494,63 @@ START_TEST(attn_quant_key)
 }
 END_TEST
 
+/* The checkpoint carries attn_quant when it is set (a resumed run keeps
+ * quantizing attention), and the run record says so. */
+START_TEST(attn_quant_checkpoint)
+{
+    char dir[] = "/tmp/emu-nnq-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    const struct {
+        const char *preset, *set;
+        bool want;
+    } cases[] = { { "mxfp8", NULL, true }, { "nvfp4", NULL, false },
+                  { "nvfp4", "attn_quant=yes", true }, { "mxfp8", "attn_quant=no", false } };
+    for (int k = 0; k < 4; k++) {
+        emu_train_config c;
+        emu_train_config_default(&c);
+        snprintf(c.arch, sizeof c.arch, "gpt:1-32-2-4");
+        snprintf(c.data, sizeof c.data, "text");
+        snprintf(c.preset, sizeof c.preset, "%s", cases[k].preset);
+        snprintf(c.out_dir, sizeof c.out_dir, "%s/run%d", dir, k);
+        c.train_examples = 400;
+        c.test_examples = 100;
+        c.batch = 2;
+        c.eval_windows = 2;
+        c.max_steps = 1;
+        c.quiet = true;
+        emu_policy p, p2;
+        emu_error err;
+        if (emu_policy_preset(&p, cases[k].preset, &err) ||
+            (cases[k].set && emu_policy_set(&p, cases[k].set, &err)) ||
+            emu_train(&c, &p, NULL, &err))
+            ck_abort_msg("%s: %s: %s", cases[k].preset, err.where, err.message);
+        char path[sizeof c.out_dir + 32];
+        snprintf(path, sizeof path, "%s/checkpoint.bin", c.out_dir);
+        FILE *fp = fopen(path, "rb");
+        ck_assert_ptr_nonnull(fp);
+        static unsigned char img[1 << 22];
+        size_t n = fread(img, 1, sizeof img, fp);
+        fclose(fp);
+        ck_assert(n > 0 && n < sizeof img);
+        emu_train_config c2;
+        if (emu_checkpoint_check(img, n, &c2, &p2, &err))
+            ck_abort_msg("checkpoint: %s", err.message);
+        ck_assert_msg(p2.attn_quant == cases[k].want, "%s %s", cases[k].preset,
+                      cases[k].set ? cases[k].set : "");
+        snprintf(path, sizeof path, "%s/meta.json", c.out_dir);
+        fp = fopen(path, "rb");
+        ck_assert_ptr_nonnull(fp);
+        n = fread(img, 1, sizeof img - 1, fp);
+        img[n] = 0;
+        fclose(fp);
+        ck_assert(!strstr((char *)img, "\"attention\": \"yes\"") == !cases[k].want);
+        snprintf(path, sizeof path, "rm -rf '%s'", c.out_dir);
+        ck_assert_int_eq(system(path), 0);
+    }
+    rmdir(dir);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("nn_quant");
@@ -503,6 +561,7 @@ static Suite *suite(void)
     tcase_add_test(tc, lstm_reference);
     tcase_add_test(tc, attention_reference);
     tcase_add_test(tc, attn_quant_key);
+    tcase_add_test(tc, attn_quant_checkpoint);
     suite_add_tcase(s, tc);
     return s;
 }
