@@ -39,6 +39,7 @@ static void help(void)
         "                       tensor_scaling=delayed,history=64,margin=1\n"
         "                       norm_stats=binary32  softmax=bfloat16|activation\n"
         "                       loss=binary32  softmax.mode=sr (op classes)\n"
+        "                       attn_quant=yes|no (scaled operands in attention)\n"
         "  --config FILE        'key = value' lines, each key once: any option\n"
         "                       below (without --) or policy key; command-line\n"
         "                       options win\n"
@@ -54,6 +55,8 @@ static void help(void)
         "                       code) or fortunes (Debian's package fortunes)\n"
         "  --data-dir DIR       where the Fashion-MNIST .gz files are; fortunes:\n"
         "                       a text file or folder instead of the default set\n"
+        "  --data-max-bytes N   fortunes: the most text read, all files together\n"
+        "                       (default 268435456 = 256 MiB); more is refused\n"
         "  --train-examples N   use the first N training examples (synthetic:\n"
         "  --test-examples N    generate N; defaults 6000 and 1000); text: N\n"
         "                       characters (defaults 1000000 and 100000)\n"
@@ -119,7 +122,8 @@ static const cli_opt opts[] = {
     { "export", 0, true },        { "lr-schedule", 0, true },
     { "lr-min", 0, true },        { "warmup", 0, true },
     { "clip-norm", 0, true },     { "seq-len", 0, true },
-    { "eval-windows", 0, true },  { NULL, 0, false },
+    { "eval-windows", 0, true },  { "data-max-bytes", 0, true },
+    { NULL, 0, false },
 };
 enum {
     O_PRESET, O_SET, O_CONFIG, O_MODEL, O_DATA, O_DATA_DIR, O_TRAIN_N, O_TEST_N,
@@ -127,7 +131,7 @@ enum {
     O_LR_FINAL, O_LR_STEP, O_LOSS_MULT, O_SEED, O_REF_RATE, O_STATS_EVERY,
     O_CKPT_EVERY, O_THREADS, O_OUT, O_FORCE, O_RESUME, O_QUIET, O_HELP,
     O_INIT_FROM, O_EXPORT, O_LR_SCHEDULE, O_LR_MIN, O_WARMUP, O_CLIP_NORM,
-    O_SEQ_LEN, O_EVAL_WINDOWS
+    O_SEQ_LEN, O_EVAL_WINDOWS, O_DATA_MAX_BYTES
 };
 
 /* What a real option must satisfy. */
@@ -254,6 +258,9 @@ static void apply(settings *s, int o, const char *val, const char *where)
     case O_SEQ_LEN: c->seq_len = (int)parse_count(where, val, 1, 65536); break;
     case O_EVAL_WINDOWS:
         c->eval_windows = (size_t)parse_count(where, val, 1, 10000000);
+        break;
+    case O_DATA_MAX_BYTES:
+        c->data_max_bytes = (size_t)parse_count(where, val, 1, 1L << 40);
         break;
     case O_LR_MIN:
     case O_LR_FINAL: c->lr_final = parse_real(where, val, R_NONNEG); break;

@@ -20,7 +20,7 @@ CC=$cc cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DEMU_BUILD_FUZZ=ON -DEMU_BUILD_TESTS=OFF -DEMU_BUILD_BENCH=OFF > "$build.cmake.log" 2>&1 ||
     { cat "$build.cmake.log" >&2; exit 2; }
 cmake --build "$build" -j2 --target fuzz_format_spec fuzz_vectors fuzz_scaled \
-    fuzz_vec_header fuzz_dot_header fuzz_tensorfile > "$build.build.log" 2>&1 ||
+    fuzz_vec_header fuzz_dot_header fuzz_tensorfile fuzz_text > "$build.build.log" 2>&1 ||
     { tail -n 40 "$build.build.log" >&2; exit 2; }
 # fuzz_checkpoint, and emu to write its seeds.
 cmake --build "$build" -j2 --target fuzz_checkpoint emu >> "$build.build.log" 2>&1 ||
@@ -116,8 +116,28 @@ cat > "$seeds/fuzz_dot_header/gen" <<'HDR'
 HDR
 printf '#! emu-dot in=e4m3 accum=fused,k=4,w=14,acc=binary32 k=16\n' > "$seeds/fuzz_dot_header/fused"
 
+# Text seeds: a control byte (bit 0: one file or a folder of files cut at
+# NUL bytes; bits 1..3: the window length), a limit byte (16 L bytes, 0:
+# the default), then text: records separated by "%" lines, from Debian's
+# fortunes where installed (the first 3 KiB of a few files) and made up.
+mkdir -p "$seeds/fuzz_text" "$build/corpus/fuzz_text"
+i=0
+for f in cookie riddles tao; do
+    i=$((i + 1))
+    if [ -f "/usr/share/games/fortunes/$f" ]; then
+        { printf '\006\000'; head -c 3072 "/usr/share/games/fortunes/$f"; } > "$seeds/fuzz_text/fortunes$i"
+    fi
+done
+recs=''
+for k in 1 2 3 4 5 6 7 8 9 10 11 12; do recs="$recs$(printf 'rec %s\tx\n%%' $k)
+"; done
+{ printf '\002\000'; printf '%s' "$recs"; } > "$seeds/fuzz_text/file"
+{ printf '\005\000'; printf '%s' "$recs" | head -c 60; printf '\000';
+  printf '%s' "$recs" | tail -c +61; } > "$seeds/fuzz_text/folder"
+{ printf '\003\010'; printf '%s' "$recs"; } > "$seeds/fuzz_text/limit"
+
 status=0
-harnesses="fuzz_format_spec fuzz_vectors fuzz_scaled fuzz_vec_header fuzz_dot_header fuzz_checkpoint fuzz_tensorfile"
+harnesses="fuzz_format_spec fuzz_vectors fuzz_scaled fuzz_vec_header fuzz_dot_header fuzz_checkpoint fuzz_tensorfile fuzz_text"
 for h in $harnesses; do
     echo "== $h: $secs s"
     if ! "$build/fuzz/$h" -max_total_time="$secs" -print_final_stats=1 \

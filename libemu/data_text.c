@@ -20,6 +20,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -344,11 +345,28 @@ static const char *const FORTUNE_FILES[] = {
     "sports", "startrek", "tao", "translate-me", "zippy", NULL,
 };
 
-enum { TEXT_FILE_LIMIT = 1 << 28 }; /* bytes, all files together */
+/* The limit's error, naming `where` (the folder, or the file); have: the
+ * bytes found, 0 when reading stopped at the limit. */
+static int over_limit(emu_error *err, const char *where, bool is_dir,
+                      size_t have, size_t limit)
+{
+    const char *what = is_dir ? "the folder's text files hold" : "the file holds";
+    if (have)
+        return emu_fail(err, EMU_EDATA, where, "", "%s %zu bytes of text, more "
+                        "than the limit of %zu bytes (raise it with "
+                        "--data-max-bytes, emu_train_config.data_max_bytes)",
+                        what, have, limit);
+    return emu_fail(err, EMU_EDATA, where, "", "%s more text than the limit of "
+                    "%zu bytes (raise it with --data-max-bytes, "
+                    "emu_train_config.data_max_bytes)", what, limit);
+}
 
-/* Appends the file's bytes to b; every byte must be in the vocabulary. */
+/* Appends the file's bytes to b; every byte must be in the vocabulary.
+ * *total counts the files' bytes read so far: more than `limit` is
+ * refused, naming `where`. */
 static int read_text_file(const char *path, tbuf *b, size_t *size,
-                          emu_error *err)
+                          size_t *total, size_t limit, const char *where,
+                          bool is_dir, emu_error *err)
 {
     FILE *fp = fopen(path, "rb");
     if (!fp) {
@@ -362,11 +380,11 @@ static int read_text_file(const char *path, tbuf *b, size_t *size,
     char chunk[65536];
     size_t got;
     while ((got = fread(chunk, 1, sizeof chunk, fp)) > 0) {
-        if (b->len + got > TEXT_FILE_LIMIT) {
+        if (got > limit - *total) {
             fclose(fp);
-            return emu_fail(err, EMU_EDATA, path, "", "more than %d bytes of "
-                            "text in all", TEXT_FILE_LIMIT);
+            return over_limit(err, where, is_dir, 0, limit);
         }
+        *total += got;
         tb_put(b, chunk, got);
     }
     bool bad = ferror(fp) != 0;
@@ -398,10 +416,12 @@ static bool ends_with(const char *s, const char *tail)
     return n >= m && !strcmp(s + n - m, tail);
 }
 
-/* The regular files of dir that are text (see emu/data.h), sorted. */
+/* The regular files of dir that are text (see emu/data.h), sorted, and
+ * the sum of their sizes (saturating). */
 static int list_dir(const char *dir, char ***names, size_t *count,
-                    emu_error *err)
+                    size_t *bytes, emu_error *err)
 {
+    *bytes = 0;
     DIR *d = opendir(dir);
     if (!d)
         return emu_fail(err, EMU_EIO, dir, "", "cannot open the folder: %s",
@@ -418,6 +438,8 @@ static int list_dir(const char *dir, char ***names, size_t *count,
         snprintf(path, sizeof path, "%s/%s", dir, s);
         if (stat(path, &st) || !S_ISREG(st.st_mode))
             continue;
+        *bytes = (size_t)st.st_size > SIZE_MAX - *bytes ? SIZE_MAX
+                                                        : *bytes + (size_t)st.st_size;
         if (n == cap) {
             cap = cap ? 2 * cap : 32;
             char **p = realloc(v, cap * sizeof *v);
@@ -504,7 +526,14 @@ static int deal_records(const tbuf *all, emu_textset *train, emu_textset *val,
 int emu_text_fortunes(emu_textset *train, emu_textset *val, const char *path,
                       emu_error *err)
 {
+    return emu_text_fortunes_max(train, val, path, 0, err);
+}
+
+int emu_text_fortunes_max(emu_textset *train, emu_textset *val,
+                          const char *path, size_t max_bytes, emu_error *err)
+{
     EMU_HOSTFP_GUARD;
+    const size_t limit = max_bytes ? max_bytes : EMU_TEXT_MAX_BYTES;
     memset(train, 0, sizeof *train);
     memset(val, 0, sizeof *val);
     snprintf(train->name, sizeof train->name, "fortunes/train");
@@ -520,8 +549,15 @@ int emu_text_fortunes(emu_textset *train, emu_textset *val, const char *path,
             return emu_fail(err, EMU_EIO, path, "", "cannot open: %s",
                             strerror(errno));
         is_dir = S_ISDIR(st.st_mode);
-        if (is_dir && list_dir(path, &owned, &count, err))
+        size_t bytes = 0;
+        if (is_dir && list_dir(path, &owned, &count, &bytes, err))
             return -1;
+        if (is_dir && bytes > limit) {
+            for (size_t i = 0; i < count; i++)
+                free(owned[i]);
+            free(owned);
+            return over_limit(err, path, true, bytes, limit);
+        }
         names = (const char *const *)owned;
     } else {
         while (FORTUNE_FILES[count])
@@ -533,6 +569,7 @@ int emu_text_fortunes(emu_textset *train, emu_textset *val, const char *path,
     tb_str(&src, is_dir ? dir : path);
     tb_str(&src, is_dir ? ":" : "");
     int rc = 0;
+    size_t total = 0;
     for (size_t i = 0; i < count && !rc; i++) {
         char fpath[4096];
         if (is_dir)
@@ -540,7 +577,8 @@ int emu_text_fortunes(emu_textset *train, emu_textset *val, const char *path,
         else
             snprintf(fpath, sizeof fpath, "%s", path);
         size_t size = 0;
-        rc = read_text_file(fpath, &all, &size, err);
+        rc = read_text_file(fpath, &all, &size, &total, limit,
+                            is_dir ? dir : path, is_dir, err);
         /* A file's last record ends with it, not in the next file (if
          * the file ended with a "%" line, an empty record, skipped). */
         if (!rc && all.p[all.len - 1] != '\n')

@@ -436,7 +436,7 @@ void ckpt_put_config(ckpt_out *o, const emu_train_config *c)
     /* Settings added after layout version 3 was fixed: an optional tail,
      * written only when one is used, so that every other run's checkpoint
      * keeps its bytes (and older checkpoints read as "not used"). */
-    const bool lm = c->seq_len || c->eval_windows;
+    const bool lm = c->seq_len || c->eval_windows || c->data_max_bytes;
     if (c->warmup || c->clip_norm != 0.0 || lm) {
         ckpt_u64(o, (uint64_t)c->warmup);
         ckpt_f64(o, c->clip_norm);
@@ -446,6 +446,10 @@ void ckpt_put_config(ckpt_out *o, const emu_train_config *c)
         ckpt_u32(o, (uint32_t)c->seq_len);
         ckpt_u64(o, (uint64_t)c->eval_windows);
     }
+    /* A third: fortunes' size limit, when set (a resume reads the files
+     * again under it). */
+    if (c->data_max_bytes)
+        ckpt_u64(o, (uint64_t)c->data_max_bytes);
 }
 
 int ckpt_get_config(ckpt_in *in, emu_train_config *c)
@@ -492,6 +496,8 @@ int ckpt_get_config(ckpt_in *in, emu_train_config *c)
                      "range", c->seq_len, c->eval_windows);
         }
     }
+    if (!in->failed && in->pos != in->end)
+        c->data_max_bytes = (size_t)ckpt_get_u64(in);
     return ckpt_done(in);
 }
 
@@ -681,7 +687,8 @@ void ckpt_put_policy(ckpt_out *o, const emu_policy *p)
     /* The op classes, appended only when one differs from what a policy
      * without them meant: an image run's checkpoint stays as it was, and
      * an older checkpoint (which ends here) reads as legacy. */
-    if (!emu_policy_classes_legacy(p) || s->kind == EMU_SCALE_LAYERWISE) {
+    if (!emu_policy_classes_legacy(p) || s->kind == EMU_SCALE_LAYERWISE ||
+        p->attn_quant) {
         put_prec(o, &p->norm_stats);
         put_prec(o, &p->softmax);
         put_prec(o, &p->loss);
@@ -692,6 +699,9 @@ void ckpt_put_policy(ckpt_out *o, const emu_policy *p)
         ckpt_f64(o, p->layer_max);
         ckpt_f64(o, p->total_max);
     }
+    /* attn_quant last, only when set (absent: no). */
+    if (p->attn_quant)
+        ckpt_u32(o, 1);
 }
 
 int ckpt_get_policy(ckpt_in *in, emu_policy *p)
@@ -743,6 +753,8 @@ int ckpt_get_policy(ckpt_in *in, emu_policy *p)
         p->layer_max = ckpt_get_f64(in);
         p->total_max = ckpt_get_f64(in);
     }
+    if (!in->failed && in->pos < in->end)
+        p->attn_quant = get_bool(in);
     if (ckpt_done(in))
         return -1;
     /* Well-formed is not enough: the policy must be one emu_train accepts. */

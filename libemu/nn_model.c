@@ -38,7 +38,9 @@
  * operands are quantized like a linear layer's (lm_head.q.*), its weight
  * gradient is written into the embedding's, in that layer's format and
  * rounding, and the embedding's scatter-add, later in the backward pass,
- * adds to it.  Attention's two batched products are not quantized.
+ * adds to it.  The LSTM's gate GEMMs and, under the policy's attn_quant,
+ * attention's batched products quantize their operands through the ops'
+ * operand hooks (below, "the composite ops' operands").
  */
 #include "hostfp.h" /* first: no contraction, no excess precision */
 
@@ -84,6 +86,60 @@ static const emu_operand_quant *operand_quant(const emu_policy *p,
     return q->on ? q : NULL;
 }
 
+/* How an operand's tensor scale is chosen: at its first use in the step
+ * by the policy's recipe (the scale is kept in l->priv->tscale, and a
+ * delayed recipe records the operand's amax), reused from that first use,
+ * or from the operand's own amax (current scaling, the layer's state left
+ * alone: the operands of the composite ops, new tensors at every time
+ * step or product, which have no amax history of their own). */
+typedef enum { TS_FRESH, TS_REUSE, TS_CURRENT } ts_choice;
+
+/* Quantizes view (its shape, blocked along `axis`) under the policy's
+ * operand quantization oq for operand kind `which` (EMU_QT_*) of layer l,
+ * at `site`, and writes its dequantized values to out: without the tensor
+ * scale (returned in *g, for the GEMM's alpha), or, with_g, with it, the
+ * exact product rounded once into binary32 (nearest-even; the values
+ * themselves without a tensor scale). */
+static int quantize_operand(emu_ctx *ctx, const emu_policy *p, emu_layer *l,
+                            const emu_operand_quant *oq, int which,
+                            const char *site, const emu_tensor *view, int axis,
+                            ts_choice ts, bool with_g, float *out, double *g)
+{
+    emu_error e;
+    emu_scaled_tensor q;
+    if (emu_scaled_alloc(&q, &oq->fmt, view->ndim, view->shape, axis, &e))
+        return emu_ctx_failc(ctx, e.code, site, "%s%s%s", e.key, e.key[0] ? ": " : "",
+                            e.message);
+    emu_quant_opts qo;
+    memset(&qo, 0, sizeof qo);
+    if (oq->fmt.tensor_scale && ts != TS_CURRENT) {
+        if (ts == TS_FRESH) {
+            double amax = emu_amax(view->data, view->n);
+            struct emu_layer_priv *lp = l->priv;
+            lp->tscale[which] = emu_tensor_scaling_factor(
+                &p->tscale, &lp->amax_hist[which], amax, lp->tscale[which],
+                &oq->fmt);
+            if (p->tscale.kind == EMU_TSCALE_DELAYED)
+                emu_amax_record(&lp->amax_hist[which], p->tscale.history, amax);
+        }
+        qo.tensor_scale = l->priv->tscale[which];
+    }
+    /* The element rounding the policy names for the operand, with the
+     * rest of the rounding (tininess, profile) of the tensor's role. */
+    emu_rounding rnd = prec_of(p, l, view->role)->rnd;
+    rnd.mode = oq->mode;
+    rnd.sr_bits = oq->sr_bits;
+    int rc = emu_t_quantize_scaled(ctx, site, &q, view, &qo, NULL, &rnd);
+    if (!rc && emu_scaled_dequantize(&q, out, false, &e))
+        rc = emu_ctx_failc(ctx, e.code, site, "%s", e.message);
+    *g = q.tensor_scale;
+    if (!rc && with_g && *g != 1.0)
+        for (size_t i = 0; i < view->n; i++)
+            out[i] = (float)((double)out[i] * *g); /* exact, then one rounding */
+    emu_scaled_free(&q);
+    return rc ? -1 : 0;
+}
+
 /* Operand t of one of layer l's GEMMs as that GEMM reads it: t itself, or,
  * if the policy quantizes it, its values without the tensor scale in
  * l->priv->qbuf[slot], blocked along `axis` (of t, or of t seen as the matrix
@@ -117,38 +173,122 @@ static int gemm_operand(emu_ctx *ctx, const emu_policy *p, emu_layer *l,
         view.ndim = 2;
         view.shape[1] = t->n / t->shape[0];
     }
-    emu_scaled_tensor q;
-    if (emu_scaled_alloc(&q, &oq->fmt, view.ndim, view.shape, axis, &e))
-        return emu_ctx_failc(ctx, e.code, site, "%s%s%s", e.key, e.key[0] ? ": " : "",
-                            e.message);
-    emu_quant_opts qo;
-    memset(&qo, 0, sizeof qo);
-    if (oq->fmt.tensor_scale) {
-        if (fresh) {
-            double amax = emu_amax(t->data, t->n);
-            struct emu_layer_priv *lp = l->priv;
-            lp->tscale[which] = emu_tensor_scaling_factor(
-                &p->tscale, &lp->amax_hist[which], amax, lp->tscale[which],
-                &oq->fmt);
-            if (p->tscale.kind == EMU_TSCALE_DELAYED)
-                emu_amax_record(&lp->amax_hist[which], p->tscale.history, amax);
-        }
-        qo.tensor_scale = l->priv->tscale[which];
-    }
-    /* The element rounding the policy names for the operand, with the
-     * rest of the rounding (tininess, profile) of the tensor's role. */
-    emu_rounding rnd = prec_of(p, l, t->role)->rnd;
-    rnd.mode = oq->mode;
-    rnd.sr_bits = oq->sr_bits;
-    int rc = emu_t_quantize_scaled(ctx, site, &q, &view, &qo, NULL, &rnd);
-    if (!rc && emu_scaled_dequantize(&q, buf->data, false, &e))
-        rc = emu_ctx_failc(ctx, e.code, site, "%s", e.message);
-    *g = q.tensor_scale;
-    emu_scaled_free(&q);
-    if (rc)
+    if (quantize_operand(ctx, p, l, oq, which, site, &view, axis,
+                         fresh ? TS_FRESH : TS_REUSE, false, buf->data, g))
         return -1;
     *out = buf;
     return 0;
+}
+
+/* ---- the composite ops' operands (emu_operand_hook) ------------------------ *
+ * An LSTM's gate GEMMs and (policy attn_quant) attention's batched
+ * products quantize their operands like a linear layer's, blocked along
+ * the product's reduction axis, but hand the product the values with
+ * their tensor scale (q s g, rounded once into binary32: exact without a
+ * tensor scale, as in mxfp8 and mxfp4), as fake-quantization emulators
+ * hand an FP32 GEMM: a gate is ONE dot product of an input-to-hidden and
+ * a hidden-to-hidden part whose scales differ, and attention applies its
+ * 1/sqrt(hs) inside the product, so no single alpha can carry them.
+ *
+ * LSTM sites: the input-to-hidden GEMMs are the LSTM layer's
+ * (lstm.lK.q.x, .q.w, .q.dy (D for dx), .q.w.dx, .q.dy.dw (D for both
+ * weight gradients), .q.x.dw), the hidden-to-hidden ones its holder's
+ * (lstm.lK.hh.q.x (h_{t-1}, every step), .q.w, .q.dy (dgates_{t+1}, every
+ * step), .q.w.dx, .q.x.dw (the h_{t-1} rows of the window)).  x, w_ih,
+ * w_hh and D take their tensor scale by the recipe, at their first use;
+ * the per-step and window h and dgates_{t+1} from their own amax.
+ * Attention sites: <layer>.q.<product>.<operand>, the products scores,
+ * out, dv, datt, dq, dk (q.scores.q, q.scores.k, q.out.att, q.out.v,
+ * q.dv.att, q.dv.dout, q.datt.dout, q.datt.v, q.dq.dscores, q.dq.k,
+ * q.dk.dscores, q.dk.q): activations (q, k, v, att) under q_activation,
+ * gradients (dout, dS) under q_act_grad, every scale from the operand's
+ * own amax. */
+
+/* Whether the policy quantizes any GEMM operand of layer l. */
+static bool quantizes(const emu_policy *p, const emu_layer *l)
+{
+    return operand_quant(p, l, EMU_QT_W) || operand_quant(p, l, EMU_QT_X) ||
+           operand_quant(p, l, EMU_QT_DY);
+}
+
+typedef struct lstm_hook {
+    const emu_policy *p;
+    emu_layer *ih, *hh;
+    bool dy_chosen; /* D's tensor scale chosen (its first use) */
+} lstm_hook;
+
+static int lstm_operand(void *user, emu_ctx *ctx, int which,
+                        const emu_tensor *t, int axis, float *out)
+{
+    lstm_hook *u = user;
+    static const struct {
+        bool hh;
+        int qt;
+        const char *tag;
+        ts_choice ts;
+    } map[EMU_LSTM_OPERAND_COUNT] = {
+        [EMU_LSTM_X] = { false, EMU_QT_X, "q.x", TS_FRESH },
+        [EMU_LSTM_W_IH] = { false, EMU_QT_W, "q.w", TS_FRESH },
+        [EMU_LSTM_W_HH] = { true, EMU_QT_W, "q.w", TS_FRESH },
+        [EMU_LSTM_H] = { true, EMU_QT_X, "q.x", TS_CURRENT },
+        [EMU_LSTM_DG_DH] = { true, EMU_QT_DY, "q.dy", TS_CURRENT },
+        [EMU_LSTM_W_HH_DH] = { true, EMU_QT_W, "q.w.dx", TS_REUSE },
+        [EMU_LSTM_D_DX] = { false, EMU_QT_DY, "q.dy", TS_FRESH },
+        [EMU_LSTM_W_IH_DX] = { false, EMU_QT_W, "q.w.dx", TS_REUSE },
+        [EMU_LSTM_D_DW] = { false, EMU_QT_DY, "q.dy.dw", TS_FRESH },
+        [EMU_LSTM_X_DW] = { false, EMU_QT_X, "q.x.dw", TS_REUSE },
+        [EMU_LSTM_H_DW] = { true, EMU_QT_X, "q.x.dw", TS_CURRENT },
+    };
+    if (which < 0 || which >= EMU_LSTM_OPERAND_COUNT)
+        return emu_ctx_fail(ctx, u->ih->name, "unknown LSTM operand %d", which);
+    emu_layer *l = map[which].hh ? u->hh : u->ih;
+    const emu_operand_quant *oq = operand_quant(u->p, l, map[which].qt);
+    if (!oq) {
+        memcpy(out, t->data, t->n * sizeof *out);
+        return 0;
+    }
+    ts_choice ts = map[which].ts;
+    if (map[which].qt == EMU_QT_DY && !map[which].hh) {
+        ts = u->dy_chosen ? TS_REUSE : TS_FRESH;
+        u->dy_chosen = true;
+    }
+    char site[64];
+    snprintf(site, sizeof site, "%s.%s", l->name, map[which].tag);
+    double g;
+    return quantize_operand(ctx, u->p, l, oq, map[which].qt, site, t, axis, ts,
+                            true, out, &g);
+}
+
+typedef struct attn_hook {
+    const emu_policy *p;
+    emu_layer *l;
+} attn_hook;
+
+static int attn_operand(void *user, emu_ctx *ctx, int which,
+                        const emu_tensor *t, int axis, float *out)
+{
+    attn_hook *u = user;
+    static const char *const tags[EMU_ATTN_OPERAND_COUNT] = {
+        "q.scores.q", "q.scores.k", "q.out.att", "q.out.v", "q.dv.att",
+        "q.dv.dout", "q.datt.dout", "q.datt.v", "q.dq.dscores", "q.dq.k",
+        "q.dk.dscores", "q.dk.q"
+    };
+    if (which < 0 || which >= EMU_ATTN_OPERAND_COUNT)
+        return emu_ctx_fail(ctx, u->l->name, "unknown attention operand %d",
+                            which);
+    const bool grad = which == EMU_ATTN_DOUT_DV || which == EMU_ATTN_DOUT_DATT ||
+                      which == EMU_ATTN_DS_DQ || which == EMU_ATTN_DS_DK;
+    const int qt = grad ? EMU_QT_DY : EMU_QT_X;
+    const emu_operand_quant *oq = operand_quant(u->p, u->l, qt);
+    if (!oq) {
+        memcpy(out, t->data, t->n * sizeof *out);
+        return 0;
+    }
+    char site[64];
+    snprintf(site, sizeof site, "%s.%s", u->l->name, tags[which]);
+    double g;
+    return quantize_operand(ctx, u->p, u->l, oq, qt, site, t, axis, TS_CURRENT,
+                            true, out, &g);
 }
 
 /* The operand pairs of a layer's three products, with the product of
@@ -512,8 +652,10 @@ void emu_policy_for_arch(emu_policy *p, const char *arch)
     const bool gpt = arch && arch_kind_is(arch, "gpt");
     if (!gpt && !(arch && arch_kind_is(arch, "resnet")))
         emu_policy_class_reset(p, &p->norm_stats);
-    if (!gpt)
+    if (!gpt) {
         emu_policy_class_reset(p, &p->softmax);
+        p->attn_quant = false; /* no attention */
+    }
 }
 
 /* "784-256-128-10" or "784-128x8-10": sizes after the input size. */
@@ -1601,6 +1743,10 @@ int emu_model_forward(emu_model *m, emu_ctx *ctx, const emu_policy *p)
              * policy's accumulator (no scaled operands). */
             emu_tensor qkv = seq_view(x, m), out = seq_view(&l->y, m);
             emu_attention_opts o = attn_opts(p, l);
+            attn_hook u = { p, l };
+            const emu_operand_hook hk = { attn_operand, &u };
+            if (p->attn_quant && quantizes(p, l))
+                o.operands = &hk;
             rc = emu_t_attention(ctx, l->name, &out, &l->priv->att, &qkv, &o,
                                  rnd);
             break;
@@ -1629,6 +1775,10 @@ int emu_model_forward(emu_model *m, emu_ctx *ctx, const emu_policy *p)
             emu_lstm_weights w = { &l->weight.w, &hh->weight.w, &l->bias.w,
                                    &hh->bias.w };
             emu_lstm_opts o = { .accum = &p->accum };
+            lstm_hook u = { p, l, &m->layers[l->tie], false };
+            const emu_operand_hook hk = { lstm_operand, &u };
+            if (quantizes(p, l) || quantizes(p, u.hh))
+                o.operands = &hk;
             emu_tensor xs = seq_view(x, m), ys = seq_view(&l->y, m);
             rc = emu_t_lstm(ctx, l->name, &ys, &l->priv->lstm_gates,
                             &l->priv->lstm_c, NULL, NULL, &xs, NULL, NULL, &w,
@@ -1934,6 +2084,10 @@ int emu_model_backward(emu_model *m, emu_ctx *ctx, const emu_policy *p,
             emu_tensor dqkv = seq_view(&l->dx, m), dout = seq_view(dy, m),
                        qkv = seq_view(l->in, m);
             emu_attention_opts o = attn_opts(p, l);
+            attn_hook u = { p, l };
+            const emu_operand_hook hk = { attn_operand, &u };
+            if (p->attn_quant && quantizes(p, l))
+                o.operands = &hk;
             rc = emu_t_attention_backward(ctx, l->name, &dqkv, &dout, &qkv,
                                           &l->priv->att, &o, grad_rnd);
             break;
@@ -1977,6 +2131,10 @@ int emu_model_backward(emu_model *m, emu_ctx *ctx, const emu_policy *p,
             emu_lstm_grads gr = { &l->weight.g, &hh->weight.g, &l->bias.g,
                                   &hh->bias.g };
             emu_lstm_opts o = { .accum = &p->accum, .param_grad_rnd = wgrad_rnd };
+            lstm_hook u = { p, l, hh, false };
+            const emu_operand_hook hk = { lstm_operand, &u };
+            if (quantizes(p, l) || quantizes(p, hh))
+                o.operands = &hk;
             emu_tensor dxs = seq_view(&l->dx, m), dys = seq_view(dy, m),
                        xs = seq_view(l->in, m), ys = seq_view(&l->y, m);
             rc = emu_t_lstm_backward(ctx, l->name, need_dx ? &dxs : NULL, &gr,

@@ -1627,8 +1627,9 @@ static int load_text(run *r, emu_error *err)
                               c->test_examples ? c->test_examples : 100000, err))
             return -1;
     } else {
-        if (emu_text_fortunes(&r->ttrain, &r->tval,
-                              c->data_dir[0] ? c->data_dir : NULL, err))
+        if (emu_text_fortunes_max(&r->ttrain, &r->tval,
+                                  c->data_dir[0] ? c->data_dir : NULL,
+                                  c->data_max_bytes, err))
             return -1;
         if (c->train_examples && c->train_examples < r->ttrain.n)
             r->ttrain.n = c->train_examples;
@@ -1972,6 +1973,9 @@ static int check_data_model(const emu_train_config *c, emu_error *err)
         return emu_fail(err, EMU_ESPEC, "config", "data", "'%s' is a language "
                         "model; --data %s is images: use --data text or "
                         "fortunes", c->arch, c->data);
+    if (c->data_max_bytes && strcmp(c->data, "fortunes"))
+        return emu_fail(err, EMU_ESPEC, "config", "data_max_bytes", "applies to "
+                        "--data fortunes only (the text files read)");
     if (!lm && (c->seq_len || c->eval_windows))
         return emu_fail(err, EMU_ESPEC, "config", c->seq_len ? "seq_len" :
                         "eval_windows", "applies to language models only "

@@ -61,6 +61,13 @@
  * emu_t_reduce.  The MPFR references: exact dot products of the stored
  * operands (times s), the exact softmax of the stored scores, and the
  * exact dS from the stored att, G and the accumulator's R.
+ * Operand hook (o->operands, emu_attn_operand): each product's two
+ * operands are replaced right before its commit, q, k, v in a packed copy
+ * of qkv (each product reads only its own parts of it), att and dS in a
+ * copy of their own; the softmax and dscores read the stored att and G as
+ * they are.  The producers read through op's pointers, which are swapped
+ * to the copies for the product and back; without a hook nothing is
+ * copied.
  */
 #include "hostfp.h" /* first: no contraction, no excess precision */
 
@@ -676,6 +683,50 @@ static int scratch(emu_ctx *ctx, const char *site, emu_tensor *t,
     return 0;
 }
 
+/* ---- operand hooks ------------------------------------------------------------ */
+
+/* A view of data with like's format and role (the hook quantizes by role)
+ * and the given shape (trailing zeros: fewer dimensions). */
+static emu_tensor hook_view(const emu_tensor *like, const float *data,
+                            size_t d0, size_t d1, size_t d2, size_t d3)
+{
+    emu_tensor v = *like;
+    const size_t d[4] = { d0, d1, d2, d3 };
+    memset(v.shape, 0, sizeof v.shape);
+    v.ndim = 0;
+    v.n = 1;
+    for (int k = 0; k < 4 && d[k]; k++) {
+        v.shape[v.ndim++] = d[k];
+        v.n *= d[k];
+    }
+    v.data = (float *)data; /* only read */
+    v.owns_data = false;
+    return v;
+}
+
+/* Replaces part p (0 q, 1 k, 2 v) of the packed qkv in dst (B T rows of
+ * 3C) by the hook's replacement of that part of src, gathered as a
+ * contiguous (B T, C) tensor seen as (B T H, hs) along hs (by_head) or as
+ * (B, T, C) along T.  tmp holds 2 B T C values. */
+static int hook_part(emu_ctx *ctx, const emu_operand_hook *hk, int which,
+                     const emu_tensor *qkv, const attn_op *op, int p,
+                     bool by_head, float *dst, float *tmp)
+{
+    const size_t BT = op->B * op->T, C = op->C;
+    float *part = tmp, *rep = tmp + BT * C;
+    for (size_t r = 0; r < BT; r++)
+        memcpy(part + r * C, qkv->data + r * op->C3 + (size_t)p * C,
+               C * sizeof *part);
+    emu_tensor v = by_head ? hook_view(qkv, part, BT * op->H, op->hs, 0, 0)
+                           : hook_view(qkv, part, op->B, op->T, C, 0);
+    if (hk->fn(hk->user, ctx, which, &v, 1, rep))
+        return -1;
+    for (size_t r = 0; r < BT; r++)
+        memcpy(dst + r * op->C3 + (size_t)p * C, rep + r * C,
+               C * sizeof *dst);
+    return 0;
+}
+
 /* One commit of a generic dot-product op into out. */
 static int commit_dots(emu_ctx *ctx, const char *site, const char *suffix,
                        const char *kind, emu_tensor *out, bool scratch_out,
@@ -772,15 +823,37 @@ int emu_t_attention(emu_ctx *ctx, const char *site, emu_tensor *out,
     emu_tensor sc;
     if (scratch(ctx, site, &sc, ".scores", att, op.B * op.H * op.tri))
         return -1;
-    op.finite = o->accum->kind == EMU_ACCUM_FAST &&
-                emu_all_finite(qkv->data, qkv->n);
-    op.e = malloc(op.T * sizeof *op.e);
-    if (!op.e) {
-        emu_tensor_free(&sc);
-        return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory");
+    /* The operand hook: q, k (for the scores) and v (for out) replaced in
+     * one packed copy (each product reads its own parts), att in another. */
+    const emu_operand_hook *hk =
+        o->operands && o->operands->fn ? o->operands : NULL;
+    const size_t BTC = op.B * op.T * op.C;
+    float *qq = NULL, *aq = NULL, *tmp = NULL;
+    int rc = 0;
+    if (hk) {
+        qq = malloc(qkv->n * sizeof *qq);
+        aq = malloc(att->n * sizeof *aq);
+        tmp = malloc(2 * BTC * sizeof *tmp);
+        if (!qq || !aq || !tmp)
+            rc = emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory");
+        if (!rc && (hook_part(ctx, hk, EMU_ATTN_Q, qkv, &op, 0, true, qq, tmp) ||
+                    hook_part(ctx, hk, EMU_ATTN_K, qkv, &op, 1, true, qq, tmp) ||
+                    hook_part(ctx, hk, EMU_ATTN_V, qkv, &op, 2, false, qq, tmp)))
+            rc = -1;
+        op.qkv = qq;
     }
-    int rc = commit_dots(ctx, site, ".scores", "attn_scores", &sc, true, &op,
-                         AT_SCORES, srnd);
+    op.finite = !rc && o->accum->kind == EMU_ACCUM_FAST &&
+                emu_all_finite(op.qkv, qkv->n);
+    op.e = rc ? NULL : malloc(op.T * sizeof *op.e);
+    if (!op.e) {
+        free(qq);
+        free(aq);
+        free(tmp);
+        emu_tensor_free(&sc);
+        return rc ? -1 : emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory");
+    }
+    rc = commit_dots(ctx, site, ".scores", "attn_scores", &sc, true, &op,
+                     AT_SCORES, srnd);
     if (!rc) {
         char sub[EMU_TENSOR_NAME_MAX + 24];
         snprintf(sub, sizeof sub, "%s.softmax", site);
@@ -800,10 +873,19 @@ int emu_t_attention(emu_ctx *ctx, const char *site, emu_tensor *out,
     }
     if (!rc) {
         op.att = att->data;
+        if (hk) {
+            emu_tensor a = hook_view(att, att->data, op.B, op.H, op.T, op.T);
+            rc = hk->fn(hk->user, ctx, EMU_ATTN_ATT, &a, 3, aq);
+            op.att = aq;
+        }
+    }
+    if (!rc)
         rc = commit_dots(ctx, site, "", "attention", out, false, &op, AT_OUT,
                          rnd);
-    }
     free(op.e);
+    free(qq);
+    free(aq);
+    free(tmp);
     emu_tensor_free(&sc);
     return rc;
 }
@@ -854,15 +936,54 @@ int emu_t_attention_backward(emu_ctx *ctx, const char *site, emu_tensor *dqkv,
     }
     op.att = att->data;
     op.dout = dout->data;
-    op.finite = o->accum->kind == EMU_ACCUM_FAST &&
-                emu_all_finite(qkv->data, qkv->n) &&
-                emu_all_finite(dout->data, dout->n);
+    /* The operand hook: v, k, q (for datt, dq, dk) replaced in one packed
+     * copy, each product reading its own part; att and dout for dv, dout
+     * for datt, dS for dq and for dk, each replaced before its product. */
+    const emu_operand_hook *hk =
+        o->operands && o->operands->fn ? o->operands : NULL;
+    float *qq = NULL, *aq = NULL, *dq1 = NULL, *dq2 = NULL, *tmp = NULL;
+    if (!rc && hk) {
+        qq = malloc(qkv->n * sizeof *qq);
+        aq = malloc(att->n * sizeof *aq); /* att for dv, then dS */
+        dq1 = malloc(BTC * sizeof *dq1);
+        dq2 = malloc(BTC * sizeof *dq2);
+        tmp = malloc(2 * BTC * sizeof *tmp);
+        if (!qq || !aq || !dq1 || !dq2 || !tmp)
+            rc = emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory");
+        if (!rc && (hook_part(ctx, hk, EMU_ATTN_V_DATT, qkv, &op, 2, true, qq,
+                              tmp) ||
+                    hook_part(ctx, hk, EMU_ATTN_K_DQ, qkv, &op, 1, false, qq,
+                              tmp) ||
+                    hook_part(ctx, hk, EMU_ATTN_Q_DK, qkv, &op, 0, false, qq,
+                              tmp)))
+            rc = -1;
+        emu_tensor a = hook_view(att, att->data, B, H, T, T);
+        emu_tensor d1 = hook_view(dout, dout->data, B, T, C, 0);
+        emu_tensor d2 = hook_view(dout, dout->data, B * T * H, op.hs, 0, 0);
+        if (!rc && (hk->fn(hk->user, ctx, EMU_ATTN_ATT_DV, &a, 2, aq) ||
+                    hk->fn(hk->user, ctx, EMU_ATTN_DOUT_DV, &d1, 1, dq1) ||
+                    hk->fn(hk->user, ctx, EMU_ATTN_DOUT_DATT, &d2, 1, dq2)))
+            rc = -1;
+        if (!rc) {
+            op.qkv = qq;
+            op.att = aq;
+            op.dout = dq1;
+        }
+    }
+    op.finite = !rc && o->accum->kind == EMU_ACCUM_FAST &&
+                emu_all_finite(op.qkv, qkv->n) &&
+                emu_all_finite(op.dout, dout->n) &&
+                (!hk || emu_all_finite(dq2, dout->n));
     if (!rc)
         rc = commit_dots(ctx, site, ".dv", "attn_dv", &g[2], true, &op, AT_DV,
                          rnd);
+    if (!rc && hk)
+        op.dout = dq2;
     if (!rc)
         rc = commit_dots(ctx, site, ".datt", "attn_datt", &tri, true, &op, AT_DATT,
                          srnd);
+    op.att = att->data;
+    op.dout = dout->data;
     if (!rc) {
         /* R = the rows' sums of att G: dot products of the dscores commit */
         char sub[EMU_TENSOR_NAME_MAX + 24];
@@ -898,8 +1019,20 @@ int emu_t_attention_backward(emu_ctx *ctx, const char *site, emu_tensor *dqkv,
                    (t + 1) * sizeof *ds);
         }
         op.ds = ds;
+        if (hk) {
+            emu_tensor v = hook_view(&tri, ds, B, H, T, T);
+            v.role = dout->role;
+            rc = hk->fn(hk->user, ctx, EMU_ATTN_DS_DQ, &v, 3, aq);
+            op.ds = aq;
+        }
+    }
+    if (!rc)
         rc = commit_dots(ctx, site, ".dq", "attn_dq", &g[0], true, &op, AT_DQ,
                          rnd);
+    if (!rc && hk) {
+        emu_tensor v = hook_view(&tri, ds, B, H, T, T);
+        v.role = dout->role;
+        rc = hk->fn(hk->user, ctx, EMU_ATTN_DS_DK, &v, 2, aq);
     }
     if (!rc)
         rc = commit_dots(ctx, site, ".dk", "attn_dk", &g[1], true, &op, AT_DK,
@@ -916,5 +1049,10 @@ int emu_t_attention_backward(emu_ctx *ctx, const char *site, emu_tensor *dqkv,
     emu_tensor_free(&tri);
     free(ds);
     free(R);
+    free(qq);
+    free(aq);
+    free(dq1);
+    free(dq2);
+    free(tmp);
     return rc;
 }

@@ -70,6 +70,14 @@
  * step adds h_{t-1} W_hh^T to its rows (emu_t_matmul's accumulate, sgemm's
  * beta = 1), so the site's MPFR reference starts from the window sum as
  * sgemm left it and measures the recurrent terms and the output rounding.
+ * Operand hook (o->operands, emu_lstm_operand): x, w_ih, w_hh are
+ * replaced once before the window's products, h_{t-1} at each step before
+ * that step's GEMM (from step 1, or 0 with h0), dgates_{t+1} at each step
+ * of the backward recurrence, and D, w_ih, x, Hp before the window's
+ * products; the products then read the replacements in place of the
+ * values, in the same order and concatenation (the bias terms and the
+ * bias gradients' sums read the values as they are).  Without a hook
+ * nothing is copied.
  */
 #include "hostfp.h" /* first: no contraction, no excess precision */
 
@@ -224,6 +232,22 @@ static float *alloc_floats(emu_ctx *ctx, const char *site, size_t n)
     if (!p)
         emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory for %zu values", n);
     return p;
+}
+
+/* Operand `which` of a product as the product reads it: v's values, or
+ * (o->operands set) the hook's replacement, written into buf (v->n
+ * values).  *out receives the values; returns 0 or -1. */
+static int operand(emu_ctx *ctx, const emu_lstm_opts *o,
+                   emu_lstm_operand which, const emu_tensor *v, int axis,
+                   float *buf, const float **out)
+{
+    *out = v->data;
+    if (!o->operands || !o->operands->fn)
+        return 0;
+    if (o->operands->fn(o->operands->user, ctx, (int)which, v, axis, buf))
+        return -1;
+    *out = buf;
+    return 0;
 }
 
 /* ---- MPFR helpers ------------------------------------------------------------- */
@@ -545,17 +569,34 @@ int emu_t_lstm(emu_ctx *ctx, const char *site, emu_tensor *y, emu_tensor *gates,
     float *hs = alloc_floats(ctx, site, T * B * H);
     float *zero = alloc_floats(ctx, site, B * H);
     float *ax = NULL, *xw = NULL; /* the fast model's window product */
+    /* The operand hook's replacements of x, w_ih, w_hh and h_{t-1}. */
+    const bool hook = o->operands && o->operands->fn;
+    float *qx = NULL, *qwi = NULL, *qwh = NULL, *qh = NULL;
+    const float *xd = x->data, *wid = w->w_ih->data, *whd = w->w_hh->data;
     int rc = -1;
     if (!wcat || !acat || !pre || !gs || !cs || !hs || !zero)
         goto out;
+    if (hook) {
+        qx = alloc_floats(ctx, site, B * T * I);
+        qwi = qx ? alloc_floats(ctx, site, G * I) : NULL;
+        qwh = qwi ? alloc_floats(ctx, site, G * H) : NULL;
+        qh = qwh ? alloc_floats(ctx, site, B * H) : NULL;
+        if (!qh)
+            goto out;
+        emu_tensor X2 = view2(x, NULL, x->data, B * T, I);
+        if (operand(ctx, o, EMU_LSTM_X, &X2, 1, qx, &xd) ||
+            operand(ctx, o, EMU_LSTM_W_IH, w->w_ih, 1, qwi, &wid) ||
+            operand(ctx, o, EMU_LSTM_W_HH, w->w_hh, 1, qwh, &whd))
+            goto out;
+    }
     for (size_t j = 0; j < G; j++) {
         float *r = wcat + j * K;
         if (w->b_ih)
             *r++ = w->b_ih->data[j];
         if (w->b_hh)
             *r++ = w->b_hh->data[j];
-        memcpy(r, w->w_ih->data + j * I, I * sizeof *r);
-        memcpy(r + I, w->w_hh->data + j * H, H * sizeof *r);
+        memcpy(r, wid + j * I, I * sizeof *r);
+        memcpy(r + I, whd + j * H, H * sizeof *r);
     }
     for (size_t b = 0; b < B; b++)
         for (size_t k = 0; k < nb; k++)
@@ -587,7 +628,7 @@ int emu_t_lstm(emu_ctx *ctx, const char *site, emu_tensor *y, emu_tensor *gates,
         for (size_t r = 0; r < B * T; r++) {
             for (size_t k = 0; k < nb; k++)
                 ax[r * K1 + k] = 1.0f;
-            memcpy(ax + r * K1 + nb, x->data + r * I, I * sizeof *ax);
+            memcpy(ax + r * K1 + nb, xd + r * I, I * sizeof *ax);
         }
         /* B(k, j) = wcat[j K + k]: the first K1 columns of wcat's rows */
         if (emu_gemm_fast_f32(B * T, G, K1, ax, (ptrdiff_t)K1, 1, wcat, 1,
@@ -596,17 +637,24 @@ int emu_t_lstm(emu_ctx *ctx, const char *site, emu_tensor *y, emu_tensor *gates,
             goto out;
         }
     }
+    const emu_tensor Whh = view2(w->w_hh, NULL, whd, G, H);
     for (size_t t = 0; t < T; t++) {
         const float *hprev = t ? hs + (t - 1) * B * H : hprev0;
+        if (hook && (t || h0)) {
+            emu_tensor Hv = view2(y, NULL, hprev, B, H);
+            if (operand(ctx, o, EMU_LSTM_H, &Hv, 1, qh, &hprev))
+                goto out;
+        }
         if (fast) {
             for (size_t b = 0; b < B; b++)
                 memcpy(pre + b * G, row_bt(xw, b, t, T, G), G * sizeof *pre);
             emu_tensor Hp = view2(y, NULL, hprev, B, H);
-            if (emu_t_matmul(ctx, sg, &P, &Hp, w->w_hh, &mf, rnd))
+            if (emu_t_matmul(ctx, sg, &P, &Hp, hook ? &Whh : w->w_hh, &mf,
+                             rnd))
                 goto out;
         } else {
             for (size_t b = 0; b < B; b++) {
-                memcpy(acat + b * K + nb, row_bt(x->data, b, t, T, I),
+                memcpy(acat + b * K + nb, row_bt(xd, b, t, T, I),
                        I * sizeof *acat);
                 memcpy(acat + b * K + nb + I, hprev + b * H, H * sizeof *acat);
             }
@@ -641,6 +689,10 @@ int emu_t_lstm(emu_ctx *ctx, const char *site, emu_tensor *y, emu_tensor *gates,
     }
     rc = 0;
 out:
+    free(qx);
+    free(qwi);
+    free(qwh);
+    free(qh);
     free(ax);
     free(xw);
     free(wcat);
@@ -699,9 +751,26 @@ int emu_t_lstm_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
     float *dcs = alloc_floats(ctx, site, 2 * B * H);  /* dc_t, dc_{t+1}    */
     float *hp = alloc_floats(ctx, site, B * T * H);   /* h_{t-1}, (b, t)    */
     float *zero = alloc_floats(ctx, site, B * H);
+    /* The operand hook's replacements: w_hh and dgates_{t+1} of the
+     * recurrence, w_ih, D and x, Hp of the window's products. */
+    const bool hook = o->operands && o->operands->fn;
+    float *qwh = NULL, *qdg = NULL, *qwi = NULL, *qd = NULL, *qx = NULL;
+    const float *whd = w->w_hh->data;
     int rc = -1;
     if (!gtm || !ctm || !dgt || !dgb || !dh || !dcs || !hp || !zero)
         goto out;
+    if (hook) {
+        qwh = alloc_floats(ctx, site, G * H);
+        qdg = qwh ? alloc_floats(ctx, site, B * G) : NULL;
+        qwi = qdg ? alloc_floats(ctx, site, G * I) : NULL;
+        qd = qwi ? alloc_floats(ctx, site, B * T * G) : NULL;
+        qx = qd ? alloc_floats(ctx, site, B * T * (I > H ? I : H)) : NULL;
+        if (!qx)
+            goto out;
+        if (T > 1 && operand(ctx, o, EMU_LSTM_W_HH_DH, w->w_hh, 0, qwh, &whd))
+            goto out;
+    }
+    const emu_tensor Whh = view2(w->w_hh, NULL, whd, G, H);
     permute(gtm, gates->data, B, T, G, true);
     permute(ctm, c->data, B, T, H, true);
 
@@ -720,7 +789,14 @@ int emu_t_lstm_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
             memcpy(dh + b * H, row_bt(dy->data, b, tt, T, H), H * sizeof *dh);
         if (tt + 1 < T) {
             DGn.data = dgt + (tt + 1) * B * G;
-            if (emu_t_matmul(ctx, s1, &DH, &DGn, w->w_hh, &mh, rnd))
+            const float *dg = DGn.data;
+            if (hook) {
+                if (operand(ctx, o, EMU_LSTM_DG_DH, &DGn, 1, qdg, &dg))
+                    goto out;
+                DGn.data = (float *)dg;
+            }
+            if (emu_t_matmul(ctx, s1, &DH, &DGn, hook ? &Whh : w->w_hh, &mh,
+                             rnd))
                 goto out;
         }
         float *dc = dcs + (tt & 1) * B * H, *dcn = dcs + ((tt + 1) & 1) * B * H;
@@ -743,18 +819,43 @@ int emu_t_lstm_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
     /* The window's GEMMs over (b, t) rows. */
     permute(dgb, dgt, B, T, G, false);
     emu_tensor D = view2(dy, s3, dgb, B * T, G);
+    /* Dq: D as the weight gradients read it (the hook's, once for both). */
+    emu_tensor Dq = D;
     if (dx) {
         emu_tensor DX = view2(dx, NULL, dx->data, B * T, I);
         const emu_matmul_opts m = { .accum = o->accum };
+        emu_tensor Da = D, Wi = *w->w_ih;
+        if (hook) {
+            const float *v;
+            if (operand(ctx, o, EMU_LSTM_D_DX, &D, 1, qd, &v))
+                goto out;
+            Da.data = (float *)v;
+            if (operand(ctx, o, EMU_LSTM_W_IH_DX, w->w_ih, 0, qwi, &v))
+                goto out;
+            Wi.data = (float *)v;
+            Wi.owns_data = false;
+        }
         snprintf(s1, sizeof s1, "%s.dinput", site);
-        if (emu_t_matmul(ctx, s1, &DX, &D, w->w_ih, &m, rnd))
+        if (emu_t_matmul(ctx, s1, &DX, &Da, hook ? &Wi : w->w_ih, &m, rnd))
             goto out;
+    }
+    if (hook && (g->dw_ih || g->dw_hh)) {
+        const float *v;
+        if (operand(ctx, o, EMU_LSTM_D_DW, &D, 0, qd, &v))
+            goto out;
+        Dq.data = (float *)v;
     }
     const emu_matmul_opts mw = { .accum = o->accum, .trans_a = true };
     if (g->dw_ih) {
         emu_tensor X = view2(x, NULL, x->data, B * T, I);
+        if (hook) {
+            const float *v;
+            if (operand(ctx, o, EMU_LSTM_X_DW, &X, 0, qx, &v))
+                goto out;
+            X.data = (float *)v;
+        }
         snprintf(s1, sizeof s1, "%s.dweight_ih", site);
-        if (emu_t_matmul(ctx, s1, g->dw_ih, &D, &X, &mw, prnd))
+        if (emu_t_matmul(ctx, s1, g->dw_ih, &Dq, &X, &mw, prnd))
             goto out;
     }
     if (g->dw_hh) {
@@ -764,8 +865,14 @@ int emu_t_lstm_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
                    (T - 1) * H * sizeof *hp);
         }
         emu_tensor HP = view2(y, NULL, hp, B * T, H);
+        if (hook) {
+            const float *v;
+            if (operand(ctx, o, EMU_LSTM_H_DW, &HP, 0, qx, &v))
+                goto out;
+            HP.data = (float *)v;
+        }
         snprintf(s1, sizeof s1, "%s.dweight_hh", site);
-        if (emu_t_matmul(ctx, s1, g->dw_hh, &D, &HP, &mw, prnd))
+        if (emu_t_matmul(ctx, s1, g->dw_hh, &Dq, &HP, &mw, prnd))
             goto out;
     }
     /* The bias gradients as products (1, B T) x D: dot products of ones
@@ -794,5 +901,10 @@ out:
     free(dcs);
     free(hp);
     free(zero);
+    free(qwh);
+    free(qdg);
+    free(qwi);
+    free(qd);
+    free(qx);
     return rc;
 }

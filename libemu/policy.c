@@ -259,6 +259,9 @@ int emu_policy_preset(emu_policy *p, const char *name, emu_error *err)
                   fp4 ? EMU_RS : EMU_RNE, err))
             return -1;
         p->tscale.kind = EMU_TSCALE_CURRENT;
+        /* The MX paper quantizes attention's products too; the FP4 recipes
+         * quantize the linear layers only (emu/nn.h). */
+        p->attn_quant = !fp4;
     } else {
         char list[256] = "";
         for (int i = 0; preset_names[i]; i++) {
@@ -440,6 +443,13 @@ int emu_policy_set(emu_policy *p, const char *assignment, emu_error *err)
                 all[i]->on = true;
             }
         }
+        return 0;
+    }
+    if (!strcmp(key, "attn_quant")) {
+        if (strcmp(val, "yes") && strcmp(val, "no"))
+            return emu_fail(err, EMU_ESPEC, "policy", key, "'%s': expected yes or "
+                            "no", val);
+        p->attn_quant = !strcmp(val, "yes");
         return 0;
     }
     if (!strcmp(key, "tensor_scaling")) {
@@ -716,7 +726,8 @@ void emu_policy_write_json(const emu_policy *p, FILE *fp, int indent)
         fprintf(fp, "%s\"%s\": {\"format\": \"%s\", \"mode\": \"%s\"}",
                 i ? ", " : "", qnames[i], spec, mode);
     }
-    fprintf(fp, ", \"tensor_scaling\": \"%s\"}", ts);
+    fprintf(fp, ", \"tensor_scaling\": \"%s\"%s}", ts,
+            p->attn_quant ? ", \"attention\": \"yes\"" : "");
     /* The op classes, all three when one differs from what a record
      * without them meant (emu/nn.h), so that an older run's record stays
      * byte for byte; the softmax as "activation" when it has no format. */

@@ -295,6 +295,47 @@ START_TEST(folder_errors)
 }
 END_TEST
 
+/* The size limit: the folder's files' sizes against it before anything
+ * is read (naming the folder), a file's bytes while it is read (naming
+ * the file); exactly the limit is accepted, 0 is the default. */
+START_TEST(size_limit)
+{
+    char text[512];
+    size_t n = 0;
+    for (int i = 0; i < 12; i++)
+        n += (size_t)snprintf(text + n, sizeof text - n, "rec %02d\n%%\n", i);
+    char a[256];
+    snprintf(a, sizeof a, "%s", put_file("a", text, n));
+    put_file("b", text, n);
+    emu_textset t, v;
+    emu_error err;
+    ck_assert_int_eq(emu_text_fortunes_max(&t, &v, tmpdir, 2 * n, &err), 0);
+    emu_textset_free(&t);
+    emu_textset_free(&v);
+    ck_assert_int_eq(emu_text_fortunes_max(&t, &v, tmpdir, 0, &err), 0);
+    emu_textset_free(&t);
+    emu_textset_free(&v);
+    ck_assert_int_eq(emu_text_fortunes_max(&t, &v, tmpdir, 2 * n - 1, &err), -1);
+    ck_assert_int_eq(err.code, EMU_EDATA);
+    ck_assert_str_eq(err.where, tmpdir);
+    char want[160];
+    snprintf(want, sizeof want, "the folder's text files hold %zu bytes of text, "
+             "more than the limit of %zu bytes", 2 * n, 2 * n - 1);
+    ck_assert_msg(strstr(err.message, want), "%s", err.message);
+    ck_assert_ptr_null(t.tokens);
+    ck_assert_ptr_null(v.tokens);
+    ck_assert_int_eq(emu_text_fortunes_max(&t, &v, a, n, &err), 0);
+    emu_textset_free(&t);
+    emu_textset_free(&v);
+    ck_assert_int_eq(emu_text_fortunes_max(&t, &v, a, n - 1, &err), -1);
+    ck_assert_str_eq(err.where, a);
+    snprintf(want, sizeof want, "the file holds more text than the limit of %zu "
+             "bytes", n - 1);
+    ck_assert_msg(strstr(err.message, want), "%s", err.message);
+    ck_assert_ptr_null(t.tokens);
+}
+END_TEST
+
 /* The default set, when Debian's package is installed. */
 START_TEST(fortunes_default)
 {
@@ -445,6 +486,7 @@ static Suite *suite(void)
     tcase_add_test(tf, fortunes_split);
     tcase_add_test(tf, fortunes_errors);
     tcase_add_test(tf, folder_errors);
+    tcase_add_test(tf, size_limit);
     suite_add_tcase(s, tf);
     return s;
 }

@@ -6,8 +6,10 @@
 # stopped and resumed ends with exactly the files of an uninterrupted one;
 # and bad input is refused with a clear message: text data with an image
 # model and images with a language model, a window of 0, longer than the
-# gpt's context or than the data, and text files that are missing, empty
-# or hold a byte outside the vocabulary (named by offset and value).
+# gpt's context or than the data, and text files that are missing, empty,
+# hold a byte outside the vocabulary (named by offset and value) or more
+# text than --data-max-bytes (naming the folder and the limit); a folder
+# run stopped and resumed keeps its limit.
 # Usage: sh train_lm.sh /path/to/emu
 set -u
 EMU=${1:?usage: train_lm.sh /path/to/emu}
@@ -107,6 +109,25 @@ else
     echo "fortunes: /usr/share/games/fortunes/cookie missing (package fortunes); that case skipped"
 fi
 
+# ---- a folder of text files, its size limit ------------------------------------
+
+# 12 records in three files; a run under a raised limit stopped after 1 of
+# 3 steps and resumed ends as the uninterrupted one (the checkpoint keeps
+# the limit: the resume reads the folder again under it).
+mkdir -p "$tmp/texts"
+for f in a b c; do
+    for k in 1 2 3 4; do printf 'record %s%s, some words\n%%\n' $f $k; done > "$tmp/texts/$f"
+done
+FT="--model gpt:1-16-2-8 --data fortunes --data-dir $tmp/texts --batch 2
+    --steps 3 --checkpoint-every 1 --eval-windows 2 --data-max-bytes 4000 --quiet"
+# shellcheck disable=SC2086
+"$EMU" train $FT --out "$tmp/tf" > "$tmp/log" 2>&1 || fail "folder run: $(cat "$tmp/log")"
+# shellcheck disable=SC2086
+EMU_TRAIN_STOP_AFTER=1 "$EMU" train $FT --out "$tmp/tfcut" > "$tmp/log" 2>&1
+[ $? = 143 ] || fail "the stopped folder run: $(cat "$tmp/log")"
+"$EMU" train --resume "$tmp/tfcut" > "$tmp/log" 2>&1 || fail "folder resume: $(cat "$tmp/log")"
+same_run "$tmp/tf" "$tmp/tfcut"
+
 # ---- refusals -----------------------------------------------------------------
 
 o=$tmp/never
@@ -142,6 +163,15 @@ expect_error "a byte outside the vocabulary" "bad.txt.*byte 13 is 0xc3, outside 
 expect_error "an empty file" "empty.txt.*empty" $T --data fortunes --data-dir "$tmp/empty.txt"
 expect_error "a missing file" "nothing-here.*cannot open" $T --data fortunes \
     --data-dir "$tmp/nothing-here"
+size=$(cat "$tmp/texts/a" "$tmp/texts/b" "$tmp/texts/c" | wc -c)
+expect_error "a folder over the size limit" \
+    "texts: the folder's text files hold $size bytes of text, more than the limit of 100 bytes.*--data-max-bytes" \
+    $T --data fortunes --data-dir "$tmp/texts" --data-max-bytes 100
+expect_error "a file over the size limit" \
+    "texts/a: the file holds more text than the limit of 20 bytes" \
+    $T --data fortunes --data-dir "$tmp/texts/a" --data-max-bytes 20
+expect_error "a size limit without files" "data_max_bytes.*--data fortunes only" \
+    $T --data text --data-max-bytes 100
 expect_error "an unknown data set" "'words' is not synthetic, fashion-mnist, text or fortunes" \
     $T --data words
 

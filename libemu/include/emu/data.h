@@ -118,6 +118,19 @@ int emu_text_embedded(emu_textset *train, emu_textset *val, uint64_t seed,
 int emu_text_fortunes(emu_textset *train, emu_textset *val, const char *path,
                       emu_error *err);
 
+/* The most text emu_text_fortunes reads, all files together: 256 MiB
+ * (its tokens and the two splits' copies take about three times that
+ * in memory while it reads). */
+#define EMU_TEXT_MAX_BYTES ((size_t)1 << 28)
+
+/* emu_text_fortunes with another limit on the bytes read (0: the default
+ * EMU_TEXT_MAX_BYTES).  A folder whose text files hold more (by their
+ * sizes, before anything is read) or a file or folder that turns out to
+ * hold more while it is read is refused: EMU_EDATA, naming the folder (or
+ * the file) and the limit. */
+int emu_text_fortunes_max(emu_textset *train, emu_textset *val,
+                          const char *path, size_t max_bytes, emu_error *err);
+
 void emu_textset_free(emu_textset *t);
 
 /* The id of a byte (-1 outside the vocabulary), and the byte of an id

@@ -128,6 +128,15 @@ typedef struct emu_policy {
      * above layer_max (16), and the loss scale times the factors a
      * gradient carries never above total_max (1024).  Powers of two. */
     double layer_max, total_max;
+    /* Whether the scaled GEMM operands (q_*) include attention's batched
+     * products (Q K^T, att V and their backward products) as well as the
+     * linear layers' (appended; absent from a record: no).  The presets
+     * follow their recipes: mxfp8 yes (Rouhani et al. quantize every
+     * matmul, attention's included), fp8-delayed, fp8-current no
+     * (Transformer Engine keeps attention in higher precision unless its
+     * FP8 attention is enabled), mxfp4 and nvfp4 no (their recipes
+     * quantize the linear layers only). */
+    bool attn_quant;
 } emu_policy;
 
 /* The presets, by name: fp32, fp16-mpt, fp16-no-master, fp16-no-scaling,
@@ -151,7 +160,8 @@ const char *const *emu_policy_preset_names(void);
  * and layer norm's mean, var, rstd), softmax=FMT|activation (attention's
  * scores, probabilities and their gradients; activation: the activation
  * format under the roles' roundings), loss=FMT (the loss value), each
- * with <class>.mode=MODE.  Preset defaults: norm_stats and loss binary32
+ * with <class>.mode=MODE, and attn_quant=yes|no (emu_policy.attn_quant).
+ * Preset defaults: norm_stats and loss binary32
  * RNE everywhere; softmax binary16 RNE in the fp16 presets (Micikevicius
  * et al. store the softmax's output in FP16, computing it in FP32),
  * binary32 RNE in all others (production BF16 and FP8 recipes).
@@ -483,6 +493,10 @@ typedef struct emu_train_config {
      * validation text (emu_text_eval_batch). */
     int seq_len;
     size_t eval_windows;
+    /* --data fortunes: the most bytes of text read, all files together
+     * (0: EMU_TEXT_MAX_BYTES, 256 MiB; emu_text_fortunes_max).  It
+     * changes no number, only what is refused. */
+    size_t data_max_bytes;
 } emu_train_config;
 
 void emu_train_config_default(emu_train_config *c);

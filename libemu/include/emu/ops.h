@@ -413,11 +413,55 @@ int emu_t_layernorm_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
                              const emu_tensor *gamma,
                              const emu_layernorm_opts *o, const emu_rounding *rnd);
 
+/* ---- operand hooks ------------------------------------------------------ */
+/* How a composite op (attention, LSTM) lets its caller replace the
+ * operands of its products, e.g. by their scaled-format quantization
+ * (the nn layers' scaled presets): right before a product reads operand
+ * `which` (the op's numbering: emu_attn_operand, emu_lstm_operand), the op
+ * calls fn with that operand as a tensor view t (its format and role;
+ * shape as listed with the numbering) and `axis`, the axis of t along
+ * which the product reduces; fn writes the t->n binary32 values the
+ * product is to read instead into out (which does not overlap t) and
+ * returns 0, or -1 with ctx's error set (the op then fails).  The product
+ * then reads out exactly as it would have read t: same terms, order and
+ * rounding; operands that are not products' (the biases, the softmax's
+ * and the gates' elementwise parts) are never replaced.  The MPFR
+ * references see the replaced values (the replacement's own error is the
+ * hook's to measure).  A NULL hook (or fn) leaves every operand as it is. */
+typedef struct emu_operand_hook {
+    int (*fn)(void *user, emu_ctx *ctx, int which, const emu_tensor *t,
+              int axis, float *out);
+    void *user;
+} emu_operand_hook;
+
+/* Attention's operands, each a view of (hs = C / H):
+ *   Q, K of the scores: qkv's q or k part as (B T H, hs), along hs (axis 1);
+ *   ATT, V of out = att v: att (B, H, T, T) along t2 (axis 3); v as
+ *     (B, T, C) along T (axis 1);
+ * backward:
+ *   ATT_DV, DOUT_DV of dv = att^T dout: att along t (axis 2), dout (B, T, C)
+ *     along T (axis 1);
+ *   DOUT_DATT, V_DATT of G = dout v^T: dout as (B T H, hs), v as
+ *     (B T H, hs), along hs (axis 1);
+ *   DS_DQ, K_DQ of dq = dS k: dS (B, H, T, T) along t2 (axis 3), k as
+ *     (B, T, C) along T (axis 1);
+ *   DS_DK, Q_DK of dk = dS^T q: dS along t (axis 2), q as (B, T, C) along T
+ *     (axis 1).
+ * Entries above the diagonal of att and dS are +0 in the views. */
+typedef enum emu_attn_operand {
+    EMU_ATTN_Q, EMU_ATTN_K, EMU_ATTN_ATT, EMU_ATTN_V,
+    EMU_ATTN_ATT_DV, EMU_ATTN_DOUT_DV, EMU_ATTN_DOUT_DATT, EMU_ATTN_V_DATT,
+    EMU_ATTN_DS_DQ, EMU_ATTN_K_DQ, EMU_ATTN_DS_DK, EMU_ATTN_Q_DK,
+    EMU_ATTN_OPERAND_COUNT
+} emu_attn_operand;
+
 typedef struct emu_attention_opts {
     const emu_accum *accum;        /* the two products' dot products, the
                                       softmax's row sums (required)        */
     int heads;                     /* H, dividing C                          */
     const emu_rounding *stat_rnd;  /* scores and probabilities (NULL: rnd)   */
+    const emu_operand_hook *operands; /* the products' operands (NULL: as
+                                      they are; emu_attn_operand)          */
 } emu_attention_opts;
 /* Causal multi-head self-attention, GPT-2's layout: qkv (B, T, 3C) is the
  * packed output of the c_attn linear, [q | k | v], head h owning columns
@@ -461,6 +505,28 @@ int emu_t_attention_backward(emu_ctx *ctx, const char *site, emu_tensor *dqkv,
  *             rnd: site "<site>.h".
  * Each site aggregates its T steps.  h0 = c0 = 0 when NULL (each window
  * starts from zero state: truncated BPTT over the window). */
+/* The LSTM's GEMM operands (emu_operand_hook), G = 4H:
+ *   X, W_IH: x as (B T, I) and w_ih (G, I), along I (axis 1): read by
+ *     every step's gates (the window's x once);
+ *   W_HH: w_hh (G, H) along H (axis 1);
+ *   H: h_{t-1} (B, H) along H (axis 1), at each step t >= 1 (h_{-1} = h0
+ *     at t = 0 when given; zero state is not passed);
+ * backward (D = dgates as (B T, G), rows (b, t)):
+ *   DG_DH, W_HH_DH of dh_t += dgates_{t+1} w_hh: dgates_{t+1} (B, G) at
+ *     each step, along G (axis 1); w_hh along G (axis 0);
+ *   D_DX, W_IH_DX of dx = D w_ih: D along G (axis 1), w_ih along G (axis 0);
+ *   D_DW of dw_ih = D^T x and dw_hh = D^T Hp: D along B T (axis 0), one
+ *     replacement for both;
+ *   X_DW: x as (B T, I) along B T (axis 0);  H_DW: Hp (B T, H), the rows
+ *     h_{t-1}, along B T (axis 0).
+ * The bias terms (times 1) and the bias gradients' sums read the values
+ * as they are. */
+typedef enum emu_lstm_operand {
+    EMU_LSTM_X, EMU_LSTM_W_IH, EMU_LSTM_W_HH, EMU_LSTM_H,
+    EMU_LSTM_DG_DH, EMU_LSTM_W_HH_DH, EMU_LSTM_D_DX, EMU_LSTM_W_IH_DX,
+    EMU_LSTM_D_DW, EMU_LSTM_X_DW, EMU_LSTM_H_DW, EMU_LSTM_OPERAND_COUNT
+} emu_lstm_operand;
+
 typedef struct emu_lstm_weights {
     const emu_tensor *w_ih;   /* (4H, I), rows i | f | g | o (required)    */
     const emu_tensor *w_hh;   /* (4H, H) (required)                        */
@@ -480,6 +546,8 @@ typedef struct emu_lstm_opts {
                                            c_n (NULL: rnd)                   */
     const emu_rounding *param_grad_rnd; /* dw_ih, dw_hh, db_ih, db_hh
                                            (NULL: rnd)                       */
+    const emu_operand_hook *operands;   /* the GEMM operands (NULL: as they
+                                           are; emu_lstm_operand)            */
 } emu_lstm_opts;
 
 /* Forward.  Saved for the backward pass: gates (B, T, 4H), the ACTIVATED
