@@ -406,7 +406,6 @@ START_TEST(checkpoint_round_trip)
                p2.total_max == 0x1p20 && p2.scaling.target == 0.01,
            "the policy comes back as %d, %g, %g, %g", (int)p2.scaling.kind,
            p2.layer_max, p2.total_max, p2.scaling.target);
-    /* Cut inside the caps: refused. */
     free(img);
     snprintf(path, sizeof path, "%s/meta.json", c.out_dir);
     char *meta = slurp(path, &n);
