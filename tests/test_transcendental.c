@@ -357,6 +357,23 @@ static void refs_free(mpfr_t *refs, size_t n)
     free(refs);
 }
 
+/* Checks fn on binary32 arguments x (their bit patterns in bits, their
+ * exact values in refs) into binary32, binary16 and bfloat16 under every
+ * deterministic mode; returns how many checks failed (each is listed). */
+static unsigned long long check_binary32_outputs(int fn, const emu_tensor *x,
+                                                 const uint64_t *bits,
+                                                 mpfr_t *refs)
+{
+    static const char *const outs[] = { "binary32", "binary16", "bfloat16" };
+    unsigned long long before = n_failed;
+    for (int o = 0; o < 3; o++) {
+        unsigned long long per_mode[TEST_DET_MODES] = { 0 };
+        check_all_modes(fn, test_format("binary32"), test_format(outs[o]), x,
+                        bits, refs, per_mode);
+    }
+    return n_failed - before;
+}
+
 /* ---- the exhaustive proofs --------------------------------------------- */
 
 static const char *const wide_inputs[] = { "binary16", "bfloat16" };
@@ -451,18 +468,11 @@ START_TEST(test_random_binary32)
         bits[i] = u;
     }
     mpfr_t *refs = refs_for(fn, &x);
-    const char *outs[] = { "binary32", "binary16", "bfloat16" };
-    unsigned long long before = n_failed;
-    for (int o = 0; o < 3; o++) {
-        unsigned long long per_mode[TEST_DET_MODES] = { 0 };
-        check_all_modes(fn, b32, test_format(outs[o]), &x, bits, refs,
-                        per_mode);
-    }
+    unsigned long long failed = check_binary32_outputs(fn, &x, bits, refs);
     refs_free(refs, n);
     free(bits);
     emu_tensor_free(&x);
-    ck_assert_msg(n_failed == before, "%llu failures (listed above)",
-                  n_failed - before);
+    ck_assert_msg(failed == 0, "%llu failures (listed above)", failed);
 }
 END_TEST
 
@@ -511,18 +521,11 @@ START_TEST(test_fast_ranges)
         bits[i] = u;
     }
     mpfr_t *refs = refs_for(fn, &x);
-    const char *outs[] = { "binary32", "binary16", "bfloat16" };
-    unsigned long long before = n_failed;
-    for (int o = 0; o < 3; o++) {
-        unsigned long long per_mode[TEST_DET_MODES] = { 0 };
-        check_all_modes(fn, b32, test_format(outs[o]), &x, bits, refs,
-                        per_mode);
-    }
+    unsigned long long failed = check_binary32_outputs(fn, &x, bits, refs);
     refs_free(refs, n);
     free(bits);
     emu_tensor_free(&x);
-    ck_assert_msg(n_failed == before, "%llu failures (listed above)",
-                  n_failed - before);
+    ck_assert_msg(failed == 0, "%llu failures (listed above)", failed);
 }
 END_TEST
 
@@ -573,17 +576,10 @@ START_TEST(test_hard_cases)
         ck_assert_msg(dist < 0x1p-19, "%s(%a) is not a hard case (%g)",
                       emu_unary_name(unary_of[fn]), (double)x.data[i], dist);
     }
-    unsigned long long before = n_failed;
-    const char *outs[] = { "binary32", "binary16", "bfloat16" };
-    for (int o = 0; o < 3; o++) {
-        unsigned long long per_mode[TEST_DET_MODES] = { 0 };
-        check_all_modes(fn, b32, test_format(outs[o]), &x, bits, refs,
-                        per_mode);
-    }
+    unsigned long long failed = check_binary32_outputs(fn, &x, bits, refs);
     refs_free(refs, n);
     emu_tensor_free(&x);
-    ck_assert_msg(n_failed == before, "%llu failures (listed above)",
-                  n_failed - before);
+    ck_assert_msg(failed == 0, "%llu failures (listed above)", failed);
 }
 END_TEST
 
