@@ -59,9 +59,7 @@ import json
 import os
 import weakref
 
-import numpy as np
 import torch
-import torch.nn.functional as F
 from torch.nn.modules import module as _nnmod
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
