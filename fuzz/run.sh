@@ -6,6 +6,7 @@
 #   fuzz/run.sh [SECONDS]
 #   EMU_FUZZ_BUILD=dir  build directory (default build-fuzz in the repo)
 #   CC=clang-15         another clang
+#   JOBS=n              harnesses run at a time (default 2)
 #
 # The growing corpora live in $EMU_FUZZ_BUILD/corpus/<harness>, so a second
 # run resumes where the first stopped; crash inputs go to
@@ -136,19 +137,40 @@ for k in 1 2 3 4 5 6 7 8 9 10 11 12; do recs="$recs$(printf 'rec %s\tx\n%%' $k)
   printf '%s' "$recs" | tail -c +61; } > "$seeds/fuzz_text/folder"
 { printf '\003\010'; printf '%s' "$recs"; } > "$seeds/fuzz_text/limit"
 
-status=0
 harnesses="fuzz_format_spec fuzz_vectors fuzz_scaled fuzz_vec_header fuzz_dot_header fuzz_checkpoint fuzz_tensorfile fuzz_text"
-for h in $harnesses; do
-    echo "== $h: $secs s"
-    if ! "$build/fuzz/$h" -max_total_time="$secs" -print_final_stats=1 \
-            -artifact_prefix="$build/artifacts/$h-" \
-            "$build/corpus/$h" "$seeds/$h" > "$build/$h.log" 2>&1; then
-        echo "$h: FAILED (see $build/$h.log and $build/artifacts/)"
-        grep -E 'ERROR|SUMMARY|fuzz_|abort' "$build/$h.log" | head -n 20
-        status=1
-    fi
-    grep -E '^stat::(number_of_executed_units|average_exec_per_sec|peak_rss_mb)|^#[0-9]+.*DONE' \
-        "$build/$h.log" || true
-    echo "corpus: $(ls "$build/corpus/$h" | wc -l) inputs"
+
+# One harness: run it, then report on it.  Each harness has its own
+# corpus, log and artifact prefix, so JOBS of them run side by side.
+fuzz_one() { # HARNESS -> exit status 0 or 1, report in $build/$1.report
+    h=$1 rc=0
+    {
+        echo "== $h: $secs s"
+        if ! "$build/fuzz/$h" -max_total_time="$secs" -print_final_stats=1 \
+                -artifact_prefix="$build/artifacts/$h-" \
+                "$build/corpus/$h" "$seeds/$h" > "$build/$h.log" 2>&1; then
+            echo "$h: FAILED (see $build/$h.log and $build/artifacts/)"
+            grep -E 'ERROR|SUMMARY|fuzz_|abort' "$build/$h.log" | head -n 20
+            rc=1
+        fi
+        grep -E '^stat::(number_of_executed_units|average_exec_per_sec|peak_rss_mb)|^#[0-9]+.*DONE' \
+            "$build/$h.log" || true
+        echo "corpus: $(ls "$build/corpus/$h" | wc -l) inputs"
+    } > "$build/$h.report"
+    return $rc
+}
+
+# JOBS harnesses at a time (default 2, the CI machine's cores), each for
+# the full SECONDS; the reports are printed in the list's order.
+jobs=${JOBS:-2}
+status=0
+set -- $harnesses
+while [ $# -gt 0 ]; do
+    batch='' pids=''
+    while [ $# -gt 0 ] && [ "$(echo $batch | wc -w)" -lt "$jobs" ]; do
+        fuzz_one "$1" & pids="$pids $!" batch="$batch $1"
+        shift
+    done
+    for p in $pids; do wait "$p" || status=1; done
+    for h in $batch; do cat "$build/$h.report"; done
 done
 exit $status
