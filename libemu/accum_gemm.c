@@ -256,6 +256,20 @@ static void flush_hist(uint32_t (*hist)[EMU_LOST_BINS], emu_accum_counts *cnt)
         }
 }
 
+/* What lanes_step needs to bin the steps it makes (NULL: no counts).  A
+ * lane that is not redone has a normal s_new (or a zero one, u == 0) and a
+ * finite t, so its bin is lanes_bins' without the range checks: 65 if
+ * absorbed, else the bits of t from its lowest set bit (the tables' la +
+ * lb) up to the lower of its leading bit and 2^(E_new - p); -1 for an
+ * exact zero sum, which the caller counts by the definition with the
+ * redone lanes. */
+typedef struct lane_count {
+    int64_t p, la;              /* acc's precision; lsb(a_k) (tables)       */
+    const int64_t *lb;          /* lsb(b_kj) + 1022, per lane (tables)      */
+    int64_t *bins;              /* out: each lane's bin, or -1             */
+    uint64_t *zany;             /* out: some lane's exact sum is zero      */
+} lane_count;
+
 /* One step of the JB lanes: ns[j] = round(sv[j] + ak b[j]) where the fast
  * path holds; returns non-zero if some lane needs redoing exactly.
  *
@@ -281,10 +295,11 @@ static EMU_ALWAYS_INLINE uint64_t lanes_step(emu_rnd mode, bool pairs,
                                              uint64_t *restrict bad, int d,
                                              uint64_t mask, uint64_t half,
                                              uint64_t mn, uint64_t mx,
-                                             uint64_t zs)
+                                             uint64_t zs,
+                                             const lane_count *cn)
 {
     const bool nearest = (mode == EMU_RNE || mode == EMU_RNA) && !pairs;
-    uint64_t any = 0;
+    uint64_t any = 0, zany = 0;
     for (size_t j = 0; j < JB; j++) {
         double sj = sv[j];
         double tj = ak * b[j];
@@ -338,7 +353,23 @@ static EMU_ALWAYS_INLINE uint64_t lanes_step(emu_rnd mode, bool pairs,
         bad[j] = out;
         any |= out;
         ns[j] = u2d(r | sg);
+        if (cn) {
+            /* lane_count's bins, from the step's own values: r is
+             * |s_new|'s pattern wherever the lane is not redone */
+            uint64_t tb = d2u(tj) << 1;
+            int64_t et = (int64_t)(tb >> 53);
+            int64_t top = (int64_t)(r >> 52) - cn->p;
+            int64_t m = et < top ? et : top;
+            int64_t n = m - (cn->la + cn->lb[j]);
+            n = n < 0 ? 0 : n;
+            n = (d2u(sj) == (r | sg)) & (tb != 0) ? EMU_LOST_BINS - 1 : n;
+            uint64_t z = (uint64_t)(u == 0);
+            cn->bins[j] = z ? -1 : n;
+            zany |= z;
+        }
     }
+    if (cn)
+        *cn->zany = zany;
     return any;
 }
 
@@ -372,7 +403,8 @@ static EMU_ALWAYS_INLINE void lanes_add(const seq_ctx *c, emu_rnd mode,
     const uint64_t zs = c->pl.zero_slow || mode == EMU_RD;
     uint64_t bad[JB];
     if (lanes_step(mode, true, exact, x, y, 1.0, out, bad, c->pl.d, c->pl.mask,
-                   c->pl.half, d2u(c->pl.min_normal), d2u(c->pl.max), zs))
+                   c->pl.half, d2u(c->pl.min_normal), d2u(c->pl.max), zs,
+                   NULL))
         redo_lanes(c, x, y, 1.0, out, bad, jn);
 }
 
@@ -400,13 +432,37 @@ static EMU_ALWAYS_INLINE size_t seq_steps(const seq_ctx *c, emu_rnd mode,
         const double ak = arow[k];
         const double *b = bp + k * JB;
         uint64_t bad[JB];
-        uint64_t any = lanes_step(mode, pairs, false, cur, b, ak, nxt, bad, d, mask,
-                                  half, mn, mx, zs);
-        redone += any != 0;
-        if (any)
-            redo_lanes(c, cur, b, ak, nxt, bad, jn);
-        if (cnt)
-            count_step(c, cur, nxt, ak, b, la[k], lb + k * JB, jn, hist, cnt);
+        if (!cnt) {
+            uint64_t any = lanes_step(mode, pairs, false, cur, b, ak, nxt, bad,
+                                      d, mask, half, mn, mx, zs, NULL);
+            redone += any != 0;
+            if (any)
+                redo_lanes(c, cur, b, ak, nxt, bad, jn);
+        } else {
+            int64_t bins[JB];
+            uint64_t zany;
+            const lane_count cn = { c->p, la[k], lb + k * JB, bins, &zany };
+            uint64_t any = lanes_step(mode, pairs, false, cur, b, ak, nxt, bad,
+                                      d, mask, half, mn, mx, zs, &cn);
+            redone += any != 0;
+            if (any)
+                redo_lanes(c, cur, b, ak, nxt, bad, jn);
+            if (!any && !zany && jn == JB) {
+                for (size_t j = 0; j < JB; j++)
+                    hist[j][bins[j]]++;
+            } else {
+                for (size_t j = 0; j < jn; j++) {
+                    if (!bad[j] && bins[j] >= 0) {
+                        hist[j][bins[j]]++;
+                    } else {
+                        /* counted in full; the adds below cover all lanes */
+                        accum_count_add(cnt, &c->g->model->acc, cur[j],
+                                        ak * b[j], nxt[j]);
+                        cnt->adds--;
+                    }
+                }
+            }
+        }
         double *tmp = cur;
         cur = nxt;
         nxt = tmp;
