@@ -28,6 +28,9 @@
 #ifdef EMU_HAVE_CBLAS
 #include <cblas.h>
 #endif
+#if EMU_HAVE_ISA_CLONES
+#include <immintrin.h>
+#endif
 
 /* ---- the GEMM engine ---------------------------------------------------- */
 
@@ -101,6 +104,7 @@ typedef struct seq_ctx {
     emu_accum_kind kind;
     size_t npanels;
     bool tables;                /* counting with lowest-bit tables            */
+    bool v8;                    /* seq_steps_avx512 (isa.c's level)           */
     const double *bp;           /* the worker's current panel, [k][j]         */
     const int64_t *lbp;         /* lsb(b) + 1022, same layout (tables)        */
     int p;                      /* acc's precision (counting)                 */
@@ -473,6 +477,242 @@ static EMU_ALWAYS_INLINE size_t seq_steps(const seq_ctx *c, emu_rnd mode,
     return redone;
 }
 
+/* ---- seq_steps in AVX-512 intrinsics ---------------------------------------
+ * The same map as lanes_step and its counts, for the AVX-512 level (isa.c
+ * picks it; EMU_ISA=avx2 or baseline runs the C above, which the tests
+ * compare): the JB lanes as two vectors of 8 that stay in registers from
+ * step to step (the C kernel's compiled loop stores and reloads them and
+ * rebuilds its constants every step), the range, midpoint and absorption
+ * tests as compares into mask registers, and the swamping bins turned
+ * into offsets of the lanes' histograms, whose 16 increments are written
+ * out.  Every lane's operations are lanes_step's, in binary64 and on the
+ * same patterns, so every value, redo and bin is the same. */
+#if EMU_HAVE_ISA_CLONES
+EMU_ISA_TARGET_AVX512
+static EMU_ALWAYS_INLINE __m512d v8_step(emu_rnd mode, bool nearest,
+                                         __m512d s, __m512d t, int d,
+                                         __m512i vmask, __m512i vnmask,
+                                         __m512i vhalf, __m512i vhm1,
+                                         __m512i vmn, __m512i vmx, bool zs,
+                                         __m512i *ro, __m512i *uo,
+                                         __mmask8 *bad)
+{
+    const __m512i vabs = _mm512_set1_epi64(INT64_MAX);
+    const __m512i one = _mm512_set1_epi64(1);
+    __m512d h = _mm512_add_pd(s, t);
+    __m512i hb = _mm512_castpd_si512(h);
+    __m512i u = _mm512_and_si512(hb, vabs);
+    __m512i sg = _mm512_andnot_si512(vabs, hb);
+    if (!nearest) {
+        /* TwoSum, then u rounded to odd at 53 bits where l != 0 */
+        __m512d bv = _mm512_sub_pd(h, s);
+        __m512d av = _mm512_sub_pd(h, bv);
+        __m512d l = _mm512_add_pd(_mm512_sub_pd(s, av), _mm512_sub_pd(t, bv));
+        __m512i lb = _mm512_castpd_si512(l);
+        __mmask8 lnz = _mm512_test_epi64_mask(lb, vabs);
+        __m512i down = _mm512_srli_epi64(_mm512_xor_si512(hb, lb), 63);
+        __m512i odd = _mm512_or_si512(_mm512_sub_epi64(u, down), one);
+        u = _mm512_mask_mov_epi64(u, lnz, odd);
+    }
+    __m512i r;
+    switch (mode) {
+    case EMU_RNE: {
+        __m512i lsb = _mm512_and_si512(_mm512_srl_epi64(u, _mm_cvtsi32_si128(d)), one);
+        r = _mm512_and_si512(_mm512_add_epi64(_mm512_add_epi64(u, vhm1), lsb),
+                             vnmask);
+        break;
+    }
+    case EMU_RNA:
+        r = _mm512_and_si512(_mm512_add_epi64(u, vhalf), vnmask);
+        break;
+    case EMU_RU:
+    case EMU_RD: {
+        /* + mask on the positive lanes (RU) or the negative ones (RD) */
+        __mmask8 neg = _mm512_movepi64_mask(hb);
+        __mmask8 up = mode == EMU_RU ? (__mmask8)~neg : neg;
+        r = _mm512_and_si512(_mm512_mask_add_epi64(u, up, u, vmask), vnmask);
+        break;
+    }
+    case EMU_RO: {
+        __m512i f = _mm512_and_si512(u, vmask);
+        __m512i c = _mm512_sll_epi64(
+            _mm512_srl_epi64(_mm512_add_epi64(f, vmask), _mm_cvtsi32_si128(d)),
+            _mm_cvtsi32_si128(d));
+        r = _mm512_or_si512(_mm512_sub_epi64(u, f), c);
+        break;
+    }
+    default:
+        r = _mm512_and_si512(u, vnmask);
+        break;
+    }
+    __mmask8 out = _mm512_cmplt_epu64_mask(u, vmn);
+    if (!zs)
+        out &= _mm512_test_epi64_mask(u, u);
+    out |= _mm512_cmpgt_epu64_mask(r, vmx);
+    if (nearest)
+        out |= _mm512_cmpeq_epi64_mask(_mm512_and_si512(u, vmask), vhalf);
+    *bad = out;
+    *ro = r;
+    *uo = u;
+    return _mm512_castsi512_pd(_mm512_or_si512(r, sg));
+}
+
+/* lane_count's bins of one vector as offsets into the lanes' histograms
+ * (off: lane j's first bin); *odd gets the lanes whose exact sum is zero. */
+EMU_ISA_TARGET_AVX512
+static EMU_ALWAYS_INLINE __m256i v8_bins(__m512d s, __m512d ns, __m512d t,
+                                         __m512i r, __m512i u, __m512i L,
+                                         __m512i vp, __m512i off,
+                                         __mmask8 *zero)
+{
+    __m512i tb = _mm512_slli_epi64(_mm512_castpd_si512(t), 1);
+    __m512i et = _mm512_srli_epi64(tb, 53);
+    __m512i top = _mm512_sub_epi64(_mm512_srli_epi64(r, 52), vp);
+    __m512i n = _mm512_sub_epi64(_mm512_min_epi64(et, top), L);
+    n = _mm512_max_epi64(n, _mm512_setzero_si512());
+    __mmask8 ab = _mm512_cmpeq_epi64_mask(_mm512_castpd_si512(ns),
+                                          _mm512_castpd_si512(s)) &
+                  _mm512_test_epi64_mask(tb, tb);
+    n = _mm512_mask_mov_epi64(n, ab, _mm512_set1_epi64(EMU_LOST_BINS - 1));
+    *zero = _mm512_testn_epi64_mask(u, u);
+    return _mm512_cvtepi64_epi32(_mm512_add_epi64(n, off));
+}
+
+EMU_ISA_TARGET_AVX512
+static EMU_ALWAYS_INLINE size_t v8_steps(const seq_ctx *c, emu_rnd mode,
+                                         bool nearest, const double *arow,
+                                         const int *la, const double *bp,
+                                         const int64_t *lb, size_t k0,
+                                         size_t k1, size_t jn, double *s,
+                                         emu_accum_counts *cnt,
+                                         uint32_t (*hist)[EMU_LOST_BINS])
+{
+    const int d = c->pl.d;
+    const __m512i vmask = _mm512_set1_epi64((long long)c->pl.mask);
+    const __m512i vnmask = _mm512_set1_epi64((long long)~c->pl.mask);
+    const __m512i vhalf = _mm512_set1_epi64((long long)c->pl.half);
+    const __m512i vhm1 = _mm512_set1_epi64((long long)(c->pl.half - 1));
+    const __m512i vmn = _mm512_set1_epi64((long long)d2u(c->pl.min_normal));
+    const __m512i vmx = _mm512_set1_epi64((long long)d2u(c->pl.max));
+    const __m512i vp = _mm512_set1_epi64(c->p);
+    const __m512i off0 = _mm512_mullo_epi64(
+        _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0),
+        _mm512_set1_epi64(EMU_LOST_BINS));
+    const __m512i off1 = _mm512_add_epi64(
+        off0, _mm512_set1_epi64(8 * EMU_LOST_BINS));
+    const bool zs = c->pl.zero_slow || mode == EMU_RD;
+    uint32_t *hf = &hist[0][0];
+    size_t redone = 0;
+    __m512d s0 = _mm512_loadu_pd(s), s1 = _mm512_loadu_pd(s + 8);
+    for (size_t k = k0; k < k1; k++) {
+        const double ak = arow[k], *b = bp + k * JB;
+        const __m512d a = _mm512_set1_pd(ak);
+        __m512d t0 = _mm512_mul_pd(a, _mm512_loadu_pd(b));
+        __m512d t1 = _mm512_mul_pd(a, _mm512_loadu_pd(b + 8));
+        __m512i r0, r1, u0, u1;
+        __mmask8 bad0, bad1;
+        __m512d n0 = v8_step(mode, nearest, s0, t0, d, vmask, vnmask, vhalf,
+                             vhm1, vmn, vmx, zs, &r0, &u0, &bad0);
+        __m512d n1 = v8_step(mode, nearest, s1, t1, d, vmask, vnmask, vhalf,
+                             vhm1, vmn, vmx, zs, &r1, &u1, &bad1);
+        const unsigned bad = (unsigned)bad0 | (unsigned)bad1 << 8;
+        if (!cnt) {
+            if (bad) {
+                double sv[JB], nv[JB];
+                uint64_t bl[JB];
+                _mm512_storeu_pd(sv, s0), _mm512_storeu_pd(sv + 8, s1);
+                _mm512_storeu_pd(nv, n0), _mm512_storeu_pd(nv + 8, n1);
+                for (size_t j = 0; j < JB; j++)
+                    bl[j] = bad >> j & 1;
+                redo_lanes(c, sv, b, ak, nv, bl, jn);
+                n0 = _mm512_loadu_pd(nv), n1 = _mm512_loadu_pd(nv + 8);
+                redone++;
+            }
+            s0 = n0, s1 = n1;
+            continue;
+        }
+        const __m512i L = _mm512_set1_epi64((int64_t)la[k]);
+        __mmask8 z0, z1;
+        __m256i i0 = v8_bins(s0, n0, t0, r0, u0,
+                             _mm512_add_epi64(L, _mm512_loadu_si512(lb + k * JB)),
+                             vp, off0, &z0);
+        __m256i i1 = v8_bins(s1, n1, t1, r1, u1,
+                             _mm512_add_epi64(L, _mm512_loadu_si512(lb + k * JB + 8)),
+                             vp, off1, &z1);
+        int32_t idx[JB];
+        _mm256_storeu_si256((__m256i *)idx, i0);
+        _mm256_storeu_si256((__m256i *)(idx + 8), i1);
+        /* read back as scalars: GCC would otherwise extract the 16 lanes
+         * with two vector-port instructions each */
+        __asm__ volatile("" : : "r"(idx) : "memory");
+        const unsigned odd = bad | (unsigned)z0 | (unsigned)z1 << 8;
+        if (!odd && jn == JB) {
+            hf[idx[0]]++, hf[idx[1]]++, hf[idx[2]]++, hf[idx[3]]++;
+            hf[idx[4]]++, hf[idx[5]]++, hf[idx[6]]++, hf[idx[7]]++;
+            hf[idx[8]]++, hf[idx[9]]++, hf[idx[10]]++, hf[idx[11]]++;
+            hf[idx[12]]++, hf[idx[13]]++, hf[idx[14]]++, hf[idx[15]]++;
+        } else {
+            double sv[JB], nv[JB];
+            uint64_t bl[JB];
+            _mm512_storeu_pd(sv, s0), _mm512_storeu_pd(sv + 8, s1);
+            _mm512_storeu_pd(nv, n0), _mm512_storeu_pd(nv + 8, n1);
+            if (bad) {
+                for (size_t j = 0; j < JB; j++)
+                    bl[j] = bad >> j & 1;
+                redo_lanes(c, sv, b, ak, nv, bl, jn);
+                n0 = _mm512_loadu_pd(nv), n1 = _mm512_loadu_pd(nv + 8);
+                redone++;
+            }
+            for (size_t j = 0; j < jn; j++) {
+                if (!(odd >> j & 1)) {
+                    hf[idx[j]]++;
+                } else {
+                    /* counted in full; the adds below cover all lanes */
+                    accum_count_add(cnt, &c->g->model->acc, sv[j], ak * b[j],
+                                    nv[j]);
+                    cnt->adds--;
+                }
+            }
+        }
+        s0 = n0, s1 = n1;
+    }
+    _mm512_storeu_pd(s, s0);
+    _mm512_storeu_pd(s + 8, s1);
+    if (cnt)
+        cnt->adds += (k1 - k0) * jn;
+    return redone;
+}
+
+/* v8_steps for a mode, with the pairs or the shortcut, counting or not. */
+EMU_ISA_TARGET_AVX512
+static size_t seq_steps_avx512(const seq_ctx *c, emu_rnd mode, bool pairs,
+                               const double *arow, const int *la,
+                               const double *bp, const int64_t *lb, size_t k0,
+                               size_t k1, size_t jn, double *s,
+                               emu_accum_counts *cnt,
+                               uint32_t (*hist)[EMU_LOST_BINS])
+{
+#define V8(m, nr)                                                             \
+    (cnt ? v8_steps(c, m, nr, arow, la, bp, lb, k0, k1, jn, s, cnt, hist)     \
+         : v8_steps(c, m, nr, arow, la, bp, lb, k0, k1, jn, s, NULL, hist))
+    switch (mode) {
+    case EMU_RNE:
+        return pairs ? V8(EMU_RNE, false) : V8(EMU_RNE, true);
+    case EMU_RNA:
+        return pairs ? V8(EMU_RNA, false) : V8(EMU_RNA, true);
+    case EMU_RU:
+        return V8(EMU_RU, false);
+    case EMU_RD:
+        return V8(EMU_RD, false);
+    case EMU_RO:
+        return V8(EMU_RO, false);
+    default:
+        return V8(EMU_RZ, false);
+    }
+#undef V8
+}
+#endif
+
 /* Which variant of the nearest modes a worker runs (see lanes_step): the
  * shortcut until it redoes more than 1/16 of its steps, then exact pairs
  * for 32 row-panels before trying again. */
@@ -489,6 +729,20 @@ static EMU_ALWAYS_INLINE void seq_run(const seq_ctx *c, emu_rnd mode,
                                       emu_accum_counts *cnt,
                                       uint32_t (*hist)[EMU_LOST_BINS])
 {
+#if EMU_HAVE_ISA_CLONES
+    if (c->v8) {
+        const bool nearest = (mode == EMU_RNE || mode == EMU_RNA) && !st->pairs;
+        size_t redone = seq_steps_avx512(c, mode, !nearest, arow, la, bp, lb,
+                                         k0, k1, jn, s, cnt, hist);
+        if (nearest && redone * 16 > k1 - k0) {
+            st->pairs = true;
+            st->countdown = 32;
+        } else if (!nearest && st->pairs && --st->countdown == 0) {
+            st->pairs = false;
+        }
+        return;
+    }
+#endif
     if ((mode == EMU_RNE || mode == EMU_RNA) && !st->pairs) {
         size_t redone = seq_steps(c, mode, arow, la, bp, lb, k0, k1, jn, s,
                                   cnt, hist, false);
@@ -507,7 +761,8 @@ static EMU_ALWAYS_INLINE void seq_run(const seq_ctx *c, emu_rnd mode,
 static EMU_ALWAYS_INLINE void seq_row_panel(const seq_ctx *c, emu_rnd mode,
                                             seq_state *st, size_t i, size_t q,
                                             const double *arow, const int *la,
-                                            emu_accum_counts *cnt)
+                                            emu_accum_counts *cnt,
+                                            uint32_t (*hist)[EMU_LOST_BINS])
 {
     const gemm_job *g = c->g;
     const size_t K = g->K, j0 = q * JB;
@@ -515,10 +770,6 @@ static EMU_ALWAYS_INLINE void seq_row_panel(const seq_ctx *c, emu_rnd mode,
     const double *bp = c->bp;
     const int64_t *lb = c->lbp;
     double s[JB], w[JB];
-    /* Partial swamping histograms, one per lane: at most K < 2^32 per bin. */
-    uint32_t hist[JB][EMU_LOST_BINS];
-    if (cnt)
-        memset(hist, 0, sizeof hist);
     for (size_t j = 0; j < JB; j++) {
         double init = g->c && j < jn ? g->c[i * g->N + j0 + j] : 0.0;
         s[j] = c->blocked ? 0.0 : init;
@@ -544,8 +795,6 @@ static EMU_ALWAYS_INLINE void seq_row_panel(const seq_ctx *c, emu_rnd mode,
     }
     for (size_t j = 0; j < jn; j++)
         g->hi[i * g->N + j0 + j] = s[j];
-    if (cnt)
-        flush_hist(hist, cnt);
 }
 
 /* Kahan's summation on the lanes, step by step as dot_kahan does it:
@@ -553,16 +802,14 @@ static EMU_ALWAYS_INLINE void seq_row_panel(const seq_ctx *c, emu_rnd mode,
 static EMU_ALWAYS_INLINE void kahan_row_panel(const seq_ctx *c, emu_rnd mode,
                                               size_t i, size_t q,
                                               const double *arow,
-                                              emu_accum_counts *cnt)
+                                              emu_accum_counts *cnt,
+                                              uint32_t (*hist)[EMU_LOST_BINS])
 {
     const gemm_job *g = c->g;
     const size_t K = g->K, j0 = q * JB;
     const size_t jn = g->N - j0 < JB ? g->N - j0 : JB;
     const double *bp = c->bp;
     double s[JB], cc[JB], p[JB], y[JB], t[JB], d[JB], neg[JB];
-    uint32_t hist[JB][EMU_LOST_BINS];
-    if (cnt)
-        memset(hist, 0, sizeof hist);
     for (size_t j = 0; j < JB; j++) {
         s[j] = g->c && j < jn ? g->c[i * g->N + j0 + j] : 0.0;
         cc[j] = 0.0;
@@ -600,8 +847,6 @@ static EMU_ALWAYS_INLINE void kahan_row_panel(const seq_ctx *c, emu_rnd mode,
     }
     for (size_t j = 0; j < jn; j++)
         g->hi[i * g->N + j0 + j] = s[j];
-    if (cnt)
-        flush_hist(hist, cnt);
 }
 
 /* The pairwise tree of dot_pairwise on the lanes, walked without
@@ -612,7 +857,8 @@ static EMU_ALWAYS_INLINE void kahan_row_panel(const seq_ctx *c, emu_rnd mode,
 static EMU_ALWAYS_INLINE void pw_row_panel(const seq_ctx *c, emu_rnd mode,
                                            size_t i, size_t q,
                                            const double *arow,
-                                           emu_accum_counts *cnt)
+                                           emu_accum_counts *cnt,
+                                           uint32_t (*hist)[EMU_LOST_BINS])
 {
     const gemm_job *g = c->g;
     const size_t K = g->K, j0 = q * JB;
@@ -622,9 +868,6 @@ static EMU_ALWAYS_INLINE void pw_row_panel(const seq_ctx *c, emu_rnd mode,
     double iv[JB];
     for (size_t j = 0; j < JB; j++)
         iv[j] = init && j < jn ? g->c[i * g->N + j0 + j] : 0.0;
-    uint32_t hist[JB][EMU_LOST_BINS];
-    if (cnt)
-        memset(hist, 0, sizeof hist);
     double res[JB];
     if (K == 0) {
         memcpy(res, iv, sizeof res);
@@ -692,21 +935,20 @@ static EMU_ALWAYS_INLINE void pw_row_panel(const seq_ctx *c, emu_rnd mode,
     }
     for (size_t j = 0; j < jn; j++)
         g->hi[i * g->N + j0 + j] = res[j];
-    if (cnt)
-        flush_hist(hist, cnt);
 }
 
 static EMU_ALWAYS_INLINE void row_panel(const seq_ctx *c, emu_rnd mode,
                                         seq_state *st, size_t i, size_t q,
                                         const double *arow, const int *la,
-                                        emu_accum_counts *cnt)
+                                        emu_accum_counts *cnt,
+                                        uint32_t (*hist)[EMU_LOST_BINS])
 {
     if (c->kind == EMU_ACCUM_KAHAN)
-        kahan_row_panel(c, mode, i, q, arow, cnt);
+        kahan_row_panel(c, mode, i, q, arow, cnt, hist);
     else if (c->kind == EMU_ACCUM_PAIRWISE)
-        pw_row_panel(c, mode, i, q, arow, cnt);
+        pw_row_panel(c, mode, i, q, arow, cnt, hist);
     else
-        seq_row_panel(c, mode, st, i, q, arow, la, cnt);
+        seq_row_panel(c, mode, st, i, q, arow, la, cnt, hist);
 }
 
 /* The mode is a constant inside each instance of the kernel.  On x86-64
@@ -724,7 +966,20 @@ static void seq_rows(const seq_ctx *c, size_t q, size_t r0, size_t r1,
 {
     const gemm_job *g = c->g;
     seq_state st = { false, 0 };
+    /* Swamping histograms, one per lane, kept over the rows and emptied
+     * into cnt before a bin could pass 2^32 - 1 (a row-panel adds at most
+     * K + 1 to a lane's bins): emptying them per row-panel cost as much as
+     * a sixth of the counting at K = 256. */
+    uint32_t hist[JB][EMU_LOST_BINS];
+    uint64_t pending = 0;
+    if (cnt)
+        memset(hist, 0, sizeof hist);
     for (size_t i = r0; i < r1; i++) {
+        if (cnt && pending + g->K + 1 > UINT32_MAX) {
+            flush_hist(hist, cnt);
+            pending = 0;
+        }
+        pending += g->K + 1;
         for (size_t k = 0; k < g->K; k++) {
             float x = g->a[(ptrdiff_t)i * g->a_rs + (ptrdiff_t)k * g->a_cs];
             arow[k] = x;
@@ -733,25 +988,27 @@ static void seq_rows(const seq_ctx *c, size_t q, size_t r0, size_t r1,
         }
         switch (c->pl.mode) {
         case EMU_RNE:
-            row_panel(c, EMU_RNE, &st, i, q, arow, la, cnt);
+            row_panel(c, EMU_RNE, &st, i, q, arow, la, cnt, hist);
             break;
         case EMU_RNA:
-            row_panel(c, EMU_RNA, &st, i, q, arow, la, cnt);
+            row_panel(c, EMU_RNA, &st, i, q, arow, la, cnt, hist);
             break;
         case EMU_RU:
-            row_panel(c, EMU_RU, &st, i, q, arow, la, cnt);
+            row_panel(c, EMU_RU, &st, i, q, arow, la, cnt, hist);
             break;
         case EMU_RD:
-            row_panel(c, EMU_RD, &st, i, q, arow, la, cnt);
+            row_panel(c, EMU_RD, &st, i, q, arow, la, cnt, hist);
             break;
         case EMU_RO:
-            row_panel(c, EMU_RO, &st, i, q, arow, la, cnt);
+            row_panel(c, EMU_RO, &st, i, q, arow, la, cnt, hist);
             break;
         default:
-            row_panel(c, EMU_RZ, &st, i, q, arow, la, cnt);
+            row_panel(c, EMU_RZ, &st, i, q, arow, la, cnt, hist);
             break;
         }
     }
+    if (cnt)
+        flush_hist(hist, cnt);
 }
 
 /* ---- the other kernels: fused unit, exact sum, stochastic sequential -----
@@ -1573,6 +1830,9 @@ int emu_gemm_accum_ex(const emu_accum *model, size_t M, size_t N, size_t K,
         sc->npanels = (N + JB - 1) / JB;
         sc->p = model->acc.p;
         sc->sr = sc->pl.sr;
+#if EMU_HAVE_ISA_CLONES
+        sc->v8 = emu_isa_active() == EMU_ISA_AVX512;
+#endif
         /* acc's values are multiples of 2^(emin - p + 1) below 2^(emax + 1) */
         sc->sums_exact = sc->pl.ok && model->acc.emax + 2 -
                                       (model->acc.emin - model->acc.p + 1) <= 53;
