@@ -248,16 +248,19 @@ static EMU_ALWAYS_INLINE void count_lanes(const seq_ctx *c,
         cnt->adds += bins[j] >= 0;
 }
 
-/* Adds the interleaved histograms to cnt and clears them. */
+/* Adds the interleaved histograms to cnt and clears them (row by row
+ * into a sum per bin, which compilers vectorise: the fused kernel empties
+ * them per row-panel). */
 static void flush_hist(uint32_t (*hist)[EMU_LOST_BINS], emu_accum_counts *cnt)
 {
+    uint64_t sum[EMU_LOST_BINS] = { 0 };
     for (int h = 0; h < JB; h++)
-        for (int bin = 0; bin < EMU_LOST_BINS; bin++) {
-            cnt->lost_bits[bin] += hist[h][bin];
-            if (bin == EMU_LOST_BINS - 1)
-                cnt->absorbed += hist[h][bin];
-            hist[h][bin] = 0;
-        }
+        for (int bin = 0; bin < EMU_LOST_BINS; bin++)
+            sum[bin] += hist[h][bin];
+    for (int bin = 0; bin < EMU_LOST_BINS; bin++)
+        cnt->lost_bits[bin] += sum[bin];
+    cnt->absorbed += sum[EMU_LOST_BINS - 1];
+    memset(hist, 0, JB * sizeof *hist);
 }
 
 /* What lanes_step needs to bin the steps it makes (NULL: no counts).  A
@@ -1182,21 +1185,32 @@ static EMU_ALWAYS_INLINE bool fused_row_panel(const seq_ctx *c, size_t i,
                 qb[j] = qe[j] + 1023;
                 top[j] = (qa > qe[j] ? qa : qe[j]) - 1 + 1023;
             }
-            for (size_t k = k0; k < k1; k++) {
-                const double ak = arow[k], *b = bp + k * JB;
-                const int64_t *lk = lb + k * JB, l0 = la[k] + 1;
-                int64_t bins[JB]; /* vector code, then the increments */
-                for (size_t j = 0; j < JB; j++) {
-                    uint64_t tb = d2u(ak * b[j]) << 1;
-                    int64_t et = (int64_t)(tb >> 53);
-                    int64_t hb = et < top[j] ? et : top[j];
-                    int64_t nb = hb - (l0 + lk[j]) + 1;
-                    nb = nb < 0 ? 0 : nb > 64 ? 64 : nb;
-                    nb = et < qb[j] ? EMU_LOST_BINS - 1 : nb;
-                    bins[j] = tb == 0 ? 0 : nb;
+            /* The bins of up to FB steps as offsets into the lanes'
+             * histograms (vector code), then their increments: reading
+             * each step's bins back right after its vector store stalled
+             * on store forwarding. */
+            enum { FB = 16 };
+            uint32_t *hf = &hist[0][0];
+            for (size_t kb = k0; kb < k1; kb += FB) {
+                const size_t ke = k1 - kb < FB ? k1 : kb + FB;
+                int32_t off[FB * JB];
+                for (size_t k = kb; k < ke; k++) {
+                    const double ak = arow[k], *b = bp + k * JB;
+                    const int64_t *lk = lb + k * JB, l0 = la[k] + 1;
+                    int32_t *o = off + (k - kb) * JB;
+                    for (size_t j = 0; j < JB; j++) {
+                        uint64_t tb = d2u(ak * b[j]) << 1;
+                        int64_t et = (int64_t)(tb >> 53);
+                        int64_t hb = et < top[j] ? et : top[j];
+                        int64_t nb = hb - (l0 + lk[j]) + 1;
+                        nb = nb < 0 ? 0 : nb > 64 ? 64 : nb;
+                        nb = et < qb[j] ? EMU_LOST_BINS - 1 : nb;
+                        nb = tb == 0 ? 0 : nb;
+                        o[j] = (int32_t)(nb + (int64_t)j * EMU_LOST_BINS);
+                    }
                 }
-                for (size_t j = 0; j < JB; j++)
-                    hist[j][bins[j]]++;
+                for (size_t x = 0; x < (ke - kb) * JB; x++)
+                    hf[off[x]]++;
             }
         }
         for (size_t j = 0; j < jn; j++)
