@@ -215,7 +215,8 @@ static EMU_ALWAYS_INLINE void count_lanes(const seq_ctx *c,
     const uint64_t mn = d2u(c->pl.min_normal), mx = d2u(c->pl.max);
     const int64_t p = c->p;
     const uint64_t frac = ((uint64_t)1 << 52) - 1, two52 = 0x4330000000000000u;
-    int64_t bins[JB];
+    int32_t off[JB]; /* lane j's bin as an offset into hist, or -1 */
+    uint64_t any = 0;
     for (size_t j = 0; j < JB; j++) {
         uint64_t tu = d2u(tv[j]), tb = tu << 1;
         uint64_t nb = d2u(nv[j]), sb = d2u(sv[j]);
@@ -235,17 +236,25 @@ static EMU_ALWAYS_INLINE void count_lanes(const seq_ctx *c,
         n = tb == 0 ? 0 : n;
         uint64_t odd = (uint64_t)((nu < mn) | (nu > mx) | (et == 0x7ff) |
                                   ((et == 0) & (tb != 0)));
-        bins[j] = odd ? -1 : n;
+        off[j] = odd ? -1 : (int32_t)(n + (int64_t)j * EMU_LOST_BINS);
+        any |= odd;
+    }
+    uint32_t *hf = &hist[0][0];
+    if (!any && jn == JB) {
+        /* the common case: one increment per lane, unrolled */
+        for (size_t j = 0; j < JB; j++)
+            hf[off[j]]++;
+        cnt->adds += JB;
+        return;
     }
     for (size_t j = 0; j < jn; j++) {
-        if (bins[j] >= 0)
-            hist[j][bins[j]]++;
-        else
-            accum_count_add(cnt, f, sv[j], tv[j], nv[j]);
+        if (off[j] >= 0) {
+            hf[off[j]]++;
+            cnt->adds++;
+        } else {
+            accum_count_add(cnt, f, sv[j], tv[j], nv[j]); /* adds too */
+        }
     }
-    /* accum_count_add counted the odd lanes' adds itself */
-    for (size_t j = 0; j < jn; j++)
-        cnt->adds += bins[j] >= 0;
 }
 
 /* Adds the interleaved histograms to cnt and clears them (row by row
