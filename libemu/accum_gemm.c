@@ -375,12 +375,17 @@ static EMU_ALWAYS_INLINE uint64_t lanes_step(emu_rnd mode, bool pairs,
             uint64_t tb = d2u(tj) << 1;
             int64_t et = (int64_t)(tb >> 53);
             int64_t top = (int64_t)(r >> 52) - cn->p;
-            int64_t m = et < top ? et : top;
+            /* lanes_bins' branch-free min(et, top), max(n, 0) and tests,
+             * which baseline SSE2 (no 64-bit compares) runs in pairs */
+            int64_t dm = et - top;
+            int64_t m = top + (int64_t)((uint64_t)dm & (0 - ((uint64_t)dm >> 63)));
             int64_t n = m - (cn->la + cn->lb[j]);
-            n = n < 0 ? 0 : n;
-            n = (d2u(sj) == (r | sg)) & (tb != 0) ? EMU_LOST_BINS - 1 : n;
-            uint64_t z = (uint64_t)(u == 0);
-            cn->bins[j] = z ? -1 : n;
+            n &= (int64_t)(((uint64_t)n >> 63) - 1);
+            uint64_t x = d2u(sj) ^ (r | sg);
+            uint64_t ab = (1 ^ ((x | (0 - x)) >> 63)) & ((tb | (0 - tb)) >> 63);
+            n += (int64_t)((uint64_t)(EMU_LOST_BINS - 1 - n) & (0 - ab));
+            uint64_t z = 1 ^ ((u | (0 - u)) >> 63); /* u == 0 */
+            cn->bins[j] = n | (int64_t)(0 - z);
             zany |= z;
         }
     }
