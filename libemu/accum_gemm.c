@@ -28,6 +28,9 @@
 #ifdef EMU_HAVE_CBLAS
 #include <cblas.h>
 #endif
+#if EMU_HAVE_ISA_CLONES
+#include <immintrin.h>
+#endif
 
 /* ---- the GEMM engine ---------------------------------------------------- */
 
@@ -101,6 +104,7 @@ typedef struct seq_ctx {
     emu_accum_kind kind;
     size_t npanels;
     bool tables;                /* counting with lowest-bit tables            */
+    bool v8;                    /* seq_steps_avx512 (isa.c's level)           */
     const double *bp;           /* the worker's current panel, [k][j]         */
     const int64_t *lbp;         /* lsb(b) + 1022, same layout (tables)        */
     int p;                      /* acc's precision (counting)                 */
@@ -211,7 +215,8 @@ static EMU_ALWAYS_INLINE void count_lanes(const seq_ctx *c,
     const uint64_t mn = d2u(c->pl.min_normal), mx = d2u(c->pl.max);
     const int64_t p = c->p;
     const uint64_t frac = ((uint64_t)1 << 52) - 1, two52 = 0x4330000000000000u;
-    int64_t bins[JB];
+    int32_t off[JB]; /* lane j's bin as an offset into hist, or -1 */
+    uint64_t any = 0;
     for (size_t j = 0; j < JB; j++) {
         uint64_t tu = d2u(tv[j]), tb = tu << 1;
         uint64_t nb = d2u(nv[j]), sb = d2u(sv[j]);
@@ -231,30 +236,55 @@ static EMU_ALWAYS_INLINE void count_lanes(const seq_ctx *c,
         n = tb == 0 ? 0 : n;
         uint64_t odd = (uint64_t)((nu < mn) | (nu > mx) | (et == 0x7ff) |
                                   ((et == 0) & (tb != 0)));
-        bins[j] = odd ? -1 : n;
+        off[j] = odd ? -1 : (int32_t)(n + (int64_t)j * EMU_LOST_BINS);
+        any |= odd;
+    }
+    uint32_t *hf = &hist[0][0];
+    if (!any && jn == JB) {
+        /* the common case: one increment per lane, unrolled */
+        for (size_t j = 0; j < JB; j++)
+            hf[off[j]]++;
+        cnt->adds += JB;
+        return;
     }
     for (size_t j = 0; j < jn; j++) {
-        if (bins[j] >= 0)
-            hist[j][bins[j]]++;
-        else
-            accum_count_add(cnt, f, sv[j], tv[j], nv[j]);
+        if (off[j] >= 0) {
+            hf[off[j]]++;
+            cnt->adds++;
+        } else {
+            accum_count_add(cnt, f, sv[j], tv[j], nv[j]); /* adds too */
+        }
     }
-    /* accum_count_add counted the odd lanes' adds itself */
-    for (size_t j = 0; j < jn; j++)
-        cnt->adds += bins[j] >= 0;
 }
 
-/* Adds the interleaved histograms to cnt and clears them. */
+/* Adds the interleaved histograms to cnt and clears them (row by row
+ * into a sum per bin, which compilers vectorise: the fused kernel empties
+ * them per row-panel). */
 static void flush_hist(uint32_t (*hist)[EMU_LOST_BINS], emu_accum_counts *cnt)
 {
+    uint64_t sum[EMU_LOST_BINS] = { 0 };
     for (int h = 0; h < JB; h++)
-        for (int bin = 0; bin < EMU_LOST_BINS; bin++) {
-            cnt->lost_bits[bin] += hist[h][bin];
-            if (bin == EMU_LOST_BINS - 1)
-                cnt->absorbed += hist[h][bin];
-            hist[h][bin] = 0;
-        }
+        for (int bin = 0; bin < EMU_LOST_BINS; bin++)
+            sum[bin] += hist[h][bin];
+    for (int bin = 0; bin < EMU_LOST_BINS; bin++)
+        cnt->lost_bits[bin] += sum[bin];
+    cnt->absorbed += sum[EMU_LOST_BINS - 1];
+    memset(hist, 0, JB * sizeof *hist);
 }
+
+/* What lanes_step needs to bin the steps it makes (NULL: no counts).  A
+ * lane that is not redone has a normal s_new (or a zero one, u == 0) and a
+ * finite t, so its bin is lanes_bins' without the range checks: 65 if
+ * absorbed, else the bits of t from its lowest set bit (the tables' la +
+ * lb) up to the lower of its leading bit and 2^(E_new - p); -1 for an
+ * exact zero sum, which the caller counts by the definition with the
+ * redone lanes. */
+typedef struct lane_count {
+    int64_t p, la;              /* acc's precision; lsb(a_k) (tables)       */
+    const int64_t *lb;          /* lsb(b_kj) + 1022, per lane (tables)      */
+    int64_t *bins;              /* out: each lane's bin, or -1             */
+    uint64_t *zany;             /* out: some lane's exact sum is zero      */
+} lane_count;
 
 /* One step of the JB lanes: ns[j] = round(sv[j] + ak b[j]) where the fast
  * path holds; returns non-zero if some lane needs redoing exactly.
@@ -281,10 +311,11 @@ static EMU_ALWAYS_INLINE uint64_t lanes_step(emu_rnd mode, bool pairs,
                                              uint64_t *restrict bad, int d,
                                              uint64_t mask, uint64_t half,
                                              uint64_t mn, uint64_t mx,
-                                             uint64_t zs)
+                                             uint64_t zs,
+                                             const lane_count *cn)
 {
     const bool nearest = (mode == EMU_RNE || mode == EMU_RNA) && !pairs;
-    uint64_t any = 0;
+    uint64_t any = 0, zany = 0;
     for (size_t j = 0; j < JB; j++) {
         double sj = sv[j];
         double tj = ak * b[j];
@@ -338,7 +369,28 @@ static EMU_ALWAYS_INLINE uint64_t lanes_step(emu_rnd mode, bool pairs,
         bad[j] = out;
         any |= out;
         ns[j] = u2d(r | sg);
+        if (cn) {
+            /* lane_count's bins, from the step's own values: r is
+             * |s_new|'s pattern wherever the lane is not redone */
+            uint64_t tb = d2u(tj) << 1;
+            int64_t et = (int64_t)(tb >> 53);
+            int64_t top = (int64_t)(r >> 52) - cn->p;
+            /* lanes_bins' branch-free min(et, top), max(n, 0) and tests,
+             * which baseline SSE2 (no 64-bit compares) runs in pairs */
+            int64_t dm = et - top;
+            int64_t m = top + (int64_t)((uint64_t)dm & (0 - ((uint64_t)dm >> 63)));
+            int64_t n = m - (cn->la + cn->lb[j]);
+            n &= (int64_t)(((uint64_t)n >> 63) - 1);
+            uint64_t x = d2u(sj) ^ (r | sg);
+            uint64_t ab = (1 ^ ((x | (0 - x)) >> 63)) & ((tb | (0 - tb)) >> 63);
+            n += (int64_t)((uint64_t)(EMU_LOST_BINS - 1 - n) & (0 - ab));
+            uint64_t z = 1 ^ ((u | (0 - u)) >> 63); /* u == 0 */
+            cn->bins[j] = n | (int64_t)(0 - z);
+            zany |= z;
+        }
     }
+    if (cn)
+        *cn->zany = zany;
     return any;
 }
 
@@ -372,7 +424,8 @@ static EMU_ALWAYS_INLINE void lanes_add(const seq_ctx *c, emu_rnd mode,
     const uint64_t zs = c->pl.zero_slow || mode == EMU_RD;
     uint64_t bad[JB];
     if (lanes_step(mode, true, exact, x, y, 1.0, out, bad, c->pl.d, c->pl.mask,
-                   c->pl.half, d2u(c->pl.min_normal), d2u(c->pl.max), zs))
+                   c->pl.half, d2u(c->pl.min_normal), d2u(c->pl.max), zs,
+                   NULL))
         redo_lanes(c, x, y, 1.0, out, bad, jn);
 }
 
@@ -400,13 +453,37 @@ static EMU_ALWAYS_INLINE size_t seq_steps(const seq_ctx *c, emu_rnd mode,
         const double ak = arow[k];
         const double *b = bp + k * JB;
         uint64_t bad[JB];
-        uint64_t any = lanes_step(mode, pairs, false, cur, b, ak, nxt, bad, d, mask,
-                                  half, mn, mx, zs);
-        redone += any != 0;
-        if (any)
-            redo_lanes(c, cur, b, ak, nxt, bad, jn);
-        if (cnt)
-            count_step(c, cur, nxt, ak, b, la[k], lb + k * JB, jn, hist, cnt);
+        if (!cnt) {
+            uint64_t any = lanes_step(mode, pairs, false, cur, b, ak, nxt, bad,
+                                      d, mask, half, mn, mx, zs, NULL);
+            redone += any != 0;
+            if (any)
+                redo_lanes(c, cur, b, ak, nxt, bad, jn);
+        } else {
+            int64_t bins[JB];
+            uint64_t zany;
+            const lane_count cn = { c->p, la[k], lb + k * JB, bins, &zany };
+            uint64_t any = lanes_step(mode, pairs, false, cur, b, ak, nxt, bad,
+                                      d, mask, half, mn, mx, zs, &cn);
+            redone += any != 0;
+            if (any)
+                redo_lanes(c, cur, b, ak, nxt, bad, jn);
+            if (!any && !zany && jn == JB) {
+                for (size_t j = 0; j < JB; j++)
+                    hist[j][bins[j]]++;
+            } else {
+                for (size_t j = 0; j < jn; j++) {
+                    if (!bad[j] && bins[j] >= 0) {
+                        hist[j][bins[j]]++;
+                    } else {
+                        /* counted in full; the adds below cover all lanes */
+                        accum_count_add(cnt, &c->g->model->acc, cur[j],
+                                        ak * b[j], nxt[j]);
+                        cnt->adds--;
+                    }
+                }
+            }
+        }
         double *tmp = cur;
         cur = nxt;
         nxt = tmp;
@@ -416,6 +493,242 @@ static EMU_ALWAYS_INLINE size_t seq_steps(const seq_ctx *c, emu_rnd mode,
         cnt->adds += (k1 - k0) * jn;
     return redone;
 }
+
+/* ---- seq_steps in AVX-512 intrinsics ---------------------------------------
+ * The same map as lanes_step and its counts, for the AVX-512 level (isa.c
+ * picks it; EMU_ISA=avx2 or baseline runs the C above, which the tests
+ * compare): the JB lanes as two vectors of 8 that stay in registers from
+ * step to step (the C kernel's compiled loop stores and reloads them and
+ * rebuilds its constants every step), the range, midpoint and absorption
+ * tests as compares into mask registers, and the swamping bins turned
+ * into offsets of the lanes' histograms, whose 16 increments are written
+ * out.  Every lane's operations are lanes_step's, in binary64 and on the
+ * same patterns, so every value, redo and bin is the same. */
+#if EMU_HAVE_ISA_CLONES
+EMU_ISA_TARGET_AVX512
+static EMU_ALWAYS_INLINE __m512d v8_step(emu_rnd mode, bool nearest,
+                                         __m512d s, __m512d t, int d,
+                                         __m512i vmask, __m512i vnmask,
+                                         __m512i vhalf, __m512i vhm1,
+                                         __m512i vmn, __m512i vmx, bool zs,
+                                         __m512i *ro, __m512i *uo,
+                                         __mmask8 *bad)
+{
+    const __m512i vabs = _mm512_set1_epi64(INT64_MAX);
+    const __m512i one = _mm512_set1_epi64(1);
+    __m512d h = _mm512_add_pd(s, t);
+    __m512i hb = _mm512_castpd_si512(h);
+    __m512i u = _mm512_and_si512(hb, vabs);
+    __m512i sg = _mm512_andnot_si512(vabs, hb);
+    if (!nearest) {
+        /* TwoSum, then u rounded to odd at 53 bits where l != 0 */
+        __m512d bv = _mm512_sub_pd(h, s);
+        __m512d av = _mm512_sub_pd(h, bv);
+        __m512d l = _mm512_add_pd(_mm512_sub_pd(s, av), _mm512_sub_pd(t, bv));
+        __m512i lb = _mm512_castpd_si512(l);
+        __mmask8 lnz = _mm512_test_epi64_mask(lb, vabs);
+        __m512i down = _mm512_srli_epi64(_mm512_xor_si512(hb, lb), 63);
+        __m512i odd = _mm512_or_si512(_mm512_sub_epi64(u, down), one);
+        u = _mm512_mask_mov_epi64(u, lnz, odd);
+    }
+    __m512i r;
+    switch (mode) {
+    case EMU_RNE: {
+        __m512i lsb = _mm512_and_si512(_mm512_srl_epi64(u, _mm_cvtsi32_si128(d)), one);
+        r = _mm512_and_si512(_mm512_add_epi64(_mm512_add_epi64(u, vhm1), lsb),
+                             vnmask);
+        break;
+    }
+    case EMU_RNA:
+        r = _mm512_and_si512(_mm512_add_epi64(u, vhalf), vnmask);
+        break;
+    case EMU_RU:
+    case EMU_RD: {
+        /* + mask on the positive lanes (RU) or the negative ones (RD) */
+        __mmask8 neg = _mm512_movepi64_mask(hb);
+        __mmask8 up = mode == EMU_RU ? (__mmask8)~neg : neg;
+        r = _mm512_and_si512(_mm512_mask_add_epi64(u, up, u, vmask), vnmask);
+        break;
+    }
+    case EMU_RO: {
+        __m512i f = _mm512_and_si512(u, vmask);
+        __m512i c = _mm512_sll_epi64(
+            _mm512_srl_epi64(_mm512_add_epi64(f, vmask), _mm_cvtsi32_si128(d)),
+            _mm_cvtsi32_si128(d));
+        r = _mm512_or_si512(_mm512_sub_epi64(u, f), c);
+        break;
+    }
+    default:
+        r = _mm512_and_si512(u, vnmask);
+        break;
+    }
+    __mmask8 out = _mm512_cmplt_epu64_mask(u, vmn);
+    if (!zs)
+        out &= _mm512_test_epi64_mask(u, u);
+    out |= _mm512_cmpgt_epu64_mask(r, vmx);
+    if (nearest)
+        out |= _mm512_cmpeq_epi64_mask(_mm512_and_si512(u, vmask), vhalf);
+    *bad = out;
+    *ro = r;
+    *uo = u;
+    return _mm512_castsi512_pd(_mm512_or_si512(r, sg));
+}
+
+/* lane_count's bins of one vector as offsets into the lanes' histograms
+ * (off: lane j's first bin); *odd gets the lanes whose exact sum is zero. */
+EMU_ISA_TARGET_AVX512
+static EMU_ALWAYS_INLINE __m256i v8_bins(__m512d s, __m512d ns, __m512d t,
+                                         __m512i r, __m512i u, __m512i L,
+                                         __m512i vp, __m512i off,
+                                         __mmask8 *zero)
+{
+    __m512i tb = _mm512_slli_epi64(_mm512_castpd_si512(t), 1);
+    __m512i et = _mm512_srli_epi64(tb, 53);
+    __m512i top = _mm512_sub_epi64(_mm512_srli_epi64(r, 52), vp);
+    __m512i n = _mm512_sub_epi64(_mm512_min_epi64(et, top), L);
+    n = _mm512_max_epi64(n, _mm512_setzero_si512());
+    __mmask8 ab = _mm512_cmpeq_epi64_mask(_mm512_castpd_si512(ns),
+                                          _mm512_castpd_si512(s)) &
+                  _mm512_test_epi64_mask(tb, tb);
+    n = _mm512_mask_mov_epi64(n, ab, _mm512_set1_epi64(EMU_LOST_BINS - 1));
+    *zero = _mm512_testn_epi64_mask(u, u);
+    return _mm512_cvtepi64_epi32(_mm512_add_epi64(n, off));
+}
+
+EMU_ISA_TARGET_AVX512
+static EMU_ALWAYS_INLINE size_t v8_steps(const seq_ctx *c, emu_rnd mode,
+                                         bool nearest, const double *arow,
+                                         const int *la, const double *bp,
+                                         const int64_t *lb, size_t k0,
+                                         size_t k1, size_t jn, double *s,
+                                         emu_accum_counts *cnt,
+                                         uint32_t (*hist)[EMU_LOST_BINS])
+{
+    const int d = c->pl.d;
+    const __m512i vmask = _mm512_set1_epi64((long long)c->pl.mask);
+    const __m512i vnmask = _mm512_set1_epi64((long long)~c->pl.mask);
+    const __m512i vhalf = _mm512_set1_epi64((long long)c->pl.half);
+    const __m512i vhm1 = _mm512_set1_epi64((long long)(c->pl.half - 1));
+    const __m512i vmn = _mm512_set1_epi64((long long)d2u(c->pl.min_normal));
+    const __m512i vmx = _mm512_set1_epi64((long long)d2u(c->pl.max));
+    const __m512i vp = _mm512_set1_epi64(c->p);
+    const __m512i off0 = _mm512_mullo_epi64(
+        _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0),
+        _mm512_set1_epi64(EMU_LOST_BINS));
+    const __m512i off1 = _mm512_add_epi64(
+        off0, _mm512_set1_epi64(8 * EMU_LOST_BINS));
+    const bool zs = c->pl.zero_slow || mode == EMU_RD;
+    uint32_t *hf = &hist[0][0];
+    size_t redone = 0;
+    __m512d s0 = _mm512_loadu_pd(s), s1 = _mm512_loadu_pd(s + 8);
+    for (size_t k = k0; k < k1; k++) {
+        const double ak = arow[k], *b = bp + k * JB;
+        const __m512d a = _mm512_set1_pd(ak);
+        __m512d t0 = _mm512_mul_pd(a, _mm512_loadu_pd(b));
+        __m512d t1 = _mm512_mul_pd(a, _mm512_loadu_pd(b + 8));
+        __m512i r0, r1, u0, u1;
+        __mmask8 bad0, bad1;
+        __m512d n0 = v8_step(mode, nearest, s0, t0, d, vmask, vnmask, vhalf,
+                             vhm1, vmn, vmx, zs, &r0, &u0, &bad0);
+        __m512d n1 = v8_step(mode, nearest, s1, t1, d, vmask, vnmask, vhalf,
+                             vhm1, vmn, vmx, zs, &r1, &u1, &bad1);
+        const unsigned bad = (unsigned)bad0 | (unsigned)bad1 << 8;
+        if (!cnt) {
+            if (bad) {
+                double sv[JB], nv[JB];
+                uint64_t bl[JB];
+                _mm512_storeu_pd(sv, s0), _mm512_storeu_pd(sv + 8, s1);
+                _mm512_storeu_pd(nv, n0), _mm512_storeu_pd(nv + 8, n1);
+                for (size_t j = 0; j < JB; j++)
+                    bl[j] = bad >> j & 1;
+                redo_lanes(c, sv, b, ak, nv, bl, jn);
+                n0 = _mm512_loadu_pd(nv), n1 = _mm512_loadu_pd(nv + 8);
+                redone++;
+            }
+            s0 = n0, s1 = n1;
+            continue;
+        }
+        const __m512i L = _mm512_set1_epi64((int64_t)la[k]);
+        __mmask8 z0, z1;
+        __m256i i0 = v8_bins(s0, n0, t0, r0, u0,
+                             _mm512_add_epi64(L, _mm512_loadu_si512(lb + k * JB)),
+                             vp, off0, &z0);
+        __m256i i1 = v8_bins(s1, n1, t1, r1, u1,
+                             _mm512_add_epi64(L, _mm512_loadu_si512(lb + k * JB + 8)),
+                             vp, off1, &z1);
+        int32_t idx[JB];
+        _mm256_storeu_si256((__m256i *)idx, i0);
+        _mm256_storeu_si256((__m256i *)(idx + 8), i1);
+        /* read back as scalars: GCC would otherwise extract the 16 lanes
+         * with two vector-port instructions each */
+        __asm__ volatile("" : : "r"(idx) : "memory");
+        const unsigned odd = bad | (unsigned)z0 | (unsigned)z1 << 8;
+        if (!odd && jn == JB) {
+            hf[idx[0]]++, hf[idx[1]]++, hf[idx[2]]++, hf[idx[3]]++;
+            hf[idx[4]]++, hf[idx[5]]++, hf[idx[6]]++, hf[idx[7]]++;
+            hf[idx[8]]++, hf[idx[9]]++, hf[idx[10]]++, hf[idx[11]]++;
+            hf[idx[12]]++, hf[idx[13]]++, hf[idx[14]]++, hf[idx[15]]++;
+        } else {
+            double sv[JB], nv[JB];
+            uint64_t bl[JB];
+            _mm512_storeu_pd(sv, s0), _mm512_storeu_pd(sv + 8, s1);
+            _mm512_storeu_pd(nv, n0), _mm512_storeu_pd(nv + 8, n1);
+            if (bad) {
+                for (size_t j = 0; j < JB; j++)
+                    bl[j] = bad >> j & 1;
+                redo_lanes(c, sv, b, ak, nv, bl, jn);
+                n0 = _mm512_loadu_pd(nv), n1 = _mm512_loadu_pd(nv + 8);
+                redone++;
+            }
+            for (size_t j = 0; j < jn; j++) {
+                if (!(odd >> j & 1)) {
+                    hf[idx[j]]++;
+                } else {
+                    /* counted in full; the adds below cover all lanes */
+                    accum_count_add(cnt, &c->g->model->acc, sv[j], ak * b[j],
+                                    nv[j]);
+                    cnt->adds--;
+                }
+            }
+        }
+        s0 = n0, s1 = n1;
+    }
+    _mm512_storeu_pd(s, s0);
+    _mm512_storeu_pd(s + 8, s1);
+    if (cnt)
+        cnt->adds += (k1 - k0) * jn;
+    return redone;
+}
+
+/* v8_steps for a mode, with the pairs or the shortcut, counting or not. */
+EMU_ISA_TARGET_AVX512
+static size_t seq_steps_avx512(const seq_ctx *c, emu_rnd mode, bool pairs,
+                               const double *arow, const int *la,
+                               const double *bp, const int64_t *lb, size_t k0,
+                               size_t k1, size_t jn, double *s,
+                               emu_accum_counts *cnt,
+                               uint32_t (*hist)[EMU_LOST_BINS])
+{
+#define V8(m, nr)                                                             \
+    (cnt ? v8_steps(c, m, nr, arow, la, bp, lb, k0, k1, jn, s, cnt, hist)     \
+         : v8_steps(c, m, nr, arow, la, bp, lb, k0, k1, jn, s, NULL, hist))
+    switch (mode) {
+    case EMU_RNE:
+        return pairs ? V8(EMU_RNE, false) : V8(EMU_RNE, true);
+    case EMU_RNA:
+        return pairs ? V8(EMU_RNA, false) : V8(EMU_RNA, true);
+    case EMU_RU:
+        return V8(EMU_RU, false);
+    case EMU_RD:
+        return V8(EMU_RD, false);
+    case EMU_RO:
+        return V8(EMU_RO, false);
+    default:
+        return V8(EMU_RZ, false);
+    }
+#undef V8
+}
+#endif
 
 /* Which variant of the nearest modes a worker runs (see lanes_step): the
  * shortcut until it redoes more than 1/16 of its steps, then exact pairs
@@ -433,6 +746,20 @@ static EMU_ALWAYS_INLINE void seq_run(const seq_ctx *c, emu_rnd mode,
                                       emu_accum_counts *cnt,
                                       uint32_t (*hist)[EMU_LOST_BINS])
 {
+#if EMU_HAVE_ISA_CLONES
+    if (c->v8) {
+        const bool nearest = (mode == EMU_RNE || mode == EMU_RNA) && !st->pairs;
+        size_t redone = seq_steps_avx512(c, mode, !nearest, arow, la, bp, lb,
+                                         k0, k1, jn, s, cnt, hist);
+        if (nearest && redone * 16 > k1 - k0) {
+            st->pairs = true;
+            st->countdown = 32;
+        } else if (!nearest && st->pairs && --st->countdown == 0) {
+            st->pairs = false;
+        }
+        return;
+    }
+#endif
     if ((mode == EMU_RNE || mode == EMU_RNA) && !st->pairs) {
         size_t redone = seq_steps(c, mode, arow, la, bp, lb, k0, k1, jn, s,
                                   cnt, hist, false);
@@ -451,7 +778,8 @@ static EMU_ALWAYS_INLINE void seq_run(const seq_ctx *c, emu_rnd mode,
 static EMU_ALWAYS_INLINE void seq_row_panel(const seq_ctx *c, emu_rnd mode,
                                             seq_state *st, size_t i, size_t q,
                                             const double *arow, const int *la,
-                                            emu_accum_counts *cnt)
+                                            emu_accum_counts *cnt,
+                                            uint32_t (*hist)[EMU_LOST_BINS])
 {
     const gemm_job *g = c->g;
     const size_t K = g->K, j0 = q * JB;
@@ -459,10 +787,6 @@ static EMU_ALWAYS_INLINE void seq_row_panel(const seq_ctx *c, emu_rnd mode,
     const double *bp = c->bp;
     const int64_t *lb = c->lbp;
     double s[JB], w[JB];
-    /* Partial swamping histograms, one per lane: at most K < 2^32 per bin. */
-    uint32_t hist[JB][EMU_LOST_BINS];
-    if (cnt)
-        memset(hist, 0, sizeof hist);
     for (size_t j = 0; j < JB; j++) {
         double init = g->c && j < jn ? g->c[i * g->N + j0 + j] : 0.0;
         s[j] = c->blocked ? 0.0 : init;
@@ -488,8 +812,6 @@ static EMU_ALWAYS_INLINE void seq_row_panel(const seq_ctx *c, emu_rnd mode,
     }
     for (size_t j = 0; j < jn; j++)
         g->hi[i * g->N + j0 + j] = s[j];
-    if (cnt)
-        flush_hist(hist, cnt);
 }
 
 /* Kahan's summation on the lanes, step by step as dot_kahan does it:
@@ -497,16 +819,14 @@ static EMU_ALWAYS_INLINE void seq_row_panel(const seq_ctx *c, emu_rnd mode,
 static EMU_ALWAYS_INLINE void kahan_row_panel(const seq_ctx *c, emu_rnd mode,
                                               size_t i, size_t q,
                                               const double *arow,
-                                              emu_accum_counts *cnt)
+                                              emu_accum_counts *cnt,
+                                              uint32_t (*hist)[EMU_LOST_BINS])
 {
     const gemm_job *g = c->g;
     const size_t K = g->K, j0 = q * JB;
     const size_t jn = g->N - j0 < JB ? g->N - j0 : JB;
     const double *bp = c->bp;
     double s[JB], cc[JB], p[JB], y[JB], t[JB], d[JB], neg[JB];
-    uint32_t hist[JB][EMU_LOST_BINS];
-    if (cnt)
-        memset(hist, 0, sizeof hist);
     for (size_t j = 0; j < JB; j++) {
         s[j] = g->c && j < jn ? g->c[i * g->N + j0 + j] : 0.0;
         cc[j] = 0.0;
@@ -544,8 +864,6 @@ static EMU_ALWAYS_INLINE void kahan_row_panel(const seq_ctx *c, emu_rnd mode,
     }
     for (size_t j = 0; j < jn; j++)
         g->hi[i * g->N + j0 + j] = s[j];
-    if (cnt)
-        flush_hist(hist, cnt);
 }
 
 /* The pairwise tree of dot_pairwise on the lanes, walked without
@@ -556,7 +874,8 @@ static EMU_ALWAYS_INLINE void kahan_row_panel(const seq_ctx *c, emu_rnd mode,
 static EMU_ALWAYS_INLINE void pw_row_panel(const seq_ctx *c, emu_rnd mode,
                                            size_t i, size_t q,
                                            const double *arow,
-                                           emu_accum_counts *cnt)
+                                           emu_accum_counts *cnt,
+                                           uint32_t (*hist)[EMU_LOST_BINS])
 {
     const gemm_job *g = c->g;
     const size_t K = g->K, j0 = q * JB;
@@ -566,9 +885,6 @@ static EMU_ALWAYS_INLINE void pw_row_panel(const seq_ctx *c, emu_rnd mode,
     double iv[JB];
     for (size_t j = 0; j < JB; j++)
         iv[j] = init && j < jn ? g->c[i * g->N + j0 + j] : 0.0;
-    uint32_t hist[JB][EMU_LOST_BINS];
-    if (cnt)
-        memset(hist, 0, sizeof hist);
     double res[JB];
     if (K == 0) {
         memcpy(res, iv, sizeof res);
@@ -636,21 +952,20 @@ static EMU_ALWAYS_INLINE void pw_row_panel(const seq_ctx *c, emu_rnd mode,
     }
     for (size_t j = 0; j < jn; j++)
         g->hi[i * g->N + j0 + j] = res[j];
-    if (cnt)
-        flush_hist(hist, cnt);
 }
 
 static EMU_ALWAYS_INLINE void row_panel(const seq_ctx *c, emu_rnd mode,
                                         seq_state *st, size_t i, size_t q,
                                         const double *arow, const int *la,
-                                        emu_accum_counts *cnt)
+                                        emu_accum_counts *cnt,
+                                        uint32_t (*hist)[EMU_LOST_BINS])
 {
     if (c->kind == EMU_ACCUM_KAHAN)
-        kahan_row_panel(c, mode, i, q, arow, cnt);
+        kahan_row_panel(c, mode, i, q, arow, cnt, hist);
     else if (c->kind == EMU_ACCUM_PAIRWISE)
-        pw_row_panel(c, mode, i, q, arow, cnt);
+        pw_row_panel(c, mode, i, q, arow, cnt, hist);
     else
-        seq_row_panel(c, mode, st, i, q, arow, la, cnt);
+        seq_row_panel(c, mode, st, i, q, arow, la, cnt, hist);
 }
 
 /* The mode is a constant inside each instance of the kernel.  On x86-64
@@ -668,7 +983,20 @@ static void seq_rows(const seq_ctx *c, size_t q, size_t r0, size_t r1,
 {
     const gemm_job *g = c->g;
     seq_state st = { false, 0 };
+    /* Swamping histograms, one per lane, kept over the rows and emptied
+     * into cnt before a bin could pass 2^32 - 1 (a row-panel adds at most
+     * K + 1 to a lane's bins): emptying them per row-panel cost as much as
+     * a sixth of the counting at K = 256. */
+    uint32_t hist[JB][EMU_LOST_BINS];
+    uint64_t pending = 0;
+    if (cnt)
+        memset(hist, 0, sizeof hist);
     for (size_t i = r0; i < r1; i++) {
+        if (cnt && pending + g->K + 1 > UINT32_MAX) {
+            flush_hist(hist, cnt);
+            pending = 0;
+        }
+        pending += g->K + 1;
         for (size_t k = 0; k < g->K; k++) {
             float x = g->a[(ptrdiff_t)i * g->a_rs + (ptrdiff_t)k * g->a_cs];
             arow[k] = x;
@@ -677,25 +1005,27 @@ static void seq_rows(const seq_ctx *c, size_t q, size_t r0, size_t r1,
         }
         switch (c->pl.mode) {
         case EMU_RNE:
-            row_panel(c, EMU_RNE, &st, i, q, arow, la, cnt);
+            row_panel(c, EMU_RNE, &st, i, q, arow, la, cnt, hist);
             break;
         case EMU_RNA:
-            row_panel(c, EMU_RNA, &st, i, q, arow, la, cnt);
+            row_panel(c, EMU_RNA, &st, i, q, arow, la, cnt, hist);
             break;
         case EMU_RU:
-            row_panel(c, EMU_RU, &st, i, q, arow, la, cnt);
+            row_panel(c, EMU_RU, &st, i, q, arow, la, cnt, hist);
             break;
         case EMU_RD:
-            row_panel(c, EMU_RD, &st, i, q, arow, la, cnt);
+            row_panel(c, EMU_RD, &st, i, q, arow, la, cnt, hist);
             break;
         case EMU_RO:
-            row_panel(c, EMU_RO, &st, i, q, arow, la, cnt);
+            row_panel(c, EMU_RO, &st, i, q, arow, la, cnt, hist);
             break;
         default:
-            row_panel(c, EMU_RZ, &st, i, q, arow, la, cnt);
+            row_panel(c, EMU_RZ, &st, i, q, arow, la, cnt, hist);
             break;
         }
     }
+    if (cnt)
+        flush_hist(hist, cnt);
 }
 
 /* ---- the other kernels: fused unit, exact sum, stochastic sequential -----
@@ -869,21 +1199,32 @@ static EMU_ALWAYS_INLINE bool fused_row_panel(const seq_ctx *c, size_t i,
                 qb[j] = qe[j] + 1023;
                 top[j] = (qa > qe[j] ? qa : qe[j]) - 1 + 1023;
             }
-            for (size_t k = k0; k < k1; k++) {
-                const double ak = arow[k], *b = bp + k * JB;
-                const int64_t *lk = lb + k * JB, l0 = la[k] + 1;
-                int64_t bins[JB]; /* vector code, then the increments */
-                for (size_t j = 0; j < JB; j++) {
-                    uint64_t tb = d2u(ak * b[j]) << 1;
-                    int64_t et = (int64_t)(tb >> 53);
-                    int64_t hb = et < top[j] ? et : top[j];
-                    int64_t nb = hb - (l0 + lk[j]) + 1;
-                    nb = nb < 0 ? 0 : nb > 64 ? 64 : nb;
-                    nb = et < qb[j] ? EMU_LOST_BINS - 1 : nb;
-                    bins[j] = tb == 0 ? 0 : nb;
+            /* The bins of up to FB steps as offsets into the lanes'
+             * histograms (vector code), then their increments: reading
+             * each step's bins back right after its vector store stalled
+             * on store forwarding. */
+            enum { FB = 16 };
+            uint32_t *hf = &hist[0][0];
+            for (size_t kb = k0; kb < k1; kb += FB) {
+                const size_t ke = k1 - kb < FB ? k1 : kb + FB;
+                int32_t off[FB * JB];
+                for (size_t k = kb; k < ke; k++) {
+                    const double ak = arow[k], *b = bp + k * JB;
+                    const int64_t *lk = lb + k * JB, l0 = la[k] + 1;
+                    int32_t *o = off + (k - kb) * JB;
+                    for (size_t j = 0; j < JB; j++) {
+                        uint64_t tb = d2u(ak * b[j]) << 1;
+                        int64_t et = (int64_t)(tb >> 53);
+                        int64_t hb = et < top[j] ? et : top[j];
+                        int64_t nb = hb - (l0 + lk[j]) + 1;
+                        nb = nb < 0 ? 0 : nb > 64 ? 64 : nb;
+                        nb = et < qb[j] ? EMU_LOST_BINS - 1 : nb;
+                        nb = tb == 0 ? 0 : nb;
+                        o[j] = (int32_t)(nb + (int64_t)j * EMU_LOST_BINS);
+                    }
                 }
-                for (size_t j = 0; j < JB; j++)
-                    hist[j][bins[j]]++;
+                for (size_t x = 0; x < (ke - kb) * JB; x++)
+                    hf[off[x]]++;
             }
         }
         for (size_t j = 0; j < jn; j++)
@@ -1517,6 +1858,9 @@ int emu_gemm_accum_ex(const emu_accum *model, size_t M, size_t N, size_t K,
         sc->npanels = (N + JB - 1) / JB;
         sc->p = model->acc.p;
         sc->sr = sc->pl.sr;
+#if EMU_HAVE_ISA_CLONES
+        sc->v8 = emu_isa_active() == EMU_ISA_AVX512;
+#endif
         /* acc's values are multiples of 2^(emin - p + 1) below 2^(emax + 1) */
         sc->sums_exact = sc->pl.ok && model->acc.emax + 2 -
                                       (model->acc.emin - model->acc.p + 1) <= 53;
