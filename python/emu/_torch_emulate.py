@@ -331,7 +331,7 @@ class Emulate(TorchDispatchMode):
         self._exempt_mods = set()
         self._params = {}       # data_ptr -> (name, param, exempt)
         self._casts = {}        # data_ptr -> (version, rounded copy)
-        self._inputs = {}       # data_ptr -> (version, shape, rounded copy)
+        self._inputs = {}       # data_ptr -> (weakref, version, shape, strides, copy)
         self._fresh = {}        # data_ptr -> (weakref, format, version)
         self._leaves = set()    # paths of modules without children
         self._bare = set()      # ... and without parameters of their own
@@ -648,14 +648,21 @@ class Emulate(TorchDispatchMode):
         """A GEMM operand in its role's format: parameters through the cast
         cache; another tensor that is not yet in the format (a model input)
         is rounded once, counted at `site`, and remembered by address and
-        version so that the backward pass reads the same rounded copy."""
+        version so that the backward pass reads the same rounded copy.
+        The tensor rounded is held by a weak reference, which PyTorch
+        keeps alive as long as autograd holds the tensor: an entry whose
+        tensor died is never taken for a new tensor at the same address
+        (a later batch, an activation under no_grad), and the layout is
+        compared, so that a transposed view of a square operand is not
+        taken for it."""
         s = self._substitute(a, None)
         if s is not a or a.data_ptr() in self._params:
             return s
         key = a.data_ptr()
         hit = self._inputs.get(key)
-        if hit is not None and hit[0] == a._version and hit[1] == tuple(a.shape):
-            return hit[2]
+        if (hit is not None and hit[0]() is not None and hit[1] == a._version
+                and hit[2] == tuple(a.shape) and hit[3] == a.stride()):
+            return hit[4]
         f, m = self._fmt(role, exempt)
         if not new:
             return a
@@ -672,7 +679,8 @@ class Emulate(TorchDispatchMode):
         q = self._round(site, a, role, exempt, "load")
         if len(self._inputs) > 64:
             self._inputs.clear()
-        self._inputs[key] = (a._version, tuple(a.shape), q)
+        self._inputs[key] = (weakref.ref(a), a._version, tuple(a.shape),
+                             a.stride(), q)
         return q
 
     def _note(self, key, note):
