@@ -307,6 +307,30 @@ def hist_labels():
 _SPANS = {"total": 0, "run": 0, "step": 1}
 
 
+_torch = None
+
+
+def _plain_f32(x):
+    """x's element count if x is a plain (not a subclass, no autograd)
+    contiguous float32 torch tensor on the CPU, else None."""
+    global _torch
+    if _torch is None:
+        if not _is_torch(x):
+            return None
+        import torch
+        _torch = torch
+    t = _torch
+    if (type(x) is not t.Tensor or x.dtype is not t.float32 or not x.is_cpu
+            or x.layout is not t.strided or x.requires_grad
+            or not x.is_contiguous()):
+        return None
+    return x.numel()
+
+
+def _torch_empty_like(x):
+    return _torch.empty(x.shape, dtype=_torch.float32)
+
+
 class Session:
     """An emu_ctx with statistics: ops counted at named sites, as `emu
     train` counts them, written with the same C writers.
@@ -389,6 +413,18 @@ class Session:
         memory shared otherwise is read through a copy."""
         f = format(fmt)
         r = _rounding(mode, saturate, tininess, profile)
+        n = _plain_f32(x)
+        if n is not None and (out is None or out is x):
+            # a contiguous float32 CPU tensor, into a new tensor or in
+            # place: its pointer as is (what the general path below does,
+            # without its NumPy views and checks; emulate's every op)
+            result = x if out is not None else _torch_empty_like(x)
+            if n:
+                with self._lock:
+                    check(lib.emu_ffi_session_round(
+                        self._handle(), enc(site), enc(kind), enc(role),
+                        f._h, r._h, result.data_ptr(), x.data_ptr(), n))
+            return result
         w = as_input(x, (np.float32,))
         src = w.arr
         if out is not None:

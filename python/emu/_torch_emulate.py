@@ -345,6 +345,9 @@ class Emulate(TorchDispatchMode):
         self._att = {}          # data_ptr -> weakref: softmax outputs (att)
         self._attn_paths = set()  # modules that ran attention's products
         self._folded = {}       # id -> (tensor, alpha): see _torch_layers.gemm
+        self._cols = {}         # forward im2col matrices: see _torch_gemm
+        self._cols_kept = 0     # ... and their values
+        self._flips = {}        # param data_ptr -> flipped weight: _torch_gemm
         self._threads = torch.get_num_threads()
         torch.set_num_threads(1)  # torch's own kernels: thread-independent bits
         self._h = [_nnmod.register_module_forward_pre_hook(self._pre_hook),
@@ -366,6 +369,8 @@ class Emulate(TorchDispatchMode):
             self._casts.clear()
             self._inputs.clear()
             self._fresh.clear()
+            self._drop_cols()
+            self._flips.clear()
             if self.out is not None:
                 self.write(self.out)
         return False
@@ -387,8 +392,16 @@ class Emulate(TorchDispatchMode):
             finally:
                 self._bwd -= 1
                 self._node = None
+                if self._bwd == 0:
+                    # im2col matrices a backward pass did not read (its
+                    # inputs kept no graph to them) are not read later
+                    self._drop_cols()
         wrapped.__wrapped__ = fn
         return wrapped
+
+    def _drop_cols(self):
+        self._cols.clear()
+        self._cols_kept = 0
 
     def begin_step(self, step):
         """Starts step `step` of the statistics (ops_steps.csv)."""

@@ -84,6 +84,50 @@ def _flipped(w, groups):
     return out
 
 
+# The most im2col values kept from a convolution's forward pass for its
+# weight gradient (128 MiB): later convolutions beyond it are rebuilt.
+KEEP_COLS = 1 << 25
+
+
+def _cols_key(x, *geom):
+    return (x.data_ptr(), tuple(x.shape), tuple(x.stride())) + geom
+
+
+def _keep_cols(em, x, geom, a):
+    """Keeps a forward convolution's im2col matrix a of x for the weight
+    gradient's GEMM, which reads the same matrix (_reuse_cols): x is held
+    (its memory cannot be reused meanwhile) and its version checked."""
+    n = a.numel()
+    if em._cols_kept + n > KEEP_COLS:
+        return
+    em._cols[_cols_key(x, *geom)] = (x, x._version, a)
+    em._cols_kept += n
+
+
+def _reuse_cols(em, x, geom):
+    """The forward pass's im2col matrix of x (same values, same layout)
+    if kept and x unchanged since, else None; forgotten once read."""
+    hit = em._cols.pop(_cols_key(x, *geom), None)
+    if hit is None:
+        return None
+    em._cols_kept -= hit[2].numel()
+    return hit[2] if hit[1] == x._version else None
+
+
+def _flipped_cached(em, w, w2, groups):
+    """_flipped(w2, groups) for parameter w read as w2 (its cast copy, or
+    itself), kept until w2 is replaced or changes: passes that do not
+    update the parameter flip it once."""
+    key = w.data_ptr()
+    hit = em._flips.get(key)
+    if (hit is not None and hit[0] is w2 and hit[1] == w2._version
+            and hit[2] == groups):
+        return hit[3]
+    wt = _flipped(w2, groups)
+    em._flips[key] = (w2, w2._version, groups, wt)
+    return wt
+
+
 _QROLE = {"x": "activation", "w": "weight", "dy": "act_grad"}
 
 
@@ -169,7 +213,7 @@ class _G:
         return self.em._operand(site, t, role, self.ctx.exempt, new)
 
     def conv2d(self, site, x, w, stride, padding, dilation, groups, role,
-               rx, rw, bias=None, up=(1, 1), out_hw=None):
+               rx, rw, bias=None, up=(1, 1), out_hw=None, keep=False):
         """conv2d(x, w) (+ bias) by im2col GEMMs, rounded into role's
         format; x upsampled by `up` (zeros between its values) first, and
         padded by `padding` (top and left; the output's size out_hw, by
@@ -191,6 +235,10 @@ class _G:
         for g in range(groups):
             a = _cols(x, g * cg, cg, kh, kw, ho, wo, stride, padding,
                       dilation, up)
+            if keep:
+                _keep_cols(self.em, x, (g * cg, cg, kh, kw, ho, wo,
+                                        tuple(stride), tuple(padding),
+                                        tuple(dilation)), a)
             wm = w[g * cog:(g + 1) * cog].reshape(cog, k)
             b = bias[g * cog:(g + 1) * cog] if fold else None
             outs.append(self.matmul(site, a, wm.t(), role, rx, rw, init=b)[0])
@@ -300,8 +348,12 @@ def run(em, name, func, args, kwargs, ctx):
                 if bias is not None:
                     out = out + bias.view(1, -1, *([1] * (out.dim() - 2)))
             return g.round(site, out, out_role, "conv2d")
+        # the im2col matrices kept for the weight gradient when one will
+        # be asked for
+        keep = (not bwd and w.requires_grad and w.data_ptr() in em._params
+                and torch.is_grad_enabled())
         y, folded = g.conv2d(site, x2, w2, stride, padding, dilation, groups,
-                             out_role, "x", "w", bias)
+                             out_role, "x", "w", bias, keep=keep)
         if bias is not None and not folded:
             y = g.round(base + "bias", y + bias.view(1, -1, 1, 1), out_role,
                         "add_bias")
@@ -339,8 +391,12 @@ def run(em, name, func, args, kwargs, ctx):
     if mask[1]:
         parts = []
         for gi_ in range(groups):
-            a = _cols(x2, gi_ * cg, cg, kh, kw, ho, wo, stride, padding,
-                      dilation)
+            a = _reuse_cols(em, x2, (gi_ * cg, cg, kh, kw, ho, wo,
+                                     tuple(stride), tuple(padding),
+                                     tuple(dilation)))
+            if a is None:
+                a = _cols(x2, gi_ * cg, cg, kh, kw, ho, wo, stride, padding,
+                          dilation)
             dy = go[:, gi_ * cog:(gi_ + 1) * cog].permute(0, 2, 3, 1).reshape(n * ho * wo, cog)
             parts.append(g.matmul(base + "dweight", dy.t(), a, wg_role,
                                   "dy", "x")[0])
@@ -351,7 +407,8 @@ def run(em, name, func, args, kwargs, ctx):
         # the top and left (im2col reads that input without forming it)
         pads = [dl * (k_ - 1) - p for k_, p, dl in
                 ((kh, padding[0], dilation[0]), (kw, padding[1], dilation[1]))]
-        wt = _flipped(w2, groups)
+        wt = (_flipped_cached(em, w, w2, groups) if wparam
+              else _flipped(w2, groups))
         gi = g.conv2d(base + "dinput", go, wt, (1, 1), pads, dilation, groups,
                       "act_grad", "dy", "w", up=tuple(stride),
                       out_hw=(h, wd))[0]
