@@ -210,8 +210,30 @@ def _preset_form(spec):
     return form if _core.scaled_spec(form) == spec else spec
 
 
+_OPNAMES = {}
+
+
 def _opname(func):
-    return func.overloadpacket.__name__
+    """func's ATen name (its overload packet's), looked up once per
+    overload."""
+    name = _OPNAMES.get(func)
+    if name is None:
+        name = _OPNAMES[func] = func.overloadpacket.__name__
+    return name
+
+
+def _flat(tree, acc):
+    """The leaves of nested lists, tuples and dicts (an op's arguments or
+    outputs) appended to acc, in tree_flatten's order, as _unflatten_like
+    and _map_tensors walk them."""
+    for a in tree:
+        if isinstance(a, (list, tuple)):
+            _flat(a, acc)
+        elif isinstance(a, dict):
+            _flat(a.values(), acc)
+        else:
+            acc.append(a)
+    return acc
 
 
 def _is_f32(t):
@@ -707,8 +729,7 @@ class Emulate(TorchDispatchMode):
         name = _opname(func)
         if name in _PASS or not self._active:
             return func(*args, **kwargs)
-        flat_in = tree_flatten((args, kwargs))[0]
-        tin = [a for a in flat_in if isinstance(a, torch.Tensor)]
+        tin = [a for a in _flat((args, kwargs), []) if isinstance(a, torch.Tensor)]
         if any(t.device.type != "cpu" for t in tin):
             self._note(name + " (not cpu)", "passed through unrounded")
             return func(*args, **kwargs)
@@ -716,7 +737,8 @@ class Emulate(TorchDispatchMode):
         if name in _GEMM and all(t.dtype == torch.float32 for t in tin
                                  if t.is_floating_point()):
             return self._gemm(name, func, args, kwargs, ctx)
-        if ctx.phase in ("fwd", "bwd"):
+        if ctx.phase in ("fwd", "bwd") and any(
+                t.data_ptr() in self._params for t in tin):
             args, kwargs = _map_tensors((args, kwargs),
                                         lambda a: self._substitute(a, ctx))
         if name in _NORM_FWD and ctx.phase == "fwd" and _is_f32(args[0]):
@@ -727,7 +749,7 @@ class Emulate(TorchDispatchMode):
                 return t
         out = func(*args, **kwargs)
         if out is None and name.endswith("_") and args:
-            targets = tree_flatten(args[0])[0]  # _foreach_add_ and the like
+            targets = _flat((args[0],), [])  # _foreach_add_ and the like
             if name.rstrip("_") in _ROUND:
                 for t in targets:
                     if _is_f32(t):
@@ -740,7 +762,7 @@ class Emulate(TorchDispatchMode):
             elif any(_is_f32(t) for t in targets):
                 self._note(name, "passed through unrounded")
             return out
-        flat_out = tree_flatten(out)[0]
+        flat_out = _flat((out,), [])
         fl = [t for t in flat_out if isinstance(t, torch.Tensor)
               and t.is_floating_point()]
         if not fl:
