@@ -68,16 +68,18 @@ def _cols(x, c0, cg, kh, kw, ho, wo, stride, pad, dil, up=(1, 1)):
     return out.t() if trans else out
 
 
-def _flipped(w, groups):
+def _flipped(w, groups, out=None):
     """The weight of an input gradient's convolution: w (co, cg, kh, kw)
     with each group's (out, in) channels swapped and its kernels flipped,
     (groups*cg, co/groups, kh, kw), in one C pass
-    (emu_ffi_conv_weight_flip)."""
+    (emu_ffi_conv_weight_flip); into `out` (contiguous, that shape) if
+    given."""
     co, cg, kh, kw = w.shape
     w = w.detach()
     if not w.is_contiguous():
         w = w.contiguous()
-    out = torch.empty(groups * cg, co // groups, kh, kw)
+    if out is None:
+        out = torch.empty(groups * cg, co // groups, kh, kw)
     if out.numel():
         check(lib.emu_ffi_conv_weight_flip(out.data_ptr(), w.data_ptr(), co,
                                            cg, kh, kw, groups))
@@ -117,13 +119,17 @@ def _reuse_cols(em, x, geom):
 def _flipped_cached(em, w, w2, groups):
     """_flipped(w2, groups) for parameter w read as w2 (its cast copy, or
     itself), kept until w2 is replaced or changes: passes that do not
-    update the parameter flip it once."""
+    update the parameter flip it once; after an update the new flip is
+    written over the old one (which only this cache holds: the GEMM
+    that read it has returned), without new memory to fault in."""
     key = w.data_ptr()
     hit = em._flips.get(key)
-    if (hit is not None and hit[0] is w2 and hit[1] == w2._version
-            and hit[2] == groups):
-        return hit[3]
-    wt = _flipped(w2, groups)
+    if hit is not None and hit[2] == groups and hit[0].shape == w2.shape:
+        if hit[0] is w2 and hit[1] == w2._version:
+            return hit[3]
+        wt = _flipped(w2, groups, out=hit[3])
+    else:
+        wt = _flipped(w2, groups)
     em._flips[key] = (w2, w2._version, groups, wt)
     return wt
 
