@@ -327,6 +327,15 @@ def _plain_f32(x):
     return x.numel()
 
 
+def _apart_f32(out, x, n):
+    """Whether out is a plain contiguous float32 tensor of x's shape (n
+    elements) whose memory does not overlap x's."""
+    if out.shape != x.shape or _plain_f32(out) != n:
+        return False
+    o, i = out.data_ptr(), x.data_ptr()
+    return o + 4 * n <= i or i + 4 * n <= o
+
+
 def _torch_empty_like(x):
     return _torch.empty(x.shape, dtype=_torch.float32)
 
@@ -414,11 +423,13 @@ class Session:
         f = format(fmt)
         r = _rounding(mode, saturate, tininess, profile)
         n = _plain_f32(x)
-        if n is not None and (out is None or out is x):
-            # a contiguous float32 CPU tensor, into a new tensor or in
-            # place: its pointer as is (what the general path below does,
-            # without its NumPy views and checks; emulate's every op)
-            result = x if out is not None else _torch_empty_like(x)
+        if n is not None and (out is None or out is x
+                              or _apart_f32(out, x, n)):
+            # a contiguous float32 CPU tensor, into a new tensor, in place
+            # or into another such tensor of its shape that it does not
+            # overlap: its pointer as is (what the general path below
+            # does, without its NumPy views and checks; emulate's ops)
+            result = out if out is not None else _torch_empty_like(x)
             if n:
                 with self._lock:
                     check(lib.emu_ffi_session_round(

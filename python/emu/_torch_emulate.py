@@ -370,6 +370,7 @@ class Emulate(TorchDispatchMode):
         self._cols = {}         # forward im2col matrices: see _torch_gemm
         self._cols_kept = 0     # ... and their values
         self._flips = {}        # param data_ptr -> flipped weight: _torch_gemm
+        self._pool = {}         # shape -> scratch matrices: _torch_gemm._take
         self._threads = torch.get_num_threads()
         torch.set_num_threads(1)  # torch's own kernels: thread-independent bits
         self._h = [_nnmod.register_module_forward_pre_hook(self._pre_hook),
@@ -393,6 +394,7 @@ class Emulate(TorchDispatchMode):
             self._fresh.clear()
             self._drop_cols()
             self._flips.clear()
+            self._pool.clear()
             if self.out is not None:
                 self.write(self.out)
         return False
@@ -671,7 +673,17 @@ class Emulate(TorchDispatchMode):
             return a
         c = self._casts.get(p.data_ptr())
         if c is None or c[0] != p._version:
-            q = self._round(name + ".cast", p, "weight", exempt, "cast")
+            if c is not None and c[1].shape == p.shape:
+                # the parameter's new version cast into its previous copy,
+                # which nothing outside this context holds (ops read it
+                # below autograd, their outputs are new tensors): the
+                # same values as into new memory, without its page faults
+                f, m = self._fmt("weight", exempt)
+                q = self._mark(self._sess.round(name + ".cast", p.detach(), f,
+                                                m, "weight", out=c[1],
+                                                kind="cast"), f)
+            else:
+                q = self._round(name + ".cast", p, "weight", exempt, "cast")
             self._casts[p.data_ptr()] = (p._version, q)
             c = (p._version, q)
         q = c[1]

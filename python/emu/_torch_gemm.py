@@ -39,7 +39,7 @@ def _mat(t):
     return t.contiguous(), False
 
 
-def _cols(x, c0, cg, kh, kw, ho, wo, stride, pad, dil, up=(1, 1)):
+def _cols(x, c0, cg, kh, kw, ho, wo, stride, pad, dil, up=(1, 1), em=None):
     """The im2col matrix of channels c0 .. c0+cg-1 of x (n, c, h, w), as
     unfold's columns reshaped into a GEMM operand: (n*ho*wo, cg*kh*kw), a
     row per output pixel, x upsampled by `up` (zeros between its values)
@@ -47,7 +47,8 @@ def _cols(x, c0, cg, kh, kw, ho, wo, stride, pad, dil, up=(1, 1)):
     pass in C, in the layout unfold + permute + reshape gives (a
     contiguous matrix, or with one image a transposed view of one), so
     that the GEMM is called exactly as on those (the same sgemm variant,
-    hence the same bits)."""
+    hence the same bits).  With the context `em`, the matrix is taken
+    from its pool of scratch matrices (_take; _give it back once read)."""
     n, c, h, w = x.shape
     rows, k = n * ho * wo, cg * kh * kw
     # the layout of unfold(...)[:, c0*kh*kw : ..., :].permute(0, 2, 1)
@@ -55,7 +56,8 @@ def _cols(x, c0, cg, kh, kw, ho, wo, stride, pad, dil, up=(1, 1)):
     m = torch.empty(n, c * kh * kw, ho * wo, device="meta")
     m = m[:, c0 * kh * kw:c0 * kh * kw + k, :].permute(0, 2, 1).reshape(rows, k)
     trans = not m.is_contiguous() and m.t().is_contiguous()
-    out = torch.empty((k, rows) if trans else (rows, k))
+    shape = (k, rows) if trans else (rows, k)
+    out = _take(em, shape) if em is not None else torch.empty(shape)
     if out.numel() == 0:
         return out.t() if trans else out
     x = x.detach()
@@ -86,6 +88,26 @@ def _flipped(w, groups, out=None):
     return out
 
 
+def _take(em, shape):
+    """A float32 matrix of `shape` whose values will all be written: one
+    the context gave back (_give), or new memory.  Every pass of a
+    model builds im2col matrices of the same shapes: reusing them spares
+    the kernel faulting in and zeroing fresh pages (which cost more than
+    building the matrix)."""
+    free = em._pool.get(shape)
+    return free.pop() if free else torch.empty(shape)
+
+
+def _give(em, a):
+    """Gives matrix a (from _cols with em, or its transposed view) back
+    to the pool: nothing may read it any more."""
+    if not a.is_contiguous():
+        a = a.t()
+    free = em._pool.setdefault(tuple(a.shape), [])
+    if len(free) < 4:
+        free.append(a)
+
+
 # The most im2col values kept from a convolution's forward pass for its
 # weight gradient (128 MiB): later convolutions beyond it are rebuilt.
 KEEP_COLS = 1 << 25
@@ -101,9 +123,10 @@ def _keep_cols(em, x, geom, a):
     (its memory cannot be reused meanwhile) and its version checked."""
     n = a.numel()
     if em._cols_kept + n > KEEP_COLS:
-        return
+        return False
     em._cols[_cols_key(x, *geom)] = (x, x._version, a)
     em._cols_kept += n
+    return True
 
 
 def _reuse_cols(em, x, geom):
@@ -125,12 +148,14 @@ def _flipped_cached(em, w, w2, groups):
     key = w.data_ptr()
     hit = em._flips.get(key)
     if hit is not None and hit[2] == groups and hit[0].shape == w2.shape:
-        if hit[0] is w2 and hit[1] == w2._version:
+        # the cast copy w2 may be rewritten in place for the parameter's
+        # next version (Emulate._substitute): the parameter's version too
+        if hit[0] is w2 and hit[1] == w2._version and hit[4] == w._version:
             return hit[3]
         wt = _flipped(w2, groups, out=hit[3])
     else:
         wt = _flipped(w2, groups)
-    em._flips[key] = (w2, w2._version, groups, wt)
+    em._flips[key] = (w2, w2._version, groups, wt, w._version)
     return wt
 
 
@@ -240,14 +265,15 @@ class _G:
         k = cg * kh * kw
         for g in range(groups):
             a = _cols(x, g * cg, cg, kh, kw, ho, wo, stride, padding,
-                      dilation, up)
-            if keep:
-                _keep_cols(self.em, x, (g * cg, cg, kh, kw, ho, wo,
-                                        tuple(stride), tuple(padding),
-                                        tuple(dilation)), a)
+                      dilation, up, em=self.em)
+            kept = keep and _keep_cols(self.em, x, (g * cg, cg, kh, kw, ho, wo,
+                                                    tuple(stride), tuple(padding),
+                                                    tuple(dilation)), a)
             wm = w[g * cog:(g + 1) * cog].reshape(cog, k)
             b = bias[g * cog:(g + 1) * cog] if fold else None
             outs.append(self.matmul(site, a, wm.t(), role, rx, rw, init=b)[0])
+            if not kept:
+                _give(self.em, a)
         y = outs[0] if groups == 1 else torch.cat(outs, 1)
         return y.reshape(n, ho, wo, co).permute(0, 3, 1, 2).contiguous(), fold
 
@@ -402,10 +428,11 @@ def run(em, name, func, args, kwargs, ctx):
                                      tuple(dilation)))
             if a is None:
                 a = _cols(x2, gi_ * cg, cg, kh, kw, ho, wo, stride, padding,
-                          dilation)
+                          dilation, em=em)
             dy = go[:, gi_ * cog:(gi_ + 1) * cog].permute(0, 2, 3, 1).reshape(n * ho * wo, cog)
             parts.append(g.matmul(base + "dweight", dy.t(), a, wg_role,
                                   "dy", "x")[0])
+            _give(em, a)
         gw = (parts[0] if groups == 1 else torch.cat(parts, 0)).reshape(co, cg, kh, kw)
     if mask[0]:
         # the stride-1 convolution of go dilated by the stride (zeros
