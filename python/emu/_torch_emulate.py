@@ -371,6 +371,7 @@ class Emulate(TorchDispatchMode):
         self._cols_kept = 0     # ... and their values
         self._flips = {}        # param data_ptr -> flipped weight: _torch_gemm
         self._pool = {}         # shape -> scratch matrices: _torch_gemm._take
+        self._passes = 0        # backward passes completed
         self._threads = torch.get_num_threads()
         torch.set_num_threads(1)  # torch's own kernels: thread-independent bits
         self._h = [_nnmod.register_module_forward_pre_hook(self._pre_hook),
@@ -420,6 +421,7 @@ class Emulate(TorchDispatchMode):
                     # im2col matrices a backward pass did not read (its
                     # inputs kept no graph to them) are not read later
                     self._drop_cols()
+                    self._passes += 1
         wrapped.__wrapped__ = fn
         return wrapped
 

@@ -89,9 +89,10 @@ def _flipped(w, groups, out=None):
 
 
 def _take(em, shape):
-    """A float32 matrix of `shape` whose values will all be written: one
+    """A float32 tensor of `shape` whose values will all be written: one
     the context gave back (_give), or new memory.  Every pass of a
-    model builds im2col matrices of the same shapes: reusing them spares
+    model builds im2col matrices (and flipped weights) of the same
+    shapes, and so do a pass's layers of one width: reusing them spares
     the kernel faulting in and zeroing fresh pages (which cost more than
     building the matrix)."""
     free = em._pool.get(shape)
@@ -99,8 +100,8 @@ def _take(em, shape):
 
 
 def _give(em, a):
-    """Gives matrix a (from _cols with em, or its transposed view) back
-    to the pool: nothing may read it any more."""
+    """Gives a scratch tensor a (_take's, or the transposed view of one
+    that _cols returns) back to the pool: nothing may read it any more."""
     if not a.is_contiguous():
         a = a.t()
     free = em._pool.setdefault(tuple(a.shape), [])
@@ -440,10 +441,17 @@ def run(em, name, func, args, kwargs, ctx):
         # the top and left (im2col reads that input without forming it)
         pads = [dl * (k_ - 1) - p for k_, p, dl in
                 ((kh, padding[0], dilation[0]), (kw, padding[1], dilation[1]))]
-        wt = (_flipped_cached(em, w, w2, groups) if wparam
-              else _flipped(w2, groups))
+        # kept per parameter from the context's second backward pass on
+        # (a context used for one pass would only hold them); before,
+        # scratch from the pool, given back once read
+        keep = wparam and em._passes > 0
+        wt = (_flipped_cached(em, w, w2, groups) if keep else
+              _flipped(w2, groups, out=_take(em, (groups * cg, co // groups,
+                                                  kh, kw))))
         gi = g.conv2d(base + "dinput", go, wt, (1, 1), pads, dilation, groups,
                       "act_grad", "dy", "w", up=tuple(stride),
                       out_hw=(h, wd))[0]
+        if not keep:
+            _give(em, wt)
         assert gi.shape == x.shape, (gi.shape, x.shape)
     return gi, gw, gb
