@@ -382,9 +382,11 @@ def run(em, name, func, args, kwargs, ctx):
                     out = out + bias.view(1, -1, *([1] * (out.dim() - 2)))
             return g.round(site, out, out_role, "conv2d")
         # the im2col matrices kept for the weight gradient when one will
-        # be asked for
-        keep = (not bwd and w.requires_grad and w.data_ptr() in em._params
-                and torch.is_grad_enabled())
+        # be asked for, from the context's second pass on (when the pool
+        # has the memory: new memory to fault in for them costs what
+        # rebuilding them saves)
+        keep = (not bwd and em._passes > 0 and w.requires_grad
+                and w.data_ptr() in em._params and torch.is_grad_enabled())
         y, folded = g.conv2d(site, x2, w2, stride, padding, dilation, groups,
                              out_role, "x", "w", bias, keep=keep)
         if bias is not None and not folded:
