@@ -19,7 +19,15 @@ emu_ffi_conv_weight_flip), in the layout PyTorch's unfold + permute +
 reshape would give, so that the GEMMs are called exactly as on those.
 Transposed and non-2-d convolutions run
 in PyTorch's kernel with their outputs rounded, and are listed in
-unhandled_ops.csv."""
+unhandled_ops.csv.
+
+Memory between passes (none of it changes a value): from a context's
+second pass on, a convolution's forward im2col matrix is kept for its
+weight gradient (which reads the same matrix; at most KEEP_COLS values)
+and each weight's flipped copy until the parameter changes; other im2col
+matrices and flipped weights come from a per-context pool of scratch
+tensors they go back to once read (_take, _give): fresh memory costs the
+kernel's page faults and zeroing, more than building the matrix."""
 
 import ctypes
 
