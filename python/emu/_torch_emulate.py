@@ -210,8 +210,30 @@ def _preset_form(spec):
     return form if _core.scaled_spec(form) == spec else spec
 
 
+_OPNAMES = {}
+
+
 def _opname(func):
-    return func.overloadpacket.__name__
+    """func's ATen name (its overload packet's), looked up once per
+    overload."""
+    name = _OPNAMES.get(func)
+    if name is None:
+        name = _OPNAMES[func] = func.overloadpacket.__name__
+    return name
+
+
+def _flat(tree, acc):
+    """The leaves of nested lists, tuples and dicts (an op's arguments or
+    outputs) appended to acc, in tree_flatten's order, as _unflatten_like
+    and _map_tensors walk them."""
+    for a in tree:
+        if isinstance(a, (list, tuple)):
+            _flat(a, acc)
+        elif isinstance(a, dict):
+            _flat(a.values(), acc)
+        else:
+            acc.append(a)
+    return acc
 
 
 def _is_f32(t):
@@ -331,7 +353,7 @@ class Emulate(TorchDispatchMode):
         self._exempt_mods = set()
         self._params = {}       # data_ptr -> (name, param, exempt)
         self._casts = {}        # data_ptr -> (version, rounded copy)
-        self._inputs = {}       # data_ptr -> (version, shape, rounded copy)
+        self._inputs = {}       # data_ptr -> (weakref, version, shape, strides, copy)
         self._fresh = {}        # data_ptr -> (weakref, format, version)
         self._leaves = set()    # paths of modules without children
         self._bare = set()      # ... and without parameters of their own
@@ -345,6 +367,11 @@ class Emulate(TorchDispatchMode):
         self._att = {}          # data_ptr -> weakref: softmax outputs (att)
         self._attn_paths = set()  # modules that ran attention's products
         self._folded = {}       # id -> (tensor, alpha): see _torch_layers.gemm
+        self._cols = {}         # forward im2col matrices: see _torch_gemm
+        self._cols_kept = 0     # ... and their values
+        self._flips = {}        # param data_ptr -> flipped weight: _torch_gemm
+        self._pool = {}         # shape -> scratch matrices: _torch_gemm._take
+        self._passes = 0        # backward passes completed
         self._threads = torch.get_num_threads()
         torch.set_num_threads(1)  # torch's own kernels: thread-independent bits
         self._h = [_nnmod.register_module_forward_pre_hook(self._pre_hook),
@@ -366,6 +393,9 @@ class Emulate(TorchDispatchMode):
             self._casts.clear()
             self._inputs.clear()
             self._fresh.clear()
+            self._drop_cols()
+            self._flips.clear()
+            self._pool.clear()
             if self.out is not None:
                 self.write(self.out)
         return False
@@ -387,8 +417,17 @@ class Emulate(TorchDispatchMode):
             finally:
                 self._bwd -= 1
                 self._node = None
+                if self._bwd == 0:
+                    # im2col matrices a backward pass did not read (its
+                    # inputs kept no graph to them) are not read later
+                    self._drop_cols()
+                    self._passes += 1
         wrapped.__wrapped__ = fn
         return wrapped
+
+    def _drop_cols(self):
+        self._cols.clear()
+        self._cols_kept = 0
 
     def begin_step(self, step):
         """Starts step `step` of the statistics (ops_steps.csv)."""
@@ -636,7 +675,17 @@ class Emulate(TorchDispatchMode):
             return a
         c = self._casts.get(p.data_ptr())
         if c is None or c[0] != p._version:
-            q = self._round(name + ".cast", p, "weight", exempt, "cast")
+            if c is not None and c[1].shape == p.shape:
+                # the parameter's new version cast into its previous copy,
+                # which nothing outside this context holds (ops read it
+                # below autograd, their outputs are new tensors): the
+                # same values as into new memory, without its page faults
+                f, m = self._fmt("weight", exempt)
+                q = self._mark(self._sess.round(name + ".cast", p.detach(), f,
+                                                m, "weight", out=c[1],
+                                                kind="cast"), f)
+            else:
+                q = self._round(name + ".cast", p, "weight", exempt, "cast")
             self._casts[p.data_ptr()] = (p._version, q)
             c = (p._version, q)
         q = c[1]
@@ -648,14 +697,21 @@ class Emulate(TorchDispatchMode):
         """A GEMM operand in its role's format: parameters through the cast
         cache; another tensor that is not yet in the format (a model input)
         is rounded once, counted at `site`, and remembered by address and
-        version so that the backward pass reads the same rounded copy."""
+        version so that the backward pass reads the same rounded copy.
+        The tensor rounded is held by a weak reference, which PyTorch
+        keeps alive as long as autograd holds the tensor: an entry whose
+        tensor died is never taken for a new tensor at the same address
+        (a later batch, an activation under no_grad), and the layout is
+        compared, so that a transposed view of a square operand is not
+        taken for it."""
         s = self._substitute(a, None)
         if s is not a or a.data_ptr() in self._params:
             return s
         key = a.data_ptr()
         hit = self._inputs.get(key)
-        if hit is not None and hit[0] == a._version and hit[1] == tuple(a.shape):
-            return hit[2]
+        if (hit is not None and hit[0]() is not None and hit[1] == a._version
+                and hit[2] == tuple(a.shape) and hit[3] == a.stride()):
+            return hit[4]
         f, m = self._fmt(role, exempt)
         if not new:
             return a
@@ -672,7 +728,8 @@ class Emulate(TorchDispatchMode):
         q = self._round(site, a, role, exempt, "load")
         if len(self._inputs) > 64:
             self._inputs.clear()
-        self._inputs[key] = (a._version, tuple(a.shape), q)
+        self._inputs[key] = (weakref.ref(a), a._version, tuple(a.shape),
+                             a.stride(), q)
         return q
 
     def _note(self, key, note):
@@ -686,8 +743,7 @@ class Emulate(TorchDispatchMode):
         name = _opname(func)
         if name in _PASS or not self._active:
             return func(*args, **kwargs)
-        flat_in = tree_flatten((args, kwargs))[0]
-        tin = [a for a in flat_in if isinstance(a, torch.Tensor)]
+        tin = [a for a in _flat((args, kwargs), []) if isinstance(a, torch.Tensor)]
         if any(t.device.type != "cpu" for t in tin):
             self._note(name + " (not cpu)", "passed through unrounded")
             return func(*args, **kwargs)
@@ -695,7 +751,8 @@ class Emulate(TorchDispatchMode):
         if name in _GEMM and all(t.dtype == torch.float32 for t in tin
                                  if t.is_floating_point()):
             return self._gemm(name, func, args, kwargs, ctx)
-        if ctx.phase in ("fwd", "bwd"):
+        if ctx.phase in ("fwd", "bwd") and any(
+                t.data_ptr() in self._params for t in tin):
             args, kwargs = _map_tensors((args, kwargs),
                                         lambda a: self._substitute(a, ctx))
         if name in _NORM_FWD and ctx.phase == "fwd" and _is_f32(args[0]):
@@ -706,7 +763,7 @@ class Emulate(TorchDispatchMode):
                 return t
         out = func(*args, **kwargs)
         if out is None and name.endswith("_") and args:
-            targets = tree_flatten(args[0])[0]  # _foreach_add_ and the like
+            targets = _flat((args[0],), [])  # _foreach_add_ and the like
             if name.rstrip("_") in _ROUND:
                 for t in targets:
                     if _is_f32(t):
@@ -719,7 +776,7 @@ class Emulate(TorchDispatchMode):
             elif any(_is_f32(t) for t in targets):
                 self._note(name, "passed through unrounded")
             return out
-        flat_out = tree_flatten(out)[0]
+        flat_out = _flat((out,), [])
         fl = [t for t in flat_out if isinstance(t, torch.Tensor)
               and t.is_floating_point()]
         if not fl:

@@ -19,10 +19,19 @@ emu_ffi_conv_weight_flip), in the layout PyTorch's unfold + permute +
 reshape would give, so that the GEMMs are called exactly as on those.
 Transposed and non-2-d convolutions run
 in PyTorch's kernel with their outputs rounded, and are listed in
-unhandled_ops.csv."""
+unhandled_ops.csv.
+
+Memory between passes (none of it changes a value): from a context's
+second pass on, a convolution's forward im2col matrix is kept for its
+weight gradient (which reads the same matrix; at most KEEP_COLS values)
+and each weight's flipped copy until the parameter changes; other im2col
+matrices and flipped weights come from a per-context pool of scratch
+tensors they go back to once read (_take, _give): fresh memory costs the
+kernel's page faults and zeroing, more than building the matrix."""
 
 import ctypes
 
+import numpy as np
 import torch
 
 from . import _core
@@ -39,7 +48,7 @@ def _mat(t):
     return t.contiguous(), False
 
 
-def _cols(x, c0, cg, kh, kw, ho, wo, stride, pad, dil, up=(1, 1)):
+def _cols(x, c0, cg, kh, kw, ho, wo, stride, pad, dil, up=(1, 1), em=None):
     """The im2col matrix of channels c0 .. c0+cg-1 of x (n, c, h, w), as
     unfold's columns reshaped into a GEMM operand: (n*ho*wo, cg*kh*kw), a
     row per output pixel, x upsampled by `up` (zeros between its values)
@@ -47,7 +56,8 @@ def _cols(x, c0, cg, kh, kw, ho, wo, stride, pad, dil, up=(1, 1)):
     pass in C, in the layout unfold + permute + reshape gives (a
     contiguous matrix, or with one image a transposed view of one), so
     that the GEMM is called exactly as on those (the same sgemm variant,
-    hence the same bits)."""
+    hence the same bits).  With the context `em`, the matrix is taken
+    from its pool of scratch matrices (_take; _give it back once read)."""
     n, c, h, w = x.shape
     rows, k = n * ho * wo, cg * kh * kw
     # the layout of unfold(...)[:, c0*kh*kw : ..., :].permute(0, 2, 1)
@@ -55,7 +65,8 @@ def _cols(x, c0, cg, kh, kw, ho, wo, stride, pad, dil, up=(1, 1)):
     m = torch.empty(n, c * kh * kw, ho * wo, device="meta")
     m = m[:, c0 * kh * kw:c0 * kh * kw + k, :].permute(0, 2, 1).reshape(rows, k)
     trans = not m.is_contiguous() and m.t().is_contiguous()
-    out = torch.empty((k, rows) if trans else (rows, k))
+    shape = (k, rows) if trans else (rows, k)
+    out = _take(em, shape) if em is not None else torch.empty(shape)
     if out.numel() == 0:
         return out.t() if trans else out
     x = x.detach()
@@ -68,20 +79,97 @@ def _cols(x, c0, cg, kh, kw, ho, wo, stride, pad, dil, up=(1, 1)):
     return out.t() if trans else out
 
 
-def _flipped(w, groups):
+def _flipped(w, groups, out=None):
     """The weight of an input gradient's convolution: w (co, cg, kh, kw)
     with each group's (out, in) channels swapped and its kernels flipped,
     (groups*cg, co/groups, kh, kw), in one C pass
-    (emu_ffi_conv_weight_flip)."""
+    (emu_ffi_conv_weight_flip); into `out` (contiguous, that shape) if
+    given."""
     co, cg, kh, kw = w.shape
     w = w.detach()
     if not w.is_contiguous():
         w = w.contiguous()
-    out = torch.empty(groups * cg, co // groups, kh, kw)
+    if out is None:
+        out = torch.empty(groups * cg, co // groups, kh, kw)
     if out.numel():
         check(lib.emu_ffi_conv_weight_flip(out.data_ptr(), w.data_ptr(), co,
                                            cg, kh, kw, groups))
     return out
+
+
+def _take(em, shape):
+    """A float32 tensor of `shape` whose values will all be written: one
+    the context gave back (_give), or new memory.  Every pass of a
+    model builds im2col matrices (and flipped weights) of the same
+    shapes, and so do a pass's layers of one width: reusing them spares
+    the kernel faulting in and zeroing fresh pages (which cost more than
+    building the matrix)."""
+    free = em._pool.get(shape)
+    if free:
+        return free.pop()
+    # NumPy's memory: huge pages for large arrays, fewer faults
+    return torch.from_numpy(np.empty(shape, dtype=np.float32))
+
+
+def _give(em, a):
+    """Gives a scratch tensor a (_take's, or the transposed view of one
+    that _cols returns) back to the pool: nothing may read it any more."""
+    if not a.is_contiguous():
+        a = a.t()
+    free = em._pool.setdefault(tuple(a.shape), [])
+    if len(free) < 4:
+        free.append(a)
+
+
+# The most im2col values kept from a convolution's forward pass for its
+# weight gradient (128 MiB): later convolutions beyond it are rebuilt.
+KEEP_COLS = 1 << 25
+
+
+def _cols_key(x, *geom):
+    return (x.data_ptr(), tuple(x.shape), tuple(x.stride())) + geom
+
+
+def _keep_cols(em, x, geom, a):
+    """Keeps a forward convolution's im2col matrix a of x for the weight
+    gradient's GEMM, which reads the same matrix (_reuse_cols): x is held
+    (its memory cannot be reused meanwhile) and its version checked."""
+    n = a.numel()
+    if em._cols_kept + n > KEEP_COLS:
+        return False
+    em._cols[_cols_key(x, *geom)] = (x, x._version, a)
+    em._cols_kept += n
+    return True
+
+
+def _reuse_cols(em, x, geom):
+    """The forward pass's im2col matrix of x (same values, same layout)
+    if kept and x unchanged since, else None; forgotten once read."""
+    hit = em._cols.pop(_cols_key(x, *geom), None)
+    if hit is None:
+        return None
+    em._cols_kept -= hit[2].numel()
+    return hit[2] if hit[1] == x._version else None
+
+
+def _flipped_cached(em, w, w2, groups):
+    """_flipped(w2, groups) for parameter w read as w2 (its cast copy, or
+    itself), kept until w2 is replaced or changes: passes that do not
+    update the parameter flip it once; after an update the new flip is
+    written over the old one (which only this cache holds: the GEMM
+    that read it has returned), without new memory to fault in."""
+    key = w.data_ptr()
+    hit = em._flips.get(key)
+    if hit is not None and hit[2] == groups and hit[0].shape == w2.shape:
+        # the cast copy w2 may be rewritten in place for the parameter's
+        # next version (Emulate._substitute): the parameter's version too
+        if hit[0] is w2 and hit[1] == w2._version and hit[4] == w._version:
+            return hit[3]
+        wt = _flipped(w2, groups, out=hit[3])
+    else:
+        wt = _flipped(w2, groups)
+    em._flips[key] = (w2, w2._version, groups, wt, w._version)
+    return wt
 
 
 _QROLE = {"x": "activation", "w": "weight", "dy": "act_grad"}
@@ -169,7 +257,7 @@ class _G:
         return self.em._operand(site, t, role, self.ctx.exempt, new)
 
     def conv2d(self, site, x, w, stride, padding, dilation, groups, role,
-               rx, rw, bias=None, up=(1, 1), out_hw=None):
+               rx, rw, bias=None, up=(1, 1), out_hw=None, keep=False):
         """conv2d(x, w) (+ bias) by im2col GEMMs, rounded into role's
         format; x upsampled by `up` (zeros between its values) first, and
         padded by `padding` (top and left; the output's size out_hw, by
@@ -190,10 +278,15 @@ class _G:
         k = cg * kh * kw
         for g in range(groups):
             a = _cols(x, g * cg, cg, kh, kw, ho, wo, stride, padding,
-                      dilation, up)
+                      dilation, up, em=self.em)
+            kept = keep and _keep_cols(self.em, x, (g * cg, cg, kh, kw, ho, wo,
+                                                    tuple(stride), tuple(padding),
+                                                    tuple(dilation)), a)
             wm = w[g * cog:(g + 1) * cog].reshape(cog, k)
             b = bias[g * cog:(g + 1) * cog] if fold else None
             outs.append(self.matmul(site, a, wm.t(), role, rx, rw, init=b)[0])
+            if not kept:
+                _give(self.em, a)
         y = outs[0] if groups == 1 else torch.cat(outs, 1)
         return y.reshape(n, ho, wo, co).permute(0, 3, 1, 2).contiguous(), fold
 
@@ -300,8 +393,14 @@ def run(em, name, func, args, kwargs, ctx):
                 if bias is not None:
                     out = out + bias.view(1, -1, *([1] * (out.dim() - 2)))
             return g.round(site, out, out_role, "conv2d")
+        # the im2col matrices kept for the weight gradient when one will
+        # be asked for, from the context's second pass on (when the pool
+        # has the memory: new memory to fault in for them costs what
+        # rebuilding them saves)
+        keep = (not bwd and em._passes > 0 and w.requires_grad
+                and w.data_ptr() in em._params and torch.is_grad_enabled())
         y, folded = g.conv2d(site, x2, w2, stride, padding, dilation, groups,
-                             out_role, "x", "w", bias)
+                             out_role, "x", "w", bias, keep=keep)
         if bias is not None and not folded:
             y = g.round(base + "bias", y + bias.view(1, -1, 1, 1), out_role,
                         "add_bias")
@@ -339,11 +438,16 @@ def run(em, name, func, args, kwargs, ctx):
     if mask[1]:
         parts = []
         for gi_ in range(groups):
-            a = _cols(x2, gi_ * cg, cg, kh, kw, ho, wo, stride, padding,
-                      dilation)
+            a = _reuse_cols(em, x2, (gi_ * cg, cg, kh, kw, ho, wo,
+                                     tuple(stride), tuple(padding),
+                                     tuple(dilation)))
+            if a is None:
+                a = _cols(x2, gi_ * cg, cg, kh, kw, ho, wo, stride, padding,
+                          dilation, em=em)
             dy = go[:, gi_ * cog:(gi_ + 1) * cog].permute(0, 2, 3, 1).reshape(n * ho * wo, cog)
             parts.append(g.matmul(base + "dweight", dy.t(), a, wg_role,
                                   "dy", "x")[0])
+            _give(em, a)
         gw = (parts[0] if groups == 1 else torch.cat(parts, 0)).reshape(co, cg, kh, kw)
     if mask[0]:
         # the stride-1 convolution of go dilated by the stride (zeros
@@ -351,9 +455,17 @@ def run(em, name, func, args, kwargs, ctx):
         # the top and left (im2col reads that input without forming it)
         pads = [dl * (k_ - 1) - p for k_, p, dl in
                 ((kh, padding[0], dilation[0]), (kw, padding[1], dilation[1]))]
-        wt = _flipped(w2, groups)
+        # kept per parameter from the context's second backward pass on
+        # (a context used for one pass would only hold them); before,
+        # scratch from the pool, given back once read
+        keep = wparam and em._passes > 0
+        wt = (_flipped_cached(em, w, w2, groups) if keep else
+              _flipped(w2, groups, out=_take(em, (groups * cg, co // groups,
+                                                  kh, kw))))
         gi = g.conv2d(base + "dinput", go, wt, (1, 1), pads, dilation, groups,
                       "act_grad", "dy", "w", up=tuple(stride),
                       out_hw=(h, wd))[0]
+        if not keep:
+            _give(em, wt)
         assert gi.shape == x.shape, (gi.shape, x.shape)
     return gi, gw, gb

@@ -258,6 +258,37 @@ def test_thread_counts_do_not_change_results():
     assert _same(a, b) and sa.equals(sb)
 
 
+def test_remembered_input_is_never_another_tensor():
+    # A model input's rounded copy is remembered for the backward pass.
+    # A new tensor at a freed input's address (here a NumPy buffer a data
+    # loader refills: same address, shape and version 0) is rounded anew,
+    # and so is a transposed view of a square input (same address, shape
+    # and version): each product equals a fresh context's.
+    torch.manual_seed(4)
+    lin = torch.nn.Linear(16, 4, bias=False)
+    with torch.no_grad():
+        lin.weight.mul_(3.0)
+    buf = np.empty((16, 16), dtype=np.float32)
+    xs = [torch.randn(16, 16) for _ in range(2)]
+
+    def batch(i):
+        buf[...] = xs[i].numpy()
+        return torch.from_numpy(buf)
+    with et.emulate("fp16-mpt"):
+        x = batch(0)
+        lin(x).sum().backward()
+        del x
+        x = batch(1)
+        y = lin(x)
+        z = lin(x.t())
+    with et.emulate("fp16-mpt"):
+        y_ref = lin(batch(1))
+    with et.emulate("fp16-mpt"):
+        z_ref = lin(batch(1).t())
+    assert np.array_equal(_bits(y), _bits(y_ref))
+    assert np.array_equal(_bits(z), _bits(z_ref))
+
+
 def test_optimizer_step_rounds_the_updated_weights():
     torch.manual_seed(3)
     m, x = Net(), torch.randn(4, 3, 8, 8)
