@@ -160,83 +160,61 @@ static EMU_KERNEL_INLINE void copy_taps(float *dst, const float *src,
     memcpy(dst, src, n * sizeof *dst);
 }
 
-/* The rows of im2row from an image whose padding is already in it: xp
- * has Hp x Wp planes, and row (n, oh, ow)'s taps (ci, kh, kw) are the
+/* Rows r0 .. r1 of im2row from an image whose padding is already in it:
+ * xp has Hp x Wp planes, and row (n, oh, ow)'s taps (ci, kh, kw) are the
  * runs xp[n, ci, oh*s + kh, ow*s .. ow*s + KW): one copy of KW values per
  * (ci, kh), no bounds to test.  KW is a constant where inlined below. */
 static EMU_KERNEL_INLINE void im2row_runs(const conv_geom *g, const float *xp,
                                           size_t Hp, size_t Wp, bool ones,
-                                          float *rows, size_t KW)
+                                          size_t r0, size_t r1, float *rows,
+                                          size_t KW)
 {
     const size_t K = g->Ci * g->KH * KW + (ones ? 1 : 0);
     const size_t plane = Hp * Wp;
-    float *r = rows;
-    for (size_t n = 0; n < g->N; n++)
-        for (size_t oh = 0; oh < g->Ho; oh++)
-            for (size_t ow = 0; ow < g->Wo; ow++, r += K) {
-                float *p = r;
-                if (ones)
-                    *p++ = 1.0f;
-                const float *x0 = xp + n * g->Ci * plane + oh * g->s * Wp +
-                                  ow * g->s;
-                for (size_t ci = 0; ci < g->Ci; ci++, x0 += plane)
-                    for (size_t kh = 0; kh < g->KH; kh++, p += KW)
-                        copy_taps(p, x0 + kh * Wp, KW);
+    size_t ow = r0 % g->Wo, oh = (r0 / g->Wo) % g->Ho, n = r0 / (g->Wo * g->Ho);
+    for (float *r = rows; r0 < r1; r0++, r += K) {
+        float *p = r;
+        if (ones)
+            *p++ = 1.0f;
+        const float *x0 = xp + n * g->Ci * plane + oh * g->s * Wp + ow * g->s;
+        for (size_t ci = 0; ci < g->Ci; ci++, x0 += plane)
+            for (size_t kh = 0; kh < g->KH; kh++, p += KW)
+                copy_taps(p, x0 + kh * Wp, KW);
+        if (++ow == g->Wo) {
+            ow = 0;
+            if (++oh == g->Ho) {
+                oh = 0;
+                n++;
             }
+        }
+    }
 }
 
-/* The im2row matrix of the forward pass: row (n, oh, ow), column
- * (ci, kh, kw), preceded by a column of ones when `ones`; a padded
- * position holds +0.  With padding, x is first copied into zero-bordered
- * planes (a pass over the image, small beside the matrix, which is
- * KH*KW times larger), so that every row is made of plain runs.  Returns
- * -1 if that copy cannot be allocated. */
-static int im2row(const conv_geom *g, const float *x, bool ones, float *rows)
-{
-    const size_t Hp = g->H + 2 * g->pad, Wp = g->W + 2 * g->pad;
-    float *xp = NULL;
-    const float *src = x;
-    if (g->pad) {
-        const size_t planes = g->N * g->Ci, all = mul4(planes, Hp, Wp, 1);
-        xp = all ? calloc(all, sizeof *xp) : NULL;
-        if (!xp)
-            return -1;
-        for (size_t q = 0; q < planes; q++)
-            for (size_t ih = 0; ih < g->H; ih++)
-                memcpy(xp + (q * Hp + ih + g->pad) * Wp + g->pad,
-                       x + (q * g->H + ih) * g->W, g->W * sizeof *xp);
-        src = xp;
-    }
-    switch (g->KW) {
-    case 1: im2row_runs(g, src, Hp, Wp, ones, rows, 1); break;
-    case 3: im2row_runs(g, src, Hp, Wp, ones, rows, 3); break;
-    case 5: im2row_runs(g, src, Hp, Wp, ones, rows, 5); break;
-    case 7: im2row_runs(g, src, Hp, Wp, ones, rows, 7); break;
-    default: im2row_runs(g, src, Hp, Wp, ones, rows, g->KW); break;
-    }
-    free(xp);
-    return 0;
-}
-
-/* The rows of the data gradient's matrix from dp (see im2row_data):
- * row (n, ih, iw), taps (co, kh, kw) = the run dp[n, co, ih + KH-1 - kh,
- * W-1 - iw .. W-1 - iw + KW).  KW is a constant where inlined below. */
+/* Rows r0 .. r1 of the data gradient's matrix from dp (see
+ * row_src_data): row (n, ih, iw), taps (co, kh, kw) = the run
+ * dp[n, co, ih + KH-1 - kh, W-1 - iw .. W-1 - iw + KW).  KW is a constant
+ * where inlined below. */
 static EMU_KERNEL_INLINE void data_runs(const conv_geom *g, const float *dp,
-                                        size_t Hp, size_t Wp, float *rows,
-                                        size_t KW)
+                                        size_t Hp, size_t Wp, size_t r0,
+                                        size_t r1, float *rows, size_t KW)
 {
     const size_t K = g->Co * g->KH * KW, plane = Hp * Wp;
-    float *r = rows;
-    for (size_t n = 0; n < g->N; n++)
-        for (size_t ih = 0; ih < g->H; ih++)
-            for (size_t iw = 0; iw < g->W; iw++, r += K) {
-                float *p = r;
-                const float *d0 = dp + n * g->Co * plane +
-                                  (ih + g->KH - 1) * Wp + (g->W - 1 - iw);
-                for (size_t co = 0; co < g->Co; co++, d0 += plane)
-                    for (size_t kh = 0; kh < g->KH; kh++, p += KW)
-                        copy_taps(p, d0 - kh * Wp, KW);
+    size_t iw = r0 % g->W, ih = (r0 / g->W) % g->H, n = r0 / (g->W * g->H);
+    for (float *r = rows; r0 < r1; r0++, r += K) {
+        float *p = r;
+        const float *d0 = dp + n * g->Co * plane + (ih + g->KH - 1) * Wp +
+                          (g->W - 1 - iw);
+        for (size_t co = 0; co < g->Co; co++, d0 += plane)
+            for (size_t kh = 0; kh < g->KH; kh++, p += KW)
+                copy_taps(p, d0 - kh * Wp, KW);
+        if (++iw == g->W) {
+            iw = 0;
+            if (++ih == g->H) {
+                ih = 0;
+                n++;
             }
+        }
+    }
 }
 
 /* The output position fed through a tap at offset t = i + pad - k of an
@@ -249,6 +227,44 @@ static ptrdiff_t dy_pos_t(ptrdiff_t t, size_t s, size_t n_out)
     return (ptrdiff_t)((size_t)t / s);
 }
 
+/* The left operand of a forward or data-gradient GEMM (an im2row matrix
+ * of P rows and K columns), made a block of rows at a time from planes
+ * prepared once (row_src_fill), so that the fast model never holds the
+ * whole matrix (see conv_rows_gemm). */
+typedef struct row_src {
+    const conv_geom *g;
+    bool data;          /* the data gradient's matrix, else im2row */
+    bool ones;          /* im2row: a first column of ones (the bias) */
+    const float *src;   /* the planes the rows are copied from */
+    float *own;         /* src's storage when made here */
+    size_t Hp, Wp;
+} row_src;
+
+/* The forward pass's im2row: row (n, oh, ow), column (ci, kh, kw),
+ * preceded by a column of ones when `ones`; a padded position holds +0.
+ * With padding, x is first copied into zero-bordered planes (a pass over
+ * the image, small beside the matrix, which is KH*KW times larger), so
+ * that every row is made of plain runs.  Returns -1 if that copy cannot
+ * be allocated. */
+static int row_src_im2row(const conv_geom *g, const float *x, bool ones,
+                          row_src *s)
+{
+    *s = (row_src){ .g = g, .ones = ones, .src = x, .Hp = g->H + 2 * g->pad,
+                    .Wp = g->W + 2 * g->pad };
+    if (!g->pad)
+        return 0;
+    const size_t planes = g->N * g->Ci, all = mul4(planes, s->Hp, s->Wp, 1);
+    float *xp = all ? calloc(all, sizeof *xp) : NULL;
+    if (!xp)
+        return -1;
+    for (size_t q = 0; q < planes; q++)
+        for (size_t ih = 0; ih < g->H; ih++)
+            memcpy(xp + (q * s->Hp + ih + g->pad) * s->Wp + g->pad,
+                   x + (q * g->H + ih) * g->W, g->W * sizeof *xp);
+    s->src = s->own = xp;
+    return 0;
+}
+
 /* The matrix of the data gradient: row (n, ih, iw), column (co, kh, kw),
  * dy[n, co, oh, ow] where output (oh, ow) is fed by (ih, iw) through tap
  * (kh, kw) (dy_pos_t), +0 where none is.  dy is first spread into planes dp
@@ -256,11 +272,12 @@ static ptrdiff_t dy_pos_t(ptrdiff_t t, size_t s, size_t n_out)
  * offset t = r + pad - (KH-1) and the column offset W-1 + pad - c (+0 if
  * none, stride included), so that the taps (kh, kw) of one co and kh are
  * KW neighbours, in kw order.  Returns -1 if dp cannot be allocated. */
-static int im2row_data(const conv_geom *g, const float *dy, float *rows)
+static int row_src_data(const conv_geom *g, const float *dy, row_src *s)
 {
     const size_t Hp = g->H + g->KH - 1, Wp = g->W + g->KW - 1;
     const size_t planes = g->N * g->Co, plane = Hp * Wp;
     const size_t all = mul4(planes, Hp, Wp, 1);
+    *s = (row_src){ .g = g, .data = true, .Hp = Hp, .Wp = Wp };
     float *dp = all ? malloc(all * sizeof *dp) : NULL;
     ptrdiff_t *map = malloc((Hp + Wp) * sizeof *map);
     if (!dp || !map) {
@@ -289,15 +306,37 @@ static int im2row_data(const conv_geom *g, const float *dy, float *rows)
         }
     }
     free(map);
-    switch (g->KW) {
-    case 1: data_runs(g, dp, Hp, Wp, rows, 1); break;
-    case 3: data_runs(g, dp, Hp, Wp, rows, 3); break;
-    case 5: data_runs(g, dp, Hp, Wp, rows, 5); break;
-    case 7: data_runs(g, dp, Hp, Wp, rows, 7); break;
-    default: data_runs(g, dp, Hp, Wp, rows, g->KW); break;
-    }
-    free(dp);
+    s->src = s->own = dp;
     return 0;
+}
+
+/* Rows r0 .. r1 of the matrix into rows ((r1 - r0) x K). */
+static void row_src_fill(const row_src *s, size_t r0, size_t r1, float *rows)
+{
+    const conv_geom *g = s->g;
+    if (s->data) {
+        switch (g->KW) {
+        case 1: data_runs(g, s->src, s->Hp, s->Wp, r0, r1, rows, 1); break;
+        case 3: data_runs(g, s->src, s->Hp, s->Wp, r0, r1, rows, 3); break;
+        case 5: data_runs(g, s->src, s->Hp, s->Wp, r0, r1, rows, 5); break;
+        case 7: data_runs(g, s->src, s->Hp, s->Wp, r0, r1, rows, 7); break;
+        default: data_runs(g, s->src, s->Hp, s->Wp, r0, r1, rows, g->KW); break;
+        }
+        return;
+    }
+    switch (g->KW) {
+    case 1: im2row_runs(g, s->src, s->Hp, s->Wp, s->ones, r0, r1, rows, 1); break;
+    case 3: im2row_runs(g, s->src, s->Hp, s->Wp, s->ones, r0, r1, rows, 3); break;
+    case 5: im2row_runs(g, s->src, s->Hp, s->Wp, s->ones, r0, r1, rows, 5); break;
+    case 7: im2row_runs(g, s->src, s->Hp, s->Wp, s->ones, r0, r1, rows, 7); break;
+    default: im2row_runs(g, s->src, s->Hp, s->Wp, s->ones, r0, r1, rows, g->KW); break;
+    }
+}
+
+static void row_src_free(row_src *s)
+{
+    free(s->own);
+    s->own = NULL;
 }
 
 /* dy[n, co, oh, ow] feeding input position (ih, iw) through kernel tap
@@ -386,6 +425,67 @@ static int conv_gemm(emu_ctx *ctx, const emu_accum *model, size_t M,
     float *f = malloc((mn ? mn : 1) * sizeof *f);
     if (!f || emu_gemm_fast_f32(M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, NULL,
                                 f)) {
+        free(f);
+        return -1;
+    }
+    *f32 = f;
+    return 0;
+}
+
+/* The fast model's row blocks (conv_rows_gemm): at least this many
+ * multiply-adds each, and about this many bytes of rows if that is more. */
+#define CONV_BLOCK_MACS 2000000.0
+#define CONV_BLOCK_BYTES ((size_t)256 * 1024)
+
+/* The GEMM out(P x C) = A(P x K) B^T of a forward or a data-gradient
+ * pass, A the rows of src and B(c, k) = b[c*K + k]: emu_gemm_accum's hi
+ * (lo) from the whole of A under the emulated models; under the fast
+ * model its binary32 values in a new array *f32 (P x C), a block of A's
+ * rows at a time, each block copied out just before its sgemm reads it,
+ * while it is in cache: the matrix, KH*KW times the image, is never
+ * written to memory and read back.  The bits are those of one sgemm on
+ * the whole of A (test_ops_conv's fast_is_sgemm_on_the_matrices): an
+ * output of sgemm is its own dot product, whose summation order depends
+ * on K but not on the rows around it, except in the small-matrix kernels
+ * that OpenBLAS 0.3's x86-64 builds use below 10^6 multiply-adds; a block
+ * has twice that at least (the last takes the remainder, so it is never
+ * shorter), and a GEMM too small for two blocks is one call as before. */
+static int conv_rows_gemm(emu_ctx *ctx, const emu_accum *model, size_t P,
+                          size_t C, size_t K, const row_src *src,
+                          const float *b, double *hi, double *lo,
+                          emu_accum_counts *counts, float **f32)
+{
+    *f32 = NULL;
+    if (model->kind != EMU_ACCUM_FAST) {
+        size_t n = mul4(P, K, 1, 1);
+        float *rows = n ? malloc(n * sizeof *rows) : NULL;
+        if (!rows)
+            return -1;
+        row_src_fill(src, 0, P, rows);
+        int rc = conv_gemm(ctx, model, P, C, K, rows, (ptrdiff_t)K, 1, b, 1,
+                           (ptrdiff_t)K, hi, lo, counts, f32);
+        free(rows);
+        return rc;
+    }
+    size_t R = (size_t)(CONV_BLOCK_MACS / (double)(C * K)) + 1;
+    if (R < CONV_BLOCK_BYTES / (K * sizeof(float)))
+        R = CONV_BLOCK_BYTES / (K * sizeof(float));
+    R = (R + 63) / 64 * 64;
+    if (R > P)
+        R = P;
+    const size_t nf = P * C, nb = 2 * R * K; /* the last block: < 2R rows */
+    float *f = malloc((nf ? nf : 1) * sizeof *f);
+    float *blk = malloc((nb ? nb : 1) * sizeof *blk);
+    int rc = f && blk ? 0 : -1;
+    for (size_t r0 = 0; rc == 0 && r0 < P;) {
+        size_t r1 = P - r0 < 2 * R ? P : r0 + R;
+        row_src_fill(src, r0, r1, blk);
+        rc = emu_gemm_fast_f32(r1 - r0, C, K, blk, (ptrdiff_t)K, 1, b, 1,
+                               (ptrdiff_t)K, NULL, f + r0 * C);
+        r0 = r1;
+    }
+    free(blk);
+    if (rc) {
         free(f);
         return -1;
     }
@@ -600,17 +700,17 @@ int emu_t_conv2d(emu_ctx *ctx, const char *site, emu_tensor *y,
     }
     const size_t K = g.Ci * g.KH * g.KW + (bias ? 1 : 0);
     const size_t P = g.N * g.Ho * g.Wo;
-    float *rows = falloc(ctx, site, P, K);
-    float *wp = rows ? falloc(ctx, site, g.Co, K) : NULL;
-    double *t = wp ? emu_scratch(ctx, site, 2 * y->n) : NULL;
-    if (!t) {
-        free(rows);
+    const bool fast = o->accum->kind == EMU_ACCUM_FAST;
+    float *wp = falloc(ctx, site, g.Co, K);
+    /* hi, lo: the emulated models' values (the fast model's are binary32) */
+    double *t = wp && !fast ? emu_scratch(ctx, site, 2 * y->n) : NULL;
+    if (!wp || (!fast && !t)) {
         free(wp);
         return -1;
     }
-    double *lo = t + y->n;
-    if (im2row(&g, x->data, bias != NULL, rows)) {
-        free(rows);
+    double *lo = t ? t + y->n : NULL;
+    row_src src;
+    if (row_src_im2row(&g, x->data, bias != NULL, &src)) {
         free(wp);
         free(t);
         return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory");
@@ -628,10 +728,10 @@ int emu_t_conv2d(emu_ctx *ctx, const char *site, emu_tensor *y,
     const bool count = swamp_measured(ctx);
     int rc = 0;
     float *f32;
-    if (conv_gemm(ctx, o->accum, P, g.Co, K, rows, (ptrdiff_t)K, 1, wp, 1,
-                  (ptrdiff_t)K, t, lo, count ? &swamp : NULL, &f32))
+    if (conv_rows_gemm(ctx, o->accum, P, g.Co, K, &src, wp, t, lo,
+                       count ? &swamp : NULL, &f32))
         rc = emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory in the GEMM engine");
-    free(rows);
+    row_src_free(&src);
     free(wp);
     if (rc == 0) {
         conv_op op = { .g = g, .x = x->data, .w = w->data,
@@ -664,17 +764,16 @@ int emu_t_conv2d_backward_data(emu_ctx *ctx, const char *site, emu_tensor *dx,
         return -1;
     const size_t K = g.Co * g.KH * g.KW;
     const size_t P = g.N * g.H * g.W;
-    float *rows = falloc(ctx, site, P, K);
-    float *wt = rows ? falloc(ctx, site, g.Ci, K) : NULL;
-    double *t = wt ? emu_scratch(ctx, site, 2 * dx->n) : NULL;
-    if (!t) {
-        free(rows);
+    const bool fast = o->accum->kind == EMU_ACCUM_FAST;
+    float *wt = falloc(ctx, site, g.Ci, K);
+    double *t = wt && !fast ? emu_scratch(ctx, site, 2 * dx->n) : NULL;
+    if (!wt || (!fast && !t)) {
         free(wt);
         return -1;
     }
-    double *lo = t + dx->n;
-    if (im2row_data(&g, dy->data, rows)) {
-        free(rows);
+    double *lo = t ? t + dx->n : NULL;
+    row_src src;
+    if (row_src_data(&g, dy->data, &src)) {
         free(wt);
         free(t);
         return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory");
@@ -690,10 +789,10 @@ int emu_t_conv2d_backward_data(emu_ctx *ctx, const char *site, emu_tensor *dx,
     const bool count = swamp_measured(ctx);
     int rc = 0;
     float *f32;
-    if (conv_gemm(ctx, o->accum, P, g.Ci, K, rows, (ptrdiff_t)K, 1, wt, 1,
-                  (ptrdiff_t)K, t, lo, count ? &swamp : NULL, &f32))
+    if (conv_rows_gemm(ctx, o->accum, P, g.Ci, K, &src, wt, t, lo,
+                       count ? &swamp : NULL, &f32))
         rc = emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory in the GEMM engine");
-    free(rows);
+    row_src_free(&src);
     free(wt);
     if (rc == 0) {
         conv_op op = { .g = g, .w = w->data, .dy = dy->data,
@@ -745,12 +844,15 @@ int emu_t_conv2d_backward_weights(emu_ctx *ctx, const char *site,
         return -1;
     }
     double *lo = hi + dw->n;
-    if (im2row(&g, x->data, false, rows)) {
+    row_src src;
+    if (row_src_im2row(&g, x->data, false, &src)) {
         free(rows);
         free(dyp);
         free(hi);
         return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory");
     }
+    row_src_fill(&src, 0, T, rows);
+    row_src_free(&src);
     /* dy as (Co, T), t = (n, oh, ow). */
     for (size_t co = 0; co < g.Co; co++)
         for (size_t n = 0; n < g.N; n++)
