@@ -378,6 +378,10 @@ START_TEST(channels_across_chunks)
                 k.x.data[first] = k.dy.data[first] = big;
                 k.x.data[last] = k.dy.data[last] = -big;
             }
+            /* a constant channel: x - mean exactly zero everywhere */
+            for (size_t n = 0; n < k.N; n++)
+                for (size_t j = 0; j < HW; j++)
+                    k.x.data[(n * C + 5) * HW + j] = 0.75f;
         }
         forward(&ctx, &k, &o, false);
         backward(&ctx, &k, &o);
