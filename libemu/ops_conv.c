@@ -118,10 +118,14 @@ static size_t mul4(size_t a, size_t b, size_t c, size_t d)
     return p;
 }
 
+/* Floats past the end of an im2row matrix (and of the planes it is copied
+ * from) that its copies may write (read): see copy_taps. */
+enum { ROW_SLACK = 4 };
+
 static float *falloc(emu_ctx *ctx, const char *site, size_t rows, size_t cols)
 {
     size_t n = mul4(rows, cols, 1, 1);
-    float *p = n ? malloc(n * sizeof *p) : NULL;
+    float *p = n ? malloc((n + ROW_SLACK) * sizeof *p) : NULL;
     if (!p)
         emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory for a %zu x %zu im2col matrix",
                      rows, cols);
@@ -153,7 +157,11 @@ static float x_at(const conv_geom *g, const float *x, size_t n, size_t ci,
 
 /* n floats from src to dst; with n a constant (the kernel widths that
  * im2row and im2row_data specialise) memcpy is a few moves, no call (a
- * loop of n copies is not unrolled at -O2). */
+ * loop of n copies is not unrolled at -O2).  The runs of kernel widths 3,
+ * 5 and 7 are copied as 4 or 8 floats (one vector move), when the source
+ * planes have ROW_SLACK floats after them (row_src.slack): the up to 3
+ * floats past a run land where the next run (or the next row) is written
+ * next, and past the last row in the matrix's ROW_SLACK. */
 static EMU_KERNEL_INLINE void copy_taps(float *dst, const float *src,
                                         size_t n)
 {
@@ -163,13 +171,14 @@ static EMU_KERNEL_INLINE void copy_taps(float *dst, const float *src,
 /* Rows r0 .. r1 of im2row from an image whose padding is already in it:
  * xp has Hp x Wp planes, and row (n, oh, ow)'s taps (ci, kh, kw) are the
  * runs xp[n, ci, oh*s + kh, ow*s .. ow*s + KW): one copy of KW values per
- * (ci, kh), no bounds to test.  KW is a constant where inlined below. */
+ * (ci, kh), no bounds to test.  KH, KW and copy (the floats each copy
+ * moves: KW, or more with slack) are constants where inlined below. */
 static EMU_KERNEL_INLINE void im2row_runs(const conv_geom *g, const float *xp,
                                           size_t Hp, size_t Wp, bool ones,
                                           size_t r0, size_t r1, float *rows,
-                                          size_t KW)
+                                          size_t KH, size_t KW, size_t copy)
 {
-    const size_t K = g->Ci * g->KH * KW + (ones ? 1 : 0);
+    const size_t K = g->Ci * KH * KW + (ones ? 1 : 0);
     const size_t plane = Hp * Wp;
     size_t ow = r0 % g->Wo, oh = (r0 / g->Wo) % g->Ho, n = r0 / (g->Wo * g->Ho);
     for (float *r = rows; r0 < r1; r0++, r += K) {
@@ -178,8 +187,8 @@ static EMU_KERNEL_INLINE void im2row_runs(const conv_geom *g, const float *xp,
             *p++ = 1.0f;
         const float *x0 = xp + n * g->Ci * plane + oh * g->s * Wp + ow * g->s;
         for (size_t ci = 0; ci < g->Ci; ci++, x0 += plane)
-            for (size_t kh = 0; kh < g->KH; kh++, p += KW)
-                copy_taps(p, x0 + kh * Wp, KW);
+            for (size_t kh = 0; kh < KH; kh++, p += KW)
+                copy_taps(p, x0 + kh * Wp, copy);
         if (++ow == g->Wo) {
             ow = 0;
             if (++oh == g->Ho) {
@@ -192,21 +201,22 @@ static EMU_KERNEL_INLINE void im2row_runs(const conv_geom *g, const float *xp,
 
 /* Rows r0 .. r1 of the data gradient's matrix from dp (see
  * row_src_data): row (n, ih, iw), taps (co, kh, kw) = the run
- * dp[n, co, ih + KH-1 - kh, W-1 - iw .. W-1 - iw + KW).  KW is a constant
- * where inlined below. */
+ * dp[n, co, ih + KH-1 - kh, W-1 - iw .. W-1 - iw + KW).  KH, KW and copy
+ * are constants where inlined below, as in im2row_runs. */
 static EMU_KERNEL_INLINE void data_runs(const conv_geom *g, const float *dp,
                                         size_t Hp, size_t Wp, size_t r0,
-                                        size_t r1, float *rows, size_t KW)
+                                        size_t r1, float *rows, size_t KH,
+                                        size_t KW, size_t copy)
 {
-    const size_t K = g->Co * g->KH * KW, plane = Hp * Wp;
+    const size_t K = g->Co * KH * KW, plane = Hp * Wp;
     size_t iw = r0 % g->W, ih = (r0 / g->W) % g->H, n = r0 / (g->W * g->H);
     for (float *r = rows; r0 < r1; r0++, r += K) {
         float *p = r;
-        const float *d0 = dp + n * g->Co * plane + (ih + g->KH - 1) * Wp +
+        const float *d0 = dp + n * g->Co * plane + (ih + KH - 1) * Wp +
                           (g->W - 1 - iw);
         for (size_t co = 0; co < g->Co; co++, d0 += plane)
-            for (size_t kh = 0; kh < g->KH; kh++, p += KW)
-                copy_taps(p, d0 - kh * Wp, KW);
+            for (size_t kh = 0; kh < KH; kh++, p += KW)
+                copy_taps(p, d0 - kh * Wp, copy);
         if (++iw == g->W) {
             iw = 0;
             if (++ih == g->H) {
@@ -235,6 +245,7 @@ typedef struct row_src {
     const conv_geom *g;
     bool data;          /* the data gradient's matrix, else im2row */
     bool ones;          /* im2row: a first column of ones (the bias) */
+    bool slack;         /* src has ROW_SLACK readable floats after it */
     const float *src;   /* the planes the rows are copied from */
     float *own;         /* src's storage when made here */
     size_t Hp, Wp;
@@ -254,7 +265,7 @@ static int row_src_im2row(const conv_geom *g, const float *x, bool ones,
     if (!g->pad)
         return 0;
     const size_t planes = g->N * g->Ci, all = mul4(planes, s->Hp, s->Wp, 1);
-    float *xp = all ? calloc(all, sizeof *xp) : NULL;
+    float *xp = all ? calloc(all + ROW_SLACK, sizeof *xp) : NULL;
     if (!xp)
         return -1;
     for (size_t q = 0; q < planes; q++)
@@ -262,6 +273,7 @@ static int row_src_im2row(const conv_geom *g, const float *x, bool ones,
             memcpy(xp + (q * s->Hp + ih + g->pad) * s->Wp + g->pad,
                    x + (q * g->H + ih) * g->W, g->W * sizeof *xp);
     s->src = s->own = xp;
+    s->slack = true;
     return 0;
 }
 
@@ -278,7 +290,7 @@ static int row_src_data(const conv_geom *g, const float *dy, row_src *s)
     const size_t planes = g->N * g->Co, plane = Hp * Wp;
     const size_t all = mul4(planes, Hp, Wp, 1);
     *s = (row_src){ .g = g, .data = true, .Hp = Hp, .Wp = Wp };
-    float *dp = all ? malloc(all * sizeof *dp) : NULL;
+    float *dp = all ? malloc((all + ROW_SLACK) * sizeof *dp) : NULL;
     ptrdiff_t *map = malloc((Hp + Wp) * sizeof *map);
     if (!dp || !map) {
         free(dp);
@@ -306,31 +318,50 @@ static int row_src_data(const conv_geom *g, const float *dy, row_src *s)
         }
     }
     free(map);
+    memset(dp + all, 0, ROW_SLACK * sizeof *dp);
     s->src = s->own = dp;
+    s->slack = true;
     return 0;
 }
 
-/* Rows r0 .. r1 of the matrix into rows ((r1 - r0) x K). */
+/* Rows r0 .. r1 of the matrix into rows ((r1 - r0) x K, and ROW_SLACK
+ * floats after them that may be overwritten). */
 static void row_src_fill(const row_src *s, size_t r0, size_t r1, float *rows)
 {
     const conv_geom *g = s->g;
-    if (s->data) {
-        switch (g->KW) {
-        case 1: data_runs(g, s->src, s->Hp, s->Wp, r0, r1, rows, 1); break;
-        case 3: data_runs(g, s->src, s->Hp, s->Wp, r0, r1, rows, 3); break;
-        case 5: data_runs(g, s->src, s->Hp, s->Wp, r0, r1, rows, 5); break;
-        case 7: data_runs(g, s->src, s->Hp, s->Wp, r0, r1, rows, 7); break;
-        default: data_runs(g, s->src, s->Hp, s->Wp, r0, r1, rows, g->KW); break;
-        }
-        return;
-    }
-    switch (g->KW) {
-    case 1: im2row_runs(g, s->src, s->Hp, s->Wp, s->ones, r0, r1, rows, 1); break;
-    case 3: im2row_runs(g, s->src, s->Hp, s->Wp, s->ones, r0, r1, rows, 3); break;
-    case 5: im2row_runs(g, s->src, s->Hp, s->Wp, s->ones, r0, r1, rows, 5); break;
-    case 7: im2row_runs(g, s->src, s->Hp, s->Wp, s->ones, r0, r1, rows, 7); break;
-    default: im2row_runs(g, s->src, s->Hp, s->Wp, s->ones, r0, r1, rows, g->KW); break;
-    }
+    const float *p = s->src;
+    const size_t Hp = s->Hp, Wp = s->Wp;
+    /* square kernels of the specialised widths have their height
+     * constant too (the loop over kh unrolled) */
+    const size_t KH = g->KH, KW = g->KW;
+    const size_t sq = KH == KW ? KW : 0;
+    const bool w = s->slack;
+#define ROW_RUNS(runs, ...)                                                  \
+    do {                                                                     \
+        if (KW == 1 && KH == 1)                                              \
+            runs(__VA_ARGS__, 1, 1, 1);                                      \
+        else if (sq == 3 && w)                                               \
+            runs(__VA_ARGS__, 3, 3, 4);                                      \
+        else if (sq == 5 && w)                                               \
+            runs(__VA_ARGS__, 5, 5, 8);                                      \
+        else if (sq == 7 && w)                                               \
+            runs(__VA_ARGS__, 7, 7, 8);                                      \
+        else if (KW == 1)                                                    \
+            runs(__VA_ARGS__, KH, 1, 1);                                     \
+        else if (KW == 3)                                                    \
+            runs(__VA_ARGS__, KH, 3, 3);                                     \
+        else if (KW == 5)                                                    \
+            runs(__VA_ARGS__, KH, 5, 5);                                     \
+        else if (KW == 7)                                                    \
+            runs(__VA_ARGS__, KH, 7, 7);                                     \
+        else                                                                 \
+            runs(__VA_ARGS__, KH, KW, KW);                                   \
+    } while (0)
+    if (s->data)
+        ROW_RUNS(data_runs, g, p, Hp, Wp, r0, r1, rows);
+    else
+        ROW_RUNS(im2row_runs, g, p, Hp, Wp, s->ones, r0, r1, rows);
+#undef ROW_RUNS
 }
 
 static void row_src_free(row_src *s)
@@ -458,7 +489,7 @@ static int conv_rows_gemm(emu_ctx *ctx, const emu_accum *model, size_t P,
     *f32 = NULL;
     if (model->kind != EMU_ACCUM_FAST) {
         size_t n = mul4(P, K, 1, 1);
-        float *rows = n ? malloc(n * sizeof *rows) : NULL;
+        float *rows = n ? malloc((n + ROW_SLACK) * sizeof *rows) : NULL;
         if (!rows)
             return -1;
         row_src_fill(src, 0, P, rows);
@@ -475,7 +506,7 @@ static int conv_rows_gemm(emu_ctx *ctx, const emu_accum *model, size_t P,
         R = P;
     const size_t nf = P * C, nb = 2 * R * K; /* the last block: < 2R rows */
     float *f = malloc((nf ? nf : 1) * sizeof *f);
-    float *blk = malloc((nb ? nb : 1) * sizeof *blk);
+    float *blk = malloc((nb + ROW_SLACK) * sizeof *blk);
     int rc = f && blk ? 0 : -1;
     for (size_t r0 = 0; rc == 0 && r0 < P;) {
         size_t r1 = P - r0 < 2 * R ? P : r0 + R;
