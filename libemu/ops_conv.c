@@ -118,10 +118,14 @@ static size_t mul4(size_t a, size_t b, size_t c, size_t d)
     return p;
 }
 
+/* Floats past the end of an im2row matrix (and of the planes it is copied
+ * from) that its copies may write (read): see copy_taps. */
+enum { ROW_SLACK = 4 };
+
 static float *falloc(emu_ctx *ctx, const char *site, size_t rows, size_t cols)
 {
     size_t n = mul4(rows, cols, 1, 1);
-    float *p = n ? malloc(n * sizeof *p) : NULL;
+    float *p = n ? malloc((n + ROW_SLACK) * sizeof *p) : NULL;
     if (!p)
         emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory for a %zu x %zu im2col matrix",
                      rows, cols);
@@ -153,90 +157,74 @@ static float x_at(const conv_geom *g, const float *x, size_t n, size_t ci,
 
 /* n floats from src to dst; with n a constant (the kernel widths that
  * im2row and im2row_data specialise) memcpy is a few moves, no call (a
- * loop of n copies is not unrolled at -O2). */
+ * loop of n copies is not unrolled at -O2).  The runs of kernel widths 3,
+ * 5 and 7 are copied as 4 or 8 floats (one vector move), when the source
+ * planes have ROW_SLACK floats after them (row_src.slack): the up to 3
+ * floats past a run land where the next run (or the next row) is written
+ * next, and past the last row in the matrix's ROW_SLACK. */
 static EMU_KERNEL_INLINE void copy_taps(float *dst, const float *src,
                                         size_t n)
 {
     memcpy(dst, src, n * sizeof *dst);
 }
 
-/* The rows of im2row from an image whose padding is already in it: xp
- * has Hp x Wp planes, and row (n, oh, ow)'s taps (ci, kh, kw) are the
+/* Rows r0 .. r1 of im2row from an image whose padding is already in it:
+ * xp has Hp x Wp planes, and row (n, oh, ow)'s taps (ci, kh, kw) are the
  * runs xp[n, ci, oh*s + kh, ow*s .. ow*s + KW): one copy of KW values per
- * (ci, kh), no bounds to test.  KW is a constant where inlined below. */
+ * (ci, kh), no bounds to test.  KH, KW and copy (the floats each copy
+ * moves: KW, or more with slack) are constants where inlined below. */
 static EMU_KERNEL_INLINE void im2row_runs(const conv_geom *g, const float *xp,
                                           size_t Hp, size_t Wp, bool ones,
-                                          float *rows, size_t KW)
+                                          size_t r0, size_t r1, float *rows,
+                                          size_t KH, size_t KW, size_t copy)
 {
-    const size_t K = g->Ci * g->KH * KW + (ones ? 1 : 0);
+    const size_t K = g->Ci * KH * KW + (ones ? 1 : 0);
     const size_t plane = Hp * Wp;
-    float *r = rows;
-    for (size_t n = 0; n < g->N; n++)
-        for (size_t oh = 0; oh < g->Ho; oh++)
-            for (size_t ow = 0; ow < g->Wo; ow++, r += K) {
-                float *p = r;
-                if (ones)
-                    *p++ = 1.0f;
-                const float *x0 = xp + n * g->Ci * plane + oh * g->s * Wp +
-                                  ow * g->s;
-                for (size_t ci = 0; ci < g->Ci; ci++, x0 += plane)
-                    for (size_t kh = 0; kh < g->KH; kh++, p += KW)
-                        copy_taps(p, x0 + kh * Wp, KW);
+    size_t ow = r0 % g->Wo, oh = (r0 / g->Wo) % g->Ho, n = r0 / (g->Wo * g->Ho);
+    for (float *r = rows; r0 < r1; r0++, r += K) {
+        float *p = r;
+        if (ones)
+            *p++ = 1.0f;
+        const float *x0 = xp + n * g->Ci * plane + oh * g->s * Wp + ow * g->s;
+        for (size_t ci = 0; ci < g->Ci; ci++, x0 += plane)
+            for (size_t kh = 0; kh < KH; kh++, p += KW)
+                copy_taps(p, x0 + kh * Wp, copy);
+        if (++ow == g->Wo) {
+            ow = 0;
+            if (++oh == g->Ho) {
+                oh = 0;
+                n++;
             }
+        }
+    }
 }
 
-/* The im2row matrix of the forward pass: row (n, oh, ow), column
- * (ci, kh, kw), preceded by a column of ones when `ones`; a padded
- * position holds +0.  With padding, x is first copied into zero-bordered
- * planes (a pass over the image, small beside the matrix, which is
- * KH*KW times larger), so that every row is made of plain runs.  Returns
- * -1 if that copy cannot be allocated. */
-static int im2row(const conv_geom *g, const float *x, bool ones, float *rows)
-{
-    const size_t Hp = g->H + 2 * g->pad, Wp = g->W + 2 * g->pad;
-    float *xp = NULL;
-    const float *src = x;
-    if (g->pad) {
-        const size_t planes = g->N * g->Ci, all = mul4(planes, Hp, Wp, 1);
-        xp = all ? calloc(all, sizeof *xp) : NULL;
-        if (!xp)
-            return -1;
-        for (size_t q = 0; q < planes; q++)
-            for (size_t ih = 0; ih < g->H; ih++)
-                memcpy(xp + (q * Hp + ih + g->pad) * Wp + g->pad,
-                       x + (q * g->H + ih) * g->W, g->W * sizeof *xp);
-        src = xp;
-    }
-    switch (g->KW) {
-    case 1: im2row_runs(g, src, Hp, Wp, ones, rows, 1); break;
-    case 3: im2row_runs(g, src, Hp, Wp, ones, rows, 3); break;
-    case 5: im2row_runs(g, src, Hp, Wp, ones, rows, 5); break;
-    case 7: im2row_runs(g, src, Hp, Wp, ones, rows, 7); break;
-    default: im2row_runs(g, src, Hp, Wp, ones, rows, g->KW); break;
-    }
-    free(xp);
-    return 0;
-}
-
-/* The rows of the data gradient's matrix from dp (see im2row_data):
- * row (n, ih, iw), taps (co, kh, kw) = the run dp[n, co, ih + KH-1 - kh,
- * W-1 - iw .. W-1 - iw + KW).  KW is a constant where inlined below. */
+/* Rows r0 .. r1 of the data gradient's matrix from dp (see
+ * row_src_data): row (n, ih, iw), taps (co, kh, kw) = the run
+ * dp[n, co, ih + KH-1 - kh, W-1 - iw .. W-1 - iw + KW).  KH, KW and copy
+ * are constants where inlined below, as in im2row_runs. */
 static EMU_KERNEL_INLINE void data_runs(const conv_geom *g, const float *dp,
-                                        size_t Hp, size_t Wp, float *rows,
-                                        size_t KW)
+                                        size_t Hp, size_t Wp, size_t r0,
+                                        size_t r1, float *rows, size_t KH,
+                                        size_t KW, size_t copy)
 {
-    const size_t K = g->Co * g->KH * KW, plane = Hp * Wp;
-    float *r = rows;
-    for (size_t n = 0; n < g->N; n++)
-        for (size_t ih = 0; ih < g->H; ih++)
-            for (size_t iw = 0; iw < g->W; iw++, r += K) {
-                float *p = r;
-                const float *d0 = dp + n * g->Co * plane +
-                                  (ih + g->KH - 1) * Wp + (g->W - 1 - iw);
-                for (size_t co = 0; co < g->Co; co++, d0 += plane)
-                    for (size_t kh = 0; kh < g->KH; kh++, p += KW)
-                        copy_taps(p, d0 - kh * Wp, KW);
+    const size_t K = g->Co * KH * KW, plane = Hp * Wp;
+    size_t iw = r0 % g->W, ih = (r0 / g->W) % g->H, n = r0 / (g->W * g->H);
+    for (float *r = rows; r0 < r1; r0++, r += K) {
+        float *p = r;
+        const float *d0 = dp + n * g->Co * plane + (ih + KH - 1) * Wp +
+                          (g->W - 1 - iw);
+        for (size_t co = 0; co < g->Co; co++, d0 += plane)
+            for (size_t kh = 0; kh < KH; kh++, p += KW)
+                copy_taps(p, d0 - kh * Wp, copy);
+        if (++iw == g->W) {
+            iw = 0;
+            if (++ih == g->H) {
+                ih = 0;
+                n++;
             }
+        }
+    }
 }
 
 /* The output position fed through a tap at offset t = i + pad - k of an
@@ -249,6 +237,46 @@ static ptrdiff_t dy_pos_t(ptrdiff_t t, size_t s, size_t n_out)
     return (ptrdiff_t)((size_t)t / s);
 }
 
+/* The left operand of a forward or data-gradient GEMM (an im2row matrix
+ * of P rows and K columns), made a block of rows at a time from planes
+ * prepared once (row_src_fill), so that the fast model never holds the
+ * whole matrix (see conv_rows_gemm). */
+typedef struct row_src {
+    const conv_geom *g;
+    bool data;          /* the data gradient's matrix, else im2row */
+    bool ones;          /* im2row: a first column of ones (the bias) */
+    bool slack;         /* src has ROW_SLACK readable floats after it */
+    const float *src;   /* the planes the rows are copied from */
+    float *own;         /* src's storage when made here */
+    size_t Hp, Wp;
+} row_src;
+
+/* The forward pass's im2row: row (n, oh, ow), column (ci, kh, kw),
+ * preceded by a column of ones when `ones`; a padded position holds +0.
+ * With padding, x is first copied into zero-bordered planes (a pass over
+ * the image, small beside the matrix, which is KH*KW times larger), so
+ * that every row is made of plain runs.  Returns -1 if that copy cannot
+ * be allocated. */
+static int row_src_im2row(const conv_geom *g, const float *x, bool ones,
+                          row_src *s)
+{
+    *s = (row_src){ .g = g, .ones = ones, .src = x, .Hp = g->H + 2 * g->pad,
+                    .Wp = g->W + 2 * g->pad };
+    if (!g->pad)
+        return 0;
+    const size_t planes = g->N * g->Ci, all = mul4(planes, s->Hp, s->Wp, 1);
+    float *xp = all ? calloc(all + ROW_SLACK, sizeof *xp) : NULL;
+    if (!xp)
+        return -1;
+    for (size_t q = 0; q < planes; q++)
+        for (size_t ih = 0; ih < g->H; ih++)
+            memcpy(xp + (q * s->Hp + ih + g->pad) * s->Wp + g->pad,
+                   x + (q * g->H + ih) * g->W, g->W * sizeof *xp);
+    s->src = s->own = xp;
+    s->slack = true;
+    return 0;
+}
+
 /* The matrix of the data gradient: row (n, ih, iw), column (co, kh, kw),
  * dy[n, co, oh, ow] where output (oh, ow) is fed by (ih, iw) through tap
  * (kh, kw) (dy_pos_t), +0 where none is.  dy is first spread into planes dp
@@ -256,12 +284,13 @@ static ptrdiff_t dy_pos_t(ptrdiff_t t, size_t s, size_t n_out)
  * offset t = r + pad - (KH-1) and the column offset W-1 + pad - c (+0 if
  * none, stride included), so that the taps (kh, kw) of one co and kh are
  * KW neighbours, in kw order.  Returns -1 if dp cannot be allocated. */
-static int im2row_data(const conv_geom *g, const float *dy, float *rows)
+static int row_src_data(const conv_geom *g, const float *dy, row_src *s)
 {
     const size_t Hp = g->H + g->KH - 1, Wp = g->W + g->KW - 1;
     const size_t planes = g->N * g->Co, plane = Hp * Wp;
     const size_t all = mul4(planes, Hp, Wp, 1);
-    float *dp = all ? malloc(all * sizeof *dp) : NULL;
+    *s = (row_src){ .g = g, .data = true, .Hp = Hp, .Wp = Wp };
+    float *dp = all ? malloc((all + ROW_SLACK) * sizeof *dp) : NULL;
     ptrdiff_t *map = malloc((Hp + Wp) * sizeof *map);
     if (!dp || !map) {
         free(dp);
@@ -289,15 +318,56 @@ static int im2row_data(const conv_geom *g, const float *dy, float *rows)
         }
     }
     free(map);
-    switch (g->KW) {
-    case 1: data_runs(g, dp, Hp, Wp, rows, 1); break;
-    case 3: data_runs(g, dp, Hp, Wp, rows, 3); break;
-    case 5: data_runs(g, dp, Hp, Wp, rows, 5); break;
-    case 7: data_runs(g, dp, Hp, Wp, rows, 7); break;
-    default: data_runs(g, dp, Hp, Wp, rows, g->KW); break;
-    }
-    free(dp);
+    memset(dp + all, 0, ROW_SLACK * sizeof *dp);
+    s->src = s->own = dp;
+    s->slack = true;
     return 0;
+}
+
+/* Rows r0 .. r1 of the matrix into rows ((r1 - r0) x K, and ROW_SLACK
+ * floats after them that may be overwritten). */
+static void row_src_fill(const row_src *s, size_t r0, size_t r1, float *rows)
+{
+    const conv_geom *g = s->g;
+    const float *p = s->src;
+    const size_t Hp = s->Hp, Wp = s->Wp;
+    /* square kernels of the specialised widths have their height
+     * constant too (the loop over kh unrolled) */
+    const size_t KH = g->KH, KW = g->KW;
+    const size_t sq = KH == KW ? KW : 0;
+    const bool w = s->slack;
+#define ROW_RUNS(runs, ...)                                                  \
+    do {                                                                     \
+        if (KW == 1 && KH == 1)                                              \
+            runs(__VA_ARGS__, 1, 1, 1);                                      \
+        else if (sq == 3 && w)                                               \
+            runs(__VA_ARGS__, 3, 3, 4);                                      \
+        else if (sq == 5 && w)                                               \
+            runs(__VA_ARGS__, 5, 5, 8);                                      \
+        else if (sq == 7 && w)                                               \
+            runs(__VA_ARGS__, 7, 7, 8);                                      \
+        else if (KW == 1)                                                    \
+            runs(__VA_ARGS__, KH, 1, 1);                                     \
+        else if (KW == 3)                                                    \
+            runs(__VA_ARGS__, KH, 3, 3);                                     \
+        else if (KW == 5)                                                    \
+            runs(__VA_ARGS__, KH, 5, 5);                                     \
+        else if (KW == 7)                                                    \
+            runs(__VA_ARGS__, KH, 7, 7);                                     \
+        else                                                                 \
+            runs(__VA_ARGS__, KH, KW, KW);                                   \
+    } while (0)
+    if (s->data)
+        ROW_RUNS(data_runs, g, p, Hp, Wp, r0, r1, rows);
+    else
+        ROW_RUNS(im2row_runs, g, p, Hp, Wp, s->ones, r0, r1, rows);
+#undef ROW_RUNS
+}
+
+static void row_src_free(row_src *s)
+{
+    free(s->own);
+    s->own = NULL;
 }
 
 /* dy[n, co, oh, ow] feeding input position (ih, iw) through kernel tap
@@ -386,6 +456,67 @@ static int conv_gemm(emu_ctx *ctx, const emu_accum *model, size_t M,
     float *f = malloc((mn ? mn : 1) * sizeof *f);
     if (!f || emu_gemm_fast_f32(M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, NULL,
                                 f)) {
+        free(f);
+        return -1;
+    }
+    *f32 = f;
+    return 0;
+}
+
+/* The fast model's row blocks (conv_rows_gemm): at least this many
+ * multiply-adds each, and about this many bytes of rows if that is more. */
+#define CONV_BLOCK_MACS 2000000.0
+#define CONV_BLOCK_BYTES ((size_t)256 * 1024)
+
+/* The GEMM out(P x C) = A(P x K) B^T of a forward or a data-gradient
+ * pass, A the rows of src and B(c, k) = b[c*K + k]: emu_gemm_accum's hi
+ * (lo) from the whole of A under the emulated models; under the fast
+ * model its binary32 values in a new array *f32 (P x C), a block of A's
+ * rows at a time, each block copied out just before its sgemm reads it,
+ * while it is in cache: the matrix, KH*KW times the image, is never
+ * written to memory and read back.  The bits are those of one sgemm on
+ * the whole of A (test_ops_conv's fast_is_sgemm_on_the_matrices): an
+ * output of sgemm is its own dot product, whose summation order depends
+ * on K but not on the rows around it, except in the small-matrix kernels
+ * that OpenBLAS 0.3's x86-64 builds use below 10^6 multiply-adds; a block
+ * has twice that at least (the last takes the remainder, so it is never
+ * shorter), and a GEMM too small for two blocks is one call as before. */
+static int conv_rows_gemm(emu_ctx *ctx, const emu_accum *model, size_t P,
+                          size_t C, size_t K, const row_src *src,
+                          const float *b, double *hi, double *lo,
+                          emu_accum_counts *counts, float **f32)
+{
+    *f32 = NULL;
+    if (model->kind != EMU_ACCUM_FAST) {
+        size_t n = mul4(P, K, 1, 1);
+        float *rows = n ? malloc((n + ROW_SLACK) * sizeof *rows) : NULL;
+        if (!rows)
+            return -1;
+        row_src_fill(src, 0, P, rows);
+        int rc = conv_gemm(ctx, model, P, C, K, rows, (ptrdiff_t)K, 1, b, 1,
+                           (ptrdiff_t)K, hi, lo, counts, f32);
+        free(rows);
+        return rc;
+    }
+    size_t R = (size_t)(CONV_BLOCK_MACS / (double)(C * K)) + 1;
+    if (R < CONV_BLOCK_BYTES / (K * sizeof(float)))
+        R = CONV_BLOCK_BYTES / (K * sizeof(float));
+    R = (R + 63) / 64 * 64;
+    if (R > P)
+        R = P;
+    const size_t nf = P * C, nb = 2 * R * K; /* the last block: < 2R rows */
+    float *f = malloc((nf ? nf : 1) * sizeof *f);
+    float *blk = malloc((nb + ROW_SLACK) * sizeof *blk);
+    int rc = f && blk ? 0 : -1;
+    for (size_t r0 = 0; rc == 0 && r0 < P;) {
+        size_t r1 = P - r0 < 2 * R ? P : r0 + R;
+        row_src_fill(src, r0, r1, blk);
+        rc = emu_gemm_fast_f32(r1 - r0, C, K, blk, (ptrdiff_t)K, 1, b, 1,
+                               (ptrdiff_t)K, NULL, f + r0 * C);
+        r0 = r1;
+    }
+    free(blk);
+    if (rc) {
         free(f);
         return -1;
     }
@@ -600,17 +731,17 @@ int emu_t_conv2d(emu_ctx *ctx, const char *site, emu_tensor *y,
     }
     const size_t K = g.Ci * g.KH * g.KW + (bias ? 1 : 0);
     const size_t P = g.N * g.Ho * g.Wo;
-    float *rows = falloc(ctx, site, P, K);
-    float *wp = rows ? falloc(ctx, site, g.Co, K) : NULL;
-    double *t = wp ? emu_scratch(ctx, site, 2 * y->n) : NULL;
-    if (!t) {
-        free(rows);
+    const bool fast = o->accum->kind == EMU_ACCUM_FAST;
+    float *wp = falloc(ctx, site, g.Co, K);
+    /* hi, lo: the emulated models' values (the fast model's are binary32) */
+    double *t = wp && !fast ? emu_scratch(ctx, site, 2 * y->n) : NULL;
+    if (!wp || (!fast && !t)) {
         free(wp);
         return -1;
     }
-    double *lo = t + y->n;
-    if (im2row(&g, x->data, bias != NULL, rows)) {
-        free(rows);
+    double *lo = t ? t + y->n : NULL;
+    row_src src;
+    if (row_src_im2row(&g, x->data, bias != NULL, &src)) {
         free(wp);
         free(t);
         return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory");
@@ -628,10 +759,10 @@ int emu_t_conv2d(emu_ctx *ctx, const char *site, emu_tensor *y,
     const bool count = swamp_measured(ctx);
     int rc = 0;
     float *f32;
-    if (conv_gemm(ctx, o->accum, P, g.Co, K, rows, (ptrdiff_t)K, 1, wp, 1,
-                  (ptrdiff_t)K, t, lo, count ? &swamp : NULL, &f32))
+    if (conv_rows_gemm(ctx, o->accum, P, g.Co, K, &src, wp, t, lo,
+                       count ? &swamp : NULL, &f32))
         rc = emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory in the GEMM engine");
-    free(rows);
+    row_src_free(&src);
     free(wp);
     if (rc == 0) {
         conv_op op = { .g = g, .x = x->data, .w = w->data,
@@ -664,17 +795,16 @@ int emu_t_conv2d_backward_data(emu_ctx *ctx, const char *site, emu_tensor *dx,
         return -1;
     const size_t K = g.Co * g.KH * g.KW;
     const size_t P = g.N * g.H * g.W;
-    float *rows = falloc(ctx, site, P, K);
-    float *wt = rows ? falloc(ctx, site, g.Ci, K) : NULL;
-    double *t = wt ? emu_scratch(ctx, site, 2 * dx->n) : NULL;
-    if (!t) {
-        free(rows);
+    const bool fast = o->accum->kind == EMU_ACCUM_FAST;
+    float *wt = falloc(ctx, site, g.Ci, K);
+    double *t = wt && !fast ? emu_scratch(ctx, site, 2 * dx->n) : NULL;
+    if (!wt || (!fast && !t)) {
         free(wt);
         return -1;
     }
-    double *lo = t + dx->n;
-    if (im2row_data(&g, dy->data, rows)) {
-        free(rows);
+    double *lo = t ? t + dx->n : NULL;
+    row_src src;
+    if (row_src_data(&g, dy->data, &src)) {
         free(wt);
         free(t);
         return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory");
@@ -690,10 +820,10 @@ int emu_t_conv2d_backward_data(emu_ctx *ctx, const char *site, emu_tensor *dx,
     const bool count = swamp_measured(ctx);
     int rc = 0;
     float *f32;
-    if (conv_gemm(ctx, o->accum, P, g.Ci, K, rows, (ptrdiff_t)K, 1, wt, 1,
-                  (ptrdiff_t)K, t, lo, count ? &swamp : NULL, &f32))
+    if (conv_rows_gemm(ctx, o->accum, P, g.Ci, K, &src, wt, t, lo,
+                       count ? &swamp : NULL, &f32))
         rc = emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory in the GEMM engine");
-    free(rows);
+    row_src_free(&src);
     free(wt);
     if (rc == 0) {
         conv_op op = { .g = g, .w = w->data, .dy = dy->data,
@@ -745,12 +875,15 @@ int emu_t_conv2d_backward_weights(emu_ctx *ctx, const char *site,
         return -1;
     }
     double *lo = hi + dw->n;
-    if (im2row(&g, x->data, false, rows)) {
+    row_src src;
+    if (row_src_im2row(&g, x->data, false, &src)) {
         free(rows);
         free(dyp);
         free(hi);
         return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory");
     }
+    row_src_fill(&src, 0, T, rows);
+    row_src_free(&src);
     /* dy as (Co, T), t = (n, oh, ow). */
     for (size_t co = 0; co < g.Co; co++)
         for (size_t n = 0; n < g.N; n++)

@@ -44,6 +44,7 @@
  */
 #include "hostfp.h" /* first: no contraction, no excess precision */
 
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -78,27 +79,6 @@ typedef struct bn_op {
 static size_t channel_of(const bn_op *op, size_t i)
 {
     return (i / op->HW) % op->C;
-}
-
-/* The channel of consecutive outputs without a division each: c and the
- * outputs left in its plane, from output i on (chan_start), then stepped
- * once per output (chan_next). */
-typedef struct chan_walk {
-    size_t c, left;
-} chan_walk;
-
-static chan_walk chan_start(const bn_op *op, size_t i)
-{
-    return (chan_walk){ channel_of(op, i), op->HW - i % op->HW };
-}
-
-static inline void chan_next(const bn_op *op, chan_walk *w)
-{
-    if (--w->left == 0) {
-        w->left = op->HW;
-        if (++w->c == op->C)
-            w->c = 0;
-    }
 }
 
 /* Channel c's values of v (N, C, H, W) into buf, in (n, h, w) order. */
@@ -235,63 +215,143 @@ static int dx_ref(const void *vop, size_t i, mpfr_ptr exact, mpfr_ptr src)
 
 /* ---- producers --------------------------------------------------------------- */
 
-/* x - mean[c], exact as hi + lo, with IEEE's sign of an exact zero. */
-static int xc_fill(const void *vop, size_t i0, size_t m, double *hi, double *lo)
+/* The producers work a run of one channel's outputs at a time (a plane,
+ * or the part of it in the chunk), with the channel's constants hoisted,
+ * so that their loops vectorise; each element's operations are those of
+ * the definitions above, in their order, never contracted. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define BN_VECTORISE                                                        \
+    __attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic",   \
+                            "fp-contract=off")))
+#else
+#define BN_VECTORISE
+#endif
+
+/* The length of the run of outputs from i (at most m) in i's plane. */
+static size_t run_len(const bn_op *op, size_t i, size_t m)
 {
-    const bn_op *op = vop;
+    const size_t left = op->HW - i % op->HW;
+    return left < m ? left : m;
+}
+
+/* x - mu for the run, elementwise as xc_fill says. */
+static bool xc_run_ref(const bn_op *op, const float *x, double mu, size_t n,
+                       double *hi, double *lo)
+{
     bool any = false;
-    chan_walk w = chan_start(op, i0);
-    for (size_t j = 0; j < m; j++, chan_next(op, &w)) {
-        const double x = op->x[i0 + j], mu = op->mean[w.c];
+    for (size_t j = 0; j < n; j++) {
+        const double xv = x[j];
         lo[j] = 0.0;
-        if (!isfinite(x) || !isfinite(mu)) {
-            hi[j] = x - mu;
+        if (!isfinite(xv) || !isfinite(mu)) {
+            hi[j] = xv - mu;
             continue;
         }
-        emu_two_sum(x, -mu, &hi[j], &lo[j]);
+        emu_two_sum(xv, -mu, &hi[j], &lo[j]);
         /* IEEE's exact zero: +0 (-0 toward -inf), unless x and -mu are
          * zeros of one sign, which keep it (TwoSum gave that). */
         if (hi[j] == 0.0 && lo[j] == 0.0 &&
-            !(x == 0.0 && mu == 0.0 && signbit(x) != signbit(mu)))
+            !(xv == 0.0 && mu == 0.0 && signbit(xv) != signbit(mu)))
             hi[j] = op->mode == EMU_RD ? -0.0 : 0.0;
         any |= lo[j] != 0.0;
     }
     return any;
 }
 
+/* The run's TwoSums with no tests; *special when a sum is zero or not
+ * finite, the elements xc_run_ref treats apart (with mu finite, the sum
+ * of binary32 values in binary64 is finite exactly when x is, and its
+ * error is 0 when it is). */
+BN_VECTORISE
+static bool xc_run_plain(const float *x, double mu, size_t n, double *hi,
+                         double *lo, bool *special)
+{
+    int any = 0, sp = 0;
+    for (size_t j = 0; j < n; j++) {
+        /* emu_two_sum written out: a call could not be vectorised */
+        const double a = x[j], b = -mu, h = a + b, bv = h - a, av = h - bv;
+        const double l = (a - av) + (b - bv);
+        hi[j] = h;
+        lo[j] = l;
+        any |= l != 0.0;
+        sp |= !(fabs(h) <= DBL_MAX) | (h == 0.0);
+    }
+    *special = sp;
+    return any;
+}
+
+/* x - mean[c], exact as hi + lo, with IEEE's sign of an exact zero. */
+static int xc_fill(const void *vop, size_t i0, size_t m, double *hi, double *lo)
+{
+    const bn_op *op = vop;
+    bool any = false;
+    for (size_t j = 0, n; j < m; j += n) {
+        const size_t i = i0 + j;
+        const double mu = op->mean[channel_of(op, i)];
+        n = run_len(op, i, m - j);
+        bool special = !isfinite(mu), a = false;
+        if (!special)
+            a = xc_run_plain(op->x + i, mu, n, hi + j, lo + j, &special);
+        if (special)
+            a = xc_run_ref(op, op->x + i, mu, n, hi + j, lo + j);
+        any |= a;
+    }
+    return any;
+}
+
+/* y = ((x - mu) inv) g + b for the run; an absent mean, gamma or beta is
+ * mu = +0, g = 1, b = -0, which leave every value as it is. */
+BN_VECTORISE
+static void y_run(const float *x, double mu, double inv, double g, double b,
+                  size_t n, double *hi)
+{
+    for (size_t j = 0; j < n; j++) {
+        double v = x[j];
+        v -= mu;
+        v *= inv;
+        v *= g;
+        v += b;
+        hi[j] = v;
+    }
+}
+
 static int y_fill(const void *vop, size_t i0, size_t m, double *hi, double *lo)
 {
     (void)lo;
     const bn_op *op = vop;
-    chan_walk w = chan_start(op, i0);
-    for (size_t j = 0; j < m; j++, chan_next(op, &w)) {
-        const size_t c = w.c;
-        double v = op->x[i0 + j];
-        if (op->mean)
-            v -= op->mean[c];
-        v *= op->inv[c];
-        if (op->gamma)
-            v *= op->gamma[c];
-        if (op->beta)
-            v += op->beta[c];
-        hi[j] = v;
+    for (size_t j = 0, n; j < m; j += n) {
+        const size_t i = i0 + j, c = channel_of(op, i);
+        n = run_len(op, i, m - j);
+        y_run(op->x + i, op->mean ? op->mean[c] : 0.0, op->inv[c],
+              op->gamma ? op->gamma[c] : 1.0, op->beta ? op->beta[c] : -0.0,
+              n, hi + j);
     }
     return 0;
+}
+
+/* dx = ((dy - k1) - xc k2) g for the run, g = inv gamma (inv alone
+ * without gamma). */
+BN_VECTORISE
+static void dx_run(const float *dy, const float *xc, double k1, double k2,
+                   double g, size_t n, double *hi)
+{
+    for (size_t j = 0; j < n; j++) {
+        double t = (double)dy[j] - k1;
+        t -= (double)xc[j] * k2;
+        hi[j] = t * g;
+    }
 }
 
 static int dx_fill(const void *vop, size_t i0, size_t m, double *hi, double *lo)
 {
     (void)lo;
     const bn_op *op = vop;
-    chan_walk w = chan_start(op, i0);
-    for (size_t j = 0; j < m; j++, chan_next(op, &w)) {
-        const size_t c = w.c;
-        double t = (double)op->dy[i0 + j] - op->k1[c];
-        t -= (double)op->x[i0 + j] * op->k2[c];
+    for (size_t j = 0, n; j < m; j += n) {
+        const size_t i = i0 + j, c = channel_of(op, i);
+        n = run_len(op, i, m - j);
         double g = op->inv[c];
         if (op->gamma)
             g *= op->gamma[c];
-        hi[j] = t * g;
+        dx_run(op->dy + i, op->x + i, op->k1[c], op->k2[c], g, n, hi + j);
     }
     return 0;
 }
@@ -310,23 +370,84 @@ static void div_pair(double *hi, double *lo, size_t n)
     mpfr_clears(s, q, r, (mpfr_ptr)0);
 }
 
-/* The fast model's channel sum: a binary64 accumulation.  A binary32
+/* The fast model's channel sums: binary64 accumulations.  A binary32
  * running sum of M = N H W terms (50,176 for a 64-image batch of 28 x 28)
  * loses of the order of M 2^-24 of the terms' magnitude, and batch norm's
  * backward sums cancel (dy sums to nearly zero over a channel): measured
  * on resnet:1, that left layer gradients 1e-3 off PyTorch's, whose kernels
  * sum in vectorised partial sums.  In binary64 the sum is as fast and the
- * error is below binary32's rounding of the result. */
-static double fast_sum(const float *a, const float *b, size_t m)
+ * error is below binary32's rounding of the result.
+ *
+ * Each channel's sum is one chain of adds in (n, h, w) order from +0.
+ * One chain at a time waits an add's latency per term; FAST_LANES
+ * channels' chains side by side, read in place from their planes, keep
+ * each chain's order (so its bits) while their adds overlap. */
+enum { FAST_LANES = 8 };
+
+/* Channels c .. c + 7 (8 named accumulators: an array here was kept in
+ * memory, each add then waiting on a store). */
+static void fast_lanes8(const bn_op *op, size_t c, double *s)
 {
+    const size_t HW = op->HW, C = op->C;
+    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+    double s4 = 0.0, s5 = 0.0, s6 = 0.0, s7 = 0.0;
+    for (size_t n = 0; n < op->N; n++) {
+        const float *a = op->a + (n * C + c) * HW;
+        const float *b = op->b ? op->b + (n * C + c) * HW : NULL;
+        if (b) {
+            for (size_t i = 0; i < HW; i++) { /* exact products */
+                s0 += (double)a[i] * b[i];
+                s1 += (double)a[HW + i] * b[HW + i];
+                s2 += (double)a[2 * HW + i] * b[2 * HW + i];
+                s3 += (double)a[3 * HW + i] * b[3 * HW + i];
+                s4 += (double)a[4 * HW + i] * b[4 * HW + i];
+                s5 += (double)a[5 * HW + i] * b[5 * HW + i];
+                s6 += (double)a[6 * HW + i] * b[6 * HW + i];
+                s7 += (double)a[7 * HW + i] * b[7 * HW + i];
+            }
+        } else {
+            for (size_t i = 0; i < HW; i++) {
+                s0 += a[i];
+                s1 += a[HW + i];
+                s2 += a[2 * HW + i];
+                s3 += a[3 * HW + i];
+                s4 += a[4 * HW + i];
+                s5 += a[5 * HW + i];
+                s6 += a[6 * HW + i];
+                s7 += a[7 * HW + i];
+            }
+        }
+    }
+    s[0] = s0, s[1] = s1, s[2] = s2, s[3] = s3;
+    s[4] = s4, s[5] = s5, s[6] = s6, s[7] = s7;
+}
+
+/* Channel c alone. */
+static double fast_lane1(const bn_op *op, size_t c)
+{
+    const size_t HW = op->HW, C = op->C;
     double s = 0.0;
-    if (b)
-        for (size_t i = 0; i < m; i++)
-            s += (double)a[i] * b[i]; /* exact products */
-    else
-        for (size_t i = 0; i < m; i++)
-            s += a[i];
+    for (size_t n = 0; n < op->N; n++) {
+        const float *a = op->a + (n * C + c) * HW;
+        const float *b = op->b ? op->b + (n * C + c) * HW : NULL;
+        if (b)
+            for (size_t i = 0; i < HW; i++)
+                s += (double)a[i] * b[i]; /* exact products */
+        else
+            for (size_t i = 0; i < HW; i++)
+                s += a[i];
+    }
     return s;
+}
+
+/* s[c] = the sum of channel c of a (a * b), for every channel. */
+static void fast_sums(const bn_op *op, double *s)
+{
+    size_t c = 0;
+    for (; op->C - c >= FAST_LANES; c += FAST_LANES)
+        fast_lanes8(op, c, s + c);
+    for (; c < op->C; c++)
+        s[c] = fast_lane1(op, c);
 }
 
 /* Commits out[c] = the model's sum over channel c of a (a * b if b), then
@@ -346,17 +467,19 @@ static int channel_reduce(emu_ctx *ctx, const char *site, const char *kind,
     memset(&counts, 0, sizeof counts);
     const uint64_t stream = emu_ctx_stream(ctx) ^ ACCUM_STREAM_TAG;
     float *ba = bufs, *bb = op->b ? bufs + op->M : NULL;
+    const bool fast = accum->kind == EMU_ACCUM_FAST;
+    if (fast)
+        fast_sums(op, hi);
     for (size_t c = 0; c < C; c++) {
-        gather(op, op->a, c, ba);
-        if (bb)
-            gather(op, op->b, c, bb);
-        emu_accum_rng rng = { ctx->seed, stream, c };
         lo[c] = 0.0;
-        if (accum->kind == EMU_ACCUM_FAST)
-            hi[c] = fast_sum(ba, bb, op->M);
-        else
+        if (!fast) {
+            gather(op, op->a, c, ba);
+            if (bb)
+                gather(op, op->b, c, bb);
+            emu_accum_rng rng = { ctx->seed, stream, c };
             hi[c] = emu_accum_dot_unguarded(accum, ba, 1, bb, 1, op->M, &rng,
                                             swamp ? &counts : NULL, &lo[c]);
+        }
         if (sums)
             sums[c] = hi[c] + lo[c];
         if (op->div_m) {

@@ -630,6 +630,12 @@ START_TEST(fast_is_sgemm_on_the_matrices)
         make_geo(1, 2, 13, 12, 3, 7, 7, 2, 3),  /* 7x7 stem, stride 2 */
         make_geo(1, 2, 6, 7, 3, 4, 2, 3, 3),    /* general widths, pad >= KW */
         make_geo(2, 1, 3, 4, 2, 3, 4, 1, 2),    /* kernel wider than input */
+        /* large enough for the fast model's row blocks (several, and a
+         * longer last one): ResNet stages, the stem */
+        make_geo(5, 16, 28, 28, 16, 3, 3, 1, 1),
+        make_geo(6, 16, 28, 28, 32, 3, 3, 2, 1),
+        make_geo(7, 32, 14, 13, 64, 3, 3, 1, 1),
+        make_geo(40, 1, 28, 28, 16, 3, 3, 1, 1),
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         fast_case(shapes[i], &r);

@@ -350,8 +350,9 @@ END_TEST
 START_TEST(channels_across_chunks)
 {
     test_rng g = test_rng_make(0xb45);
+    /* C = 19: the fast sums' lanes of 8 channels and the ones left */
     const size_t shapes[][4] = { { 3, 5, 15, 15 }, { 300, 7, 1, 1 },
-                                 { 2, 3, 37, 29 } };
+                                 { 2, 3, 37, 29 }, { 4, 19, 9, 7 } };
     emu_accum fast = accum_of(EMU_ACCUM_FAST);
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
         emu_ctx ctx;
@@ -363,9 +364,51 @@ START_TEST(channels_across_chunks)
                   &g);
         const size_t C = k.C, HW = k.H * k.W, M = k.N * HW;
         ck_assert(k.x.n > 2 * EMU_COMMIT_CHUNK);
+        if (C == 19) {
+            /* small values between +-2^20 and -+2^20 (the first and the
+             * last of the channel): binary64 sums that round and cancel,
+             * whose bits show their order in the results */
+            for (size_t i = 0; i < k.x.n; i++) {
+                k.x.data[i] = ldexpf(k.x.data[i], -(int)test_below(&g, 16) - 8);
+                k.dy.data[i] = ldexpf(k.dy.data[i], -(int)test_below(&g, 16) - 8);
+            }
+            for (size_t c = 0; c < C; c++) {
+                const size_t first = c * HW, last = ((k.N - 1) * C + c + 1) * HW - 1;
+                const float big = c % 2 ? 1048576.0f : -1048576.0f;
+                k.x.data[first] = k.dy.data[first] = big;
+                k.x.data[last] = k.dy.data[last] = -big;
+            }
+            /* a constant channel: x - mean exactly zero everywhere */
+            for (size_t n = 0; n < k.N; n++)
+                for (size_t j = 0; j < HW; j++)
+                    k.x.data[(n * C + 5) * HW + j] = 0.75f;
+        }
         forward(&ctx, &k, &o, false);
         backward(&ctx, &k, &o);
         for (size_t c = 0; c < C; c++) {
+            /* mean and var: a binary64 running sum in (n, h, w) order,
+             * divided by M with one rounding */
+            double sx = 0.0, sv = 0.0;
+            for (size_t n = 0; n < k.N; n++)
+                for (size_t j = 0; j < HW; j++) {
+                    const size_t i = (n * C + c) * HW + j;
+                    sx += k.x.data[i];
+                    sv += (double)k.xc.data[i] * k.xc.data[i];
+                }
+            mpfr_t sm, q; /* sm holds a binary64 sum exactly */
+            mpfr_init2(sm, 53);
+            mpfr_init2(q, 24);
+            mpfr_set_d(sm, sx, MPFR_RNDN);
+            mpfr_div_ui(q, sm, (unsigned long)M, MPFR_RNDN);
+            EXPECT(test_same(mpfr_get_flt(q, MPFR_RNDN), k.mean.data[c]),
+                   "mean[%zu] %a, want %a", c, (double)k.mean.data[c],
+                   (double)mpfr_get_flt(q, MPFR_RNDN));
+            mpfr_set_d(sm, sv, MPFR_RNDN);
+            mpfr_div_ui(q, sm, (unsigned long)M, MPFR_RNDN);
+            EXPECT(test_same(mpfr_get_flt(q, MPFR_RNDN), k.var.data[c]),
+                   "var[%zu] %a, want %a", c, (double)k.var.data[c],
+                   (double)mpfr_get_flt(q, MPFR_RNDN));
+            mpfr_clears(sm, q, (mpfr_ptr)0);
             const double inv = 1.0 / sqrt((double)k.var.data[c] + o.eps);
             double s1 = 0.0, s2 = 0.0;
             for (size_t n = 0; n < k.N; n++)
