@@ -152,27 +152,51 @@ static int exact_bin(double hi, double lo)
 
 enum { CHUNK = EMU_COMMIT_CHUNK };
 
-/* Whether rounding hi alone gives what rounding hi + lo gives, for every
- * element of a chunk, under a deterministic mode into a format of
- * precision p.  hi is the binary64 nearest hi + lo, and every rounding
- * boundary of the format (a grid point or a midpoint, p + 1 significant
- * bits at most) is a binary64, so none lies strictly between hi and
- * hi + lo: the two round alike unless hi is itself a boundary while lo is
- * not zero.  Such a hi has its fraction bits below p + 1 clear; the rare
- * chunk that holds one goes through the scalar choke point whole, so the
- * counts (which the array path takes from hi) are right as well. */
+/* The length of the runs that the array scans below take in loops of
+ * constant trip count: gcc's cheap vectoriser (-O2) takes those. */
+enum { CARRY_RUN = 64 };
+
+/* Whether rounding hi alone gives what rounding hi + lo gives, under a
+ * deterministic mode into a format of precision p.  hi is the binary64
+ * nearest hi + lo, and every rounding boundary of the format (a grid point
+ * or a midpoint, p + 1 significant bits at most) is a binary64, so none
+ * lies strictly between hi and hi + lo: the two round alike unless hi is
+ * itself a boundary while lo is not zero.  Such a hi has its fraction bits
+ * below p + 1 clear (mask: those bits); lo_bad is 1 for it, and for a
+ * subnormal or non-finite hi with a low part.  u, v: hi's and lo's bits. */
+static inline uint64_t lo_bad(uint64_t u, uint64_t v, uint64_t mask)
+{
+    const uint64_t e = (u >> 52) & 0x7ff;
+    return (uint64_t)((v << 1) != 0) &
+           ((uint64_t)((u & mask) == 0) | (uint64_t)(e == 0) |
+            (uint64_t)(e == 0x7ff));
+}
+
+static uint64_t lo_mask(int p)
+{
+    return ((uint64_t)1 << (52 - p)) - 1;
+}
+
+/* Whether no element of a chunk is lo_bad: in runs of constant length,
+ * which gcc -O2 vectorises (an optimizer's update hands every weight
+ * through here), then the tail. */
 static bool lo_harmless(const double *hi, const double *lo, size_t m, int p)
 {
-    const uint64_t mask = ((uint64_t)1 << (52 - p)) - 1;
+    const uint64_t mask = lo_mask(p);
     uint64_t bad = 0;
-    for (size_t j = 0; j < m; j++) {
-        uint64_t u;
+    size_t j = 0;
+    for (; j + CARRY_RUN <= m; j += CARRY_RUN) {
+        uint64_t u[CARRY_RUN], v[CARRY_RUN];
+        memcpy(u, hi + j, sizeof u);
+        memcpy(v, lo + j, sizeof v);
+        for (int k = 0; k < CARRY_RUN; k++)
+            bad |= lo_bad(u[k], v[k], mask);
+    }
+    for (; j < m; j++) {
+        uint64_t u, v;
         memcpy(&u, &hi[j], sizeof u);
-        const uint64_t e = (u >> 52) & 0x7ff;
-        /* a boundary-shaped, subnormal or non-finite hi with a low part */
-        bad |= (uint64_t)(lo[j] != 0.0) &
-               ((uint64_t)((u & mask) == 0) | (uint64_t)(e == 0) |
-                (uint64_t)(e == 0x7ff));
+        memcpy(&v, &lo[j], sizeof v);
+        bad |= lo_bad(u, v, mask);
     }
     return bad == 0;
 }
@@ -298,7 +322,6 @@ typedef struct commit_run {
 
 /* Subnormals and NaNs among CARRY_RUN binary32 values: a loop of constant
  * length, which gcc's cheap vectoriser (-O2) takes. */
-enum { CARRY_RUN = 64 };
 
 static void carry_scan(const float *v, uint32_t *sub, uint32_t *nan)
 {
@@ -416,6 +439,47 @@ static void carry_f32_f32(float *res, const float *v, size_t m,
         counts->flags |= EMU_FLAG_SUBNORMAL;
 }
 
+static bool round_chunk(commit_run *r, size_t i0, size_t m, const double *h,
+                        const double *l, const float *v, float *res);
+
+/* A chunk of pairs under a deterministic mode, some of them lo_bad (an
+ * update smaller than half a binary64 ulp of its weight leaves hi on the
+ * weight itself, a grid point, and lo the update): the chunk through the
+ * array path with those elements' values replaced by zeros (exact: a
+ * tensor's format always has a zero; they count one result and nothing
+ * else, taken off again), then those elements alone through the scalar choke point, which
+ * sees their low parts.  Every element is rounded and counted as if the
+ * whole chunk had gone through the scalar choke point, which the array
+ * path is tested to agree with element by element. */
+static void round_lo_apart(commit_run *r, size_t i0, size_t m, const double *h,
+                           const double *l, float *res)
+{
+    const emu_format *fmt = &r->o->out->fmt;
+    const uint64_t mask = lo_mask(fmt->p);
+    double hz[CHUNK];
+    uint64_t nbad = 0;
+    for (size_t j = 0; j < m; j++) {
+        uint64_t u, v;
+        memcpy(&u, &h[j], sizeof u);
+        memcpy(&v, &l[j], sizeof v);
+        const uint64_t bad = lo_bad(u, v, mask);
+        hz[j] = bad ? 0.0 : h[j];
+        nbad += bad;
+    }
+    round_chunk(r, i0, m, hz, NULL, NULL, res);
+    r->counts.n -= nbad;
+    for (size_t j = 0; j < m; j++) {
+        uint64_t u, v;
+        memcpy(&u, &h[j], sizeof u);
+        memcpy(&v, &l[j], sizeof v);
+        if (lo_bad(u, v, mask)) {
+            r->ar.first_index = i0 + j;
+            emu_round_pairs_f32_unguarded(fmt, res + j, h + j, l + j, 1,
+                                          &r->ar, &r->counts);
+        }
+    }
+}
+
 /* Step 1 for one chunk: outputs i0 .. i0+m-1, whose values are h (and l,
  * or NULL), or the binary32 values v, rounded into res[0..m).  The array
  * path where the values are plain doubles, the scalar choke point where a
@@ -449,8 +513,12 @@ static bool round_chunk(commit_run *r, size_t i0, size_t m, const double *h,
         emu_round_array_f32_unguarded(fmt, res, fin, m, &r->ar, counts);
         return false;
     }
+    if (l && !r->sr && !lo_harmless(h, l, m, fmt->p)) {
+        round_lo_apart(r, i0, m, h, l, res);
+        return false;
+    }
     double buf[CHUNK];
-    if (!l || (!r->sr && lo_harmless(h, l, m, fmt->p))) {
+    if (!l || !r->sr) { /* no low part, or a harmless one */
         /* Both binary32 shortcuts below need every value of the chunk
          * to be a binary32 value (or NaN): a first value that is not
          * (an optimizer's new weights, mostly) rules them out without

@@ -641,6 +641,90 @@ START_TEST(test_commit_carrier)
 }
 END_TEST
 
+/* Pairs hi + lo whose hi is a grid point or a midpoint of the output
+ * format while lo is not zero (an update below half a binary64 ulp of its
+ * weight makes them): the choke point rounds these elements apart from
+ * the rest of their chunk.  Results and counts against the scalar choke
+ * point element by element, every deterministic mode, chunks holding none,
+ * one, a few and many of them. */
+START_TEST(test_commit_pairs_lo_apart)
+{
+    const char *fmts[] = { "binary32", "binary16", "bfloat16", "e4m3",
+                           "e5m2", "e2m1" };
+    const emu_rnd modes[] = { EMU_RNE, EMU_RNA, EMU_RZ, EMU_RU, EMU_RD,
+                              EMU_RO };
+    const size_t n = 4 * 1024 + 33;
+    double *hi = malloc(n * sizeof *hi), *lo = malloc(n * sizeof *lo);
+    test_rng g = test_rng_make(41);
+    for (size_t fi = 0; fi < sizeof fmts / sizeof *fmts; fi++) {
+        const emu_format *f = test_format(fmts[fi]);
+        for (size_t i = 0; i < n; i++) {
+            /* chunk c holds boundary pairs with odds 0, 1/64, 1/4, 3/4, 1 */
+            const uint64_t r = test_next(&g);
+            const unsigned odds[] = { 0, 1, 16, 48, 64 };
+            const bool boundary = (r & 63) < odds[(i / 1024) % 5];
+            double x;
+            do
+                x = emu_decode(f, test_random_bits(&g, f));
+            while (!isfinite(x) || x == 0.0 || fabs(x) >= f->max);
+            if (boundary && (r >> 6) & 1) {
+                /* the midpoint above |x|, a binary64 */
+                const double up = emu_next_up(f, fabs(x));
+                x = copysign((fabs(x) + up) / 2.0, x);
+            } else if (!boundary) {
+                x *= 1.0 + (double)(r >> 20) * 0x1p-46; /* a wider value */
+            }
+            hi[i] = x;
+            lo[i] = (r >> 7) % 5 == 0 ? 0.0
+                    : ldexp(x, -58 - (int)((r >> 10) % 4)) *
+                      ((r >> 12) & 1 ? 1.0 : -1.0);
+        }
+        for (size_t k = 0; k < sizeof modes / sizeof *modes; k++) {
+            emu_rounding rnd = { .mode = modes[k] };
+            emu_tensor y;
+            make(&y, f, n, "y", EMU_ROLE_OTHER);
+            emu_stats stats;
+            emu_stats_init(&stats);
+            emu_ctx ctx;
+            emu_ctx_init(&ctx, 5);
+            ctx.stats = &stats;
+            ctx.measure = EMU_MEASURE_COUNTS | EMU_MEASURE_HIST;
+            emu_op_out o = { .site = "pairs", .kind = "test", .out = &y,
+                             .hi = hi, .lo = lo, .rnd = &rnd };
+            ck_assert_int_eq(emu_commit(&ctx, &o), 0);
+            emu_round_counts want = { 0 };
+            uint64_t hist[EMU_HIST_BINS] = { 0 };
+            for (size_t i = 0; i < n; i++) {
+                emu_status st;
+                const double z = emu_round2_word(f, hi[i], lo[i], &rnd, 0,
+                                                 &st);
+                emu_round_counts_add(&want, hi[i], z, st.flags);
+                hist[emu_hist_bin(z)]++;
+                ck_assert_msg(test_same(z, y.data[i]),
+                              "%s mode %d: element %zu (%a + %a): %a want %a",
+                              fmts[fi], (int)modes[k], i, hi[i], lo[i],
+                              (double)y.data[i], z);
+            }
+            const emu_site_stats *t =
+                &find_site(&stats, "pairs", EMU_ROLE_OTHER)->total;
+            ck_assert_uint_eq(t->results, want.n);
+            ck_assert_uint_eq(t->inexact, want.inexact);
+            ck_assert_uint_eq(t->underflow, want.underflow);
+            ck_assert_uint_eq(t->to_zero, want.to_zero);
+            ck_assert_uint_eq(t->subnormal, want.subnormal);
+            ck_assert_uint_eq(t->overflow, want.overflow);
+            ck_assert_uint_eq(t->nan, want.nan);
+            for (int b = 0; b < EMU_HIST_BINS; b++)
+                ck_assert_uint_eq(t->hist_rounded[b], hist[b]);
+            emu_stats_free(&stats);
+            emu_tensor_free(&y);
+        }
+    }
+    free(hi);
+    free(lo);
+}
+END_TEST
+
 /* ---- MPFR sampling ------------------------------------------------------- */
 
 typedef enum { S_ADD, S_MUL, S_DIV, S_SQRT, S_EXP, S_AXPY, S_COUNT } s_op;
@@ -2500,6 +2584,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_histograms_random);
     tcase_add_test(tc, test_hist_bins_from_bits);
     tcase_add_test(tc, test_commit_carrier);
+    tcase_add_test(tc, test_commit_pairs_lo_apart);
     tcase_add_test(tc, test_exact_bin_low_parts);
     tcase_add_test(tc, test_sampling_rate1);
     tcase_add_test(tc, test_sampling_catches_errors);
