@@ -164,40 +164,57 @@ enum { CARRY_RUN = 64 };
  * itself a boundary while lo is not zero.  Such a hi has its fraction bits
  * below p + 1 clear (mask: those bits); lo_bad is 1 for it, and for a
  * subnormal or non-finite hi with a low part.  u, v: hi's and lo's bits. */
-static inline uint64_t lo_bad(uint64_t u, uint64_t v, uint64_t mask)
+static inline uint32_t lo_bad32(uint32_t uh, uint32_t ul, uint32_t vh,
+                                uint32_t vl, uint32_t mh, uint32_t ml)
 {
-    const uint64_t e = (u >> 52) & 0x7ff;
-    return (uint64_t)((v << 1) != 0) &
-           ((uint64_t)((u & mask) == 0) | (uint64_t)(e == 0) |
-            (uint64_t)(e == 0x7ff));
+    const uint32_t e = (uh >> 20) & 0x7ff;
+    return (uint32_t)(((vh & 0x7fffffff) | vl) != 0) &
+           ((uint32_t)(((uh & mh) | (ul & ml)) == 0) | (uint32_t)(e == 0) |
+            (uint32_t)(e == 0x7ff));
 }
 
-static uint64_t lo_mask(int p)
+/* The scans below read a binary64 as two 32-bit words, the width that
+ * baseline x86-64 (SSE2) compares in vector lanes: W_HI holds sign,
+ * exponent and the fraction's top 20 bits. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+enum { W_LO = 1, W_HI = 0 };
+#else
+enum { W_LO = 0, W_HI = 1 };
+#endif
+
+static inline uint64_t lo_mask(int p)
 {
     return ((uint64_t)1 << (52 - p)) - 1;
 }
 
-/* Whether no element of a chunk is lo_bad: in runs of constant length,
- * which gcc -O2 vectorises (an optimizer's update hands every weight
- * through here), then the tail. */
+static inline uint32_t lo_bad(double hi, double lo, uint64_t mask)
+{
+    uint64_t u, v;
+    memcpy(&u, &hi, sizeof u);
+    memcpy(&v, &lo, sizeof v);
+    return lo_bad32((uint32_t)(u >> 32), (uint32_t)u, (uint32_t)(v >> 32),
+                    (uint32_t)v, (uint32_t)(mask >> 32), (uint32_t)mask);
+}
+
+/* Whether no element of a chunk is lo_bad: in runs of constant length
+ * and 32-bit words, which gcc -O2 vectorises (an optimizer's update hands
+ * every weight through here), then the tail. */
 static bool lo_harmless(const double *hi, const double *lo, size_t m, int p)
 {
     const uint64_t mask = lo_mask(p);
-    uint64_t bad = 0;
+    const uint32_t mh = (uint32_t)(mask >> 32), ml = (uint32_t)mask;
+    uint32_t bad = 0;
     size_t j = 0;
     for (; j + CARRY_RUN <= m; j += CARRY_RUN) {
-        uint64_t u[CARRY_RUN], v[CARRY_RUN];
+        uint32_t u[2 * CARRY_RUN], v[2 * CARRY_RUN];
         memcpy(u, hi + j, sizeof u);
         memcpy(v, lo + j, sizeof v);
         for (int k = 0; k < CARRY_RUN; k++)
-            bad |= lo_bad(u[k], v[k], mask);
+            bad |= lo_bad32(u[2 * k + W_HI], u[2 * k + W_LO],
+                            v[2 * k + W_HI], v[2 * k + W_LO], mh, ml);
     }
-    for (; j < m; j++) {
-        uint64_t u, v;
-        memcpy(&u, &hi[j], sizeof u);
-        memcpy(&v, &lo[j], sizeof v);
-        bad |= lo_bad(u, v, mask);
-    }
+    for (; j < m; j++)
+        bad |= lo_bad(hi[j], lo[j], mask);
     return bad == 0;
 }
 
@@ -459,20 +476,14 @@ static void round_lo_apart(commit_run *r, size_t i0, size_t m, const double *h,
     double hz[CHUNK];
     uint64_t nbad = 0;
     for (size_t j = 0; j < m; j++) {
-        uint64_t u, v;
-        memcpy(&u, &h[j], sizeof u);
-        memcpy(&v, &l[j], sizeof v);
-        const uint64_t bad = lo_bad(u, v, mask);
+        const uint32_t bad = lo_bad(h[j], l[j], mask);
         hz[j] = bad ? 0.0 : h[j];
         nbad += bad;
     }
     round_chunk(r, i0, m, hz, NULL, NULL, res);
     r->counts.n -= nbad;
     for (size_t j = 0; j < m; j++) {
-        uint64_t u, v;
-        memcpy(&u, &h[j], sizeof u);
-        memcpy(&v, &l[j], sizeof v);
-        if (lo_bad(u, v, mask)) {
+        if (lo_bad(h[j], l[j], mask)) {
             r->ar.first_index = i0 + j;
             emu_round_pairs_f32_unguarded(fmt, res + j, h + j, l + j, 1,
                                           &r->ar, &r->counts);
@@ -596,13 +607,27 @@ static void hist_pairs(commit_run *r, const double *h, const double *l,
 {
     uint64_t *hist = r->s.hist_exact;
     hist_put(r, r->hx, hist, h, m, false);
-    uint64_t any = 0;
-    for (size_t j = 0; j < m; j++) {
+    /* hi's fraction zero, lo not zero, their signs apart: in 32-bit
+     * words and runs of constant length, as lo_harmless */
+    uint32_t any = 0;
+    size_t j0 = 0;
+    for (; j0 + CARRY_RUN <= m; j0 += CARRY_RUN) {
+        uint32_t u[2 * CARRY_RUN], v[2 * CARRY_RUN];
+        memcpy(u, h + j0, sizeof u);
+        memcpy(v, l + j0, sizeof v);
+        for (int k = 0; k < CARRY_RUN; k++) {
+            const uint32_t uh = u[2 * k + W_HI], vh = v[2 * k + W_HI];
+            any |= (uint32_t)(((uh & 0xfffff) | u[2 * k + W_LO]) == 0) &
+                   (uint32_t)(((vh & 0x7fffffff) | v[2 * k + W_LO]) != 0) &
+                   ((uh ^ vh) >> 31);
+        }
+    }
+    for (size_t j = j0; j < m; j++) {
         uint64_t u, v;
         memcpy(&u, &h[j], sizeof u);
         memcpy(&v, &l[j], sizeof v);
-        any |= (uint64_t)((u << 12) == 0) & (uint64_t)((v << 1) != 0) &
-               ((u ^ v) >> 63);
+        any |= (uint32_t)((u << 12) == 0) & (uint32_t)((v << 1) != 0) &
+               (uint32_t)((u ^ v) >> 63);
     }
     if (!any)
         return;
