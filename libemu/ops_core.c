@@ -269,8 +269,9 @@ static int f32_exponent(uint32_t a)
  * in out's format are lost), from the bits, inline: an update's weights
  * are a call each otherwise.  Addends that are binary64 subnormals (no
  * optimizer makes them) take the library's function. */
-static void count_swamp(const emu_op_out *o, size_t i0, const float *res,
-                        size_t m, emu_accum_counts *c)
+static void count_swamp_scalar(const emu_op_out *o, size_t i0,
+                               const float *res, size_t m,
+                               emu_accum_counts *c)
 {
     const emu_format *f = &o->out->fmt;
     const int q_tiny = f->subnormals ? f->emin - f->p + 1 : f->emin;
@@ -315,6 +316,112 @@ static void count_swamp(const emu_op_out *o, size_t i0, const float *res,
         const int bits = top - lsb + 1;
         c->lost_bits[bits < 0 ? 0 : bits > 64 ? 64 : bits]++;
     }
+}
+
+/* The lowest set bit's position of a non-zero 32-bit word, as the
+ * exponent of that bit converted to binary32 (exact; 2^31 converts as
+ * -2^31 through int32_t, the same exponent): integer and conversion
+ * operations that SSE2 has in vector lanes, unlike a bit scan. */
+static inline int32_t ctz32_lanes(uint32_t x)
+{
+    const float f = (float)(int32_t)(x & (0u - x));
+    uint32_t b;
+    memcpy(&b, &f, sizeof b);
+    return (int32_t)((b >> 23) & 0xff) - 127;
+}
+
+/* count_swamp_scalar's counts for CARRY_RUN outputs, branch-free in
+ * 32-bit lanes (gcc -O2 vectorises the loop; an update's weights all come
+ * through here): each output's lost-bits bin (SWAMP_SKIP for an output
+ * that counts no add) into bins, then counted into n (four tables of
+ * EMU_LOST_BINS + 1), the absorbed ones into *absorbed_sum; the tables'
+ * bins below SWAMP_SKIP add up to the adds.  Returns false, counting
+ * nothing, if the run holds an output that count_swamp_scalar hands to
+ * the library (a subnormal binary64 addend) or a subnormal binary32
+ * result, whose exponent needs a bit scan: the caller counts that run
+ * with count_swamp_scalar. */
+enum { SWAMP_SKIP = EMU_LOST_BINS };
+
+static bool count_swamp_run(const emu_format *f, const double *t,
+                            const float *old, const float *res,
+                            uint64_t n[4][EMU_LOST_BINS + 1],
+                            uint64_t *absorbed_sum)
+{
+    const int32_t q_tiny = f->subnormals ? f->emin - f->p + 1 : f->emin;
+    const int32_t emin = f->emin, p = f->p;
+    uint32_t tw[2 * CARRY_RUN], ow[CARRY_RUN], rw[CARRY_RUN];
+    uint32_t bins[CARRY_RUN], rare = 0, absorbed = 0;
+    memcpy(tw, t, sizeof tw);
+    memcpy(ow, old, sizeof ow);
+    memcpy(rw, res, sizeof rw);
+    for (int k = 0; k < CARRY_RUN; k++) {
+        /* selections as masks: a branch-free body is what vectorises */
+        const uint32_t th = tw[2 * k + W_HI] & 0x7fffffff, tl = tw[2 * k + W_LO];
+        const int32_t et = (int32_t)(th >> 20);
+        const uint32_t skip = (uint32_t)((th | tl) == 0) |
+                              (uint32_t)(et == 0x7ff) |
+                              (uint32_t)((ow[k] & 0x7f800000) == 0x7f800000);
+        const uint32_t rb = rw[k] & 0x7fffffff;
+        const uint32_t same = (uint32_t)(res[k] == old[k]);
+        rare |= (skip ^ 1u) & ((uint32_t)(et == 0) |
+                               ((uint32_t)(rb - 1 < 0x7fffff) & (same ^ 1u)));
+        /* the result's quantum exponent q (q_tiny for zero) */
+        const int32_t e = (int32_t)(rb >> 23) - 127;
+        const int32_t qm = -(int32_t)((uint32_t)(rb != 0) & (uint32_t)(e >= emin));
+        const int32_t q = ((e - p + 1) & qm) | (q_tiny & ~qm);
+        /* t's leading and lowest set bits */
+        const int32_t msb = et - 1023;
+        const int32_t lm = -(int32_t)(tl != 0);
+        const int32_t low = (ctz32_lanes(tl) & lm) |
+                            ((32 + ctz32_lanes((th & 0xfffff) | 0x100000)) & ~lm);
+        const int32_t lsb = et - 1075 + low;
+        const int32_t top = msb < q - 1 ? msb : q - 1;
+        int32_t bits = top - lsb + 1;
+        bits = bits < 0 ? 0 : bits;
+        bits = bits > 64 ? 64 : bits;
+        const uint32_t inf = -(uint32_t)(rb >= 0x7f800000);
+        uint32_t bin = (uint32_t)bits & ~inf;
+        bin = (bin & (same - 1u)) | ((uint32_t)(EMU_LOST_BINS - 1) & -same);
+        bins[k] = (bin & (skip - 1u)) | ((uint32_t)SWAMP_SKIP & -skip);
+        absorbed += same & (skip ^ 1u);
+    }
+    if (rare)
+        return false;
+    /* four tables, so that increments of one bin need not wait for each
+     * other (as stats.c's tables_count) */
+    for (int k = 0; k < CARRY_RUN; k += 4) {
+        n[0][bins[k]]++;
+        n[1][bins[k + 1]]++;
+        n[2][bins[k + 2]]++;
+        n[3][bins[k + 3]]++;
+    }
+    *absorbed_sum += absorbed;
+    return true;
+}
+
+/* Swamping of the outputs i0 .. i0+m-1 of a chunk: runs of CARRY_RUN
+ * through count_swamp_run, the rest (and its rare runs) through
+ * count_swamp_scalar, the reference. */
+static void count_swamp(const emu_op_out *o, size_t i0, const float *res,
+                        size_t m, emu_accum_counts *c)
+{
+    const emu_format *f = &o->out->fmt;
+    uint64_t n[4][EMU_LOST_BINS + 1];
+    uint64_t absorbed = 0;
+    memset(n, 0, sizeof n);
+    size_t j = 0;
+    for (; j + CARRY_RUN <= m; j += CARRY_RUN)
+        if (!count_swamp_run(f, o->addend + i0 + j, o->acc_old + i0 + j,
+                             res + j, n, &absorbed))
+            count_swamp_scalar(o, i0 + j, res + j, CARRY_RUN, c);
+    if (j < m)
+        count_swamp_scalar(o, i0 + j, res + j, m - j, c);
+    for (int b = 0; b < EMU_LOST_BINS; b++) {
+        const uint64_t k = n[0][b] + n[1][b] + n[2][b] + n[3][b];
+        c->adds += k;
+        c->lost_bits[b] += k;
+    }
+    c->absorbed += absorbed;
 }
 
 /* What one commit carries from chunk to chunk. */

@@ -725,6 +725,98 @@ START_TEST(test_commit_pairs_lo_apart)
 }
 END_TEST
 
+/* Swamping of an accumulation out = acc_old + addend, counted by the
+ * choke point from the results it rounds (vector runs, and the scalar
+ * loop for the rest), against emu_accum_count_add element by element:
+ * addends that vanish, lose a few bits or none, subnormal binary64
+ * addends, zeros, infinities and NaNs, old values that are not finite,
+ * results that are subnormal, zero or overflow. */
+START_TEST(test_commit_swamp_counts)
+{
+    const char *fmts[] = { "binary32", "binary16", "bfloat16", "e5m2",
+                           "e4m3" };
+    const emu_rnd modes[] = { EMU_RNE, EMU_RZ };
+    const size_t n = 3 * 1024 + 45;
+    double *hi = malloc(n * sizeof *hi), *lo = malloc(n * sizeof *lo);
+    double *t = malloc(n * sizeof *t);
+    float *old = malloc(n * sizeof *old);
+    test_rng g = test_rng_make(43);
+    for (size_t fi = 0; fi < sizeof fmts / sizeof *fmts; fi++) {
+        const emu_format *f = test_format(fmts[fi]);
+        for (size_t i = 0; i < n; i++) {
+            const uint64_t r = test_next(&g);
+            double w;
+            do
+                w = emu_decode(f, test_random_bits(&g, f));
+            while (isnan(w));
+            /* chunk 1 holds no rare element: its runs stay vector */
+            const bool plain = (i / 1024) == 1;
+            switch (plain ? 4 + r % 4 : r % 12) {
+            case 0: t[i] = 0.0; break;
+            case 1: t[i] = (r >> 8) & 1 ? INFINITY : NAN; break;
+            case 2: t[i] = ldexp((double)(r >> 40), -1074 - 24 + (int)(r % 30)); break;
+            case 3: w = (r >> 8) & 1 ? INFINITY : -INFINITY; t[i] = 1.0; break;
+            default:
+                /* an update 2^-40 .. 2^4 times w's size (or a small one
+                 * for w = 0), of 1 to 40 significant bits */
+                t[i] = ldexp((double)((r >> 24) | 1) * 0x1p-40,
+                             (int)((r >> 4) % 45) - 40) *
+                       (w != 0.0 ? fabs(w) : f->min_normal) *
+                       ((r >> 3) & 1 ? 1.0 : -1.0);
+                if ((r >> 10) % 3 == 0)
+                    t[i] = (double)(float)t[i];
+                if ((r >> 10) % 5 == 1 && w != 0.0)
+                    t[i] = w; /* on the grid: no bit lost, or overflow */
+            }
+            old[i] = (float)w;
+            /* hi + lo = w + t exactly (TwoSum) */
+            hi[i] = w + t[i];
+            const double bv = hi[i] - w, av = hi[i] - bv;
+            lo[i] = (w - av) + (t[i] - bv);
+            if (!isfinite(hi[i]))
+                lo[i] = 0.0;
+        }
+        for (size_t k = 0; k < sizeof modes / sizeof *modes; k++) {
+            emu_rounding rnd = { .mode = modes[k] };
+            emu_tensor y;
+            make(&y, f, n, "y", EMU_ROLE_OTHER);
+            emu_stats stats;
+            emu_stats_init(&stats);
+            emu_ctx ctx;
+            emu_ctx_init(&ctx, 5);
+            ctx.stats = &stats;
+            ctx.measure = EMU_MEASURE_COUNTS | EMU_MEASURE_SWAMP;
+            emu_op_out o = { .site = "upd", .kind = "test", .out = &y,
+                             .hi = hi, .lo = lo, .acc_old = old,
+                             .addend = t, .rnd = &rnd };
+            ck_assert_int_eq(emu_commit(&ctx, &o), 0);
+            emu_accum_counts want = { 0 };
+            for (size_t i = 0; i < n; i++)
+                if (t[i] != 0.0 && isfinite(t[i]) && isfinite(old[i]))
+                    emu_accum_count_add(&want, f, old[i], t[i], y.data[i]);
+            const emu_site_stats *s =
+                &find_site(&stats, "upd", EMU_ROLE_OTHER)->total;
+            ck_assert_msg(want.adds > n / 2 && want.absorbed > 0 &&
+                          want.lost_bits[0] > 0, "%s: a weak case (adds %llu absorbed %llu lost0 %llu)", fmts[fi], (unsigned long long)want.adds, (unsigned long long)want.absorbed, (unsigned long long)want.lost_bits[0]);
+            ck_assert_uint_eq(s->adds, want.adds);
+            ck_assert_uint_eq(s->absorbed, want.absorbed);
+            for (int b = 0; b < EMU_LOST_BINS; b++)
+                ck_assert_msg(s->lost_bits[b] == want.lost_bits[b],
+                              "%s mode %d: lost_bits[%d] %llu want %llu",
+                              fmts[fi], (int)modes[k], b,
+                              (unsigned long long)s->lost_bits[b],
+                              (unsigned long long)want.lost_bits[b]);
+            emu_stats_free(&stats);
+            emu_tensor_free(&y);
+        }
+    }
+    free(hi);
+    free(lo);
+    free(t);
+    free(old);
+}
+END_TEST
+
 /* ---- MPFR sampling ------------------------------------------------------- */
 
 typedef enum { S_ADD, S_MUL, S_DIV, S_SQRT, S_EXP, S_AXPY, S_COUNT } s_op;
@@ -2585,6 +2677,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_hist_bins_from_bits);
     tcase_add_test(tc, test_commit_carrier);
     tcase_add_test(tc, test_commit_pairs_lo_apart);
+    tcase_add_test(tc, test_commit_swamp_counts);
     tcase_add_test(tc, test_exact_bin_low_parts);
     tcase_add_test(tc, test_sampling_rate1);
     tcase_add_test(tc, test_sampling_catches_errors);
