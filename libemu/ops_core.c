@@ -206,12 +206,16 @@ static bool lo_harmless(const double *hi, const double *lo, size_t m, int p)
     uint32_t bad = 0;
     size_t j = 0;
     for (; j + CARRY_RUN <= m; j += CARRY_RUN) {
-        uint32_t u[2 * CARRY_RUN], v[2 * CARRY_RUN];
-        memcpy(u, hi + j, sizeof u);
-        memcpy(v, lo + j, sizeof v);
-        for (int k = 0; k < CARRY_RUN; k++)
-            bad |= lo_bad32(u[2 * k + W_HI], u[2 * k + W_LO],
-                            v[2 * k + W_HI], v[2 * k + W_LO], mh, ml);
+        const unsigned char *u = (const unsigned char *)(hi + j);
+        const unsigned char *v = (const unsigned char *)(lo + j);
+        for (int k = 0; k < CARRY_RUN; k++) {
+            uint32_t w[4];
+            memcpy(&w[0], u + 8 * k + 4 * W_HI, 4);
+            memcpy(&w[1], u + 8 * k + 4 * W_LO, 4);
+            memcpy(&w[2], v + 8 * k + 4 * W_HI, 4);
+            memcpy(&w[3], v + 8 * k + 4 * W_LO, 4);
+            bad |= lo_bad32(w[0], w[1], w[2], w[3], mh, ml);
+        }
     }
     for (; j < m; j++)
         bad |= lo_bad(hi[j], lo[j], mask);
@@ -349,19 +353,21 @@ static bool count_swamp_run(const emu_format *f, const double *t,
 {
     const int32_t q_tiny = f->subnormals ? f->emin - f->p + 1 : f->emin;
     const int32_t emin = f->emin, p = f->p;
-    uint32_t tw[2 * CARRY_RUN], ow[CARRY_RUN], rw[CARRY_RUN];
+    const unsigned char *tb = (const unsigned char *)t;
     uint32_t bins[CARRY_RUN], rare = 0, absorbed = 0;
-    memcpy(tw, t, sizeof tw);
-    memcpy(ow, old, sizeof ow);
-    memcpy(rw, res, sizeof rw);
     for (int k = 0; k < CARRY_RUN; k++) {
         /* selections as masks: a branch-free body is what vectorises */
-        const uint32_t th = tw[2 * k + W_HI] & 0x7fffffff, tl = tw[2 * k + W_LO];
+        uint32_t th, tl, ow, rw;
+        memcpy(&th, tb + 8 * k + 4 * W_HI, 4);
+        memcpy(&tl, tb + 8 * k + 4 * W_LO, 4);
+        memcpy(&ow, &old[k], 4);
+        memcpy(&rw, &res[k], 4);
+        th &= 0x7fffffff;
         const int32_t et = (int32_t)(th >> 20);
         const uint32_t skip = (uint32_t)((th | tl) == 0) |
                               (uint32_t)(et == 0x7ff) |
-                              (uint32_t)((ow[k] & 0x7f800000) == 0x7f800000);
-        const uint32_t rb = rw[k] & 0x7fffffff;
+                              (uint32_t)((ow & 0x7f800000) == 0x7f800000);
+        const uint32_t rb = rw & 0x7fffffff;
         const uint32_t same = (uint32_t)(res[k] == old[k]);
         rare |= (skip ^ 1u) & ((uint32_t)(et == 0) |
                                ((uint32_t)(rb - 1 < 0x7fffff) & (same ^ 1u)));
@@ -719,13 +725,16 @@ static void hist_pairs(commit_run *r, const double *h, const double *l,
     uint32_t any = 0;
     size_t j0 = 0;
     for (; j0 + CARRY_RUN <= m; j0 += CARRY_RUN) {
-        uint32_t u[2 * CARRY_RUN], v[2 * CARRY_RUN];
-        memcpy(u, h + j0, sizeof u);
-        memcpy(v, l + j0, sizeof v);
+        const unsigned char *u = (const unsigned char *)(h + j0);
+        const unsigned char *v = (const unsigned char *)(l + j0);
         for (int k = 0; k < CARRY_RUN; k++) {
-            const uint32_t uh = u[2 * k + W_HI], vh = v[2 * k + W_HI];
-            any |= (uint32_t)(((uh & 0xfffff) | u[2 * k + W_LO]) == 0) &
-                   (uint32_t)(((vh & 0x7fffffff) | v[2 * k + W_LO]) != 0) &
+            uint32_t uh, ul, vh, vl;
+            memcpy(&uh, u + 8 * k + 4 * W_HI, 4);
+            memcpy(&ul, u + 8 * k + 4 * W_LO, 4);
+            memcpy(&vh, v + 8 * k + 4 * W_HI, 4);
+            memcpy(&vl, v + 8 * k + 4 * W_LO, 4);
+            any |= (uint32_t)(((uh & 0xfffff) | ul) == 0) &
+                   (uint32_t)(((vh & 0x7fffffff) | vl) != 0) &
                    ((uh ^ vh) >> 31);
         }
     }
