@@ -444,8 +444,8 @@ typedef struct commit_run {
     emu_site_stats s;       /* accumulated over the chunks               */
     uint64_t nan;           /* NaN values found by the chunks' NaN loops  */
     emu_accum_counts c;     /* swamping                                   */
-    emu_hist_tables *hx, *hr; /* exact and rounded bins (tables)          */
-    emu_hist_tables *hb;    /* bins of both, for chunks carried unrounded */
+    emu_hist_tables *hb;    /* bins of both histograms, their differences
+                               counted into hist_exact (tables)          */
     bool hb_used;           /* hb zeroed and holding counts               */
     float *res;             /* results kept aside, or NULL: stored early */
 } commit_run;
@@ -697,29 +697,23 @@ static double value_of(const emu_op_out *o, float res, size_t i)
                     : (double)res;
 }
 
-/* m values into a histogram: through the tables, or directly. */
-static void hist_put(const commit_run *r, emu_hist_tables *t, uint64_t *hist,
-                     const void *x, size_t m, bool f32)
+/* m values into a histogram, directly (the short outputs: longer ones
+ * count both histograms through one table, measure_chunk). */
+static void hist_put(uint64_t *hist, const void *x, size_t m, bool f32)
 {
-    if (r->tables) {
-        emu_hist_tables_add(t, x, m, f32);
-        return;
-    }
     for (size_t j = 0; j < m; j++)
         hist[f32 ? emu_hist_bin_f32_unguarded(((const float *)x)[j])
                  : emu_hist_bin_unguarded(((const double *)x)[j])]++;
 }
 
-/* The exact values' histogram of a chunk of pairs hi + lo: hi's bins, as
- * for plain values, then moved down a bin where exact_bin says so (hi a
- * power of two, lo toward zero): rare, found by a branch-free scan.  With
- * the tables, hi's counts reach hist_exact only at the merge, so a move
- * may take hist_exact below zero for a while: unsigned, the sum is right. */
-static void hist_pairs(commit_run *r, const double *h, const double *l,
-                       size_t m)
+/* The exact values' histogram of a chunk of pairs hi + lo: hi's bins
+ * moved down a bin where exact_bin says so (hi a power of two, lo toward
+ * zero): rare, found by a branch-free scan.  With the tables, hi's counts
+ * reach hist_exact only at the merge, so a move may take hist_exact below
+ * zero for a while: unsigned, the sum is right. */
+static void hist_lo_fix(uint64_t *hist, const double *h, const double *l,
+                        size_t m)
 {
-    uint64_t *hist = r->s.hist_exact;
-    hist_put(r, r->hx, hist, h, m, false);
     /* hi's fraction zero, lo not zero, their signs apart: in 32-bit
      * words and runs of constant length, as lo_harmless */
     uint32_t any = 0;
@@ -822,14 +816,25 @@ static void measure_chunk(commit_run *r, size_t i0, size_t m, const double *h,
                 r->hb_used = true;
             }
             emu_hist_tables_add_pair_f32(r->hb, s->hist_exact, v, res, m);
+        } else if (r->tables) {
+            /* binary64 values (hi of pairs): counted once into the table
+             * of both, as above, then hi's moves for the low parts */
+            if (!r->hb_used) {
+                memset(r->hb, 0, sizeof *r->hb);
+                r->hb_used = true;
+            }
+            emu_hist_tables_add_pair_f64(r->hb, s->hist_exact, h, res, m);
+            if (l)
+                hist_lo_fix(s->hist_exact, h, l, m);
         } else {
-            if (v)
-                hist_put(r, r->hx, s->hist_exact, v, m, true);
-            else if (l)
-                hist_pairs(r, h, l, m);
-            else
-                hist_put(r, r->hx, s->hist_exact, h, m, false);
-            hist_put(r, r->hr, s->hist_rounded, res, m, true);
+            if (v) {
+                hist_put(s->hist_exact, v, m, true);
+            } else {
+                hist_put(s->hist_exact, h, m, false);
+                if (l)
+                    hist_lo_fix(s->hist_exact, h, l, m);
+            }
+            hist_put(s->hist_rounded, res, m, true);
         }
     }
     if (r->ref) {
@@ -938,7 +943,7 @@ int emu_commit(emu_ctx *ctx, const emu_op_out *o)
             return emu_ctx_failc(ctx, EMU_ENOMEM, o->site,
                                  "out of memory for %zu results", n);
     }
-    emu_hist_tables tables[3];
+    emu_hist_tables table;
     commit_run r = {
         .ctx = ctx, .o = o, .stream = ctx->op_index++,
         .measure = measure, .res = res,
@@ -954,12 +959,8 @@ int emu_commit(emu_ctx *ctx, const emu_op_out *o)
     r.ar.rnd.rng = NULL;
     r.sr = emu_rnd_is_stochastic(r.ar.rnd.mode);
     r.identity = emu_round_is_identity_f32(&out->fmt, &r.ar.rnd);
-    if (r.hist && r.tables) {
-        memset(tables, 0, 2 * sizeof *tables); /* the third when used */
-        r.hx = &tables[0];
-        r.hr = &tables[1];
-        r.hb = &tables[2];
-    }
+    if (r.hist && r.tables)
+        r.hb = &table; /* zeroed by its first chunk */
     if (r.ref) {
         /* Threshold on a 64-bit word; rate 1 samples every output. */
         r.ref_all = ctx->ref_rate >= 1.0;
@@ -1014,13 +1015,9 @@ int emu_commit(emu_ctx *ctx, const emu_op_out *o)
             memcpy(s->lost_bits, r.c.lost_bits, sizeof s->lost_bits);
         }
         if (r.hist) {
-            if (r.tables) {
-                emu_hist_tables_merge(s->hist_exact, r.hx);
-                emu_hist_tables_merge(s->hist_rounded, r.hr);
-                if (r.hb_used) {
-                    emu_hist_tables_merge(s->hist_exact, r.hb);
-                    emu_hist_tables_merge(s->hist_rounded, r.hb);
-                }
+            if (r.tables && r.hb_used) {
+                emu_hist_tables_merge(s->hist_exact, r.hb);
+                emu_hist_tables_merge(s->hist_rounded, r.hb);
             }
             if (o->hist_scale)
                 for (int b = 0; b < EMU_HIST_BINS; b++)

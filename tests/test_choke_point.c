@@ -693,13 +693,22 @@ START_TEST(test_commit_pairs_lo_apart)
                              .hi = hi, .lo = lo, .rnd = &rnd };
             ck_assert_int_eq(emu_commit(&ctx, &o), 0);
             emu_round_counts want = { 0 };
-            uint64_t hist[EMU_HIST_BINS] = { 0 };
+            uint64_t hist[EMU_HIST_BINS] = { 0 }, hist_x[EMU_HIST_BINS] = { 0 };
+            mpfr_t e;
+            mpfr_init2(e, 512);
             for (size_t i = 0; i < n; i++) {
                 emu_status st;
                 const double z = emu_round2_word(f, hi[i], lo[i], &rnd, 0,
                                                  &st);
                 emu_round_counts_add(&want, hi[i], z, st.flags);
                 hist[emu_hist_bin(z)]++;
+                /* the exact value's binade, in MPFR */
+                mpfr_set_d(e, hi[i], MPFR_RNDN);
+                mpfr_add_d(e, e, lo[i], MPFR_RNDN);
+                const long ex = mpfr_get_exp(e) - 1;
+                hist_x[ex < EMU_HIST_EMIN   ? EMU_HIST_BELOW
+                       : ex > EMU_HIST_EMAX ? EMU_HIST_ABOVE
+                                            : bin_of_binade((int)ex)]++;
                 ck_assert_msg(test_same(z, y.data[i]),
                               "%s mode %d: element %zu (%a + %a): %a want %a",
                               fmts[fi], (int)modes[k], i, hi[i], lo[i],
@@ -714,8 +723,11 @@ START_TEST(test_commit_pairs_lo_apart)
             ck_assert_uint_eq(t->subnormal, want.subnormal);
             ck_assert_uint_eq(t->overflow, want.overflow);
             ck_assert_uint_eq(t->nan, want.nan);
-            for (int b = 0; b < EMU_HIST_BINS; b++)
+            for (int b = 0; b < EMU_HIST_BINS; b++) {
                 ck_assert_uint_eq(t->hist_rounded[b], hist[b]);
+                ck_assert_uint_eq(t->hist_exact[b], hist_x[b]);
+            }
+            mpfr_clear(e);
             emu_stats_free(&stats);
             emu_tensor_free(&y);
         }
