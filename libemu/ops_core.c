@@ -711,16 +711,32 @@ static void hist_put(uint64_t *hist, const void *x, size_t m, bool f32)
  * zero): rare, found by a branch-free scan.  With the tables, hi's counts
  * reach hist_exact only at the merge, so a move may take hist_exact below
  * zero for a while: unsigned, the sum is right. */
+static void hist_lo_fix_run(uint64_t *hist, const double *h,
+                            const double *l, size_t m)
+{
+    for (size_t j = 0; j < m; j++) {
+        const int b = emu_hist_bin_unguarded(h[j]);
+        const int e = exact_bin(h[j], l[j]);
+        if (e != b) {
+            hist[b]--;
+            hist[e]++;
+        }
+    }
+}
+
 static void hist_lo_fix(uint64_t *hist, const double *h, const double *l,
                         size_t m)
 {
     /* hi's fraction zero, lo not zero, their signs apart: in 32-bit
-     * words and runs of constant length, as lo_harmless */
-    uint32_t any = 0;
+     * words and runs of constant length, as lo_harmless; a run with such
+     * an element is then moved element by element (an update's weights
+     * and momentum in binary16 hold powers of two often enough that
+     * the whole chunk would cost) */
     size_t j0 = 0;
     for (; j0 + CARRY_RUN <= m; j0 += CARRY_RUN) {
         const unsigned char *u = (const unsigned char *)(h + j0);
         const unsigned char *v = (const unsigned char *)(l + j0);
+        uint32_t any = 0;
         for (int k = 0; k < CARRY_RUN; k++) {
             uint32_t uh, ul, vh, vl;
             memcpy(&uh, u + 8 * k + 4 * W_HI, 4);
@@ -731,24 +747,11 @@ static void hist_lo_fix(uint64_t *hist, const double *h, const double *l,
                    (uint32_t)(((vh & 0x7fffffff) | vl) != 0) &
                    ((uh ^ vh) >> 31);
         }
+        if (any)
+            hist_lo_fix_run(hist, h + j0, l + j0, CARRY_RUN);
     }
-    for (size_t j = j0; j < m; j++) {
-        uint64_t u, v;
-        memcpy(&u, &h[j], sizeof u);
-        memcpy(&v, &l[j], sizeof v);
-        any |= (uint32_t)((u << 12) == 0) & (uint32_t)((v << 1) != 0) &
-               (uint32_t)((u ^ v) >> 63);
-    }
-    if (!any)
-        return;
-    for (size_t j = 0; j < m; j++) {
-        const int b = emu_hist_bin_unguarded(h[j]);
-        const int e = exact_bin(h[j], l[j]);
-        if (e != b) {
-            hist[b]--;
-            hist[e]++;
-        }
-    }
+    if (j0 < m)
+        hist_lo_fix_run(hist, h + j0, l + j0, m - j0);
 }
 
 /* The bins of a carried chunk, into both histograms at once. */
