@@ -206,6 +206,10 @@ void emu_hist_tables_merge(uint64_t *hist, const emu_hist_tables *t);
  * fix (added to x's histogram, modulo 2^64). */
 void emu_hist_tables_add_pair_f32(emu_hist_tables *t, uint64_t *fix,
                                   const float *x, const float *y, size_t n);
+/* The same with binary64 values x (their bins those of
+ * emu_hist_tables_add with f32 false). */
+void emu_hist_tables_add_pair_f64(emu_hist_tables *t, uint64_t *fix,
+                                  const double *x, const float *y, size_t n);
 int emu_ulperr_bin_unguarded(double ulps);
 int emu_relerr_bin_unguarded(double rel);
 void emu_accum_count_add_unguarded(emu_accum_counts *c, const emu_format *acc,

@@ -152,28 +152,73 @@ static int exact_bin(double hi, double lo)
 
 enum { CHUNK = EMU_COMMIT_CHUNK };
 
-/* Whether rounding hi alone gives what rounding hi + lo gives, for every
- * element of a chunk, under a deterministic mode into a format of
- * precision p.  hi is the binary64 nearest hi + lo, and every rounding
- * boundary of the format (a grid point or a midpoint, p + 1 significant
- * bits at most) is a binary64, so none lies strictly between hi and
- * hi + lo: the two round alike unless hi is itself a boundary while lo is
- * not zero.  Such a hi has its fraction bits below p + 1 clear; the rare
- * chunk that holds one goes through the scalar choke point whole, so the
- * counts (which the array path takes from hi) are right as well. */
+/* The length of the runs that the array scans below take in loops of
+ * constant trip count: gcc's cheap vectoriser (-O2) takes those. */
+enum { CARRY_RUN = 64 };
+
+/* Whether rounding hi alone gives what rounding hi + lo gives, under a
+ * deterministic mode into a format of precision p.  hi is the binary64
+ * nearest hi + lo, and every rounding boundary of the format (a grid point
+ * or a midpoint, p + 1 significant bits at most) is a binary64, so none
+ * lies strictly between hi and hi + lo: the two round alike unless hi is
+ * itself a boundary while lo is not zero.  Such a hi has its fraction bits
+ * below p + 1 clear (mask: those bits); lo_bad is 1 for it, and for a
+ * subnormal or non-finite hi with a low part.  u, v: hi's and lo's bits. */
+static inline uint32_t lo_bad32(uint32_t uh, uint32_t ul, uint32_t vh,
+                                uint32_t vl, uint32_t mh, uint32_t ml)
+{
+    const uint32_t e = (uh >> 20) & 0x7ff;
+    return (uint32_t)(((vh & 0x7fffffff) | vl) != 0) &
+           ((uint32_t)(((uh & mh) | (ul & ml)) == 0) | (uint32_t)(e == 0) |
+            (uint32_t)(e == 0x7ff));
+}
+
+/* The scans below read a binary64 as two 32-bit words, the width that
+ * baseline x86-64 (SSE2) compares in vector lanes: W_HI holds sign,
+ * exponent and the fraction's top 20 bits. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+enum { W_LO = 1, W_HI = 0 };
+#else
+enum { W_LO = 0, W_HI = 1 };
+#endif
+
+static inline uint64_t lo_mask(int p)
+{
+    return ((uint64_t)1 << (52 - p)) - 1;
+}
+
+static inline uint32_t lo_bad(double hi, double lo, uint64_t mask)
+{
+    uint64_t u, v;
+    memcpy(&u, &hi, sizeof u);
+    memcpy(&v, &lo, sizeof v);
+    return lo_bad32((uint32_t)(u >> 32), (uint32_t)u, (uint32_t)(v >> 32),
+                    (uint32_t)v, (uint32_t)(mask >> 32), (uint32_t)mask);
+}
+
+/* Whether no element of a chunk is lo_bad: in runs of constant length
+ * and 32-bit words, which gcc -O2 vectorises (an optimizer's update hands
+ * every weight through here), then the tail. */
 static bool lo_harmless(const double *hi, const double *lo, size_t m, int p)
 {
-    const uint64_t mask = ((uint64_t)1 << (52 - p)) - 1;
-    uint64_t bad = 0;
-    for (size_t j = 0; j < m; j++) {
-        uint64_t u;
-        memcpy(&u, &hi[j], sizeof u);
-        const uint64_t e = (u >> 52) & 0x7ff;
-        /* a boundary-shaped, subnormal or non-finite hi with a low part */
-        bad |= (uint64_t)(lo[j] != 0.0) &
-               ((uint64_t)((u & mask) == 0) | (uint64_t)(e == 0) |
-                (uint64_t)(e == 0x7ff));
+    const uint64_t mask = lo_mask(p);
+    const uint32_t mh = (uint32_t)(mask >> 32), ml = (uint32_t)mask;
+    uint32_t bad = 0;
+    size_t j = 0;
+    for (; j + CARRY_RUN <= m; j += CARRY_RUN) {
+        const unsigned char *u = (const unsigned char *)(hi + j);
+        const unsigned char *v = (const unsigned char *)(lo + j);
+        for (int k = 0; k < CARRY_RUN; k++) {
+            uint32_t w[4];
+            memcpy(&w[0], u + 8 * k + 4 * W_HI, 4);
+            memcpy(&w[1], u + 8 * k + 4 * W_LO, 4);
+            memcpy(&w[2], v + 8 * k + 4 * W_HI, 4);
+            memcpy(&w[3], v + 8 * k + 4 * W_LO, 4);
+            bad |= lo_bad32(w[0], w[1], w[2], w[3], mh, ml);
+        }
     }
+    for (; j < m; j++)
+        bad |= lo_bad(hi[j], lo[j], mask);
     return bad == 0;
 }
 
@@ -228,8 +273,9 @@ static int f32_exponent(uint32_t a)
  * in out's format are lost), from the bits, inline: an update's weights
  * are a call each otherwise.  Addends that are binary64 subnormals (no
  * optimizer makes them) take the library's function. */
-static void count_swamp(const emu_op_out *o, size_t i0, const float *res,
-                        size_t m, emu_accum_counts *c)
+static void count_swamp_scalar(const emu_op_out *o, size_t i0,
+                               const float *res, size_t m,
+                               emu_accum_counts *c)
 {
     const emu_format *f = &o->out->fmt;
     const int q_tiny = f->subnormals ? f->emin - f->p + 1 : f->emin;
@@ -276,6 +322,114 @@ static void count_swamp(const emu_op_out *o, size_t i0, const float *res,
     }
 }
 
+/* The lowest set bit's position of a non-zero 32-bit word, as the
+ * exponent of that bit converted to binary32 (exact; 2^31 converts as
+ * -2^31 through int32_t, the same exponent): integer and conversion
+ * operations that SSE2 has in vector lanes, unlike a bit scan. */
+static inline int32_t ctz32_lanes(uint32_t x)
+{
+    const float f = (float)(int32_t)(x & (0u - x));
+    uint32_t b;
+    memcpy(&b, &f, sizeof b);
+    return (int32_t)((b >> 23) & 0xff) - 127;
+}
+
+/* count_swamp_scalar's counts for CARRY_RUN outputs, branch-free in
+ * 32-bit lanes (gcc -O2 vectorises the loop; an update's weights all come
+ * through here): each output's lost-bits bin (SWAMP_SKIP for an output
+ * that counts no add) into bins, then counted into n (four tables of
+ * EMU_LOST_BINS + 1), the absorbed ones into *absorbed_sum; the tables'
+ * bins below SWAMP_SKIP add up to the adds.  Returns false, counting
+ * nothing, if the run holds an output that count_swamp_scalar hands to
+ * the library (a subnormal binary64 addend) or a subnormal binary32
+ * result, whose exponent needs a bit scan: the caller counts that run
+ * with count_swamp_scalar. */
+enum { SWAMP_SKIP = EMU_LOST_BINS };
+
+static bool count_swamp_run(const emu_format *f, const double *t,
+                            const float *old, const float *res,
+                            uint64_t n[4][EMU_LOST_BINS + 1],
+                            uint64_t *absorbed_sum)
+{
+    const int32_t q_tiny = f->subnormals ? f->emin - f->p + 1 : f->emin;
+    const int32_t emin = f->emin, p = f->p;
+    const unsigned char *tb = (const unsigned char *)t;
+    uint32_t bins[CARRY_RUN], rare = 0, absorbed = 0;
+    for (int k = 0; k < CARRY_RUN; k++) {
+        /* selections as masks: a branch-free body is what vectorises */
+        uint32_t th, tl, ow, rw;
+        memcpy(&th, tb + 8 * k + 4 * W_HI, 4);
+        memcpy(&tl, tb + 8 * k + 4 * W_LO, 4);
+        memcpy(&ow, &old[k], 4);
+        memcpy(&rw, &res[k], 4);
+        th &= 0x7fffffff;
+        const int32_t et = (int32_t)(th >> 20);
+        const uint32_t skip = (uint32_t)((th | tl) == 0) |
+                              (uint32_t)(et == 0x7ff) |
+                              (uint32_t)((ow & 0x7f800000) == 0x7f800000);
+        const uint32_t rb = rw & 0x7fffffff;
+        const uint32_t same = (uint32_t)(res[k] == old[k]);
+        rare |= (skip ^ 1u) & ((uint32_t)(et == 0) |
+                               ((uint32_t)(rb - 1 < 0x7fffff) & (same ^ 1u)));
+        /* the result's quantum exponent q (q_tiny for zero) */
+        const int32_t e = (int32_t)(rb >> 23) - 127;
+        const int32_t qm = -(int32_t)((uint32_t)(rb != 0) & (uint32_t)(e >= emin));
+        const int32_t q = ((e - p + 1) & qm) | (q_tiny & ~qm);
+        /* t's leading and lowest set bits */
+        const int32_t msb = et - 1023;
+        const int32_t lm = -(int32_t)(tl != 0);
+        const int32_t low = (ctz32_lanes(tl) & lm) |
+                            ((32 + ctz32_lanes((th & 0xfffff) | 0x100000)) & ~lm);
+        const int32_t lsb = et - 1075 + low;
+        const int32_t top = msb < q - 1 ? msb : q - 1;
+        int32_t bits = top - lsb + 1;
+        bits = bits < 0 ? 0 : bits;
+        bits = bits > 64 ? 64 : bits;
+        const uint32_t inf = -(uint32_t)(rb >= 0x7f800000);
+        uint32_t bin = (uint32_t)bits & ~inf;
+        bin = (bin & (same - 1u)) | ((uint32_t)(EMU_LOST_BINS - 1) & -same);
+        bins[k] = (bin & (skip - 1u)) | ((uint32_t)SWAMP_SKIP & -skip);
+        absorbed += same & (skip ^ 1u);
+    }
+    if (rare)
+        return false;
+    /* four tables, so that increments of one bin need not wait for each
+     * other (as stats.c's tables_count) */
+    for (int k = 0; k < CARRY_RUN; k += 4) {
+        n[0][bins[k]]++;
+        n[1][bins[k + 1]]++;
+        n[2][bins[k + 2]]++;
+        n[3][bins[k + 3]]++;
+    }
+    *absorbed_sum += absorbed;
+    return true;
+}
+
+/* Swamping of the outputs i0 .. i0+m-1 of a chunk: runs of CARRY_RUN
+ * through count_swamp_run, the rest (and its rare runs) through
+ * count_swamp_scalar, the reference. */
+static void count_swamp(const emu_op_out *o, size_t i0, const float *res,
+                        size_t m, emu_accum_counts *c)
+{
+    const emu_format *f = &o->out->fmt;
+    uint64_t n[4][EMU_LOST_BINS + 1];
+    uint64_t absorbed = 0;
+    memset(n, 0, sizeof n);
+    size_t j = 0;
+    for (; j + CARRY_RUN <= m; j += CARRY_RUN)
+        if (!count_swamp_run(f, o->addend + i0 + j, o->acc_old + i0 + j,
+                             res + j, n, &absorbed))
+            count_swamp_scalar(o, i0 + j, res + j, CARRY_RUN, c);
+    if (j < m)
+        count_swamp_scalar(o, i0 + j, res + j, m - j, c);
+    for (int b = 0; b < EMU_LOST_BINS; b++) {
+        const uint64_t k = n[0][b] + n[1][b] + n[2][b] + n[3][b];
+        c->adds += k;
+        c->lost_bits[b] += k;
+    }
+    c->absorbed += absorbed;
+}
+
 /* What one commit carries from chunk to chunk. */
 typedef struct commit_run {
     const emu_ctx *ctx;
@@ -290,15 +444,14 @@ typedef struct commit_run {
     emu_site_stats s;       /* accumulated over the chunks               */
     uint64_t nan;           /* NaN values found by the chunks' NaN loops  */
     emu_accum_counts c;     /* swamping                                   */
-    emu_hist_tables *hx, *hr; /* exact and rounded bins (tables)          */
-    emu_hist_tables *hb;    /* bins of both, for chunks carried unrounded */
+    emu_hist_tables *hb;    /* bins of both histograms, their differences
+                               counted into hist_exact (tables)          */
     bool hb_used;           /* hb zeroed and holding counts               */
     float *res;             /* results kept aside, or NULL: stored early */
 } commit_run;
 
 /* Subnormals and NaNs among CARRY_RUN binary32 values: a loop of constant
  * length, which gcc's cheap vectoriser (-O2) takes. */
-enum { CARRY_RUN = 64 };
 
 static void carry_scan(const float *v, uint32_t *sub, uint32_t *nan)
 {
@@ -416,6 +569,41 @@ static void carry_f32_f32(float *res, const float *v, size_t m,
         counts->flags |= EMU_FLAG_SUBNORMAL;
 }
 
+static bool round_chunk(commit_run *r, size_t i0, size_t m, const double *h,
+                        const double *l, const float *v, float *res);
+
+/* A chunk of pairs under a deterministic mode, some of them lo_bad (an
+ * update smaller than half a binary64 ulp of its weight leaves hi on the
+ * weight itself, a grid point, and lo the update): the chunk through the
+ * array path with those elements' values replaced by zeros (exact: a
+ * tensor's format always has a zero; they count one result and nothing
+ * else, taken off again), then those elements alone through the scalar choke point, which
+ * sees their low parts.  Every element is rounded and counted as if the
+ * whole chunk had gone through the scalar choke point, which the array
+ * path is tested to agree with element by element. */
+static void round_lo_apart(commit_run *r, size_t i0, size_t m, const double *h,
+                           const double *l, float *res)
+{
+    const emu_format *fmt = &r->o->out->fmt;
+    const uint64_t mask = lo_mask(fmt->p);
+    double hz[CHUNK];
+    uint64_t nbad = 0;
+    for (size_t j = 0; j < m; j++) {
+        const uint32_t bad = lo_bad(h[j], l[j], mask);
+        hz[j] = bad ? 0.0 : h[j];
+        nbad += bad;
+    }
+    round_chunk(r, i0, m, hz, NULL, NULL, res);
+    r->counts.n -= nbad;
+    for (size_t j = 0; j < m; j++) {
+        if (lo_bad(h[j], l[j], mask)) {
+            r->ar.first_index = i0 + j;
+            emu_round_pairs_f32_unguarded(fmt, res + j, h + j, l + j, 1,
+                                          &r->ar, &r->counts);
+        }
+    }
+}
+
 /* Step 1 for one chunk: outputs i0 .. i0+m-1, whose values are h (and l,
  * or NULL), or the binary32 values v, rounded into res[0..m).  The array
  * path where the values are plain doubles, the scalar choke point where a
@@ -449,8 +637,12 @@ static bool round_chunk(commit_run *r, size_t i0, size_t m, const double *h,
         emu_round_array_f32_unguarded(fmt, res, fin, m, &r->ar, counts);
         return false;
     }
+    if (l && !r->sr && !lo_harmless(h, l, m, fmt->p)) {
+        round_lo_apart(r, i0, m, h, l, res);
+        return false;
+    }
     double buf[CHUNK];
-    if (!l || (!r->sr && lo_harmless(h, l, m, fmt->p))) {
+    if (!l || !r->sr) { /* no low part, or a harmless one */
         /* Both binary32 shortcuts below need every value of the chunk
          * to be a binary32 value (or NaN): a first value that is not
          * (an optimizer's new weights, mostly) rules them out without
@@ -505,39 +697,23 @@ static double value_of(const emu_op_out *o, float res, size_t i)
                     : (double)res;
 }
 
-/* m values into a histogram: through the tables, or directly. */
-static void hist_put(const commit_run *r, emu_hist_tables *t, uint64_t *hist,
-                     const void *x, size_t m, bool f32)
+/* m values into a histogram, directly (the short outputs: longer ones
+ * count both histograms through one table, measure_chunk). */
+static void hist_put(uint64_t *hist, const void *x, size_t m, bool f32)
 {
-    if (r->tables) {
-        emu_hist_tables_add(t, x, m, f32);
-        return;
-    }
     for (size_t j = 0; j < m; j++)
         hist[f32 ? emu_hist_bin_f32_unguarded(((const float *)x)[j])
                  : emu_hist_bin_unguarded(((const double *)x)[j])]++;
 }
 
-/* The exact values' histogram of a chunk of pairs hi + lo: hi's bins, as
- * for plain values, then moved down a bin where exact_bin says so (hi a
- * power of two, lo toward zero): rare, found by a branch-free scan.  With
- * the tables, hi's counts reach hist_exact only at the merge, so a move
- * may take hist_exact below zero for a while: unsigned, the sum is right. */
-static void hist_pairs(commit_run *r, const double *h, const double *l,
-                       size_t m)
+/* The exact values' histogram of a chunk of pairs hi + lo: hi's bins
+ * moved down a bin where exact_bin says so (hi a power of two, lo toward
+ * zero): rare, found by a branch-free scan.  With the tables, hi's counts
+ * reach hist_exact only at the merge, so a move may take hist_exact below
+ * zero for a while: unsigned, the sum is right. */
+static void hist_lo_fix_run(uint64_t *hist, const double *h,
+                            const double *l, size_t m)
 {
-    uint64_t *hist = r->s.hist_exact;
-    hist_put(r, r->hx, hist, h, m, false);
-    uint64_t any = 0;
-    for (size_t j = 0; j < m; j++) {
-        uint64_t u, v;
-        memcpy(&u, &h[j], sizeof u);
-        memcpy(&v, &l[j], sizeof v);
-        any |= (uint64_t)((u << 12) == 0) & (uint64_t)((v << 1) != 0) &
-               ((u ^ v) >> 63);
-    }
-    if (!any)
-        return;
     for (size_t j = 0; j < m; j++) {
         const int b = emu_hist_bin_unguarded(h[j]);
         const int e = exact_bin(h[j], l[j]);
@@ -546,6 +722,36 @@ static void hist_pairs(commit_run *r, const double *h, const double *l,
             hist[e]++;
         }
     }
+}
+
+static void hist_lo_fix(uint64_t *hist, const double *h, const double *l,
+                        size_t m)
+{
+    /* hi's fraction zero, lo not zero, their signs apart: in 32-bit
+     * words and runs of constant length, as lo_harmless; a run with such
+     * an element is then moved element by element (an update's weights
+     * and momentum in binary16 hold powers of two often enough that
+     * the whole chunk would cost) */
+    size_t j0 = 0;
+    for (; j0 + CARRY_RUN <= m; j0 += CARRY_RUN) {
+        const unsigned char *u = (const unsigned char *)(h + j0);
+        const unsigned char *v = (const unsigned char *)(l + j0);
+        uint32_t any = 0;
+        for (int k = 0; k < CARRY_RUN; k++) {
+            uint32_t uh, ul, vh, vl;
+            memcpy(&uh, u + 8 * k + 4 * W_HI, 4);
+            memcpy(&ul, u + 8 * k + 4 * W_LO, 4);
+            memcpy(&vh, v + 8 * k + 4 * W_HI, 4);
+            memcpy(&vl, v + 8 * k + 4 * W_LO, 4);
+            any |= (uint32_t)(((uh & 0xfffff) | ul) == 0) &
+                   (uint32_t)(((vh & 0x7fffffff) | vl) != 0) &
+                   ((uh ^ vh) >> 31);
+        }
+        if (any)
+            hist_lo_fix_run(hist, h + j0, l + j0, CARRY_RUN);
+    }
+    if (j0 < m)
+        hist_lo_fix_run(hist, h + j0, l + j0, m - j0);
 }
 
 /* The bins of a carried chunk, into both histograms at once. */
@@ -613,14 +819,25 @@ static void measure_chunk(commit_run *r, size_t i0, size_t m, const double *h,
                 r->hb_used = true;
             }
             emu_hist_tables_add_pair_f32(r->hb, s->hist_exact, v, res, m);
+        } else if (r->tables) {
+            /* binary64 values (hi of pairs): counted once into the table
+             * of both, as above, then hi's moves for the low parts */
+            if (!r->hb_used) {
+                memset(r->hb, 0, sizeof *r->hb);
+                r->hb_used = true;
+            }
+            emu_hist_tables_add_pair_f64(r->hb, s->hist_exact, h, res, m);
+            if (l)
+                hist_lo_fix(s->hist_exact, h, l, m);
         } else {
-            if (v)
-                hist_put(r, r->hx, s->hist_exact, v, m, true);
-            else if (l)
-                hist_pairs(r, h, l, m);
-            else
-                hist_put(r, r->hx, s->hist_exact, h, m, false);
-            hist_put(r, r->hr, s->hist_rounded, res, m, true);
+            if (v) {
+                hist_put(s->hist_exact, v, m, true);
+            } else {
+                hist_put(s->hist_exact, h, m, false);
+                if (l)
+                    hist_lo_fix(s->hist_exact, h, l, m);
+            }
+            hist_put(s->hist_rounded, res, m, true);
         }
     }
     if (r->ref) {
@@ -729,7 +946,7 @@ int emu_commit(emu_ctx *ctx, const emu_op_out *o)
             return emu_ctx_failc(ctx, EMU_ENOMEM, o->site,
                                  "out of memory for %zu results", n);
     }
-    emu_hist_tables tables[3];
+    emu_hist_tables table;
     commit_run r = {
         .ctx = ctx, .o = o, .stream = ctx->op_index++,
         .measure = measure, .res = res,
@@ -745,12 +962,8 @@ int emu_commit(emu_ctx *ctx, const emu_op_out *o)
     r.ar.rnd.rng = NULL;
     r.sr = emu_rnd_is_stochastic(r.ar.rnd.mode);
     r.identity = emu_round_is_identity_f32(&out->fmt, &r.ar.rnd);
-    if (r.hist && r.tables) {
-        memset(tables, 0, 2 * sizeof *tables); /* the third when used */
-        r.hx = &tables[0];
-        r.hr = &tables[1];
-        r.hb = &tables[2];
-    }
+    if (r.hist && r.tables)
+        r.hb = &table; /* zeroed by its first chunk */
     if (r.ref) {
         /* Threshold on a 64-bit word; rate 1 samples every output. */
         r.ref_all = ctx->ref_rate >= 1.0;
@@ -805,13 +1018,9 @@ int emu_commit(emu_ctx *ctx, const emu_op_out *o)
             memcpy(s->lost_bits, r.c.lost_bits, sizeof s->lost_bits);
         }
         if (r.hist) {
-            if (r.tables) {
-                emu_hist_tables_merge(s->hist_exact, r.hx);
-                emu_hist_tables_merge(s->hist_rounded, r.hr);
-                if (r.hb_used) {
-                    emu_hist_tables_merge(s->hist_exact, r.hb);
-                    emu_hist_tables_merge(s->hist_rounded, r.hb);
-                }
+            if (r.tables && r.hb_used) {
+                emu_hist_tables_merge(s->hist_exact, r.hb);
+                emu_hist_tables_merge(s->hist_rounded, r.hb);
             }
             if (o->hist_scale)
                 for (int b = 0; b < EMU_HIST_BINS; b++)

@@ -440,6 +440,42 @@ void emu_hist_tables_add_pair_f32(emu_hist_tables *t, uint64_t *fix,
     }
 }
 
+/* As emu_hist_tables_add_pair_f32, x binary64 (an op's values before
+ * rounding, y their binary32 results): x's bins by bins_f64, y's by the
+ * kernel of the CPU's level, one table increment per value. */
+void emu_hist_tables_add_pair_f64(emu_hist_tables *t, uint64_t *fix,
+                                  const double *x, const float *y, size_t n)
+{
+    const bins_kernel kern = bins_for(emu_isa_active());
+    uint32_t bx[BIN_CHUNK], by[BIN_CHUNK];
+    size_t i = 0;
+    for (; i + BIN_CHUNK <= n; i += BIN_CHUNK) {
+        uint32_t rare;
+        kern(by, &rare, y + i);
+        if (rare)
+            for (size_t j = 0; j < BIN_CHUNK; j++) {
+                uint32_t u;
+                memcpy(&u, &y[i + j], sizeof u);
+                by[j] = (uint32_t)bin_of_bits32(u);
+            }
+        bins_f64(bx, x + i, BIN_CHUNK); /* constant: vectorised */
+        tables_count((bin_tables *)t->t, by, BIN_CHUNK);
+        for (size_t k = 0; k < PAIR_RUNS; k++) {
+            uint32_t d = 0;
+            for (size_t j = 0; j < PAIR_RUN; j++)
+                d |= bx[k * PAIR_RUN + j] ^ by[k * PAIR_RUN + j];
+            if (d)
+                pair_fix(fix, bx + k * PAIR_RUN, by + k * PAIR_RUN, PAIR_RUN);
+        }
+    }
+    if (i < n) {
+        bins_f64(bx, x + i, n - i);
+        bins_f32(by, y + i, n - i);
+        tables_count((bin_tables *)t->t, by, n - i);
+        pair_fix(fix, bx, by, n - i);
+    }
+}
+
 void emu_hist_tables_merge(uint64_t *hist, const emu_hist_tables *t)
 {
     tables_merge(hist, (const bin_tables *)t->t);

@@ -641,6 +641,194 @@ START_TEST(test_commit_carrier)
 }
 END_TEST
 
+/* Pairs hi + lo whose hi is a grid point or a midpoint of the output
+ * format while lo is not zero (an update below half a binary64 ulp of its
+ * weight makes them): the choke point rounds these elements apart from
+ * the rest of their chunk.  Results and counts against the scalar choke
+ * point element by element, every deterministic mode, chunks holding none,
+ * one, a few and many of them. */
+START_TEST(test_commit_pairs_lo_apart)
+{
+    const char *fmts[] = { "binary32", "binary16", "bfloat16", "e4m3",
+                           "e5m2", "e2m1" };
+    const emu_rnd modes[] = { EMU_RNE, EMU_RNA, EMU_RZ, EMU_RU, EMU_RD,
+                              EMU_RO };
+    const size_t n = 4 * 1024 + 33;
+    double *hi = malloc(n * sizeof *hi), *lo = malloc(n * sizeof *lo);
+    test_rng g = test_rng_make(41);
+    for (size_t fi = 0; fi < sizeof fmts / sizeof *fmts; fi++) {
+        const emu_format *f = test_format(fmts[fi]);
+        for (size_t i = 0; i < n; i++) {
+            /* chunk c holds boundary pairs with odds 0, 1/64, 1/4, 3/4, 1 */
+            const uint64_t r = test_next(&g);
+            const unsigned odds[] = { 0, 1, 16, 48, 64 };
+            const bool boundary = (r & 63) < odds[(i / 1024) % 5];
+            double x;
+            do
+                x = emu_decode(f, test_random_bits(&g, f));
+            while (!isfinite(x) || x == 0.0 || fabs(x) >= f->max);
+            if (boundary && (r >> 6) & 1) {
+                /* the midpoint above |x|, a binary64 */
+                const double up = emu_next_up(f, fabs(x));
+                x = copysign((fabs(x) + up) / 2.0, x);
+            } else if (!boundary) {
+                x *= 1.0 + (double)(r >> 20) * 0x1p-46; /* a wider value */
+            }
+            hi[i] = x;
+            lo[i] = (r >> 7) % 5 == 0 ? 0.0
+                    : ldexp(x, -58 - (int)((r >> 10) % 4)) *
+                      ((r >> 12) & 1 ? 1.0 : -1.0);
+        }
+        for (size_t k = 0; k < sizeof modes / sizeof *modes; k++) {
+            emu_rounding rnd = { .mode = modes[k] };
+            emu_tensor y;
+            make(&y, f, n, "y", EMU_ROLE_OTHER);
+            emu_stats stats;
+            emu_stats_init(&stats);
+            emu_ctx ctx;
+            emu_ctx_init(&ctx, 5);
+            ctx.stats = &stats;
+            ctx.measure = EMU_MEASURE_COUNTS | EMU_MEASURE_HIST;
+            emu_op_out o = { .site = "pairs", .kind = "test", .out = &y,
+                             .hi = hi, .lo = lo, .rnd = &rnd };
+            ck_assert_int_eq(emu_commit(&ctx, &o), 0);
+            emu_round_counts want = { 0 };
+            uint64_t hist[EMU_HIST_BINS] = { 0 }, hist_x[EMU_HIST_BINS] = { 0 };
+            mpfr_t e;
+            mpfr_init2(e, 512);
+            for (size_t i = 0; i < n; i++) {
+                emu_status st;
+                const double z = emu_round2_word(f, hi[i], lo[i], &rnd, 0,
+                                                 &st);
+                emu_round_counts_add(&want, hi[i], z, st.flags);
+                hist[emu_hist_bin(z)]++;
+                /* the exact value's binade, in MPFR */
+                mpfr_set_d(e, hi[i], MPFR_RNDN);
+                mpfr_add_d(e, e, lo[i], MPFR_RNDN);
+                const long ex = mpfr_get_exp(e) - 1;
+                hist_x[ex < EMU_HIST_EMIN   ? EMU_HIST_BELOW
+                       : ex > EMU_HIST_EMAX ? EMU_HIST_ABOVE
+                                            : bin_of_binade((int)ex)]++;
+                ck_assert_msg(test_same(z, y.data[i]),
+                              "%s mode %d: element %zu (%a + %a): %a want %a",
+                              fmts[fi], (int)modes[k], i, hi[i], lo[i],
+                              (double)y.data[i], z);
+            }
+            const emu_site_stats *t =
+                &find_site(&stats, "pairs", EMU_ROLE_OTHER)->total;
+            ck_assert_uint_eq(t->results, want.n);
+            ck_assert_uint_eq(t->inexact, want.inexact);
+            ck_assert_uint_eq(t->underflow, want.underflow);
+            ck_assert_uint_eq(t->to_zero, want.to_zero);
+            ck_assert_uint_eq(t->subnormal, want.subnormal);
+            ck_assert_uint_eq(t->overflow, want.overflow);
+            ck_assert_uint_eq(t->nan, want.nan);
+            for (int b = 0; b < EMU_HIST_BINS; b++) {
+                ck_assert_uint_eq(t->hist_rounded[b], hist[b]);
+                ck_assert_uint_eq(t->hist_exact[b], hist_x[b]);
+            }
+            mpfr_clear(e);
+            emu_stats_free(&stats);
+            emu_tensor_free(&y);
+        }
+    }
+    free(hi);
+    free(lo);
+}
+END_TEST
+
+/* Swamping of an accumulation out = acc_old + addend, counted by the
+ * choke point from the results it rounds (vector runs, and the scalar
+ * loop for the rest), against emu_accum_count_add element by element:
+ * addends that vanish, lose a few bits or none, subnormal binary64
+ * addends, zeros, infinities and NaNs, old values that are not finite,
+ * results that are subnormal, zero or overflow. */
+START_TEST(test_commit_swamp_counts)
+{
+    const char *fmts[] = { "binary32", "binary16", "bfloat16", "e5m2",
+                           "e4m3" };
+    const emu_rnd modes[] = { EMU_RNE, EMU_RZ };
+    const size_t n = 3 * 1024 + 45;
+    double *hi = malloc(n * sizeof *hi), *lo = malloc(n * sizeof *lo);
+    double *t = malloc(n * sizeof *t);
+    float *old = malloc(n * sizeof *old);
+    test_rng g = test_rng_make(43);
+    for (size_t fi = 0; fi < sizeof fmts / sizeof *fmts; fi++) {
+        const emu_format *f = test_format(fmts[fi]);
+        for (size_t i = 0; i < n; i++) {
+            const uint64_t r = test_next(&g);
+            double w;
+            do
+                w = emu_decode(f, test_random_bits(&g, f));
+            while (isnan(w));
+            /* chunk 1 holds no rare element: its runs stay vector */
+            const bool plain = (i / 1024) == 1;
+            switch (plain ? 4 + r % 4 : r % 12) {
+            case 0: t[i] = 0.0; break;
+            case 1: t[i] = (r >> 8) & 1 ? INFINITY : NAN; break;
+            case 2: t[i] = ldexp((double)(r >> 40), -1074 - 24 + (int)(r % 30)); break;
+            case 3: w = (r >> 8) & 1 ? INFINITY : -INFINITY; t[i] = 1.0; break;
+            default:
+                /* an update 2^-40 .. 2^4 times w's size (or a small one
+                 * for w = 0), of 1 to 40 significant bits */
+                t[i] = ldexp((double)((r >> 24) | 1) * 0x1p-40,
+                             (int)((r >> 4) % 45) - 40) *
+                       (w != 0.0 ? fabs(w) : f->min_normal) *
+                       ((r >> 3) & 1 ? 1.0 : -1.0);
+                if ((r >> 10) % 3 == 0)
+                    t[i] = (double)(float)t[i];
+                if ((r >> 10) % 5 == 1 && w != 0.0)
+                    t[i] = w; /* on the grid: no bit lost, or overflow */
+            }
+            old[i] = (float)w;
+            /* hi + lo = w + t exactly (TwoSum) */
+            hi[i] = w + t[i];
+            const double bv = hi[i] - w, av = hi[i] - bv;
+            lo[i] = (w - av) + (t[i] - bv);
+            if (!isfinite(hi[i]))
+                lo[i] = 0.0;
+        }
+        for (size_t k = 0; k < sizeof modes / sizeof *modes; k++) {
+            emu_rounding rnd = { .mode = modes[k] };
+            emu_tensor y;
+            make(&y, f, n, "y", EMU_ROLE_OTHER);
+            emu_stats stats;
+            emu_stats_init(&stats);
+            emu_ctx ctx;
+            emu_ctx_init(&ctx, 5);
+            ctx.stats = &stats;
+            ctx.measure = EMU_MEASURE_COUNTS | EMU_MEASURE_SWAMP;
+            emu_op_out o = { .site = "upd", .kind = "test", .out = &y,
+                             .hi = hi, .lo = lo, .acc_old = old,
+                             .addend = t, .rnd = &rnd };
+            ck_assert_int_eq(emu_commit(&ctx, &o), 0);
+            emu_accum_counts want = { 0 };
+            for (size_t i = 0; i < n; i++)
+                if (t[i] != 0.0 && isfinite(t[i]) && isfinite(old[i]))
+                    emu_accum_count_add(&want, f, old[i], t[i], y.data[i]);
+            const emu_site_stats *s =
+                &find_site(&stats, "upd", EMU_ROLE_OTHER)->total;
+            ck_assert_msg(want.adds > n / 2 && want.absorbed > 0 &&
+                          want.lost_bits[0] > 0, "%s: a weak case (adds %llu absorbed %llu lost0 %llu)", fmts[fi], (unsigned long long)want.adds, (unsigned long long)want.absorbed, (unsigned long long)want.lost_bits[0]);
+            ck_assert_uint_eq(s->adds, want.adds);
+            ck_assert_uint_eq(s->absorbed, want.absorbed);
+            for (int b = 0; b < EMU_LOST_BINS; b++)
+                ck_assert_msg(s->lost_bits[b] == want.lost_bits[b],
+                              "%s mode %d: lost_bits[%d] %llu want %llu",
+                              fmts[fi], (int)modes[k], b,
+                              (unsigned long long)s->lost_bits[b],
+                              (unsigned long long)want.lost_bits[b]);
+            emu_stats_free(&stats);
+            emu_tensor_free(&y);
+        }
+    }
+    free(hi);
+    free(lo);
+    free(t);
+    free(old);
+}
+END_TEST
+
 /* ---- MPFR sampling ------------------------------------------------------- */
 
 typedef enum { S_ADD, S_MUL, S_DIV, S_SQRT, S_EXP, S_AXPY, S_COUNT } s_op;
@@ -2500,6 +2688,8 @@ static Suite *suite(void)
     tcase_add_test(tc, test_histograms_random);
     tcase_add_test(tc, test_hist_bins_from_bits);
     tcase_add_test(tc, test_commit_carrier);
+    tcase_add_test(tc, test_commit_pairs_lo_apart);
+    tcase_add_test(tc, test_commit_swamp_counts);
     tcase_add_test(tc, test_exact_bin_low_parts);
     tcase_add_test(tc, test_sampling_rate1);
     tcase_add_test(tc, test_sampling_catches_errors);
