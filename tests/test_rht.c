@@ -12,7 +12,14 @@
  * step rounds (small integers), the same answer in place and from a
  * hostile host state, the signs a function of the seed and balanced
  * (statistically), and bad arguments refused by name.
+ *
+ * Inside training (policy rht=wgrad|backward): the gradients of an MLP, the
+ * CNN and resnet:1 with the transform stay within the operands' rounding
+ * of those without it (paired, on the right axis, with the same signs),
+ * the policy keys and their refusals, the run record, and the checkpoint.
  */
+#define _POSIX_C_SOURCE 200809L /* fmemopen, mkdtemp */
+
 #include <check.h>
 #include <fenv.h>
 #include <math.h>
@@ -20,8 +27,10 @@
 #include <string.h>
 #include <xmmintrin.h>
 
+#include <emu/nn.h>
 #include <emu/ref.h>
 #include <emu/scaled.h>
+#include <unistd.h>
 
 #include "testutil.h"
 
@@ -258,6 +267,217 @@ START_TEST(bad_arguments)
 }
 END_TEST
 
+
+/* ---- inside training (policy rht) ----------------------------------------- */
+
+/* One forward and backward pass of arch on a fixed random batch under
+ * preset with the assignments sets (NULL-terminated); every parameter's
+ * gradient is copied, concatenated, into *grads (n of them). */
+static void grads_of(const char *arch, int c, int hw, const char *preset,
+                     const char *const *sets, float **grads, size_t *n)
+{
+    emu_policy p;
+    emu_error err;
+    ck_assert_int_eq(emu_policy_preset(&p, preset, &err), 0);
+    for (int i = 0; sets[i]; i++)
+        ck_assert_msg(emu_policy_set(&p, sets[i], &err) == 0, "%s: %s", sets[i],
+                      err.message);
+    ck_assert_msg(emu_policy_validate(&p, &err) == 0, "%s", err.message);
+    emu_ctx ctx;
+    emu_ctx_init(&ctx, 5);
+    emu_model m;
+    enum { B = 48, K = 10 };
+    ck_assert_msg(emu_model_build(&m, arch, &p, B, c, hw, hw, K, 5, &ctx, &err) == 0,
+                  "%s: %s", arch, err.message);
+    test_rng g = test_rng_make(11);
+    for (size_t i = 0; i < m.x.n; i++)
+        m.x.data[i] = (float)test_below(&g, 256) / 255.0f;
+    int labels[B];
+    for (int i = 0; i < B; i++)
+        labels[i] = (int)test_below(&g, K);
+    ck_assert_msg(emu_model_forward(&m, &ctx, &p) == 0 &&
+                  emu_model_backward(&m, &ctx, &p, labels, 1.0f) == 0,
+                  "%s", ctx.err.message);
+    size_t total = 0;
+    for (int i = 0; i < m.n_layers; i++)
+        if (m.layers[i].has_params)
+            total += m.layers[i].weight.g.n +
+                     (m.layers[i].has_bias ? m.layers[i].bias.g.n : 0);
+    float *out = malloc(total * sizeof *out);
+    ck_assert_ptr_nonnull(out);
+    size_t at = 0;
+    for (int i = 0; i < m.n_layers; i++) {
+        const emu_layer *l = &m.layers[i];
+        if (!l->has_params)
+            continue;
+        memcpy(out + at, l->weight.g.data, l->weight.g.n * sizeof *out);
+        at += l->weight.g.n;
+        if (l->has_bias) {
+            memcpy(out + at, l->bias.g.data, l->bias.g.n * sizeof *out);
+            at += l->bias.g.n;
+        }
+    }
+    emu_model_free(&m);
+    *grads = out;
+    *n = total;
+}
+
+/* Relative distance ||a - b|| / ||b||. */
+static double rel_dist(const float *a, const float *b, size_t n)
+{
+    double d = 0.0, r = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        r += (double)b[i] * b[i];
+    }
+    return sqrt(d / r);
+}
+
+/* R^T R = I inside the layers: with the GEMM operands rounded into
+ * binary16 (no block scales, so the transform's effect on scaling is out
+ * of the picture), the gradients with the transform applied to the weight
+ * gradient's, then every backward GEMM's operands stay within binary16's
+ * rounding of those without it (the transform is paired, on the right
+ * axis, with the same signs on both operands; a wrong sign, axis or block
+ * puts them O(1) apart), yet differ from them (it was applied).  The MLP,
+ * the CNN (the convolutions' operands: the batch axis for the weight
+ * gradient, channels for the input gradient) and resnet:1. */
+START_TEST(training_orthogonal)
+{
+    static const struct {
+        const char *arch;
+        int c, hw;
+    } models[] = { { "mlp:64-48-32-10", 1, 8 }, { "cnn", 1, 28 }, { "resnet:1", 1, 12 } };
+    const int k = _i / 2;
+    const char *apply = _i % 2 ? "rht=backward" : "rht=wgrad";
+    const char *plain[] = { "q.all=elem=binary16,scale=none,tensor=yes", NULL };
+    const char *with[] = { "q.all=elem=binary16,scale=none,tensor=yes", apply, NULL };
+    float *a, *b;
+    size_t na, nb;
+    grads_of(models[k].arch, models[k].c, models[k].hw, "fp32", plain, &b, &nb);
+    grads_of(models[k].arch, models[k].c, models[k].hw, "fp32", with, &a, &na);
+    ck_assert_uint_eq(na, nb);
+    const double d = rel_dist(a, b, na);
+    ck_assert_msg(d < 4e-3, "%s %s: gradients %.3g apart", models[k].arch, apply, d);
+    ck_assert_msg(d > 0.0, "%s %s: the transform changed nothing", models[k].arch, apply);
+    free(a);
+    free(b);
+}
+END_TEST
+
+START_TEST(policy_keys)
+{
+    emu_policy p;
+    emu_error err;
+    ck_assert_int_eq(emu_policy_preset(&p, "nvfp4", &err), 0);
+    ck_assert_int_eq(p.rht, EMU_RHT_NONE);
+    ck_assert_uint_eq(p.rht_block, 16);
+    ck_assert_int_eq(emu_policy_set(&p, "rht=backward", &err), 0);
+    ck_assert_int_eq(emu_policy_set(&p, "rht_block=64", &err), 0);
+    ck_assert_int_eq(emu_policy_set(&p, "rht_seed=0xffffffffffffffff", &err), 0);
+    ck_assert_int_eq(emu_policy_validate(&p, &err), 0);
+    ck_assert(p.rht == EMU_RHT_BACKWARD && p.rht_block == 64 && p.rht_seed == UINT64_MAX);
+    /* the record says so */
+    char buf[8192];
+    FILE *fp = fmemopen(buf, sizeof buf, "w");
+    emu_policy_write_json(&p, fp, 0);
+    fclose(fp);
+    ck_assert_msg(strstr(buf, "\"rht\": {\"apply\": \"backward\", \"block\": 64, "
+                              "\"seed\": 18446744073709551615}"), "%s", buf);
+    /* refusals, by key */
+    const struct {
+        const char *preset, *set, *key, *says;
+    } bad[] = {
+        { "nvfp4", "rht=yes", "rht", "'yes'" },
+        { "nvfp4", "rht_block=x", "rht_block", "'x'" },
+        { "nvfp4", "rht_seed=-1", "rht_seed", "'-1'" },
+        { "nvfp4", "rht_seed=1e3", "rht_seed", "'1e3'" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        emu_policy_preset(&p, bad[i].preset, &err);
+        ck_assert_int_eq(emu_policy_set(&p, bad[i].set, &err), -1);
+        ck_assert_str_eq(err.key, bad[i].key);
+        ck_assert_msg(strstr(err.message, bad[i].says), "%s", err.message);
+    }
+    const struct {
+        const char *preset, *set1, *set2, *key, *says;
+    } invalid[] = {
+        { "nvfp4", "rht=wgrad", "rht_block=32", "rht_block", "32" },
+        { "fp16-mpt", "rht=wgrad", NULL, "rht", "q.act_grad is none" },
+        { "nvfp4", "rht=wgrad", "q.activation=none", "rht", "q.activation is none" },
+        { "nvfp4", "rht=backward", "q.weight=none", "rht", "q.weight is none" },
+    };
+    for (size_t i = 0; i < sizeof invalid / sizeof invalid[0]; i++) {
+        emu_policy_preset(&p, invalid[i].preset, &err);
+        ck_assert_int_eq(emu_policy_set(&p, invalid[i].set1, &err), 0);
+        if (invalid[i].set2)
+            ck_assert_int_eq(emu_policy_set(&p, invalid[i].set2, &err), 0);
+        ck_assert_int_eq(emu_policy_validate(&p, &err), -1);
+        ck_assert_str_eq(err.key, invalid[i].key);
+        ck_assert_msg(strstr(err.message, invalid[i].says), "%s", err.message);
+    }
+    /* q.weight=none is fine for the weight gradient alone */
+    emu_policy_preset(&p, "nvfp4", &err);
+    emu_policy_set(&p, "rht=wgrad", &err);
+    emu_policy_set(&p, "q.weight=none", &err);
+    ck_assert_int_eq(emu_policy_validate(&p, &err), 0);
+}
+END_TEST
+
+/* A checkpoint carries the transform (a resumed run keeps applying it,
+ * with its block and seed), with and without attn_quant before it. */
+START_TEST(checkpoint)
+{
+    char dir[] = "/tmp/emu-rht-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    const struct {
+        const char *preset, *set;
+        emu_rht_apply want;
+        bool attn;
+    } cases[] = { { "nvfp4", "rht=wgrad", EMU_RHT_WGRAD, false },
+                  { "mxfp8", "rht=backward", EMU_RHT_BACKWARD, true },
+                  { "nvfp4", NULL, EMU_RHT_NONE, false } };
+    for (int k = 0; k < 3; k++) {
+        emu_train_config c;
+        emu_train_config_default(&c);
+        snprintf(c.arch, sizeof c.arch, "mlp:784-16-10");
+        snprintf(c.data, sizeof c.data, "synthetic");
+        snprintf(c.out_dir, sizeof c.out_dir, "%s/run%d", dir, k);
+        c.train_examples = 64;
+        c.test_examples = 32;
+        c.batch = 32;
+        c.max_steps = 1;
+        c.quiet = true;
+        emu_policy p, p2;
+        emu_error err;
+        if (emu_policy_preset(&p, cases[k].preset, &err) ||
+            (cases[k].set && emu_policy_set(&p, cases[k].set, &err)) ||
+            emu_policy_set(&p, "rht_block=4", &err) ||
+            emu_policy_set(&p, "rht_seed=77", &err) ||
+            (cases[k].attn && emu_policy_set(&p, "attn_quant=yes", &err)) ||
+            emu_train(&c, &p, NULL, &err))
+            ck_abort_msg("%s: %s: %s", cases[k].preset, err.where, err.message);
+        char path[sizeof c.out_dir + 32];
+        snprintf(path, sizeof path, "%s/checkpoint.bin", c.out_dir);
+        FILE *fp = fopen(path, "rb");
+        ck_assert_ptr_nonnull(fp);
+        static unsigned char img[1 << 22];
+        size_t n = fread(img, 1, sizeof img, fp);
+        fclose(fp);
+        ck_assert(n > 0 && n < sizeof img);
+        emu_train_config c2;
+        if (emu_checkpoint_check(img, n, &c2, &p2, &err))
+            ck_abort_msg("checkpoint: %s", err.message);
+        ck_assert_int_eq(p2.rht, cases[k].want);
+        if (cases[k].want != EMU_RHT_NONE)
+            ck_assert(p2.rht_block == 4 && p2.rht_seed == 77);
+        snprintf(path, sizeof path, "rm -rf '%s'", c.out_dir);
+        ck_assert_int_eq(system(path), 0);
+    }
+    rmdir(dir);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("rht");
@@ -269,6 +489,12 @@ static Suite *suite(void)
     tcase_add_test(tc, signs);
     tcase_add_test(tc, bad_arguments);
     suite_add_tcase(s, tc);
+    TCase *tt = tcase_create("training");
+    tcase_set_timeout(tt, 600);
+    tcase_add_loop_test(tt, training_orthogonal, 0, 6);
+    tcase_add_test(tt, policy_keys);
+    tcase_add_test(tt, checkpoint);
+    suite_add_tcase(s, tt);
     return s;
 }
 
