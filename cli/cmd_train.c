@@ -40,6 +40,8 @@ static void help(void)
         "                       norm_stats=binary32  softmax=bfloat16|activation\n"
         "                       loss=binary32  softmax.mode=sr (op classes)\n"
         "                       attn_quant=yes|no (scaled operands in attention)\n"
+        "                       rht=wgrad|backward rht_block=16 rht_seed=0\n"
+        "                       (random Hadamard transform of FP4 recipes)\n"
         "  --config FILE        'key = value' lines, each key once: any option\n"
         "                       below (without --) or policy key; command-line\n"
         "                       options win\n"

@@ -688,7 +688,7 @@ void ckpt_put_policy(ckpt_out *o, const emu_policy *p)
      * without them meant: an image run's checkpoint stays as it was, and
      * an older checkpoint (which ends here) reads as legacy. */
     if (!emu_policy_classes_legacy(p) || s->kind == EMU_SCALE_LAYERWISE ||
-        p->attn_quant) {
+        p->attn_quant || p->rht != EMU_RHT_NONE) {
         put_prec(o, &p->norm_stats);
         put_prec(o, &p->softmax);
         put_prec(o, &p->loss);
@@ -699,9 +699,15 @@ void ckpt_put_policy(ckpt_out *o, const emu_policy *p)
         ckpt_f64(o, p->layer_max);
         ckpt_f64(o, p->total_max);
     }
-    /* attn_quant last, only when set (absent: no). */
-    if (p->attn_quant)
-        ckpt_u32(o, 1);
+    /* attn_quant, only when set or followed by the transform (absent: no);
+     * then the random Hadamard transform, only when applied (absent: none). */
+    if (p->attn_quant || p->rht != EMU_RHT_NONE)
+        ckpt_u32(o, p->attn_quant);
+    if (p->rht != EMU_RHT_NONE) {
+        ckpt_u32(o, (uint32_t)p->rht);
+        ckpt_u32(o, p->rht_block);
+        ckpt_u64(o, p->rht_seed);
+    }
 }
 
 int ckpt_get_policy(ckpt_in *in, emu_policy *p)
@@ -755,6 +761,12 @@ int ckpt_get_policy(ckpt_in *in, emu_policy *p)
     }
     if (!in->failed && in->pos < in->end)
         p->attn_quant = get_bool(in);
+    p->rht_block = 16;
+    if (!in->failed && in->pos < in->end) {
+        p->rht = (emu_rht_apply)get_enum(in, EMU_RHT_COUNT, "Hadamard transform");
+        p->rht_block = ckpt_get_u32(in);
+        p->rht_seed = ckpt_get_u64(in);
+    }
     if (ckpt_done(in))
         return -1;
     /* Well-formed is not enough: the policy must be one emu_train accepts. */

@@ -53,6 +53,7 @@
 
 #include "emu/extend.h" /* emu_ctx_fail */
 #include "emu/rng.h"
+#include "emu/scaled.h" /* emu_rht */
 #include "internal.h"
 #include "nn_internal.h"
 #include "ops_internal.h"
@@ -144,13 +145,15 @@ static int quantize_operand(emu_ctx *ctx, const emu_policy *p, emu_layer *l,
  * if the policy quantizes it, its values without the tensor scale in
  * l->priv->qbuf[slot], blocked along `axis` (of t, or of t seen as the matrix
  * (shape[0], rest) if `matrix`).  *g receives the tensor scale (1 if
- * none).  `fresh` marks the first use of t in the step: the tensor scale
- * is chosen then (and a delayed recipe records t's amax), and reused by
- * the other GEMMs that read t. */
+ * none).  ts says how its tensor scale is chosen: TS_FRESH at the first
+ * use of t in the step (and a delayed recipe records t's amax), TS_REUSE
+ * by the other GEMMs that read t, TS_CURRENT from the values quantized.
+ * rht: the policy's random Hadamard transform first, along `axis` (0 or
+ * 1 of the view). */
 static int gemm_operand(emu_ctx *ctx, const emu_policy *p, emu_layer *l,
                         int which, int slot, const emu_tensor *t, int axis,
-                        bool matrix, bool fresh, const emu_tensor **out,
-                        double *g)
+                        bool matrix, ts_choice ts, bool rht,
+                        const emu_tensor **out, double *g)
 {
     static const char *const tags[EMU_QB_COUNT] = { "q.x", "q.w", "q.dy.dw",
                                                     "q.x.dw", "q.dy", "q.w.dx" };
@@ -173,8 +176,19 @@ static int gemm_operand(emu_ctx *ctx, const emu_policy *p, emu_layer *l,
         view.ndim = 2;
         view.shape[1] = t->n / t->shape[0];
     }
-    if (quantize_operand(ctx, p, l, oq, which, site, &view, axis,
-                         fresh ? TS_FRESH : TS_REUSE, false, buf->data, g))
+    if (rht) {
+        /* R t along the reduction axis, into the buffer the quantized
+         * values will overwrite (the quantizer reads all of its input
+         * before it writes). */
+        const size_t outer = axis == 0 ? 1 : (size_t)view.shape[0];
+        const size_t len = (size_t)view.shape[axis];
+        if (emu_rht(buf->data, t->data, outer, len, view.n / (outer * len),
+                    p->rht_block, p->rht_seed, false, &e))
+            return emu_ctx_failc(ctx, e.code, site, "%s: %s", e.key, e.message);
+        view.data = buf->data;
+    }
+    if (quantize_operand(ctx, p, l, oq, which, site, &view, axis, ts, false,
+                         buf->data, g))
         return -1;
     *out = buf;
     return 0;
@@ -297,6 +311,18 @@ static int attn_operand(void *user, emu_ctx *ctx, int which,
  * gradient dY . W (both along the output features).  A convolution's
  * weight is blocked as the matrix (C_out, C_in k k).  dY's tensor scale
  * is chosen at its first use, the weight gradient. */
+/* Whether the policy's random Hadamard transform applies to the
+ * weight-gradient GEMM (dinput false) or the input-gradient GEMM of layer
+ * l: only where both operands are quantized (validation makes sure of it
+ * for the layers that are not exempt). */
+static bool rht_on(const emu_policy *p, const emu_layer *l, bool dinput)
+{
+    if (p->rht == EMU_RHT_NONE || (dinput && p->rht != EMU_RHT_BACKWARD))
+        return false;
+    return operand_quant(p, l, EMU_QT_DY) &&
+           operand_quant(p, l, dinput ? EMU_QT_W : EMU_QT_X);
+}
+
 static int forward_operands(emu_ctx *ctx, const emu_policy *p, emu_layer *l,
                             const emu_tensor *x, const emu_tensor *w,
                             const emu_tensor **xa, const emu_tensor **wa,
@@ -304,24 +330,29 @@ static int forward_operands(emu_ctx *ctx, const emu_policy *p, emu_layer *l,
 {
     const bool conv = l->kind == EMU_LAYER_CONV;
     double gx, gw;
-    if (gemm_operand(ctx, p, l, EMU_QT_X, EMU_QB_FWD_X, x, 1, false, true,
-                     xa, &gx) ||
-        gemm_operand(ctx, p, l, EMU_QT_W, EMU_QB_FWD_W, w, 1, conv,
-                     true, wa, &gw))
+    if (gemm_operand(ctx, p, l, EMU_QT_X, EMU_QB_FWD_X, x, 1, false, TS_FRESH,
+                     false, xa, &gx) ||
+        gemm_operand(ctx, p, l, EMU_QT_W, EMU_QB_FWD_W, w, 1, conv, TS_FRESH,
+                     false, wa, &gw))
         return -1;
     *g = gx * gw;
     return 0;
 }
 
+/* Under the Hadamard transform the weight gradient's operands are new
+ * tensors, R dY and R x: their tensor scales come from their own amax
+ * (Transformer Engine takes the transformed operand's amax too), and dY's
+ * recipe scale is chosen at its next use, the input gradient. */
 static int dweight_operands(emu_ctx *ctx, const emu_policy *p, emu_layer *l,
                             const emu_tensor *dy, const emu_tensor **dya,
                             const emu_tensor **xa, double *g)
 {
+    const bool rht = rht_on(p, l, false);
     double gdy, gx;
-    if (gemm_operand(ctx, p, l, EMU_QT_DY, EMU_QB_DW_DY, dy, 0, false, true,
-                     dya, &gdy) ||
-        gemm_operand(ctx, p, l, EMU_QT_X, EMU_QB_DW_X, l->in, 0, false, false,
-                     xa, &gx))
+    if (gemm_operand(ctx, p, l, EMU_QT_DY, EMU_QB_DW_DY, dy, 0, false,
+                     rht ? TS_CURRENT : TS_FRESH, rht, dya, &gdy) ||
+        gemm_operand(ctx, p, l, EMU_QT_X, EMU_QB_DW_X, l->in, 0, false,
+                     rht ? TS_CURRENT : TS_REUSE, rht, xa, &gx))
         return -1;
     *g = gdy * gx;
     return 0;
@@ -333,11 +364,15 @@ static int dinput_operands(emu_ctx *ctx, const emu_policy *p, emu_layer *l,
                            double *g)
 {
     const bool conv = l->kind == EMU_LAYER_CONV;
+    const bool rht = rht_on(p, l, true);
+    /* dY's recipe scale: chosen here if the weight gradient took its own. */
+    const ts_choice dy_ts = rht ? TS_CURRENT
+                          : rht_on(p, l, false) ? TS_FRESH : TS_REUSE;
     double gdy, gw;
-    if (gemm_operand(ctx, p, l, EMU_QT_DY, EMU_QB_DX_DY, dy, 1, false, false,
-                     dya, &gdy) ||
+    if (gemm_operand(ctx, p, l, EMU_QT_DY, EMU_QB_DX_DY, dy, 1, false, dy_ts,
+                     rht, dya, &gdy) ||
         gemm_operand(ctx, p, l, EMU_QT_W, EMU_QB_DX_W, w, 0, conv,
-                     false, wa, &gw))
+                     rht ? TS_CURRENT : TS_REUSE, rht, wa, &gw))
         return -1;
     *g = gdy * gw;
     return 0;

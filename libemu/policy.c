@@ -11,6 +11,7 @@
 
 #include "emu/nn.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -58,6 +59,9 @@ static void base(emu_policy *p, const char *name, const char *paper)
     /* LAYERWISE's caps: the authors' released code's defaults. */
     p->layer_max = 16.0;
     p->total_max = 1024.0;
+    p->rht = EMU_RHT_NONE;
+    p->rht_block = 16; /* NVIDIA's 16 x 16 */
+    p->rht_seed = 0;
     p->tscale.kind = EMU_TSCALE_DELAYED;
     p->tscale.history = 16;
     p->tscale.algo = EMU_AMAX_MAX;
@@ -452,6 +456,34 @@ int emu_policy_set(emu_policy *p, const char *assignment, emu_error *err)
         p->attn_quant = !strcmp(val, "yes");
         return 0;
     }
+    if (!strcmp(key, "rht")) {
+        static const char *const names[EMU_RHT_COUNT] = { "none", "wgrad", "backward" };
+        for (int i = 0; i < EMU_RHT_COUNT; i++)
+            if (!strcmp(val, names[i])) {
+                p->rht = (emu_rht_apply)i;
+                return 0;
+            }
+        return emu_fail(err, EMU_ESPEC, "policy", key, "'%s' is not none, wgrad or "
+                        "backward", val);
+    }
+    if (!strcmp(key, "rht_block")) {
+        int b;
+        if (parse_int(val, 1, 1 << 20, &b))
+            return emu_fail(err, EMU_ESPEC, "policy", key, "'%s' is not a block size",
+                            val);
+        p->rht_block = (unsigned)b;
+        return 0;
+    }
+    if (!strcmp(key, "rht_seed")) {
+        char *end = NULL;
+        errno = 0;
+        unsigned long long v = strtoull(val, &end, 0);
+        if (!*val || *val == '-' || *end || errno)
+            return emu_fail(err, EMU_ESPEC, "policy", key, "'%s' is not a seed (an "
+                            "integer from 0 to 2^64-1)", val);
+        p->rht_seed = v;
+        return 0;
+    }
     if (!strcmp(key, "tensor_scaling")) {
         emu_error terr;
         if (emu_tensor_scaling_parse(&p->tscale, val, &terr)) {
@@ -512,7 +544,8 @@ int emu_policy_set(emu_policy *p, const char *assignment, emu_error *err)
                     "scaling, scale, growth, backoff, interval, floor, "
                     "floor_growth, floor_every, target, max_scale, "
                     "layer_max, total_max, "
-                    "q.<operand>, q.<operand>.mode, tensor_scaling)");
+                    "q.<operand>, q.<operand>.mode, tensor_scaling, attn_quant, "
+                    "rht, rht_block, rht_seed)");
 }
 
 /* ---- validation ------------------------------------------------------------- */
@@ -639,6 +672,27 @@ int emu_policy_validate(const emu_policy *p, emu_error *err)
              (qs[i]->sr_bits < 1 || qs[i]->sr_bits > 64)))
             return emu_fail(err, EMU_ESPEC, "policy", qnames[i], "bad rounding mode");
     }
+    if ((unsigned)p->rht >= EMU_RHT_COUNT)
+        return emu_fail(err, EMU_ESPEC, "policy", "rht", "unknown value %d", (int)p->rht);
+    if (p->rht != EMU_RHT_NONE) {
+        const unsigned b = p->rht_block;
+        if (b != 4 && b != 16 && b != 64 && b != 256)
+            return emu_fail(err, EMU_ESPEC, "policy", "rht_block", "%u: expected 4, "
+                            "16, 64 or 256 (a power of four, so that 1/sqrt(block) "
+                            "is a power of two)", b);
+        /* The transform only spreads values before a quantization: on an
+         * operand left in binary32 it would add rounding and nothing else. */
+        const bool wgrad_q = p->q_act_grad.on && p->q_activation.on;
+        if (!wgrad_q || (p->rht == EMU_RHT_BACKWARD && !p->q_weight.on))
+            return emu_fail(err, EMU_ESPEC, "policy", "rht", "rht=%s transforms %s "
+                            "before they are quantized, but q.%s is none",
+                            p->rht == EMU_RHT_WGRAD ? "wgrad" : "backward",
+                            p->rht == EMU_RHT_WGRAD
+                                ? "the weight gradient's operands (dY and x)"
+                                : "the backward GEMMs' operands (dY, x and W)",
+                            !p->q_act_grad.on ? "act_grad"
+                            : !p->q_activation.on ? "activation" : "weight");
+    }
     if (p->tscale.history < 1 || p->tscale.history > EMU_AMAX_HISTORY_MAX)
         return emu_fail(err, EMU_ESPEC, "policy", "tensor_scaling", "history %d outside "
                         "1..%d", p->tscale.history, EMU_AMAX_HISTORY_MAX);
@@ -726,8 +780,14 @@ void emu_policy_write_json(const emu_policy *p, FILE *fp, int indent)
         fprintf(fp, "%s\"%s\": {\"format\": \"%s\", \"mode\": \"%s\"}",
                 i ? ", " : "", qnames[i], spec, mode);
     }
-    fprintf(fp, ", \"tensor_scaling\": \"%s\"%s}", ts,
+    fprintf(fp, ", \"tensor_scaling\": \"%s\"%s", ts,
             p->attn_quant ? ", \"attention\": \"yes\"" : "");
+    /* The transform only where it acts: every other record stays as it was. */
+    if (p->rht != EMU_RHT_NONE)
+        fprintf(fp, ", \"rht\": {\"apply\": \"%s\", \"block\": %u, \"seed\": %llu}",
+                p->rht == EMU_RHT_WGRAD ? "wgrad" : "backward", p->rht_block,
+                (unsigned long long)p->rht_seed);
+    fprintf(fp, "}");
     /* The op classes, all three when one differs from what a record
      * without them meant (emu/nn.h), so that an older run's record stays
      * byte for byte; the softmax as "activation" when it has no format. */

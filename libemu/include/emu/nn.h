@@ -94,6 +94,14 @@ typedef struct emu_operand_quant {
 /* Which layers keep the exempt precision (FP8 recipe: first and last). */
 enum { EMU_EXEMPT_FIRST = 1u << 0, EMU_EXEMPT_LAST = 1u << 1 };
 
+/* Where the policy applies the random Hadamard transform (emu_policy.rht). */
+typedef enum emu_rht_apply {
+    EMU_RHT_NONE,
+    EMU_RHT_WGRAD,    /* the weight gradient's GEMM: dY and x          */
+    EMU_RHT_BACKWARD, /* both backward GEMMs: also dY and W of dX      */
+    EMU_RHT_COUNT
+} emu_rht_apply;
+
 typedef struct emu_policy {
     char name[32];
     char paper[160];         /* the recipe it follows, for the run record   */
@@ -137,6 +145,17 @@ typedef struct emu_policy {
      * FP8 attention is enabled), mxfp4 and nvfp4 no (their recipes
      * quantize the linear layers only). */
     bool attn_quant;
+    /* The random Hadamard transform of the FP4 recipes (emu_rht, appended;
+     * absent from a record: none): applied to both operands of the weight
+     * gradient's GEMM (EMU_RHT_WGRAD: NVIDIA's NVFP4 recipe) or of both
+     * backward GEMMs (EMU_RHT_BACKWARD: Tseng et al.'s MXFP4 recipe), along
+     * their reduction axis, in blocks of rht_block (4, 16, 64 or 256), with
+     * the signs of rht_seed, before they are quantized.  Needs the
+     * operands it transforms quantized (q.act_grad, and q.activation or
+     * q.weight). */
+    emu_rht_apply rht;
+    unsigned rht_block;
+    uint64_t rht_seed;
 } emu_policy;
 
 /* The presets, by name: fp32, fp16-mpt, fp16-no-master, fp16-no-scaling,
@@ -160,7 +179,9 @@ const char *const *emu_policy_preset_names(void);
  * and layer norm's mean, var, rstd), softmax=FMT|activation (attention's
  * scores, probabilities and their gradients; activation: the activation
  * format under the roles' roundings), loss=FMT (the loss value), each
- * with <class>.mode=MODE, and attn_quant=yes|no (emu_policy.attn_quant).
+ * with <class>.mode=MODE, attn_quant=yes|no (emu_policy.attn_quant), and
+ * rht=none|wgrad|backward, rht_block=4|16|64|256, rht_seed=N (the random
+ * Hadamard transform, emu_policy.rht).
  * Preset defaults: norm_stats and loss binary32
  * RNE everywhere; softmax binary16 RNE in the fp16 presets (Micikevicius
  * et al. store the softmax's output in FP16, computing it in FP32),

@@ -354,6 +354,35 @@ int emu_t_matmul_scaled(emu_ctx *ctx, const char *site, emu_tensor *out,
                         const emu_scaled_tensor *a, const emu_scaled_tensor *b,
                         const emu_matmul_opts *opts, const emu_rounding *rnd);
 
+/* ---- the random Hadamard transform --------------------------------------- *
+ * The MXFP4 and NVFP4 training recipes (Tseng et al. 2025; NVIDIA 2025)
+ * multiply a GEMM's two operands along its reduction axis by the same
+ * random orthogonal matrix R = H_b D / sqrt(b), block-diagonal in blocks
+ * of b consecutive indices (H_b: Sylvester's Hadamard matrix of +-1s, D:
+ * random signs), so that (R A)^T (R B) = A^T B exactly while the outliers
+ * of each block are spread over it before quantization.
+ *
+ * emu_rht transforms the binary32 tensor `in`, seen as (outer, len, inner)
+ * row-major, along its middle axis: every complete block of b indices
+ * (b = 4, 16, 64 or 256, so that 1/sqrt(b) is a power of two); the last
+ * len mod b indices are copied, which keeps the map orthogonal.  The
+ * arithmetic is defined as binary32 with round-to-nearest-even at every
+ * step, whatever the host's floating-point state: the signs (exact),
+ * log2(b) butterfly stages (u + v, u - v, in increasing index order), then
+ * the product by 2^(-log2(b)/2) (exact unless the result is subnormal).
+ * inverse applies R^T = D H_b / sqrt(b) instead (butterflies, scaling,
+ * signs).  The signs are bit j of the Philox words of `seed` (stream
+ * EMU_RHT_STREAM), the same for every block.  out may be in.
+ * Returns 0, or -1 with err (a block size other than 4, 16, 64, 256; NULL
+ * arrays with a non-zero size; a size that overflows). */
+#define EMU_RHT_STREAM 0x5248540000000000ull /* "RHT" */
+int emu_rht(float *out, const float *in, size_t outer, size_t len,
+            size_t inner, unsigned block, uint64_t seed, bool inverse,
+            emu_error *err);
+
+/* The b signs of emu_rht's D for seed (+1.0f or -1.0f each). */
+int emu_rht_signs(float *signs, unsigned block, uint64_t seed, emu_error *err);
+
 /* Names as specs spell them. */
 const char *emu_scale_rule_name(emu_scale_rule r);
 
