@@ -1123,6 +1123,165 @@ static inline double fast_tanh1(const gt_fmt *g, const emu_format *f,
                                                   : tr_tanh(f, x);
 }
 
+/* ---- sigmoid and tanh, eight lanes at a time ------------------------------
+ *
+ * fast_sigmoid1 and fast_tanh1 in GCC's generic vectors of eight doubles,
+ * compiled once for AVX-512 (one register) and once for AVX2 (two): every
+ * lane does the scalar path's IEEE operations in its order (contraction is
+ * off, so no fused multiply-add), with both sides of its branches formed
+ * and the lane's one selected; 2^k is built from the bits of t / ln 2 +
+ * 1.5 * 2^52, whose fraction holds k.  A lane the quick test of gt_decided
+ * accepts holds the scalar path's value; every other lane (off the range,
+ * zero, NaN, undecided by the quick test) is redone by the scalar path,
+ * whose answer it then is.  tests/test_transcendental.c holds the two
+ * bit-identical at each instruction-set level. */
+#if EMU_HAVE_ISA_CLONES
+/* The helpers below are always inlined into the two clones: the ABI of
+ * their vector arguments, which GCC warns about (at the end of the file,
+ * hence no pop), never applies. */
+#pragma GCC diagnostic ignored "-Wpsabi"
+typedef double v8d __attribute__((vector_size(64)));
+typedef int64_t v8i __attribute__((vector_size(64)));
+
+static EMU_KERNEL_INLINE v8d v8_sel(v8i m, v8d a, v8d b)
+{
+    return (v8d)(((v8i)a & m) | ((v8i)b & ~m));
+}
+
+static EMU_KERNEL_INLINE v8d v8_abs(v8d a)
+{
+    return (v8d)((v8i)a & INT64_MAX);
+}
+
+/* exp_core, lane by lane. */
+static EMU_KERNEL_INLINE v8d v8_exp_core(v8d t)
+{
+    const v8d big = (v8d){ 0 } + 0x1.8p52;
+    const v8d kb = t * INV_LN2 + big;
+    const v8d kd = kb - big; /* nearest integer */
+    const v8d r = (t - kd * LN2_HI) - kd * LN2_LO;
+    v8d s = r * (1.0 / 479001600.0) + 1.0 / 39916800.0;
+    s = s * r + 1.0 / 3628800.0;
+    s = s * r + 1.0 / 362880.0;
+    s = s * r + 1.0 / 40320.0;
+    s = s * r + 1.0 / 5040.0;
+    s = s * r + 1.0 / 720.0;
+    s = s * r + 1.0 / 120.0;
+    s = s * r + 1.0 / 24.0;
+    s = s * r + 1.0 / 6.0;
+    s = s * r + 0.5;
+    s = s * r + 1.0;
+    s = s * r + 1.0;
+    /* k = bits(kb) - bits(1.5 * 2^52): kb and big share their binade */
+    const v8i k = (v8i)kb - (v8i)big;
+    return s * (v8d)((k + 1023) << 52);
+}
+
+/* Eight sigmoids (tanh false) or tanhs of x[0..8) into out; returns the
+ * mask of the lanes gt_decided's quick test accepted. */
+static EMU_KERNEL_INLINE unsigned v8_sigtanh(const gt_fmt *g, bool tanh_fn,
+                                             const float *x, double *out)
+{
+    v8d v;
+    for (int k = 0; k < 8; k++)
+        v[k] = (double)x[k];
+    const v8d zero = { 0 };
+    const v8d a = v8_abs(v);
+    v8d y, err;
+    v8i ok;
+    if (!tanh_fn) {
+        ok = (a <= 80.0) & (v != zero);
+        const v8d as = v8_sel(ok, a, zero);
+        const v8d t = v8_exp_core(-as); /* e^-x (x > 0) or e^x */
+        const v8d one = zero + 1.0;
+        y = v8_sel(v > zero, one, t) / (1.0 + t);
+        err = EPS_SIG_FAST * y;
+    } else {
+        ok = (a <= 10.0) & (v != zero);
+        const v8d as = v8_sel(ok, a, zero);
+        const v8d yb = 1.0 - 2.0 / (v8_exp_core(2.0 * as) + 1.0);
+        const v8d u = as * as;
+        v8d p = u * (-1382.0 / 155925.0) + 62.0 / 2835.0;
+        p = p * u + -17.0 / 315.0;
+        p = p * u + 2.0 / 15.0;
+        p = p * u + -1.0 / 3.0;
+        const v8d ys = as + as * (u * p);
+        y = v8_sel(as >= 0.0625, yb, ys);
+        err = EPS_TANH_FAST * y;
+    }
+    const v8d e = 1.5 * err;
+    const v8i norm = (v8_abs(y) - e) >= g->min_norm;
+    const v8i same = (((v8i)(y - e) ^ (v8i)(y + e)) & (int64_t)g->mask) == 0;
+    const v8i done = ok & norm & same;
+    if (tanh_fn) /* copysign(y, x) */
+        y = (v8d)((v8i)y | ((v8i)v & INT64_MIN));
+    unsigned mask = 0;
+    for (int k = 0; k < 8; k++) {
+        out[k] = y[k];
+        mask |= (unsigned)(done[k] != 0) << k;
+    }
+    return mask;
+}
+
+/* m sigmoids or tanhs, eight at a time; returns the elements done (a
+ * multiple of eight), undecided lanes redone by the scalar path. */
+static EMU_KERNEL_INLINE size_t sigtanh_lanes(const gt_fmt *g,
+                                              const emu_format *f,
+                                              bool tanh_fn, const float *x,
+                                              size_t m, double *out)
+{
+    size_t i = 0;
+    for (; i + 8 <= m; i += 8) {
+        const unsigned done = v8_sigtanh(g, tanh_fn, x + i, out + i);
+        if (done != 0xff)
+            for (int k = 0; k < 8; k++)
+                if (!(done >> k & 1))
+                    out[i + (size_t)k] =
+                        tanh_fn ? fast_tanh1(g, f, x[i + (size_t)k])
+                                : fast_sigmoid1(g, f, x[i + (size_t)k]);
+    }
+    return i;
+}
+
+EMU_ISA_TARGET_AVX512
+static size_t sigtanh_avx512(const gt_fmt *g, const emu_format *f,
+                             bool tanh_fn, const float *x, size_t m,
+                             double *out)
+{
+    return sigtanh_lanes(g, f, tanh_fn, x, m, out);
+}
+
+EMU_ISA_TARGET_AVX2
+static size_t sigtanh_avx2(const gt_fmt *g, const emu_format *f,
+                           bool tanh_fn, const float *x, size_t m,
+                           double *out)
+{
+    return sigtanh_lanes(g, f, tanh_fn, x, m, out);
+}
+#endif
+
+/* sigmoid (tanh_fn false) or tanh of m binary32 values, deterministic
+ * modes: the vector lanes where the CPU has them, then the scalar path. */
+static void fast_sigtanh_n(const emu_format *f, bool tanh_fn, const float *x,
+                           size_t m, double *out)
+{
+    const gt_fmt g = gt_fmt_of(f);
+    size_t i = 0;
+#if EMU_HAVE_ISA_CLONES
+    const emu_isa isa = emu_isa_active();
+    if (isa >= EMU_ISA_AVX512)
+        i = sigtanh_avx512(&g, f, tanh_fn, x, m, out);
+    else if (isa >= EMU_ISA_AVX2)
+        i = sigtanh_avx2(&g, f, tanh_fn, x, m, out);
+#endif
+    if (tanh_fn)
+        for (; i < m; i++)
+            out[i] = fast_tanh1(&g, f, x[i]);
+    else
+        for (; i < m; i++)
+            out[i] = fast_sigmoid1(&g, f, x[i]);
+}
+
 double emu_unary_eval_det(const emu_format *f, emu_unary fn, double x)
 {
     const gt_fmt g = gt_fmt_of(f);
@@ -1136,15 +1295,10 @@ double emu_unary_eval_det(const emu_format *f, emu_unary fn, double x)
 void emu_unary_eval_det_n(const emu_format *f, emu_unary fn, const float *x,
                           size_t n, double *out)
 {
-    const gt_fmt g = gt_fmt_of(f);
     switch (fn) {
     case EMU_UNARY_SIGMOID:
-        for (size_t i = 0; i < n; i++)
-            out[i] = fast_sigmoid1(&g, f, x[i]);
-        break;
     case EMU_UNARY_TANH:
-        for (size_t i = 0; i < n; i++)
-            out[i] = fast_tanh1(&g, f, x[i]);
+        fast_sigtanh_n(f, fn == EMU_UNARY_TANH, x, n, out);
         break;
     default:
         for (size_t i = 0; i < n; i++)
@@ -1433,15 +1587,10 @@ static int ew_fill(const void *vop, size_t i0, size_t m, double *hi,
     }
     case EW_UNARY:
         if (op->fast) {
-            const gt_fmt g = gt_fmt_of(op->fmt);
             if (op->f == EMU_UNARY_GELU)
                 fast_gelu_n(op->fmt, a, m, hi);
-            else if (op->f == EMU_UNARY_SIGMOID)
-                for (size_t j = 0; j < m; j++)
-                    hi[j] = fast_sigmoid1(&g, op->fmt, a[j]);
             else
-                for (size_t j = 0; j < m; j++)
-                    hi[j] = fast_tanh1(&g, op->fmt, a[j]);
+                fast_sigtanh_n(op->fmt, op->f == EMU_UNARY_TANH, a, m, hi);
             break;
         }
         for (size_t j = 0; j < m; j++)
