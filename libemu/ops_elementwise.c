@@ -1123,124 +1123,54 @@ static inline double fast_tanh1(const gt_fmt *g, const emu_format *f,
                                                   : tr_tanh(f, x);
 }
 
-/* ---- sigmoid and tanh, eight lanes at a time ------------------------------
+/* ---- sigmoid and tanh in vector lanes -----------------------------------
  *
- * fast_sigmoid1 and fast_tanh1 in GCC's generic vectors of eight doubles,
- * compiled once for AVX-512 (one register) and once for AVX2 (two): every
- * lane does the scalar path's IEEE operations in its order (contraction is
- * off, so no fused multiply-add), with both sides of its branches formed
- * and the lane's one selected; 2^k is built from the bits of t / ln 2 +
- * 1.5 * 2^52, whose fraction holds k.  A lane the quick test of gt_decided
- * accepts holds the scalar path's value; every other lane (off the range,
- * zero, NaN, undecided by the quick test) is redone by the scalar path,
- * whose answer it then is.  tests/test_transcendental.c holds the two
- * bit-identical at each instruction-set level. */
+ * fast_sigmoid1 and fast_tanh1, eight lanes at a time (AVX-512) or four
+ * (AVX2): every lane does the scalar path's IEEE operations in its order
+ * (contraction is off, so no fused multiply-add), with both sides of its
+ * branches formed and the lane's own selected; 2^k is built from the bits
+ * of t / ln 2 + 1.5 * 2^52 (kb below), whose fraction holds k.  A lane the
+ * quick test of gt_decided accepts holds the scalar path's value; every
+ * other lane (off the range, zero, NaN, undecided by the quick test) is
+ * redone by the scalar path, whose answer it then is.  (GCC's generic
+ * vectors scalarise the comparisons, hence intrinsics.)
+ * tests/test_transcendental.c holds the lanes bit-identical to the scalar
+ * path at each instruction-set level. */
 #if EMU_HAVE_ISA_CLONES
-/* The helpers below are always inlined into the two clones: the ABI of
- * their vector arguments, which GCC warns about (at the end of the file,
- * hence no pop), never applies. */
-#pragma GCC diagnostic ignored "-Wpsabi"
-typedef double v8d __attribute__((vector_size(64)));
-typedef int64_t v8i __attribute__((vector_size(64)));
-
-static EMU_KERNEL_INLINE v8d v8_sel(v8i m, v8d a, v8d b)
+/* The scalar path for the lanes of x[0..w) not in done. */
+static void sigtanh_redo(const gt_fmt *g, const emu_format *f, bool tanh_fn,
+                         const float *x, unsigned done, int w, double *out)
 {
-    return (v8d)(((v8i)a & m) | ((v8i)b & ~m));
+    for (int k = 0; k < w; k++)
+        if (!(done >> k & 1))
+            out[k] = tanh_fn ? fast_tanh1(g, f, x[k])
+                             : fast_sigmoid1(g, f, x[k]);
 }
 
-static EMU_KERNEL_INLINE v8d v8_abs(v8d a)
+EMU_ISA_TARGET_AVX512
+static inline __m512d exp_core_avx512(__m512d t)
 {
-    return (v8d)((v8i)a & INT64_MAX);
-}
-
-/* exp_core, lane by lane. */
-static EMU_KERNEL_INLINE v8d v8_exp_core(v8d t)
-{
-    const v8d big = (v8d){ 0 } + 0x1.8p52;
-    const v8d kb = t * INV_LN2 + big;
-    const v8d kd = kb - big; /* nearest integer */
-    const v8d r = (t - kd * LN2_HI) - kd * LN2_LO;
-    v8d s = r * (1.0 / 479001600.0) + 1.0 / 39916800.0;
-    s = s * r + 1.0 / 3628800.0;
-    s = s * r + 1.0 / 362880.0;
-    s = s * r + 1.0 / 40320.0;
-    s = s * r + 1.0 / 5040.0;
-    s = s * r + 1.0 / 720.0;
-    s = s * r + 1.0 / 120.0;
-    s = s * r + 1.0 / 24.0;
-    s = s * r + 1.0 / 6.0;
-    s = s * r + 0.5;
-    s = s * r + 1.0;
-    s = s * r + 1.0;
-    /* k = bits(kb) - bits(1.5 * 2^52): kb and big share their binade */
-    const v8i k = (v8i)kb - (v8i)big;
-    return s * (v8d)((k + 1023) << 52);
-}
-
-/* Eight sigmoids (tanh false) or tanhs of x[0..8) into out; returns the
- * mask of the lanes gt_decided's quick test accepted. */
-static EMU_KERNEL_INLINE unsigned v8_sigtanh(const gt_fmt *g, bool tanh_fn,
-                                             const float *x, double *out)
-{
-    v8d v;
-    for (int k = 0; k < 8; k++)
-        v[k] = (double)x[k];
-    const v8d zero = { 0 };
-    const v8d a = v8_abs(v);
-    v8d y, err;
-    v8i ok;
-    if (!tanh_fn) {
-        ok = (a <= 80.0) & (v != zero);
-        const v8d as = v8_sel(ok, a, zero);
-        const v8d t = v8_exp_core(-as); /* e^-x (x > 0) or e^x */
-        const v8d one = zero + 1.0;
-        y = v8_sel(v > zero, one, t) / (1.0 + t);
-        err = EPS_SIG_FAST * y;
-    } else {
-        ok = (a <= 10.0) & (v != zero);
-        const v8d as = v8_sel(ok, a, zero);
-        const v8d yb = 1.0 - 2.0 / (v8_exp_core(2.0 * as) + 1.0);
-        const v8d u = as * as;
-        v8d p = u * (-1382.0 / 155925.0) + 62.0 / 2835.0;
-        p = p * u + -17.0 / 315.0;
-        p = p * u + 2.0 / 15.0;
-        p = p * u + -1.0 / 3.0;
-        const v8d ys = as + as * (u * p);
-        y = v8_sel(as >= 0.0625, yb, ys);
-        err = EPS_TANH_FAST * y;
-    }
-    const v8d e = 1.5 * err;
-    const v8i norm = (v8_abs(y) - e) >= g->min_norm;
-    const v8i same = (((v8i)(y - e) ^ (v8i)(y + e)) & (int64_t)g->mask) == 0;
-    const v8i done = ok & norm & same;
-    if (tanh_fn) /* copysign(y, x) */
-        y = (v8d)((v8i)y | ((v8i)v & INT64_MIN));
-    unsigned mask = 0;
-    for (int k = 0; k < 8; k++) {
-        out[k] = y[k];
-        mask |= (unsigned)(done[k] != 0) << k;
-    }
-    return mask;
-}
-
-/* m sigmoids or tanhs, eight at a time; returns the elements done (a
- * multiple of eight), undecided lanes redone by the scalar path. */
-static EMU_KERNEL_INLINE size_t sigtanh_lanes(const gt_fmt *g,
-                                              const emu_format *f,
-                                              bool tanh_fn, const float *x,
-                                              size_t m, double *out)
-{
-    size_t i = 0;
-    for (; i + 8 <= m; i += 8) {
-        const unsigned done = v8_sigtanh(g, tanh_fn, x + i, out + i);
-        if (done != 0xff)
-            for (int k = 0; k < 8; k++)
-                if (!(done >> k & 1))
-                    out[i + (size_t)k] =
-                        tanh_fn ? fast_tanh1(g, f, x[i + (size_t)k])
-                                : fast_sigmoid1(g, f, x[i + (size_t)k]);
-    }
-    return i;
+    const __m512d big = _mm512_set1_pd(0x1.8p52);
+    const __m512d kb = _mm512_add_pd(_mm512_mul_pd(t, _mm512_set1_pd(INV_LN2)),
+                                     big);
+    const __m512d kd = _mm512_sub_pd(kb, big); /* nearest integer */
+    const __m512d r = _mm512_sub_pd(
+        _mm512_sub_pd(t, _mm512_mul_pd(kd, _mm512_set1_pd(LN2_HI))),
+        _mm512_mul_pd(kd, _mm512_set1_pd(LN2_LO)));
+    static const double c[12] = {
+        1.0 / 39916800.0, 1.0 / 3628800.0, 1.0 / 362880.0, 1.0 / 40320.0,
+        1.0 / 5040.0, 1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5,
+        1.0, 1.0,
+    };
+    __m512d s = _mm512_mul_pd(r, _mm512_set1_pd(1.0 / 479001600.0));
+    s = _mm512_add_pd(s, _mm512_set1_pd(c[0]));
+    for (int q = 1; q < 12; q++)
+        s = _mm512_add_pd(_mm512_mul_pd(s, r), _mm512_set1_pd(c[q]));
+    const __m512i k = _mm512_sub_epi64(_mm512_castpd_si512(kb),
+                                       _mm512_castpd_si512(big));
+    const __m512i e = _mm512_slli_epi64(
+        _mm512_add_epi64(k, _mm512_set1_epi64(1023)), 52);
+    return _mm512_mul_pd(s, _mm512_castsi512_pd(e));
 }
 
 EMU_ISA_TARGET_AVX512
@@ -1248,7 +1178,91 @@ static size_t sigtanh_avx512(const gt_fmt *g, const emu_format *f,
                              bool tanh_fn, const float *x, size_t m,
                              double *out)
 {
-    return sigtanh_lanes(g, f, tanh_fn, x, m, out);
+    const __m512d zero = _mm512_setzero_pd(), one = _mm512_set1_pd(1.0);
+    const __m512i sign = _mm512_set1_epi64(INT64_MIN);
+    const __m512i mask = _mm512_set1_epi64((long long)g->mask);
+    const __m512d lim = _mm512_set1_pd(tanh_fn ? 10.0 : 80.0);
+    const __m512d eps = _mm512_set1_pd(tanh_fn ? EPS_TANH_FAST : EPS_SIG_FAST);
+    size_t i = 0;
+    for (; i + 8 <= m; i += 8) {
+        const __m512d v = _mm512_cvtps_pd(_mm256_loadu_ps(x + i));
+        const __m512d a = _mm512_abs_pd(v);
+        const __mmask8 ok = _mm512_cmp_pd_mask(a, lim, _CMP_LE_OQ) &
+                            _mm512_cmp_pd_mask(v, zero, _CMP_NEQ_OQ);
+        const __m512d as = _mm512_maskz_mov_pd(ok, a); /* others at 0 */
+        __m512d y;
+        if (!tanh_fn) {
+            /* e^-x (x > 0) or e^x; then 1 / (1 + t) or t / (1 + t) */
+            const __m512d t = exp_core_avx512(_mm512_castsi512_pd(
+                _mm512_xor_si512(_mm512_castpd_si512(as), sign)));
+            const __mmask8 pos = _mm512_cmp_pd_mask(v, zero, _CMP_GT_OQ);
+            y = _mm512_div_pd(_mm512_mask_blend_pd(pos, t, one),
+                              _mm512_add_pd(one, t));
+        } else {
+            const __m512d eb = exp_core_avx512(_mm512_add_pd(as, as));
+            const __m512d yb = _mm512_sub_pd(
+                one, _mm512_div_pd(_mm512_set1_pd(2.0),
+                                   _mm512_add_pd(eb, one)));
+            const __m512d u = _mm512_mul_pd(as, as);
+            __m512d p = _mm512_add_pd(
+                _mm512_mul_pd(u, _mm512_set1_pd(-1382.0 / 155925.0)),
+                _mm512_set1_pd(62.0 / 2835.0));
+            p = _mm512_add_pd(_mm512_mul_pd(p, u), _mm512_set1_pd(-17.0 / 315.0));
+            p = _mm512_add_pd(_mm512_mul_pd(p, u), _mm512_set1_pd(2.0 / 15.0));
+            p = _mm512_add_pd(_mm512_mul_pd(p, u), _mm512_set1_pd(-1.0 / 3.0));
+            const __m512d ys = _mm512_add_pd(
+                as, _mm512_mul_pd(as, _mm512_mul_pd(u, p)));
+            const __mmask8 wide = _mm512_cmp_pd_mask(
+                as, _mm512_set1_pd(0.0625), _CMP_GE_OQ);
+            y = _mm512_mask_blend_pd(wide, ys, yb);
+        }
+        /* gt_decided's quick test, err = eps y */
+        const __m512d e = _mm512_mul_pd(_mm512_set1_pd(1.5),
+                                        _mm512_mul_pd(eps, y));
+        const __mmask8 norm = _mm512_cmp_pd_mask(
+            _mm512_sub_pd(_mm512_abs_pd(y), e), _mm512_set1_pd(g->min_norm),
+            _CMP_GE_OQ);
+        const __m512i diff = _mm512_and_si512(
+            _mm512_xor_si512(_mm512_castpd_si512(_mm512_sub_pd(y, e)),
+                             _mm512_castpd_si512(_mm512_add_pd(y, e))),
+            mask);
+        const unsigned done =
+            ok & norm & _mm512_testn_epi64_mask(diff, diff);
+        if (tanh_fn) /* copysign(y, x) */
+            y = _mm512_castsi512_pd(_mm512_or_si512(
+                _mm512_castpd_si512(y),
+                _mm512_and_si512(_mm512_castpd_si512(v), sign)));
+        _mm512_storeu_pd(out + i, y);
+        if (done != 0xff)
+            sigtanh_redo(g, f, tanh_fn, x + i, done, 8, out + i);
+    }
+    return i;
+}
+
+EMU_ISA_TARGET_AVX2
+static inline __m256d exp_core_avx2(__m256d t)
+{
+    const __m256d big = _mm256_set1_pd(0x1.8p52);
+    const __m256d kb = _mm256_add_pd(_mm256_mul_pd(t, _mm256_set1_pd(INV_LN2)),
+                                     big);
+    const __m256d kd = _mm256_sub_pd(kb, big); /* nearest integer */
+    const __m256d r = _mm256_sub_pd(
+        _mm256_sub_pd(t, _mm256_mul_pd(kd, _mm256_set1_pd(LN2_HI))),
+        _mm256_mul_pd(kd, _mm256_set1_pd(LN2_LO)));
+    static const double c[12] = {
+        1.0 / 39916800.0, 1.0 / 3628800.0, 1.0 / 362880.0, 1.0 / 40320.0,
+        1.0 / 5040.0, 1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5,
+        1.0, 1.0,
+    };
+    __m256d s = _mm256_mul_pd(r, _mm256_set1_pd(1.0 / 479001600.0));
+    s = _mm256_add_pd(s, _mm256_set1_pd(c[0]));
+    for (int q = 1; q < 12; q++)
+        s = _mm256_add_pd(_mm256_mul_pd(s, r), _mm256_set1_pd(c[q]));
+    const __m256i k = _mm256_sub_epi64(_mm256_castpd_si256(kb),
+                                       _mm256_castpd_si256(big));
+    const __m256i e = _mm256_slli_epi64(
+        _mm256_add_epi64(k, _mm256_set1_epi64x(1023)), 52);
+    return _mm256_mul_pd(s, _mm256_castsi256_pd(e));
 }
 
 EMU_ISA_TARGET_AVX2
@@ -1256,7 +1270,62 @@ static size_t sigtanh_avx2(const gt_fmt *g, const emu_format *f,
                            bool tanh_fn, const float *x, size_t m,
                            double *out)
 {
-    return sigtanh_lanes(g, f, tanh_fn, x, m, out);
+    const __m256d zero = _mm256_setzero_pd(), one = _mm256_set1_pd(1.0);
+    const __m256d sign = _mm256_castsi256_pd(_mm256_set1_epi64x(INT64_MIN));
+    const __m256i mask = _mm256_set1_epi64x((long long)g->mask);
+    const __m256d lim = _mm256_set1_pd(tanh_fn ? 10.0 : 80.0);
+    const __m256d eps = _mm256_set1_pd(tanh_fn ? EPS_TANH_FAST : EPS_SIG_FAST);
+    size_t i = 0;
+    for (; i + 4 <= m; i += 4) {
+        const __m256d v = _mm256_cvtps_pd(_mm_loadu_ps(x + i));
+        const __m256d a = _mm256_andnot_pd(sign, v);
+        const __m256d ok = _mm256_and_pd(_mm256_cmp_pd(a, lim, _CMP_LE_OQ),
+                                         _mm256_cmp_pd(v, zero, _CMP_NEQ_OQ));
+        const __m256d as = _mm256_and_pd(ok, a); /* others at 0 */
+        __m256d y;
+        if (!tanh_fn) {
+            const __m256d t = exp_core_avx2(_mm256_xor_pd(as, sign));
+            const __m256d pos = _mm256_cmp_pd(v, zero, _CMP_GT_OQ);
+            y = _mm256_div_pd(_mm256_blendv_pd(t, one, pos),
+                              _mm256_add_pd(one, t));
+        } else {
+            const __m256d eb = exp_core_avx2(_mm256_add_pd(as, as));
+            const __m256d yb = _mm256_sub_pd(
+                one, _mm256_div_pd(_mm256_set1_pd(2.0),
+                                   _mm256_add_pd(eb, one)));
+            const __m256d u = _mm256_mul_pd(as, as);
+            __m256d p = _mm256_add_pd(
+                _mm256_mul_pd(u, _mm256_set1_pd(-1382.0 / 155925.0)),
+                _mm256_set1_pd(62.0 / 2835.0));
+            p = _mm256_add_pd(_mm256_mul_pd(p, u), _mm256_set1_pd(-17.0 / 315.0));
+            p = _mm256_add_pd(_mm256_mul_pd(p, u), _mm256_set1_pd(2.0 / 15.0));
+            p = _mm256_add_pd(_mm256_mul_pd(p, u), _mm256_set1_pd(-1.0 / 3.0));
+            const __m256d ys = _mm256_add_pd(
+                as, _mm256_mul_pd(as, _mm256_mul_pd(u, p)));
+            const __m256d wide = _mm256_cmp_pd(as, _mm256_set1_pd(0.0625),
+                                               _CMP_GE_OQ);
+            y = _mm256_blendv_pd(ys, yb, wide);
+        }
+        const __m256d e = _mm256_mul_pd(_mm256_set1_pd(1.5),
+                                        _mm256_mul_pd(eps, y));
+        const __m256d norm = _mm256_cmp_pd(
+            _mm256_sub_pd(_mm256_andnot_pd(sign, y), e),
+            _mm256_set1_pd(g->min_norm), _CMP_GE_OQ);
+        const __m256i diff = _mm256_and_si256(
+            _mm256_xor_si256(_mm256_castpd_si256(_mm256_sub_pd(y, e)),
+                             _mm256_castpd_si256(_mm256_add_pd(y, e))),
+            mask);
+        const __m256d same = _mm256_castsi256_pd(
+            _mm256_cmpeq_epi64(diff, _mm256_setzero_si256()));
+        const unsigned done = (unsigned)_mm256_movemask_pd(
+            _mm256_and_pd(ok, _mm256_and_pd(norm, same)));
+        if (tanh_fn) /* copysign(y, x) */
+            y = _mm256_or_pd(y, _mm256_and_pd(v, sign));
+        _mm256_storeu_pd(out + i, y);
+        if (done != 0xf)
+            sigtanh_redo(g, f, tanh_fn, x + i, done, 4, out + i);
+    }
+    return i;
 }
 #endif
 
