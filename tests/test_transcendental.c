@@ -531,12 +531,14 @@ START_TEST(test_fast_ranges)
 }
 END_TEST
 
-/* The vector lanes of sigmoid and tanh (ops_elementwise.c, eight lanes
- * under AVX-512 or AVX2; CTest runs this suite at each level) against
- * their scalar fast path, bit for bit on the binary64 values the choke
- * point rounds (so every rounding and every statistic agrees too): every
- * binary16 value, 2^16 binary32 values of magnitude 2^-30 .. 2^7, the
- * edges of the ranges, into binary32, binary16, bfloat16 and e4m3 (a
+/* The vector lanes of sigmoid, tanh (eight under AVX-512, four under
+ * AVX2), gelu and gelu' (the same) of ops_elementwise.c against their
+ * scalar fast paths (CTest runs this suite at each level), bit for bit on
+ * the binary64 values the choke point rounds, so that every rounding and
+ * every statistic agrees too (the MPFR checks above cannot see an error
+ * in a value's last bits, e.g. a wrong high-order Taylor coefficient):
+ * every binary16 value, 2^16 binary32 values of magnitude 2^-30 .. 2^7,
+ * the edges of the ranges, into binary32, binary16, bfloat16 and e4m3 (a
  * format whose narrow range takes other branches of the boundary test),
  * in arrays of odd length, so that the scalar tail runs as well. */
 START_TEST(test_vector_lanes)
@@ -588,8 +590,29 @@ START_TEST(test_vector_lanes)
                            vec[i], s);
             }
         }
+    /* gelu and its gradient on their table path, likewise (dy from the
+     * inputs reversed: every sign and magnitude meets every x) */
+    float *dy = malloc(n * sizeof *dy);
+    double *sca = malloc(n * sizeof *sca);
+    ck_assert(dy && sca);
+    for (size_t i = 0; i < n; i++)
+        dy[i] = x[n - 1 - i];
+    for (int q = 0; q < 2; q++)
+        for (size_t o = 0; o < sizeof outs / sizeof outs[0]; o++) {
+            const emu_format *f = test_format(outs[o]);
+            ck_assert(emu_gelu_fast_n(f, x, q ? dy : NULL, n, vec, true));
+            ck_assert(emu_gelu_fast_n(f, x, q ? dy : NULL, n, sca, false));
+            for (size_t i = 0; i < n; i++)
+                if (memcmp(&sca[i], &vec[i], sizeof sca[i]) != 0 && bad++ < 10)
+                    printf("gelu%s %a (dy %a) -> %s: lanes %a, scalar %a\n",
+                           q ? "'" : "", (double)x[i], (double)dy[i], outs[o],
+                           vec[i], sca[i]);
+        }
+    free(dy);
+    free(sca);
     test_oracle_leave(fs);
-    printf("sigmoid, tanh: %zu inputs into 4 formats, lanes of level %s\n",
+    printf("sigmoid, tanh, gelu, gelu': %zu inputs into 4 formats, lanes of "
+           "level %s\n",
            n, emu_isa_name(emu_isa_active()));
     free(x);
     free(vec);
