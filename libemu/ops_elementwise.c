@@ -1038,137 +1038,6 @@ static size_t gelu_avx2(const gt_fmt *g, const emu_format *f, const float *x,
     }
     return i;
 }
-
-/* The same, eight lanes at a time (AVX-512): gelu_avx2's operations,
- * with the eight rows of coefficients transposed in registers (an 8 x 8
- * block by three rounds of two-source permutes, the last two coefficients
- * from the rows' pairs). */
-EMU_ISA_TARGET_AVX512
-static size_t gelu_avx512(const gt_fmt *g, const emu_format *f,
-                          const float *x, const float *dy, size_t m,
-                          double *out)
-{
-    const double *tab = dy ? &gtab.dphi[0][0] : &gtab.phi[0][0];
-    const double *etab = dy ? gtab.edphi : gtab.ephi;
-    const __m512d big = _mm512_set1_pd(0x1.8p52);
-    const __m512d steps = _mm512_set1_pd((double)GT_STEPS);
-    const __m512d inv_steps = _mm512_set1_pd(1.0 / GT_STEPS);
-    const __m512d xmax = _mm512_set1_pd((double)GT_XMAX);
-    const __m512d zero = _mm512_setzero_pd();
-    const __m512d inf = _mm512_set1_pd(INFINITY);
-    const __m512d eps = _mm512_set1_pd(0x1p-52);
-    const __m512d half3 = _mm512_set1_pd(1.5);
-    const __m512d min_norm = _mm512_set1_pd(g->min_norm);
-    const __m512i mask = _mm512_set1_epi64((long long)g->mask);
-    const __m256i centre = _mm256_set1_epi32(GT_XMAX * GT_STEPS);
-    /* permute indices: pairs of two sources (8 + k: the second's k) */
-    const __m512i p_lo = _mm512_set_epi64(13, 12, 5, 4, 9, 8, 1, 0);
-    const __m512i p_hi = _mm512_set_epi64(15, 14, 7, 6, 11, 10, 3, 2);
-    const __m512i q_lo = _mm512_set_epi64(11, 10, 9, 8, 3, 2, 1, 0);
-    const __m512i q_hi = _mm512_set_epi64(15, 14, 13, 12, 7, 6, 5, 4);
-    const __m512i ev = _mm512_set_epi64(14, 12, 10, 8, 6, 4, 2, 0);
-    const __m512i od = _mm512_set_epi64(15, 13, 11, 9, 7, 5, 3, 1);
-    size_t i = 0;
-    for (; i + 8 <= m; i += 8) {
-        const __m512d v = _mm512_cvtps_pd(_mm256_loadu_ps(x + i));
-        __mmask8 ok = _mm512_cmp_pd_mask(_mm512_abs_pd(v), xmax, _CMP_LE_OQ) &
-                      _mm512_cmp_pd_mask(v, zero, _CMP_NEQ_OQ);
-        __m512d d = v;
-        if (dy) {
-            d = _mm512_cvtps_pd(_mm256_loadu_ps(dy + i));
-            ok &= _mm512_cmp_pd_mask(_mm512_abs_pd(d), inf, _CMP_LT_OQ) &
-                  _mm512_cmp_pd_mask(d, zero, _CMP_NEQ_OQ);
-        }
-        /* lanes off the path computed at 0 (the table's centre row) */
-        const __m512d vv = _mm512_maskz_mov_pd(ok, v);
-        const __m512d dd = _mm512_maskz_mov_pd(ok, d);
-        const __m512d t = _mm512_sub_pd(
-            _mm512_add_pd(_mm512_mul_pd(vv, steps), big), big);
-        const __m512d h = _mm512_sub_pd(vv, _mm512_mul_pd(t, inv_steps));
-        int32_t j[8];
-        _mm256_storeu_si256((__m256i *)(void *)j,
-                            _mm256_add_epi32(_mm512_cvttpd_epi32(t), centre));
-        const double *r[8];
-        __m512d a[8];
-        for (int k = 0; k < 8; k++) {
-            r[k] = tab + (size_t)j[k] * (GT_DEG + 1);
-            a[k] = _mm512_loadu_pd(r[k]);
-        }
-        /* round 1: rows (2k, 2k+1) interleaved, even and odd columns */
-        __m512d b[8];
-        for (int k = 0; k < 4; k++) {
-            b[2 * k] = _mm512_unpacklo_pd(a[2 * k], a[2 * k + 1]);
-            b[2 * k + 1] = _mm512_unpackhi_pd(a[2 * k], a[2 * k + 1]);
-        }
-        /* round 2: four rows a column pair; round 3: eight rows */
-        const __m512d u0 = _mm512_permutex2var_pd(b[0], p_lo, b[2]); /* 0 4 */
-        const __m512d u1 = _mm512_permutex2var_pd(b[0], p_hi, b[2]); /* 2 6 */
-        const __m512d u2 = _mm512_permutex2var_pd(b[1], p_lo, b[3]); /* 1 5 */
-        const __m512d u3 = _mm512_permutex2var_pd(b[1], p_hi, b[3]); /* 3 7 */
-        const __m512d w0 = _mm512_permutex2var_pd(b[4], p_lo, b[6]);
-        const __m512d w1 = _mm512_permutex2var_pd(b[4], p_hi, b[6]);
-        const __m512d w2 = _mm512_permutex2var_pd(b[5], p_lo, b[7]);
-        const __m512d w3 = _mm512_permutex2var_pd(b[5], p_hi, b[7]);
-        __m512d c[GT_DEG + 1];
-        c[0] = _mm512_permutex2var_pd(u0, q_lo, w0);
-        c[4] = _mm512_permutex2var_pd(u0, q_hi, w0);
-        c[2] = _mm512_permutex2var_pd(u1, q_lo, w1);
-        c[6] = _mm512_permutex2var_pd(u1, q_hi, w1);
-        c[1] = _mm512_permutex2var_pd(u2, q_lo, w2);
-        c[5] = _mm512_permutex2var_pd(u2, q_hi, w2);
-        c[3] = _mm512_permutex2var_pd(u3, q_lo, w3);
-        c[7] = _mm512_permutex2var_pd(u3, q_hi, w3);
-        {
-            /* coefficients 8 and 9: the rows' last pairs, then split */
-            const __m256d p01 = _mm256_insertf128_pd(
-                _mm256_castpd128_pd256(_mm_loadu_pd(r[0] + 8)),
-                _mm_loadu_pd(r[1] + 8), 1);
-            const __m256d p23 = _mm256_insertf128_pd(
-                _mm256_castpd128_pd256(_mm_loadu_pd(r[2] + 8)),
-                _mm_loadu_pd(r[3] + 8), 1);
-            const __m256d p45 = _mm256_insertf128_pd(
-                _mm256_castpd128_pd256(_mm_loadu_pd(r[4] + 8)),
-                _mm_loadu_pd(r[5] + 8), 1);
-            const __m256d p67 = _mm256_insertf128_pd(
-                _mm256_castpd128_pd256(_mm_loadu_pd(r[6] + 8)),
-                _mm_loadu_pd(r[7] + 8), 1);
-            const __m512d lo4 = _mm512_insertf64x4(
-                _mm512_castpd256_pd512(p01), p23, 1);
-            const __m512d hi4 = _mm512_insertf64x4(
-                _mm512_castpd256_pd512(p45), p67, 1);
-            c[8] = _mm512_permutex2var_pd(lo4, ev, hi4);
-            c[9] = _mm512_permutex2var_pd(lo4, od, hi4);
-        }
-        _Static_assert(GT_DEG == 9, "the loads above");
-        __m512d s = _mm512_add_pd(_mm512_mul_pd(c[9], h), c[8]);
-        for (int q = 7; q >= 0; q--)
-            s = _mm512_add_pd(_mm512_mul_pd(s, h), c[q]);
-        const __m512d et = _mm512_set_pd(etab[j[7]], etab[j[6]], etab[j[5]],
-                                         etab[j[4]], etab[j[3]], etab[j[2]],
-                                         etab[j[1]], etab[j[0]]);
-        const __m512d y = _mm512_mul_pd(dd, s);
-        const __m512d ay = _mm512_abs_pd(y);
-        const __m512d err = _mm512_add_pd(
-            _mm512_mul_pd(_mm512_abs_pd(dd), et), _mm512_mul_pd(eps, ay));
-        const __m512d e = _mm512_mul_pd(half3, err);
-        const __mmask8 norm = _mm512_cmp_pd_mask(_mm512_sub_pd(ay, e),
-                                                 min_norm, _CMP_GE_OQ);
-        const __m512i diff = _mm512_and_si512(
-            _mm512_xor_si512(_mm512_castpd_si512(_mm512_sub_pd(y, e)),
-                             _mm512_castpd_si512(_mm512_add_pd(y, e))),
-            mask);
-        const unsigned done = ok & norm & _mm512_testn_epi64_mask(diff, diff);
-        _mm512_storeu_pd(out + i, y);
-        if (done != 0xff)
-            for (int k = 0; k < 8; k++)
-                if (!(done >> k & 1))
-                    out[i + (size_t)k] =
-                        dy ? fast_gelu_grad1(g, f, dy[i + (size_t)k],
-                                             x[i + (size_t)k])
-                           : fast_gelu1(g, f, x[i + (size_t)k]);
-    }
-    return i;
-}
 #endif
 
 /* gelu of m values (deterministic modes, table ready). */
@@ -1178,9 +1047,7 @@ static void fast_gelu_n(const emu_format *f, const float *x, size_t m,
     const gt_fmt g = gt_fmt_of(f);
     size_t i = 0;
 #if EMU_HAVE_ISA_CLONES
-    if (emu_isa_active() >= EMU_ISA_AVX512)
-        i = gelu_avx512(&g, f, x, NULL, m, out);
-    else if (emu_isa_active() >= EMU_ISA_AVX2)
+    if (emu_isa_active() >= EMU_ISA_AVX2)
         i = gelu_avx2(&g, f, x, NULL, m, out);
 #endif
     for (; i < m; i++)
@@ -1194,9 +1061,7 @@ static void fast_gelu_grad_n(const emu_format *f, const float *dy,
     const gt_fmt g = gt_fmt_of(f);
     size_t i = 0;
 #if EMU_HAVE_ISA_CLONES
-    if (emu_isa_active() >= EMU_ISA_AVX512)
-        i = gelu_avx512(&g, f, x, dy, m, out);
-    else if (emu_isa_active() >= EMU_ISA_AVX2)
+    if (emu_isa_active() >= EMU_ISA_AVX2)
         i = gelu_avx2(&g, f, x, dy, m, out);
 #endif
     for (; i < m; i++)

@@ -532,7 +532,7 @@ START_TEST(test_fast_ranges)
 END_TEST
 
 /* The vector lanes of sigmoid, tanh (eight under AVX-512, four under
- * AVX2), gelu and gelu' (the same) of ops_elementwise.c against their
+ * AVX2), gelu and gelu' (four, AVX2) of ops_elementwise.c against their
  * scalar fast paths (CTest runs this suite at each level), bit for bit on
  * the binary64 values the choke point rounds, so that every rounding and
  * every statistic agrees too (the MPFR checks above cannot see an error
