@@ -108,37 +108,75 @@ static void exact_sum(double x, double y, emu_rnd mode, double *hi,
  * the default environment (the guard holds it) an exact zero sum of
  * finite values is already +0, or the zeros' common sign, which is
  * exact_sum's answer in every mode but toward -inf.  That mode, runs
- * with a special value and the tail take exact_sum element by element. */
+ * with a special value and the tail take exact_sum element by element.
+ * The runs are compiled for each instruction-set level (the same IEEE
+ * operations lane by lane, so the same bits; test_ops_elementwise runs at
+ * each level): AVX-512 forms eight sums a vector where the baseline forms
+ * two. */
 enum { SUM_RUN = 64 };
+
+/* The runs of exact_sums from j0 on; returns where they stopped (a run
+ * with a special value, or fewer than SUM_RUN left). */
+static EMU_KERNEL_INLINE size_t sum_runs(const float *a, const float *b,
+                                         bool neg, size_t j0, size_t m,
+                                         double *hi, double *lo)
+{
+    for (; j0 + SUM_RUN <= m; j0 += SUM_RUN) {
+        /* Local copies: the loops then need no alias checks. */
+        float fa[SUM_RUN], fb[SUM_RUN];
+        uint32_t ua[SUM_RUN], ub[SUM_RUN], special = 0;
+        memcpy(fa, a + j0, sizeof fa);
+        memcpy(fb, b + j0, sizeof fb);
+        memcpy(ua, fa, sizeof ua);
+        memcpy(ub, fb, sizeof ub);
+        for (int j = 0; j < SUM_RUN; j++)
+            special |= (uint32_t)((ua[j] & 0x7f800000u) == 0x7f800000u) |
+                       (uint32_t)((ub[j] & 0x7f800000u) == 0x7f800000u);
+        if (special)
+            break; /* this run and the rest one by one */
+        double h[SUM_RUN], l[SUM_RUN];
+        if (neg)
+            for (int j = 0; j < SUM_RUN; j++)
+                emu_two_sum(fa[j], -(double)fb[j], &h[j], &l[j]);
+        else
+            for (int j = 0; j < SUM_RUN; j++)
+                emu_two_sum(fa[j], fb[j], &h[j], &l[j]);
+        memcpy(hi + j0, h, sizeof h);
+        memcpy(lo + j0, l, sizeof l);
+    }
+    return j0;
+}
+
+#if EMU_HAVE_ISA_CLONES
+EMU_ISA_TARGET_AVX512
+static size_t sum_runs_avx512(const float *a, const float *b, bool neg,
+                              size_t m, double *hi, double *lo)
+{
+    return sum_runs(a, b, neg, 0, m, hi, lo);
+}
+
+EMU_ISA_TARGET_AVX2
+static size_t sum_runs_avx2(const float *a, const float *b, bool neg,
+                            size_t m, double *hi, double *lo)
+{
+    return sum_runs(a, b, neg, 0, m, hi, lo);
+}
+#endif
 
 static inline void exact_sums(const float *a, const float *b, bool neg,
                               emu_rnd mode, size_t m, double *hi, double *lo)
 {
     size_t j0 = 0;
     if (mode != EMU_RD) {
-        for (; j0 + SUM_RUN <= m; j0 += SUM_RUN) {
-            /* Local copies: the loops then need no alias checks. */
-            float fa[SUM_RUN], fb[SUM_RUN];
-            uint32_t ua[SUM_RUN], ub[SUM_RUN], special = 0;
-            memcpy(fa, a + j0, sizeof fa);
-            memcpy(fb, b + j0, sizeof fb);
-            memcpy(ua, fa, sizeof ua);
-            memcpy(ub, fb, sizeof ub);
-            for (int j = 0; j < SUM_RUN; j++)
-                special |= (uint32_t)((ua[j] & 0x7f800000u) == 0x7f800000u) |
-                           (uint32_t)((ub[j] & 0x7f800000u) == 0x7f800000u);
-            if (special)
-                break; /* this run and the rest one by one */
-            double h[SUM_RUN], l[SUM_RUN];
-            if (neg)
-                for (int j = 0; j < SUM_RUN; j++)
-                    emu_two_sum(fa[j], -(double)fb[j], &h[j], &l[j]);
-            else
-                for (int j = 0; j < SUM_RUN; j++)
-                    emu_two_sum(fa[j], fb[j], &h[j], &l[j]);
-            memcpy(hi + j0, h, sizeof h);
-            memcpy(lo + j0, l, sizeof l);
-        }
+#if EMU_HAVE_ISA_CLONES
+        const emu_isa isa = emu_isa_active();
+        if (isa >= EMU_ISA_AVX512)
+            j0 = sum_runs_avx512(a, b, neg, m, hi, lo);
+        else if (isa >= EMU_ISA_AVX2)
+            j0 = sum_runs_avx2(a, b, neg, m, hi, lo);
+        else
+#endif
+            j0 = sum_runs(a, b, neg, 0, m, hi, lo);
     }
     for (size_t j = j0; j < m; j++)
         exact_sum(a[j], neg ? -(double)b[j] : (double)b[j], mode, &hi[j],
@@ -1030,6 +1068,25 @@ static void fast_gelu_grad_n(const emu_format *f, const float *dy,
         out[i] = fast_gelu_grad1(&g, f, dy[i], x[i]);
 }
 
+bool emu_gelu_fast_n(const emu_format *f, const float *x, const float *dy,
+                     size_t n, double *out, bool lanes)
+{
+    if (!gelu_table_ready())
+        return false;
+    if (lanes) {
+        if (dy)
+            fast_gelu_grad_n(f, dy, x, n, out);
+        else
+            fast_gelu_n(f, x, n, out);
+        return true;
+    }
+    const gt_fmt g = gt_fmt_of(f);
+    for (size_t i = 0; i < n; i++)
+        out[i] = dy ? fast_gelu_grad1(&g, f, dy[i], x[i])
+                    : fast_gelu1(&g, f, x[i]);
+    return true;
+}
+
 /* ---- sigmoid and tanh: a fast path through an exp of known error --------
  *
  * For the deterministic modes, sigmoid and tanh of finite moderate
@@ -1123,6 +1180,234 @@ static inline double fast_tanh1(const gt_fmt *g, const emu_format *f,
                                                   : tr_tanh(f, x);
 }
 
+/* ---- sigmoid and tanh in vector lanes -----------------------------------
+ *
+ * fast_sigmoid1 and fast_tanh1, eight lanes at a time (AVX-512) or four
+ * (AVX2): every lane does the scalar path's IEEE operations in its order
+ * (contraction is off, so no fused multiply-add), with both sides of its
+ * branches formed and the lane's own selected; 2^k is built from the bits
+ * of t / ln 2 + 1.5 * 2^52 (kb below), whose fraction holds k.  A lane the
+ * quick test of gt_decided accepts holds the scalar path's value; every
+ * other lane (off the range, zero, NaN, undecided by the quick test) is
+ * redone by the scalar path, whose answer it then is.  (GCC's generic
+ * vectors scalarise the comparisons, hence intrinsics.)
+ * tests/test_transcendental.c holds the lanes bit-identical to the scalar
+ * path at each instruction-set level. */
+#if EMU_HAVE_ISA_CLONES
+/* The scalar path for the lanes of x[0..w) not in done. */
+static void sigtanh_redo(const gt_fmt *g, const emu_format *f, bool tanh_fn,
+                         const float *x, unsigned done, int w, double *out)
+{
+    for (int k = 0; k < w; k++)
+        if (!(done >> k & 1))
+            out[k] = tanh_fn ? fast_tanh1(g, f, x[k])
+                             : fast_sigmoid1(g, f, x[k]);
+}
+
+EMU_ISA_TARGET_AVX512
+static inline __m512d exp_core_avx512(__m512d t)
+{
+    const __m512d big = _mm512_set1_pd(0x1.8p52);
+    const __m512d kb = _mm512_add_pd(_mm512_mul_pd(t, _mm512_set1_pd(INV_LN2)),
+                                     big);
+    const __m512d kd = _mm512_sub_pd(kb, big); /* nearest integer */
+    const __m512d r = _mm512_sub_pd(
+        _mm512_sub_pd(t, _mm512_mul_pd(kd, _mm512_set1_pd(LN2_HI))),
+        _mm512_mul_pd(kd, _mm512_set1_pd(LN2_LO)));
+    static const double c[12] = {
+        1.0 / 39916800.0, 1.0 / 3628800.0, 1.0 / 362880.0, 1.0 / 40320.0,
+        1.0 / 5040.0, 1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5,
+        1.0, 1.0,
+    };
+    __m512d s = _mm512_mul_pd(r, _mm512_set1_pd(1.0 / 479001600.0));
+    s = _mm512_add_pd(s, _mm512_set1_pd(c[0]));
+    for (int q = 1; q < 12; q++)
+        s = _mm512_add_pd(_mm512_mul_pd(s, r), _mm512_set1_pd(c[q]));
+    const __m512i k = _mm512_sub_epi64(_mm512_castpd_si512(kb),
+                                       _mm512_castpd_si512(big));
+    const __m512i e = _mm512_slli_epi64(
+        _mm512_add_epi64(k, _mm512_set1_epi64(1023)), 52);
+    return _mm512_mul_pd(s, _mm512_castsi512_pd(e));
+}
+
+EMU_ISA_TARGET_AVX512
+static size_t sigtanh_avx512(const gt_fmt *g, const emu_format *f,
+                             bool tanh_fn, const float *x, size_t m,
+                             double *out)
+{
+    const __m512d zero = _mm512_setzero_pd(), one = _mm512_set1_pd(1.0);
+    const __m512i sign = _mm512_set1_epi64(INT64_MIN);
+    const __m512i mask = _mm512_set1_epi64((long long)g->mask);
+    const __m512d lim = _mm512_set1_pd(tanh_fn ? 10.0 : 80.0);
+    const __m512d eps = _mm512_set1_pd(tanh_fn ? EPS_TANH_FAST : EPS_SIG_FAST);
+    size_t i = 0;
+    for (; i + 8 <= m; i += 8) {
+        const __m512d v = _mm512_cvtps_pd(_mm256_loadu_ps(x + i));
+        const __m512d a = _mm512_abs_pd(v);
+        const __mmask8 ok = _mm512_cmp_pd_mask(a, lim, _CMP_LE_OQ) &
+                            _mm512_cmp_pd_mask(v, zero, _CMP_NEQ_OQ);
+        const __m512d as = _mm512_maskz_mov_pd(ok, a); /* others at 0 */
+        __m512d y;
+        if (!tanh_fn) {
+            /* e^-x (x > 0) or e^x; then 1 / (1 + t) or t / (1 + t) */
+            const __m512d t = exp_core_avx512(_mm512_castsi512_pd(
+                _mm512_xor_si512(_mm512_castpd_si512(as), sign)));
+            const __mmask8 pos = _mm512_cmp_pd_mask(v, zero, _CMP_GT_OQ);
+            y = _mm512_div_pd(_mm512_mask_blend_pd(pos, t, one),
+                              _mm512_add_pd(one, t));
+        } else {
+            const __m512d eb = exp_core_avx512(_mm512_add_pd(as, as));
+            const __m512d yb = _mm512_sub_pd(
+                one, _mm512_div_pd(_mm512_set1_pd(2.0),
+                                   _mm512_add_pd(eb, one)));
+            const __m512d u = _mm512_mul_pd(as, as);
+            __m512d p = _mm512_add_pd(
+                _mm512_mul_pd(u, _mm512_set1_pd(-1382.0 / 155925.0)),
+                _mm512_set1_pd(62.0 / 2835.0));
+            p = _mm512_add_pd(_mm512_mul_pd(p, u), _mm512_set1_pd(-17.0 / 315.0));
+            p = _mm512_add_pd(_mm512_mul_pd(p, u), _mm512_set1_pd(2.0 / 15.0));
+            p = _mm512_add_pd(_mm512_mul_pd(p, u), _mm512_set1_pd(-1.0 / 3.0));
+            const __m512d ys = _mm512_add_pd(
+                as, _mm512_mul_pd(as, _mm512_mul_pd(u, p)));
+            const __mmask8 wide = _mm512_cmp_pd_mask(
+                as, _mm512_set1_pd(0.0625), _CMP_GE_OQ);
+            y = _mm512_mask_blend_pd(wide, ys, yb);
+        }
+        /* gt_decided's quick test, err = eps y */
+        const __m512d e = _mm512_mul_pd(_mm512_set1_pd(1.5),
+                                        _mm512_mul_pd(eps, y));
+        const __mmask8 norm = _mm512_cmp_pd_mask(
+            _mm512_sub_pd(_mm512_abs_pd(y), e), _mm512_set1_pd(g->min_norm),
+            _CMP_GE_OQ);
+        const __m512i diff = _mm512_and_si512(
+            _mm512_xor_si512(_mm512_castpd_si512(_mm512_sub_pd(y, e)),
+                             _mm512_castpd_si512(_mm512_add_pd(y, e))),
+            mask);
+        const unsigned done =
+            ok & norm & _mm512_testn_epi64_mask(diff, diff);
+        if (tanh_fn) /* copysign(y, x) */
+            y = _mm512_castsi512_pd(_mm512_or_si512(
+                _mm512_castpd_si512(y),
+                _mm512_and_si512(_mm512_castpd_si512(v), sign)));
+        _mm512_storeu_pd(out + i, y);
+        if (done != 0xff)
+            sigtanh_redo(g, f, tanh_fn, x + i, done, 8, out + i);
+    }
+    return i;
+}
+
+EMU_ISA_TARGET_AVX2
+static inline __m256d exp_core_avx2(__m256d t)
+{
+    const __m256d big = _mm256_set1_pd(0x1.8p52);
+    const __m256d kb = _mm256_add_pd(_mm256_mul_pd(t, _mm256_set1_pd(INV_LN2)),
+                                     big);
+    const __m256d kd = _mm256_sub_pd(kb, big); /* nearest integer */
+    const __m256d r = _mm256_sub_pd(
+        _mm256_sub_pd(t, _mm256_mul_pd(kd, _mm256_set1_pd(LN2_HI))),
+        _mm256_mul_pd(kd, _mm256_set1_pd(LN2_LO)));
+    static const double c[12] = {
+        1.0 / 39916800.0, 1.0 / 3628800.0, 1.0 / 362880.0, 1.0 / 40320.0,
+        1.0 / 5040.0, 1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5,
+        1.0, 1.0,
+    };
+    __m256d s = _mm256_mul_pd(r, _mm256_set1_pd(1.0 / 479001600.0));
+    s = _mm256_add_pd(s, _mm256_set1_pd(c[0]));
+    for (int q = 1; q < 12; q++)
+        s = _mm256_add_pd(_mm256_mul_pd(s, r), _mm256_set1_pd(c[q]));
+    const __m256i k = _mm256_sub_epi64(_mm256_castpd_si256(kb),
+                                       _mm256_castpd_si256(big));
+    const __m256i e = _mm256_slli_epi64(
+        _mm256_add_epi64(k, _mm256_set1_epi64x(1023)), 52);
+    return _mm256_mul_pd(s, _mm256_castsi256_pd(e));
+}
+
+EMU_ISA_TARGET_AVX2
+static size_t sigtanh_avx2(const gt_fmt *g, const emu_format *f,
+                           bool tanh_fn, const float *x, size_t m,
+                           double *out)
+{
+    const __m256d zero = _mm256_setzero_pd(), one = _mm256_set1_pd(1.0);
+    const __m256d sign = _mm256_castsi256_pd(_mm256_set1_epi64x(INT64_MIN));
+    const __m256i mask = _mm256_set1_epi64x((long long)g->mask);
+    const __m256d lim = _mm256_set1_pd(tanh_fn ? 10.0 : 80.0);
+    const __m256d eps = _mm256_set1_pd(tanh_fn ? EPS_TANH_FAST : EPS_SIG_FAST);
+    size_t i = 0;
+    for (; i + 4 <= m; i += 4) {
+        const __m256d v = _mm256_cvtps_pd(_mm_loadu_ps(x + i));
+        const __m256d a = _mm256_andnot_pd(sign, v);
+        const __m256d ok = _mm256_and_pd(_mm256_cmp_pd(a, lim, _CMP_LE_OQ),
+                                         _mm256_cmp_pd(v, zero, _CMP_NEQ_OQ));
+        const __m256d as = _mm256_and_pd(ok, a); /* others at 0 */
+        __m256d y;
+        if (!tanh_fn) {
+            const __m256d t = exp_core_avx2(_mm256_xor_pd(as, sign));
+            const __m256d pos = _mm256_cmp_pd(v, zero, _CMP_GT_OQ);
+            y = _mm256_div_pd(_mm256_blendv_pd(t, one, pos),
+                              _mm256_add_pd(one, t));
+        } else {
+            const __m256d eb = exp_core_avx2(_mm256_add_pd(as, as));
+            const __m256d yb = _mm256_sub_pd(
+                one, _mm256_div_pd(_mm256_set1_pd(2.0),
+                                   _mm256_add_pd(eb, one)));
+            const __m256d u = _mm256_mul_pd(as, as);
+            __m256d p = _mm256_add_pd(
+                _mm256_mul_pd(u, _mm256_set1_pd(-1382.0 / 155925.0)),
+                _mm256_set1_pd(62.0 / 2835.0));
+            p = _mm256_add_pd(_mm256_mul_pd(p, u), _mm256_set1_pd(-17.0 / 315.0));
+            p = _mm256_add_pd(_mm256_mul_pd(p, u), _mm256_set1_pd(2.0 / 15.0));
+            p = _mm256_add_pd(_mm256_mul_pd(p, u), _mm256_set1_pd(-1.0 / 3.0));
+            const __m256d ys = _mm256_add_pd(
+                as, _mm256_mul_pd(as, _mm256_mul_pd(u, p)));
+            const __m256d wide = _mm256_cmp_pd(as, _mm256_set1_pd(0.0625),
+                                               _CMP_GE_OQ);
+            y = _mm256_blendv_pd(ys, yb, wide);
+        }
+        const __m256d e = _mm256_mul_pd(_mm256_set1_pd(1.5),
+                                        _mm256_mul_pd(eps, y));
+        const __m256d norm = _mm256_cmp_pd(
+            _mm256_sub_pd(_mm256_andnot_pd(sign, y), e),
+            _mm256_set1_pd(g->min_norm), _CMP_GE_OQ);
+        const __m256i diff = _mm256_and_si256(
+            _mm256_xor_si256(_mm256_castpd_si256(_mm256_sub_pd(y, e)),
+                             _mm256_castpd_si256(_mm256_add_pd(y, e))),
+            mask);
+        const __m256d same = _mm256_castsi256_pd(
+            _mm256_cmpeq_epi64(diff, _mm256_setzero_si256()));
+        const unsigned done = (unsigned)_mm256_movemask_pd(
+            _mm256_and_pd(ok, _mm256_and_pd(norm, same)));
+        if (tanh_fn) /* copysign(y, x) */
+            y = _mm256_or_pd(y, _mm256_and_pd(v, sign));
+        _mm256_storeu_pd(out + i, y);
+        if (done != 0xf)
+            sigtanh_redo(g, f, tanh_fn, x + i, done, 4, out + i);
+    }
+    return i;
+}
+#endif
+
+/* sigmoid (tanh_fn false) or tanh of m binary32 values, deterministic
+ * modes: the vector lanes where the CPU has them, then the scalar path. */
+static void fast_sigtanh_n(const emu_format *f, bool tanh_fn, const float *x,
+                           size_t m, double *out)
+{
+    const gt_fmt g = gt_fmt_of(f);
+    size_t i = 0;
+#if EMU_HAVE_ISA_CLONES
+    const emu_isa isa = emu_isa_active();
+    if (isa >= EMU_ISA_AVX512)
+        i = sigtanh_avx512(&g, f, tanh_fn, x, m, out);
+    else if (isa >= EMU_ISA_AVX2)
+        i = sigtanh_avx2(&g, f, tanh_fn, x, m, out);
+#endif
+    if (tanh_fn)
+        for (; i < m; i++)
+            out[i] = fast_tanh1(&g, f, x[i]);
+    else
+        for (; i < m; i++)
+            out[i] = fast_sigmoid1(&g, f, x[i]);
+}
+
 double emu_unary_eval_det(const emu_format *f, emu_unary fn, double x)
 {
     const gt_fmt g = gt_fmt_of(f);
@@ -1136,15 +1421,10 @@ double emu_unary_eval_det(const emu_format *f, emu_unary fn, double x)
 void emu_unary_eval_det_n(const emu_format *f, emu_unary fn, const float *x,
                           size_t n, double *out)
 {
-    const gt_fmt g = gt_fmt_of(f);
     switch (fn) {
     case EMU_UNARY_SIGMOID:
-        for (size_t i = 0; i < n; i++)
-            out[i] = fast_sigmoid1(&g, f, x[i]);
-        break;
     case EMU_UNARY_TANH:
-        for (size_t i = 0; i < n; i++)
-            out[i] = fast_tanh1(&g, f, x[i]);
+        fast_sigtanh_n(f, fn == EMU_UNARY_TANH, x, n, out);
         break;
     default:
         for (size_t i = 0; i < n; i++)
@@ -1421,11 +1701,21 @@ static int ew_fill(const void *vop, size_t i0, size_t m, double *hi,
             break;
         }
         size_t r = i0 % op->inner, c = (i0 / op->inner) % op->dim;
-        for (size_t j = 0; j < m; j++) {
-            bb[j] = op->b[c];
-            if (++r == op->inner) {
-                r = 0;
-                c = c + 1 == op->dim ? 0 : c + 1;
+        if (op->inner == 1) {
+            /* the bias along the last axis: runs of its row */
+            for (size_t j = 0; j < m;) {
+                const size_t run = op->dim - c < m - j ? op->dim - c : m - j;
+                memcpy(bb + j, op->b + c, run * sizeof *bb);
+                j += run;
+                c = 0;
+            }
+        } else {
+            for (size_t j = 0; j < m; j++) {
+                bb[j] = op->b[c];
+                if (++r == op->inner) {
+                    r = 0;
+                    c = c + 1 == op->dim ? 0 : c + 1;
+                }
             }
         }
         exact_sums(a, bb, false, mode, m, hi, lo);
@@ -1433,15 +1723,10 @@ static int ew_fill(const void *vop, size_t i0, size_t m, double *hi,
     }
     case EW_UNARY:
         if (op->fast) {
-            const gt_fmt g = gt_fmt_of(op->fmt);
             if (op->f == EMU_UNARY_GELU)
                 fast_gelu_n(op->fmt, a, m, hi);
-            else if (op->f == EMU_UNARY_SIGMOID)
-                for (size_t j = 0; j < m; j++)
-                    hi[j] = fast_sigmoid1(&g, op->fmt, a[j]);
             else
-                for (size_t j = 0; j < m; j++)
-                    hi[j] = fast_tanh1(&g, op->fmt, a[j]);
+                fast_sigtanh_n(op->fmt, op->f == EMU_UNARY_TANH, a, m, hi);
             break;
         }
         for (size_t j = 0; j < m; j++)

@@ -150,6 +150,13 @@ double emu_unary_eval(const emu_format *f, emu_unary fn, double x);
  * sigmoid and tanh (another binary64 value when it rounds alike in every
  * deterministic mode; stochastic rounding must use emu_unary_eval). */
 double emu_unary_eval_det(const emu_format *f, emu_unary fn, double x);
+/* gelu (dy NULL) or dy gelu'(x) of n values on gelu's table path
+ * (deterministic modes): through the vector lanes of the active ISA level
+ * (lanes true) or the scalar path alone, which the tests hold
+ * bit-identical.  Returns false (out untouched) if the table is not
+ * ready. */
+bool emu_gelu_fast_n(const emu_format *f, const float *x, const float *dy,
+                     size_t n, double *out, bool lanes);
 /* emu_unary_eval_det of n binary32 values x into out, one call a run. */
 void emu_unary_eval_det_n(const emu_format *f, emu_unary fn, const float *x,
                           size_t n, double *out);

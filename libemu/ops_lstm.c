@@ -326,16 +326,28 @@ static float gate(const lstm_op *op, const float *act, size_t i, int q)
     return act[(i / op->H) * op->G + (size_t)q * op->H + i % op->H];
 }
 
+/* The producers of (B, H) outputs walk a row's run of units at a time:
+ * gate q of unit u of row b is act[b G + q H + u], with no division per
+ * element (gate() is for the references, one element at a time). */
 static int c_fill(const void *vop, size_t i0, size_t m, double *hi, double *lo)
 {
     const lstm_op *op = vop;
-    for (size_t k = 0; k < m; k++) {
-        const size_t i = i0 + k;
-        const double fc = (double)gate(op, op->act, i, 1) * op->cprev[i];
-        const double ig = (double)gate(op, op->act, i, 0) * gate(op, op->act, i, 2);
-        emu_two_sum(fc, ig, &hi[k], &lo[k]);
-        if (!isfinite(hi[k]))
-            lo[k] = 0.0;
+    const size_t H = op->H, G = op->G;
+    size_t b = i0 / H, u0 = i0 % H;
+    for (size_t k = 0; k < m;) {
+        const size_t run = H - u0 < m - k ? H - u0 : m - k;
+        const float *a = op->act + b * G + u0;
+        const float *cp = op->cprev + b * H + u0;
+        for (size_t u = 0; u < run; u++) {
+            const double fc = (double)a[H + u] * cp[u];
+            const double ig = (double)a[u] * a[2 * H + u];
+            emu_two_sum(fc, ig, &hi[k + u], &lo[k + u]);
+            if (!isfinite(hi[k + u]))
+                lo[k + u] = 0.0;
+        }
+        k += run;
+        u0 = 0;
+        b++;
     }
     return 1;
 }
@@ -364,9 +376,17 @@ static int h_fill(const void *vop, size_t i0, size_t m, double *hi, double *lo)
 {
     (void)lo;
     const lstm_op *op = vop;
-    for (size_t k = 0; k < m; k++) {
-        const size_t i = i0 + k;
-        hi[k] = (double)gate(op, op->act, i, 3) * tanh((double)op->c[i]);
+    const size_t H = op->H, G = op->G;
+    size_t b = i0 / H, u0 = i0 % H;
+    for (size_t k = 0; k < m;) {
+        const size_t run = H - u0 < m - k ? H - u0 : m - k;
+        const float *o = op->act + b * G + 3 * H + u0;
+        const float *c = op->c + b * H + u0;
+        for (size_t u = 0; u < run; u++)
+            hi[k + u] = (double)o[u] * tanh((double)c[u]);
+        k += run;
+        u0 = 0;
+        b++;
     }
     return 0;
 }
@@ -389,20 +409,29 @@ static bool h_nan(const void *vop, size_t i)
 
 /* ---- backward producers ------------------------------------------------------- */
 
-static double dc_value(const lstm_op *op, size_t i)
-{
-    const double ch = cosh((double)op->c[i]);
-    double v = ((double)op->dh[i] * gate(op, op->act, i, 3)) * (1.0 / (ch * ch));
-    if (op->dc)
-        v += (double)op->dc[i] * gate(op, op->fnext, i, 1);
-    return v;
-}
-
 static int dc_fill(const void *vop, size_t i0, size_t m, double *hi, double *lo)
 {
     (void)lo;
-    for (size_t k = 0; k < m; k++)
-        hi[k] = dc_value(vop, i0 + k);
+    const lstm_op *op = vop;
+    const size_t H = op->H, G = op->G;
+    size_t b = i0 / H, u0 = i0 % H;
+    for (size_t k = 0; k < m;) {
+        const size_t run = H - u0 < m - k ? H - u0 : m - k;
+        const size_t j = b * H + u0;
+        const float *o = op->act + b * G + 3 * H + u0;
+        for (size_t u = 0; u < run; u++) {
+            const double ch = cosh((double)op->c[j + u]);
+            hi[k + u] = ((double)op->dh[j + u] * o[u]) * (1.0 / (ch * ch));
+        }
+        if (op->dc) {
+            const float *fn = op->fnext + b * G + H + u0;
+            for (size_t u = 0; u < run; u++)
+                hi[k + u] += (double)op->dc[j + u] * fn[u];
+        }
+        k += run;
+        u0 = 0;
+        b++;
+    }
     return 0;
 }
 
@@ -441,27 +470,56 @@ static void dg_index(const lstm_op *op, size_t i, int *q, size_t *j)
     *j = b * op->H + col % op->H;
 }
 
-static double dg_value(const lstm_op *op, size_t i)
-{
-    int q;
-    size_t j;
-    dg_index(op, i, &q, &j);
-    const double ig = gate(op, op->act, j, 0), fg = gate(op, op->act, j, 1);
-    const double gg = gate(op, op->act, j, 2), og = gate(op, op->act, j, 3);
-    const double dc = op->dc[j];
-    switch (q) {
-    case 0: return (dc * gg) * (ig * (1.0 - ig));
-    case 1: return (dc * op->cprev[j]) * (fg * (1.0 - fg));
-    case 2: return (dc * ig) * (1.0 - gg * gg);
-    default: return ((double)op->dh[j] * tanh((double)op->c[j])) * (og * (1.0 - og));
-    }
-}
-
+/* A run of one gate's columns of a row at a time (no division or choice
+ * of formula per element); the products in the order the header gives. */
 static int dg_fill(const void *vop, size_t i0, size_t m, double *hi, double *lo)
 {
     (void)lo;
-    for (size_t k = 0; k < m; k++)
-        hi[k] = dg_value(vop, i0 + k);
+    const lstm_op *op = vop;
+    const size_t H = op->H, G = op->G;
+    size_t b = i0 / G, col = i0 % G;
+    for (size_t k = 0; k < m;) {
+        const int q = (int)(col / H);
+        const size_t u0 = col % H;
+        const size_t run = H - u0 < m - k ? H - u0 : m - k;
+        const size_t j = b * H + u0;
+        const float *a = op->act + b * G + u0; /* gate q at a[q H + u] */
+        const float *dc = op->dc + j;
+        double *out = hi + k;
+        switch (q) {
+        case 0:
+            for (size_t u = 0; u < run; u++) {
+                const double ig = a[u], gg = a[2 * H + u];
+                out[u] = ((double)dc[u] * gg) * (ig * (1.0 - ig));
+            }
+            break;
+        case 1:
+            for (size_t u = 0; u < run; u++) {
+                const double fg = a[H + u];
+                out[u] = ((double)dc[u] * op->cprev[j + u]) * (fg * (1.0 - fg));
+            }
+            break;
+        case 2:
+            for (size_t u = 0; u < run; u++) {
+                const double ig = a[u], gg = a[2 * H + u];
+                out[u] = ((double)dc[u] * ig) * (1.0 - gg * gg);
+            }
+            break;
+        default:
+            for (size_t u = 0; u < run; u++) {
+                const double og = a[3 * H + u];
+                out[u] = ((double)op->dh[j + u] * tanh((double)op->c[j + u])) *
+                         (og * (1.0 - og));
+            }
+            break;
+        }
+        k += run;
+        col += run;
+        if (col == G) {
+            col = 0;
+            b++;
+        }
+    }
     return 0;
 }
 

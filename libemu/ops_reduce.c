@@ -133,6 +133,32 @@ static int red_fill(const void *opv, size_t i0, size_t m, double *hi,
     const bool need_lo = r == EMU_REDUCE_MEAN ||
                          (r != EMU_REDUCE_MAX &&
                           op->accum->kind == EMU_ACCUM_EXACT);
+    if (r == EMU_REDUCE_SUM && op->accum->kind == EMU_ACCUM_FAST &&
+        op->inner > 1) {
+        /* The fast model's sum is a binary32 sum in order (accum_ref.c's
+         * dot_fast): along an inner axis (a bias gradient's column sums)
+         * a run of neighbouring outputs is summed row by row, each in its
+         * own order, instead of one strided walk over x per output. */
+        enum { COLS = 256 };
+        for (size_t j = 0; j < m;) {
+            const size_t o = i0 + j, in = o % op->inner;
+            size_t run = op->inner - in < m - j ? op->inner - in : m - j;
+            run = run < COLS ? run : COLS;
+            const float *p = first_of(op, o);
+            float s[COLS];
+            for (size_t c = 0; c < run; c++)
+                s[c] = 0.0f;
+            for (size_t k = 0; k < len; k++) {
+                const float *row = p + (ptrdiff_t)k * inc;
+                for (size_t c = 0; c < run; c++)
+                    s[c] = s[c] + row[c];
+            }
+            for (size_t c = 0; c < run; c++)
+                hi[j + c] = s[c];
+            j += run;
+        }
+        return 0;
+    }
     for (size_t j = 0; j < m; j++) {
         const size_t o = i0 + j;
         const float *p = first_of(op, o);

@@ -138,6 +138,47 @@ static void alloc(emu_tensor *t, const char *name, const emu_format *f,
                   "%s", err.message);
 }
 
+/* The fast model's column sums (a bias gradient's): ops_reduce.c sums a
+ * run of columns row by row; each must still be the binary32 sum of its
+ * column in row order, as emu_accum_dot's fast model forms it.  Binary32
+ * values of wide range, so that the order shows; 300 x 300 outputs, more
+ * than one chunk and one run; the middle axis of three as well. */
+START_TEST(reduce_fast_columns)
+{
+    test_rng g = test_rng_make(0xc015);
+    emu_accum accum;
+    emu_accum_default(&accum);
+    emu_error err;
+    ck_assert(emu_accum_parse(&accum, "fast", &err) == 0);
+    const emu_format *b32 = test_format("binary32");
+    static const size_t shapes[2][3] = { { 301, 300, 1 }, { 3, 57, 41 } };
+    for (int v = 0; v < 2; v++) {
+        const int nd = v ? 3 : 2, axis = v ? 1 : 0;
+        emu_tensor x, out;
+        alloc(&x, "x", b32, nd, shapes[v]);
+        size_t oshape[2] = { shapes[v][v ? 0 : 1], shapes[v][2] };
+        alloc(&out, "out", b32, v ? 2 : 1, oshape);
+        for (size_t i = 0; i < x.n; i++)
+            x.data[i] = rand_val(&g, b32, -20, 20);
+        emu_ctx ctx;
+        emu_ctx_init(&ctx, 1);
+        ck_assert_int_eq(emu_t_reduce(&ctx, "t.cols", &out, &x, EMU_REDUCE_SUM,
+                                      axis, &accum, &test_rne), 0);
+        const size_t len = shapes[v][axis], inner = v ? shapes[v][2] : out.n;
+        for (size_t o = 0; o < out.n; o++) {
+            const size_t outer = o / inner, in = o % inner;
+            float s = 0.0f;
+            for (size_t k = 0; k < len; k++)
+                s = s + x.data[(outer * len + k) * inner + in];
+            EXPECT(test_same(out.data[o], s), "output %zu: %a, want %a", o,
+                   (double)out.data[o], (double)s);
+        }
+        emu_tensor_free(&x);
+        emu_tensor_free(&out);
+    }
+}
+END_TEST
+
 START_TEST(reduce_definition)
 {
     test_rng g = test_rng_make(0x5ed);
@@ -461,6 +502,7 @@ static Suite *reduce_suite(void)
     tcase_add_test(tc, max_specials);
     tcase_add_test(tc, reduce_counts);
     tcase_add_test(tc, bad_arguments);
+    tcase_add_test(tc, reduce_fast_columns);
     suite_add_tcase(s, tc);
     return s;
 }
