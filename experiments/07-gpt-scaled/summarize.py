@@ -17,8 +17,9 @@ run.sh).  Writes RESULTS_DIR/
                             worse)
   summary_gpt_findings.csv  one row per finding: the paired difference
                             variant - baseline of the validation loss (in
-                            nats per character), its 95% t interval and the
-                            verdict (tools/seedstats.py states the rule)
+                            nats per character; two findings: of the weight
+                            gradient's flush rate), its 95% t interval and
+                            the verdict (tools/seedstats.py states the rule)
 and prints them as Markdown tables (the README quotes them).  Exits non-zero
 if a run's files are missing.
 """
@@ -49,7 +50,8 @@ WGRAD_TAGS = ("q.dy.dw", "q.x.dw")
 # from the FP32 runs' mean loss when the table is made, and stated in it.
 MATCH_REL = 0.01
 FINDINGS = [
-    # name, variant, baseline, claim ("match" or a Claim), paper
+    # name, variant, baseline, claim ("match" or a Claim), paper[, metric
+    # (default the validation loss)]
     ("FP8 with delayed per-tensor scaling trains like FP32", "fp8-delayed",
      "fp32", "match", "Micikevicius et al. 2022: matches 16-bit training"),
     ("MXFP8 trains like FP32", "mxfp8", "fp32", "match",
@@ -66,6 +68,14 @@ FINDINGS = [
      "NVIDIA 2025: within about 1% of the higher-precision loss"),
     ("MXFP4 with its transform trains like FP32", "mxfp4-rht", "fp32", "match",
      "Tseng et al. 2025: close to BF16"),
+    # The mechanism: fewer of the weight gradient's operand elements flush
+    # to zero once an outlier is spread over its block.
+    ("NVFP4: the transform flushes fewer weight-gradient operand elements",
+     "nvfp4-rht", "nvfp4", ss.Claim("less", 0), "the recipes' motivation",
+     "wgrad_flush_rate"),
+    ("MXFP4: the transform flushes fewer weight-gradient operand elements",
+     "mxfp4-rht", "mxfp4", ss.Claim("less", 0), "the recipes' motivation",
+     "wgrad_flush_rate"),
 ]
 
 
@@ -111,11 +121,11 @@ def main(results):
         l - fp32.get(s, np.nan) for s, l in zip(runs["seed"], runs["val_loss"])]
     band = MATCH_REL * float(np.mean(list(fp32.values())))
     rows = []
-    for name, variant, baseline, claim, paper in FINDINGS:
+    for name, variant, baseline, claim, paper, *metric in FINDINGS:
         if claim == "match":
             claim = ss.Claim("within", -band, band)
-        rows.append(ss.finding(runs, name, "val_loss", variant, baseline,
-                               claim, paper))
+        rows.append(ss.finding(runs, name, metric[0] if metric else "val_loss",
+                               variant, baseline, claim, paper))
     eu.write_tables(results, {
         "gpt_runs": runs,
         "gpt": ss.per_variant(runs, METRICS + ["val_loss_diff_to_fp32"]),
