@@ -176,7 +176,7 @@ static int gemm_operand(emu_ctx *ctx, const emu_policy *p, emu_layer *l,
         view.ndim = 2;
         view.shape[1] = t->n / t->shape[0];
     }
-    if (rht) {
+    if (rht && view.n) {
         /* R t along the reduction axis, into the buffer the quantized
          * values will overwrite (the quantizer reads all of its input
          * before it writes). */
@@ -305,12 +305,6 @@ static int attn_operand(void *user, emu_ctx *ctx, int which,
                             true, out, &g);
 }
 
-/* The operand pairs of a layer's three products, with the product of
- * their tensor scales in *g: forward x . W (both along the input
- * features), weight gradient dY^T . x (both along the batch), input
- * gradient dY . W (both along the output features).  A convolution's
- * weight is blocked as the matrix (C_out, C_in k k).  dY's tensor scale
- * is chosen at its first use, the weight gradient. */
 /* Whether the policy's random Hadamard transform applies to the
  * weight-gradient GEMM (dinput false) or the input-gradient GEMM of layer
  * l: only where both operands are quantized (validation makes sure of it
@@ -323,6 +317,13 @@ static bool rht_on(const emu_policy *p, const emu_layer *l, bool dinput)
            operand_quant(p, l, dinput ? EMU_QT_W : EMU_QT_X);
 }
 
+/* The operand pairs of a layer's three products, with the product of
+ * their tensor scales in *g: forward x . W (both along the input
+ * features), weight gradient dY^T . x (both along the batch), input
+ * gradient dY . W (both along the output features).  A convolution's
+ * weight is blocked as the matrix (C_out, C_in k k).  dY's tensor scale
+ * is chosen at its first use, the weight gradient (the input gradient
+ * under the Hadamard transform: dweight_operands). */
 static int forward_operands(emu_ctx *ctx, const emu_policy *p, emu_layer *l,
                             const emu_tensor *x, const emu_tensor *w,
                             const emu_tensor **xa, const emu_tensor **wa,
