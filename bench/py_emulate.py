@@ -141,46 +141,55 @@ def main():
                   % (k, 1e3 * spent[k], elems[k],
                      elems[k] / max(spent[k], 1e-9) / 1e6))
         print("  %-16s %8.1f ms" % ("the rest", 1e3 * (total - sum(spent.values()))))
-    # The issue's statement: forward+backward passes (no optimizer) in one
-    # context, against the same plain passes.  The context's one-time work
-    # (hooks, each parameter's .init and, the parameters not changing
-    # without an optimizer, its .cast) falls in the warm-up pass; each
-    # timed pass rounds every activation and gradient and runs every GEMM.
-    def passes(emulated_ctx):
+    def in_context(emulated_ctx, run, warmup):
+        """Times run() a.repeat times after `warmup` untimed calls, all on
+        one thread and, if emulated_ctx, inside one emulate context."""
         ts = []
         torch.set_num_threads(1)
         ctx = et.emulate(a.policy, accum="fast") if emulated_ctx else None
         if ctx is not None:
             ctx.__enter__()
         try:
-            for i in range(a.repeat + 1):
+            for i in range(a.repeat + warmup):
                 t0 = CLOCK()
-                step(model, x, labels)
-                if i >= 1:
+                run()
+                if i >= warmup:
                     ts.append(CLOCK() - t0)
         finally:
             if ctx is not None:
                 ctx.__exit__(None, None, None)
             torch.set_num_threads(nthreads)
         return ts
-    plain_t, emu_t = [], []
-    for _ in range(2):          # in turn, as above
-        plain_t += passes(False)
-        emu_t += passes(True)
-    print("forward+backward passes in one context (no optimizer: the "
-          "issue's measure), best of %d (%s)"
-          % (len(plain_t), "CPU time" if a.cpu else "wall time"))
-    print("  %-52s %8.1f ms   %5.2fx plain (1 thread)"
-          % ("plain PyTorch fp32, 1 thread", 1e3 * min(plain_t), 1.0))
-    print("  %-52s %8.1f ms   %5.2fx plain (1 thread)"
-          % ("emulate(%s, accum=fast)" % a.policy, 1e3 * min(emu_t),
-             min(emu_t) / min(plain_t)))
+
+    def compare(title, make_run, warmup):
+        """Plain and emulated runs in turn, twice each (as above), and the
+        best of each with their ratio."""
+        plain_t, emu_t = [], []
+        for _ in range(2):
+            plain_t += in_context(False, make_run(), warmup)
+            emu_t += in_context(True, make_run(), warmup)
+        print("%s, best of %d (%s)" % (title, len(plain_t),
+                                       "CPU time" if a.cpu else "wall time"))
+        print("  %-52s %8.1f ms   %5.2fx plain (1 thread)"
+              % ("plain PyTorch fp32, 1 thread", 1e3 * min(plain_t), 1.0))
+        print("  %-52s %8.1f ms   %5.2fx plain (1 thread)"
+              % ("emulate(%s, accum=fast)" % a.policy, 1e3 * min(emu_t),
+                 min(emu_t) / min(plain_t)))
+
+    # The issue's statement: forward+backward passes (no optimizer) in one
+    # context, against the same plain passes.  The context's one-time work
+    # (hooks, each parameter's .init and, the parameters not changing
+    # without an optimizer, its .cast) falls in the warm-up pass; each
+    # timed pass rounds every activation and gradient and runs every GEMM.
+    compare("forward+backward passes in one context (no optimizer: the "
+            "issue's measure)", lambda: lambda: step(model, x, labels), 1)
+
     # A training loop's steady state: one context for every step, each
     # step forward + backward + an SGD update with momentum (so every
     # parameter has a new version, and is cast again, at every step); the
     # context's one-time work (hooks, each parameter's .init) falls in the
-    # warm-up steps.  Plain PyTorch runs the same steps.
-    def train_steps(emulated_ctx):
+    # warm-up steps.  Plain PyTorch runs the same steps, on its own model.
+    def training_step():
         torch.manual_seed(1)
         m = torchvision.models.resnet18(weights=None, num_classes=10)
         opt = torch.optim.SGD(m.parameters(), lr=1e-3, momentum=0.9)
@@ -188,34 +197,10 @@ def main():
         def one():
             step(m, x, labels)
             opt.step()
-        ts = []
-        torch.set_num_threads(1)
-        ctx = et.emulate(a.policy, accum="fast") if emulated_ctx else None
-        if ctx is not None:
-            ctx.__enter__()
-        try:
-            for i in range(a.repeat + 2):
-                t0 = CLOCK()
-                one()
-                if i >= 2:
-                    ts.append(CLOCK() - t0)
-        finally:
-            if ctx is not None:
-                ctx.__exit__(None, None, None)
-            torch.set_num_threads(nthreads)
-        return ts
-    plain_t, emu_t = [], []
-    for _ in range(2):          # in turn, as above
-        plain_t += train_steps(False)
-        emu_t += train_steps(True)
-    print("training steps (forward+backward+SGD momentum) in one context, "
-          "steady state, best of %d (%s)" % (len(plain_t),
-                                              "CPU time" if a.cpu else "wall time"))
-    print("  %-52s %8.1f ms   %5.2fx plain (1 thread)"
-          % ("plain PyTorch fp32, 1 thread", 1e3 * min(plain_t), 1.0))
-    print("  %-52s %8.1f ms   %5.2fx plain (1 thread)"
-          % ("emulate(%s, accum=fast)" % a.policy, 1e3 * min(emu_t),
-             min(emu_t) / min(plain_t)))
+        return one
+
+    compare("training steps (forward+backward+SGD momentum) in one context, "
+            "steady state", training_step, 2)
     nparam = sum(p.numel() for p in model.parameters())
     print("  (parameters: %d, rounded at .init, cast, and their gradients "
           "rounded, every pass)" % nparam)
