@@ -23,7 +23,6 @@ import argparse
 import cProfile
 import io
 import pstats
-import tempfile
 import time
 
 import torch
