@@ -1194,6 +1194,14 @@ static inline double fast_tanh1(const gt_fmt *g, const emu_format *f,
  * tests/test_transcendental.c holds the lanes bit-identical to the scalar
  * path at each instruction-set level. */
 #if EMU_HAVE_ISA_CLONES
+/* exp_core's Horner coefficients, highest degree first (1/12! ... 1/2!,
+ * 1, 1), for its vector lanes: the same constants in the same order. */
+static const double EXP_HORNER[13] = {
+    1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0, 1.0 / 362880.0,
+    1.0 / 40320.0, 1.0 / 5040.0, 1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0,
+    1.0 / 6.0, 0.5, 1.0, 1.0,
+};
+
 /* The scalar path for the lanes of x[0..w) not in done. */
 static void sigtanh_redo(const gt_fmt *g, const emu_format *f, bool tanh_fn,
                          const float *x, unsigned done, int w, double *out)
@@ -1214,15 +1222,10 @@ static inline __m512d exp_core_avx512(__m512d t)
     const __m512d r = _mm512_sub_pd(
         _mm512_sub_pd(t, _mm512_mul_pd(kd, _mm512_set1_pd(LN2_HI))),
         _mm512_mul_pd(kd, _mm512_set1_pd(LN2_LO)));
-    static const double c[12] = {
-        1.0 / 39916800.0, 1.0 / 3628800.0, 1.0 / 362880.0, 1.0 / 40320.0,
-        1.0 / 5040.0, 1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5,
-        1.0, 1.0,
-    };
-    __m512d s = _mm512_mul_pd(r, _mm512_set1_pd(1.0 / 479001600.0));
-    s = _mm512_add_pd(s, _mm512_set1_pd(c[0]));
-    for (int q = 1; q < 12; q++)
-        s = _mm512_add_pd(_mm512_mul_pd(s, r), _mm512_set1_pd(c[q]));
+    __m512d s = _mm512_mul_pd(r, _mm512_set1_pd(EXP_HORNER[0]));
+    s = _mm512_add_pd(s, _mm512_set1_pd(EXP_HORNER[1]));
+    for (int q = 2; q < 13; q++)
+        s = _mm512_add_pd(_mm512_mul_pd(s, r), _mm512_set1_pd(EXP_HORNER[q]));
     const __m512i k = _mm512_sub_epi64(_mm512_castpd_si512(kb),
                                        _mm512_castpd_si512(big));
     const __m512i e = _mm512_slli_epi64(
@@ -1306,15 +1309,10 @@ static inline __m256d exp_core_avx2(__m256d t)
     const __m256d r = _mm256_sub_pd(
         _mm256_sub_pd(t, _mm256_mul_pd(kd, _mm256_set1_pd(LN2_HI))),
         _mm256_mul_pd(kd, _mm256_set1_pd(LN2_LO)));
-    static const double c[12] = {
-        1.0 / 39916800.0, 1.0 / 3628800.0, 1.0 / 362880.0, 1.0 / 40320.0,
-        1.0 / 5040.0, 1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5,
-        1.0, 1.0,
-    };
-    __m256d s = _mm256_mul_pd(r, _mm256_set1_pd(1.0 / 479001600.0));
-    s = _mm256_add_pd(s, _mm256_set1_pd(c[0]));
-    for (int q = 1; q < 12; q++)
-        s = _mm256_add_pd(_mm256_mul_pd(s, r), _mm256_set1_pd(c[q]));
+    __m256d s = _mm256_mul_pd(r, _mm256_set1_pd(EXP_HORNER[0]));
+    s = _mm256_add_pd(s, _mm256_set1_pd(EXP_HORNER[1]));
+    for (int q = 2; q < 13; q++)
+        s = _mm256_add_pd(_mm256_mul_pd(s, r), _mm256_set1_pd(EXP_HORNER[q]));
     const __m256i k = _mm256_sub_epi64(_mm256_castpd_si256(kb),
                                        _mm256_castpd_si256(big));
     const __m256i e = _mm256_slli_epi64(
