@@ -85,6 +85,26 @@ static const emu_site *find_site(const emu_stats *s, const char *name,
     return site;
 }
 
+/* Site `name`'s totals equal the counts and the two histograms computed
+ * element by element by the test. */
+static void want_site_totals(const emu_stats *stats, const char *name,
+                             const emu_round_counts *want,
+                             const uint64_t *hist, const uint64_t *hist_x)
+{
+    const emu_site_stats *t = &find_site(stats, name, EMU_ROLE_OTHER)->total;
+    ck_assert_uint_eq(t->results, want->n);
+    ck_assert_uint_eq(t->inexact, want->inexact);
+    ck_assert_uint_eq(t->underflow, want->underflow);
+    ck_assert_uint_eq(t->to_zero, want->to_zero);
+    ck_assert_uint_eq(t->subnormal, want->subnormal);
+    ck_assert_uint_eq(t->overflow, want->overflow);
+    ck_assert_uint_eq(t->nan, want->nan);
+    for (int b = 0; b < EMU_HIST_BINS; b++) {
+        ck_assert_uint_eq(t->hist_rounded[b], hist[b]);
+        ck_assert_uint_eq(t->hist_exact[b], hist_x[b]);
+    }
+}
+
 /* ---- counts and histograms on hand-made values --------------------------- */
 
 typedef struct obs_log {
@@ -619,19 +639,7 @@ START_TEST(test_commit_carrier)
                           i, x[i],
                           (double)y.data[i], z);
         }
-        const emu_site_stats *t =
-            &find_site(&stats, "carrier", EMU_ROLE_OTHER)->total;
-        ck_assert_uint_eq(t->results, want.n);
-        ck_assert_uint_eq(t->inexact, want.inexact);
-        ck_assert_uint_eq(t->underflow, want.underflow);
-        ck_assert_uint_eq(t->to_zero, want.to_zero);
-        ck_assert_uint_eq(t->subnormal, want.subnormal);
-        ck_assert_uint_eq(t->overflow, want.overflow);
-        ck_assert_uint_eq(t->nan, want.nan);
-        for (int b = 0; b < EMU_HIST_BINS; b++) {
-            ck_assert_uint_eq(t->hist_rounded[b], hist[b]);
-            ck_assert_uint_eq(t->hist_exact[b], hist_x[b]);
-        }
+        want_site_totals(&stats, "carrier", &want, hist, hist_x);
         emu_stats_free(&stats);
     }
     emu_tensor_free(&y);
@@ -714,19 +722,7 @@ START_TEST(test_commit_pairs_lo_apart)
                               fmts[fi], (int)modes[k], i, hi[i], lo[i],
                               (double)y.data[i], z);
             }
-            const emu_site_stats *t =
-                &find_site(&stats, "pairs", EMU_ROLE_OTHER)->total;
-            ck_assert_uint_eq(t->results, want.n);
-            ck_assert_uint_eq(t->inexact, want.inexact);
-            ck_assert_uint_eq(t->underflow, want.underflow);
-            ck_assert_uint_eq(t->to_zero, want.to_zero);
-            ck_assert_uint_eq(t->subnormal, want.subnormal);
-            ck_assert_uint_eq(t->overflow, want.overflow);
-            ck_assert_uint_eq(t->nan, want.nan);
-            for (int b = 0; b < EMU_HIST_BINS; b++) {
-                ck_assert_uint_eq(t->hist_rounded[b], hist[b]);
-                ck_assert_uint_eq(t->hist_exact[b], hist_x[b]);
-            }
+            want_site_totals(&stats, "pairs", &want, hist, hist_x);
             mpfr_clear(e);
             emu_stats_free(&stats);
             emu_tensor_free(&y);
