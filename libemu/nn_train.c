@@ -226,6 +226,10 @@ typedef struct run {
      * the random initialisation; a resumed run takes it from the
      * meta.json it continues. */
     char init_json[1400];
+    /* Kahan-compensated Adam: each parameter's step in its weight's format
+     * (two per layer, weight and bias; made on first use), since the
+     * moments occupy m and v.  Rewritten every step: not checkpointed. */
+    emu_tensor *kahan_delta;
 } run;
 
 static double now(void)
@@ -728,50 +732,105 @@ static int optimizer_step(run *r, const char *site, emu_tensor *w, emu_param *pr
                             g, &o, w_rnd);
 }
 
-/* Kahan-compensated SGD in the weight's own format (Zamirai et al.):
- *   delta = -lr * v;  y = delta - c;  t = w + y;  c = (t - w) - y;  w = t,
+/* The step buffer of a Kahan-compensated Adam update of prm (layer l). */
+static emu_tensor *kahan_delta(run *r, const emu_layer *l, const emu_param *prm)
+{
+    if (!r->kahan_delta) {
+        r->kahan_delta = calloc(2 * (size_t)r->m.n_layers, sizeof *r->kahan_delta);
+        if (!r->kahan_delta) {
+            emu_ctx_fail(&r->ctx, prm->c.name, "out of memory");
+            return NULL;
+        }
+    }
+    emu_tensor *d = &r->kahan_delta[2 * (size_t)(l - r->m.layers) +
+                                    (prm == &l->bias)];
+    if (!d->data) {
+        char name[EMU_TENSOR_NAME_MAX];
+        snprintf(name, sizeof name, "%.*s.delta", (int)sizeof name - 7,
+                 prm->w.name);
+        if (emu_tensor_alloc(d, name, EMU_ROLE_OTHER, &prm->w.fmt, prm->w.ndim,
+                             prm->w.shape, &r->ctx.err))
+            return NULL;
+    }
+    return d;
+}
+
+/* Kahan-compensated updates in the weight's own format (Zamirai et al.):
+ *   delta = the optimizer's step;  y = delta - c;  t = w + y;
+ *   c = (t - w) - y;  w = t,
  * each a rounded op.  The addition t = w + y is done as an SGD step of
- * learning rate 1 on -y, so that its swamping is measured like any update. */
-static int kahan_step(run *r, const char *name, emu_param *prm, double lr,
-                      const emu_rounding *w_rnd, const emu_rounding *state_rnd)
+ * learning rate 1 on -y, so that its swamping is measured like any update.
+ * SGD: delta = -lr v (v the momentum of the decayed gradient, or the
+ * gradient), one rounding into w's format, in the buffer m.  AdamW: delta
+ * = -lr wd w (one rounding; the coefficient -lr wd is a binary32), then
+ * the Adam op moves it by -lr m_hat / (sqrt(v_hat) + eps) (a second
+ * rounding), updating the moments; sites "<name>.kahan.decay",
+ * "<name>.kahan.delta" (and its ".m", ".v"). */
+static int kahan_step(run *r, const emu_layer *l, const char *name,
+                      emu_param *prm, double lr, const emu_rounding *w_rnd,
+                      const emu_rounding *state_rnd)
 {
     emu_ctx *ctx = &r->ctx;
     const emu_train_config *c = r->cfg;
     char site[96];
-    const emu_tensor *step = &prm->g;
-    /* The decayed gradient and the momentum under the state's rounding,
-     * everything in the weight's format under the weight's. */
-    if (c->weight_decay != 0.0) {
-        snprintf(site, sizeof site, "%s.decay", name);
-        if (emu_t_axpy(ctx, site, &prm->g, (float)c->weight_decay, &prm->w,
-                       &prm->g, state_rnd))
+    emu_tensor *delta = &prm->m;
+    if (c->opt == EMU_OPT_ADAM) {
+        if (!(delta = kahan_delta(r, l, prm)))
+            return -1;
+        if (c->weight_decay != 0.0) {
+            snprintf(site, sizeof site, "%s.kahan.decay", name);
+            if (emu_t_scale(ctx, site, delta,
+                            (float)(-(double)(float)lr *
+                                    (double)(float)c->weight_decay),
+                            &prm->w, w_rnd))
+                return -1;
+        } else {
+            memset(delta->data, 0, delta->n * sizeof *delta->data);
+        }
+        emu_adam_opts o = { .lr = (float)lr, .beta1 = (float)c->beta1,
+                            .beta2 = (float)c->beta2, .eps = (float)c->eps,
+                            .t = r->step + 1 - r->skipped,
+                            .state_rnd = state_rnd };
+        snprintf(site, sizeof site, "%s.kahan.delta", name);
+        if (emu_t_adam_update(ctx, site, delta, &prm->m, &prm->v, &prm->g, &o,
+                              w_rnd))
+            return -1;
+    } else {
+        const emu_tensor *step = &prm->g;
+        /* The decayed gradient and the momentum under the state's
+         * rounding, everything in the weight's format under the weight's. */
+        if (c->weight_decay != 0.0) {
+            snprintf(site, sizeof site, "%s.decay", name);
+            if (emu_t_axpy(ctx, site, &prm->g, (float)c->weight_decay, &prm->w,
+                           &prm->g, state_rnd))
+                return -1;
+        }
+        if (c->momentum != 0.0) {
+            snprintf(site, sizeof site, "%s.update.v", name);
+            if (emu_t_axpy(ctx, site, &prm->v, (float)c->momentum, &prm->v,
+                           &prm->g, state_rnd))
+                return -1;
+            step = &prm->v;
+        }
+        snprintf(site, sizeof site, "%s.kahan.delta", name);
+        if (emu_t_scale(ctx, site, delta, (float)-lr, step, w_rnd))
             return -1;
     }
-    if (c->momentum != 0.0) {
-        snprintf(site, sizeof site, "%s.update.v", name);
-        if (emu_t_axpy(ctx, site, &prm->v, (float)c->momentum, &prm->v,
-                       &prm->g, state_rnd))
-            return -1;
-        step = &prm->v;
-    }
-    snprintf(site, sizeof site, "%s.kahan.delta", name);
-    if (emu_t_scale(ctx, site, &prm->m, (float)-lr, step, w_rnd))
-        return -1;
     snprintf(site, sizeof site, "%s.kahan.negy", name); /* c - delta = -y */
-    if (emu_t_sub(ctx, site, &prm->m, &prm->c, &prm->m, w_rnd))
+    if (emu_t_sub(ctx, site, delta, &prm->c, delta, w_rnd))
         return -1;
     snprintf(site, sizeof site, "%s.kahan.wold", name);
     if (emu_t_cast(ctx, site, &prm->gm, &prm->w, w_rnd))
         return -1;
     snprintf(site, sizeof site, "%s.update", name);
     emu_sgd_opts o = { .lr = 1.0f };
-    if (emu_t_sgd_update(ctx, site, &prm->w, NULL, &prm->m, &o, w_rnd))
+    if (emu_t_sgd_update(ctx, site, &prm->w, NULL, delta, &o, w_rnd))
         return -1;
     snprintf(site, sizeof site, "%s.kahan.c", name);
     if (emu_t_sub(ctx, site, &prm->c, &prm->w, &prm->gm, w_rnd))
         return -1;
     snprintf(site, sizeof site, "%s.kahan.c2", name);
-    return emu_t_add(ctx, site, &prm->c, &prm->c, &prm->m, w_rnd);
+    return emu_t_add(ctx, site, &prm->c, &prm->c, delta, w_rnd);
 }
 
 /* The gradient an update reads once it is unscaled: the master-format
@@ -849,7 +908,7 @@ static int step_param(run *r, const emu_layer *l, emu_param *prm,
         return emu_t_cast(ctx, site, &prm->w, &prm->master, &wp->rnd);
     }
     if (p->update == EMU_UPDATE_KAHAN)
-        return kahan_step(r, name, prm, lr, &wp->rnd, &sp->rnd);
+        return kahan_step(r, l, name, prm, lr, &wp->rnd, &sp->rnd);
     snprintf(site, sizeof site, "%s.update", name);
     return optimizer_step(r, site, &prm->w, prm, &prm->g, lr,
                           p->update == EMU_UPDATE_SR ? &sr : &wp->rnd,
@@ -2005,10 +2064,6 @@ int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
         return -1;
     if (check_config(cfg, p, err) || check_data_model(cfg, err))
         return -1;
-    if (p->update == EMU_UPDATE_KAHAN && cfg->opt != EMU_OPT_SGD)
-        return emu_fail(err, EMU_ESPEC, "config", "", "Kahan-compensated updates are "
-                        "defined for SGD (its buffers reuse the Adam moments); "
-                        "use --optimizer sgd");
     {
         if (!emu_is_pow2(cfg->loss_mult))
             return emu_fail(err, EMU_ESPEC, "config", "", "loss_mult %g is not a power of "
@@ -2222,6 +2277,10 @@ int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
     }
     rc = 0;
 done:
+    if (r->kahan_delta)
+        for (int i = 0; i < 2 * r->m.n_layers; i++)
+            emu_tensor_free(&r->kahan_delta[i]);
+    free(r->kahan_delta);
     emu_model_free(&r->m);
     emu_dataset_free(&r->train);
     emu_dataset_free(&r->test);

@@ -53,7 +53,6 @@ expect_error "backoff >= 1" "backoff" --preset fp16-mpt --set backoff=2 --out "$
 expect_error "interval 0" "interval" --preset fp16-mpt --set interval=0 --out "$o"
 expect_error "adaptive target 0" "target" --preset adaptive --set target=0 --out "$o"
 expect_error "Kahan with a master copy" "kahan.*master" --preset fp16-mpt --set update=kahan --out "$o"
-expect_error "Kahan with Adam" "kahan.*sgd" --preset bf16-kahan --optimizer adam --out "$o"
 expect_error "accumulator key twice" "'acc' is given twice in 'sequential,acc=binary16,acc=binary32'" \
     --set accum=sequential,acc=binary16,acc=binary32 --out "$o"
 expect_error "scaled-format key twice" "'block' is given twice" --set q.all=mxfp8,block=4,block=8 --out "$o"

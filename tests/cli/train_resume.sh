@@ -73,6 +73,10 @@ resume_case fp8delayed --preset fp8-delayed --model mlp:784-32-16-10 \
 # the lr is a function of the step, the clipping of the gradients alone.
 resume_case clipsched --preset fp16-mpt --model mlp:784-32-16-10 \
     --warmup 10 --lr-schedule cosine --lr-min 0.001 --clip-norm 0.5
+# Kahan-compensated AdamW in bfloat16: the compensation and both moments carry
+# over; the step buffer is rewritten every step and not saved.
+resume_case kahanadam --preset bf16-kahan --model mlp:784-32-16-10 \
+    --optimizer adam --lr 1e-3 --weight-decay 0.01
 
 # ---- refusals ------------------------------------------------------------
 

@@ -43,7 +43,8 @@ typedef enum emu_update_rule {
     EMU_UPDATE_PLAIN,        /* w = round(w - lr * step) in w's format, rnd  */
     EMU_UPDATE_SR,           /* the same rounded stochastically               */
     EMU_UPDATE_KAHAN,        /* compensated: a buffer c in w's format keeps
-                                what each rounding lost (Zamirai et al.)   */
+                                what each rounding lost (Zamirai et al.);
+                                SGD or Adam, no master copy                */
     EMU_UPDATE_COUNT
 } emu_update_rule;
 
