@@ -2,9 +2,9 @@
 # Experiment 2: FP8 training (Mellempudi et al., "Mixed Precision Training
 # With 8-bit Floating Point", 2019).  See README.md.
 #   ./run.sh           full run (Fashion-MNIST; the README's numbers): four
-#                      studies, 5 seeds of the CNN (~40 s of one core a
-#                      run) and of the MLPs (~15 s a run), 3 seeds of the
-#                      ResNet (~50 s a run on 6,000 images)
+#                      studies, 5 seeds each: the CNN (~40 s of one core
+#                      a run), the MLPs (~15 s a run) and the ResNet (~50 s
+#                      a run on 6,000 images)
 #   ./run.sh --quick   well under a minute on the synthetic data, 2 seeds (CI)
 # The runs are the job list jobs-<mode>.txt (see ../common.sh and
 # ../tools/runjobs.sh for running it as a Slurm array).
@@ -30,7 +30,7 @@ else
     RDATA=(--data fashion-mnist --train-examples 6000 --test-examples 2000)
     CNN_SEEDS=(1 2 3 4 5)
     SEEDS=(1 2 3 4 5)
-    RSEEDS=(1 2 3)
+    RSEEDS=(1 2 3 4 5)
 fi
 SGD=(--batch 64 --optimizer sgd --lr 0.05 --momentum 0.9 --schedule cosine
      --lr-final 0.0005)
