@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """summarize.py RESULTS_DIR — experiment 2's numbers, from its result files.
 
-Three studies, each a set of variants run over the same seeds (folders
+Four studies, each a set of variants run over the same seeds (folders
 VARIANT-seedN; see run.sh): cnn-* (the recipe on the CNN), deep-* (loss
-scaling on the deep MLP with the loss x2^-24) and fit-* (stochastic against
-nearest rounding on a training subset).  Writes RESULTS_DIR/
+scaling on the deep MLP with the loss x2^-24), fit-* (stochastic against
+nearest rounding on a training subset) and resnet-* (the recipe on
+ResNet-8, first and last layers exempt).  Writes RESULTS_DIR/
   summary_fp8_runs.csv      one row per run: accuracy, losses, the
                             train-test gap, skipped steps, the loss scale,
                             errors and weight gradients rounded to zero
@@ -14,8 +15,14 @@ nearest rounding on a training subset).  Writes RESULTS_DIR/
                             points), its 95% t interval and the verdict
                             (tools/seedstats.py states the rule)
   summary_predicted.csv     what E5M2 and binary16 would lose of the FP32
-                            CNN's gradients (seed 1's histograms) at a few
-                            loss scales
+                            CNN's and ResNet's gradients (seed 1's
+                            histograms) at a few loss scales
+  summary_resnet_sites.csv  the E5M2 ResNet's op sites (every seed summed):
+                            results, and the fractions inexact, rounded to
+                            zero, underflowing, subnormal and overflowing
+  summary_resnet_kinds.csv  the same per kind of op and role (conv outputs,
+                            batch-norm outputs, batch-norm input gradients
+                            ...), the mechanism behind the ResNet's numbers
 and prints them as Markdown tables (the README quotes them).
 """
 import os
@@ -36,7 +43,8 @@ E5M2_LOST, FP16_LOST = -18, -26
 VARIANTS = ["cnn-fp32", "cnn-sr", "cnn-rne", "cnn-sr-none",
             "deep-fp32", "deep-none", "deep-dynamic2000", "deep-dynamic100", "deep-dynamic25",
             "deep-enhanced", "deep-static",
-            "fit-fp32", "fit-sr", "fit-rne"]
+            "fit-fp32", "fit-sr", "fit-rne",
+            "resnet-fp32", "resnet-sr", "resnet-rne"]
 METRICS = ["test_accuracy", "test_loss", "train_accuracy", "train_loss",
            "gap_accuracy", "gap_loss", "skipped_steps", "loss_scale_min",
            "loss_scale_final", "act_grad_to_zero", "weight_grad_to_zero"]
@@ -76,7 +84,14 @@ FINDINGS = [
      "fit-rne", "fit-sr", ss.Claim("greater", 0), "RNE overfits", 1),
     ("subset: SR matches FP32", "test_accuracy", "fit-sr", "fit-fp32",
      MATCH, "matches FP32", 100),
+    ("ResNet-8 (first and last layers exempt): the E5M2 recipe matches FP32",
+     "test_accuracy", "resnet-sr", "resnet-fp32", MATCH, "matches FP32", 100),
+    ("ResNet-8: nearest rounding loses accuracy against SR", "test_accuracy",
+     "resnet-rne", "resnet-sr", ss.Claim("less", 0), "RNE loses accuracy", 100),
 ]
+# The roles whose values E5M2 holds (the rest is bookkeeping: binary32
+# batch-norm statistics, the FP16 master copy and momentum).
+TENSOR_ROLES = ["weight", "activation", "act_grad", "weight_grad"]
 
 
 def to_zero(o, role):
@@ -109,25 +124,72 @@ def measure(results, run):
 
 
 def predicted(results):
-    """What E5M2 would lose of the FP32 CNN's gradients at a few scales."""
-    if not eu.have(results, "cnn-fp32"):
-        return pd.DataFrame()
-    h = eu.hist(results, "cnn-fp32")
+    """What E5M2 would lose of the FP32 CNN's and ResNet's gradients at a
+    few scales (seed 1's histograms)."""
     rows = []
-    for role in eu.GRAD_ROLES:
-        bz = eu.binades(h, role)
-        for log2s in (0, 8, 12, 16):
-            f = eu.lost_fraction(bz, log2s, E5M2_LOST, 16)
-            rows.append({"role": role, "loss_scale": f"2^{log2s}",
-                         "zero": f["zero"], "e5m2_lost": f["lost"],
-                         "e5m2_overflow": f["overflow"],
-                         "fp16_lost": eu.lost_fraction(bz, log2s, FP16_LOST)["lost"]})
+    for model in ("cnn", "resnet"):
+        run = f"{model}-fp32"
+        if not eu.have(results, run):
+            continue
+        h = eu.hist(results, run)
+        for role in eu.GRAD_ROLES:
+            bz = eu.binades(h, role)
+            for log2s in (0, 8, 12, 16):
+                f = eu.lost_fraction(bz, log2s, E5M2_LOST, 16)
+                rows.append({"model": model, "role": role,
+                             "loss_scale": f"2^{log2s}",
+                             "zero": f["zero"], "e5m2_lost": f["lost"],
+                             "e5m2_overflow": f["overflow"],
+                             "fp16_lost": eu.lost_fraction(bz, log2s, FP16_LOST)["lost"]})
     return pd.DataFrame(rows)
+
+
+COUNTS = ["results", "inexact", "to_zero", "underflow", "subnormal",
+          "overflow"]
+
+
+def kind_of(site, kind):
+    """A site's group for the per-kind table: the op's kind, with batch
+    norm's input gradient and a cast's target told apart by name."""
+    if kind == "cast":
+        return "cast (." + site.rsplit(".", 1)[-1] + ")"
+    return kind
+
+
+def resnet_sites(results):
+    """The E5M2 ResNet runs' op sites, every seed summed, per variant:
+    counts and rates (rate = count / results), and the same per kind of op
+    and role.  Only sites holding weights, activations and gradients."""
+    frames = []
+    for v in ("resnet-sr", "resnet-rne"):
+        for seed, f in eu.seeds(results, v).items():
+            o = eu.ops(results, f)
+            o = o[o["role"].isin(TENSOR_ROLES)]
+            frames.append(o.assign(variant=v)[["variant", "site", "kind", "role",
+                                               "format"] + COUNTS])
+    if not frames:
+        return pd.DataFrame(), pd.DataFrame()
+    o = pd.concat(frames)
+    o["group"] = [kind_of(s, k) for s, k in zip(o["site"], o["kind"])]
+
+    def rates(df, keys):
+        g = df.groupby(keys, sort=False)[COUNTS].sum().reset_index()
+        for c in COUNTS[1:]:
+            g[c + "_rate"] = g[c] / g["results"].clip(lower=1)
+        return g
+
+    sites = rates(o, ["variant", "site", "kind", "role", "format"])
+    kinds = rates(o, ["variant", "role", "group", "format"])
+    kinds["sites"] = o.groupby(["variant", "role", "group", "format"],
+                               sort=False)["site"].nunique().values
+    return sites, kinds
 
 
 def main(results):
     runs = eu.over_seeds(results, VARIANTS, lambda f: measure(results, f))
-    tables = {"fp8_runs": runs, "predicted": predicted(results)}
+    sites, kinds = resnet_sites(results)
+    tables = {"fp8_runs": runs, "predicted": predicted(results),
+              "resnet_sites": sites, "resnet_kinds": kinds}
     if not runs.empty:
         # variant - FP32 of the same study and seed, the sign convention of
         # every experiment (accuracy in points).
