@@ -66,15 +66,15 @@ for seed in "${SEEDS[@]}"; do
     done
 done
 for seed in "${SEEDS[@]}"; do
-    for p in fp32 bf16-nearest bf16-sr bf16-kahan bf16-fp32w; do
-        train "resnet-$p-seed$seed" --preset $p "${RDATA[@]}" "${RLEN[@]}" \
-            "${RESNET[@]}" --seed "$seed"
-    done
-done
-for seed in "${SEEDS[@]}"; do
     for p in fp32 bf16-nearest bf16-sr bf16-fp32w; do
         train "gpt-$p-seed$seed" --preset $p "${GDATA[@]}" "${GLEN[@]}" \
             "${GPT[@]}" --seed "$seed"
+    done
+done
+for seed in "${SEEDS[@]}"; do
+    for p in fp32 bf16-nearest bf16-sr bf16-kahan bf16-fp32w; do
+        train "resnet-$p-seed$seed" --preset $p "${RDATA[@]}" "${RLEN[@]}" \
+            "${RESNET[@]}" --seed "$seed"
     done
 done
 
