@@ -346,10 +346,10 @@ static inline int32_t ctz32_lanes(uint32_t x)
  * with count_swamp_scalar. */
 enum { SWAMP_SKIP = EMU_LOST_BINS };
 
-static bool count_swamp_run(const emu_format *f, const double *t,
-                            const float *old, const float *res,
-                            uint64_t n[4][EMU_LOST_BINS + 1],
-                            uint64_t *absorbed_sum)
+static EMU_KERNEL_INLINE bool
+count_swamp_run_any(const emu_format *f, const double *t, const float *old,
+                    const float *res, uint64_t n[4][EMU_LOST_BINS + 1],
+                    uint64_t *absorbed_sum)
 {
     const int32_t q_tiny = f->subnormals ? f->emin - f->p + 1 : f->emin;
     const int32_t emin = f->emin, p = f->p;
@@ -405,20 +405,69 @@ static bool count_swamp_run(const emu_format *f, const double *t,
     return true;
 }
 
+/* count_swamp_run_any compiled per instruction-set level (isa.c
+ * chooses): integer operations and exact conversions, the same counts at
+ * every level; AVX2's eight 32-bit lanes take half the instructions of
+ * baseline's four. */
+typedef bool (*swamp_kernel)(const emu_format *, const double *,
+                             const float *, const float *,
+                             uint64_t[4][EMU_LOST_BINS + 1], uint64_t *);
+
+static bool count_swamp_run_base(const emu_format *f, const double *t,
+                                 const float *old, const float *res,
+                                 uint64_t n[4][EMU_LOST_BINS + 1],
+                                 uint64_t *absorbed_sum)
+{
+    return count_swamp_run_any(f, t, old, res, n, absorbed_sum);
+}
+
+#if EMU_HAVE_ISA_CLONES
+EMU_ISA_TARGET_AVX2
+static bool count_swamp_run_avx2(const emu_format *f, const double *t,
+                                 const float *old, const float *res,
+                                 uint64_t n[4][EMU_LOST_BINS + 1],
+                                 uint64_t *absorbed_sum)
+{
+    return count_swamp_run_any(f, t, old, res, n, absorbed_sum);
+}
+
+EMU_ISA_TARGET_AVX512
+static bool count_swamp_run_avx512(const emu_format *f, const double *t,
+                                   const float *old, const float *res,
+                                   uint64_t n[4][EMU_LOST_BINS + 1],
+                                   uint64_t *absorbed_sum)
+{
+    return count_swamp_run_any(f, t, old, res, n, absorbed_sum);
+}
+#endif
+
+static swamp_kernel swamp_kernel_for(emu_isa isa)
+{
+#if EMU_HAVE_ISA_CLONES
+    if (isa == EMU_ISA_AVX512)
+        return count_swamp_run_avx512;
+    if (isa == EMU_ISA_AVX2)
+        return count_swamp_run_avx2;
+#endif
+    (void)isa;
+    return count_swamp_run_base;
+}
+
 /* Swamping of the outputs i0 .. i0+m-1 of a chunk: runs of CARRY_RUN
- * through count_swamp_run, the rest (and its rare runs) through
+ * through count_swamp_run_any, the rest (and its rare runs) through
  * count_swamp_scalar, the reference. */
 static void count_swamp(const emu_op_out *o, size_t i0, const float *res,
                         size_t m, emu_accum_counts *c)
 {
     const emu_format *f = &o->out->fmt;
+    const swamp_kernel run = swamp_kernel_for(emu_isa_active());
     uint64_t n[4][EMU_LOST_BINS + 1];
     uint64_t absorbed = 0;
     memset(n, 0, sizeof n);
     size_t j = 0;
     for (; j + CARRY_RUN <= m; j += CARRY_RUN)
-        if (!count_swamp_run(f, o->addend + i0 + j, o->acc_old + i0 + j,
-                             res + j, n, &absorbed))
+        if (!run(f, o->addend + i0 + j, o->acc_old + i0 + j, res + j, n,
+                 &absorbed))
             count_swamp_scalar(o, i0 + j, res + j, CARRY_RUN, c);
     if (j < m)
         count_swamp_scalar(o, i0 + j, res + j, m - j, c);
@@ -453,8 +502,8 @@ static void count_swamp(const emu_op_out *o, size_t i0, const float *res,
 typedef struct rne32_sums {
     uint64_t inexact; /* lanes whose result is not hi + lo               */
     uint64_t rare;    /* non-zero: a lane the general path must take     */
-    uint64_t down;    /* non-zero: a lane whose exact value's binade lies
-                         below its result's                              */
+    uint64_t down;    /* non-zero: a lane whose result is a power of two,
+                         whose exact value may lie in the binade below   */
 } rne32_sums;
 
 static EMU_KERNEL_INLINE void rne32_run(float *restrict res,
@@ -475,21 +524,22 @@ static EMU_KERNEL_INLINE void rne32_run(float *restrict res,
         memcpy(&bb, &back, sizeof bb);
         if (has_lo)
             memcpy(&lb, &l[k], sizeof lb);
-        const uint64_t ah = hb & ~sign, ab = bb & ~sign;
+        /* magnitudes below 2^63: signed comparisons, which every
+         * vector level has */
+        const int64_t ah = (int64_t)(hb & ~sign), ab = (int64_t)(bb & ~sign);
         const uint64_t lnz = (uint64_t)((lb << 1) != 0);
         /* a normal result above 2^-126, or zero from hi = lo = 0 */
-        const uint64_t normal = (uint64_t)(ab - (min_normal + 1) <
-                                           inf - (min_normal + 1));
-        const uint64_t zero = (uint64_t)((ah | (lb << 1)) == 0);
+        const uint64_t normal = (uint64_t)(ab > (int64_t)min_normal) &
+                                (uint64_t)(ab < (int64_t)inf);
+        const uint64_t zero = (uint64_t)(((uint64_t)ah | (lb << 1)) == 0);
         /* hi a midpoint of binary32's grid (29 low bits 1 followed by
          * 28 zeros), with a low part */
         const uint64_t mid = lnz & (uint64_t)((hb & 0x1fffffff) == 0x10000000);
         rare |= ((normal | zero) ^ 1) | mid;
         inexact += (uint64_t)(hb != bb) | lnz;
-        /* the result a power of two above the exact value */
-        const uint64_t below = (uint64_t)(ah < ab) |
-                               ((uint64_t)(ah == ab) & lnz & ((hb ^ lb) >> 63));
-        down |= normal & (uint64_t)((bb << 12) == 0) & below;
+        /* the result a power of two (rare): hist_down_fix then finds
+         * those above their exact values */
+        down |= normal & (uint64_t)((bb << 12) == 0);
         res[k] = f;
     }
     s->inexact += inexact;
@@ -550,8 +600,8 @@ static rne32_kernel rne32_for(emu_isa isa)
 
 /* A chunk of values h (and l, or NULL) into binary32 under nearest-even,
  * with the fast lanes above: true, res and the counts set, *down set if
- * some exact value lies in the binade below its result's, when every lane
- * is common; false, counts untouched, otherwise.  The chunk's tail (below
+ * some result is a power of two (its exact value may lie in the binade
+ * below), when every lane is common; false, counts untouched, otherwise.  The chunk's tail (below
  * a run) goes through the same lanes from a zero-padded copy. */
 static bool rne32_chunk(rne32_kernel kern, float *res, const double *h,
                         const double *l, size_t m, emu_round_counts *counts,
@@ -588,8 +638,8 @@ typedef struct commit_run {
     bool sr, identity;
     rne32_kernel rne32;     /* binary32 under nearest-even: the fast
                                lanes of rne32_chunk, or NULL            */
-    bool down;              /* the chunk just rounded by them has an
-                               exact value a binade below its result    */
+    bool down;              /* the chunk just rounded by them has a
+                               power of two among its results          */
     emu_round_counts counts;
     bool measure, hist, tables, swamp, ref, ref_all;
     uint64_t cut;           /* sampling threshold on a 64-bit word        */
@@ -763,8 +813,8 @@ static void round_lo_apart(commit_run *r, size_t i0, size_t m, const double *h,
  * low part must be seen.  Returns true if the chunk was carried into
  * binary32 unrounded (no low parts) or rounded by rne32_chunk's lanes: its
  * values and results then fall in the same histogram bins (a NaN's payload
- * aside, which bins as NaN), but where r->down says some exact values lie
- * a binade below (hist_down_fix). */
+ * aside, which bins as NaN), but where r->down says some exact values may
+ * lie a binade below (hist_down_fix). */
 static bool round_chunk(commit_run *r, size_t i0, size_t m, const double *h,
                         const double *l, const float *v, float *res)
 {
