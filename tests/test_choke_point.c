@@ -25,6 +25,10 @@
  *               rounding) gives the results and counts of the scalar
  *               choke point, for edges, specials and random patterns,
  *               under every profile, with and without saturation;
+ *   rne32       binary64 values and pairs into binary32 under nearest-even
+ *               (the one-pass lanes of the fp32 policy's updates): results,
+ *               counts and both histograms against MPFR, chunks of common
+ *               lanes and chunks with each kind of rare lane;
  *   chunks      the chunked producers (fill, fill32), with and without
  *               early stores and an observer, equal the whole arrays in
  *               results and in every counter, histogram and sampled error,
