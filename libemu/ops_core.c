@@ -346,10 +346,10 @@ static inline int32_t ctz32_lanes(uint32_t x)
  * with count_swamp_scalar. */
 enum { SWAMP_SKIP = EMU_LOST_BINS };
 
-static bool count_swamp_run(const emu_format *f, const double *t,
-                            const float *old, const float *res,
-                            uint64_t n[4][EMU_LOST_BINS + 1],
-                            uint64_t *absorbed_sum)
+static EMU_KERNEL_INLINE bool
+count_swamp_run_any(const emu_format *f, const double *t, const float *old,
+                    const float *res, uint64_t n[4][EMU_LOST_BINS + 1],
+                    uint64_t *absorbed_sum)
 {
     const int32_t q_tiny = f->subnormals ? f->emin - f->p + 1 : f->emin;
     const int32_t emin = f->emin, p = f->p;
@@ -405,20 +405,69 @@ static bool count_swamp_run(const emu_format *f, const double *t,
     return true;
 }
 
+/* count_swamp_run_any compiled per instruction-set level (isa.c
+ * chooses): integer operations and exact conversions, the same counts at
+ * every level; AVX2's eight 32-bit lanes take half the instructions of
+ * baseline's four. */
+typedef bool (*swamp_kernel)(const emu_format *, const double *,
+                             const float *, const float *,
+                             uint64_t[4][EMU_LOST_BINS + 1], uint64_t *);
+
+static bool count_swamp_run_base(const emu_format *f, const double *t,
+                                 const float *old, const float *res,
+                                 uint64_t n[4][EMU_LOST_BINS + 1],
+                                 uint64_t *absorbed_sum)
+{
+    return count_swamp_run_any(f, t, old, res, n, absorbed_sum);
+}
+
+#if EMU_HAVE_ISA_CLONES
+EMU_ISA_TARGET_AVX2
+static bool count_swamp_run_avx2(const emu_format *f, const double *t,
+                                 const float *old, const float *res,
+                                 uint64_t n[4][EMU_LOST_BINS + 1],
+                                 uint64_t *absorbed_sum)
+{
+    return count_swamp_run_any(f, t, old, res, n, absorbed_sum);
+}
+
+EMU_ISA_TARGET_AVX512
+static bool count_swamp_run_avx512(const emu_format *f, const double *t,
+                                   const float *old, const float *res,
+                                   uint64_t n[4][EMU_LOST_BINS + 1],
+                                   uint64_t *absorbed_sum)
+{
+    return count_swamp_run_any(f, t, old, res, n, absorbed_sum);
+}
+#endif
+
+static swamp_kernel swamp_kernel_for(emu_isa isa)
+{
+#if EMU_HAVE_ISA_CLONES
+    if (isa == EMU_ISA_AVX512)
+        return count_swamp_run_avx512;
+    if (isa == EMU_ISA_AVX2)
+        return count_swamp_run_avx2;
+#endif
+    (void)isa;
+    return count_swamp_run_base;
+}
+
 /* Swamping of the outputs i0 .. i0+m-1 of a chunk: runs of CARRY_RUN
- * through count_swamp_run, the rest (and its rare runs) through
+ * through count_swamp_run_any, the rest (and its rare runs) through
  * count_swamp_scalar, the reference. */
 static void count_swamp(const emu_op_out *o, size_t i0, const float *res,
                         size_t m, emu_accum_counts *c)
 {
     const emu_format *f = &o->out->fmt;
+    const swamp_kernel run = swamp_kernel_for(emu_isa_active());
     uint64_t n[4][EMU_LOST_BINS + 1];
     uint64_t absorbed = 0;
     memset(n, 0, sizeof n);
     size_t j = 0;
     for (; j + CARRY_RUN <= m; j += CARRY_RUN)
-        if (!count_swamp_run(f, o->addend + i0 + j, o->acc_old + i0 + j,
-                             res + j, n, &absorbed))
+        if (!run(f, o->addend + i0 + j, o->acc_old + i0 + j, res + j, n,
+                 &absorbed))
             count_swamp_scalar(o, i0 + j, res + j, CARRY_RUN, c);
     if (j < m)
         count_swamp_scalar(o, i0 + j, res + j, m - j, c);
@@ -430,6 +479,156 @@ static void count_swamp(const emu_op_out *o, size_t i0, const float *res,
     c->absorbed += absorbed;
 }
 
+/* ---- binary64 values and pairs into binary32 under nearest-even ---------
+ * The fp32 policy's commits of values that are not binary32 values (an
+ * optimizer's exact sums w0 - lr v and mom v0 + g, as pairs hi + lo; wide
+ * binary64 results): the host's own conversion (float)hi is the rounding,
+ * the floating-point environment being the default one (EMU_HOSTFP_GUARD:
+ * nearest-even, no flush to zero).  hi is the binary64 nearest hi + lo,
+ * and every boundary of binary32's grid (its midpoints, for nearest) is a
+ * binary64, so hi + lo rounds as hi does unless hi is itself a midpoint
+ * while lo is not zero.  A lane is common when its result is a normal
+ * binary32 above 2^-126 (or a zero from an exact zero) and hi is no such
+ * midpoint: then the rounding raised nothing but inexact (hi + lo is not
+ * the result), and the exact value's binade is the result's, or the one
+ * below when the result is a power of two above the exact value (a carry
+ * into the next binade, or hi a power of two with lo toward zero).  The
+ * other lanes (midpoints with a low part, tiny, subnormal, zero from a
+ * non-zero value, overflow, infinities, NaNs: rare in a training step)
+ * send their whole chunk to the general path, which then recomputes it.
+ * In 64-bit lanes (the binary32 result compared as the binary64 it
+ * converts back to), branch-free, runs of constant length: one clone per
+ * instruction-set level (isa.c chooses), the same IEEE operations in each. */
+typedef struct rne32_sums {
+    uint64_t inexact; /* lanes whose result is not hi + lo               */
+    uint64_t rare;    /* non-zero: a lane the general path must take     */
+    uint64_t down;    /* non-zero: a lane whose result is a power of two,
+                         whose exact value may lie in the binade below   */
+} rne32_sums;
+
+static EMU_KERNEL_INLINE void rne32_run(float *restrict res,
+                                        const double *restrict h,
+                                        const double *restrict l,
+                                        const bool has_lo, rne32_sums *s)
+{
+    const uint64_t sign = (uint64_t)1 << 63;
+    const uint64_t min_normal = (uint64_t)(1023 - 126) << 52; /* 2^-126 */
+    const uint64_t inf = (uint64_t)0x7ff << 52;
+    uint64_t inexact = 0, rare = 0, down = 0;
+    for (int k = 0; k < CARRY_RUN; k++) {
+        const double x = h[k];
+        const float f = (float)x;
+        const double back = (double)f;
+        uint64_t hb, bb, lb = 0;
+        memcpy(&hb, &x, sizeof hb);
+        memcpy(&bb, &back, sizeof bb);
+        if (has_lo)
+            memcpy(&lb, &l[k], sizeof lb);
+        /* magnitudes below 2^63: signed comparisons, which every
+         * vector level has */
+        const int64_t ah = (int64_t)(hb & ~sign), ab = (int64_t)(bb & ~sign);
+        const uint64_t lnz = (uint64_t)((lb << 1) != 0);
+        /* a normal result above 2^-126, or zero from hi = lo = 0 */
+        const uint64_t normal = (uint64_t)(ab > (int64_t)min_normal) &
+                                (uint64_t)(ab < (int64_t)inf);
+        const uint64_t zero = (uint64_t)(((uint64_t)ah | (lb << 1)) == 0);
+        /* hi a midpoint of binary32's grid (29 low bits 1 followed by
+         * 28 zeros), with a low part */
+        const uint64_t mid = lnz & (uint64_t)((hb & 0x1fffffff) == 0x10000000);
+        rare |= ((normal | zero) ^ 1) | mid;
+        inexact += (uint64_t)(hb != bb) | lnz;
+        /* the result a power of two (rare): hist_down_fix then finds
+         * those above their exact values */
+        down |= normal & (uint64_t)((bb << 12) == 0);
+        res[k] = f;
+    }
+    s->inexact += inexact;
+    s->rare |= rare;
+    s->down |= down;
+}
+
+static EMU_KERNEL_INLINE void rne32_any(float *restrict res,
+                                        const double *restrict h,
+                                        const double *restrict l, size_t runs,
+                                        rne32_sums *s)
+{
+    for (size_t j = 0; j < runs; j++) {
+        const size_t o = j * CARRY_RUN;
+        if (l)
+            rne32_run(res + o, h + o, l + o, true, s);
+        else
+            rne32_run(res + o, h + o, NULL, false, s);
+    }
+}
+
+typedef void (*rne32_kernel)(float *restrict, const double *restrict,
+                             const double *restrict, size_t, rne32_sums *);
+
+static void rne32_base(float *restrict res, const double *restrict h,
+                       const double *restrict l, size_t runs, rne32_sums *s)
+{
+    rne32_any(res, h, l, runs, s);
+}
+
+#if EMU_HAVE_ISA_CLONES
+EMU_ISA_TARGET_AVX2
+static void rne32_avx2(float *restrict res, const double *restrict h,
+                       const double *restrict l, size_t runs, rne32_sums *s)
+{
+    rne32_any(res, h, l, runs, s);
+}
+
+EMU_ISA_TARGET_AVX512
+static void rne32_avx512(float *restrict res, const double *restrict h,
+                         const double *restrict l, size_t runs, rne32_sums *s)
+{
+    rne32_any(res, h, l, runs, s);
+}
+#endif
+
+static rne32_kernel rne32_for(emu_isa isa)
+{
+#if EMU_HAVE_ISA_CLONES
+    if (isa == EMU_ISA_AVX512)
+        return rne32_avx512;
+    if (isa == EMU_ISA_AVX2)
+        return rne32_avx2;
+#endif
+    (void)isa;
+    return rne32_base;
+}
+
+/* A chunk of values h (and l, or NULL) into binary32 under nearest-even,
+ * with the fast lanes above: true, res and the counts set, *down set if
+ * some result is a power of two (its exact value may lie in the binade
+ * below), when every lane is common; false, counts untouched, otherwise.  The chunk's tail (below
+ * a run) goes through the same lanes from a zero-padded copy. */
+static bool rne32_chunk(rne32_kernel kern, float *res, const double *h,
+                        const double *l, size_t m, emu_round_counts *counts,
+                        bool *down)
+{
+    rne32_sums s = { 0, 0, 0 };
+    const size_t runs = m / CARRY_RUN, done = runs * CARRY_RUN;
+    kern(res, h, l, runs, &s);
+    if (done < m && !s.rare) {
+        double th[CARRY_RUN] = { 0 }, tl[CARRY_RUN] = { 0 };
+        float tr[CARRY_RUN];
+        memcpy(th, h + done, (m - done) * sizeof *th);
+        if (l)
+            memcpy(tl, l + done, (m - done) * sizeof *tl);
+        kern(tr, th, l ? tl : NULL, 1, &s); /* the padding: exact zeros */
+        memcpy(res + done, tr, (m - done) * sizeof *tr);
+    }
+    if (s.rare)
+        return false;
+    counts->n += m;
+    counts->inexact += s.inexact;
+    if (s.inexact)
+        counts->flags |= EMU_FLAG_INEXACT;
+    *down = s.down != 0;
+    return true;
+}
+
 /* What one commit carries from chunk to chunk. */
 typedef struct commit_run {
     const emu_ctx *ctx;
@@ -437,6 +636,10 @@ typedef struct commit_run {
     uint64_t stream;
     emu_array_rounding ar;
     bool sr, identity;
+    rne32_kernel rne32;     /* binary32 under nearest-even: the fast
+                               lanes of rne32_chunk, or NULL            */
+    bool down;              /* the chunk just rounded by them has a
+                               power of two among its results          */
     emu_round_counts counts;
     bool measure, hist, tables, swamp, ref, ref_all;
     uint64_t cut;           /* sampling threshold on a 64-bit word        */
@@ -608,14 +811,17 @@ static void round_lo_apart(commit_run *r, size_t i0, size_t m, const double *h,
  * or NULL), or the binary32 values v, rounded into res[0..m).  The array
  * path where the values are plain doubles, the scalar choke point where a
  * low part must be seen.  Returns true if the chunk was carried into
- * binary32 unrounded (no low parts): its values and results then fall in
- * the same histogram bins (a NaN's payload aside, which bins as NaN). */
+ * binary32 unrounded (no low parts) or rounded by rne32_chunk's lanes: its
+ * values and results then fall in the same histogram bins (a NaN's payload
+ * aside, which bins as NaN), but where r->down says some exact values may
+ * lie a binade below (hist_down_fix). */
 static bool round_chunk(commit_run *r, size_t i0, size_t m, const double *h,
                         const double *l, const float *v, float *res)
 {
     const emu_format *fmt = &r->o->out->fmt;
     emu_round_counts *counts = &r->counts;
     r->ar.first_index = i0;
+    r->down = false;
     float fin[CHUNK];
     if (v) {
         if (r->identity) {
@@ -637,6 +843,10 @@ static bool round_chunk(commit_run *r, size_t i0, size_t m, const double *h,
         emu_round_array_f32_unguarded(fmt, res, fin, m, &r->ar, counts);
         return false;
     }
+    /* binary32 under nearest-even: pairs in one pass of vector lanes */
+    if (l && r->rne32 &&
+        rne32_chunk(r->rne32, res, h, l, m, counts, &r->down))
+        return true;
     if (l && !r->sr && !lo_harmless(h, l, m, fmt->p)) {
         round_lo_apart(r, i0, m, h, l, res);
         return false;
@@ -650,6 +860,9 @@ static bool round_chunk(commit_run *r, size_t i0, size_t m, const double *h,
         const bool wide0 = (double)(float)h[0] != h[0] && !isnan(h[0]);
         if (!wide0 && r->identity && carry_f32(res, h, m, counts))
             return !l;
+        if (!l && r->rne32 &&
+            rne32_chunk(r->rne32, res, h, NULL, m, counts, &r->down))
+            return true;
         /* Most ops' values are binary32 values already (a fast-model
          * GEMM, sums of 16-bit values, casts): then the binary32 array
          * path, several times faster, rounds them the same way. */
@@ -754,6 +967,29 @@ static void hist_lo_fix(uint64_t *hist, const double *h, const double *l,
         hist_lo_fix_run(hist, h + j0, l + j0, m - j0);
 }
 
+/* The exact values' histogram of a chunk rounded by rne32_chunk, whose
+ * counts hist_both took from the results: an exact value below its result
+ * that is a power of two (a normal one: rne32_chunk's) lies in the binade
+ * below.  Modulo 2^64 while the tables hold the rest, as hist_lo_fix. */
+static void hist_down_fix(uint64_t *hist, const double *h, const double *l,
+                          const float *res, size_t m)
+{
+    for (size_t j = 0; j < m; j++) {
+        const double x = fabs(h[j]), y = fabs((double)res[j]);
+        uint32_t u;
+        memcpy(&u, &res[j], sizeof u);
+        if ((u & 0x7fffff) != 0 || y == 0.0)
+            continue;
+        const bool toward_zero = l && l[j] != 0.0 &&
+                                 (signbit(l[j]) != signbit(h[j]));
+        if (x < y || (x == y && toward_zero)) {
+            const int b = emu_hist_bin_f32_unguarded(res[j]);
+            hist[b]--;
+            hist[b - 1]++;
+        }
+    }
+}
+
 /* The bins of a carried chunk, into both histograms at once. */
 static void hist_both(commit_run *r, const float *res, size_t m)
 {
@@ -804,6 +1040,8 @@ static void measure_chunk(commit_run *r, size_t i0, size_t m, const double *h,
          * unless hi is a power of two and lo points toward zero. */
         if (carried && !o->scale) {
             hist_both(r, res, m);
+            if (r->down)
+                hist_down_fix(s->hist_exact, h, l, res, m);
         } else if (o->scale) {
             for (size_t j = 0; j < m; j++)
                 s->hist_exact[emu_hist_bin_unguarded(o->src[i0 + j])]++;
@@ -962,6 +1200,8 @@ int emu_commit(emu_ctx *ctx, const emu_op_out *o)
     r.ar.rnd.rng = NULL;
     r.sr = emu_rnd_is_stochastic(r.ar.rnd.mode);
     r.identity = emu_round_is_identity_f32(&out->fmt, &r.ar.rnd);
+    r.rne32 = r.identity && r.ar.rnd.mode == EMU_RNE
+                  ? rne32_for(emu_isa_active()) : NULL;
     if (r.hist && r.tables)
         r.hb = &table; /* zeroed by its first chunk */
     if (r.ref) {

@@ -25,6 +25,10 @@
  *               rounding) gives the results and counts of the scalar
  *               choke point, for edges, specials and random patterns,
  *               under every profile, with and without saturation;
+ *   rne32       binary64 values and pairs into binary32 under nearest-even
+ *               (the one-pass lanes of the fp32 policy's updates): results,
+ *               counts and both histograms against MPFR, chunks of common
+ *               lanes and chunks with each kind of rare lane;
  *   chunks      the chunked producers (fill, fill32), with and without
  *               early stores and an observer, equal the whole arrays in
  *               results and in every counter, histogram and sampled error,
@@ -728,6 +732,159 @@ START_TEST(test_commit_pairs_lo_apart)
             emu_tensor_free(&y);
         }
     }
+    free(hi);
+    free(lo);
+}
+END_TEST
+
+/* binary64 values and pairs hi + lo into binary32 under nearest-even (the
+ * fp32 policy's weight updates and wide results): the choke point rounds
+ * a chunk of common lanes in one pass of vector lanes (the host's
+ * conversion, the exact histogram from the results' bins), and sends a
+ * chunk with a rare lane to the general path.  Results, every counter and
+ * both histograms against MPFR element by element (emu_ref_round for the
+ * value and flags, the exact value's binade from hi + lo), with lo and
+ * without, at each instruction-set level (CTest runs this suite per
+ * EMU_ISA): chunks of common lanes only (grid points with a low part,
+ * powers of two with a low part toward and away from zero, values that
+ * round up to a power of two, ties, zeros, values near the largest
+ * binary32), chunks where one kind of rare lane (a midpoint with a low
+ * part, a value at or below 2^-126, an overflow, an infinity, a NaN) comes
+ * with odds 1/64 among common ones, chunks of every kind with odds 1/4 and
+ * 1, and a tail shorter than a run. */
+static double rne32_common(test_rng *g, uint64_t r, double *lo, bool with_lo)
+{
+    const int e = (int)test_below(g, 250) - 125; /* 2^-125 .. 2^124 */
+    const double sgn = (r >> 1) & 1 ? -1.0 : 1.0;
+    /* a binary32 significand, 1 <= s < 2 */
+    const double s = 1.0 + (double)test_below(g, (uint64_t)1 << 23) * 0x1p-23;
+    double x;
+    *lo = 0.0;
+    switch ((r >> 2) % 8) {
+    case 0: /* a wide value */
+    default:
+        x = ldexp(s * (1.0 + (double)(test_next(g) >> 24) * 0x1p-64), e);
+        break;
+    case 1: /* a grid point (the weight of a tiny update) */
+        x = ldexp(s, e);
+        break;
+    case 2: /* a power of two */
+        x = ldexp(1.0, e);
+        break;
+    case 3: /* just below a power of two: rounds up to it */
+        x = ldexp(1.0 - 0x1p-30, e);
+        break;
+    case 4: /* a tie, resolved to even when lo is zero */
+        x = ldexp(s + 0x1p-24, e);
+        break;
+    case 5: /* zero */
+        return (r >> 1) & 1 ? -0.0 : 0.0;
+    case 6: /* near the largest binary32 */
+        x = 0x1.fffffep127 * (1.0 - (double)test_below(g, 1024) * 0x1p-40);
+        break;
+    }
+    x *= sgn;
+    if (with_lo && ((r >> 5) & 3) != 0 && (r >> 2) % 8 != 4)
+        *lo = ldexp(x, -55 - (int)((r >> 7) % 6)) * ((r >> 13) & 1 ? 1.0 : -1.0);
+    return x;
+}
+
+static double rne32_rare(test_rng *g, uint64_t r, int kind, double *lo)
+{
+    const double sgn = (r >> 1) & 1 ? -1.0 : 1.0;
+    const double s = 1.0 + (double)test_below(g, (uint64_t)1 << 23) * 0x1p-23;
+    *lo = 0.0;
+    switch (kind < 0 ? (int)((r >> 2) % 7) : kind) {
+    case 0: /* a midpoint with a low part */
+    default: {
+        const double x = sgn * ldexp(s + 0x1p-24, (int)test_below(g, 200) - 100);
+        *lo = ldexp(x, -60) * ((r >> 9) & 1 ? 1.0 : -1.0);
+        return x;
+    }
+    case 1: /* tiny: around and below 2^-126, subnormal results */
+        *lo = (r >> 9) & 1 ? sgn * 0x1p-190 : 0.0;
+        return sgn * ldexp(s, -126 - (int)test_below(g, 30));
+    case 2: /* exactly 2^-126, or just below it */
+        return sgn * ((r >> 9) & 1 ? 0x1p-126 : 0x1p-126 * (1.0 - 0x1p-30));
+    case 3: /* underflow to zero */
+        return sgn * 0x1p-160;
+    case 4: /* overflow */
+        return sgn * ldexp(s, 128 + (int)test_below(g, 4));
+    case 5: /* infinities */
+        return sgn * INFINITY;
+    case 6: /* NaN */
+        return NAN;
+    }
+}
+
+START_TEST(test_commit_rne32)
+{
+    const emu_format *f = test_format("binary32");
+    const emu_rounding rnd = { .mode = EMU_RNE };
+    const size_t n = 20 * 1024 + 37;
+    double *hi = malloc(n * sizeof *hi), *lo = malloc(n * sizeof *lo);
+    test_rng g = test_rng_make(97);
+    mpfr_t e;
+    mpfr_init2(e, 256);
+    for (int with_lo = 0; with_lo < 2; with_lo++) {
+        for (size_t i = 0; i < n; i++) {
+            /* even chunks: common lanes only; odd chunk 2k + 1, k < 7:
+             * rare lanes of kind k with odds 1/64; then every kind with
+             * odds 1/4, and 1 */
+            const uint64_t r = test_next(&g);
+            const size_t c = i / 1024;
+            const int kind = c % 2 == 0 || c / 2 >= 7 ? -1 : (int)(c / 2);
+            const unsigned odds = c % 2 == 0 ? 0 : kind >= 0 ? 1
+                                  : c / 2 == 7 ? 16 : 64;
+            if ((r >> 58) < odds)
+                hi[i] = rne32_rare(&g, r, kind, &lo[i]);
+            else
+                hi[i] = rne32_common(&g, r, &lo[i], with_lo);
+            if (!with_lo)
+                lo[i] = 0.0;
+        }
+        emu_tensor y;
+        make(&y, f, n, "y", EMU_ROLE_OTHER);
+        emu_stats stats;
+        emu_stats_init(&stats);
+        emu_ctx ctx;
+        emu_ctx_init(&ctx, 3);
+        ctx.stats = &stats;
+        ctx.measure = EMU_MEASURE_COUNTS | EMU_MEASURE_HIST;
+        emu_op_out o = { .site = "rne32", .kind = "test", .out = &y,
+                         .hi = hi, .lo = with_lo ? lo : NULL, .rnd = &rnd };
+        ck_assert_int_eq(emu_commit(&ctx, &o), 0);
+        emu_round_counts want = { 0 };
+        uint64_t hist[EMU_HIST_BINS] = { 0 }, hist_x[EMU_HIST_BINS] = { 0 };
+        for (size_t i = 0; i < n; i++) {
+            emu_status st;
+            double z;
+            if (isnan(hi[i]) || isinf(hi[i]) || (hi[i] == 0.0 && lo[i] == 0.0)) {
+                /* no number to hand MPFR, or a zero whose sign is hi's
+                 * (MPFR's -0 + 0 is +0): the scalar choke point */
+                z = emu_round2_word(f, hi[i], lo[i], &rnd, 0, &st);
+                hist_x[emu_hist_bin(hi[i])]++;
+            } else {
+                mpfr_set_d(e, hi[i], MPFR_RNDN);
+                mpfr_add_d(e, e, lo[i], MPFR_RNDN); /* exact at 256 bits */
+                z = emu_ref_round(f, e, &rnd, &st);
+                const long ex = mpfr_get_exp(e) - 1;
+                hist_x[mpfr_zero_p(e)        ? EMU_HIST_ZERO
+                       : ex < EMU_HIST_EMIN ? EMU_HIST_BELOW
+                       : ex > EMU_HIST_EMAX ? EMU_HIST_ABOVE
+                                            : bin_of_binade((int)ex)]++;
+            }
+            emu_round_counts_add(&want, hi[i], z, st.flags);
+            hist[emu_hist_bin(z)]++;
+            ck_assert_msg(test_same(z, y.data[i]),
+                          "lo %d: element %zu (%a + %a): %a want %a", with_lo,
+                          i, hi[i], lo[i], (double)y.data[i], z);
+        }
+        want_site_totals(&stats, "rne32", &want, hist, hist_x);
+        emu_stats_free(&stats);
+        emu_tensor_free(&y);
+    }
+    mpfr_clear(e);
     free(hi);
     free(lo);
 }
@@ -2685,6 +2842,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_hist_bins_from_bits);
     tcase_add_test(tc, test_commit_carrier);
     tcase_add_test(tc, test_commit_pairs_lo_apart);
+    tcase_add_test(tc, test_commit_rne32);
     tcase_add_test(tc, test_commit_swamp_counts);
     tcase_add_test(tc, test_exact_bin_low_parts);
     tcase_add_test(tc, test_sampling_rate1);
