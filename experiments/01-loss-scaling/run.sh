@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Experiment 1: gradient histograms and loss scaling (Micikevicius et al.,
 # "Mixed Precision Training", 2017).  See README.md.
-#   ./run.sh           full run (Fashion-MNIST; the README's numbers):
-#                      19 training runs x 3 seeds, each ~40 s of one core
-#   ./run.sh --quick   a minute or so on the synthetic data, 2 seeds (CI)
+#   ./run.sh           full run (Fashion-MNIST and Debian's fortunes; the
+#                      README's numbers): 19 MLP training runs x 5 seeds,
+#                      each ~15 s of one core, and 10 LSTM language-model
+#                      runs x 5 seeds, each ~15 s
+#   ./run.sh --quick   a minute or so on the synthetic data and the
+#                      embedded text, 2 seeds (CI)
 # The runs are the job list jobs-<mode>.txt (see ../common.sh and
 # ../tools/runjobs.sh for running it as a Slurm array).
 EXP=$(cd "$(dirname "$0")" && pwd)
@@ -15,11 +18,19 @@ if [ "$MODE" = quick ]; then
     LEN=(--steps 40)
     RULE=(--data synthetic --train-examples 2000 --steps 30)
     SEEDS=(1 2)
+    LM_DATA=(--data text --train-examples 20000 --test-examples 2000)
+    LM_LEN=(--steps 10 --eval-windows 8)
+    LM_MODEL=(--model lstm:1-32 --batch 4 --seq-len 32)
+    LM_SEEDS=(1 2)
 else
     DATA=(--data fashion-mnist)
     LEN=(--epochs 1)
     RULE=(--data fashion-mnist --steps 937)
-    SEEDS=(1 2 3)
+    SEEDS=(1 2 3 4 5)   # a run takes well under a CPU-minute: 5 seeds
+    LM_DATA=(--data fortunes)
+    LM_LEN=(--steps 400 --eval-windows 128)
+    LM_MODEL=(--model lstm:1-128 --batch 16 --seq-len 64)
+    LM_SEEDS=(1 2 3 4 5)
 fi
 # The recipe: SGD with momentum, learning rate decaying to a small value.
 OPT=(--model mlp:784-256-128-10 --batch 64 --optimizer sgd --lr 0.05
@@ -64,6 +75,34 @@ for seed in "${SEEDS[@]}"; do
         train "sgd$lr-master-seed$seed" --preset fp16-mpt --set scaling=static --set scale=1024 "${SGD[@]}"
         train "sgd$lr-nomaster-seed$seed" --preset fp16-no-master --set scaling=static --set scale=1024 "${SGD[@]}"
     done
+done
+
+# The LSTM language model (the paper's recurrent models): PyTorch's word
+# language model on characters, one LSTM layer, Adam with a cosine schedule
+# ending at a hundredth of the learning rate (as the MLP's recipe; the
+# master-copy ablation needs a schedule that ends small).  The metric is the
+# validation loss in bits per character.  Runs lstm-VARIANT-seedN.
+LM_SHIFT=0.00390625   # 2^-8: chosen from the FP32 histogram (README)
+LM_OPT=(--optimizer adam --lr 0.01 --schedule cosine --lr-final 0.0001)
+for seed in "${LM_SEEDS[@]}"; do
+    COMMON=("${LM_MODEL[@]}" "${LM_DATA[@]}" "${LM_LEN[@]}" "${LM_OPT[@]}" --seed "$seed")
+    KEEP_HIST=$([ "$seed" = 1 ] && echo 1 || echo 0) \
+        train "lstm-fp32-seed$seed" --preset fp32 "${COMMON[@]}"
+    # FP16 with FP32 master weights: no scaling, static 8 and 2^10, dynamic;
+    # on the plain loss and on the loss times 2^-8.
+    for variant in plain shift8; do
+        mult=(); [ $variant = shift8 ] && mult=(--loss-mult $LM_SHIFT)
+        train "lstm-fp16-$variant-s1-seed$seed" --preset fp16-mpt --set scaling=none \
+            "${COMMON[@]}" "${mult[@]}"
+        for s in 8 1024; do
+            train "lstm-fp16-$variant-s$s-seed$seed" --preset fp16-mpt --set scaling=static \
+                --set scale=$s "${COMMON[@]}" "${mult[@]}"
+        done
+        train "lstm-fp16-$variant-dynamic-seed$seed" --preset fp16-mpt "${COMMON[@]}" "${mult[@]}"
+    done
+    # No master copy (Adam's updates rounded straight into FP16 weights),
+    # against lstm-fp16-plain-dynamic: the same dynamic scaling.
+    train "lstm-fp16-nomaster-seed$seed" --preset fp16-no-master "${COMMON[@]}"
 done
 
 # The 2^-11 rule, update by update (same model, data order and policy as
