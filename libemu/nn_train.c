@@ -201,6 +201,7 @@ typedef struct run {
     size_t eval_count;
     int32_t *win_y;
     double last_eval_loss;    /* the last evaluation's mean loss (nats)     */
+    double last_eval_ppl, last_eval_bpc; /* and its perplexity, bits/char   */
     emu_model m;
     emu_ctx ctx;
     emu_stats stats;
@@ -1136,6 +1137,8 @@ static int evaluate_lm(run *r, int epoch, double *acc_out)
     sb_printf(&r->eval, "%d,%lld,%.9g,%.9g,%.9g,%.9g\n", epoch,
               (long long)r->step, loss, *acc_out, exp(loss), bits_per_char(loss));
     r->last_eval_loss = loss;
+    r->last_eval_ppl = exp(loss);
+    r->last_eval_bpc = bits_per_char(loss);
     return 0;
 }
 
@@ -1172,6 +1175,36 @@ static int evaluate(run *r, int epoch, double *acc_out)
     *acc_out = (double)right / (double)d->n;
     sb_printf(&r->eval, "%d,%lld,%.9g,%.9g\n", epoch, (long long)r->step,
               loss / (double)d->n, *acc_out);
+    return 0;
+}
+
+/* The final evaluation of a finished run, from the last row of eval.csv
+ * (written with the final checkpoint): its accuracy, and a language
+ * model's loss, perplexity and bits per character as they were printed.
+ * Evaluating again could draw other stochastic roundings. */
+static int final_eval(run *r, double *acc, emu_error *err)
+{
+    const char *row = NULL;
+    for (size_t i = 0; r->eval.p && i + 1 < r->eval.len; i++)
+        if (r->eval.p[i] == '\n')
+            row = r->eval.p + i + 1;
+    int epoch;
+    long long step;
+    double v[4] = { NAN, NAN, NAN, NAN };
+    const int want = r->lm ? 6 : 4;
+    if (!row || sscanf(row, "%d,%lld,%lf,%lf,%lf,%lf", &epoch, &step, &v[0], &v[1],
+                       &v[2], &v[3]) != want || step != r->step)
+        return emu_fail(err, EMU_ESTATE, path_in(r, "eval.csv"), "", "the "
+                        "checkpoint is at the run's last step %lld but no "
+                        "evaluation of that step is recorded",
+                        (long long)r->step);
+    *acc = v[1];
+    if (r->lm) {
+        r->last_eval_loss = v[0];
+        r->last_eval_ppl = v[2];
+        r->last_eval_bpc = v[3];
+    }
+    r->t0 = now();
     return 0;
 }
 
@@ -1530,8 +1563,7 @@ static int write_meta(run *r, bool completed, double test_acc, emu_error *err)
         if (isfinite(r->last_eval_loss))
             sb_printf(&b, "  \"test_loss\": %.9g,\n  \"test_perplexity\": "
                       "%.9g,\n  \"test_bits_per_char\": %.9g,\n",
-                      r->last_eval_loss, exp(r->last_eval_loss),
-                      bits_per_char(r->last_eval_loss));
+                      r->last_eval_loss, r->last_eval_ppl, r->last_eval_bpc);
     } else {
         sb_printf(&b, "  \"data\": {\"train\": \"%s\", \"test\": \"%s\", "
                   "\"train_examples\": %zu, \"test_examples\": %zu, \"source\": "
@@ -2086,7 +2118,7 @@ int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
     snprintf(r->dir, sizeof r->dir, "%s", cfg->out_dir);
     r->lm = emu_arch_is_lm(cfg->arch);
     r->T = r->lm ? (cfg->seq_len ? cfg->seq_len : default_seq_len(cfg->arch)) : 0;
-    r->last_eval_loss = NAN;
+    r->last_eval_loss = r->last_eval_ppl = r->last_eval_bpc = NAN;
     int rc = -1;
     double acc = NAN;
     emu_stats_init(&r->stats);
@@ -2209,6 +2241,7 @@ int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
             goto done;
         }
         bool same = meta.p && strstr(meta.p, want);
+        const bool was_completed = same && strstr(meta.p, "\"completed\": true");
         if (same)
             carry_init_from(r, meta.p);
         sb_free(&meta);
@@ -2238,9 +2271,20 @@ int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
         sb_keep_rows(&r->layers, 0, r->step, false);
         sb_keep_rows(&r->eval, 1, r->step, true);
         if (r->step >= r->total_steps) {
+            /* A run stopped between its final checkpoint and its final
+             * meta.json (save_all writes meta last) has every other file
+             * of the finished run: it only lacks the mark. */
+            double final_acc = NAN;
+            if (!was_completed &&
+                (final_eval(r, &final_acc, err) ||
+                 write_meta(r, true, final_acc, err)))
+                goto done;
             if (log && !cfg->quiet)
-                fprintf(log, "the run in %s is complete (%lld steps): nothing "
-                        "to resume\n", r->dir, (long long)r->step);
+                fprintf(log, "the run in %s is complete (%lld steps): %s\n",
+                        r->dir, (long long)r->step, was_completed
+                        ? "nothing to resume"
+                        : "its meta.json now says so (it was stopped while "
+                          "writing its results)");
             rc = 0;
             goto done;
         }

@@ -4,7 +4,9 @@
 # still resume to the uninterrupted run's results; a checkpoint copied in
 # from another run's folder (another configuration) must be refused with
 # nothing changed; resuming a run that has completed must not change its
-# results; a checkpoint taken at the end of an epoch (before that epoch's
+# results, and one stopped between its final checkpoint and its final
+# meta.json must be marked completed as the uninterrupted run is; a
+# checkpoint taken at the end of an epoch (before that epoch's
 # evaluation) must resume to the same results, evaluation included.
 # Usage: sh train_resume_edges.sh /path/to/emu
 set -u
@@ -76,6 +78,41 @@ else
         fail "resume of a completed run: refused without saying why: $(cat "$tmp/done.log")"
     [ "$before" = "$(snapshot "$tmp/done/r")" ] || fail "resume of a completed run: files changed"
 fi
+
+# 3b. Stopped after the final checkpoint but before the final meta.json
+# (save_all writes meta last): every other file is the finished run's, and
+# meta.json is still a periodic checkpoint's.  The resume must mark it
+# completed with the final evaluation's numbers, the uninterrupted run's
+# meta.json byte for byte but the time; a language model's loss,
+# perplexity and bits per character included.
+unfinish() {
+    sed -e 's/"completed": true/"completed": false/' \
+        -e 's/"test_accuracy": [^,]*,/"test_accuracy": null,/' \
+        -e '/"test_loss"\|"test_perplexity"\|"test_bits_per_char"/d' \
+        "$1/meta.json" > "$1/meta.tmp" && mv "$1/meta.tmp" "$1/meta.json"
+}
+LM="--model gpt:1-16-2-8 --data text --steps 6 --batch 4 --eval-windows 8"
+mkdir -p "$tmp/lmfull"
+# shellcheck disable=SC2086
+(cd "$tmp/lmfull" && "$EMU" train $LM --out r) > "$tmp/lmfull/log" 2>&1 ||
+    fail "the uninterrupted language-model run failed: $(cat "$tmp/lmfull/log")"
+for case in full lmfull; do
+    rm -rf "$tmp/unfin"
+    mkdir -p "$tmp/unfin"
+    cp -R "$tmp/$case/r" "$tmp/unfin/r"
+    unfinish "$tmp/unfin/r"
+    grep -q '"completed": false' "$tmp/unfin/r/meta.json" ||
+        fail "$case: could not unmark the copy's meta.json"
+    (cd "$tmp/unfin" && "$EMU" train --resume r) > "$tmp/unfin.log" 2>&1 ||
+        fail "$case: resume of a run stopped before its final meta.json failed: $(cat "$tmp/unfin.log")"
+    grep -q "now says so" "$tmp/unfin.log" ||
+        fail "$case: the resume does not say it completed the run: $(cat "$tmp/unfin.log")"
+    grep -v '"seconds"' "$tmp/$case/r/meta.json" > "$tmp/x"
+    grep -v '"seconds"' "$tmp/unfin/r/meta.json" > "$tmp/y"
+    cmp -s "$tmp/x" "$tmp/y" ||
+        fail "$case: meta.json after the resume differs: $(diff "$tmp/x" "$tmp/y")"
+    [ "$case" = lmfull ] || same_run "$tmp/$case/r" "$tmp/unfin/r"
+done
 
 # 4. Killed after the checkpoint that ends epoch 0 (16 steps an epoch, a
 # checkpoint every 8): the resumed run must still evaluate epoch 0, and
