@@ -739,7 +739,7 @@ static emu_tensor *kahan_delta(run *r, const emu_layer *l, const emu_param *prm)
     if (!r->kahan_delta) {
         r->kahan_delta = calloc(2 * (size_t)r->m.n_layers, sizeof *r->kahan_delta);
         if (!r->kahan_delta) {
-            emu_ctx_fail(&r->ctx, prm->c.name, "out of memory");
+            emu_ctx_failc(&r->ctx, EMU_ENOMEM, prm->c.name, "out of memory");
             return NULL;
         }
     }
