@@ -34,17 +34,25 @@ SHIFT = {"plain": 0, "shifted": -12}
 FP16_LOST_RNE, FP16_LOST_LT24, FP16_OVERFLOW = -26, -25, 16
 
 
-def measured(results, run):
-    """What an FP16 run itself saw, over the whole run (ops.csv totals)."""
+def grad_rates(results, run):
+    """Per gradient role, the fractions of a run's results (ops.csv totals)
+    that went to zero and that overflowed."""
     o = eu.ops(results, run)
     o = o[eu.is_grad_site(o)]
-    m = eu.meta(results, run)
-    row = {"test_accuracy": m["test_accuracy"], "skipped_steps": m["skipped_steps"],
-           "final_train_loss": eu.final_loss(eu.steps(results, run))}
+    row = {}
     for role in eu.GRAD_ROLES:
         d = o[o["role"] == role]
         row[f"{role}_to_zero"] = d["to_zero"].sum() / d["results"].sum()
         row[f"{role}_overflow"] = d["overflow"].sum() / d["results"].sum()
+    return row
+
+
+def measured(results, run):
+    """What an FP16 run itself saw, over the whole run (ops.csv totals)."""
+    m = eu.meta(results, run)
+    row = {"test_accuracy": m["test_accuracy"], "skipped_steps": m["skipped_steps"],
+           "final_train_loss": eu.final_loss(eu.steps(results, run))}
+    row.update(grad_rates(results, run))
     return row
 
 
@@ -302,12 +310,7 @@ def lm_scaling_table(results, per):
                 row[f"fp32hist_{role}_lost_rne"] = rne["lost"]
                 row[f"fp32hist_{role}_overflow"] = rne["overflow"]
             if eu.have(results, run):
-                o = eu.ops(results, run)
-                o = o[eu.is_grad_site(o)]
-                for role in eu.GRAD_ROLES:
-                    d = o[o["role"] == role]
-                    row[f"{role}_to_zero"] = d["to_zero"].sum() / d["results"].sum()
-                    row[f"{role}_overflow"] = d["overflow"].sum() / d["results"].sum()
+                row.update(grad_rates(results, run))
                 row["skipped_steps"] = eu.meta(results, run)["skipped_steps"]
             if bpc is not None and run in bpc.index:
                 row["seeds"] = bpc.loc[run, "seeds"]
