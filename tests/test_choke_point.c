@@ -79,6 +79,18 @@ static int bin_of_binade(int e)
     return EMU_HIST_FIRST + (e - EMU_HIST_EMIN);
 }
 
+/* The histogram bin of an exact value held by MPFR: its binade, or the
+ * zero, below-range and above-range bins. */
+static int exact_bin(mpfr_srcptr e)
+{
+    if (mpfr_zero_p(e))
+        return EMU_HIST_ZERO;
+    const long ex = mpfr_get_exp(e) - 1;
+    return ex < EMU_HIST_EMIN   ? EMU_HIST_BELOW
+           : ex > EMU_HIST_EMAX ? EMU_HIST_ABOVE
+                                : bin_of_binade((int)ex);
+}
+
 /* The site (name, r), which the test expects to exist. */
 static const emu_site *find_site(const emu_stats *s, const char *name,
                                  emu_role r)
@@ -87,6 +99,24 @@ static const emu_site *find_site(const emu_stats *s, const char *name,
     if (!site)
         ck_abort_msg("no site '%s' of role %s", name, emu_role_name(r));
     return site;
+}
+
+/* Commits hi (+ lo, or NULL) into a new tensor *y of format f under rnd,
+ * at site `site`, counting and binning into *stats (initialised here). */
+static void commit_counted(const emu_format *f, size_t n, const char *site,
+                           uint64_t seed, const double *hi, const double *lo,
+                           const emu_rounding *rnd, emu_tensor *y,
+                           emu_stats *stats)
+{
+    make(y, f, n, "y", EMU_ROLE_OTHER);
+    emu_stats_init(stats);
+    emu_ctx ctx;
+    emu_ctx_init(&ctx, seed);
+    ctx.stats = stats;
+    ctx.measure = EMU_MEASURE_COUNTS | EMU_MEASURE_HIST;
+    emu_op_out o = { .site = site, .kind = "test", .out = y, .hi = hi,
+                     .lo = lo, .rnd = rnd };
+    ck_assert_int_eq(emu_commit(&ctx, &o), 0);
 }
 
 /* Site `name`'s totals equal the counts and the two histograms computed
@@ -296,14 +326,7 @@ START_TEST(test_histograms_random)
         else {
             mpfr_set_d(e, x, MPFR_RNDN);
             mpfr_add_d(e, e, z, MPFR_RNDN); /* exact at 512 bits */
-            if (mpfr_zero_p(e))
-                bin = EMU_HIST_ZERO;
-            else {
-                long ex = mpfr_get_exp(e) - 1;
-                bin = ex < EMU_HIST_EMIN ? EMU_HIST_BELOW
-                    : ex > EMU_HIST_EMAX ? EMU_HIST_ABOVE
-                                         : bin_of_binade((int)ex);
-            }
+            bin = exact_bin(e);
         }
         hx[bin]++;
         hr[emu_hist_bin(y.data[i])]++;
@@ -534,9 +557,7 @@ START_TEST(test_exact_bin_low_parts)
         lo[i] = los[i & 1] * fabs(hi[i]) * 0x1p-10;
         mpfr_set_d(e, hi[i], MPFR_RNDN);
         mpfr_add_d(e, e, lo[i], MPFR_RNDN); /* exact at 512 bits */
-        const long ex = mpfr_get_exp(e) - 1;
-        want[ex < EMU_HIST_EMIN ? EMU_HIST_BELOW
-             : ex > EMU_HIST_EMAX ? EMU_HIST_ABOVE : bin_of_binade((int)ex)]++;
+        want[exact_bin(e)]++;
     }
     mpfr_clear(e);
     emu_stats stats;
@@ -694,16 +715,8 @@ START_TEST(test_commit_pairs_lo_apart)
         for (size_t k = 0; k < sizeof modes / sizeof *modes; k++) {
             emu_rounding rnd = { .mode = modes[k] };
             emu_tensor y;
-            make(&y, f, n, "y", EMU_ROLE_OTHER);
             emu_stats stats;
-            emu_stats_init(&stats);
-            emu_ctx ctx;
-            emu_ctx_init(&ctx, 5);
-            ctx.stats = &stats;
-            ctx.measure = EMU_MEASURE_COUNTS | EMU_MEASURE_HIST;
-            emu_op_out o = { .site = "pairs", .kind = "test", .out = &y,
-                             .hi = hi, .lo = lo, .rnd = &rnd };
-            ck_assert_int_eq(emu_commit(&ctx, &o), 0);
+            commit_counted(f, n, "pairs", 5, hi, lo, &rnd, &y, &stats);
             emu_round_counts want = { 0 };
             uint64_t hist[EMU_HIST_BINS] = { 0 }, hist_x[EMU_HIST_BINS] = { 0 };
             mpfr_t e;
@@ -717,10 +730,7 @@ START_TEST(test_commit_pairs_lo_apart)
                 /* the exact value's binade, in MPFR */
                 mpfr_set_d(e, hi[i], MPFR_RNDN);
                 mpfr_add_d(e, e, lo[i], MPFR_RNDN);
-                const long ex = mpfr_get_exp(e) - 1;
-                hist_x[ex < EMU_HIST_EMIN   ? EMU_HIST_BELOW
-                       : ex > EMU_HIST_EMAX ? EMU_HIST_ABOVE
-                                            : bin_of_binade((int)ex)]++;
+                hist_x[exact_bin(e)]++;
                 ck_assert_msg(test_same(z, y.data[i]),
                               "%s mode %d: element %zu (%a + %a): %a want %a",
                               fmts[fi], (int)modes[k], i, hi[i], lo[i],
@@ -844,16 +854,9 @@ START_TEST(test_commit_rne32)
                 lo[i] = 0.0;
         }
         emu_tensor y;
-        make(&y, f, n, "y", EMU_ROLE_OTHER);
         emu_stats stats;
-        emu_stats_init(&stats);
-        emu_ctx ctx;
-        emu_ctx_init(&ctx, 3);
-        ctx.stats = &stats;
-        ctx.measure = EMU_MEASURE_COUNTS | EMU_MEASURE_HIST;
-        emu_op_out o = { .site = "rne32", .kind = "test", .out = &y,
-                         .hi = hi, .lo = with_lo ? lo : NULL, .rnd = &rnd };
-        ck_assert_int_eq(emu_commit(&ctx, &o), 0);
+        commit_counted(f, n, "rne32", 3, hi, with_lo ? lo : NULL, &rnd, &y,
+                       &stats);
         emu_round_counts want = { 0 };
         uint64_t hist[EMU_HIST_BINS] = { 0 }, hist_x[EMU_HIST_BINS] = { 0 };
         for (size_t i = 0; i < n; i++) {
@@ -868,11 +871,7 @@ START_TEST(test_commit_rne32)
                 mpfr_set_d(e, hi[i], MPFR_RNDN);
                 mpfr_add_d(e, e, lo[i], MPFR_RNDN); /* exact at 256 bits */
                 z = emu_ref_round(f, e, &rnd, &st);
-                const long ex = mpfr_get_exp(e) - 1;
-                hist_x[mpfr_zero_p(e)        ? EMU_HIST_ZERO
-                       : ex < EMU_HIST_EMIN ? EMU_HIST_BELOW
-                       : ex > EMU_HIST_EMAX ? EMU_HIST_ABOVE
-                                            : bin_of_binade((int)ex)]++;
+                hist_x[exact_bin(e)]++;
             }
             emu_round_counts_add(&want, hi[i], z, st.flags);
             hist[emu_hist_bin(z)]++;
