@@ -1907,8 +1907,8 @@ static int train_epochs(run *r, FILE *log, double *final_acc, emu_error *err)
                         fprintf(log, "epoch %d: validation loss %.4f, perplexity "
                                 "%.3f, %.4f bits/char, next-character accuracy "
                                 "%.2f%% (%zu windows of %d)\n", epoch,
-                                r->last_eval_loss, exp(r->last_eval_loss),
-                                bits_per_char(r->last_eval_loss), 100.0 * acc,
+                                r->last_eval_loss, r->last_eval_ppl,
+                                r->last_eval_bpc, 100.0 * acc,
                                 r->eval_count, r->T);
                     else
                         fprintf(log, "epoch %d: test accuracy %.2f%% (%zu "
@@ -2312,8 +2312,8 @@ int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
             fprintf(log, "done: %lld steps (%lld skipped), validation loss "
                     "%.4f, perplexity %.3f (%.4f bits/char), results in %s\n",
                     (long long)r->step, (long long)r->skipped,
-                    r->last_eval_loss, exp(r->last_eval_loss),
-                    bits_per_char(r->last_eval_loss), r->dir);
+                    r->last_eval_loss, r->last_eval_ppl, r->last_eval_bpc,
+                    r->dir);
         else
             fprintf(log, "done: %lld steps (%lld skipped), test accuracy "
                     "%.2f%%, results in %s\n", (long long)r->step,
