@@ -468,21 +468,46 @@ static int conv_gemm(emu_ctx *ctx, const emu_accum *model, size_t M,
 #define CONV_BLOCK_MACS 2000000.0
 #define CONV_BLOCK_BYTES ((size_t)256 * 1024)
 
+/* Rows r0 .. r1 of a GEMM's (P x C) result, fb (rows r0.. at fb[0]), into
+ * f in NCHW order: position p of image n, channel c at (n*C + c)*pp + p,
+ * pp positions per image.  Each channel's run of an image is written in
+ * order while fb, one block, is in cache (the stride-C reads stay there). */
+static void block_to_nchw(const float *fb, size_t r0, size_t r1, size_t C,
+                          size_t pp, float *f)
+{
+    for (size_t r = r0; r < r1;) {
+        const size_t n = r / pp, p = r % pp;
+        const size_t len = r1 - r < pp - p ? r1 - r : pp - p;
+        const float *src = fb + (r - r0) * C;
+        float *dst = f + n * C * pp + p;
+        for (size_t c = 0; c < C; c++, dst += pp)
+            for (size_t j = 0; j < len; j++)
+                dst[j] = src[j * C + c];
+        r += len;
+    }
+}
+
 /* The GEMM out(P x C) = A(P x K) B^T of a forward or a data-gradient
  * pass, A the rows of src and B(c, k) = b[c*K + k]: emu_gemm_accum's hi
  * (lo) from the whole of A under the emulated models; under the fast
- * model its binary32 values in a new array *f32 (P x C), a block of A's
- * rows at a time, each block copied out just before its sgemm reads it,
- * while it is in cache: the matrix, KH*KW times the image, is never
- * written to memory and read back.  The bits are those of one sgemm on
+ * model its binary32 values in a new array *f32, a block of A's rows at
+ * a time, each block copied out just before its sgemm reads it, while it
+ * is in cache: the matrix, KH*KW times the image, is never written to
+ * memory and read back.  The fast model's results are stored in NCHW
+ * order (pp positions per image, block_to_nchw) as each block's sgemm
+ * ends, while they are in cache, rather than gathered across the whole
+ * (P x C) array by the commit.  The bits are those of one sgemm on
  * the whole of A (test_ops_conv's fast_is_sgemm_on_the_matrices): an
  * output of sgemm is its own dot product, whose summation order depends
  * on K but not on the rows around it, except in the small-matrix kernels
  * that OpenBLAS 0.3's x86-64 builds use below 10^6 multiply-adds; a block
  * has twice that at least (the last takes the remainder, so it is never
- * shorter), and a GEMM too small for two blocks is one call as before. */
+ * shorter), and a GEMM too small for two blocks is one call as before.
+ * With whole (fast model only), A is that matrix, already made, and src
+ * is not read. */
 static int conv_rows_gemm(emu_ctx *ctx, const emu_accum *model, size_t P,
-                          size_t C, size_t K, const row_src *src,
+                          size_t C, size_t K, size_t pp,
+                          const row_src *src, const float *whole,
                           const float *b, double *hi, double *lo,
                           emu_accum_counts *counts, float **f32)
 {
@@ -506,15 +531,23 @@ static int conv_rows_gemm(emu_ctx *ctx, const emu_accum *model, size_t P,
         R = P;
     const size_t nf = P * C, nb = 2 * R * K; /* the last block: < 2R rows */
     float *f = malloc((nf ? nf : 1) * sizeof *f);
-    float *blk = malloc((nb + ROW_SLACK) * sizeof *blk);
-    int rc = f && blk ? 0 : -1;
+    float *blk = whole ? NULL : malloc((nb + ROW_SLACK) * sizeof *blk);
+    float *fb = malloc((2 * R * C + 1) * sizeof *fb);
+    int rc = f && (blk || whole) && fb ? 0 : -1;
     for (size_t r0 = 0; rc == 0 && r0 < P;) {
         size_t r1 = P - r0 < 2 * R ? P : r0 + R;
-        row_src_fill(src, r0, r1, blk);
-        rc = emu_gemm_fast_f32(r1 - r0, C, K, blk, (ptrdiff_t)K, 1, b, 1,
-                               (ptrdiff_t)K, NULL, f + r0 * C);
+        const float *a = blk;
+        if (whole)
+            a = whole + r0 * K;
+        else
+            row_src_fill(src, r0, r1, blk);
+        rc = emu_gemm_fast_f32(r1 - r0, C, K, a, (ptrdiff_t)K, 1, b, 1,
+                               (ptrdiff_t)K, NULL, fb);
+        if (rc == 0)
+            block_to_nchw(fb, r0, r1, C, pp, f);
         r0 = r1;
     }
+    free(fb);
     free(blk);
     if (rc) {
         free(f);
@@ -759,7 +792,7 @@ int emu_t_conv2d(emu_ctx *ctx, const char *site, emu_tensor *y,
     const bool count = swamp_measured(ctx);
     int rc = 0;
     float *f32;
-    if (conv_rows_gemm(ctx, o->accum, P, g.Co, K, &src, wp, t, lo,
+    if (conv_rows_gemm(ctx, o->accum, P, g.Co, K, g.Ho * g.Wo, &src, NULL, wp, t, lo,
                        count ? &swamp : NULL, &f32))
         rc = emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory in the GEMM engine");
     row_src_free(&src);
@@ -768,7 +801,7 @@ int emu_t_conv2d(emu_ctx *ctx, const char *site, emu_tensor *y,
         conv_op op = { .g = g, .x = x->data, .w = w->data,
                        .bias = bias ? bias->data : NULL,
                        .gather = gather_fwd, .max_terms = K };
-        rc = conv_commit(ctx, site, "conv2d", y, t, lo, f32, g.Co,
+        rc = conv_commit(ctx, site, "conv2d", y, t, lo, f32, f32 ? 0 : g.Co,
                          count ? &swamp : NULL, &op, o->accum, rnd);
     }
     free(f32);
@@ -777,6 +810,94 @@ int emu_t_conv2d(emu_ctx *ctx, const char *site, emu_tensor *y,
 }
 
 /* ---- gradient with respect to the data ------------------------------------ */
+
+/* Whether the fast model's data gradient of a 1x1 kernel with stride > 1
+ * goes through data_1x1_gemm: its smaller GEMM must be above OpenBLAS's
+ * small-matrix kernels in every call (conv_rows_gemm's blocks, or one
+ * call of at least 2 CONV_BLOCK_MACS). */
+static bool data_1x1_compact(const conv_geom *g, const emu_accum *model)
+{
+    return model->kind == EMU_ACCUM_FAST && g->KH == 1 && g->KW == 1 &&
+           g->s > 1 &&
+           (double)(g->N * g->Ho * g->Wo + 1) * (double)g->Ci * (double)g->Co >=
+               2 * CONV_BLOCK_MACS;
+}
+
+/* The fast model's data gradient of a 1x1 kernel with stride s > 1, in a
+ * new array *f32 in dx's NCHW order.  Its matrix (row_src_data) has a row
+ * (co) = dy[n, co, oh, ow] for an input position on the stride grid and a
+ * row of zeros for every other one (3/4 of them at stride 2).  Since an
+ * output of sgemm is a function of its row of A and B alone at these
+ * sizes (conv_rows_gemm), the GEMM is run on the distinct rows only: one
+ * per output position, and one row of zeros, whose result (+0, or NaN
+ * from an infinite or NaN weight; whatever sgemm gives) is copied to every
+ * position off the grid.  The bits are those of sgemm on the whole matrix
+ * (test_ops_conv's fast_is_sgemm_on_the_matrices), for a quarter of the
+ * multiply-adds and no matrix 4 times dy's size. */
+static int data_1x1_gemm(const conv_geom *g, const float *dy, const float *wt,
+                         float **f32)
+{
+    *f32 = NULL;
+    const size_t Q = g->Ho * g->Wo, Pc = g->N * Q + 1, Co = g->Co;
+    const size_t HW = g->H * g->W;
+    float *a = malloc((Pc * Co + ROW_SLACK) * sizeof *a);
+    ptrdiff_t *map = malloc((g->H + g->W) * sizeof *map);
+    float *fc = NULL;
+    if (!a || !map) {
+        free(a);
+        free(map);
+        return -1;
+    }
+    /* rows (n, oh, ow), columns co: dy transposed, image by image */
+    for (size_t n = 0; n < g->N; n++)
+        for (size_t co = 0; co < Co; co++) {
+            const float *d = dy + (n * Co + co) * Q;
+            float *r = a + n * Q * Co + co;
+            for (size_t q = 0; q < Q; q++)
+                r[q * Co] = d[q];
+        }
+    memset(a + (Pc - 1) * Co, 0, Co * sizeof *a); /* +0.0 */
+    int rc = conv_rows_gemm(NULL, &(emu_accum){ .kind = EMU_ACCUM_FAST }, Pc,
+                            g->Ci, Co, Pc, NULL, a, wt, NULL, NULL, NULL, &fc);
+    free(a);
+    if (rc) {
+        free(map);
+        return -1;
+    }
+    float *f = malloc((g->N * g->Ci * HW + 1) * sizeof *f);
+    if (!f) {
+        free(fc);
+        free(map);
+        return -1;
+    }
+    /* the output position fed by input row ih (column iw), or -1 */
+    ptrdiff_t *ohm = map, *owm = map + g->H;
+    for (size_t ih = 0; ih < g->H; ih++)
+        ohm[ih] = dy_pos_t((ptrdiff_t)(ih + g->pad), g->s, g->Ho);
+    for (size_t iw = 0; iw < g->W; iw++)
+        owm[iw] = dy_pos_t((ptrdiff_t)(iw + g->pad), g->s, g->Wo);
+    /* fc is (ci, row) after conv_rows_gemm's NCHW store with one image */
+    for (size_t n = 0; n < g->N; n++)
+        for (size_t ci = 0; ci < g->Ci; ci++) {
+            const float *src = fc + ci * Pc + n * Q;
+            const float zero = fc[ci * Pc + Pc - 1];
+            float *o = f + (n * g->Ci + ci) * HW;
+            for (size_t ih = 0; ih < g->H; ih++, o += g->W) {
+                if (ohm[ih] < 0) {
+                    for (size_t iw = 0; iw < g->W; iw++)
+                        o[iw] = zero;
+                    continue;
+                }
+                const float *sr = src + (size_t)ohm[ih] * g->Wo;
+                for (size_t iw = 0; iw < g->W; iw++)
+                    o[iw] = owm[iw] < 0 ? zero : sr[owm[iw]];
+            }
+        }
+    free(fc);
+    free(map);
+    *f32 = f;
+    return 0;
+}
 
 int emu_t_conv2d_backward_data(emu_ctx *ctx, const char *site, emu_tensor *dx,
                                const emu_tensor *dy, const emu_tensor *w,
@@ -803,8 +924,9 @@ int emu_t_conv2d_backward_data(emu_ctx *ctx, const char *site, emu_tensor *dx,
         return -1;
     }
     double *lo = t ? t + dx->n : NULL;
-    row_src src;
-    if (row_src_data(&g, dy->data, &src)) {
+    const bool compact = data_1x1_compact(&g, o->accum);
+    row_src src = { 0 };
+    if (!compact && row_src_data(&g, dy->data, &src)) {
         free(wt);
         free(t);
         return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory");
@@ -820,15 +942,17 @@ int emu_t_conv2d_backward_data(emu_ctx *ctx, const char *site, emu_tensor *dx,
     const bool count = swamp_measured(ctx);
     int rc = 0;
     float *f32;
-    if (conv_rows_gemm(ctx, o->accum, P, g.Ci, K, &src, wt, t, lo,
-                       count ? &swamp : NULL, &f32))
+    if (compact ? data_1x1_gemm(&g, dy->data, wt, &f32)
+                : conv_rows_gemm(ctx, o->accum, P, g.Ci, K, g.H * g.W, &src,
+                                 NULL, wt, t, lo, count ? &swamp : NULL, &f32))
         rc = emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory in the GEMM engine");
     row_src_free(&src);
     free(wt);
     if (rc == 0) {
         conv_op op = { .g = g, .w = w->data, .dy = dy->data,
                        .gather = gather_data, .max_terms = K };
-        rc = conv_commit(ctx, site, "conv2d_bwd_data", dx, t, lo, f32, g.Ci,
+        rc = conv_commit(ctx, site, "conv2d_bwd_data", dx, t, lo, f32,
+                         f32 ? 0 : g.Ci,
                          count ? &swamp : NULL, &op, o->accum, rnd);
     }
     free(f32);

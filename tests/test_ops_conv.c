@@ -521,6 +521,14 @@ static void fast_case(geo g, test_rng *r)
     fill(&r[0], &p.w, f32, -8, 4);
     fill(&r[0], &p.b, f32, -8, 4);
     fill(&r[0], &p.dy, f32, -8, 4);
+    /* input channel 0's weights all negative: a data-gradient output whose
+     * terms are all zero is then a sum of -0 products (the 1x1 stride-2
+     * path copies that output of sgemm to every position off the grid) */
+    for (size_t co = 0; co < g.Co; co++)
+        for (size_t k = 0; k < g.KH * g.KW; k++) {
+            float *v = &p.w.data[co * g.Ci * g.KH * g.KW + k];
+            *v = -fabsf(*v);
+        }
     /* -0 inputs stay -0 in the matrices, padding is +0 */
     p.x.data[0] = -0.0f;
     p.dy.data[p.dy.n - 1] = -0.0f;
@@ -636,6 +644,13 @@ START_TEST(fast_is_sgemm_on_the_matrices)
         make_geo(6, 16, 28, 28, 32, 3, 3, 2, 1),
         make_geo(7, 32, 14, 13, 64, 3, 3, 1, 1),
         make_geo(40, 1, 28, 28, 16, 3, 3, 1, 1),
+        /* 1x1 stride-2 shortcuts (ResNet stages 2 and 3), large enough for
+         * the data gradient's GEMM on the distinct rows only; padded, and
+         * stride 3 with an odd size */
+        make_geo(64, 16, 28, 28, 32, 1, 1, 2, 0),
+        make_geo(64, 32, 14, 14, 64, 1, 1, 2, 0),
+        make_geo(40, 16, 15, 15, 32, 1, 1, 2, 1),
+        make_geo(60, 24, 17, 16, 40, 1, 1, 3, 0),
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         fast_case(shapes[i], &r);
