@@ -265,13 +265,24 @@ static int row_src_im2row(const conv_geom *g, const float *x, bool ones,
     if (!g->pad)
         return 0;
     const size_t planes = g->N * g->Ci, all = mul4(planes, s->Hp, s->Wp, 1);
-    float *xp = all ? calloc(all + ROW_SLACK, sizeof *xp) : NULL;
+    const size_t pad = g->pad, Wp = s->Wp;
+    float *xp = all ? malloc((all + ROW_SLACK) * sizeof *xp) : NULL;
     if (!xp)
         return -1;
-    for (size_t q = 0; q < planes; q++)
-        for (size_t ih = 0; ih < g->H; ih++)
-            memcpy(xp + (q * s->Hp + ih + g->pad) * s->Wp + g->pad,
-                   x + (q * g->H + ih) * g->W, g->W * sizeof *xp);
+    /* the image in the middle, +0.0 in the border only (not a pass that
+     * zeroes the planes and another that overwrites most of them) */
+    for (size_t q = 0; q < planes; q++) {
+        float *o = xp + q * s->Hp * Wp;
+        memset(o, 0, pad * Wp * sizeof *o);
+        o += pad * Wp;
+        for (size_t ih = 0; ih < g->H; ih++, o += Wp) {
+            for (size_t k = 0; k < pad; k++)
+                o[k] = o[pad + g->W + k] = 0.0f;
+            memcpy(o + pad, x + (q * g->H + ih) * g->W, g->W * sizeof *o);
+        }
+        memset(o, 0, pad * Wp * sizeof *o);
+    }
+    memset(xp + all, 0, ROW_SLACK * sizeof *xp);
     s->src = s->own = xp;
     s->slack = true;
     return 0;
@@ -480,9 +491,14 @@ static void block_to_nchw(const float *fb, size_t r0, size_t r1, size_t C,
         const size_t len = r1 - r < pp - p ? r1 - r : pp - p;
         const float *src = fb + (r - r0) * C;
         float *dst = f + n * C * pp + p;
-        for (size_t c = 0; c < C; c++, dst += pp)
-            for (size_t j = 0; j < len; j++)
-                dst[j] = src[j * C + c];
+        /* 32 positions at a time: their C floats (<= 32 cache lines for
+         * C <= 256) stay in L1 while every channel's run reads them */
+        for (size_t j0 = 0; j0 < len; j0 += 32) {
+            const size_t j1 = len - j0 < 32 ? len : j0 + 32;
+            for (size_t c = 0; c < C; c++)
+                for (size_t j = j0; j < j1; j++)
+                    dst[c * pp + j] = src[j * C + c];
+        }
         r += len;
     }
 }

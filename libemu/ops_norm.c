@@ -358,15 +358,17 @@ static int dx_fill(const void *vop, size_t i0, size_t m, double *hi, double *lo)
 
 /* ---- the channel reductions ------------------------------------------------- */
 
-/* (hi + lo) / n as a pair that rounds like the exact quotient: MPFR's
- * quotient rounded to odd at 106 bits (>= p + 2 bits for any carrier
- * format), split exactly into two doubles; as emu_t_reduce's mean. */
-static void div_pair(double *hi, double *lo, size_t n)
+/* (hi[c] + lo[c]) / n for the C channels, each as a pair that rounds
+ * like the exact quotient: MPFR's quotient rounded to odd at 106 bits
+ * (>= p + 2 bits for any carrier format), split exactly into two doubles;
+ * as emu_t_reduce's mean.  One set of MPFR temporaries for all channels. */
+static void div_pairs(double *hi, double *lo, size_t C, size_t n)
 {
     mpfr_t s, q, r;
     mpfr_init2(s, 1200);
     mpfr_inits2(106, q, r, (mpfr_ptr)0);
-    emu_mean_pair(hi, lo, n, s, q, r);
+    for (size_t c = 0; c < C; c++)
+        emu_mean_pair(&hi[c], &lo[c], n, s, q, r);
     mpfr_clears(s, q, r, (mpfr_ptr)0);
 }
 
@@ -482,13 +484,13 @@ static int channel_reduce(emu_ctx *ctx, const char *site, const char *kind,
         }
         if (sums)
             sums[c] = hi[c] + lo[c];
-        if (op->div_m) {
-            div_pair(&hi[c], &lo[c], op->M);
-        } else if (op->by_inv) {
+        if (op->by_inv && !op->div_m) {
             hi[c] = (hi[c] + lo[c]) * op->inv[c];
             lo[c] = 0.0;
         }
     }
+    if (op->div_m)
+        div_pairs(hi, lo, C, op->M);
     emu_op_out o = { .site = site, .kind = kind, .out = out, .hi = hi,
                      .lo = lo, .swamp = swamp ? &counts : NULL, .op = op,
                      .ref = sum_ref, .rnd = rnd };

@@ -472,6 +472,11 @@ static int bwd_fill(const void *opv, size_t i0, size_t m, double *hi,
                     double *lo)
 {
     const pool_bwd_op *op = opv;
+    if (op->dense) { /* one value per input: exact_sum's k = 1 */
+        for (size_t j = 0; j < m; j++)
+            div_pair(op->dense[i0 + j], 0.0, op->S, &hi[j], &lo[j]);
+        return 1;
+    }
     for (size_t j = 0; j < m; j++) {
         size_t k = gather_routes(op, i0 + j, op->buf);
         double sl, sh = exact_sum(&op->exact, op->buf, k, &sl);
@@ -633,6 +638,31 @@ int emu_t_avgpool2d_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
         return -1;
     const float *dys = dy->data;
     pool_bwd_op op = { .dy = dys, .S = (double)(g.size * g.size) };
+    if (g.stride >= g.size) {
+        /* Windows that do not overlap (the global average pool among
+         * them): at most one dy reaches an input, the dy of the window it
+         * lies in, +0 for an input outside every window (exact_sum's sum
+         * of one value and of nothing), with no routing lists. */
+        float *dense = malloc((dx->n ? dx->n : 1) * sizeof *dense);
+        if (!dense)
+            return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory");
+        float *d = dense;
+        for (size_t nc = 0; nc < dx->n / (g.H * g.W); nc++)
+            for (size_t ih = 0; ih < g.H; ih++) {
+                const size_t oh = ih / g.stride;
+                const bool in_h = oh < g.Ho && ih - oh * g.stride < g.size;
+                for (size_t iw = 0; iw < g.W; iw++, d++) {
+                    const size_t ow = iw / g.stride;
+                    *d = in_h && ow < g.Wo && iw - ow * g.stride < g.size
+                             ? dys[(nc * g.Ho + oh) * g.Wo + ow]
+                             : 0.0f;
+                }
+            }
+        op.dense = dense;
+        int rc = bwd_commit(ctx, site, "avgpool2d_bwd", dx, dy, &op, 1, rnd);
+        free(dense);
+        return rc;
+    }
     if (routes_alloc(ctx, site, &op.rt, dx->n, dy->n * g.size * g.size))
         return -1;
     /* Windows covering input row ih: oh*stride <= ih <= oh*stride + size-1,

@@ -1114,15 +1114,22 @@ START_TEST(pooling_vs_mpfr)
     test_rng r = test_rng_make(0x9007);
     static const char *const outs[] = { "binary16", "bfloat16", "e4m3",
                                         "binary32" };
-    static const size_t cfg[][2] = { { 2, 2 }, { 3, 2 }, { 3, 1 }, { 2, 1 } };
+    /* { size, stride }: windows apart (with inputs outside every window
+     * when the stride is larger or the size odd), overlapping, and one
+     * window over the whole (5 x 5) image, the global average pool */
+    static const size_t cfg[][2] = { { 2, 2 }, { 3, 2 }, { 3, 1 }, { 2, 1 },
+                                     { 2, 3 }, { 5, 5 } };
+    enum { NCFG = sizeof cfg / sizeof cfg[0] };
     mpfr_t ex, t;
     mpfr_inits2(PREC, ex, t, (mpfr_ptr)0);
     const emu_format *f32 = test_format("binary32");
     for (int mode = 0; mode < TEST_DET_MODES; mode++)
         for (int oi = 0; oi < 4; oi++)
-            for (int ci = 0; ci < 4; ci++) {
-                pgeo g = make_pgeo(1, 2, 5 + test_below(&r, 3),
-                                   5 + test_below(&r, 3), cfg[ci][0], cfg[ci][1]);
+            for (int ci = 0; ci < NCFG; ci++) {
+                const bool global = cfg[ci][0] == 5;
+                const size_t h = global ? 5 : 5 + test_below(&r, 3);
+                const size_t w = global ? 5 : 5 + test_below(&r, 3);
+                pgeo g = make_pgeo(1, 2, h, w, cfg[ci][0], cfg[ci][1]);
                 emu_tensor x = mk("x", "binary32", g.N, g.C, g.H, g.W);
                 emu_tensor y = mk("y", outs[oi], g.N, g.C, g.Ho, g.Wo);
                 emu_tensor dy = mk("dy", "binary32", g.N, g.C, g.Ho, g.Wo);
