@@ -1,0 +1,161 @@
+/*
+ * pool.c — the library's persistent worker threads (ctx->threads).
+ *
+ * A training step commits dozens of ops of a few hundred microseconds
+ * each: creating and joining a thread per op would cost a good part of
+ * what the second thread saves.  The workers are created once, on first
+ * use, and wait on a condition variable between jobs.  A job is a
+ * function called as fn(arg, t, T) for t = 0 .. T-1, part 0 in the
+ * calling thread; what a part computes must depend on (t, T) only, never
+ * on which thread runs it or when, so that results never depend on the
+ * scheduling (the callers split rows or chunks and merge in part order).
+ *
+ * One job runs at a time.  A caller that finds the pool busy (another
+ * context on another thread of the application, or a part calling back
+ * into the pool) runs every part itself, in order: same results, no
+ * waiting, no deadlock.  After fork() the child has none of the parent's
+ * threads: the pool notices the new process and starts afresh there.
+ */
+#define _POSIX_C_SOURCE 200809L /* getpid */
+
+#include "internal.h"
+
+#include <stdbool.h>
+#include <threads.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+enum { POOL_MAX = EMU_POOL_MAX };
+
+typedef struct emu_pool {
+    mtx_t lock;                 /* guards everything below               */
+    cnd_t wake;                 /* a new job for the workers             */
+    cnd_t done;                 /* the last part of a job finished       */
+    int nworkers;               /* threads started (parts 1..nworkers)   */
+    uint64_t gen;               /* job number: a worker runs each once   */
+    emu_pool_fn fn;
+    void *arg;
+    int parts;                  /* T of the current job                  */
+    int pending;                /* parts 1..T-1 not finished yet         */
+} emu_pool;
+
+static emu_pool pool;
+static once_flag pool_once = ONCE_FLAG_INIT;
+static bool pool_ok;
+static pid_t pool_pid;
+/* The pool is one job at a time: this flag, taken with a trylock-like
+ * test under `lock`, says a job (or a caller running parts itself) owns
+ * it. */
+static bool pool_busy;
+
+typedef struct worker_arg {
+    int part;
+} worker_arg;
+
+static worker_arg worker_args[POOL_MAX];
+
+static int worker_main(void *p)
+{
+    const int part = ((const worker_arg *)p)->part;
+    uint64_t seen = 0;
+    mtx_lock(&pool.lock);
+    for (;;) {
+        while (pool.gen == seen)
+            cnd_wait(&pool.wake, &pool.lock);
+        seen = pool.gen;
+        if (part >= pool.parts)
+            continue;
+        emu_pool_fn fn = pool.fn;
+        void *arg = pool.arg;
+        const int T = pool.parts;
+        mtx_unlock(&pool.lock);
+        fn(arg, part, T);
+        mtx_lock(&pool.lock);
+        if (--pool.pending == 0)
+            cnd_signal(&pool.done);
+    }
+    return 0;
+}
+
+static void pool_init(void)
+{
+    pool_ok = mtx_init(&pool.lock, mtx_plain) == thrd_success &&
+              cnd_init(&pool.wake) == thrd_success &&
+              cnd_init(&pool.done) == thrd_success;
+    pool_pid = getpid();
+}
+
+/* Starts workers until parts 1..T-1 have one (under the lock); returns
+ * how many parts the pool can run, T or fewer. */
+static int pool_grow(int T)
+{
+    while (pool.nworkers < T - 1) {
+        worker_arg *wa = &worker_args[pool.nworkers];
+        wa->part = pool.nworkers + 1;
+        thrd_t tid;
+        if (thrd_create(&tid, worker_main, wa) != thrd_success)
+            break;
+        thrd_detach(tid);
+        pool.nworkers++;
+    }
+    return pool.nworkers + 1 < T ? pool.nworkers + 1 : T;
+}
+
+static void run_inline(emu_pool_fn fn, void *arg, int T)
+{
+    for (int t = 0; t < T; t++)
+        fn(arg, t, T);
+}
+
+void emu_pool_run(int T, emu_pool_fn fn, void *arg)
+{
+    if (T > POOL_MAX)
+        T = POOL_MAX;
+    if (T <= 1) {
+        fn(arg, 0, 1);
+        return;
+    }
+    call_once(&pool_once, pool_init);
+    if (!pool_ok) {
+        run_inline(fn, arg, T);
+        return;
+    }
+    mtx_lock(&pool.lock);
+    if (pool_pid != getpid()) {
+        /* A forked child: the workers counted are the parent's.  The
+         * lock was free in the parent when it forked, or we would not
+         * have got it here. */
+        pool.nworkers = 0;
+        pool_busy = false;
+        pool_pid = getpid();
+    }
+    if (pool_busy) {
+        mtx_unlock(&pool.lock);
+        run_inline(fn, arg, T);
+        return;
+    }
+    const int P = pool_grow(T);
+    if (P < T) {
+        /* Fewer threads than parts: the parts are what fixes the results,
+         * so they all run, in order, here. */
+        mtx_unlock(&pool.lock);
+        run_inline(fn, arg, T);
+        return;
+    }
+    pool_busy = true;
+    pool.fn = fn;
+    pool.arg = arg;
+    pool.parts = T;
+    pool.pending = T - 1;
+    pool.gen++;
+    cnd_broadcast(&pool.wake);
+    mtx_unlock(&pool.lock);
+
+    fn(arg, 0, T);
+
+    mtx_lock(&pool.lock);
+    while (pool.pending > 0)
+        cnd_wait(&pool.done, &pool.lock);
+    pool_busy = false;
+    mtx_unlock(&pool.lock);
+}
