@@ -10,6 +10,11 @@
  * on which thread runs it or when, so that results never depend on the
  * scheduling (the callers split rows or chunks and merge in part order).
  *
+ * Parts are claimed, not assigned: the caller, its own part done, runs
+ * whatever part no worker has taken yet, so a worker that the system has
+ * not scheduled (a machine busier than its cores) delays nothing; the
+ * caller waits only for parts already running.
+ *
  * One job runs at a time.  A caller that finds the pool busy (another
  * context on another thread of the application, or a part calling back
  * into the pool) runs every part itself, in order: same results, no
@@ -36,6 +41,7 @@ typedef struct emu_pool {
     emu_pool_fn fn;
     void *arg;
     int parts;                  /* T of the current job                  */
+    int next;                   /* the next part nobody has claimed      */
     int pending;                /* parts 1..T-1 not finished yet         */
 } emu_pool;
 
@@ -48,23 +54,14 @@ static pid_t pool_pid;
  * it. */
 static bool pool_busy;
 
-typedef struct worker_arg {
-    int part;
-} worker_arg;
-
-static worker_arg worker_args[POOL_MAX];
-
-static int worker_main(void *p)
+/* Runs unclaimed parts of the current job until none is left; called and
+ * returning with the lock held.  The job cannot end (nor another begin)
+ * while a part claimed here is unfinished, so what is read under the lock
+ * stays the job's. */
+static void run_claimed(void)
 {
-    const int part = ((const worker_arg *)p)->part;
-    uint64_t seen = 0;
-    mtx_lock(&pool.lock);
-    for (;;) {
-        while (pool.gen == seen)
-            cnd_wait(&pool.wake, &pool.lock);
-        seen = pool.gen;
-        if (part >= pool.parts)
-            continue;
+    while (pool.next < pool.parts) {
+        const int part = pool.next++;
         emu_pool_fn fn = pool.fn;
         void *arg = pool.arg;
         const int T = pool.parts;
@@ -73,6 +70,19 @@ static int worker_main(void *p)
         mtx_lock(&pool.lock);
         if (--pool.pending == 0)
             cnd_signal(&pool.done);
+    }
+}
+
+static int worker_main(void *p)
+{
+    (void)p;
+    uint64_t seen = 0;
+    mtx_lock(&pool.lock);
+    for (;;) {
+        while (pool.gen == seen)
+            cnd_wait(&pool.wake, &pool.lock);
+        seen = pool.gen;
+        run_claimed();
     }
     return 0;
 }
@@ -85,15 +95,14 @@ static void pool_init(void)
     pool_pid = getpid();
 }
 
-/* Starts workers until parts 1..T-1 have one (under the lock); returns
- * how many parts the pool can run, T or fewer. */
+/* Starts workers until parts 1..T-1 could each have one (under the
+ * lock); returns how many threads, the caller's included, can run parts
+ * (T or fewer). */
 static int pool_grow(int T)
 {
     while (pool.nworkers < T - 1) {
-        worker_arg *wa = &worker_args[pool.nworkers];
-        wa->part = pool.nworkers + 1;
         thrd_t tid;
-        if (thrd_create(&tid, worker_main, wa) != thrd_success)
+        if (thrd_create(&tid, worker_main, NULL) != thrd_success)
             break;
         thrd_detach(tid);
         pool.nworkers++;
@@ -134,10 +143,9 @@ void emu_pool_run(int T, emu_pool_fn fn, void *arg)
         run_inline(fn, arg, T);
         return;
     }
-    const int P = pool_grow(T);
-    if (P < T) {
-        /* Fewer threads than parts: the parts are what fixes the results,
-         * so they all run, in order, here. */
+    /* With fewer threads than parts, the parts are still what they are
+     * (the results depend on them alone), claimed by fewer hands. */
+    if (pool_grow(T) < 2) {
         mtx_unlock(&pool.lock);
         run_inline(fn, arg, T);
         return;
@@ -146,6 +154,7 @@ void emu_pool_run(int T, emu_pool_fn fn, void *arg)
     pool.fn = fn;
     pool.arg = arg;
     pool.parts = T;
+    pool.next = 1;
     pool.pending = T - 1;
     pool.gen++;
     cnd_broadcast(&pool.wake);
@@ -154,6 +163,7 @@ void emu_pool_run(int T, emu_pool_fn fn, void *arg)
     fn(arg, 0, T);
 
     mtx_lock(&pool.lock);
+    run_claimed();
     while (pool.pending > 0)
         cnd_wait(&pool.done, &pool.lock);
     pool_busy = false;
