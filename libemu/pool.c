@@ -25,17 +25,17 @@
 
 #include "internal.h"
 
+#include <pthread.h>
 #include <stdbool.h>
-#include <threads.h>
 #include <sys/types.h>
 #include <unistd.h>
 
 enum { POOL_MAX = EMU_POOL_MAX };
 
 typedef struct emu_pool {
-    mtx_t lock;                 /* guards everything below               */
-    cnd_t wake;                 /* a new job for the workers             */
-    cnd_t done;                 /* the last part of a job finished       */
+    pthread_mutex_t lock;       /* guards everything below               */
+    pthread_cond_t wake;        /* a new job for the workers             */
+    pthread_cond_t done;        /* the last part of a job finished       */
     int nworkers;               /* threads started (parts 1..nworkers)   */
     uint64_t gen;               /* job number: a worker runs each once   */
     emu_pool_fn fn;
@@ -46,7 +46,7 @@ typedef struct emu_pool {
 } emu_pool;
 
 static emu_pool pool;
-static once_flag pool_once = ONCE_FLAG_INIT;
+static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
 static bool pool_ok;
 static pid_t pool_pid;
 /* The pool is one job at a time: this flag, taken with a trylock-like
@@ -65,33 +65,33 @@ static void run_claimed(void)
         emu_pool_fn fn = pool.fn;
         void *arg = pool.arg;
         const int T = pool.parts;
-        mtx_unlock(&pool.lock);
+        pthread_mutex_unlock(&pool.lock);
         fn(arg, part, T);
-        mtx_lock(&pool.lock);
+        pthread_mutex_lock(&pool.lock);
         if (--pool.pending == 0)
-            cnd_signal(&pool.done);
+            pthread_cond_signal(&pool.done);
     }
 }
 
-static int worker_main(void *p)
+static void *worker_main(void *p)
 {
     (void)p;
     uint64_t seen = 0;
-    mtx_lock(&pool.lock);
+    pthread_mutex_lock(&pool.lock);
     for (;;) {
         while (pool.gen == seen)
-            cnd_wait(&pool.wake, &pool.lock);
+            pthread_cond_wait(&pool.wake, &pool.lock);
         seen = pool.gen;
         run_claimed();
     }
-    return 0;
+    return NULL;
 }
 
 static void pool_init(void)
 {
-    pool_ok = mtx_init(&pool.lock, mtx_plain) == thrd_success &&
-              cnd_init(&pool.wake) == thrd_success &&
-              cnd_init(&pool.done) == thrd_success;
+    pool_ok = pthread_mutex_init(&pool.lock, NULL) == 0 &&
+              pthread_cond_init(&pool.wake, NULL) == 0 &&
+              pthread_cond_init(&pool.done, NULL) == 0;
     pool_pid = getpid();
 }
 
@@ -101,10 +101,10 @@ static void pool_init(void)
 static int pool_grow(int T)
 {
     while (pool.nworkers < T - 1) {
-        thrd_t tid;
-        if (thrd_create(&tid, worker_main, NULL) != thrd_success)
+        pthread_t tid;
+        if (pthread_create(&tid, NULL, worker_main, NULL) != 0)
             break;
-        thrd_detach(tid);
+        pthread_detach(tid);
         pool.nworkers++;
     }
     return pool.nworkers + 1 < T ? pool.nworkers + 1 : T;
@@ -124,12 +124,12 @@ void emu_pool_run(int T, emu_pool_fn fn, void *arg)
         fn(arg, 0, 1);
         return;
     }
-    call_once(&pool_once, pool_init);
+    pthread_once(&pool_once, pool_init);
     if (!pool_ok) {
         run_inline(fn, arg, T);
         return;
     }
-    mtx_lock(&pool.lock);
+    pthread_mutex_lock(&pool.lock);
     if (pool_pid != getpid()) {
         /* A forked child: the workers counted are the parent's.  The
          * lock was free in the parent when it forked, or we would not
@@ -139,14 +139,14 @@ void emu_pool_run(int T, emu_pool_fn fn, void *arg)
         pool_pid = getpid();
     }
     if (pool_busy) {
-        mtx_unlock(&pool.lock);
+        pthread_mutex_unlock(&pool.lock);
         run_inline(fn, arg, T);
         return;
     }
     /* With fewer threads than parts, the parts are still what they are
      * (the results depend on them alone), claimed by fewer hands. */
     if (pool_grow(T) < 2) {
-        mtx_unlock(&pool.lock);
+        pthread_mutex_unlock(&pool.lock);
         run_inline(fn, arg, T);
         return;
     }
@@ -157,15 +157,15 @@ void emu_pool_run(int T, emu_pool_fn fn, void *arg)
     pool.next = 1;
     pool.pending = T - 1;
     pool.gen++;
-    cnd_broadcast(&pool.wake);
-    mtx_unlock(&pool.lock);
+    pthread_cond_broadcast(&pool.wake);
+    pthread_mutex_unlock(&pool.lock);
 
     fn(arg, 0, T);
 
-    mtx_lock(&pool.lock);
+    pthread_mutex_lock(&pool.lock);
     run_claimed();
     while (pool.pending > 0)
-        cnd_wait(&pool.done, &pool.lock);
+        pthread_cond_wait(&pool.done, &pool.lock);
     pool_busy = false;
-    mtx_unlock(&pool.lock);
+    pthread_mutex_unlock(&pool.lock);
 }
