@@ -76,6 +76,7 @@ static void run_claimed(void)
 static void *worker_main(void *p)
 {
     (void)p;
+    EMU_HOSTFP_GUARD; /* a new thread's state is the platform's choice */
     uint64_t seen = 0;
     pthread_mutex_lock(&pool.lock);
     for (;;) {
