@@ -25,8 +25,14 @@ A benchmark, never a test: --quick (a few steps on a few examples) is
 what tests/check.sh runs, to keep this script working; it fails (exit 1)
 if any run fails or disagrees on its step count.
 
+With --threads N (N >= 2) a last column times libemu fp32 with `emu train
+--threads N`, its ratio taken to libemu fp32 on one thread (the same
+training: its results are bit-identical); the whole-process table then
+shows whether the second thread had a core (CPU seconds beside wall).
+
 Usage: /usr/bin/python3 bench/train_vs_torch.py [--quick] [--steps N |
-       --epochs N] [--reps N] [--models mlp,cnn,resnet:1] [--all-stats] ...
+       --epochs N] [--reps N] [--models mlp,cnn,resnet:1] [--all-stats]
+       [--threads N] ...
 """
 import argparse
 import gzip
@@ -232,15 +238,16 @@ def read_csv(path):
     return [dict(zip(head, ln.split(","))) for ln in lines[1:]]
 
 
-def run_emu(a, model, preset, seed, steps, epochs, stats_every, tmp):
-    out_dir = os.path.join(tmp, "%s-%s-%d-%d" % (model, preset, seed,
-                                                 stats_every))
+def run_emu(a, model, preset, seed, steps, epochs, stats_every, tmp,
+            threads=1):
+    out_dir = os.path.join(tmp, "%s-%s-%d-%d-t%d" % (model, preset, seed,
+                                                     stats_every, threads))
     cmd = [a.emu, "train", "--preset", preset, "--model", model,
            "--data", "fashion-mnist", "--data-dir", a.data_dir,
            "--epochs", str(epochs), "--steps", str(steps),
            "--batch", str(a.batch), "--optimizer", "sgd",
            "--lr", repr(a.lr), "--momentum", repr(a.momentum),
-           "--seed", str(seed), "--threads", "1", "--ref-rate", "0",
+           "--seed", str(seed), "--threads", str(threads), "--ref-rate", "0",
            "--out", out_dir, "--quiet"]
     if stats_every:  # 0: emu's default
         cmd += ["--stats-every", str(stats_every)]
@@ -270,6 +277,8 @@ def columns(a):
         cols += [("torch", p) for p in TORCH_PRECS]
     if not a.torch_only:
         cols += [("emu", p) for p in EMU_PRESETS]
+        if a.threads > 1:  # right after its one-thread column
+            cols.insert(cols.index(("emu", "fp32")) + 1, ("emu-mt", "fp32"))
         if a.all_stats:
             cols += [("emu-all", p) for p in EMU_PRESETS]
     return cols
@@ -290,12 +299,16 @@ def median_of(runs, what):
     return statistics.median(r[what] for r in runs)
 
 
-def table(results, models, rows_of, cell):
+def table(results, models, rows_of, cell, threads=1):
     """One markdown table: a row per model (and statistics setting), a
-    column per side and precision; cell(runs, torch_fp32_runs) -> text."""
+    column per side and precision; cell(runs, torch_fp32_runs) -> text.
+    threads > 1: a last column of libemu fp32 on that many threads, its
+    ratio to libemu fp32 on one (default rows only)."""
     keys = [("torch", p) for p in TORCH_PRECS]
     heads = ["model"] + [col_name(k) for k in keys] + \
             [col_name(("emu", p)) for p in EMU_PRESETS]
+    if threads > 1:
+        heads.append("libemu fp32, %d threads (ratio to 1 thread)" % threads)
     lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
     for m in models:
         ref = results.get((m, ("torch", "fp32")))
@@ -305,6 +318,11 @@ def table(results, models, rows_of, cell):
                 runs = results.get((m, key))
                 cells.append(cell(runs, ref if key[0] != "torch" else None)
                              if runs else "–")
+            if threads > 1:
+                runs = results.get((m, ("emu-mt", "fp32")))
+                one = results.get((m, ("emu", "fp32")))
+                cells.append(cell(runs, one) if runs and emu_side == "emu"
+                             else "–")
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -355,7 +373,12 @@ def main():
     side.add_argument("--emu-only", action="store_true")
     ap.add_argument("--quick", action="store_true",
                     help="3 steps on 640 examples, one seed, every column "
-                    "and the all-statistics row: CI's check that this runs")
+                    "(2 threads in the last), the all-statistics row: "
+                    "CI's check that this runs")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="N >= 2: also libemu fp32 with `emu train "
+                    "--threads N`, a last column with its ratio to one "
+                    "thread (default 1: no such column)")
     ap.add_argument("--json", help="also write every run's figures here "
                     "(atomically)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
@@ -368,14 +391,17 @@ def main():
     if a.quick:
         a.steps, a.reps, a.train_examples, a.test_examples = 3, 1, 640, 256
         a.all_stats, a.seeds = True, None
+        a.threads = max(a.threads, 2)  # the threads column runs too
     models = [m for m in a.models.split(",") if m]
     for m in models:
         if m not in MODEL_LABEL:
             die("unknown model '%s' (%s)" % (m, ", ".join(MODEL_LABEL)))
     seeds = ([int(s) for s in a.seeds.split(",")] if a.seeds else
              list(range(a.seed, a.seed + a.reps)))
-    if a.batch < 1 or a.reps < 1 or a.epochs < 1 or a.steps < 0:
-        die("--batch, --reps and --epochs must be >= 1, --steps >= 0")
+    if a.batch < 1 or a.reps < 1 or a.epochs < 1 or a.steps < 0 or \
+            a.threads < 1:
+        die("--batch, --reps, --epochs and --threads must be >= 1, "
+            "--steps >= 0")
     for split in IDX.values():
         for f in split:
             if not os.path.exists(os.path.join(a.data_dir, f)):
@@ -420,7 +446,8 @@ def main():
                         r = run_torch(a, m, p, seed, steps)
                     else:
                         se = 1 if side == "emu-all" else a.stats_every
-                        r = run_emu(a, m, p, seed, steps, epochs, se, tmp)
+                        r = run_emu(a, m, p, seed, steps, epochs, se, tmp,
+                                    a.threads if side == "emu-mt" else 1)
                     if r["steps"] != steps:
                         die("%s %s %s: %d steps, expected %d" %
                             (m, side, p, r["steps"], steps))
@@ -445,24 +472,26 @@ def main():
 
     print("Training time (the steps only; median of seeds %s), %d steps of "
           "batch %d on %d Fashion-MNIST examples, SGD lr %g momentum %g, one "
-          "thread; PyTorch %s; libemu's default statistics%s:\n" %
+          "thread%s; PyTorch %s; libemu's default statistics%s:\n" %
           (",".join(map(str, seeds)), steps, a.batch, train_n, a.lr,
-           a.momentum, torch_version,
+           a.momentum, " (the last column: %d)" % a.threads
+           if a.threads > 1 else "", torch_version,
            " (--stats-every %d)" % a.stats_every if a.stats_every else "",))
     print(table(results, models, default_rows,
-                with_ratio("train_s", fmt_s)))
+                with_ratio("train_s", fmt_s), a.threads))
     print("\nTest accuracy after training (%d test examples, median):\n" %
           test_n)
     print(table(results, models, default_rows,
-                lambda runs, ref: "%.4f" % median_of(runs, "acc")))
+                lambda runs, ref: "%.4f" % median_of(runs, "acc"), a.threads))
     print("\nPeak memory (max RSS of the process, median):\n")
     print(table(results, models, default_rows,
-                with_ratio("rss_mib", lambda v: "%.0f MiB" % v)))
+                with_ratio("rss_mib", lambda v: "%.0f MiB" % v), a.threads))
     print("\nWhole process (median wall / CPU seconds: start-up, data "
           "loading, training, test evaluation, output files):\n")
     print(table(results, models, default_rows,
                 lambda runs, ref: "%s / %s" % (fmt_s(median_of(runs, "wall_s")),
-                                               fmt_s(median_of(runs, "cpu_s")))))
+                                               fmt_s(median_of(runs, "cpu_s"))),
+                a.threads))
 
     if a.json:
         doc = {"settings": {"steps": steps, "batch": a.batch, "lr": a.lr,
@@ -470,6 +499,7 @@ def main():
                             "train_examples": train_n,
                             "test_examples": test_n,
                             "stats_every": a.stats_every or None,
+                            "threads": a.threads,
                             "emu": a.emu, "torch": torch_version},
                "runs": runs}
         d = os.path.dirname(os.path.abspath(a.json))

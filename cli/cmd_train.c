@@ -84,7 +84,9 @@ static void help(void)
     printf(
         "Measurement and output:\n"
         "  --seed N (1)  --ref-rate X (fraction of outputs checked with MPFR, 0)\n"
-        "  --stats-every N (50)  --checkpoint-every N (500)  --threads N (1)\n"
+        "  --stats-every N (50)  --checkpoint-every N (500)\n"
+        "  --threads N (1)      threads for the binary32 GEMMs' row blocks and\n"
+        "                       the choke point's passes; the same results\n"
         "  --out DIR (runs/latest): a new or empty folder, or a run's\n"
         "  --force              replace the run in --out (never other files)\n"
         "  --resume DIR         continue a run from its checkpoint (written\n"

@@ -1727,8 +1727,9 @@ static const float *sgemm_operand(const float *p, ptrdiff_t rs, ptrdiff_t cs,
 #endif
 
 /* The fast model's values as binary32, out[i*N + j] (what gemm_fast
- * widens into hi). */
-static int gemm_fast_f32(const gemm_job *g, float *out)
+ * widens into hi).  pin: set OpenBLAS to one thread first (the threaded
+ * caller does that once, before its parts run). */
+static int gemm_fast_f32_pin(const gemm_job *g, float *out, bool pin)
 {
     const size_t M = g->M, N = g->N, K = g->K;
     if (K == 0) {
@@ -1753,13 +1754,15 @@ static int gemm_fast_f32(const gemm_job *g, float *out)
     /* OpenBLAS's kernels (and so its summation order) change with its
      * thread count: pinned to one thread, a run's results do not depend
      * on the machine it runs on. */
-    openblas_set_num_threads(1);
+    if (pin)
+        openblas_set_num_threads(1);
     cblas_sgemm(CblasRowMajor, ta, tb, (blasint)M, (blasint)N, (blasint)K,
                 1.0f, A, lda, B, ldb, g->c ? 1.0f : 0.0f, out, (blasint)N);
     free(ap);
     free(bp);
     return 0;
 #else
+    (void)pin;
     float *bp = malloc(JB * K * sizeof *bp);
     if (!bp)
         return -1;
@@ -1788,6 +1791,11 @@ static int gemm_fast_f32(const gemm_job *g, float *out)
 #endif
 }
 
+static int gemm_fast_f32(const gemm_job *g, float *out)
+{
+    return gemm_fast_f32_pin(g, out, true);
+}
+
 static int gemm_fast(const gemm_job *g)
 {
     const size_t mn = g->M * g->N;
@@ -1812,6 +1820,86 @@ int emu_gemm_fast_f32(size_t M, size_t N, size_t K,
     if (M == 0 || N == 0)
         return 0;
     return gemm_fast_f32(&g, out);
+}
+
+/* ---- the fast model on several threads -------------------------------
+ * Rows split into T blocks, one sgemm each.  An output of sgemm is its
+ * own dot product, summed in an order that depends on K and not on the
+ * rows around it (the blocked im2row of ops_conv.c relies on the same),
+ * except in the small-matrix kernels OpenBLAS 0.3 uses on x86-64 up to
+ * 10^6 multiply-adds: a GEMM is split only into blocks of at least
+ * EMU_FAST_SPLIT_MACS each, twice that, and a GEMM the one-thread call
+ * would run through those kernels is never split (test_matmul's
+ * fast_threads_are_one_sgemm checks the bits on such shapes). */
+typedef struct fast_split {
+    const gemm_job *g;
+    float *out;
+    int rc[EMU_POOL_MAX];
+} fast_split;
+
+static void fast_part(void *p, int t, int T)
+{
+    fast_split *fs = p;
+    const gemm_job *g = fs->g;
+    const size_t r0 = g->M * (size_t)t / (size_t)T;
+    const size_t r1 = g->M * (size_t)(t + 1) / (size_t)T;
+    gemm_job b = *g;
+    b.M = r1 - r0;
+    b.a = g->a + (ptrdiff_t)r0 * g->a_rs;
+    b.c = g->c ? g->c + r0 * g->N : NULL;
+    fs->rc[t] = gemm_fast_f32_pin(&b, fs->out + r0 * g->N, false);
+}
+
+int emu_fast_split_parts(size_t M, size_t N, size_t K, int threads)
+{
+    const double nk = (double)N * (double)K;
+    int T = threads < 1 ? 1 : threads > EMU_POOL_MAX ? EMU_POOL_MAX : threads;
+    /* the smallest block (M / T rows, rounded down) must be big enough */
+    while (T > 1 && (double)(M / (size_t)T) * nk < EMU_FAST_SPLIT_MACS)
+        T--;
+    return T;
+}
+
+int emu_gemm_fast_f32_mt(size_t M, size_t N, size_t K,
+                         const float *a, ptrdiff_t a_rs, ptrdiff_t a_cs,
+                         const float *b, ptrdiff_t b_rs, ptrdiff_t b_cs,
+                         const double *c, float *out, int threads)
+{
+    static const emu_accum fast = { .kind = EMU_ACCUM_FAST };
+    gemm_job g = { &fast, M, N, K, a, b, a_rs, a_cs, b_rs, b_cs, c, NULL,
+                   NULL, 0, 0, 0 };
+    if (M == 0 || N == 0)
+        return 0;
+    const int T = K ? emu_fast_split_parts(M, N, K, threads) : 1;
+    if (T == 1)
+        return gemm_fast_f32(&g, out);
+    emu_gemm_fast_pin();
+    fast_split fs = { .g = &g, .out = out };
+    emu_pool_run(T, fast_part, &fs);
+    for (int t = 0; t < T; t++)
+        if (fs.rc[t])
+            return -1;
+    return 0;
+}
+
+void emu_gemm_fast_pin(void)
+{
+#ifdef EMU_HAVE_CBLAS
+    openblas_set_num_threads(1);
+#endif
+}
+
+int emu_gemm_fast_f32_part(size_t M, size_t N, size_t K,
+                           const float *a, ptrdiff_t a_rs, ptrdiff_t a_cs,
+                           const float *b, ptrdiff_t b_rs, ptrdiff_t b_cs,
+                           const double *c, float *out)
+{
+    static const emu_accum fast = { .kind = EMU_ACCUM_FAST };
+    gemm_job g = { &fast, M, N, K, a, b, a_rs, a_cs, b_rs, b_cs, c, NULL,
+                   NULL, 0, 0, 0 };
+    if (M == 0 || N == 0)
+        return 0;
+    return gemm_fast_f32_pin(&g, out, false);
 }
 
 static void counts_merge(emu_accum_counts *into, const emu_accum_counts *from)

@@ -289,4 +289,13 @@ void emu_random_fill_hi32(uint64_t seed, uint64_t stream, uint64_t index,
 int emu_ffi_fail_(emu_errcode code, const char *where, const char *key,
                   const char *msg);
 
+/* The persistent worker threads (pool.c): fn(arg, t, T) for every part
+ * t = 0 .. T-1 (T clamped to EMU_POOL_MAX), part 0 in the calling thread,
+ * returning when all have returned.  Parts may run in any order or all in
+ * the caller (pool busy, threads unavailable): a part's work must depend
+ * on (t, T) alone. */
+enum { EMU_POOL_MAX = 64 };
+typedef void (*emu_pool_fn)(void *arg, int t, int T);
+void emu_pool_run(int T, emu_pool_fn fn, void *arg);
+
 #endif

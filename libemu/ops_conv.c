@@ -465,8 +465,8 @@ static int conv_gemm(emu_ctx *ctx, const emu_accum *model, size_t M,
                               ctx->threads);
     const size_t mn = M * N;
     float *f = malloc((mn ? mn : 1) * sizeof *f);
-    if (!f || emu_gemm_fast_f32(M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, NULL,
-                                f)) {
+    if (!f || emu_gemm_fast_f32_mt(M, N, K, a, a_rs, a_cs, b, b_rs, b_cs,
+                                   NULL, f, ctx->threads)) {
         free(f);
         return -1;
     }
@@ -501,6 +501,73 @@ static void block_to_nchw(const float *fb, size_t r0, size_t r1, size_t C,
         }
         r += len;
     }
+}
+
+/* conv_rows_gemm's fast model on T threads.  Its one-thread blocks
+ * number nblk (R rows each, the last up to 2R - 1): here nb, nblk rounded
+ * down to a multiple of the parts, blocks of P / nb rows (rounded down or
+ * up), each at least R rows and so, as there, of the bits of one sgemm on
+ * the whole of A; part t takes blocks nb*t/T .. nb*(t+1)/T - 1. */
+typedef struct rows_part {
+    size_t P, C, K, nb, pp;
+    const row_src *src;
+    const float *whole;
+    const float *b;
+    float *f;
+    int rc[EMU_POOL_MAX];
+} rows_part;
+
+static void rows_part_run(void *p, int t, int T)
+{
+    rows_part *rp = p;
+    const size_t P = rp->P, K = rp->K, nb = rp->nb;
+    const size_t i0 = nb * (size_t)t / (size_t)T;
+    const size_t i1 = nb * (size_t)(t + 1) / (size_t)T;
+    float *blk = rp->whole
+                     ? NULL
+                     : malloc(((P / nb + 1) * K + ROW_SLACK) * sizeof *blk);
+    float *fb = malloc(((P / nb + 1) * rp->C + 1) * sizeof *fb);
+    int rc = (blk || rp->whole) && fb ? 0 : -1;
+    for (size_t i = i0; rc == 0 && i < i1; i++) {
+        const size_t r0 = P * i / nb, r1 = P * (i + 1) / nb;
+        const float *a = blk;
+        if (rp->whole)
+            a = rp->whole + r0 * K;
+        else
+            row_src_fill(rp->src, r0, r1, blk);
+        rc = emu_gemm_fast_f32_part(r1 - r0, rp->C, K, a, (ptrdiff_t)K, 1,
+                                    rp->b, 1, (ptrdiff_t)K, NULL, fb);
+        if (rc == 0) /* rows r0 .. r1 are this part's alone */
+            block_to_nchw(fb, r0, r1, rp->C, rp->pp, rp->f);
+    }
+    free(fb);
+    free(blk);
+    rp->rc[t] = rc;
+}
+
+static int conv_rows_gemm_mt(size_t P, size_t C, size_t K, size_t pp,
+                             size_t R, size_t nblk, int threads,
+                             const row_src *src, const float *whole,
+                             const float *b, float **f32)
+{
+    size_t T = (size_t)threads < nblk ? (size_t)threads : nblk;
+    if (T > EMU_POOL_MAX)
+        T = EMU_POOL_MAX;
+    rows_part rp = { .P = P, .C = C, .K = K, .nb = nblk / T * T, .pp = pp,
+                     .src = src, .whole = whole, .b = b };
+    (void)R; /* P / nb >= P / nblk >= R */
+    rp.f = malloc(P * C * sizeof *rp.f);
+    if (!rp.f)
+        return -1;
+    emu_gemm_fast_pin();
+    emu_pool_run((int)T, rows_part_run, &rp);
+    for (size_t t = 0; t < T; t++)
+        if (rp.rc[t]) {
+            free(rp.f);
+            return -1;
+        }
+    *f32 = rp.f;
+    return 0;
 }
 
 /* The GEMM out(P x C) = A(P x K) B^T of a forward or a data-gradient
@@ -545,6 +612,10 @@ static int conv_rows_gemm(emu_ctx *ctx, const emu_accum *model, size_t P,
     R = (R + 63) / 64 * 64;
     if (R > P)
         R = P;
+    const size_t nblk = P / R; /* what the loop below makes (>= 1) */
+    const int T = ctx && ctx->threads > 1 ? ctx->threads : 1;
+    if (T > 1 && nblk >= 2)
+        return conv_rows_gemm_mt(P, C, K, pp, R, nblk, T, src, whole, b, f32);
     const size_t nf = P * C, nb = 2 * R * K; /* the last block: < 2R rows */
     float *f = malloc((nf ? nf : 1) * sizeof *f);
     float *blk = whole ? NULL : malloc((nb + ROW_SLACK) * sizeof *blk);
@@ -703,15 +774,20 @@ static int conv_ref(const void *opv, size_t i, mpfr_ptr exact, mpfr_ptr src)
 
 static bool conv_had_nan(const void *opv, size_t i)
 {
+    /* Its own terms, not the reference's workspace: the commit may ask
+     * from several threads at once (parallel; asked for NaN results
+     * only, so the allocation costs nothing that matters). */
     const conv_op *op = opv;
-    ref_ws *ws = op->ws;
-    if (!ws_ready(ws, op->max_terms ? op->max_terms : 1))
+    const size_t cap = op->max_terms ? op->max_terms : 1;
+    float *a = malloc(2 * cap * sizeof *a);
+    if (!a)
         return true;
-    size_t k = op->gather(op, i, ws->a, ws->b);
-    for (size_t j = 0; j < k; j++)
-        if (isnan(ws->a[j]) || isnan(ws->b[j]))
-            return true;
-    return false;
+    const size_t k = op->gather(op, i, a, a + cap);
+    bool nan = false;
+    for (size_t j = 0; j < k && !nan; j++)
+        nan = isnan(a[j]) || isnan(a[cap + j]);
+    free(a);
+    return nan;
 }
 
 /* Commits hi (and lo for the EXACT model), or the fast model's f32,
@@ -737,7 +813,7 @@ static int conv_commit(emu_ctx *ctx, const char *site, const char *kind,
     emu_op_out o = { .site = site, .kind = kind, .out = out, .swamp = swamp,
                      .op = op, .ref = conv_ref,
                      .inputs_had_nan = conv_had_nan, .rnd = rnd,
-                     .store_early = true };
+                     .store_early = true, .parallel = true };
     if (channels) {
         op->out.tc = channels;
         op->out.tp = out->n ? out->n / (op->g.N * channels) : 0;

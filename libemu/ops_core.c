@@ -1102,6 +1102,139 @@ static void run_chunk(commit_run *r, size_t i0, size_t m, const double *h,
            m * sizeof *res);
 }
 
+/* The chunks of outputs i_begin .. i_end - 1 (i_begin a multiple of
+ * CHUNK), in order. */
+static void run_chunks(commit_run *r, size_t i_begin, size_t i_end)
+{
+    const emu_op_out *o = r->o;
+    if (o->hi) {
+        for (size_t i0 = i_begin; i0 < i_end; i0 += CHUNK)
+            run_chunk(r, i0, i_end - i0 < CHUNK ? i_end - i0 : CHUNK,
+                      o->hi + i0, o->lo ? o->lo + i0 : NULL, NULL);
+    } else if (o->fill) {
+        double h[CHUNK], l[CHUNK];
+        for (size_t i0 = i_begin; i0 < i_end; i0 += CHUNK) {
+            const size_t m = i_end - i0 < CHUNK ? i_end - i0 : CHUNK;
+            const bool has_lo = o->fill(o->op, i0, m, h, l) != 0;
+            run_chunk(r, i0, m, h, has_lo ? l : NULL, NULL);
+        }
+    } else {
+        float v[CHUNK];
+        for (size_t i0 = i_begin; i0 < i_end; i0 += CHUNK) {
+            const size_t m = i_end - i0 < CHUNK ? i_end - i0 : CHUNK;
+            o->fill32(o->op, i0, m, v);
+            run_chunk(r, i0, m, NULL, NULL, v);
+        }
+    }
+}
+
+/* ---- the chunks on several threads ----------------------------------------
+ * ctx->threads parts, each a run of whole chunks (part t: chunks
+ * nc*t/T .. nc*(t+1)/T - 1) with its own commit_run: its own counts,
+ * histogram tables, swamping counts and NaN counts, merged into the
+ * caller's in part order once all have run.  Every statistic merged so is
+ * a count (integer sums, the histogram tables' differences modulo 2^64,
+ * OR of flags), so the totals are the one-thread ones bit for bit.  The
+ * sums of doubles (the MPFR errors) would not be: with sampling on, the
+ * chunks stay on one thread.  Rounding reads its random words by element
+ * index (emu_random64(seed, stream, i)), so stochastic rounding gives the
+ * one-thread results whatever thread rounds an element. */
+
+/* At least this many chunks per part: below, waking a worker costs about
+ * what it saves (a chunk takes one to a few microseconds). */
+enum { PAR_MIN_CHUNKS = 8 };
+
+/* How many parts emu_commit splits o's chunks into (1: the plain loop).
+ * Only ops whose callbacks may run concurrently (o->parallel), or arrays
+ * with no callback at all; never with MPFR sampling (ref). */
+static int commit_parts(const emu_ctx *ctx, const emu_op_out *o, bool ref)
+{
+    if (ctx->threads <= 1 || ref)
+        return 1;
+    if (!o->parallel && !(o->hi && !o->inputs_had_nan))
+        return 1;
+    const size_t nc = (o->out->n + CHUNK - 1) / CHUNK;
+    size_t T = (size_t)ctx->threads;
+    if (T > EMU_POOL_MAX)
+        T = EMU_POOL_MAX;
+    if (T > nc / PAR_MIN_CHUNKS)
+        T = nc / PAR_MIN_CHUNKS;
+    return T < 1 ? 1 : (int)T;
+}
+
+int emu_commit_parts_(const emu_ctx *ctx, const emu_op_out *o)
+{
+    return commit_parts(ctx, o,
+                        ctx->stats && (ctx->measure & EMU_MEASURE_REF) &&
+                            o->ref && ctx->ref_rate > 0.0);
+}
+
+typedef struct commit_part {
+    commit_run r;
+    emu_hist_tables table;
+} commit_part;
+
+typedef struct commit_par {
+    const commit_run *base;
+    commit_part *parts;
+    size_t n, nc;
+} commit_par;
+
+static void commit_part_run(void *p, int t, int T)
+{
+    commit_par *cp = p;
+    commit_run *r = &cp->parts[t].r;
+    *r = *cp->base; /* its sums all zero: nothing has run yet */
+    if (r->hb)
+        r->hb = &cp->parts[t].table;
+    const size_t c0 = cp->nc * (size_t)t / (size_t)T;
+    const size_t c1 = cp->nc * (size_t)(t + 1) / (size_t)T;
+    const size_t i1 = c1 * CHUNK < cp->n ? c1 * CHUNK : cp->n;
+    run_chunks(r, c0 * CHUNK, i1);
+}
+
+static void counts_add(emu_round_counts *a, const emu_round_counts *b)
+{
+    a->n += b->n;
+    a->inexact += b->inexact;
+    a->underflow += b->underflow;
+    a->to_zero += b->to_zero;
+    a->subnormal += b->subnormal;
+    a->overflow += b->overflow;
+    a->nan += b->nan;
+    a->invalid += b->invalid;
+    a->flags |= b->flags;
+}
+
+/* The chunks of r's op on T threads, the parts' statistics merged into r
+ * in part order; -1 if out of memory (nothing committed). */
+static int commit_parallel(commit_run *r, int T)
+{
+    commit_part *parts = malloc((size_t)T * sizeof *parts);
+    if (!parts)
+        return -1;
+    const size_t n = r->o->out->n;
+    commit_par cp = { .base = r, .parts = parts, .n = n,
+                      .nc = (n + CHUNK - 1) / CHUNK };
+    emu_pool_run(T, commit_part_run, &cp);
+    for (int t = 0; t < T; t++) {
+        const commit_run *p = &parts[t].r;
+        counts_add(&r->counts, &p->counts);
+        r->nan += p->nan;
+        r->c.adds += p->c.adds;
+        r->c.absorbed += p->c.absorbed;
+        for (int b = 0; b < EMU_LOST_BINS; b++)
+            r->c.lost_bits[b] += p->c.lost_bits[b];
+        emu_site_stats_merge(&r->s, &p->s);
+        if (p->hb_used) {
+            emu_hist_tables_merge(r->s.hist_exact, &parts[t].table);
+            emu_hist_tables_merge(r->s.hist_rounded, &parts[t].table);
+        }
+    }
+    free(parts);
+    return 0;
+}
+
 /* With an observer, which sees whole arrays: the producer's values
  * gathered into out->n doubles (lo kept only if a chunk had low parts),
  * then committed as arrays. */
@@ -1212,24 +1345,18 @@ int emu_commit(emu_ctx *ctx, const emu_op_out *o)
                     (mpfr_ptr)0);
     }
 
-    if (o->hi) {
-        for (size_t i0 = 0; i0 < n; i0 += CHUNK)
-            run_chunk(&r, i0, n - i0 < CHUNK ? n - i0 : CHUNK, o->hi + i0,
-                      o->lo ? o->lo + i0 : NULL, NULL);
-    } else if (o->fill) {
-        double h[CHUNK], l[CHUNK];
-        for (size_t i0 = 0; i0 < n; i0 += CHUNK) {
-            const size_t m = n - i0 < CHUNK ? n - i0 : CHUNK;
-            const bool has_lo = o->fill(o->op, i0, m, h, l) != 0;
-            run_chunk(&r, i0, m, h, has_lo ? l : NULL, NULL);
+    const int parts = commit_parts(ctx, o, r.ref);
+    if (parts > 1) {
+        if (commit_parallel(&r, parts)) {
+            if (r.ref)
+                mpfr_clears(r.w.exact, r.w.src, r.w.pre, r.w.out, r.w.t,
+                            (mpfr_ptr)0);
+            free(res);
+            return emu_ctx_failc(ctx, EMU_ENOMEM, o->site,
+                                 "out of memory for the threads' statistics");
         }
     } else {
-        float v[CHUNK];
-        for (size_t i0 = 0; i0 < n; i0 += CHUNK) {
-            const size_t m = n - i0 < CHUNK ? n - i0 : CHUNK;
-            o->fill32(o->op, i0, m, v);
-            run_chunk(&r, i0, m, NULL, NULL, v);
-        }
+        run_chunks(&r, 0, n);
     }
 
     if (measure) {

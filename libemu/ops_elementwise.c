@@ -1908,7 +1908,7 @@ static int ew_commit(emu_ctx *ctx, const char *site, const char *kind,
         early &= emu_store_early_ok(out, op->b, out->n);
     emu_op_out o = { .site = site, .kind = kind, .out = out, .op = op,
                      .ref = ew_ref, .inputs_had_nan = ew_had_nan, .rnd = rnd,
-                     .store_early = early };
+                     .store_early = early, .parallel = true };
     if (ew_is_f32(op))
         o.fill32 = ew_fill32;
     else

@@ -115,6 +115,26 @@ int emu_gemm_fast_f32(size_t M, size_t N, size_t K,
                       const float *b, ptrdiff_t b_rs, ptrdiff_t b_cs,
                       const double *c, float *out);
 
+/* The same on `threads` threads (the library's pool): rows split into
+ * blocks of at least EMU_FAST_SPLIT_MACS multiply-adds, one sgemm each,
+ * whose bits are those of the one call (see accum_gemm.c); a GEMM too
+ * small for two such blocks is the one call.  emu_fast_split_parts: how
+ * many blocks. */
+#define EMU_FAST_SPLIT_MACS 2000000.0
+int emu_gemm_fast_f32_mt(size_t M, size_t N, size_t K,
+                         const float *a, ptrdiff_t a_rs, ptrdiff_t a_cs,
+                         const float *b, ptrdiff_t b_rs, ptrdiff_t b_cs,
+                         const double *c, float *out, int threads);
+int emu_fast_split_parts(size_t M, size_t N, size_t K, int threads);
+/* For callers running their own parts: OpenBLAS pinned to one thread
+ * once (emu_gemm_fast_pin, before the parts start), then each part's
+ * emu_gemm_fast_f32 without that global write (emu_gemm_fast_f32_part). */
+void emu_gemm_fast_pin(void);
+int emu_gemm_fast_f32_part(size_t M, size_t N, size_t K,
+                           const float *a, ptrdiff_t a_rs, ptrdiff_t a_cs,
+                           const float *b, ptrdiff_t b_rs, ptrdiff_t b_cs,
+                           const double *c, float *out);
+
 /* A GEMM's results handed to the choke point a chunk at a time (matmul,
  * convolution): the engine's values hi (and lo, or NULL), already scaled
  * by the op's alpha; or the fast model's binary32 values f, which the
@@ -166,6 +186,9 @@ void emu_unary_eval_det_n(const emu_format *f, emu_unary fn, const float *x,
  * two are tested bit-identical. */
 double emu_accum_round_step(const emu_format *f, const emu_rounding *r,
                             double hi, double lo, uint64_t word, bool *fast);
+
+/* How many threads emu_commit would run o's chunks on (tests). */
+int emu_commit_parts_(const emu_ctx *ctx, const emu_op_out *o);
 
 /* emu_commit, or, when nothing is measured (emu_commit_measures false)
  * and o->out is binary32 under nearest-even, o->fill's values rounded by

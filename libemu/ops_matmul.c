@@ -286,8 +286,9 @@ static int mm_run(emu_ctx *ctx, const char *site, const char *kind, int nd,
     for (size_t bt = 0; bt < m.batch && rc == 0; bt++) {
         const float *ab = m.a + bt * m.M * m.K, *bb = m.b + bt * m.K * m.N;
         const double *cb = c0 ? c0 + bt * mn : NULL;
-        rc = fast ? emu_gemm_fast_f32(m.M, m.N, m.K, ab, m.a_rs, m.a_cs, bb,
-                                      m.b_rs, m.b_cs, cb, p32 + bt * mn)
+        rc = fast ? emu_gemm_fast_f32_mt(m.M, m.N, m.K, ab, m.a_rs, m.a_cs,
+                                         bb, m.b_rs, m.b_cs, cb, p32 + bt * mn,
+                                         ctx->threads)
                   : emu_gemm_accum_ex(model, m.M, m.N, m.K, ab, m.a_rs,
                                       m.a_cs, bb, m.b_rs, m.b_cs, cb,
                                       hi + bt * mn, exact ? lo + bt * mn : NULL,
@@ -321,7 +322,7 @@ static int mm_run(emu_ctx *ctx, const char *site, const char *kind, int nd,
                       .rnd = rnd,
                       /* no input shares out's storage (mm_check); the
                        * old values the reference reads are copied in c */
-                      .store_early = true };
+                      .store_early = true, .parallel = true };
     if (fast) {
         m.out = (emu_gemm_src){ .f = p32, .alpha = m.alpha };
         if (emu_gemm_src_f32(&m.out))

@@ -638,7 +638,7 @@ int emu_t_sgd_update(emu_ctx *ctx, const char *site, emu_tensor *w,
         sub_site(sub, sizeof sub, site, "v");
         rc = emu_commit(ctx, &(emu_op_out){
             .site = sub, .kind = "sgd_momentum", .out = v,
-            .fill = sgd_v_fill, .store_early = true, .op = &op,
+            .fill = sgd_v_fill, .store_early = true, .parallel = true, .op = &op,
             .ref = sgd_v_ref, .inputs_had_nan = sgd_had_nan,
             .rnd = state_rnd });
         op.v_new = v->data;
@@ -647,8 +647,8 @@ int emu_t_sgd_update(emu_ctx *ctx, const char *site, emu_tensor *w,
         rc = emu_commit(ctx, &(emu_op_out){
             .site = site, .kind = "sgd", .out = w,
             .fill = v ? sgd_w_mom_fill : sgd_w_plain_fill,
-            .store_early = true, .acc_old = w0, .addend = t, .op = &op,
-            .ref = sgd_w_ref, .inputs_had_nan = sgd_had_nan, .rnd = rnd });
+            .store_early = true, .parallel = true, .acc_old = w0,
+            .addend = t, .op = &op, .ref = sgd_w_ref, .inputs_had_nan = sgd_had_nan, .rnd = rnd });
     free(t);
     free(v0);
     return rc;

@@ -358,7 +358,7 @@ int emu_t_maxpool2d(emu_ctx *ctx, const char *site, emu_tensor *y,
     int rc = emu_commit(ctx, &(emu_op_out){
         .site = site, .kind = "maxpool2d", .out = y, .fill32 = maxpool_fill32,
         .op = &op, .ref = maxpool_ref, .rnd = rnd,
-        .store_early = !emu_tensors_overlap(y, x) });
+        .store_early = !emu_tensors_overlap(y, x), .parallel = true });
     free(buf);
     return rc;
 }

@@ -115,6 +115,15 @@ typedef struct emu_op_out {
     int (*fill)(const void *op, size_t i0, size_t m, double *hi, double *lo);
     void (*fill32)(const void *op, size_t i0, size_t m, float *v);
     bool store_early;
+    /* parallel: fill, fill32 and inputs_had_nan may be called from several
+     * threads at once for different chunks (ctx->threads > 1; ref never
+     * is: with MPFR sampling on, the chunks run on one thread): they
+     * change nothing but what they write for their own outputs (an op
+     * counting into `swamp` while it produces keeps this false), and with
+     * store_early read out's storage, if at all, only at their own
+     * outputs' positions.  Results and statistics are the same either
+     * way; false (the default) keeps the callbacks on one thread. */
+    bool parallel;
 } emu_op_out;
 
 /* The most outputs a producer is asked for at once. */

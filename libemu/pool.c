@@ -1,0 +1,172 @@
+/*
+ * pool.c — the library's persistent worker threads (ctx->threads).
+ *
+ * A training step commits dozens of ops of a few hundred microseconds
+ * each: creating and joining a thread per op would cost a good part of
+ * what the second thread saves.  The workers are created once, on first
+ * use, and wait on a condition variable between jobs.  A job is a
+ * function called as fn(arg, t, T) for t = 0 .. T-1, part 0 in the
+ * calling thread; what a part computes must depend on (t, T) only, never
+ * on which thread runs it or when, so that results never depend on the
+ * scheduling (the callers split rows or chunks and merge in part order).
+ *
+ * Parts are claimed, not assigned: the caller, its own part done, runs
+ * whatever part no worker has taken yet, so a worker that the system has
+ * not scheduled (a machine busier than its cores) delays nothing; the
+ * caller waits only for parts already running.
+ *
+ * One job runs at a time.  A caller that finds the pool busy (another
+ * context on another thread of the application, or a part calling back
+ * into the pool) runs every part itself, in order: same results, no
+ * waiting, no deadlock.  After fork() the child has none of the parent's
+ * threads: the pool notices the new process and starts afresh there.
+ */
+#define _POSIX_C_SOURCE 200809L /* getpid */
+
+#include "internal.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+enum { POOL_MAX = EMU_POOL_MAX };
+
+typedef struct emu_pool {
+    pthread_mutex_t lock;       /* guards everything below               */
+    pthread_cond_t wake;        /* a new job for the workers             */
+    pthread_cond_t done;        /* the last part of a job finished       */
+    int nworkers;               /* threads started (parts 1..nworkers)   */
+    uint64_t gen;               /* job number: a worker runs each once   */
+    emu_pool_fn fn;
+    void *arg;
+    int parts;                  /* T of the current job                  */
+    int next;                   /* the next part nobody has claimed      */
+    int pending;                /* parts 1..T-1 not finished yet         */
+} emu_pool;
+
+static emu_pool pool;
+static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
+static bool pool_ok;
+static pid_t pool_pid;
+/* The pool is one job at a time: this flag, taken with a trylock-like
+ * test under `lock`, says a job (or a caller running parts itself) owns
+ * it. */
+static bool pool_busy;
+
+/* Runs unclaimed parts of the current job until none is left; called and
+ * returning with the lock held.  The job cannot end (nor another begin)
+ * while a part claimed here is unfinished, so what is read under the lock
+ * stays the job's. */
+static void run_claimed(void)
+{
+    while (pool.next < pool.parts) {
+        const int part = pool.next++;
+        emu_pool_fn fn = pool.fn;
+        void *arg = pool.arg;
+        const int T = pool.parts;
+        pthread_mutex_unlock(&pool.lock);
+        fn(arg, part, T);
+        pthread_mutex_lock(&pool.lock);
+        if (--pool.pending == 0)
+            pthread_cond_signal(&pool.done);
+    }
+}
+
+static void *worker_main(void *p)
+{
+    (void)p;
+    EMU_HOSTFP_GUARD; /* a new thread's state is the platform's choice */
+    uint64_t seen = 0;
+    pthread_mutex_lock(&pool.lock);
+    for (;;) {
+        while (pool.gen == seen)
+            pthread_cond_wait(&pool.wake, &pool.lock);
+        seen = pool.gen;
+        run_claimed();
+    }
+    return NULL;
+}
+
+static void pool_init(void)
+{
+    pool_ok = pthread_mutex_init(&pool.lock, NULL) == 0 &&
+              pthread_cond_init(&pool.wake, NULL) == 0 &&
+              pthread_cond_init(&pool.done, NULL) == 0;
+    pool_pid = getpid();
+}
+
+/* Starts workers until parts 1..T-1 could each have one (under the
+ * lock); returns how many threads, the caller's included, can run parts
+ * (T or fewer). */
+static int pool_grow(int T)
+{
+    while (pool.nworkers < T - 1) {
+        pthread_t tid;
+        if (pthread_create(&tid, NULL, worker_main, NULL) != 0)
+            break;
+        pthread_detach(tid);
+        pool.nworkers++;
+    }
+    return pool.nworkers + 1 < T ? pool.nworkers + 1 : T;
+}
+
+static void run_inline(emu_pool_fn fn, void *arg, int T)
+{
+    for (int t = 0; t < T; t++)
+        fn(arg, t, T);
+}
+
+void emu_pool_run(int T, emu_pool_fn fn, void *arg)
+{
+    if (T > POOL_MAX)
+        T = POOL_MAX;
+    if (T <= 1) {
+        fn(arg, 0, 1);
+        return;
+    }
+    pthread_once(&pool_once, pool_init);
+    if (!pool_ok) {
+        run_inline(fn, arg, T);
+        return;
+    }
+    pthread_mutex_lock(&pool.lock);
+    if (pool_pid != getpid()) {
+        /* A forked child: the workers counted are the parent's.  The
+         * lock was free in the parent when it forked, or we would not
+         * have got it here. */
+        pool.nworkers = 0;
+        pool_busy = false;
+        pool_pid = getpid();
+    }
+    if (pool_busy) {
+        pthread_mutex_unlock(&pool.lock);
+        run_inline(fn, arg, T);
+        return;
+    }
+    /* With fewer threads than parts, the parts are still what they are
+     * (the results depend on them alone), claimed by fewer hands. */
+    if (pool_grow(T) < 2) {
+        pthread_mutex_unlock(&pool.lock);
+        run_inline(fn, arg, T);
+        return;
+    }
+    pool_busy = true;
+    pool.fn = fn;
+    pool.arg = arg;
+    pool.parts = T;
+    pool.next = 1;
+    pool.pending = T - 1;
+    pool.gen++;
+    pthread_cond_broadcast(&pool.wake);
+    pthread_mutex_unlock(&pool.lock);
+
+    fn(arg, 0, T);
+
+    pthread_mutex_lock(&pool.lock);
+    run_claimed();
+    while (pool.pending > 0)
+        pthread_cond_wait(&pool.done, &pool.lock);
+    pool_busy = false;
+    pthread_mutex_unlock(&pool.lock);
+}

@@ -1,0 +1,403 @@
+/*
+ * test_threads.c — ctx->threads changes the speed, never the bits.
+ *
+ * The choke point's chunks on several threads (each part with its own
+ * counts, histogram tables and swamping counts, merged in part order)
+ * against the same commit on one thread: every result and every field of
+ * the site's statistics equal, on sizes around the chunk and part
+ * boundaries, under nearest-even and stochastic rounding, through arrays
+ * and both kinds of producer.  And the fast model's GEMM split into row
+ * blocks against the one sgemm call, bit for bit, on shapes just above
+ * the split's threshold, where OpenBLAS's small-matrix kernels would
+ * change the summation order if a block were too small.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <emu/extend.h>
+#include <emu/ops.h>
+#include <emu/rng.h>
+
+#include "internal.h"
+#include "ops_internal.h"
+#include "testutil.h"
+
+enum { CH = EMU_COMMIT_CHUNK };
+
+/* Sizes around the boundaries: a part needs 8 chunks, so 2 parts start at
+ * 16 chunks, 3 at 24; chunk-sized, one over, one under, and odd. */
+static const size_t sizes[] = { 16 * CH - 1, 16 * CH,      16 * CH + 1,
+                                24 * CH - 1, 24 * CH + 17, 40 * CH + 513,
+                                100003 };
+
+/* A value for output i: every binade of binary32 and beyond it, zeros,
+ * infinities and NaNs now and then, most of them with a low part. */
+static void value_at(uint64_t seed, size_t i, double *hi, double *lo)
+{
+    const uint64_t w = emu_random64(seed, 77, i);
+    const int e = (int)(w % 300) - 160;
+    const double m = 1.0 + (double)(w >> 12) * 0x1p-52;
+    *hi = ldexp((w >> 11) & 1 ? -m : m, e);
+    *lo = ((w >> 5) & 3) ? ldexp(*hi, -30 - (int)((w >> 7) & 31)) : 0.0;
+    switch ((w >> 20) % 97) {
+    case 0: *hi = NAN; *lo = 0.0; break;
+    case 1: *hi = INFINITY; *lo = 0.0; break;
+    case 2: *hi = 0.0; *lo = 0.0; break;
+    case 3: *hi = ldexp(1.0, e); break; /* a power of two with a low part */
+    default: break;
+    }
+}
+
+typedef struct src {
+    uint64_t seed;
+    const float *old;  /* swamping: the accumulator's old values */
+    const double *add; /* and the addends */
+} src;
+
+/* Low parts in odd chunks only: both kinds of chunk in one commit. */
+static int fill(const void *op, size_t i0, size_t m, double *hi, double *lo)
+{
+    const src *s = op;
+    const bool with_lo = (i0 / CH) & 1;
+    for (size_t j = 0; j < m; j++) {
+        value_at(s->seed, i0 + j, &hi[j], &lo[j]);
+        if (s->old) {
+            hi[j] = (double)s->old[i0 + j] + s->add[i0 + j];
+            lo[j] = 0.0;
+        }
+    }
+    return with_lo && !s->old;
+}
+
+static void fill32(const void *op, size_t i0, size_t m, float *v)
+{
+    const src *s = op;
+    for (size_t j = 0; j < m; j++) {
+        double h, l;
+        value_at(s->seed, i0 + j, &h, &l);
+        v[j] = (float)h;
+    }
+}
+
+static bool had_nan(const void *op, size_t i)
+{
+    (void)op;
+    return i % 3 == 0;
+}
+
+typedef enum { VIA_ARRAYS, VIA_FILL, VIA_FILL32, VIA_SWAMP } via;
+
+/* Commits n values into format f under mode on `threads` threads: the
+ * results into *y, the statistics into *stats. */
+static void commit_n(const emu_format *f, emu_rnd mode, via how, size_t n,
+                     int threads, emu_tensor *y, emu_stats *stats)
+{
+    emu_error err;
+    ck_assert_msg(emu_tensor_alloc(y, "y", EMU_ROLE_OTHER, f, 1, &n, &err) == 0,
+                  "%s", err.message);
+    emu_stats_init(stats);
+    emu_ctx ctx;
+    emu_ctx_init(&ctx, 11);
+    ctx.stats = stats;
+    ctx.threads = threads;
+    const emu_rounding rnd = { .mode = mode };
+    src s = { .seed = 5 };
+    double *hi = NULL, *lo = NULL, *add = NULL;
+    float *old = NULL;
+    emu_op_out o = { .site = "t", .kind = "test", .out = y, .op = &s,
+                     .rnd = &rnd, .inputs_had_nan = had_nan,
+                     .parallel = true, .store_early = true };
+    switch (how) {
+    case VIA_ARRAYS:
+        hi = malloc(n * sizeof *hi);
+        lo = malloc(n * sizeof *lo);
+        ck_assert(hi && lo);
+        for (size_t i = 0; i < n; i++)
+            value_at(s.seed, i, &hi[i], &lo[i]);
+        o.hi = hi;
+        o.lo = lo;
+        /* arrays without callbacks run in parts without the flag */
+        o.inputs_had_nan = NULL;
+        o.parallel = false;
+        break;
+    case VIA_FILL:
+        o.fill = fill;
+        break;
+    case VIA_FILL32:
+        o.fill32 = fill32;
+        break;
+    case VIA_SWAMP:
+        old = malloc(n * sizeof *old);
+        add = malloc(n * sizeof *add);
+        ck_assert(old && add);
+        for (size_t i = 0; i < n; i++) {
+            double h, l;
+            value_at(s.seed, i, &h, &l);
+            old[i] = isfinite(h) ? (float)ldexp(h, -(int)(i % 40)) : 1.0f;
+            add[i] = isfinite(h) ? (double)(float)ldexp(h, -(int)(i % 29) - 8)
+                                 : 0.0;
+        }
+        s.old = old;
+        s.add = add;
+        o.fill = fill;
+        o.acc_old = old;
+        o.addend = add;
+        break;
+    }
+    const int parts = emu_commit_parts_(&ctx, &o);
+    /* every size here has chunks for two parts at least */
+    const size_t most = (n + CH - 1) / CH / 8;
+    const int want = (size_t)threads < most ? threads : (int)most;
+    ck_assert_msg(parts == want && (threads == 1 || parts > 1),
+                  "n %zu threads %d: %d parts", n, threads, parts);
+    ck_assert_msg(emu_commit(&ctx, &o) == 0, "%s", ctx.err.message);
+    free(hi);
+    free(lo);
+    free(old);
+    free(add);
+}
+
+static void same_commit(const char *fmt, emu_rnd mode, via how)
+{
+    const emu_format *f = test_format(fmt);
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+        const size_t n = sizes[k];
+        emu_tensor y1;
+        emu_stats s1;
+        commit_n(f, mode, how, n, 1, &y1, &s1);
+        const emu_site_stats *t1 = &emu_stats_find_name(&s1, "t")->total;
+        ck_assert_uint_eq(t1->results, n);
+        for (int threads = 2; threads <= 3; threads++) {
+            emu_tensor y;
+            emu_stats s;
+            commit_n(f, mode, how, n, threads, &y, &s);
+            ck_assert_msg(memcmp(y.data, y1.data, n * sizeof *y.data) == 0,
+                          "%s mode %d via %d n %zu threads %d: results differ",
+                          fmt, (int)mode, (int)how, n, threads);
+            const emu_site_stats *t = &emu_stats_find_name(&s, "t")->total;
+            ck_assert_msg(memcmp(t, t1, sizeof *t) == 0,
+                          "%s mode %d via %d n %zu threads %d: statistics "
+                          "differ (inexact %llu vs %llu, nan %llu vs %llu, "
+                          "absorbed %llu vs %llu)",
+                          fmt, (int)mode, (int)how, n, threads,
+                          (unsigned long long)t->inexact,
+                          (unsigned long long)t1->inexact,
+                          (unsigned long long)t->nan,
+                          (unsigned long long)t1->nan,
+                          (unsigned long long)t->absorbed,
+                          (unsigned long long)t1->absorbed);
+            emu_stats_free(&s);
+            emu_tensor_free(&y);
+        }
+        emu_stats_free(&s1);
+        emu_tensor_free(&y1);
+    }
+}
+
+START_TEST(test_commit_threads_arrays)
+{
+    same_commit("binary16", EMU_RNE, VIA_ARRAYS);
+    same_commit("binary16", EMU_RS, VIA_ARRAYS);
+    same_commit("binary32", EMU_RNE, VIA_ARRAYS);
+    same_commit("e4m3", EMU_RZ, VIA_ARRAYS);
+}
+END_TEST
+
+START_TEST(test_commit_threads_fill)
+{
+    same_commit("binary16", EMU_RNE, VIA_FILL);
+    same_commit("bfloat16", EMU_RS, VIA_FILL);
+    same_commit("binary32", EMU_RNE, VIA_FILL);
+    same_commit("binary32", EMU_RS, VIA_FILL);
+}
+END_TEST
+
+START_TEST(test_commit_threads_fill32)
+{
+    same_commit("binary32", EMU_RNE, VIA_FILL32);
+    same_commit("binary16", EMU_RNE, VIA_FILL32);
+    same_commit("e5m2", EMU_RS, VIA_FILL32);
+}
+END_TEST
+
+START_TEST(test_commit_threads_swamp)
+{
+    same_commit("binary32", EMU_RNE, VIA_SWAMP);
+    same_commit("bfloat16", EMU_RNE, VIA_SWAMP);
+    same_commit("binary16", EMU_RS, VIA_SWAMP);
+    /* the swamping counts must have had something to count */
+    emu_tensor y;
+    emu_stats s;
+    commit_n(test_format("bfloat16"), EMU_RNE, VIA_SWAMP, 100003, 2, &y, &s);
+    const emu_site_stats *t = &emu_stats_find_name(&s, "t")->total;
+    ck_assert_uint_gt(t->adds, 0);
+    ck_assert_uint_gt(t->absorbed, 0);
+    emu_stats_free(&s);
+    emu_tensor_free(&y);
+}
+END_TEST
+
+static int no_ref(const void *op, size_t i, mpfr_ptr exact, mpfr_ptr xsrc)
+{
+    (void)op, (void)i, (void)exact, (void)xsrc;
+    return -1;
+}
+
+/* Without the flag a producer's chunks stay on one thread, and so do all
+ * chunks while MPFR samples (its error sums are doubles). */
+START_TEST(test_commit_threads_opt_in)
+{
+    emu_tensor y;
+    const size_t n = 64 * CH;
+    emu_error err;
+    ck_assert(emu_tensor_alloc(&y, "y", EMU_ROLE_OTHER,
+                               test_format("binary16"), 1, &n, &err) == 0);
+    emu_ctx ctx;
+    emu_ctx_init(&ctx, 1);
+    ctx.threads = 4;
+    const emu_rounding rnd = { .mode = EMU_RNE };
+    src s = { .seed = 1 };
+    emu_op_out o = { .site = "t", .out = &y, .op = &s, .rnd = &rnd,
+                     .fill = fill };
+    ck_assert_int_eq(emu_commit_parts_(&ctx, &o), 1);
+    o.parallel = true;
+    ck_assert_int_eq(emu_commit_parts_(&ctx, &o), 4);
+    emu_stats st;
+    emu_stats_init(&st);
+    ctx.stats = &st;
+    ctx.measure |= EMU_MEASURE_REF;
+    ctx.ref_rate = 0.5;
+    o.ref = no_ref;
+    ck_assert_int_eq(emu_commit_parts_(&ctx, &o), 1);
+    emu_stats_free(&st);
+    emu_tensor_free(&y);
+}
+END_TEST
+
+/* ---- the fast GEMM's row blocks --------------------------------------- */
+
+static float rnd_float(uint64_t i)
+{
+    const uint64_t w = emu_random64(3, 9, i);
+    return (float)(((double)(w >> 11) * 0x1p-53 - 0.5) *
+                   ldexp(1.0, (int)(w % 7) - 3));
+}
+
+START_TEST(test_fast_threads_are_one_sgemm)
+{
+    /* M, N, K: the MLP's and CNN's shapes, odd ones, some just past the
+     * split's threshold (blocks of 2e6 multiply-adds or a little more) */
+    static const size_t shapes[][3] = {
+        { 64, 256, 784 }, { 256, 784, 64 }, { 64, 784, 256 },
+        { 33, 300, 500 }, { 97, 211, 301 }, { 8, 500, 1001 },
+        { 1000, 63, 65 }, { 5, 1000, 1000 }, { 129, 129, 257 },
+    };
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+        const size_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+        float *a = malloc(M * K * sizeof *a), *b = malloc(K * N * sizeof *b);
+        float *one = malloc(M * N * sizeof *one), *thr = malloc(M * N * sizeof *thr);
+        double *c = malloc(M * N * sizeof *c);
+        ck_assert(a && b && one && thr && c);
+        for (size_t i = 0; i < M * K; i++)
+            a[i] = rnd_float(i);
+        for (size_t i = 0; i < K * N; i++)
+            b[i] = rnd_float(M * K + i);
+        for (size_t i = 0; i < M * N; i++)
+            c[i] = rnd_float(7 * i + 1);
+        for (int layout = 0; layout < 4; layout++) {
+            const bool ta = layout & 1, tb = layout & 2;
+            const ptrdiff_t a_rs = ta ? 1 : (ptrdiff_t)K, a_cs = ta ? (ptrdiff_t)M : 1;
+            const ptrdiff_t b_rs = tb ? 1 : (ptrdiff_t)N, b_cs = tb ? (ptrdiff_t)K : 1;
+            const double *cc = layout == 3 ? c : NULL;
+            ck_assert_int_eq(emu_gemm_fast_f32(M, N, K, a, a_rs, a_cs, b, b_rs,
+                                               b_cs, cc, one), 0);
+            for (int threads = 2; threads <= 4; threads++) {
+                const int parts = emu_fast_split_parts(M, N, K, threads);
+                /* every block of at least the threshold */
+                ck_assert((double)(M / (size_t)parts) * (double)(N * K) >=
+                          EMU_FAST_SPLIT_MACS);
+                if (threads == 2)
+                    ck_assert_msg(parts == 2, "%zux%zux%zu: %d parts", M, N, K,
+                                  parts);
+                memset(thr, 0xff, M * N * sizeof *thr);
+                ck_assert_int_eq(emu_gemm_fast_f32_mt(M, N, K, a, a_rs, a_cs, b,
+                                                      b_rs, b_cs, cc, thr,
+                                                      threads), 0);
+                ck_assert_msg(memcmp(one, thr, M * N * sizeof *one) == 0,
+                              "%zux%zux%zu layout %d threads %d: bits differ",
+                              M, N, K, layout, threads);
+            }
+        }
+        free(a);
+        free(b);
+        free(one);
+        free(thr);
+        free(c);
+    }
+    /* too small for two blocks: one call */
+    ck_assert_int_eq(emu_fast_split_parts(64, 128, 256, 2), 1);
+    ck_assert_int_eq(emu_fast_split_parts(64, 10, 128, 8), 1);
+}
+END_TEST
+
+/* The pool: parts from many jobs, nested calls run inline. */
+typedef struct pool_probe {
+    int hits[EMU_POOL_MAX];
+    int nested;
+} pool_probe;
+
+static void probe_inner(void *p, int t, int T)
+{
+    (void)T;
+    __atomic_add_fetch(&((pool_probe *)p)->nested, t + 1, __ATOMIC_RELAXED);
+}
+
+static void probe(void *p, int t, int T)
+{
+    pool_probe *pp = p;
+    pp->hits[t] += T;
+    if (t == 1)
+        emu_pool_run(3, probe_inner, p); /* busy: runs here, in order */
+}
+
+START_TEST(test_pool_runs_every_part)
+{
+    for (int job = 0; job < 200; job++) {
+        const int T = 1 + job % 5;
+        pool_probe pp;
+        memset(&pp, 0, sizeof pp);
+        emu_pool_run(T, probe, &pp);
+        for (int t = 0; t < EMU_POOL_MAX; t++)
+            ck_assert_int_eq(pp.hits[t], t < T ? T : 0);
+        ck_assert_int_eq(pp.nested, T > 1 ? 1 + 2 + 3 : 0);
+    }
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("threads");
+    TCase *tc = tcase_create("threads");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_pool_runs_every_part);
+    tcase_add_test(tc, test_commit_threads_opt_in);
+    tcase_add_test(tc, test_commit_threads_arrays);
+    tcase_add_test(tc, test_commit_threads_fill);
+    tcase_add_test(tc, test_commit_threads_fill32);
+    tcase_add_test(tc, test_commit_threads_swamp);
+    tcase_add_test(tc, test_fast_threads_are_one_sgemm);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed != 0;
+}
