@@ -9,7 +9,10 @@
  * kern_rows for the fused unit, the exact sum and stochastic sequential
  * summation (which hand a row-panel they cannot take to the definition);
  * every other model calls the reference definition (accum_ref.c) per
- * output; fast calls sgemm.  Rows are split over C11 threads.  Each value is bit-identical
+ * output; fast calls sgemm.  At the AVX-512 level the sequential,
+ * blocked, Kahan, pairwise and stochastic sequential lanes run as
+ * intrinsics on registers (v8_*), falling back to the C lanes step by
+ * step where a lane leaves their domain.  Rows are split over C11 threads.  Each value is bit-identical
  * to emu_accum_dot of the same terms (fast with a BLAS excepted), and the
  * counts are sums of integers, so neither depends on the thread count.
  */
