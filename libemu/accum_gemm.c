@@ -9,7 +9,10 @@
  * kern_rows for the fused unit, the exact sum and stochastic sequential
  * summation (which hand a row-panel they cannot take to the definition);
  * every other model calls the reference definition (accum_ref.c) per
- * output; fast calls sgemm.  Rows are split over C11 threads.  Each value is bit-identical
+ * output; fast calls sgemm.  At the AVX-512 level the sequential,
+ * blocked, Kahan, pairwise and stochastic sequential lanes run as
+ * intrinsics on registers (v8_*), falling back to the C lanes step by
+ * step where a lane leaves their domain.  Rows are split over C11 threads.  Each value is bit-identical
  * to emu_accum_dot of the same terms (fast with a BLAS excepted), and the
  * counts are sums of integers, so neither depends on the thread count.
  */
@@ -507,6 +510,7 @@ static EMU_ALWAYS_INLINE size_t seq_steps(const seq_ctx *c, emu_rnd mode,
 #if EMU_HAVE_ISA_CLONES
 EMU_ISA_TARGET_AVX512
 static EMU_ALWAYS_INLINE __m512d v8_step(emu_rnd mode, bool nearest,
+                                         bool exact,
                                          __m512d s, __m512d t, int d,
                                          __m512i vmask, __m512i vnmask,
                                          __m512i vhalf, __m512i vhm1,
@@ -520,7 +524,7 @@ static EMU_ALWAYS_INLINE __m512d v8_step(emu_rnd mode, bool nearest,
     __m512i hb = _mm512_castpd_si512(h);
     __m512i u = _mm512_and_si512(hb, vabs);
     __m512i sg = _mm512_andnot_si512(vabs, hb);
-    if (!nearest) {
+    if (!nearest && !exact) {
         /* TwoSum, then u rounded to odd at 53 bits where l != 0 */
         __m512d bv = _mm512_sub_pd(h, s);
         __m512d av = _mm512_sub_pd(h, bv);
@@ -628,9 +632,9 @@ static EMU_ALWAYS_INLINE size_t v8_steps(const seq_ctx *c, emu_rnd mode,
         __m512d t1 = _mm512_mul_pd(a, _mm512_loadu_pd(b + 8));
         __m512i r0, r1, u0, u1;
         __mmask8 bad0, bad1;
-        __m512d n0 = v8_step(mode, nearest, s0, t0, d, vmask, vnmask, vhalf,
+        __m512d n0 = v8_step(mode, nearest, false, s0, t0, d, vmask, vnmask, vhalf,
                              vhm1, vmn, vmx, zs, &r0, &u0, &bad0);
-        __m512d n1 = v8_step(mode, nearest, s1, t1, d, vmask, vnmask, vhalf,
+        __m512d n1 = v8_step(mode, nearest, false, s1, t1, d, vmask, vnmask, vhalf,
                              vhm1, vmn, vmx, zs, &r1, &u1, &bad1);
         const unsigned bad = (unsigned)bad0 | (unsigned)bad1 << 8;
         if (!cnt) {
@@ -814,57 +818,590 @@ static EMU_ALWAYS_INLINE void seq_row_panel(const seq_ctx *c, emu_rnd mode,
         g->hi[i * g->N + j0 + j] = s[j];
 }
 
-/* Kahan's summation on the lanes, step by step as dot_kahan does it:
- * y = p - c; t = s + y; c = (t - s) - y; s = t, every operation rounded. */
+/* One step k of Kahan's summation on the lanes, as dot_kahan does it:
+ * y = p - c; t = s + y; c = (t - s) - y; s = t, every operation rounded,
+ * the addition s + y counted.  ex: s is a value of acc (every step but
+ * the first), so that with sums_exact the sums of acc values need no
+ * TwoSum. */
+static EMU_ALWAYS_INLINE void kahan_step(const seq_ctx *c, emu_rnd mode,
+                                         bool ex, double ak, const double *b,
+                                         double *s, double *cc, size_t jn,
+                                         emu_accum_counts *cnt,
+                                         uint32_t (*hist)[EMU_LOST_BINS])
+{
+    double p[JB], y[JB], t[JB], d[JB], neg[JB];
+    for (size_t j = 0; j < JB; j++) {
+        p[j] = ak * b[j];
+        neg[j] = -cc[j];
+    }
+    lanes_add(c, mode, false, p, neg, y, jn);
+    /* the exact variants inlined apart, so that each stays vector code */
+    if (ex)
+        lanes_add(c, mode, true, s, y, t, jn);
+    else
+        lanes_add(c, mode, false, s, y, t, jn);
+    for (size_t j = 0; j < JB; j++)
+        neg[j] = -s[j];
+    if (ex)
+        lanes_add(c, mode, true, t, neg, d, jn);
+    else
+        lanes_add(c, mode, false, t, neg, d, jn);
+    for (size_t j = 0; j < JB; j++)
+        neg[j] = -y[j];
+    if (c->sums_exact)
+        lanes_add(c, mode, true, d, neg, cc, jn);
+    else
+        lanes_add(c, mode, false, d, neg, cc, jn);
+    if (cnt)
+        count_lanes(c, &c->g->model->acc, s, t, y, jn, hist, cnt);
+    memcpy(s, t, sizeof t);
+}
+
+/* kahan_step for a mode that is not a constant: the AVX-512 kernel's way
+ * back to the C lanes for a step in which some lane left its domain. */
+static void kahan_step_any(const seq_ctx *c, emu_rnd mode, bool ex,
+                           double ak, const double *b, double *s, double *cc,
+                           size_t jn, emu_accum_counts *cnt,
+                           uint32_t (*hist)[EMU_LOST_BINS])
+{
+    kahan_step(c, mode, ex, ak, b, s, cc, jn, cnt, hist);
+}
+
+#if EMU_HAVE_ISA_CLONES
+static void kahan_v8(const seq_ctx *c, emu_rnd mode, size_t i, size_t q,
+                     const double *arow, emu_accum_counts *cnt,
+                     uint32_t (*hist)[EMU_LOST_BINS]);
+#endif
+
+/* Kahan's summation of one row against one panel. */
 static EMU_ALWAYS_INLINE void kahan_row_panel(const seq_ctx *c, emu_rnd mode,
                                               size_t i, size_t q,
                                               const double *arow,
                                               emu_accum_counts *cnt,
                                               uint32_t (*hist)[EMU_LOST_BINS])
 {
+#if EMU_HAVE_ISA_CLONES
+    if (c->v8) {
+        kahan_v8(c, mode, i, q, arow, cnt, hist);
+        return;
+    }
+#endif
     const gemm_job *g = c->g;
     const size_t K = g->K, j0 = q * JB;
     const size_t jn = g->N - j0 < JB ? g->N - j0 : JB;
     const double *bp = c->bp;
-    double s[JB], cc[JB], p[JB], y[JB], t[JB], d[JB], neg[JB];
+    double s[JB], cc[JB];
     for (size_t j = 0; j < JB; j++) {
         s[j] = g->c && j < jn ? g->c[i * g->N + j0 + j] : 0.0;
         cc[j] = 0.0;
     }
     for (size_t k = 0; k < K; k++) {
-        const double ak = arow[k], *b = bp + k * JB;
         /* s is a value of acc from the second step on (the initial value
          * need not be); y, t, d always are */
         const bool ex = c->sums_exact && k > 0;
-        for (size_t j = 0; j < JB; j++) {
-            p[j] = ak * b[j];
-            neg[j] = -cc[j];
-        }
-        lanes_add(c, mode, false, p, neg, y, jn);
-        /* the exact variants inlined apart, so that each stays vector code */
-        if (ex)
-            lanes_add(c, mode, true, s, y, t, jn);
-        else
-            lanes_add(c, mode, false, s, y, t, jn);
-        for (size_t j = 0; j < JB; j++)
-            neg[j] = -s[j];
-        if (ex)
-            lanes_add(c, mode, true, t, neg, d, jn);
-        else
-            lanes_add(c, mode, false, t, neg, d, jn);
-        for (size_t j = 0; j < JB; j++)
-            neg[j] = -y[j];
-        if (c->sums_exact)
-            lanes_add(c, mode, true, d, neg, cc, jn);
-        else
-            lanes_add(c, mode, false, d, neg, cc, jn);
-        if (cnt)
-            count_lanes(c, &g->model->acc, s, t, y, jn, hist, cnt);
-        memcpy(s, t, sizeof s);
+        kahan_step(c, mode, ex, arow[k], bp + k * JB, s, cc, jn, cnt, hist);
     }
     for (size_t j = 0; j < jn; j++)
         g->hi[i * g->N + j0 + j] = s[j];
 }
+
+/* ---- Kahan's and the pairwise sums in AVX-512 intrinsics ------------------
+ * kahan_step and the pairwise nodes for the AVX-512 level, the lanes as
+ * two vectors of 8 held in registers: each rounded addition is v8_step
+ * (its exact variant where sums_exact makes binary64's sum exact), the
+ * swamping bins those of count_lanes, read off the same patterns.  A step
+ * in which some lane leaves v8_step's domain is done again from its
+ * inputs by the C lanes (kahan_step_any, lanes_add), so every value and
+ * count is theirs, as the C kernels' are dot_kahan's and dot_pairwise's
+ * (test_accum compares them at each ISA level). */
+#if EMU_HAVE_ISA_CLONES
+/* The rounding constants of v8_step, once per kernel call. */
+typedef struct v8_consts {
+    int d;
+    __m512i mask, nmask, half, hm1, mn, mx, p, off0, off1;
+    bool zs;
+    /* v8_add rounds subnormal results and RD's exact zero sums itself
+     * (an accumulator with subnormals and a -0) */
+    bool sub;
+    __m512i shb;         /* emin + 1023 - p + 53: the subnormal shift's base */
+    __m512i eminb;       /* emin + 1023                                      */
+    __m512d quantum;     /* 2^(emin - p + 1)                                 */
+} v8_consts;
+
+EMU_ISA_TARGET_AVX512
+static EMU_ALWAYS_INLINE void v8_consts_init(v8_consts *k, const seq_ctx *c,
+                                             emu_rnd mode)
+{
+    k->d = c->pl.d;
+    k->mask = _mm512_set1_epi64((long long)c->pl.mask);
+    k->nmask = _mm512_set1_epi64((long long)~c->pl.mask);
+    k->half = _mm512_set1_epi64((long long)c->pl.half);
+    k->hm1 = _mm512_set1_epi64((long long)(c->pl.half - 1));
+    k->mn = _mm512_set1_epi64((long long)d2u(c->pl.min_normal));
+    k->mx = _mm512_set1_epi64((long long)d2u(c->pl.max));
+    k->p = _mm512_set1_epi64(c->p);
+    k->off0 = _mm512_mullo_epi64(_mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0),
+                                 _mm512_set1_epi64(EMU_LOST_BINS));
+    k->off1 = _mm512_add_epi64(k->off0, _mm512_set1_epi64(8 * EMU_LOST_BINS));
+    const emu_format *f = &c->g->model->acc;
+    k->sub = f->subnormals && !c->pl.zero_slow;
+    k->zs = c->pl.zero_slow || (mode == EMU_RD && !k->sub);
+    k->shb = _mm512_set1_epi64(f->emin + 1023 - f->p + 53);
+    k->eminb = _mm512_set1_epi64(f->emin + 1023);
+    k->quantum = _mm512_set1_pd(ldexp(1.0, f->emin - f->p + 1));
+}
+
+/* round(x + y) on 8 lanes, the exact pair (or, with exact, binary64's
+ * sum); *bad gets the lanes outside the domain.  With k->sub, a result
+ * below 2^emin is rounded here too: |x + y| rounded to odd at 53 bits
+ * (v8_step's u, M 2^(E - 52) with M < 2^53) has at least 53 - p + 1 more
+ * bits than the subnormal grid 2^(emin - p + 1), so rounding M's integer
+ * to sh = emin - p + 1 - (E - 52) fewer bits is the single rounding (as
+ * in fast_round); a shift beyond 63 rounds like 63, M being below 2^53
+ * and non-zero either way.  The result R times the quantum is exact.  An
+ * exact zero sum is -0 under RD unless both operands are +0 (add_round). */
+EMU_ISA_TARGET_AVX512
+static EMU_ALWAYS_INLINE __m512d v8_add(const v8_consts *k, emu_rnd mode,
+                                        bool exact, __m512d x, __m512d y,
+                                        __mmask8 *bad)
+{
+    __m512i r, u;
+    __m512d v = v8_step(mode, false, exact, x, y, k->d, k->mask, k->nmask,
+                        k->half, k->hm1, k->mn, k->mx, k->zs, &r, &u, bad);
+    if (!k->sub)
+        return v;
+    const __m512i one = _mm512_set1_epi64(1);
+    const __m512i sgn = _mm512_set1_epi64((long long)SIGN_BIT);
+    const __mmask8 nz = _mm512_test_epi64_mask(u, u);
+    if (mode == EMU_RD) {
+        __mmask8 z = (__mmask8)~nz &
+                     _mm512_test_epi64_mask(_mm512_or_si512(
+                         _mm512_castpd_si512(x), _mm512_castpd_si512(y)),
+                         _mm512_set1_epi64(-1));
+        v = _mm512_castsi512_pd(_mm512_mask_mov_epi64(
+            _mm512_castpd_si512(v), z, sgn));
+    }
+    __mmask8 tiny = _mm512_cmplt_epu64_mask(u, k->mn) & nz;
+    if (!tiny)
+        return v;
+    __m512i ef = _mm512_srli_epi64(u, 52);
+    __m512i m = _mm512_or_si512(
+        _mm512_and_si512(u, _mm512_set1_epi64((long long)(((uint64_t)1 << 52) - 1))),
+        _mm512_set1_epi64((long long)((uint64_t)1 << 52)));
+    __m512i sh = _mm512_min_epu64(_mm512_sub_epi64(k->shb, ef),
+                                  _mm512_set1_epi64(63));
+    __m512i msk = _mm512_sub_epi64(_mm512_sllv_epi64(one, sh), one);
+    __m512i hf = _mm512_sllv_epi64(one, _mm512_sub_epi64(sh, one));
+    __m512i rm;
+    switch (mode) {
+    case EMU_RNE:
+        rm = _mm512_add_epi64(_mm512_add_epi64(m, _mm512_sub_epi64(hf, one)),
+                              _mm512_and_si512(_mm512_srlv_epi64(m, sh), one));
+        break;
+    case EMU_RNA:
+        rm = _mm512_add_epi64(m, hf);
+        break;
+    case EMU_RU:
+    case EMU_RD: {
+        __mmask8 neg = _mm512_movepi64_mask(_mm512_castpd_si512(v));
+        __mmask8 up = mode == EMU_RU ? (__mmask8)~neg : neg;
+        rm = _mm512_mask_add_epi64(m, up, m, msk);
+        break;
+    }
+    case EMU_RO: {
+        /* the kept bits' last one set if any dropped bit is */
+        __m512i f = _mm512_and_si512(m, msk);
+        __mmask8 inex = _mm512_test_epi64_mask(f, f);
+        rm = _mm512_mask_or_epi64(m, inex, m, _mm512_sllv_epi64(one, sh));
+        break;
+    }
+    default:
+        rm = m;
+        break;
+    }
+    __m512i R = _mm512_srlv_epi64(rm, sh);
+    __m512i rs = _mm512_or_si512(
+        _mm512_castpd_si512(_mm512_mul_pd(_mm512_cvtepu64_pd(R), k->quantum)),
+        _mm512_and_si512(_mm512_castpd_si512(v), sgn));
+    v = _mm512_castsi512_pd(_mm512_mask_mov_epi64(_mm512_castpd_si512(v),
+                                                  tiny, rs));
+    /* a binary64 subnormal (no implicit bit) stays with the C lanes */
+    *bad = (__mmask8)(*bad & ~tiny) |
+           (tiny & _mm512_cmpeq_epi64_mask(ef, _mm512_setzero_si512()));
+    return v;
+}
+
+EMU_ISA_TARGET_AVX512
+static EMU_ALWAYS_INLINE __m512d v8_neg(__m512d x)
+{
+    return _mm512_castsi512_pd(_mm512_xor_si512(
+        _mm512_castpd_si512(x), _mm512_set1_epi64((long long)SIGN_BIT)));
+}
+
+/* count_lanes' bins of the addition s -> ns of t on 8 lanes, as offsets
+ * into the lanes' histograms (off: lane j's first bin); *odd gets the
+ * lanes count_lanes gives to the definition.  The lowest set bit of t's
+ * significand from a leading-zero count of m & -m. */
+EMU_ISA_TARGET_AVX512
+static EMU_ALWAYS_INLINE __m256i v8_bins_any(const v8_consts *k, __m512d s,
+                                             __m512d ns, __m512d t,
+                                             __m512i off, __mmask8 *odd)
+{
+    const __m512i vabs = _mm512_set1_epi64(INT64_MAX);
+    const __m512i frac = _mm512_set1_epi64((long long)(((uint64_t)1 << 52) - 1));
+    __m512i tu = _mm512_castpd_si512(t);
+    __m512i tb = _mm512_slli_epi64(tu, 1);
+    __m512i et = _mm512_srli_epi64(tb, 53);
+    __m512i m = _mm512_and_si512(tu, frac);
+    __m512i low = _mm512_and_si512(m, _mm512_sub_epi64(_mm512_setzero_si512(), m));
+    __m512i ctz = _mm512_sub_epi64(_mm512_set1_epi64(63), _mm512_lzcnt_epi64(low));
+    ctz = _mm512_mask_mov_epi64(ctz, _mm512_testn_epi64_mask(m, m),
+                                _mm512_set1_epi64(52));
+    __m512i lsb = _mm512_add_epi64(_mm512_sub_epi64(et, _mm512_set1_epi64(52)),
+                                   ctz);
+    __m512i nb = _mm512_castpd_si512(ns);
+    __m512i nu = _mm512_and_si512(nb, vabs);
+    __m512i en = _mm512_srli_epi64(nu, 52);
+    if (k->sub) /* quantum_exp: emin's quantum below 2^emin (zero too) */
+        en = _mm512_max_epi64(en, k->eminb);
+    __m512i top = _mm512_sub_epi64(en, k->p);
+    __m512i n = _mm512_sub_epi64(_mm512_min_epi64(et, top), lsb);
+    n = _mm512_add_epi64(n, _mm512_set1_epi64(1));
+    n = _mm512_max_epi64(n, _mm512_setzero_si512());
+    n = _mm512_min_epi64(n, _mm512_set1_epi64(64));
+    __mmask8 tnz = _mm512_test_epi64_mask(tb, tb);
+    /* s_new == s as doubles (a zero s_new may differ from s in sign) */
+    __mmask8 ab = _mm512_cmp_pd_mask(ns, s, _CMP_EQ_OQ) & tnz;
+    n = _mm512_mask_mov_epi64(n, ab, _mm512_set1_epi64(EMU_LOST_BINS - 1));
+    n = _mm512_maskz_mov_epi64(tnz, n);
+    *odd = (k->sub ? 0 : _mm512_cmplt_epu64_mask(nu, k->mn)) |
+           _mm512_cmpgt_epu64_mask(nu, k->mx) |
+           _mm512_cmpeq_epi64_mask(et, _mm512_set1_epi64(0x7ff)) |
+           (_mm512_cmpeq_epi64_mask(et, _mm512_setzero_si512()) & tnz);
+    return _mm512_cvtepi64_epi32(_mm512_add_epi64(n, off));
+}
+
+/* Counts one addition of the JB lanes, s -> ns of t, into hist and cnt
+ * (adds included), as count_lanes does. */
+EMU_ISA_TARGET_AVX512
+static EMU_ALWAYS_INLINE void v8_count(const seq_ctx *c, const v8_consts *k,
+                                       __m512d s0, __m512d s1, __m512d n0,
+                                       __m512d n1, __m512d t0, __m512d t1,
+                                       size_t jn,
+                                       uint32_t (*hist)[EMU_LOST_BINS],
+                                       emu_accum_counts *cnt)
+{
+    __mmask8 o0, o1;
+    __m256i i0 = v8_bins_any(k, s0, n0, t0, k->off0, &o0);
+    __m256i i1 = v8_bins_any(k, s1, n1, t1, k->off1, &o1);
+    int32_t idx[JB];
+    _mm256_storeu_si256((__m256i *)idx, i0);
+    _mm256_storeu_si256((__m256i *)(idx + 8), i1);
+    /* read back as scalars (see v8_steps) */
+    __asm__ volatile("" : : "r"(idx) : "memory");
+    uint32_t *hf = &hist[0][0];
+    const unsigned odd = (unsigned)o0 | (unsigned)o1 << 8;
+    if (!odd && jn == JB) {
+        hf[idx[0]]++, hf[idx[1]]++, hf[idx[2]]++, hf[idx[3]]++;
+        hf[idx[4]]++, hf[idx[5]]++, hf[idx[6]]++, hf[idx[7]]++;
+        hf[idx[8]]++, hf[idx[9]]++, hf[idx[10]]++, hf[idx[11]]++;
+        hf[idx[12]]++, hf[idx[13]]++, hf[idx[14]]++, hf[idx[15]]++;
+        cnt->adds += JB;
+        return;
+    }
+    double sv[JB], nv[JB], tv[JB];
+    _mm512_storeu_pd(sv, s0), _mm512_storeu_pd(sv + 8, s1);
+    _mm512_storeu_pd(nv, n0), _mm512_storeu_pd(nv + 8, n1);
+    _mm512_storeu_pd(tv, t0), _mm512_storeu_pd(tv + 8, t1);
+    for (size_t j = 0; j < jn; j++) {
+        if (!(odd >> j & 1)) {
+            hf[idx[j]]++;
+            cnt->adds++;
+        } else {
+            accum_count_add(cnt, &c->g->model->acc, sv[j], tv[j], nv[j]);
+        }
+    }
+}
+
+/* One Kahan step of the JB lanes (kahan_step): ex as there, exl for the
+ * last addition (d - y, both values of acc).  Returns false, leaving s and
+ * cc as they were, if some lane left the domain. */
+EMU_ISA_TARGET_AVX512
+static EMU_ALWAYS_INLINE bool v8_kahan_step(const seq_ctx *c,
+                                            const v8_consts *k, emu_rnd mode,
+                                            bool ex, bool exl, double ak,
+                                            const double *b, __m512d *s,
+                                            __m512d *cc, size_t jn,
+                                            emu_accum_counts *cnt,
+                                            uint32_t (*hist)[EMU_LOST_BINS])
+{
+    const __m512d a = _mm512_set1_pd(ak);
+    __m512d y[2], t[2], d[2], cn[2];
+    __mmask8 b0, b1, b2, b3;
+    unsigned bad = 0;
+    for (int v = 0; v < 2; v++) {
+        __m512d p = _mm512_mul_pd(a, _mm512_loadu_pd(b + 8 * v));
+        y[v] = v8_add(k, mode, false, p, v8_neg(cc[v]), &b0);
+        t[v] = v8_add(k, mode, ex, s[v], y[v], &b1);
+        d[v] = v8_add(k, mode, ex, t[v], v8_neg(s[v]), &b2);
+        cn[v] = v8_add(k, mode, exl, d[v], v8_neg(y[v]), &b3);
+        bad |= (unsigned)(b0 | b1 | b2 | b3) << (8 * v);
+    }
+    if (bad)
+        return false;
+    if (cnt)
+        v8_count(c, k, s[0], s[1], t[0], t[1], y[0], y[1], jn, hist, cnt);
+    s[0] = t[0], s[1] = t[1];
+    cc[0] = cn[0], cc[1] = cn[1];
+    return true;
+}
+
+EMU_ISA_TARGET_AVX512
+static EMU_ALWAYS_INLINE void kahan_v8_mode(const seq_ctx *c, emu_rnd mode,
+                                            size_t i, size_t q,
+                                            const double *arow,
+                                            emu_accum_counts *cnt,
+                                            uint32_t (*hist)[EMU_LOST_BINS])
+{
+    const gemm_job *g = c->g;
+    const size_t K = g->K, j0 = q * JB;
+    const size_t jn = g->N - j0 < JB ? g->N - j0 : JB;
+    const double *bp = c->bp;
+    const bool sx = c->sums_exact;
+    v8_consts kc;
+    v8_consts_init(&kc, c, mode);
+    double sv[JB], cv[JB];
+    for (size_t j = 0; j < JB; j++) {
+        sv[j] = g->c && j < jn ? g->c[i * g->N + j0 + j] : 0.0;
+        cv[j] = 0.0;
+    }
+    __m512d s[2] = { _mm512_loadu_pd(sv), _mm512_loadu_pd(sv + 8) };
+    __m512d cc[2] = { _mm512_setzero_pd(), _mm512_setzero_pd() };
+    for (size_t kk = 0; kk < K; kk++) {
+        const double ak = arow[kk], *b = bp + kk * JB;
+        /* s is a value of acc from the second step on (kahan_row_panel);
+         * the exact variants inlined apart */
+        bool ok;
+        if (kk == 0)
+            ok = sx ? v8_kahan_step(c, &kc, mode, false, true, ak, b, s, cc,
+                                    jn, cnt, hist)
+                    : v8_kahan_step(c, &kc, mode, false, false, ak, b, s, cc,
+                                    jn, cnt, hist);
+        else
+            ok = sx ? v8_kahan_step(c, &kc, mode, true, true, ak, b, s, cc,
+                                    jn, cnt, hist)
+                    : v8_kahan_step(c, &kc, mode, false, false, ak, b, s, cc,
+                                    jn, cnt, hist);
+        if (!ok) {
+            _mm512_storeu_pd(sv, s[0]), _mm512_storeu_pd(sv + 8, s[1]);
+            _mm512_storeu_pd(cv, cc[0]), _mm512_storeu_pd(cv + 8, cc[1]);
+            kahan_step_any(c, mode, sx && kk > 0, ak, b, sv, cv, jn, cnt,
+                           hist);
+            s[0] = _mm512_loadu_pd(sv), s[1] = _mm512_loadu_pd(sv + 8);
+            cc[0] = _mm512_loadu_pd(cv), cc[1] = _mm512_loadu_pd(cv + 8);
+        }
+    }
+    _mm512_storeu_pd(sv, s[0]), _mm512_storeu_pd(sv + 8, s[1]);
+    for (size_t j = 0; j < jn; j++)
+        g->hi[i * g->N + j0 + j] = sv[j];
+}
+
+EMU_ISA_TARGET_AVX512
+static void kahan_v8(const seq_ctx *c, emu_rnd mode, size_t i, size_t q,
+                     const double *arow, emu_accum_counts *cnt,
+                     uint32_t (*hist)[EMU_LOST_BINS])
+{
+#define KV8(m)                                                            \
+    (cnt ? kahan_v8_mode(c, m, i, q, arow, cnt, hist)                     \
+         : kahan_v8_mode(c, m, i, q, arow, NULL, hist))
+    switch (mode) {
+    case EMU_RNE:
+        KV8(EMU_RNE);
+        break;
+    case EMU_RNA:
+        KV8(EMU_RNA);
+        break;
+    case EMU_RU:
+        KV8(EMU_RU);
+        break;
+    case EMU_RD:
+        KV8(EMU_RD);
+        break;
+    case EMU_RO:
+        KV8(EMU_RO);
+        break;
+    default:
+        KV8(EMU_RZ);
+        break;
+    }
+#undef KV8
+}
+#endif
+
+/* One node of the pairwise tree on the lanes: out = round(l + r),
+ * counted with the operand of smaller magnitude as the addend (the right
+ * one on a tie). */
+static EMU_ALWAYS_INLINE void pw_node(const seq_ctx *c, emu_rnd mode,
+                                      const double *l, const double *r,
+                                      double *out, size_t jn,
+                                      emu_accum_counts *cnt,
+                                      uint32_t (*hist)[EMU_LOST_BINS])
+{
+    lanes_add(c, mode, false, l, r, out, jn);
+    if (cnt) {
+        double big[JB], small[JB];
+        for (size_t j = 0; j < JB; j++) {
+            bool lbig = fabs(l[j]) >= fabs(r[j]);
+            big[j] = lbig ? l[j] : r[j];
+            small[j] = lbig ? r[j] : l[j];
+        }
+        count_lanes(c, &c->g->model->acc, big, out, small, jn, hist, cnt);
+    }
+}
+
+/* pw_node for a mode that is not a constant (the AVX-512 tree's way back
+ * to the C lanes). */
+static void pw_node_any(const seq_ctx *c, emu_rnd mode, const double *l,
+                        const double *r, double *out, size_t jn,
+                        emu_accum_counts *cnt,
+                        uint32_t (*hist)[EMU_LOST_BINS])
+{
+    pw_node(c, mode, l, r, out, jn, cnt, hist);
+}
+
+#if EMU_HAVE_ISA_CLONES
+/* pw_node at the AVX-512 level on register lanes; a node with a lane
+ * outside v8_add's domain is done again by pw_node_any. */
+EMU_ISA_TARGET_AVX512
+static EMU_ALWAYS_INLINE void pw_node_v8(const seq_ctx *c, const v8_consts *k,
+                                         emu_rnd mode, __m512d *l,
+                                         const __m512d *r, size_t jn,
+                                         emu_accum_counts *cnt,
+                                         uint32_t (*hist)[EMU_LOST_BINS])
+{
+    __mmask8 b0, b1;
+    __m512d s0 = v8_add(k, mode, false, l[0], r[0], &b0);
+    __m512d s1 = v8_add(k, mode, false, l[1], r[1], &b1);
+    if (b0 | b1) {
+        double lv[JB], rv[JB], sv[JB];
+        _mm512_storeu_pd(lv, l[0]), _mm512_storeu_pd(lv + 8, l[1]);
+        _mm512_storeu_pd(rv, r[0]), _mm512_storeu_pd(rv + 8, r[1]);
+        pw_node_any(c, mode, lv, rv, sv, jn, cnt, hist);
+        l[0] = _mm512_loadu_pd(sv), l[1] = _mm512_loadu_pd(sv + 8);
+        return;
+    }
+    if (cnt) {
+        __m512d big[2], small[2];
+        for (int v = 0; v < 2; v++) {
+            __mmask8 lbig = _mm512_cmp_pd_mask(_mm512_abs_pd(l[v]),
+                                               _mm512_abs_pd(r[v]),
+                                               _CMP_GE_OQ);
+            big[v] = _mm512_mask_blend_pd(lbig, r[v], l[v]);
+            small[v] = _mm512_mask_blend_pd(lbig, l[v], r[v]);
+        }
+        v8_count(c, k, big[0], big[1], s0, s1, small[0], small[1], jn, hist,
+                 cnt);
+    }
+    l[0] = s0, l[1] = s1;
+}
+
+/* The pairwise tree of pw_row_panel (K + init >= 2 leaves) at the AVX-512
+ * level: the same frames, the partial sums a stack of register pairs, a
+ * frame of two leaves added at once. */
+EMU_ISA_TARGET_AVX512
+static EMU_ALWAYS_INLINE void pw_tree_v8_mode(const seq_ctx *c, emu_rnd mode,
+                                              const double *arow,
+                                              const double *iv, bool init,
+                                              size_t jn, double *res,
+                                              emu_accum_counts *cnt,
+                                              uint32_t (*hist)[EMU_LOST_BINS])
+{
+    const size_t K = c->g->K;
+    const double *bp = c->bp;
+    v8_consts k;
+    v8_consts_init(&k, c, mode);
+    enum { DEPTH = 130 };
+    struct frame {
+        size_t first, n;
+        int stage;
+    } f[DEPTH];
+    __m512d v[DEPTH][2];
+    int nf = 0, nv = 0;
+    f[nf++] = (struct frame){ 0, K + init, 0 };
+#define PW_LEAF(dst, l)                                                    \
+    do {                                                                   \
+        if (init && (l) == 0) {                                            \
+            (dst)[0] = _mm512_loadu_pd(iv);                                \
+            (dst)[1] = _mm512_loadu_pd(iv + 8);                            \
+        } else {                                                           \
+            const size_t kl = (l) - init;                                  \
+            const __m512d a = _mm512_set1_pd(arow[kl]);                    \
+            (dst)[0] = _mm512_mul_pd(a, _mm512_loadu_pd(bp + kl * JB));    \
+            (dst)[1] = _mm512_mul_pd(a, _mm512_loadu_pd(bp + kl * JB + 8)); \
+        }                                                                  \
+    } while (0)
+    while (nf) {
+        struct frame *fr = &f[nf - 1];
+        if (fr->n == 1) {
+            PW_LEAF(v[nv], fr->first);
+            nv++;
+            nf--;
+        } else if (fr->n == 2) {
+            __m512d rl[2];
+            PW_LEAF(v[nv], fr->first);
+            PW_LEAF(rl, fr->first + 1);
+            pw_node_v8(c, &k, mode, v[nv], rl, jn, cnt, hist);
+            nv++;
+            nf--;
+        } else if (fr->stage == 0) {
+            fr->stage = 1;
+            f[nf++] = (struct frame){ fr->first, (fr->n + 1) / 2, 0 };
+        } else if (fr->stage == 1) {
+            fr->stage = 2;
+            size_t nl = (fr->n + 1) / 2;
+            f[nf++] = (struct frame){ fr->first + nl, fr->n - nl, 0 };
+        } else {
+            pw_node_v8(c, &k, mode, v[nv - 2], v[nv - 1], jn, cnt, hist);
+            nv--;
+            nf--;
+        }
+    }
+#undef PW_LEAF
+    _mm512_storeu_pd(res, v[0][0]);
+    _mm512_storeu_pd(res + 8, v[0][1]);
+}
+
+EMU_ISA_TARGET_AVX512
+static void pw_tree_v8(const seq_ctx *c, emu_rnd mode, const double *arow,
+                       const double *iv, bool init, size_t jn, double *res,
+                       emu_accum_counts *cnt, uint32_t (*hist)[EMU_LOST_BINS])
+{
+#define PV8(m)                                                             \
+    (cnt ? pw_tree_v8_mode(c, m, arow, iv, init, jn, res, cnt, hist)       \
+         : pw_tree_v8_mode(c, m, arow, iv, init, jn, res, NULL, hist))
+    switch (mode) {
+    case EMU_RNE:
+        PV8(EMU_RNE);
+        break;
+    case EMU_RNA:
+        PV8(EMU_RNA);
+        break;
+    case EMU_RU:
+        PV8(EMU_RU);
+        break;
+    case EMU_RD:
+        PV8(EMU_RD);
+        break;
+    case EMU_RO:
+        PV8(EMU_RO);
+        break;
+    default:
+        PV8(EMU_RZ);
+        break;
+    }
+#undef PV8
+}
+#endif
 
 /* The pairwise tree of dot_pairwise on the lanes, walked without
  * recursion (the kernel is inlined for a constant mode): frames of
@@ -898,6 +1435,10 @@ static EMU_ALWAYS_INLINE void pw_row_panel(const seq_ctx *c, emu_rnd mode,
             for (size_t j = 0; j < jn; j++)
                 accum_count_add(cnt, &g->model->acc, 0.0, t[j],
                                 res[j]);
+#if EMU_HAVE_ISA_CLONES
+    } else if (c->v8) {
+        pw_tree_v8(c, mode, arow, iv, init, jn, res, cnt, hist);
+#endif
     } else {
         enum { DEPTH = 130 };
         struct frame {
@@ -930,19 +1471,7 @@ static EMU_ALWAYS_INLINE void pw_row_panel(const seq_ctx *c, emu_rnd mode,
             } else {
                 double sum[JB];
                 const double *l = v[nv - 2], *r = v[nv - 1];
-                lanes_add(c, mode, false, l, r, sum, jn);
-                if (cnt) {
-                    /* the addend: the operand of smaller magnitude, the
-                     * right one on a tie */
-                    double big[JB], small[JB];
-                    for (size_t j = 0; j < JB; j++) {
-                        bool lbig = fabs(l[j]) >= fabs(r[j]);
-                        big[j] = lbig ? l[j] : r[j];
-                        small[j] = lbig ? r[j] : l[j];
-                    }
-                    count_lanes(c, &g->model->acc, big, sum, small, jn, hist,
-                                cnt);
-                }
+                pw_node(c, mode, l, r, sum, jn, cnt, hist);
                 nv -= 2;
                 memcpy(v[nv++], sum, sizeof sum);
                 nf--;
@@ -1440,6 +1969,168 @@ static void redo_sr(const seq_ctx *c, const double *sv, const double *b,
     }
 }
 
+#if EMU_HAVE_ISA_CLONES
+/* lanes_sr on 8 lanes (the same operations on the same patterns; the
+ * floor by a rounding toward -inf, exact for |x| < 2^(p+11) as there). */
+EMU_ISA_TARGET_AVX512
+static EMU_ALWAYS_INLINE __m512d v8_sr(__m512d s, __m512d t, __m512i w,
+                                       int d, int64_t p, int64_t eminb,
+                                       unsigned bits, __m512i vmx,
+                                       __mmask8 *bad)
+{
+    const __m512i vabs = _mm512_set1_epi64(INT64_MAX);
+    const __m512i frac = _mm512_set1_epi64((long long)(((uint64_t)1 << 52) - 1));
+    const __m512i mask = _mm512_set1_epi64((long long)(((uint64_t)1 << d) - 1));
+    const __m512i zero = _mm512_setzero_si512();
+    __m512d h = _mm512_add_pd(s, t);
+    __m512d bv = _mm512_sub_pd(h, s), av = _mm512_sub_pd(h, bv);
+    __m512d l = _mm512_add_pd(_mm512_sub_pd(s, av), _mm512_sub_pd(t, bv));
+    __m512i hb = _mm512_castpd_si512(h);
+    __m512i u = _mm512_and_si512(hb, vabs);
+    __m512i sg = _mm512_andnot_si512(vabs, hb);
+    __m512i ef = _mm512_srli_epi64(u, 52);
+    __m512d al = _mm512_castsi512_pd(_mm512_xor_si512(_mm512_castpd_si512(l), sg));
+    __m512i se = _mm512_sub_epi64(_mm512_set1_epi64(2109 + p), ef);
+    se = _mm512_max_epi64(se, _mm512_set1_epi64(1));
+    se = _mm512_min_epi64(se, _mm512_set1_epi64(2046));
+    __m512d x = _mm512_mul_pd(al, _mm512_castsi512_pd(_mm512_slli_epi64(se, 52)));
+    __m512d fl = _mm512_roundscale_pd(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    __m512i L = _mm512_cvtpd_epi64(fl);
+    __mmask8 aneg = _mm512_cmp_pd_mask(al, _mm512_setzero_pd(), _CMP_LT_OQ);
+    __mmask8 xz = _mm512_cmp_pd_mask(x, _mm512_setzero_pd(), _CMP_EQ_OQ);
+    L = _mm512_mask_sub_epi64(L, aneg & xz, L, _mm512_set1_epi64(1));
+    __m512i R = _mm512_and_si512(u, mask);
+    __m512i base = _mm512_andnot_si512(mask, u);
+    __mmask8 borrow = _mm512_testn_epi64_mask(R, R) &
+                      _mm512_cmplt_epi64_mask(L, zero);
+    base = _mm512_mask_sub_epi64(base, borrow, base,
+                                 _mm512_set1_epi64((long long)((uint64_t)1 << d)));
+    __m512i Fq = _mm512_add_epi64(_mm512_sll_epi64(R, _mm_cvtsi32_si128(64 - d)), L);
+    __mmask8 up;
+    if (bits >= 64) {
+        up = _mm512_cmplt_epu64_mask(_mm512_add_epi64(w, Fq), w);
+    } else {
+        const __m128i sh = _mm_cvtsi32_si128((int)(64 - bits));
+        __m512i sum = _mm512_add_epi64(_mm512_srl_epi64(Fq, sh),
+                                       _mm512_srl_epi64(w, sh));
+        /* (sum >> bits) != 0 */
+        up = _mm512_test_epi64_mask(_mm512_srl_epi64(sum, _mm_cvtsi32_si128((int)bits)),
+                                    _mm512_set1_epi64(-1));
+    }
+    __m512i rr = _mm512_mask_add_epi64(base, up, base,
+                                       _mm512_set1_epi64((long long)((uint64_t)1 << d)));
+    *bad = _mm512_testn_epi64_mask(ef, ef) |
+           _mm512_cmpeq_epi64_mask(ef, _mm512_set1_epi64(0x7ff)) |
+           _mm512_cmplt_epi64_mask(ef, _mm512_set1_epi64(eminb)) |
+           (aneg & _mm512_testn_epi64_mask(u, frac)) |
+           _mm512_cmpgt_epu64_mask(rr, vmx);
+    return _mm512_castsi512_pd(_mm512_or_si512(rr, sg));
+}
+
+/* Steps k0 .. k0 + ch - 1 of srseq_row_panel at the AVX-512 level, the
+ * lanes in registers: v8_sr, the lanes it declines redone by redo_sr, and
+ * count_step's bins (lanes_bins, from the lowest-bit tables) as offsets
+ * into the lanes' histograms; a lane lanes_bins gives to the definition
+ * is counted by it, as there.  s: the lanes' sums, in and out. */
+EMU_ISA_TARGET_AVX512
+static void sr_steps_v8(const seq_ctx *c, const double *arow, const int *la,
+                        const double *bp, const int64_t *lb, size_t k0,
+                        size_t ch, const uint64_t *wk, double *s, size_t jn,
+                        emu_accum_counts *cnt,
+                        uint32_t (*hist)[EMU_LOST_BINS])
+{
+    const int d = c->pl.d;
+    const int64_t p = c->pl.p, eminb = c->pl.emin + 1023;
+    const unsigned bits = c->pl.sr_bits;
+    const __m512i vmx = _mm512_set1_epi64((long long)d2u(c->pl.max));
+    const __m512i vmn = _mm512_set1_epi64((long long)d2u(c->pl.min_normal));
+    const __m512i vp = _mm512_set1_epi64(c->p);
+    const __m512i vabs = _mm512_set1_epi64(INT64_MAX);
+    const __m512i off0 = _mm512_mullo_epi64(
+        _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0),
+        _mm512_set1_epi64(EMU_LOST_BINS));
+    const __m512i off1 = _mm512_add_epi64(
+        off0, _mm512_set1_epi64(8 * EMU_LOST_BINS));
+    uint32_t *hf = &hist[0][0];
+    __m512d s0 = _mm512_loadu_pd(s), s1 = _mm512_loadu_pd(s + 8);
+    for (size_t kk = 0; kk < ch; kk++) {
+        const size_t k = k0 + kk;
+        const double ak = arow[k], *b = bp + k * JB;
+        const uint64_t *w = wk + kk * JB;
+        const __m512d a = _mm512_set1_pd(ak);
+        __m512d t0 = _mm512_mul_pd(a, _mm512_loadu_pd(b));
+        __m512d t1 = _mm512_mul_pd(a, _mm512_loadu_pd(b + 8));
+        __mmask8 bad0, bad1;
+        __m512d n0 = v8_sr(s0, t0, _mm512_loadu_si512(w), d, p, eminb, bits,
+                           vmx, &bad0);
+        __m512d n1 = v8_sr(s1, t1, _mm512_loadu_si512(w + 8), d, p, eminb,
+                           bits, vmx, &bad1);
+        if (bad0 | bad1) {
+            double sv[JB], nv[JB];
+            uint64_t bl[JB];
+            _mm512_storeu_pd(sv, s0), _mm512_storeu_pd(sv + 8, s1);
+            _mm512_storeu_pd(nv, n0), _mm512_storeu_pd(nv + 8, n1);
+            const unsigned bad = (unsigned)bad0 | (unsigned)bad1 << 8;
+            for (size_t j = 0; j < JB; j++)
+                bl[j] = bad >> j & 1;
+            redo_sr(c, sv, b, ak, w, nv, bl, jn);
+            n0 = _mm512_loadu_pd(nv), n1 = _mm512_loadu_pd(nv + 8);
+        }
+        if (cnt) {
+            /* lanes_bins: |s_new| out of the normal range, or t inf or
+             * NaN, go to the definition */
+            const __m512i L = _mm512_set1_epi64((int64_t)la[k]);
+            __m512i u0 = _mm512_and_si512(_mm512_castpd_si512(n0), vabs);
+            __m512i u1 = _mm512_and_si512(_mm512_castpd_si512(n1), vabs);
+            __mmask8 z0, z1;
+            __m256i i0 = v8_bins(s0, n0, t0, u0, u0,
+                                 _mm512_add_epi64(L, _mm512_loadu_si512(lb + k * JB)),
+                                 vp, off0, &z0);
+            __m256i i1 = v8_bins(s1, n1, t1, u1, u1,
+                                 _mm512_add_epi64(L, _mm512_loadu_si512(lb + k * JB + 8)),
+                                 vp, off1, &z1);
+            const __m512i inf = _mm512_set1_epi64(0x7ff);
+            __mmask8 o0 = _mm512_cmplt_epu64_mask(u0, vmn) |
+                          _mm512_cmpgt_epu64_mask(u0, vmx) |
+                          _mm512_cmpeq_epi64_mask(_mm512_srli_epi64(
+                              _mm512_slli_epi64(_mm512_castpd_si512(t0), 1), 53), inf);
+            __mmask8 o1 = _mm512_cmplt_epu64_mask(u1, vmn) |
+                          _mm512_cmpgt_epu64_mask(u1, vmx) |
+                          _mm512_cmpeq_epi64_mask(_mm512_srli_epi64(
+                              _mm512_slli_epi64(_mm512_castpd_si512(t1), 1), 53), inf);
+            int32_t idx[JB];
+            _mm256_storeu_si256((__m256i *)idx, i0);
+            _mm256_storeu_si256((__m256i *)(idx + 8), i1);
+            __asm__ volatile("" : : "r"(idx) : "memory");
+            const unsigned odd = (unsigned)o0 | (unsigned)o1 << 8;
+            if (!odd && jn == JB) {
+                hf[idx[0]]++, hf[idx[1]]++, hf[idx[2]]++, hf[idx[3]]++;
+                hf[idx[4]]++, hf[idx[5]]++, hf[idx[6]]++, hf[idx[7]]++;
+                hf[idx[8]]++, hf[idx[9]]++, hf[idx[10]]++, hf[idx[11]]++;
+                hf[idx[12]]++, hf[idx[13]]++, hf[idx[14]]++, hf[idx[15]]++;
+            } else {
+                double sv[JB], nv[JB];
+                _mm512_storeu_pd(sv, s0), _mm512_storeu_pd(sv + 8, s1);
+                _mm512_storeu_pd(nv, n0), _mm512_storeu_pd(nv + 8, n1);
+                for (size_t j = 0; j < jn; j++) {
+                    if (!(odd >> j & 1)) {
+                        hf[idx[j]]++;
+                    } else {
+                        /* counted in full; the caller's adds cover all */
+                        accum_count_add(cnt, &c->g->model->acc, sv[j],
+                                        ak * b[j], nv[j]);
+                        cnt->adds--;
+                    }
+                }
+            }
+        }
+        s0 = n0, s1 = n1;
+    }
+    _mm512_storeu_pd(s, s0);
+    _mm512_storeu_pd(s + 8, s1);
+}
+#endif
+
 /* dot_sequential in a stochastic mode on the lanes: step k of output o
  * takes its word K + k (accum.h), drawn SR_RUN steps at a time per lane
  * and laid out [step][lane]. */
@@ -1473,12 +2164,19 @@ static EMU_ALWAYS_INLINE void srseq_row_panel(const seq_ctx *c, size_t i,
         memset(hist, 0, sizeof hist);
     for (size_t k0 = 0; k0 < K; k0 += SR_RUN) {
         const size_t ch = K - k0 < SR_RUN ? K - k0 : SR_RUN;
-        memset(wk, 0, SR_RUN * JB * sizeof *wk);
+        if (jn < JB) /* the padding lanes' words, never used */
+            memset(wk, 0, SR_RUN * JB * sizeof *wk);
         for (size_t j = 0; j < jn; j++) {
             out_fill(c, st[j], base[j] + K + k0, tmp, ch, tmp + SR_RUN);
             for (size_t kk = 0; kk < ch; kk++)
                 wk[kk * JB + j] = tmp[kk];
         }
+#if EMU_HAVE_ISA_CLONES
+        if (c->v8) {
+            sr_steps_v8(c, arow, la, bp, lb, k0, ch, wk, cur, jn, cnt, hist);
+            continue;
+        }
+#endif
         for (size_t kk = 0; kk < ch; kk++) {
             const size_t k = k0 + kk;
             const double ak = arow[k], *b = bp + k * JB;

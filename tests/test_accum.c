@@ -1435,6 +1435,33 @@ START_TEST(gemm_kernels_lanes)
 }
 END_TEST
 
+/* Kahan's and the pairwise kernels over longer dot products than
+ * gemm_kernels_lanes', on data like bench_gemm's (binary16 values, some
+ * subnormal, whose Kahan compensations are often subnormal in binary16):
+ * the AVX-512 lanes' rounding of subnormal results and of RD's zero sums,
+ * and their swamping bins, against emu_accum_dot with its counts.  Run
+ * at each ISA level (tests/CMakeLists.txt), the C lanes face the same. */
+START_TEST(gemm_kernels_long_lanes)
+{
+    test_rng g = test_rng_make(0x10a6e5);
+    static const char *const accs[] = { "binary16", "bfloat16", "binary32",
+                                        "e5m2", "e4m3" };
+    static const emu_accum_kind kinds[] = { EMU_ACCUM_KAHAN,
+                                            EMU_ACCUM_PAIRWISE };
+    for (int ki = 0; ki < 2; ki++)
+        for (int fi = 0; fi < 5; fi++)
+            for (int m = 0; m < TEST_DET_MODES; m++) {
+                emu_accum a = model_of(kinds[ki], fmt_named(accs[fi]),
+                                       (emu_rnd)m);
+                char spec[160];
+                emu_accum_string(&a, spec, sizeof spec);
+                size_t K = 200 + (size_t)test_below(&g, 120);
+                kernel_case(&a, &g, 2, 16 + (size_t)test_below(&g, 5), K,
+                            m % 2, m % 3 == 1, spec);
+            }
+}
+END_TEST
+
 static Suite *accum_suite(void)
 {
     Suite *s = suite_create("accum");
@@ -1467,6 +1494,7 @@ static Suite *accum_suite(void)
     tcase_add_test(tc, gemm_kernels_exact);
     tcase_add_test(tc, gemm_kernels_seq_sr);
     tcase_add_test(tc, gemm_kernels_lanes);
+    tcase_add_test(tc, gemm_kernels_long_lanes);
     suite_add_tcase(s, tc);
     tc = tcase_create("streams");
     tcase_set_timeout(tc, 600);
