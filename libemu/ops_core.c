@@ -347,12 +347,10 @@ static inline int32_t ctz32_lanes(uint32_t x)
 enum { SWAMP_SKIP = EMU_LOST_BINS };
 
 static EMU_KERNEL_INLINE bool
-count_swamp_run_any(const emu_format *f, const double *t, const float *old,
-                    const float *res, uint64_t n[4][EMU_LOST_BINS + 1],
-                    uint64_t *absorbed_sum)
+count_swamp_run_any(const int32_t q_tiny, const int32_t emin, const int32_t p,
+                    const double *t, const float *old, const float *res,
+                    uint64_t n[4][EMU_LOST_BINS + 1], uint64_t *absorbed_sum)
 {
-    const int32_t q_tiny = f->subnormals ? f->emin - f->p + 1 : f->emin;
-    const int32_t emin = f->emin, p = f->p;
     const unsigned char *tb = (const unsigned char *)t;
     uint32_t bins[CARRY_RUN], rare = 0, absorbed = 0;
     for (int k = 0; k < CARRY_RUN; k++) {
@@ -405,39 +403,63 @@ count_swamp_run_any(const emu_format *f, const double *t, const float *old,
     return true;
 }
 
-/* count_swamp_run_any compiled per instruction-set level (isa.c
+/* The runs of a chunk (runs <= 64) through count_swamp_run_any, in one
+ * call: the format's constants and the lanes' are set up once per chunk
+ * rather than once per run.  Returns the runs it did not count (bit r for
+ * run r), which the caller counts with count_swamp_scalar. */
+static EMU_KERNEL_INLINE uint64_t
+count_swamp_runs_any(const emu_format *f, const double *t, const float *old,
+                     const float *res, size_t runs,
+                     uint64_t n[4][EMU_LOST_BINS + 1], uint64_t *absorbed_sum)
+{
+    const int32_t q_tiny = f->subnormals ? f->emin - f->p + 1 : f->emin;
+    const int32_t emin = f->emin, p = f->p;
+    uint64_t rare = 0;
+    for (size_t r = 0; r < runs; r++) {
+        const size_t o = r * CARRY_RUN;
+        if (!count_swamp_run_any(q_tiny, emin, p, t + o, old + o, res + o, n,
+                                 absorbed_sum))
+            rare |= (uint64_t)1 << r;
+    }
+    return rare;
+}
+
+/* count_swamp_runs_any compiled per instruction-set level (isa.c
  * chooses): integer operations and exact conversions, the same counts at
  * every level; AVX2's eight 32-bit lanes take half the instructions of
  * baseline's four. */
-typedef bool (*swamp_kernel)(const emu_format *, const double *,
-                             const float *, const float *,
-                             uint64_t[4][EMU_LOST_BINS + 1], uint64_t *);
+typedef uint64_t (*swamp_kernel)(const emu_format *, const double *,
+                                 const float *, const float *, size_t,
+                                 uint64_t[4][EMU_LOST_BINS + 1], uint64_t *);
 
-static bool count_swamp_run_base(const emu_format *f, const double *t,
-                                 const float *old, const float *res,
-                                 uint64_t n[4][EMU_LOST_BINS + 1],
-                                 uint64_t *absorbed_sum)
+static uint64_t count_swamp_run_base(const emu_format *f, const double *t,
+                                     const float *old, const float *res,
+                                     size_t runs,
+                                     uint64_t n[4][EMU_LOST_BINS + 1],
+                                     uint64_t *absorbed_sum)
 {
-    return count_swamp_run_any(f, t, old, res, n, absorbed_sum);
+    return count_swamp_runs_any(f, t, old, res, runs, n, absorbed_sum);
 }
 
 #if EMU_HAVE_ISA_CLONES
 EMU_ISA_TARGET_AVX2
-static bool count_swamp_run_avx2(const emu_format *f, const double *t,
-                                 const float *old, const float *res,
-                                 uint64_t n[4][EMU_LOST_BINS + 1],
-                                 uint64_t *absorbed_sum)
+static uint64_t count_swamp_run_avx2(const emu_format *f, const double *t,
+                                     const float *old, const float *res,
+                                     size_t runs,
+                                     uint64_t n[4][EMU_LOST_BINS + 1],
+                                     uint64_t *absorbed_sum)
 {
-    return count_swamp_run_any(f, t, old, res, n, absorbed_sum);
+    return count_swamp_runs_any(f, t, old, res, runs, n, absorbed_sum);
 }
 
 EMU_ISA_TARGET_AVX512
-static bool count_swamp_run_avx512(const emu_format *f, const double *t,
-                                   const float *old, const float *res,
-                                   uint64_t n[4][EMU_LOST_BINS + 1],
-                                   uint64_t *absorbed_sum)
+static uint64_t count_swamp_run_avx512(const emu_format *f, const double *t,
+                                       const float *old, const float *res,
+                                       size_t runs,
+                                       uint64_t n[4][EMU_LOST_BINS + 1],
+                                       uint64_t *absorbed_sum)
 {
-    return count_swamp_run_any(f, t, old, res, n, absorbed_sum);
+    return count_swamp_runs_any(f, t, old, res, runs, n, absorbed_sum);
 }
 #endif
 
@@ -463,12 +485,15 @@ static void count_swamp(const emu_op_out *o, size_t i0, const float *res,
     const swamp_kernel run = swamp_kernel_for(emu_isa_active());
     uint64_t n[4][EMU_LOST_BINS + 1];
     uint64_t absorbed = 0;
+    _Static_assert(CHUNK / CARRY_RUN <= 64, "a run's bit in a 64-bit word");
     memset(n, 0, sizeof n);
-    size_t j = 0;
-    for (; j + CARRY_RUN <= m; j += CARRY_RUN)
-        if (!run(f, o->addend + i0 + j, o->acc_old + i0 + j, res + j, n,
-                 &absorbed))
-            count_swamp_scalar(o, i0 + j, res + j, CARRY_RUN, c);
+    const size_t runs = m / CARRY_RUN, j = runs * CARRY_RUN;
+    const uint64_t rare = run(f, o->addend + i0, o->acc_old + i0, res, runs,
+                              n, &absorbed);
+    for (size_t k = 0; k < runs; k++)
+        if (rare >> k & 1)
+            count_swamp_scalar(o, i0 + k * CARRY_RUN, res + k * CARRY_RUN,
+                               CARRY_RUN, c);
     if (j < m)
         count_swamp_scalar(o, i0 + j, res + j, m - j, c);
     for (int b = 0; b < EMU_LOST_BINS; b++) {
