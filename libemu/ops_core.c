@@ -541,7 +541,7 @@ static EMU_KERNEL_INLINE void rne32_run(float *restrict res,
     const uint64_t sign = (uint64_t)1 << 63;
     const uint64_t min_normal = (uint64_t)(1023 - 126) << 52; /* 2^-126 */
     const uint64_t inf = (uint64_t)0x7ff << 52;
-    const uint32_t bin0 = 1023 + EMU_HIST_EMIN - EMU_HIST_FIRST;
+    const uint32_t bin0 = 127 + EMU_HIST_EMIN - EMU_HIST_FIRST;
     uint64_t inexact = 0, rare = 0, down = 0;
     for (int k = 0; k < CARRY_RUN; k++) {
         const double x = h[k];
@@ -569,13 +569,19 @@ static EMU_KERNEL_INLINE void rne32_run(float *restrict res,
          * those above their exact values */
         down |= normal & (uint64_t)((bb << 12) == 0);
         res[k] = f;
-        /* the result's histogram bin, as stats.c's bins give it to a
-         * normal binary32 or a zero (the only results of a chunk that
-         * stays here): the binade from the exponent field of its
-         * binary64 twin, EMU_HIST_ZERO (0) for a zero */
-        if (has_bins)
-            bins[k] = (uint32_t)(((uint64_t)ab >> 52) - bin0) &
-                      (uint32_t)(0u - (uint32_t)(ab != 0));
+    }
+    /* The results' histogram bins, as stats.c's bins give them to a
+     * normal binary32 or a zero (the only results of a chunk that stays
+     * here): the binade from the exponent field, EMU_HIST_ZERO (0) for a
+     * zero.  A loop apart, in 32-bit lanes over the results just stored
+     * (narrowing 64-bit lanes cost more than this loop). */
+    if (has_bins) {
+        for (int k = 0; k < CARRY_RUN; k++) {
+            uint32_t w;
+            memcpy(&w, &res[k], sizeof w);
+            const uint32_t a = w & 0x7fffffff;
+            bins[k] = ((a >> 23) - bin0) & (0u - (uint32_t)(a != 0));
+        }
     }
     s->inexact += inexact;
     s->rare |= rare;
