@@ -524,27 +524,6 @@ static void count_swamp(const emu_op_out *o, size_t i0, const float *res,
  * In 64-bit lanes (the binary32 result compared as the binary64 it
  * converts back to), branch-free, runs of constant length: one clone per
  * instruction-set level (isa.c chooses), the same IEEE operations in each. */
-/* The histogram bins of CARRY_RUN binary32 values, as stats.c's bins give
- * them to a normal value or a zero: the binade from the exponent field,
- * EMU_HIST_ZERO (0) for a zero.  Returns non-zero if the run holds
- * another value (subnormal, infinite, NaN), whose bin is then wrong.  A
- * loop of constant length in 32-bit lanes, which gcc -O2 vectorises. */
-static EMU_KERNEL_INLINE uint32_t bins_run(uint32_t *restrict bins,
-                                           const float *restrict v)
-{
-    _Static_assert(EMU_HIST_ZERO == 0, "the mask below");
-    const uint32_t bin0 = 127 + EMU_HIST_EMIN - EMU_HIST_FIRST;
-    uint32_t odd = 0;
-    for (int k = 0; k < CARRY_RUN; k++) {
-        uint32_t w;
-        memcpy(&w, &v[k], sizeof w);
-        const uint32_t a = w & 0x7fffffff;
-        bins[k] = ((a >> 23) - bin0) & (0u - (uint32_t)(a != 0));
-        odd |= (uint32_t)(a - 1 < 0x7fffff) | (uint32_t)(a >= 0x7f800000);
-    }
-    return odd;
-}
-
 typedef struct rne32_sums {
     uint64_t inexact; /* lanes whose result is not hi + lo               */
     uint64_t rare;    /* non-zero: a lane the general path must take     */
@@ -562,6 +541,7 @@ static EMU_KERNEL_INLINE void rne32_run(float *restrict res,
     const uint64_t sign = (uint64_t)1 << 63;
     const uint64_t min_normal = (uint64_t)(1023 - 126) << 52; /* 2^-126 */
     const uint64_t inf = (uint64_t)0x7ff << 52;
+    const uint32_t bin0 = 127 + EMU_HIST_EMIN - EMU_HIST_FIRST;
     uint64_t inexact = 0, rare = 0, down = 0;
     for (int k = 0; k < CARRY_RUN; k++) {
         const double x = h[k];
@@ -590,12 +570,19 @@ static EMU_KERNEL_INLINE void rne32_run(float *restrict res,
         down |= normal & (uint64_t)((bb << 12) == 0);
         res[k] = f;
     }
-    /* The results' histogram bins (normal values and zeros: the only
-     * results of a chunk that stays here), a loop apart in 32-bit lanes
-     * over the results just stored: narrowing the 64-bit lanes cost
-     * more. */
-    if (has_bins)
-        (void)bins_run(bins, res);
+    /* The results' histogram bins, as stats.c's bins give them to a
+     * normal binary32 or a zero (the only results of a chunk that stays
+     * here): the binade from the exponent field, EMU_HIST_ZERO (0) for a
+     * zero.  A loop apart, in 32-bit lanes over the results just stored
+     * (narrowing 64-bit lanes cost more than this loop). */
+    if (has_bins) {
+        for (int k = 0; k < CARRY_RUN; k++) {
+            uint32_t w;
+            memcpy(&w, &res[k], sizeof w);
+            const uint32_t a = w & 0x7fffffff;
+            bins[k] = ((a >> 23) - bin0) & (0u - (uint32_t)(a != 0));
+        }
+    }
     s->inexact += inexact;
     s->rare |= rare;
     s->down |= down;
@@ -814,12 +801,9 @@ static bool carry_f32(float *res, const double *hi, size_t m,
 
 /* A chunk of binary32 values into binary32 under an identity rounding:
  * carry_f32's work without its check, which binary32 values pass.  Runs
- * without a NaN (nearly all) are counted by carry_scan and copied.  With
- * bins (not NULL), bins[0..m) the results' histogram bins, from the runs
- * as they are copied (bins_run, a run with a subnormal or an infinity
- * binned again value by value) and value by value in the tail. */
-static void carry_f32_f32(float *res, uint32_t *bins, const float *v,
-                          size_t m, emu_round_counts *counts)
+ * without a NaN (nearly all) are counted by carry_scan and copied. */
+static void carry_f32_f32(float *res, const float *v, size_t m,
+                          emu_round_counts *counts)
 {
     const uint32_t qnan = 0x7fc00000;
     uint64_t sub = 0, nan = 0;
@@ -831,9 +815,6 @@ static void carry_f32_f32(float *res, uint32_t *bins, const float *v,
             break; /* this run and the rest one by one */
         sub += s;
         memcpy(res + j0, v + j0, CARRY_RUN * sizeof *res);
-        if (bins && bins_run(bins + j0, v + j0))
-            for (size_t j = j0; j < j0 + CARRY_RUN; j++)
-                bins[j] = (uint32_t)emu_hist_bin_f32_unguarded(res[j]);
     }
     for (size_t j = j0; j < m; j++) {
         uint32_t w;
@@ -844,8 +825,6 @@ static void carry_f32_f32(float *res, uint32_t *bins, const float *v,
         nan += is_nan;
         w = is_nan ? qnan : w;
         memcpy(&res[j], &w, sizeof w);
-        if (bins)
-            bins[j] = (uint32_t)emu_hist_bin_f32_unguarded(res[j]);
     }
     counts->n += m;
     counts->subnormal += sub;
@@ -908,8 +887,7 @@ static bool round_chunk(commit_run *r, size_t i0, size_t m, const double *h,
     float fin[CHUNK];
     if (v) {
         if (r->identity) {
-            carry_f32_f32(res, r->bins, v, m, counts);
-            r->binned = r->bins != NULL;
+            carry_f32_f32(res, v, m, counts);
             return true;
         }
         /* As the values were read before through a binary64: a
