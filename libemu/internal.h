@@ -201,6 +201,9 @@ typedef struct emu_hist_tables {
 void emu_hist_tables_add(emu_hist_tables *t, const void *x, size_t n,
                          bool f32);
 void emu_hist_tables_merge(uint64_t *hist, const emu_hist_tables *t);
+/* n bins already computed (each < EMU_HIST_BINS) counted into t. */
+void emu_hist_tables_add_bins(emu_hist_tables *t, const uint32_t *bins,
+                              size_t n);
 /* Values x and their roundings y (binary32) into both histograms at once:
  * y's bins into t (to be merged into both), x's differences from them into
  * fix (added to x's histogram, modulo 2^64). */

@@ -347,12 +347,10 @@ static inline int32_t ctz32_lanes(uint32_t x)
 enum { SWAMP_SKIP = EMU_LOST_BINS };
 
 static EMU_KERNEL_INLINE bool
-count_swamp_run_any(const emu_format *f, const double *t, const float *old,
-                    const float *res, uint64_t n[4][EMU_LOST_BINS + 1],
-                    uint64_t *absorbed_sum)
+count_swamp_run_any(const int32_t q_tiny, const int32_t emin, const int32_t p,
+                    const double *t, const float *old, const float *res,
+                    uint64_t n[4][EMU_LOST_BINS + 1], uint64_t *absorbed_sum)
 {
-    const int32_t q_tiny = f->subnormals ? f->emin - f->p + 1 : f->emin;
-    const int32_t emin = f->emin, p = f->p;
     const unsigned char *tb = (const unsigned char *)t;
     uint32_t bins[CARRY_RUN], rare = 0, absorbed = 0;
     for (int k = 0; k < CARRY_RUN; k++) {
@@ -405,39 +403,63 @@ count_swamp_run_any(const emu_format *f, const double *t, const float *old,
     return true;
 }
 
-/* count_swamp_run_any compiled per instruction-set level (isa.c
+/* The runs of a chunk (runs <= 64) through count_swamp_run_any, in one
+ * call: the format's constants and the lanes' are set up once per chunk
+ * rather than once per run.  Returns the runs it did not count (bit r for
+ * run r), which the caller counts with count_swamp_scalar. */
+static EMU_KERNEL_INLINE uint64_t
+count_swamp_runs_any(const emu_format *f, const double *t, const float *old,
+                     const float *res, size_t runs,
+                     uint64_t n[4][EMU_LOST_BINS + 1], uint64_t *absorbed_sum)
+{
+    const int32_t q_tiny = f->subnormals ? f->emin - f->p + 1 : f->emin;
+    const int32_t emin = f->emin, p = f->p;
+    uint64_t rare = 0;
+    for (size_t r = 0; r < runs; r++) {
+        const size_t o = r * CARRY_RUN;
+        if (!count_swamp_run_any(q_tiny, emin, p, t + o, old + o, res + o, n,
+                                 absorbed_sum))
+            rare |= (uint64_t)1 << r;
+    }
+    return rare;
+}
+
+/* count_swamp_runs_any compiled per instruction-set level (isa.c
  * chooses): integer operations and exact conversions, the same counts at
  * every level; AVX2's eight 32-bit lanes take half the instructions of
  * baseline's four. */
-typedef bool (*swamp_kernel)(const emu_format *, const double *,
-                             const float *, const float *,
-                             uint64_t[4][EMU_LOST_BINS + 1], uint64_t *);
+typedef uint64_t (*swamp_kernel)(const emu_format *, const double *,
+                                 const float *, const float *, size_t,
+                                 uint64_t[4][EMU_LOST_BINS + 1], uint64_t *);
 
-static bool count_swamp_run_base(const emu_format *f, const double *t,
-                                 const float *old, const float *res,
-                                 uint64_t n[4][EMU_LOST_BINS + 1],
-                                 uint64_t *absorbed_sum)
+static uint64_t count_swamp_run_base(const emu_format *f, const double *t,
+                                     const float *old, const float *res,
+                                     size_t runs,
+                                     uint64_t n[4][EMU_LOST_BINS + 1],
+                                     uint64_t *absorbed_sum)
 {
-    return count_swamp_run_any(f, t, old, res, n, absorbed_sum);
+    return count_swamp_runs_any(f, t, old, res, runs, n, absorbed_sum);
 }
 
 #if EMU_HAVE_ISA_CLONES
 EMU_ISA_TARGET_AVX2
-static bool count_swamp_run_avx2(const emu_format *f, const double *t,
-                                 const float *old, const float *res,
-                                 uint64_t n[4][EMU_LOST_BINS + 1],
-                                 uint64_t *absorbed_sum)
+static uint64_t count_swamp_run_avx2(const emu_format *f, const double *t,
+                                     const float *old, const float *res,
+                                     size_t runs,
+                                     uint64_t n[4][EMU_LOST_BINS + 1],
+                                     uint64_t *absorbed_sum)
 {
-    return count_swamp_run_any(f, t, old, res, n, absorbed_sum);
+    return count_swamp_runs_any(f, t, old, res, runs, n, absorbed_sum);
 }
 
 EMU_ISA_TARGET_AVX512
-static bool count_swamp_run_avx512(const emu_format *f, const double *t,
-                                   const float *old, const float *res,
-                                   uint64_t n[4][EMU_LOST_BINS + 1],
-                                   uint64_t *absorbed_sum)
+static uint64_t count_swamp_run_avx512(const emu_format *f, const double *t,
+                                       const float *old, const float *res,
+                                       size_t runs,
+                                       uint64_t n[4][EMU_LOST_BINS + 1],
+                                       uint64_t *absorbed_sum)
 {
-    return count_swamp_run_any(f, t, old, res, n, absorbed_sum);
+    return count_swamp_runs_any(f, t, old, res, runs, n, absorbed_sum);
 }
 #endif
 
@@ -463,12 +485,15 @@ static void count_swamp(const emu_op_out *o, size_t i0, const float *res,
     const swamp_kernel run = swamp_kernel_for(emu_isa_active());
     uint64_t n[4][EMU_LOST_BINS + 1];
     uint64_t absorbed = 0;
+    _Static_assert(CHUNK / CARRY_RUN <= 64, "a run's bit in a 64-bit word");
     memset(n, 0, sizeof n);
-    size_t j = 0;
-    for (; j + CARRY_RUN <= m; j += CARRY_RUN)
-        if (!run(f, o->addend + i0 + j, o->acc_old + i0 + j, res + j, n,
-                 &absorbed))
-            count_swamp_scalar(o, i0 + j, res + j, CARRY_RUN, c);
+    const size_t runs = m / CARRY_RUN, j = runs * CARRY_RUN;
+    const uint64_t rare = run(f, o->addend + i0, o->acc_old + i0, res, runs,
+                              n, &absorbed);
+    for (size_t k = 0; k < runs; k++)
+        if (rare >> k & 1)
+            count_swamp_scalar(o, i0 + k * CARRY_RUN, res + k * CARRY_RUN,
+                               CARRY_RUN, c);
     if (j < m)
         count_swamp_scalar(o, i0 + j, res + j, m - j, c);
     for (int b = 0; b < EMU_LOST_BINS; b++) {
@@ -507,13 +532,16 @@ typedef struct rne32_sums {
 } rne32_sums;
 
 static EMU_KERNEL_INLINE void rne32_run(float *restrict res,
+                                        uint32_t *restrict bins,
                                         const double *restrict h,
                                         const double *restrict l,
-                                        const bool has_lo, rne32_sums *s)
+                                        const bool has_lo, const bool has_bins,
+                                        rne32_sums *s)
 {
     const uint64_t sign = (uint64_t)1 << 63;
     const uint64_t min_normal = (uint64_t)(1023 - 126) << 52; /* 2^-126 */
     const uint64_t inf = (uint64_t)0x7ff << 52;
+    const uint32_t bin0 = 127 + EMU_HIST_EMIN - EMU_HIST_FIRST;
     uint64_t inexact = 0, rare = 0, down = 0;
     for (int k = 0; k < CARRY_RUN; k++) {
         const double x = h[k];
@@ -542,47 +570,71 @@ static EMU_KERNEL_INLINE void rne32_run(float *restrict res,
         down |= normal & (uint64_t)((bb << 12) == 0);
         res[k] = f;
     }
+    /* The results' histogram bins, as stats.c's bins give them to a
+     * normal binary32 or a zero (the only results of a chunk that stays
+     * here): the binade from the exponent field, EMU_HIST_ZERO (0) for a
+     * zero.  A loop apart, in 32-bit lanes over the results just stored
+     * (narrowing 64-bit lanes cost more than this loop). */
+    if (has_bins) {
+        for (int k = 0; k < CARRY_RUN; k++) {
+            uint32_t w;
+            memcpy(&w, &res[k], sizeof w);
+            const uint32_t a = w & 0x7fffffff;
+            bins[k] = ((a >> 23) - bin0) & (0u - (uint32_t)(a != 0));
+        }
+    }
     s->inexact += inexact;
     s->rare |= rare;
     s->down |= down;
 }
 
+/* The runs, each shape of them (low parts or none, bins or none) a loop
+ * of its own, which keeps each branch-free. */
 static EMU_KERNEL_INLINE void rne32_any(float *restrict res,
+                                        uint32_t *restrict bins,
                                         const double *restrict h,
                                         const double *restrict l, size_t runs,
                                         rne32_sums *s)
 {
     for (size_t j = 0; j < runs; j++) {
         const size_t o = j * CARRY_RUN;
-        if (l)
-            rne32_run(res + o, h + o, l + o, true, s);
+        if (l && bins)
+            rne32_run(res + o, bins + o, h + o, l + o, true, true, s);
+        else if (l)
+            rne32_run(res + o, NULL, h + o, l + o, true, false, s);
+        else if (bins)
+            rne32_run(res + o, bins + o, h + o, NULL, false, true, s);
         else
-            rne32_run(res + o, h + o, NULL, false, s);
+            rne32_run(res + o, NULL, h + o, NULL, false, false, s);
     }
 }
 
-typedef void (*rne32_kernel)(float *restrict, const double *restrict,
-                             const double *restrict, size_t, rne32_sums *);
+typedef void (*rne32_kernel)(float *restrict, uint32_t *restrict,
+                             const double *restrict, const double *restrict,
+                             size_t, rne32_sums *);
 
-static void rne32_base(float *restrict res, const double *restrict h,
-                       const double *restrict l, size_t runs, rne32_sums *s)
+static void rne32_base(float *restrict res, uint32_t *restrict bins,
+                       const double *restrict h, const double *restrict l,
+                       size_t runs, rne32_sums *s)
 {
-    rne32_any(res, h, l, runs, s);
+    rne32_any(res, bins, h, l, runs, s);
 }
 
 #if EMU_HAVE_ISA_CLONES
 EMU_ISA_TARGET_AVX2
-static void rne32_avx2(float *restrict res, const double *restrict h,
-                       const double *restrict l, size_t runs, rne32_sums *s)
+static void rne32_avx2(float *restrict res, uint32_t *restrict bins,
+                       const double *restrict h, const double *restrict l,
+                       size_t runs, rne32_sums *s)
 {
-    rne32_any(res, h, l, runs, s);
+    rne32_any(res, bins, h, l, runs, s);
 }
 
 EMU_ISA_TARGET_AVX512
-static void rne32_avx512(float *restrict res, const double *restrict h,
-                         const double *restrict l, size_t runs, rne32_sums *s)
+static void rne32_avx512(float *restrict res, uint32_t *restrict bins,
+                         const double *restrict h, const double *restrict l,
+                         size_t runs, rne32_sums *s)
 {
-    rne32_any(res, h, l, runs, s);
+    rne32_any(res, bins, h, l, runs, s);
 }
 #endif
 
@@ -601,23 +653,29 @@ static rne32_kernel rne32_for(emu_isa isa)
 /* A chunk of values h (and l, or NULL) into binary32 under nearest-even,
  * with the fast lanes above: true, res and the counts set, *down set if
  * some result is a power of two (its exact value may lie in the binade
- * below), when every lane is common; false, counts untouched, otherwise.  The chunk's tail (below
- * a run) goes through the same lanes from a zero-padded copy. */
-static bool rne32_chunk(rne32_kernel kern, float *res, const double *h,
-                        const double *l, size_t m, emu_round_counts *counts,
-                        bool *down)
+ * below), and bins[0..m) the results' histogram bins unless bins is NULL,
+ * when every lane is common; false, counts untouched, otherwise.  The
+ * chunk's tail (below a run) goes through the same lanes from a
+ * zero-padded copy. */
+static bool rne32_chunk(rne32_kernel kern, float *res, uint32_t *bins,
+                        const double *h, const double *l, size_t m,
+                        emu_round_counts *counts, bool *down)
 {
     rne32_sums s = { 0, 0, 0 };
     const size_t runs = m / CARRY_RUN, done = runs * CARRY_RUN;
-    kern(res, h, l, runs, &s);
+    kern(res, bins, h, l, runs, &s);
     if (done < m && !s.rare) {
         double th[CARRY_RUN] = { 0 }, tl[CARRY_RUN] = { 0 };
         float tr[CARRY_RUN];
+        uint32_t tb[CARRY_RUN];
         memcpy(th, h + done, (m - done) * sizeof *th);
         if (l)
             memcpy(tl, l + done, (m - done) * sizeof *tl);
-        kern(tr, th, l ? tl : NULL, 1, &s); /* the padding: exact zeros */
+        /* the padding: exact zeros */
+        kern(tr, bins ? tb : NULL, th, l ? tl : NULL, 1, &s);
         memcpy(res + done, tr, (m - done) * sizeof *tr);
+        if (bins)
+            memcpy(bins + done, tb, (m - done) * sizeof *tb);
     }
     if (s.rare)
         return false;
@@ -640,6 +698,9 @@ typedef struct commit_run {
                                lanes of rne32_chunk, or NULL            */
     bool down;              /* the chunk just rounded by them has a
                                power of two among its results          */
+    uint32_t *bins;         /* where they put the results' histogram
+                               bins (run_chunk's array), or NULL       */
+    bool binned;            /* bins holds the chunk's bins             */
     emu_round_counts counts;
     bool measure, hist, tables, swamp, ref, ref_all;
     uint64_t cut;           /* sampling threshold on a 64-bit word        */
@@ -822,6 +883,7 @@ static bool round_chunk(commit_run *r, size_t i0, size_t m, const double *h,
     emu_round_counts *counts = &r->counts;
     r->ar.first_index = i0;
     r->down = false;
+    r->binned = false;
     float fin[CHUNK];
     if (v) {
         if (r->identity) {
@@ -845,8 +907,10 @@ static bool round_chunk(commit_run *r, size_t i0, size_t m, const double *h,
     }
     /* binary32 under nearest-even: pairs in one pass of vector lanes */
     if (l && r->rne32 &&
-        rne32_chunk(r->rne32, res, h, l, m, counts, &r->down))
+        rne32_chunk(r->rne32, res, r->bins, h, l, m, counts, &r->down)) {
+        r->binned = r->bins != NULL;
         return true;
+    }
     if (l && !r->sr && !lo_harmless(h, l, m, fmt->p)) {
         round_lo_apart(r, i0, m, h, l, res);
         return false;
@@ -861,8 +925,11 @@ static bool round_chunk(commit_run *r, size_t i0, size_t m, const double *h,
         if (!wide0 && r->identity && carry_f32(res, h, m, counts))
             return !l;
         if (!l && r->rne32 &&
-            rne32_chunk(r->rne32, res, h, NULL, m, counts, &r->down))
+            rne32_chunk(r->rne32, res, r->bins, h, NULL, m, counts,
+                        &r->down)) {
+            r->binned = r->bins != NULL;
             return true;
+        }
         /* Most ops' values are binary32 values already (a fast-model
          * GEMM, sums of 16-bit values, casts): then the binary32 array
          * path, several times faster, rounds them the same way. */
@@ -990,12 +1057,14 @@ static void hist_down_fix(uint64_t *hist, const double *h, const double *l,
     }
 }
 
-/* The bins of a carried chunk, into both histograms at once. */
+/* The bins of a carried chunk, into both histograms at once: those
+ * rne32_chunk's lanes left in r->bins, or the results' own. */
 static void hist_both(commit_run *r, const float *res, size_t m)
 {
     if (!r->tables) {
         for (size_t j = 0; j < m; j++) {
-            const int b = emu_hist_bin_f32_unguarded(res[j]);
+            const int b = r->binned ? (int)r->bins[j]
+                                    : emu_hist_bin_f32_unguarded(res[j]);
             r->s.hist_exact[b]++;
             r->s.hist_rounded[b]++;
         }
@@ -1005,7 +1074,10 @@ static void hist_both(commit_run *r, const float *res, size_t m)
         memset(r->hb, 0, sizeof *r->hb);
         r->hb_used = true;
     }
-    emu_hist_tables_add(r->hb, res, m, true);
+    if (r->binned)
+        emu_hist_tables_add_bins(r->hb, r->bins, m);
+    else
+        emu_hist_tables_add(r->hb, res, m, true);
 }
 
 /* Steps 2 to 4 for one chunk (as round_chunk's arguments, res rounded;
@@ -1094,7 +1166,12 @@ static void run_chunk(commit_run *r, size_t i0, size_t m, const double *h,
                       const double *l, const float *v)
 {
     float res[CHUNK];
+    uint32_t bins[CHUNK];
     const uint64_t nan0 = r->counts.nan;
+    /* rne32_chunk's lanes bin the results as they round them when the
+     * histograms are wanted of a chunk not scaled (whose bins are the
+     * scaled values') */
+    r->bins = r->hist && !r->o->scale ? bins : NULL;
     const bool carried = round_chunk(r, i0, m, h, l, v, res);
     if (r->measure)
         measure_chunk(r, i0, m, h, l, v, res, r->counts.nan - nan0, carried);

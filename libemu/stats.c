@@ -399,6 +399,14 @@ void emu_hist_tables_add(emu_hist_tables *t, const void *x, size_t n, bool f32)
     }
 }
 
+/* Bins computed by the caller (the choke point's rounding lanes, which
+ * bin as bins_f32 does) counted into the tables. */
+void emu_hist_tables_add_bins(emu_hist_tables *t, const uint32_t *bins,
+                              size_t n)
+{
+    tables_count((bin_tables *)t->t, bins, n);
+}
+
 /* Two binary32 arrays binned at once, x the values before rounding and y
  * after: y's bins into t, which then counts both histograms, and where x
  * has another bin (a rounding that crossed a binade, underflowed or

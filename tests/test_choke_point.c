@@ -581,7 +581,9 @@ END_TEST
 /* Values for a commit into binary32: chunk 0 the binary32 edges and
  * specials (NaNs of both signs, quiet and signalling payloads) then random
  * binary32 patterns, chunk 1 the same with one value that is not a
- * binary32, chunk 2 random patterns, and a short tail. */
+ * binary32, chunk 2 random patterns with runs of 64 free of NaNs holding
+ * infinities and subnormals (runs that are copied and binned whole), and
+ * a short tail. */
 static void carrier_values(double *hi, size_t n, test_rng *g)
 {
     static const uint32_t edges[] = {
@@ -596,6 +598,15 @@ static void carrier_values(double *hi, size_t n, test_rng *g)
         float f;
         memcpy(&f, &w, sizeof f);
         hi[i] = f;
+    }
+    for (size_t i = 2048; i < 2048 + 3 * 64 && i < n; i++)
+        if (isnan(hi[i]))
+            hi[i] = -1.5;
+    if (n > 2048 + 3 * 64) {
+        hi[2048 + 5] = INFINITY;       /* alone among normal values */
+        hi[2048 + 64 + 9] = -INFINITY; /* with a subnormal */
+        hi[2048 + 64 + 10] = -0x1p-140;
+        hi[2048 + 128 + 63] = 0x1p-149;
     }
     hi[1024 + 7] = 1.0 + 0x1p-30;
     uint64_t nan = 0x7ff0000000000001u; /* a payload binary32 cannot hold */
@@ -831,12 +842,16 @@ START_TEST(test_commit_rne32)
 {
     const emu_format *f = test_format("binary32");
     const emu_rounding rnd = { .mode = EMU_RNE };
-    const size_t n = 20 * 1024 + 37;
-    double *hi = malloc(n * sizeof *hi), *lo = malloc(n * sizeof *lo);
+    const size_t big = 20 * 1024 + 37;
+    double *hi = malloc(big * sizeof *hi), *lo = malloc(big * sizeof *lo);
     test_rng g = test_rng_make(97);
     mpfr_t e;
     mpfr_init2(e, 256);
-    for (int with_lo = 0; with_lo < 2; with_lo++) {
+    /* then commits too short for the histogram tables (counted bin by
+     * bin, from the lanes' bins too): a tail of common lanes only */
+    for (int pass = 0; pass < 4; pass++) {
+        const int with_lo = pass % 2;
+        const size_t n = pass < 2 ? big : 37 + 20 * (size_t)(pass - 2);
         for (size_t i = 0; i < n; i++) {
             /* even chunks: common lanes only; odd chunk 2k + 1, k < 7:
              * rare lanes of kind k with odds 1/64; then every kind with
