@@ -104,6 +104,7 @@ typedef struct attn_op {
     bool have_row;
     float *e;
     double E;
+    const emu_format *b32;    /* binary32, e's format                     */
 } attn_op;
 
 /* Row t and column t2 of entry r of a packed lower triangle. */
@@ -486,8 +487,8 @@ static void softmax_row(attn_op *op, size_t row)
             m = NAN;
         else if (s[k] > m)
             m = s[k];
-    for (size_t k = 0; k < n; k++)
-        op->e[k] = (float)exp((double)s[k] - m);
+    /* (float)exp(s[k] - m), bit for bit, in vector lanes */
+    emu_exp_f32_n(op->b32, s, m, n, op->e, true);
     double lo;
     op->E = model_dot(op, op->e, 1, NULL, 0, n, row, &lo);
     op->E += lo;
@@ -845,6 +846,7 @@ int emu_t_attention(emu_ctx *ctx, const char *site, emu_tensor *out,
     op.finite = !rc && o->accum->kind == EMU_ACCUM_FAST &&
                 emu_all_finite(op.qkv, qkv->n);
     op.e = rc ? NULL : malloc(op.T * sizeof *op.e);
+    op.b32 = emu_format_find("binary32");
     if (!op.e) {
         free(qq);
         free(aq);

@@ -1490,6 +1490,91 @@ void emu_unary_eval_det_n(const emu_format *f, emu_unary fn, const float *x,
     }
 }
 
+/* ---- softmax's exponentials: the C library's exp rounded to binary32 ----
+ *
+ * Attention's softmax keeps e = (float)exp(s - m) (ops_attn.c), the C
+ * library's binary64 exp rounded to nearest-even binary32.  exp_core (an
+ * error below EPS_CORE = 2^-46 relative) and the library's exp (below
+ * EPS_EXP = 2^-47, the bound the exact path above relies on too) lie within
+ * 2^-45 y of each other; when no rounding boundary of binary32 lies in that
+ * interval around y = exp_core(t) (gt_decided), both round to the same
+ * binary32 value, which is then (float)y.  Every other argument (t = 0,
+ * whose exp is exactly 1; |t| > 700, NaN, infinities; undecided values,
+ * about one in 2^20) calls exp as before.  So the floats are the old
+ * ones, bit for bit, at every instruction-set level;
+ * tests/test_transcendental.c checks that against exp itself. */
+#define EPS_EXP_F32 0x1p-45
+
+static inline float exp_f32_1(const gt_fmt *g, const emu_format *f, double t)
+{
+    if (t == 0.0)
+        return 1.0f; /* exp's exact value (the row's maximum) */
+    if (!(t >= -700.0 && t <= 700.0))
+        return (float)exp(t);
+    const double y = exp_core(t);
+    return gt_decided(g, f, y, EPS_EXP_F32 * y) ? (float)y : (float)exp(t);
+}
+
+#if EMU_HAVE_ISA_CLONES
+/* Eight lanes at a time (AVX-512), the row's tail in masked lanes; the
+ * lanes the quick test does not accept are redone by exp_f32_1.  Does all
+ * n values. */
+EMU_ISA_TARGET_AVX512
+static size_t exp_f32_avx512(const gt_fmt *g, const emu_format *f,
+                             const float *s, double m, size_t n, float *out)
+{
+    const __m512d mm = _mm512_set1_pd(m);
+    const __m512d lo = _mm512_set1_pd(-700.0), hi = _mm512_set1_pd(700.0);
+    const __m512d zero = _mm512_setzero_pd();
+    const __m512d eps = _mm512_set1_pd(EPS_EXP_F32);
+    const __m512i mask = _mm512_set1_epi64((long long)g->mask);
+    for (size_t i = 0; i < n; i += 8) {
+        /* the row's last lanes masked (a row is often short) */
+        const __mmask8 live =
+            n - i >= 8 ? 0xff : (__mmask8)((1u << (n - i)) - 1);
+        const __m512d t = _mm512_sub_pd(
+            _mm512_cvtps_pd(_mm256_maskz_loadu_ps(live, s + i)), mm);
+        const __mmask8 ok = _mm512_cmp_pd_mask(t, lo, _CMP_GE_OQ) &
+                            _mm512_cmp_pd_mask(t, hi, _CMP_LE_OQ) &
+                            _mm512_cmp_pd_mask(t, zero, _CMP_NEQ_OQ);
+        /* lanes at t = 0 hold exp_core(0) = 1 exactly, exp's value */
+        const __mmask8 one = _mm512_cmp_pd_mask(t, zero, _CMP_EQ_OQ);
+        const __m512d y = exp_core_avx512(_mm512_maskz_mov_pd(ok, t));
+        /* gt_decided's quick test, err = eps y (y > 0) */
+        const __m512d e = _mm512_mul_pd(_mm512_set1_pd(1.5),
+                                        _mm512_mul_pd(eps, y));
+        const __mmask8 norm = _mm512_cmp_pd_mask(
+            _mm512_sub_pd(y, e), _mm512_set1_pd(g->min_norm), _CMP_GE_OQ);
+        const __m512i diff = _mm512_and_si512(
+            _mm512_xor_si512(_mm512_castpd_si512(_mm512_sub_pd(y, e)),
+                             _mm512_castpd_si512(_mm512_add_pd(y, e))),
+            mask);
+        const unsigned done =
+            (one | (ok & norm & _mm512_testn_epi64_mask(diff, diff))) & live;
+        _mm256_mask_storeu_ps(out + i, live, _mm512_cvtpd_ps(y));
+        if (done != live)
+            for (int k = 0; k < 8; k++)
+                if ((live & ~done) >> k & 1)
+                    out[i + (size_t)k] =
+                        exp_f32_1(g, f, (double)s[i + (size_t)k] - m);
+    }
+    return n;
+}
+#endif
+
+void emu_exp_f32_n(const emu_format *f32, const float *s, double m,
+                   size_t n, float *out, bool lanes)
+{
+    const gt_fmt g = gt_fmt_of(f32);
+    size_t i = 0;
+#if EMU_HAVE_ISA_CLONES
+    if (lanes && emu_isa_active() >= EMU_ISA_AVX512)
+        i = exp_f32_avx512(&g, f32, s, m, n, out);
+#endif
+    for (; i < n; i++)
+        out[i] = exp_f32_1(&g, f32, (double)s[i] - m);
+}
+
 /* ---- one op: its inputs, its reference, its NaN classifier -------------- */
 
 typedef enum ew_kind {
