@@ -206,9 +206,7 @@ static int dot_fill(const void *vop, size_t i0, size_t m, double *hi,
             emu_scale_pairs(hi, lo, true, m, op->scale);
             return 1;
         }
-        for (size_t j = 0; j < m; j++)
-            any |= lo[j] != 0.0;
-        return any;
+        return emu_any_nonzero(lo, m);
     }
     for (size_t j = 0; j < m; j++) {
         if (op->fres) {

@@ -1890,10 +1890,7 @@ static int ew_fill(const void *vop, size_t i0, size_t m, double *hi,
     }
     if (!ew_has_lo(op))
         return 0;
-    bool any = false;
-    for (size_t j = 0; j < m; j++)
-        any |= lo[j] != 0.0;
-    return any;
+    return emu_any_nonzero(lo, m);
 }
 
 /* The ops whose values are binary32 values: casts and selections, and the

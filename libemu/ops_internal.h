@@ -157,6 +157,17 @@ double emu_unary_eval_det(const emu_format *f, emu_unary fn, double x);
  * ready. */
 bool emu_gelu_fast_n(const emu_format *f, const float *x, const float *dy,
                      size_t n, double *out, bool lanes);
+/* Whether any of lo[0..m) is not a zero, as "lo[j] != 0.0" for some j
+ * (a NaN counts): the bits past the sign ORed together.  The comparison's
+ * unordered case kept GCC's loop scalar (most of ew_fill's time in a gpt
+ * step); this one vectorises. */
+static inline bool emu_any_nonzero(const double *lo, size_t m)
+{
+    uint64_t acc = 0;
+    for (size_t j = 0; j < m; j++)
+        acc |= d2u(lo[j]) << 1;
+    return acc != 0;
+}
 /* emu_unary_eval_det of n binary32 values x into out, one call a run. */
 void emu_unary_eval_det_n(const emu_format *f, emu_unary fn, const float *x,
                           size_t n, double *out);
