@@ -116,11 +116,15 @@ static void exact_sum(double x, double y, emu_rnd mode, double *hi,
 enum { SUM_RUN = 64 };
 
 /* The runs of exact_sums from j0 on; returns where they stopped (a run
- * with a special value, or fewer than SUM_RUN left). */
+ * with a special value, or fewer than SUM_RUN left).  *nz gets the low
+ * parts' bits past the sign ORed in (emu_any_nonzero's test, in the same
+ * vector loop rather than a scalar pass over lo afterwards). */
 static EMU_KERNEL_INLINE size_t sum_runs(const float *a, const float *b,
                                          bool neg, size_t j0, size_t m,
-                                         double *hi, double *lo)
+                                         double *hi, double *lo,
+                                         uint64_t *nz)
 {
+    uint64_t acc = 0;
     for (; j0 + SUM_RUN <= m; j0 += SUM_RUN) {
         /* Local copies: the loops then need no alias checks. */
         float fa[SUM_RUN], fb[SUM_RUN];
@@ -141,46 +145,54 @@ static EMU_KERNEL_INLINE size_t sum_runs(const float *a, const float *b,
         else
             for (int j = 0; j < SUM_RUN; j++)
                 emu_two_sum(fa[j], fb[j], &h[j], &l[j]);
+        for (int j = 0; j < SUM_RUN; j++)
+            acc |= d2u(l[j]) << 1;
         memcpy(hi + j0, h, sizeof h);
         memcpy(lo + j0, l, sizeof l);
     }
+    *nz |= acc;
     return j0;
 }
 
 #if EMU_HAVE_ISA_CLONES
 EMU_ISA_TARGET_AVX512
 static size_t sum_runs_avx512(const float *a, const float *b, bool neg,
-                              size_t m, double *hi, double *lo)
+                              size_t m, double *hi, double *lo, uint64_t *nz)
 {
-    return sum_runs(a, b, neg, 0, m, hi, lo);
+    return sum_runs(a, b, neg, 0, m, hi, lo, nz);
 }
 
 EMU_ISA_TARGET_AVX2
 static size_t sum_runs_avx2(const float *a, const float *b, bool neg,
-                            size_t m, double *hi, double *lo)
+                            size_t m, double *hi, double *lo, uint64_t *nz)
 {
-    return sum_runs(a, b, neg, 0, m, hi, lo);
+    return sum_runs(a, b, neg, 0, m, hi, lo, nz);
 }
 #endif
 
-static inline void exact_sums(const float *a, const float *b, bool neg,
+/* Returns whether a low part is not a zero (emu_any_nonzero of lo). */
+static inline bool exact_sums(const float *a, const float *b, bool neg,
                               emu_rnd mode, size_t m, double *hi, double *lo)
 {
     size_t j0 = 0;
+    uint64_t nz = 0;
     if (mode != EMU_RD) {
 #if EMU_HAVE_ISA_CLONES
         const emu_isa isa = emu_isa_active();
         if (isa >= EMU_ISA_AVX512)
-            j0 = sum_runs_avx512(a, b, neg, m, hi, lo);
+            j0 = sum_runs_avx512(a, b, neg, m, hi, lo, &nz);
         else if (isa >= EMU_ISA_AVX2)
-            j0 = sum_runs_avx2(a, b, neg, m, hi, lo);
+            j0 = sum_runs_avx2(a, b, neg, m, hi, lo, &nz);
         else
 #endif
-            j0 = sum_runs(a, b, neg, 0, m, hi, lo);
+            j0 = sum_runs(a, b, neg, 0, m, hi, lo, &nz);
     }
-    for (size_t j = j0; j < m; j++)
+    for (size_t j = j0; j < m; j++) {
         exact_sum(a[j], neg ? -(double)b[j] : (double)b[j], mode, &hi[j],
                   &lo[j]);
+        nz |= d2u(lo[j]) << 1;
+    }
+    return nz != 0;
 }
 
 /* x * y: exact for carrier values (24 + 24 bits, no overflow or
@@ -1811,11 +1823,9 @@ static int ew_fill(const void *vop, size_t i0, size_t m, double *hi,
     const emu_rnd mode = op->mode;
     switch (op->kind) {
     case EW_ADD:
-        exact_sums(a, b, false, mode, m, hi, lo);
-        break;
+        return exact_sums(a, b, false, mode, m, hi, lo);
     case EW_SUB:
-        exact_sums(a, b, true, mode, m, hi, lo);
-        break;
+        return exact_sums(a, b, true, mode, m, hi, lo);
     case EW_DIV:
         for (size_t j = 0; j < m; j++)
             exact_div(a[j], b[j], &hi[j], &lo[j]);
@@ -1860,8 +1870,7 @@ static int ew_fill(const void *vop, size_t i0, size_t m, double *hi,
                 }
             }
         }
-        exact_sums(a, bb, false, mode, m, hi, lo);
-        break;
+        return exact_sums(a, bb, false, mode, m, hi, lo);
     }
     case EW_UNARY:
         if (op->fast) {
