@@ -104,6 +104,7 @@ typedef struct attn_op {
     bool have_row;
     float *e;
     double E;
+    const emu_format *b32;    /* binary32, e's format                     */
 } attn_op;
 
 /* Row t and column t2 of entry r of a packed lower triangle. */
@@ -205,9 +206,7 @@ static int dot_fill(const void *vop, size_t i0, size_t m, double *hi,
             emu_scale_pairs(hi, lo, true, m, op->scale);
             return 1;
         }
-        for (size_t j = 0; j < m; j++)
-            any |= lo[j] != 0.0;
-        return any;
+        return emu_any_nonzero(lo, m);
     }
     for (size_t j = 0; j < m; j++) {
         if (op->fres) {
@@ -486,8 +485,8 @@ static void softmax_row(attn_op *op, size_t row)
             m = NAN;
         else if (s[k] > m)
             m = s[k];
-    for (size_t k = 0; k < n; k++)
-        op->e[k] = (float)exp((double)s[k] - m);
+    /* (float)exp(s[k] - m), bit for bit, in vector lanes */
+    emu_exp_f32_n(op->b32, s, m, n, op->e, true);
     double lo;
     op->E = model_dot(op, op->e, 1, NULL, 0, n, row, &lo);
     op->E += lo;
@@ -845,6 +844,7 @@ int emu_t_attention(emu_ctx *ctx, const char *site, emu_tensor *out,
     op.finite = !rc && o->accum->kind == EMU_ACCUM_FAST &&
                 emu_all_finite(op.qkv, qkv->n);
     op.e = rc ? NULL : malloc(op.T * sizeof *op.e);
+    op.b32 = emu_format_find("binary32");
     if (!op.e) {
         free(qq);
         free(aq);

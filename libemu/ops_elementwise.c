@@ -116,11 +116,15 @@ static void exact_sum(double x, double y, emu_rnd mode, double *hi,
 enum { SUM_RUN = 64 };
 
 /* The runs of exact_sums from j0 on; returns where they stopped (a run
- * with a special value, or fewer than SUM_RUN left). */
+ * with a special value, or fewer than SUM_RUN left).  *nz gets the low
+ * parts' bits past the sign ORed in (emu_any_nonzero's test, in the same
+ * vector loop rather than a scalar pass over lo afterwards). */
 static EMU_KERNEL_INLINE size_t sum_runs(const float *a, const float *b,
                                          bool neg, size_t j0, size_t m,
-                                         double *hi, double *lo)
+                                         double *hi, double *lo,
+                                         uint64_t *nz)
 {
+    uint64_t acc = 0;
     for (; j0 + SUM_RUN <= m; j0 += SUM_RUN) {
         /* Local copies: the loops then need no alias checks. */
         float fa[SUM_RUN], fb[SUM_RUN];
@@ -141,46 +145,54 @@ static EMU_KERNEL_INLINE size_t sum_runs(const float *a, const float *b,
         else
             for (int j = 0; j < SUM_RUN; j++)
                 emu_two_sum(fa[j], fb[j], &h[j], &l[j]);
+        for (int j = 0; j < SUM_RUN; j++)
+            acc |= d2u(l[j]) << 1;
         memcpy(hi + j0, h, sizeof h);
         memcpy(lo + j0, l, sizeof l);
     }
+    *nz |= acc;
     return j0;
 }
 
 #if EMU_HAVE_ISA_CLONES
 EMU_ISA_TARGET_AVX512
 static size_t sum_runs_avx512(const float *a, const float *b, bool neg,
-                              size_t m, double *hi, double *lo)
+                              size_t m, double *hi, double *lo, uint64_t *nz)
 {
-    return sum_runs(a, b, neg, 0, m, hi, lo);
+    return sum_runs(a, b, neg, 0, m, hi, lo, nz);
 }
 
 EMU_ISA_TARGET_AVX2
 static size_t sum_runs_avx2(const float *a, const float *b, bool neg,
-                            size_t m, double *hi, double *lo)
+                            size_t m, double *hi, double *lo, uint64_t *nz)
 {
-    return sum_runs(a, b, neg, 0, m, hi, lo);
+    return sum_runs(a, b, neg, 0, m, hi, lo, nz);
 }
 #endif
 
-static inline void exact_sums(const float *a, const float *b, bool neg,
+/* Returns whether a low part is not a zero (emu_any_nonzero of lo). */
+static inline bool exact_sums(const float *a, const float *b, bool neg,
                               emu_rnd mode, size_t m, double *hi, double *lo)
 {
     size_t j0 = 0;
+    uint64_t nz = 0;
     if (mode != EMU_RD) {
 #if EMU_HAVE_ISA_CLONES
         const emu_isa isa = emu_isa_active();
         if (isa >= EMU_ISA_AVX512)
-            j0 = sum_runs_avx512(a, b, neg, m, hi, lo);
+            j0 = sum_runs_avx512(a, b, neg, m, hi, lo, &nz);
         else if (isa >= EMU_ISA_AVX2)
-            j0 = sum_runs_avx2(a, b, neg, m, hi, lo);
+            j0 = sum_runs_avx2(a, b, neg, m, hi, lo, &nz);
         else
 #endif
-            j0 = sum_runs(a, b, neg, 0, m, hi, lo);
+            j0 = sum_runs(a, b, neg, 0, m, hi, lo, &nz);
     }
-    for (size_t j = j0; j < m; j++)
+    for (size_t j = j0; j < m; j++) {
         exact_sum(a[j], neg ? -(double)b[j] : (double)b[j], mode, &hi[j],
                   &lo[j]);
+        nz |= d2u(lo[j]) << 1;
+    }
+    return nz != 0;
 }
 
 /* x * y: exact for carrier values (24 + 24 bits, no overflow or
@@ -689,16 +701,24 @@ tr_gelu_grad(const emu_format *f, double dy, double x)
  * depends on every bit of the pre-rounding value, not only on the
  * rounding's boundaries, and runs stay bit-identical to earlier builds.
  * tests/test_transcendental.c checks the fast path against MPFR on every
- * binary16 and bfloat16 input and on large binary32 samples. */
+ * binary16 and bfloat16 input and on large binary32 samples.
+ *
+ * Degree 7 (it was 9): eight coefficients are one 64-byte row, which the
+ * vector lanes load as two aligned halves.  The remainder, h^8 / 8! ~
+ * 2^-63 times max|f^(8)|, stays below the Horner bound (~2^-49 relative)
+ * for |x| <= 3 and reaches ~2^-45.5 relative at x = -4, where Phi is
+ * small; a binary32 output is still undecided only about once in 2^20
+ * values there, and the result never depends on the degree. */
 
 #define GT_XMAX 8
 #define GT_STEPS 32
-#define GT_DEG 9
+#define GT_DEG 7
 #define GT_N (2 * GT_XMAX * GT_STEPS + 1)
 
 typedef struct gelu_table {
-    double phi[GT_N][GT_DEG + 1];  /* Taylor coefficients of Phi         */
-    double dphi[GT_N][GT_DEG + 1]; /* and of gelu'                       */
+    /* A row is one 64-byte cache line (the alignment below). */
+    _Alignas(64) double phi[GT_N][GT_DEG + 1]; /* Taylor coefficients of Phi */
+    _Alignas(64) double dphi[GT_N][GT_DEG + 1]; /* and of gelu'              */
     double ephi[GT_N], edphi[GT_N]; /* their absolute error bounds        */
 } gelu_table;
 
@@ -848,10 +868,8 @@ static inline int gt_index(double x, double *h)
  * contraction into a fused multiply-add). */
 static inline double gt_horner(const double *a, double h)
 {
-    _Static_assert(GT_DEG == 9, "gt_horner is unrolled for degree 9");
-    double s = a[9] * h + a[8];
-    s = s * h + a[7];
-    s = s * h + a[6];
+    _Static_assert(GT_DEG == 7, "gt_horner is unrolled for degree 7");
+    double s = a[7] * h + a[6];
     s = s * h + a[5];
     s = s * h + a[4];
     s = s * h + a[3];
@@ -927,114 +945,167 @@ static inline double fast_gelu_grad1(const gt_fmt *g, const emu_format *f,
  * multiply-add: target avx2 alone has none, and contraction is off), so a
  * lane the quick test of gt_decided accepts holds the scalar path's value;
  * the other lanes (off the table, zero, NaN, undecided by the quick test)
- * are redone by the scalar path, whose answer they then are.  dy NULL:
- * gelu; else dy gelu'.  Returns the elements done (a multiple of four). */
+ * are redone by the scalar path, whose answer they then are.
+ *
+ * The loops are unrolled by pragma: left rolled, GCC kept the Horner sums
+ * and coefficients in stack slots, and each step waited on a store
+ * forwarding (this function was ~13% of a gpt fp32 step).  The main loop
+ * runs GELU_GROUPS groups of four side by side, each Horner step issued
+ * for every group before the next step, so that the groups' independent
+ * chains overlap; each group's operations, and so each value, are the
+ * scalar path's. */
+#define GELU_GROUPS 4
+
+typedef struct gelu_grp {
+    __m256d ok;              /* lanes on the table path            */
+    __m256d d;               /* x (gelu) or dy (gelu'), 0 off path */
+    __m256d h;               /* the polynomial's argument          */
+    __m256d et;              /* the centres' error bounds          */
+    __m256d c[GT_DEG + 1];   /* the centres' coefficients          */
+} gelu_grp;
+
+/* Loads four values (and dy) at x + i and sets up their group. */
 EMU_ISA_TARGET_AVX2
-static size_t gelu_avx2(const gt_fmt *g, const emu_format *f, const float *x,
-                        const float *dy, size_t m, double *out)
+static inline __attribute__((always_inline)) void
+gelu_avx2_prep(const double *tab, const double *etab, const float *x,
+               const float *dy, size_t i, gelu_grp *gp)
 {
-    const double *tab = dy ? &gtab.dphi[0][0] : &gtab.phi[0][0];
-    const double *etab = dy ? gtab.edphi : gtab.ephi;
     const __m256d big = _mm256_set1_pd(0x1.8p52);
     const __m256d steps = _mm256_set1_pd((double)GT_STEPS);
     const __m256d inv_steps = _mm256_set1_pd(1.0 / GT_STEPS);
     const __m256d xmax = _mm256_set1_pd((double)GT_XMAX);
     const __m256d zero = _mm256_setzero_pd();
     const __m256d inf = _mm256_set1_pd(INFINITY);
+    const __m256d absmask = _mm256_castsi256_pd(
+        _mm256_set1_epi64x(0x7fffffffffffffffLL));
+    const __m128i centre = _mm_set1_epi32(GT_XMAX * GT_STEPS);
+    const __m256d v = _mm256_cvtps_pd(_mm_loadu_ps(x + i));
+    __m256d ok = _mm256_and_pd(
+        _mm256_cmp_pd(_mm256_and_pd(v, absmask), xmax, _CMP_LE_OQ),
+        _mm256_cmp_pd(v, zero, _CMP_NEQ_OQ));
+    __m256d d = v;
+    if (dy) {
+        d = _mm256_cvtps_pd(_mm_loadu_ps(dy + i));
+        ok = _mm256_and_pd(
+            ok, _mm256_and_pd(
+                    _mm256_cmp_pd(_mm256_and_pd(d, absmask), inf,
+                                  _CMP_LT_OQ),
+                    _mm256_cmp_pd(d, zero, _CMP_NEQ_OQ)));
+    }
+    /* lanes off the path computed at 0 (the table's centre row) */
+    const __m256d vv = _mm256_and_pd(v, ok);
+    gp->ok = ok;
+    gp->d = _mm256_and_pd(d, ok);
+    const __m256d t = _mm256_sub_pd(
+        _mm256_add_pd(_mm256_mul_pd(vv, steps), big), big);
+    gp->h = _mm256_sub_pd(vv, _mm256_mul_pd(t, inv_steps));
+    /* Each lane's ten coefficients are a row of the table: four rows
+     * loaded whole and transposed (gathers are microcoded, and slow on
+     * CPUs with the GDS mitigation). */
+    int32_t j[4];
+    _mm_storeu_si128((__m128i *)(void *)j,
+                     _mm_add_epi32(_mm256_cvttpd_epi32(t), centre));
+    const double *r0 = tab + (size_t)j[0] * (GT_DEG + 1);
+    const double *r1 = tab + (size_t)j[1] * (GT_DEG + 1);
+    const double *r2 = tab + (size_t)j[2] * (GT_DEG + 1);
+    const double *r3 = tab + (size_t)j[3] * (GT_DEG + 1);
+#pragma GCC unroll 2
+    for (int q = 0; q < 8; q += 4) {
+        const __m256d a0 = _mm256_load_pd(r0 + q);
+        const __m256d a1 = _mm256_load_pd(r1 + q);
+        const __m256d a2 = _mm256_load_pd(r2 + q);
+        const __m256d a3 = _mm256_load_pd(r3 + q);
+        const __m256d t0 = _mm256_unpacklo_pd(a0, a1);
+        const __m256d t1 = _mm256_unpackhi_pd(a0, a1);
+        const __m256d t2 = _mm256_unpacklo_pd(a2, a3);
+        const __m256d t3 = _mm256_unpackhi_pd(a2, a3);
+        gp->c[q] = _mm256_permute2f128_pd(t0, t2, 0x20);
+        gp->c[q + 1] = _mm256_permute2f128_pd(t1, t3, 0x20);
+        gp->c[q + 2] = _mm256_permute2f128_pd(t0, t2, 0x31);
+        gp->c[q + 3] = _mm256_permute2f128_pd(t1, t3, 0x31);
+    }
+    _Static_assert(GT_DEG == 7, "the loads above");
+    gp->et = _mm256_set_pd(etab[j[3]], etab[j[2]], etab[j[1]], etab[j[0]]);
+}
+
+/* The group's value y = d s, stored at out + i, and its boundary test;
+ * lanes the quick test does not accept are redone by the scalar path. */
+EMU_ISA_TARGET_AVX2
+static inline __attribute__((always_inline)) void
+gelu_avx2_finish(const gt_fmt *g, const emu_format *f, const float *x,
+                 const float *dy, size_t i, const gelu_grp *gp, __m256d s,
+                 double *out)
+{
     const __m256d eps = _mm256_set1_pd(0x1p-52);
     const __m256d half3 = _mm256_set1_pd(1.5);
     const __m256d min_norm = _mm256_set1_pd(g->min_norm);
     const __m256d absmask = _mm256_castsi256_pd(
         _mm256_set1_epi64x(0x7fffffffffffffffLL));
     const __m256i mask = _mm256_set1_epi64x((long long)g->mask);
-    const __m128i centre = _mm_set1_epi32(GT_XMAX * GT_STEPS);
+    const __m256d y = _mm256_mul_pd(gp->d, s);
+    const __m256d ay = _mm256_and_pd(y, absmask);
+    const __m256d err = _mm256_add_pd(
+        _mm256_mul_pd(_mm256_and_pd(gp->d, absmask), gp->et),
+        _mm256_mul_pd(eps, ay));
+    const __m256d e = _mm256_mul_pd(half3, err);
+    const __m256d norm = _mm256_cmp_pd(_mm256_sub_pd(ay, e), min_norm,
+                                       _CMP_GE_OQ);
+    const __m256i diff = _mm256_and_si256(
+        _mm256_xor_si256(_mm256_castpd_si256(_mm256_sub_pd(y, e)),
+                         _mm256_castpd_si256(_mm256_add_pd(y, e))),
+        mask);
+    const __m256d same = _mm256_castsi256_pd(
+        _mm256_cmpeq_epi64(diff, _mm256_setzero_si256()));
+    const int done = _mm256_movemask_pd(
+        _mm256_and_pd(gp->ok, _mm256_and_pd(norm, same)));
+    _mm256_storeu_pd(out + i, y);
+    if (done != 0xf)
+        for (int k = 0; k < 4; k++)
+            if (!(done >> k & 1))
+                out[i + (size_t)k] =
+                    dy ? fast_gelu_grad1(g, f, dy[i + (size_t)k],
+                                         x[i + (size_t)k])
+                       : fast_gelu1(g, f, x[i + (size_t)k]);
+}
+
+/* dy NULL: gelu; else dy gelu'.  Returns the elements done (a multiple
+ * of four). */
+EMU_ISA_TARGET_AVX2
+static size_t gelu_avx2(const gt_fmt *g, const emu_format *f, const float *x,
+                        const float *dy, size_t m, double *out)
+{
+    const double *tab = dy ? &gtab.dphi[0][0] : &gtab.phi[0][0];
+    const double *etab = dy ? gtab.edphi : gtab.ephi;
     size_t i = 0;
+    for (; i + 4 * GELU_GROUPS <= m; i += 4 * GELU_GROUPS) {
+        gelu_grp gp[GELU_GROUPS];
+        __m256d s[GELU_GROUPS];
+        #pragma GCC unroll 8
+        for (int k = 0; k < GELU_GROUPS; k++)
+            gelu_avx2_prep(tab, etab, x, dy, i + 4 * (size_t)k, &gp[k]);
+        #pragma GCC unroll 8
+        for (int k = 0; k < GELU_GROUPS; k++)
+            s[k] = _mm256_add_pd(_mm256_mul_pd(gp[k].c[7], gp[k].h),
+                                 gp[k].c[6]);
+        #pragma GCC unroll 8
+        for (int q = 5; q >= 0; q--)
+            #pragma GCC unroll 8
+            for (int k = 0; k < GELU_GROUPS; k++)
+                s[k] = _mm256_add_pd(_mm256_mul_pd(s[k], gp[k].h),
+                                     gp[k].c[q]);
+        #pragma GCC unroll 8
+        for (int k = 0; k < GELU_GROUPS; k++)
+            gelu_avx2_finish(g, f, x, dy, i + 4 * (size_t)k, &gp[k], s[k],
+                             out);
+    }
     for (; i + 4 <= m; i += 4) {
-        const __m256d v = _mm256_cvtps_pd(_mm_loadu_ps(x + i));
-        __m256d ok = _mm256_and_pd(
-            _mm256_cmp_pd(_mm256_and_pd(v, absmask), xmax, _CMP_LE_OQ),
-            _mm256_cmp_pd(v, zero, _CMP_NEQ_OQ));
-        __m256d d = v;
-        if (dy) {
-            d = _mm256_cvtps_pd(_mm_loadu_ps(dy + i));
-            ok = _mm256_and_pd(
-                ok, _mm256_and_pd(
-                        _mm256_cmp_pd(_mm256_and_pd(d, absmask), inf,
-                                      _CMP_LT_OQ),
-                        _mm256_cmp_pd(d, zero, _CMP_NEQ_OQ)));
-        }
-        /* lanes off the path computed at 0 (the table's centre row) */
-        const __m256d vv = _mm256_and_pd(v, ok);
-        const __m256d dd = _mm256_and_pd(d, ok);
-        const __m256d t = _mm256_sub_pd(
-            _mm256_add_pd(_mm256_mul_pd(vv, steps), big), big);
-        const __m256d h = _mm256_sub_pd(vv, _mm256_mul_pd(t, inv_steps));
-        /* Each lane's ten coefficients are a row of the table: four
-         * rows loaded whole and transposed (gathers are microcoded, and
-         * slow on CPUs with the GDS mitigation). */
-        int32_t j[4];
-        _mm_storeu_si128((__m128i *)(void *)j,
-                         _mm_add_epi32(_mm256_cvttpd_epi32(t), centre));
-        const double *r0 = tab + (size_t)j[0] * (GT_DEG + 1);
-        const double *r1 = tab + (size_t)j[1] * (GT_DEG + 1);
-        const double *r2 = tab + (size_t)j[2] * (GT_DEG + 1);
-        const double *r3 = tab + (size_t)j[3] * (GT_DEG + 1);
-        __m256d c[GT_DEG + 1];
-        for (int q = 0; q < 8; q += 4) {
-            const __m256d a0 = _mm256_loadu_pd(r0 + q);
-            const __m256d a1 = _mm256_loadu_pd(r1 + q);
-            const __m256d a2 = _mm256_loadu_pd(r2 + q);
-            const __m256d a3 = _mm256_loadu_pd(r3 + q);
-            const __m256d t0 = _mm256_unpacklo_pd(a0, a1);
-            const __m256d t1 = _mm256_unpackhi_pd(a0, a1);
-            const __m256d t2 = _mm256_unpacklo_pd(a2, a3);
-            const __m256d t3 = _mm256_unpackhi_pd(a2, a3);
-            c[q] = _mm256_permute2f128_pd(t0, t2, 0x20);
-            c[q + 1] = _mm256_permute2f128_pd(t1, t3, 0x20);
-            c[q + 2] = _mm256_permute2f128_pd(t0, t2, 0x31);
-            c[q + 3] = _mm256_permute2f128_pd(t1, t3, 0x31);
-        }
-        {
-            const __m256d a02 = _mm256_insertf128_pd(
-                _mm256_castpd128_pd256(_mm_loadu_pd(r0 + 8)),
-                _mm_loadu_pd(r2 + 8), 1);
-            const __m256d a13 = _mm256_insertf128_pd(
-                _mm256_castpd128_pd256(_mm_loadu_pd(r1 + 8)),
-                _mm_loadu_pd(r3 + 8), 1);
-            c[8] = _mm256_unpacklo_pd(a02, a13);
-            c[9] = _mm256_unpackhi_pd(a02, a13);
-        }
-        _Static_assert(GT_DEG == 9, "the loads above");
-        __m256d s = _mm256_add_pd(_mm256_mul_pd(c[9], h), c[8]);
-        for (int q = 7; q >= 0; q--)
-            s = _mm256_add_pd(_mm256_mul_pd(s, h), c[q]);
-        const __m256d et = _mm256_set_pd(etab[j[3]], etab[j[2]], etab[j[1]],
-                                         etab[j[0]]);
-        const __m256d y = _mm256_mul_pd(dd, s);
-        const __m256d ay = _mm256_and_pd(y, absmask);
-        const __m256d err = _mm256_add_pd(
-            _mm256_mul_pd(_mm256_and_pd(dd, absmask),
-                          et),
-            _mm256_mul_pd(eps, ay));
-        const __m256d e = _mm256_mul_pd(half3, err);
-        const __m256d norm = _mm256_cmp_pd(_mm256_sub_pd(ay, e), min_norm,
-                                           _CMP_GE_OQ);
-        const __m256i diff = _mm256_and_si256(
-            _mm256_xor_si256(_mm256_castpd_si256(_mm256_sub_pd(y, e)),
-                             _mm256_castpd_si256(_mm256_add_pd(y, e))),
-            mask);
-        const __m256d same = _mm256_castsi256_pd(
-            _mm256_cmpeq_epi64(diff, _mm256_setzero_si256()));
-        const int done = _mm256_movemask_pd(
-            _mm256_and_pd(ok, _mm256_and_pd(norm, same)));
-        _mm256_storeu_pd(out + i, y);
-        if (done != 0xf)
-            for (int k = 0; k < 4; k++)
-                if (!(done >> k & 1))
-                    out[i + (size_t)k] =
-                        dy ? fast_gelu_grad1(g, f, dy[i + (size_t)k],
-                                             x[i + (size_t)k])
-                           : fast_gelu1(g, f, x[i + (size_t)k]);
+        gelu_grp gp;
+        gelu_avx2_prep(tab, etab, x, dy, i, &gp);
+        __m256d s = _mm256_add_pd(_mm256_mul_pd(gp.c[7], gp.h), gp.c[6]);
+        #pragma GCC unroll 8
+        for (int q = 5; q >= 0; q--)
+            s = _mm256_add_pd(_mm256_mul_pd(s, gp.h), gp.c[q]);
+        gelu_avx2_finish(g, f, x, dy, i, &gp, s, out);
     }
     return i;
 }
@@ -1431,6 +1502,91 @@ void emu_unary_eval_det_n(const emu_format *f, emu_unary fn, const float *x,
     }
 }
 
+/* ---- softmax's exponentials: the C library's exp rounded to binary32 ----
+ *
+ * Attention's softmax keeps e = (float)exp(s - m) (ops_attn.c), the C
+ * library's binary64 exp rounded to nearest-even binary32.  exp_core (an
+ * error below EPS_CORE = 2^-46 relative) and the library's exp (below
+ * EPS_EXP = 2^-47, the bound the exact path above relies on too) lie within
+ * 2^-45 y of each other; when no rounding boundary of binary32 lies in that
+ * interval around y = exp_core(t) (gt_decided), both round to the same
+ * binary32 value, which is then (float)y.  Every other argument (t = 0,
+ * whose exp is exactly 1; |t| > 700, NaN, infinities; undecided values,
+ * about one in 2^20) calls exp as before.  So the floats are the old
+ * ones, bit for bit, at every instruction-set level;
+ * tests/test_transcendental.c checks that against exp itself. */
+#define EPS_EXP_F32 0x1p-45
+
+static inline float exp_f32_1(const gt_fmt *g, const emu_format *f, double t)
+{
+    if (t == 0.0)
+        return 1.0f; /* exp's exact value (the row's maximum) */
+    if (!(t >= -700.0 && t <= 700.0))
+        return (float)exp(t);
+    const double y = exp_core(t);
+    return gt_decided(g, f, y, EPS_EXP_F32 * y) ? (float)y : (float)exp(t);
+}
+
+#if EMU_HAVE_ISA_CLONES
+/* Eight lanes at a time (AVX-512), the row's tail in masked lanes; the
+ * lanes the quick test does not accept are redone by exp_f32_1.  Does all
+ * n values. */
+EMU_ISA_TARGET_AVX512
+static size_t exp_f32_avx512(const gt_fmt *g, const emu_format *f,
+                             const float *s, double m, size_t n, float *out)
+{
+    const __m512d mm = _mm512_set1_pd(m);
+    const __m512d lo = _mm512_set1_pd(-700.0), hi = _mm512_set1_pd(700.0);
+    const __m512d zero = _mm512_setzero_pd();
+    const __m512d eps = _mm512_set1_pd(EPS_EXP_F32);
+    const __m512i mask = _mm512_set1_epi64((long long)g->mask);
+    for (size_t i = 0; i < n; i += 8) {
+        /* the row's last lanes masked (a row is often short) */
+        const __mmask8 live =
+            n - i >= 8 ? 0xff : (__mmask8)((1u << (n - i)) - 1);
+        const __m512d t = _mm512_sub_pd(
+            _mm512_cvtps_pd(_mm256_maskz_loadu_ps(live, s + i)), mm);
+        const __mmask8 ok = _mm512_cmp_pd_mask(t, lo, _CMP_GE_OQ) &
+                            _mm512_cmp_pd_mask(t, hi, _CMP_LE_OQ) &
+                            _mm512_cmp_pd_mask(t, zero, _CMP_NEQ_OQ);
+        /* lanes at t = 0 hold exp_core(0) = 1 exactly, exp's value */
+        const __mmask8 one = _mm512_cmp_pd_mask(t, zero, _CMP_EQ_OQ);
+        const __m512d y = exp_core_avx512(_mm512_maskz_mov_pd(ok, t));
+        /* gt_decided's quick test, err = eps y (y > 0) */
+        const __m512d e = _mm512_mul_pd(_mm512_set1_pd(1.5),
+                                        _mm512_mul_pd(eps, y));
+        const __mmask8 norm = _mm512_cmp_pd_mask(
+            _mm512_sub_pd(y, e), _mm512_set1_pd(g->min_norm), _CMP_GE_OQ);
+        const __m512i diff = _mm512_and_si512(
+            _mm512_xor_si512(_mm512_castpd_si512(_mm512_sub_pd(y, e)),
+                             _mm512_castpd_si512(_mm512_add_pd(y, e))),
+            mask);
+        const unsigned done =
+            (one | (ok & norm & _mm512_testn_epi64_mask(diff, diff))) & live;
+        _mm256_mask_storeu_ps(out + i, live, _mm512_cvtpd_ps(y));
+        if (done != live)
+            for (int k = 0; k < 8; k++)
+                if ((live & ~done) >> k & 1)
+                    out[i + (size_t)k] =
+                        exp_f32_1(g, f, (double)s[i + (size_t)k] - m);
+    }
+    return n;
+}
+#endif
+
+void emu_exp_f32_n(const emu_format *f32, const float *s, double m,
+                   size_t n, float *out, bool lanes)
+{
+    const gt_fmt g = gt_fmt_of(f32);
+    size_t i = 0;
+#if EMU_HAVE_ISA_CLONES
+    if (lanes && emu_isa_active() >= EMU_ISA_AVX512)
+        i = exp_f32_avx512(&g, f32, s, m, n, out);
+#endif
+    for (; i < n; i++)
+        out[i] = exp_f32_1(&g, f32, (double)s[i] - m);
+}
+
 /* ---- one op: its inputs, its reference, its NaN classifier -------------- */
 
 typedef enum ew_kind {
@@ -1667,11 +1823,9 @@ static int ew_fill(const void *vop, size_t i0, size_t m, double *hi,
     const emu_rnd mode = op->mode;
     switch (op->kind) {
     case EW_ADD:
-        exact_sums(a, b, false, mode, m, hi, lo);
-        break;
+        return exact_sums(a, b, false, mode, m, hi, lo);
     case EW_SUB:
-        exact_sums(a, b, true, mode, m, hi, lo);
-        break;
+        return exact_sums(a, b, true, mode, m, hi, lo);
     case EW_DIV:
         for (size_t j = 0; j < m; j++)
             exact_div(a[j], b[j], &hi[j], &lo[j]);
@@ -1716,8 +1870,7 @@ static int ew_fill(const void *vop, size_t i0, size_t m, double *hi,
                 }
             }
         }
-        exact_sums(a, bb, false, mode, m, hi, lo);
-        break;
+        return exact_sums(a, bb, false, mode, m, hi, lo);
     }
     case EW_UNARY:
         if (op->fast) {
@@ -1746,10 +1899,7 @@ static int ew_fill(const void *vop, size_t i0, size_t m, double *hi,
     }
     if (!ew_has_lo(op))
         return 0;
-    bool any = false;
-    for (size_t j = 0; j < m; j++)
-        any |= lo[j] != 0.0;
-    return any;
+    return emu_any_nonzero(lo, m);
 }
 
 /* The ops whose values are binary32 values: casts and selections, and the

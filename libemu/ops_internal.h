@@ -177,9 +177,26 @@ double emu_unary_eval_det(const emu_format *f, emu_unary fn, double x);
  * ready. */
 bool emu_gelu_fast_n(const emu_format *f, const float *x, const float *dy,
                      size_t n, double *out, bool lanes);
+/* Whether any of lo[0..m) is not a zero, as "lo[j] != 0.0" for some j
+ * (a NaN counts): the bits past the sign ORed together.  The comparison's
+ * unordered case kept GCC's loop scalar (most of ew_fill's time in a gpt
+ * step); this one vectorises. */
+static inline bool emu_any_nonzero(const double *lo, size_t m)
+{
+    uint64_t acc = 0;
+    for (size_t j = 0; j < m; j++)
+        acc |= d2u(lo[j]) << 1;
+    return acc != 0;
+}
 /* emu_unary_eval_det of n binary32 values x into out, one call a run. */
 void emu_unary_eval_det_n(const emu_format *f, emu_unary fn, const float *x,
                           size_t n, double *out);
+/* out[k] = (float)exp((double)s[k] - m), k < n: the C library's exp
+ * rounded to binary32 (softmax's e), bit for bit, mostly without calling
+ * it; lanes false: the scalar path alone (the tests compare both with
+ * exp).  f32 is the binary32 format. */
+void emu_exp_f32_n(const emu_format *f32, const float *s, double m,
+                   size_t n, float *out, bool lanes);
 
 /* One accumulator rounding of hi + lo as the models do it: the inline fast
  * path where it applies (*fast = true), else the scalar choke point; the

@@ -620,6 +620,66 @@ START_TEST(test_vector_lanes)
 }
 END_TEST
 
+
+/* Softmax's exponentials (emu_exp_f32_n, ops_attn.c): (float)exp(s - m)
+ * bit for bit, in the vector lanes of the level CTest runs this suite at
+ * and on the scalar path, against the C library's exp itself: scores s of
+ * magnitude 2^-30 .. 2^9 and the edges, against maxima m of a row (small,
+ * large enough for every underflow of binary32, NaN, infinities), in
+ * arrays of odd length. */
+START_TEST(test_softmax_exp)
+{
+    static const float edges[] = {
+        0.0f, -0.0f, 0x1p-149f, -0x1p-149f, 1.0f, -1.0f, -87.0f, -88.0f,
+        -103.0f, -104.0f, -110.0f, 350.0f, -350.0f, 700.0f, -700.0f,
+        0x1.5e8p9f, -0x1.5e8p9f, 1e30f, -1e30f, INFINITY, -INFINITY, NAN,
+    };
+    static const double maxima[] = { 0.0, 1.0, 17.5, -3.25, 512.0, 600.0,
+                                     NAN, -INFINITY, INFINITY };
+    const size_t ne = sizeof edges / sizeof edges[0];
+    const size_t n = (ne + (size_t)test_scaled(1 << 17, 2048)) | 1;
+    float *s = malloc(n * sizeof *s), *vec = malloc(n * sizeof *vec),
+          *sca = malloc(n * sizeof *sca);
+    ck_assert(s && vec && sca);
+    test_rng g = test_rng_make(0x5e7f);
+    for (size_t i = 0; i < n; i++) {
+        if (i < ne) {
+            s[i] = edges[i];
+        } else {
+            const uint64_t w = test_next(&g);
+            const int e = (int)((w >> 32) % 40) - 30; /* 2^-30 .. 2^9 */
+            const uint32_t u = ((uint32_t)w & 0x807fffffu) |
+                               ((uint32_t)(e + 127) << 23);
+            memcpy(&s[i], &u, sizeof u);
+        }
+    }
+    const emu_format *b32 = test_format("binary32");
+    unsigned long long bad = 0;
+    const test_fpstate fs = test_oracle_enter();
+    for (size_t q = 0; q < sizeof maxima / sizeof maxima[0]; q++) {
+        const double m = maxima[q];
+        emu_exp_f32_n(b32, s, m, n, vec, true);
+        emu_exp_f32_n(b32, s, m, n, sca, false);
+        for (size_t i = 0; i < n; i++) {
+            const float want = (float)exp((double)s[i] - m);
+            if ((memcmp(&want, &vec[i], sizeof want) != 0 ||
+                 memcmp(&want, &sca[i], sizeof want) != 0) &&
+                bad++ < 10)
+                printf("exp(%a - %a): exp %a, lanes %a, scalar %a\n",
+                       (double)s[i], m, (double)want, (double)vec[i],
+                       (double)sca[i]);
+        }
+    }
+    test_oracle_leave(fs);
+    printf("softmax exp: %zu scores, lanes of level %s\n", n,
+           emu_isa_name(emu_isa_active()));
+    free(s);
+    free(vec);
+    free(sca);
+    ck_assert_msg(bad == 0, "%llu exponentials differ from exp", bad);
+}
+END_TEST
+
 /* Hard cases: binary32 arguments whose binary64 evaluation lands within
  * the op's error bound of a binary32 rounding boundary, so that the op
  * must take its MPFR path (none of the 16-bit inputs does).  Found by a
@@ -800,6 +860,7 @@ static Suite *suite(void)
     tcase_add_loop_test(ex, test_hard_cases, 0, F_COUNT);
     tcase_add_loop_test(ex, test_fast_ranges, 0, 3);
     tcase_add_test(ex, test_vector_lanes);
+    tcase_add_test(ex, test_softmax_exp);
     suite_add_tcase(s, ex);
     return s;
 }
