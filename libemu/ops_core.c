@@ -939,32 +939,74 @@ static void hist_lo_fix_run(uint64_t *hist, const double *h,
     }
 }
 
+/* Whether a run of CARRY_RUN pairs holds one whose exact value may lie
+ * a binade below hi's: hi's fraction zero, lo not zero, their signs
+ * apart.  On 64-bit patterns, compiled per instruction-set level (isa.c
+ * chooses): AVX2 compares 64-bit lanes, which baseline's SSE2 cannot;
+ * integer operations only, the same answer at every level. */
+static EMU_KERNEL_INLINE uint64_t lo_fix_scan_any(const double *restrict h,
+                                                  const double *restrict l)
+{
+    uint64_t any = 0;
+    for (int k = 0; k < CARRY_RUN; k++) {
+        uint64_t a, b;
+        memcpy(&a, &h[k], sizeof a);
+        memcpy(&b, &l[k], sizeof b);
+        any |= (uint64_t)((a & 0x000fffffffffffffu) == 0) &
+               (uint64_t)((b << 1) != 0) & ((a ^ b) >> 63);
+    }
+    return any;
+}
+
+typedef uint64_t (*lo_scan_kernel)(const double *restrict,
+                                   const double *restrict);
+
+static uint64_t lo_fix_scan_base(const double *restrict h,
+                                 const double *restrict l)
+{
+    return lo_fix_scan_any(h, l);
+}
+
+#if EMU_HAVE_ISA_CLONES
+EMU_ISA_TARGET_AVX2
+static uint64_t lo_fix_scan_avx2(const double *restrict h,
+                                 const double *restrict l)
+{
+    return lo_fix_scan_any(h, l);
+}
+
+EMU_ISA_TARGET_AVX512
+static uint64_t lo_fix_scan_avx512(const double *restrict h,
+                                   const double *restrict l)
+{
+    return lo_fix_scan_any(h, l);
+}
+#endif
+
+static lo_scan_kernel lo_scan_for(emu_isa isa)
+{
+#if EMU_HAVE_ISA_CLONES
+    if (isa == EMU_ISA_AVX512)
+        return lo_fix_scan_avx512;
+    if (isa == EMU_ISA_AVX2)
+        return lo_fix_scan_avx2;
+#endif
+    (void)isa;
+    return lo_fix_scan_base;
+}
+
 static void hist_lo_fix(uint64_t *hist, const double *h, const double *l,
                         size_t m)
 {
-    /* hi's fraction zero, lo not zero, their signs apart: in 32-bit
-     * words and runs of constant length, as lo_harmless; a run with such
-     * an element is then moved element by element (an update's weights
-     * and momentum in binary16 hold powers of two often enough that
-     * the whole chunk would cost) */
+    /* runs of constant length scanned by the kernel; a run with such an
+     * element is then moved element by element (an update's weights and
+     * momentum in binary16 hold powers of two often enough that the
+     * whole chunk would cost) */
+    const lo_scan_kernel scan = lo_scan_for(emu_isa_active());
     size_t j0 = 0;
-    for (; j0 + CARRY_RUN <= m; j0 += CARRY_RUN) {
-        const unsigned char *u = (const unsigned char *)(h + j0);
-        const unsigned char *v = (const unsigned char *)(l + j0);
-        uint32_t any = 0;
-        for (int k = 0; k < CARRY_RUN; k++) {
-            uint32_t uh, ul, vh, vl;
-            memcpy(&uh, u + 8 * k + 4 * W_HI, 4);
-            memcpy(&ul, u + 8 * k + 4 * W_LO, 4);
-            memcpy(&vh, v + 8 * k + 4 * W_HI, 4);
-            memcpy(&vl, v + 8 * k + 4 * W_LO, 4);
-            any |= (uint32_t)(((uh & 0xfffff) | ul) == 0) &
-                   (uint32_t)(((vh & 0x7fffffff) | vl) != 0) &
-                   ((uh ^ vh) >> 31);
-        }
-        if (any)
+    for (; j0 + CARRY_RUN <= m; j0 += CARRY_RUN)
+        if (scan(h + j0, l + j0))
             hist_lo_fix_run(hist, h + j0, l + j0, CARRY_RUN);
-    }
     if (j0 < m)
         hist_lo_fix_run(hist, h + j0, l + j0, m - j0);
 }
