@@ -709,8 +709,10 @@ typedef struct commit_run {
     uint64_t nan;           /* NaN values found by the chunks' NaN loops  */
     emu_accum_counts c;     /* swamping                                   */
     emu_hist_tables *hb;    /* bins of both histograms, their differences
-                               counted into hist_exact (tables)          */
-    bool hb_used;           /* hb zeroed and holding counts               */
+                               counted into hist_exact (tables); for
+                               scaled outputs the rounded values' only   */
+    emu_hist_tables *hbx;   /* scaled outputs: the exact values' bins     */
+    bool hb_used;           /* hb (and hbx) zeroed and holding counts     */
     float *res;             /* results kept aside, or NULL: stored early */
 } commit_run;
 
@@ -1004,32 +1006,74 @@ static void hist_lo_fix_run(uint64_t *hist, const double *h,
     }
 }
 
+/* Whether a run of CARRY_RUN pairs holds one whose exact value may lie
+ * a binade below hi's: hi's fraction zero, lo not zero, their signs
+ * apart.  On 64-bit patterns, compiled per instruction-set level (isa.c
+ * chooses): AVX2 compares 64-bit lanes, which baseline's SSE2 cannot;
+ * integer operations only, the same answer at every level. */
+static EMU_KERNEL_INLINE uint64_t lo_fix_scan_any(const double *restrict h,
+                                                  const double *restrict l)
+{
+    uint64_t any = 0;
+    for (int k = 0; k < CARRY_RUN; k++) {
+        uint64_t a, b;
+        memcpy(&a, &h[k], sizeof a);
+        memcpy(&b, &l[k], sizeof b);
+        any |= (uint64_t)((a & 0x000fffffffffffffu) == 0) &
+               (uint64_t)((b << 1) != 0) & ((a ^ b) >> 63);
+    }
+    return any;
+}
+
+typedef uint64_t (*lo_scan_kernel)(const double *restrict,
+                                   const double *restrict);
+
+static uint64_t lo_fix_scan_base(const double *restrict h,
+                                 const double *restrict l)
+{
+    return lo_fix_scan_any(h, l);
+}
+
+#if EMU_HAVE_ISA_CLONES
+EMU_ISA_TARGET_AVX2
+static uint64_t lo_fix_scan_avx2(const double *restrict h,
+                                 const double *restrict l)
+{
+    return lo_fix_scan_any(h, l);
+}
+
+EMU_ISA_TARGET_AVX512
+static uint64_t lo_fix_scan_avx512(const double *restrict h,
+                                   const double *restrict l)
+{
+    return lo_fix_scan_any(h, l);
+}
+#endif
+
+static lo_scan_kernel lo_scan_for(emu_isa isa)
+{
+#if EMU_HAVE_ISA_CLONES
+    if (isa == EMU_ISA_AVX512)
+        return lo_fix_scan_avx512;
+    if (isa == EMU_ISA_AVX2)
+        return lo_fix_scan_avx2;
+#endif
+    (void)isa;
+    return lo_fix_scan_base;
+}
+
 static void hist_lo_fix(uint64_t *hist, const double *h, const double *l,
                         size_t m)
 {
-    /* hi's fraction zero, lo not zero, their signs apart: in 32-bit
-     * words and runs of constant length, as lo_harmless; a run with such
-     * an element is then moved element by element (an update's weights
-     * and momentum in binary16 hold powers of two often enough that
-     * the whole chunk would cost) */
+    /* runs of constant length scanned by the kernel; a run with such an
+     * element is then moved element by element (an update's weights and
+     * momentum in binary16 hold powers of two often enough that the
+     * whole chunk would cost) */
+    const lo_scan_kernel scan = lo_scan_for(emu_isa_active());
     size_t j0 = 0;
-    for (; j0 + CARRY_RUN <= m; j0 += CARRY_RUN) {
-        const unsigned char *u = (const unsigned char *)(h + j0);
-        const unsigned char *v = (const unsigned char *)(l + j0);
-        uint32_t any = 0;
-        for (int k = 0; k < CARRY_RUN; k++) {
-            uint32_t uh, ul, vh, vl;
-            memcpy(&uh, u + 8 * k + 4 * W_HI, 4);
-            memcpy(&ul, u + 8 * k + 4 * W_LO, 4);
-            memcpy(&vh, v + 8 * k + 4 * W_HI, 4);
-            memcpy(&vl, v + 8 * k + 4 * W_LO, 4);
-            any |= (uint32_t)(((uh & 0xfffff) | ul) == 0) &
-                   (uint32_t)(((vh & 0x7fffffff) | vl) != 0) &
-                   ((uh ^ vh) >> 31);
-        }
-        if (any)
+    for (; j0 + CARRY_RUN <= m; j0 += CARRY_RUN)
+        if (scan(h + j0, l + j0))
             hist_lo_fix_run(hist, h + j0, l + j0, CARRY_RUN);
-    }
     if (j0 < m)
         hist_lo_fix_run(hist, h + j0, l + j0, m - j0);
 }
@@ -1089,9 +1133,22 @@ static void measure_chunk(commit_run *r, size_t i0, size_t m, const double *h,
 {
     const emu_op_out *o = r->o;
     emu_site_stats *s = &r->s;
-    /* NaN results, and those made from numbers rather than passed on.  A
-     * scaled element's scale may be NaN: its values are looked at all. */
-    if (o->scale || nan) {
+    /* Scaled outputs: the values after rounding (value_of's products, in
+     * a loop that vectorises) for the NaN loop and the histograms.  A
+     * scaled element's scale may be NaN: the products show it. */
+    double sv[CHUNK];
+    if (o->scale) {
+        const float *sc = o->scale + i0;
+        const double g = o->scale_g;
+        uint32_t any = 0;
+        for (size_t j = 0; j < m; j++) {
+            sv[j] = (double)res[j] * (double)sc[j] * g;
+            any |= (uint32_t)(sv[j] != sv[j]);
+        }
+        nan = any; /* the loop below runs iff a product is NaN */
+    }
+    /* NaN results, and those made from numbers rather than passed on. */
+    if (nan) {
         for (size_t j = 0; j < m; j++) {
             const size_t i = i0 + j;
             if (!isnan(value_of(o, res[j], i)))
@@ -1114,12 +1171,20 @@ static void measure_chunk(commit_run *r, size_t i0, size_t m, const double *h,
             hist_both(r, res, m);
             if (r->down)
                 hist_down_fix(s->hist_exact, h, l, res, m);
+        } else if (o->scale && r->tables) {
+            /* the exact values (src) and the rounded ones (sv) mostly
+             * lie in different binades (the element's scale apart):
+             * a table each, merged each into its own histogram */
+            if (!r->hb_used) {
+                memset(r->hb, 0, sizeof *r->hb);
+                memset(r->hbx, 0, sizeof *r->hbx);
+                r->hb_used = true;
+            }
+            emu_hist_tables_add(r->hbx, o->src + i0, m, true);
+            emu_hist_tables_add(r->hb, sv, m, false);
         } else if (o->scale) {
-            for (size_t j = 0; j < m; j++)
-                s->hist_exact[emu_hist_bin_unguarded(o->src[i0 + j])]++;
-            for (size_t j = 0; j < m; j++)
-                s->hist_rounded[emu_hist_bin_unguarded(
-                    value_of(o, res[j], i0 + j))]++;
+            emu_hist_add_f32_unguarded(s->hist_exact, o->src + i0, m);
+            emu_hist_add_unguarded(s->hist_rounded, sv, m);
         } else if (v && r->tables) {
             /* binary32 values and results: mostly in the same bins, so
              * counted once into the table of both, the exact histogram
@@ -1394,7 +1459,7 @@ int emu_commit(emu_ctx *ctx, const emu_op_out *o)
             return emu_ctx_failc(ctx, EMU_ENOMEM, o->site,
                                  "out of memory for %zu results", n);
     }
-    emu_hist_tables table;
+    emu_hist_tables table, table_x;
     commit_run r = {
         .ctx = ctx, .o = o, .stream = ctx->op_index++,
         .measure = measure, .res = res,
@@ -1412,8 +1477,10 @@ int emu_commit(emu_ctx *ctx, const emu_op_out *o)
     r.identity = emu_round_is_identity_f32(&out->fmt, &r.ar.rnd);
     r.rne32 = r.identity && r.ar.rnd.mode == EMU_RNE
                   ? rne32_for(emu_isa_active()) : NULL;
-    if (r.hist && r.tables)
+    if (r.hist && r.tables) {
         r.hb = &table; /* zeroed by its first chunk */
+        r.hbx = o->scale ? &table_x : NULL;
+    }
     if (r.ref) {
         /* Threshold on a 64-bit word; rate 1 samples every output. */
         r.ref_all = ctx->ref_rate >= 1.0;
@@ -1445,8 +1512,9 @@ int emu_commit(emu_ctx *ctx, const emu_op_out *o)
         s->to_zero = c->to_zero;
         s->subnormal = c->subnormal;
         s->overflow = c->overflow;
-        /* The NaN loops ran over every chunk holding a NaN result (all of
-         * them for scaled outputs): with none, the rounding's count. */
+        /* The NaN loops ran over every chunk holding a NaN result (for
+         * scaled outputs, a NaN product of element and scales): with
+         * none, the rounding's count. */
         s->nan = o->scale || c->nan ? r.nan : c->nan;
         if (r.swamp) {
             /* The op's own counts are read now, after its producer's last
@@ -1463,7 +1531,7 @@ int emu_commit(emu_ctx *ctx, const emu_op_out *o)
         }
         if (r.hist) {
             if (r.tables && r.hb_used) {
-                emu_hist_tables_merge(s->hist_exact, r.hb);
+                emu_hist_tables_merge(s->hist_exact, r.hbx ? r.hbx : r.hb);
                 emu_hist_tables_merge(s->hist_rounded, r.hb);
             }
             if (o->hist_scale)

@@ -1110,7 +1110,7 @@ typedef struct pair_events {
 static EMU_KERNEL_INLINE double pair_lane(const pair_plan *p,
                                           const bool general, double hi,
                                           double lo, uint64_t word,
-                                          pair_events *e)
+                                          pair_events *e, uint64_t *lane_slow)
 {
     const uint64_t sign_bit = (uint64_t)1 << 63;
     const uint64_t exp_mask = (uint64_t)0x7ff << 52;
@@ -1157,6 +1157,7 @@ static EMU_KERNEL_INLINE double pair_lane(const pair_plan *p,
         e->overflow_neg += ovf & neg;
     e->to_zero += zero & (uint64_t)((hb << 1) != 0);
     e->slow += slow;
+    *lane_slow = slow;
     if (!general)
         return u2d(blend64(mask64(ovf), p->ovf[0], r) | (H & sign_bit));
     const uint64_t zero_drop = p->zero_sign ^ sign_bit;
@@ -1172,54 +1173,61 @@ static EMU_KERNEL_INLINE void pairs_run(const pair_plan *plan,
                                         const double *restrict hi,
                                         const double *restrict lo,
                                         const uint64_t *restrict w,
-                                        pair_events *ev)
+                                        pair_events *ev,
+                                        uint64_t *restrict slow)
 {
     const pair_plan p = *plan;
     pair_events e = { 0 };
     for (size_t i = 0; i < TILE; i++)
-        out[i] = (float)pair_lane(&p, general, hi[i], lo[i], w[i], &e);
+        out[i] = (float)pair_lane(&p, general, hi[i], lo[i], w[i], &e,
+                                  &slow[i]);
     *ev = e;
 }
 
 typedef void (*pairs_kernel)(const pair_plan *, float *restrict,
                              const double *restrict, const double *restrict,
-                             const uint64_t *restrict, pair_events *);
+                             const uint64_t *restrict, pair_events *,
+                             uint64_t *restrict);
 
 static EMU_KERNEL_INLINE void pairs_any(const pair_plan *p,
                                         float *restrict out,
                                         const double *restrict hi,
                                         const double *restrict lo,
                                         const uint64_t *restrict w,
-                                        pair_events *e)
+                                        pair_events *e,
+                                        uint64_t *restrict slow)
 {
     if (p->general)
-        pairs_run(p, true, out, hi, lo, w, e);
+        pairs_run(p, true, out, hi, lo, w, e, slow);
     else
-        pairs_run(p, false, out, hi, lo, w, e);
+        pairs_run(p, false, out, hi, lo, w, e, slow);
 }
 
 static void pairs_base(const pair_plan *p, float *restrict out,
                        const double *restrict hi, const double *restrict lo,
-                       const uint64_t *restrict w, pair_events *e)
+                       const uint64_t *restrict w, pair_events *e,
+                       uint64_t *restrict slow)
 {
-    pairs_any(p, out, hi, lo, w, e);
+    pairs_any(p, out, hi, lo, w, e, slow);
 }
 
 #if EMU_HAVE_ISA_CLONES
 EMU_ISA_TARGET_AVX2
 static void pairs_avx2(const pair_plan *p, float *restrict out,
                        const double *restrict hi, const double *restrict lo,
-                       const uint64_t *restrict w, pair_events *e)
+                       const uint64_t *restrict w, pair_events *e,
+                       uint64_t *restrict slow)
 {
-    pairs_any(p, out, hi, lo, w, e);
+    pairs_any(p, out, hi, lo, w, e, slow);
 }
 
 EMU_ISA_TARGET_AVX512
 static void pairs_avx512(const pair_plan *p, float *restrict out,
                          const double *restrict hi, const double *restrict lo,
-                         const uint64_t *restrict w, pair_events *e)
+                         const uint64_t *restrict w, pair_events *e,
+                         uint64_t *restrict slow)
 {
-    pairs_any(p, out, hi, lo, w, e);
+    pairs_any(p, out, hi, lo, w, e, slow);
 }
 #endif
 
@@ -1257,18 +1265,22 @@ static void tile_pairs(const pair_plan *pl, pairs_kernel kern,
         h = h2, l = l2, dst = part;
     }
     pair_events e;
-    kern(pl, dst, h, l, w, &e);
+    uint64_t slow[TILE];
+    kern(pl, dst, h, l, w, &e, slow);
     e.slow -= (uint64_t)(TILE - len) * (pl->zero_below > 0);
     if (e.slow) {
+        /* the kernel marked its slow lanes: their events taken back
+         * (the same lane again, alone), their results the choke point's */
         pair_events back = { 0 };
         for (size_t i = 0; i < len; i++) {
-            pair_events one = { 0 };
-            if (pl->general)
-                pair_lane(pl, true, h[i], l[i], w[i], &one);
-            else
-                pair_lane(pl, false, h[i], l[i], w[i], &one);
-            if (!one.slow)
+            if (!slow[i])
                 continue;
+            pair_events one = { 0 };
+            uint64_t one_slow;
+            if (pl->general)
+                pair_lane(pl, true, h[i], l[i], w[i], &one, &one_slow);
+            else
+                pair_lane(pl, false, h[i], l[i], w[i], &one, &one_slow);
             back.inexact += one.inexact;
             back.overflow += one.overflow;
             back.overflow_neg += one.overflow_neg;

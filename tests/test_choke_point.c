@@ -578,6 +578,50 @@ START_TEST(test_exact_bin_low_parts)
 }
 END_TEST
 
+/* The same over whole runs of pairs, which the choke point scans a run at
+ * a time (vector lanes where the CPU has them) for the one pair in the
+ * binade below: that pair at every position of a 256-pair commit, among
+ * pairs whose exact values stay in hi's binade; checked against MPFR. */
+START_TEST(test_exact_bin_low_parts_runs)
+{
+    enum { N = 256 };
+    emu_tensor y; /* binary16: not binary32's own lanes (rne32_chunk) */
+    make(&y, test_format("binary16"), N, "y", EMU_ROLE_OTHER);
+    double hi[N], lo[N];
+    mpfr_t e;
+    mpfr_init2(e, 512);
+    for (size_t at = 0; at < N; at++) {
+        uint64_t want[EMU_HIST_BINS] = { 0 };
+        for (size_t i = 0; i < N; i++) {
+            const double s = (i + at) & 1 ? -1.0 : 1.0;
+            hi[i] = s * (i == at ? 0x1p-3 : 1.5);
+            lo[i] = (i == at ? -s : s) * 0x1p-70;
+            mpfr_set_d(e, hi[i], MPFR_RNDN);
+            mpfr_add_d(e, e, lo[i], MPFR_RNDN); /* exact at 512 bits */
+            want[exact_bin(e)]++;
+        }
+        emu_stats stats;
+        emu_stats_init(&stats);
+        emu_ctx ctx;
+        emu_ctx_init(&ctx, 3);
+        ctx.stats = &stats;
+        emu_op_out o = { .site = "lo", .kind = "test", .out = &y, .hi = hi,
+                         .lo = lo, .rnd = &test_rne };
+        ck_assert_int_eq(emu_commit(&ctx, &o), 0);
+        const emu_site_stats *t =
+            &find_site(&stats, "lo", EMU_ROLE_OTHER)->total;
+        for (int b = 0; b < EMU_HIST_BINS; b++)
+            ck_assert_msg(t->hist_exact[b] == want[b],
+                          "pair at %zu, bin %d: %llu want %llu", at, b,
+                          (unsigned long long)t->hist_exact[b],
+                          (unsigned long long)want[b]);
+        emu_stats_free(&stats);
+    }
+    mpfr_clear(e);
+    emu_tensor_free(&y);
+}
+END_TEST
+
 /* Values for a commit into binary32: chunk 0 the binary32 edges and
  * specials (NaNs of both signs, quiet and signalling payloads) then random
  * binary32 patterns, chunk 1 the same with one value that is not a
@@ -2859,6 +2903,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_commit_rne32);
     tcase_add_test(tc, test_commit_swamp_counts);
     tcase_add_test(tc, test_exact_bin_low_parts);
+    tcase_add_test(tc, test_exact_bin_low_parts_runs);
     tcase_add_test(tc, test_sampling_rate1);
     tcase_add_test(tc, test_sampling_catches_errors);
     tcase_add_test(tc, test_sampling_rate_partial);

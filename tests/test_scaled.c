@@ -2439,6 +2439,20 @@ START_TEST(quantize_site_stats)
             CHECK(hs && !memcmp(hs->total.hist_scale, want_hist, sizeof want_hist),
                   "%s %s: the site's scale histogram differs from the blocks' "
                   "scales", specs[s], emu_rnd_name(o.mode));
+            /* the value histograms, element by element: x before the
+             * rounding, the element times its scales after (the choke
+             * point bins them a chunk at a time, through tables from 64
+             * elements on, directly below) */
+            uint64_t want_x[EMU_HIST_BINS] = { 0 }, want_v[EMU_HIST_BINS] = { 0 };
+            for (size_t i = 0; i < x.n; i++) {
+                want_x[emu_hist_bin((double)x.data[i])]++;
+                want_v[emu_hist_bin(emu_scaled_value(&q, i))]++;
+            }
+            CHECK(hs && !memcmp(hs->total.hist_exact, want_x, sizeof want_x) &&
+                  !memcmp(hs->total.hist_rounded, want_v, sizeof want_v),
+                  "%s %s (%zu elements): the site's value histograms differ "
+                  "from the elements' bins", specs[s], emu_rnd_name(o.mode),
+                  x.n);
             /* the oracle's counts */
             ref_q r;
             ref_quantize(&r, &sf, 2, shape, 1, x.data, &o);
@@ -2590,6 +2604,37 @@ START_TEST(quantize_site_nan_observer)
           "observer: %d calls, kind '%s', %zu outputs, inexact %" PRIu64
           ", values %s", seen.calls, seen.kind, seen.n, seen.inexact,
           seen.values_match ? "match" : "differ");
+    /* the value histograms element by element (NaN values in the NaN
+     * bin), and the same statistics without the observer, whose chunks
+     * find the NaN values from the products of elements and scales */
+    uint64_t want_x[EMU_HIST_BINS] = { 0 }, want_v[EMU_HIST_BINS] = { 0 };
+    for (size_t i = 0; i < x.n; i++) {
+        want_x[emu_hist_bin((double)x.data[i])]++;
+        want_v[emu_hist_bin(emu_scaled_value(&q, i))]++;
+    }
+    CHECK(site && !memcmp(site->total.hist_exact, want_x, sizeof want_x) &&
+          !memcmp(site->total.hist_rounded, want_v, sizeof want_v),
+          "the value histograms differ from the elements' bins");
+    emu_ctx ctx2;
+    emu_ctx_init(&ctx2, 5);
+    ctx2.measure = EMU_MEASURE_ALL;
+    ctx2.ref_rate = 1.0;
+    emu_stats st2;
+    emu_stats_init(&st2);
+    ctx2.stats = &st2;
+    emu_scaled_tensor q2;
+    sq_alloc(&q2, &sf, 2, shape, 1);
+    rc = emu_t_quantize_scaled(&ctx2, "q.x", &q2, &x, NULL, NULL, &test_rne);
+    const emu_site *s2 = st2.count == 1 ? &st2.sites[0] : NULL;
+    CHECK(rc == 0 && site && s2 && s2->total.nan == site->total.nan &&
+          s2->total.nan_produced == site->total.nan_produced &&
+          !memcmp(s2->total.hist_exact, want_x, sizeof want_x) &&
+          !memcmp(s2->total.hist_rounded, want_v, sizeof want_v),
+          "without the observer: nan %" PRIu64 ", nan_produced %" PRIu64
+          " or the value histograms differ", s2 ? s2->total.nan : 0,
+          s2 ? s2->total.nan_produced : 0);
+    emu_scaled_free(&q2);
+    emu_stats_free(&st2);
     emu_scaled_free(&q);
     emu_tensor_free(&x);
     emu_stats_free(&st);
