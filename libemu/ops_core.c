@@ -1291,7 +1291,9 @@ enum { PAR_MIN_CHUNKS = 8 };
  * with no callback at all; never with MPFR sampling (ref). */
 static int commit_parts(const emu_ctx *ctx, const emu_op_out *o, bool ref)
 {
-    if (ctx->threads <= 1 || ref)
+    /* Scaled outputs keep a second table (hbx, the exact values' bins)
+     * that the parts' merge does not carry: they run on one thread. */
+    if (ctx->threads <= 1 || ref || o->scale)
         return 1;
     if (!o->parallel && !(o->hi && !o->inputs_had_nan))
         return 1;
