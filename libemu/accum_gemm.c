@@ -857,6 +857,7 @@ static EMU_ALWAYS_INLINE void kahan_step(const seq_ctx *c, emu_rnd mode,
     memcpy(s, t, sizeof t);
 }
 
+#if EMU_HAVE_ISA_CLONES
 /* kahan_step for a mode that is not a constant: the AVX-512 kernel's way
  * back to the C lanes for a step in which some lane left its domain. */
 static void kahan_step_any(const seq_ctx *c, emu_rnd mode, bool ex,
@@ -867,7 +868,6 @@ static void kahan_step_any(const seq_ctx *c, emu_rnd mode, bool ex,
     kahan_step(c, mode, ex, ak, b, s, cc, jn, cnt, hist);
 }
 
-#if EMU_HAVE_ISA_CLONES
 static void kahan_v8(const seq_ctx *c, emu_rnd mode, size_t i, size_t q,
                      const double *arow, emu_accum_counts *cnt,
                      uint32_t (*hist)[EMU_LOST_BINS]);
@@ -1206,6 +1206,20 @@ static EMU_ALWAYS_INLINE void kahan_v8_mode(const seq_ctx *c, emu_rnd mode,
         g->hi[i * g->N + j0 + j] = sv[j];
 }
 
+/* K(m) with m the constant for mode, so that each rounding mode runs its
+ * own inlined copy of a lane kernel (the modes the lanes take). */
+#define BY_MODE(mode, K)                                                    \
+    do {                                                                    \
+        switch (mode) {                                                     \
+        case EMU_RNE: K(EMU_RNE); break;                                    \
+        case EMU_RNA: K(EMU_RNA); break;                                    \
+        case EMU_RU: K(EMU_RU); break;                                      \
+        case EMU_RD: K(EMU_RD); break;                                      \
+        case EMU_RO: K(EMU_RO); break;                                      \
+        default: K(EMU_RZ); break;                                          \
+        }                                                                   \
+    } while (0)
+
 EMU_ISA_TARGET_AVX512
 static void kahan_v8(const seq_ctx *c, emu_rnd mode, size_t i, size_t q,
                      const double *arow, emu_accum_counts *cnt,
@@ -1214,26 +1228,7 @@ static void kahan_v8(const seq_ctx *c, emu_rnd mode, size_t i, size_t q,
 #define KV8(m)                                                            \
     (cnt ? kahan_v8_mode(c, m, i, q, arow, cnt, hist)                     \
          : kahan_v8_mode(c, m, i, q, arow, NULL, hist))
-    switch (mode) {
-    case EMU_RNE:
-        KV8(EMU_RNE);
-        break;
-    case EMU_RNA:
-        KV8(EMU_RNA);
-        break;
-    case EMU_RU:
-        KV8(EMU_RU);
-        break;
-    case EMU_RD:
-        KV8(EMU_RD);
-        break;
-    case EMU_RO:
-        KV8(EMU_RO);
-        break;
-    default:
-        KV8(EMU_RZ);
-        break;
-    }
+    BY_MODE(mode, KV8);
 #undef KV8
 }
 #endif
@@ -1259,6 +1254,7 @@ static EMU_ALWAYS_INLINE void pw_node(const seq_ctx *c, emu_rnd mode,
     }
 }
 
+#if EMU_HAVE_ISA_CLONES
 /* pw_node for a mode that is not a constant (the AVX-512 tree's way back
  * to the C lanes). */
 static void pw_node_any(const seq_ctx *c, emu_rnd mode, const double *l,
@@ -1269,7 +1265,6 @@ static void pw_node_any(const seq_ctx *c, emu_rnd mode, const double *l,
     pw_node(c, mode, l, r, out, jn, cnt, hist);
 }
 
-#if EMU_HAVE_ISA_CLONES
 /* pw_node at the AVX-512 level on register lanes; a node with a lane
  * outside v8_add's domain is done again by pw_node_any. */
 EMU_ISA_TARGET_AVX512
@@ -1379,26 +1374,7 @@ static void pw_tree_v8(const seq_ctx *c, emu_rnd mode, const double *arow,
 #define PV8(m)                                                             \
     (cnt ? pw_tree_v8_mode(c, m, arow, iv, init, jn, res, cnt, hist)       \
          : pw_tree_v8_mode(c, m, arow, iv, init, jn, res, NULL, hist))
-    switch (mode) {
-    case EMU_RNE:
-        PV8(EMU_RNE);
-        break;
-    case EMU_RNA:
-        PV8(EMU_RNA);
-        break;
-    case EMU_RU:
-        PV8(EMU_RU);
-        break;
-    case EMU_RD:
-        PV8(EMU_RD);
-        break;
-    case EMU_RO:
-        PV8(EMU_RO);
-        break;
-    default:
-        PV8(EMU_RZ);
-        break;
-    }
+    BY_MODE(mode, PV8);
 #undef PV8
 }
 #endif
