@@ -1582,6 +1582,8 @@ void emu_exp_f32_n(const emu_format *f32, const float *s, double m,
 #if EMU_HAVE_ISA_CLONES
     if (lanes && emu_isa_active() >= EMU_ISA_AVX512)
         i = exp_f32_avx512(&g, f32, s, m, n, out);
+#else
+    (void)lanes; /* no lanes in a build without target clones */
 #endif
     for (; i < n; i++)
         out[i] = exp_f32_1(&g, f32, (double)s[i] - m);
