@@ -39,6 +39,7 @@
 #include "hostfp.h" /* first: no contraction, no excess precision */
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1054,6 +1055,152 @@ int emu_t_conv2d_backward_data(emu_ctx *ctx, const char *site, emu_tensor *dx,
 
 /* ---- gradient with respect to the weights and the bias ------------------- */
 
+/* The fast model's weight gradient is one sgemm, dw(Co x K0) = dy(Co x T)
+ * im2row(T x K0), whose sum runs over the T = N*Ho*Wo positions: for the
+ * first ResNet stage a 29 MB matrix (64 images of 28 x 28, K0 = 144),
+ * which made whole went to memory and came back for sgemm to pack: the
+ * largest single cost of a resnet:1 step.  It is made here a slice of T
+ * at a time, each slice in cache just before an sgemm that adds it to the
+ * results of the slices before (beta = 1), and the bits stay those of the
+ * one call because the slices follow the call's own structure: OpenBLAS's
+ * level-3 driver cuts the sum into blocks of Q terms (GEMM_Q, fixed per
+ * CPU type; the remainder below 2Q in one or two blocks), forms each
+ * block's sum in registers and adds it to C.  Slices whose boundaries are
+ * multiples of Q, none within Q of the end, cut the sum where the one
+ * call does, and the last slice sees the remainder the one call saw.  Q is
+ * not part of the interface, so it is found once by trial
+ * (sgemm_kblock): the smallest q for which slices of exactly q terms give
+ * the one call's bits on random operands, which happens only when every
+ * multiple of q is a block boundary (a cut anywhere else rounds a partial
+ * sum the one call does not).  Every call stays on the level-3 path the
+ * one call takes: the whole GEMM has at least SLICE_MIN_MACS
+ * multiply-adds (above the small-matrix kernels' 10^6 and SkylakeX's
+ * direct sgemm's 28 * 512^2), each slice at least CONV_BLOCK_MACS, and
+ * every slice, the first included, starts from given values (beta = 1,
+ * never the direct kernel's beta = 0).  test_ops_conv's
+ * fast_is_sgemm_on_the_matrices checks the bits against one sgemm on the
+ * whole matrix. */
+#define SLICE_MIN_MACS 8e6
+
+/* q for the probe: 64 x 64 outputs, so that every trial slice
+ * (>= 256 terms) is above the small-matrix kernels. */
+enum { PROBE_MN = 64, PROBE_Q_MIN = 256, PROBE_Q_MAX = 1024 };
+
+/* Whether sgemm on (64 x K)(K x 64) in slices of q terms (the last 1.5 q
+ * + 7) gives the bits of the one call. */
+static bool probe_q(size_t q, const float *a, const float *b, size_t lda,
+                    float *whole, float *part, double *c)
+{
+    const size_t K = 4 * q + q / 2 + 7, mn = PROBE_MN * PROBE_MN;
+    if (emu_gemm_fast_f32(PROBE_MN, PROBE_MN, K, a, (ptrdiff_t)lda, 1, b,
+                          PROBE_MN, 1, NULL, whole))
+        return false;
+    for (size_t i = 0; i < mn; i++)
+        c[i] = 0.0;
+    for (size_t k0 = 0, k1; k0 < K; k0 = k1) {
+        k1 = K - k0 < 2 * q ? K : k0 + q;
+        if (emu_gemm_fast_f32(PROBE_MN, PROBE_MN, k1 - k0, a + k0,
+                              (ptrdiff_t)lda, 1, b + k0 * PROBE_MN, PROBE_MN,
+                              1, c, part))
+            return false;
+        for (size_t i = 0; i < mn; i++)
+            c[i] = part[i];
+    }
+    return memcmp(whole, part, mn * sizeof *part) == 0;
+}
+
+static size_t probe_kblock(void)
+{
+    const size_t lda = 4 * PROBE_Q_MAX + PROBE_Q_MAX / 2 + 7;
+    const size_t mn = PROBE_MN * PROBE_MN;
+    float *a = malloc(lda * PROBE_MN * sizeof *a);
+    float *b = malloc(lda * PROBE_MN * sizeof *b);
+    float *w = malloc(2 * mn * sizeof *w);
+    double *c = malloc(mn * sizeof *c);
+    size_t found = 0;
+    if (a && b && w && c) {
+        /* values in (-1, 1) with full 24-bit significands (xorshift64) */
+        uint64_t x = 0x9e3779b97f4a7c15u;
+        for (size_t i = 0; i < 2 * lda * PROBE_MN; i++) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            float v = (float)(x >> 40) * 0x1p-24f;
+            (i < lda * PROBE_MN ? a : b)[i % (lda * PROBE_MN)] =
+                x >> 39 & 1 ? -v : v;
+        }
+        for (size_t q = PROBE_Q_MIN; !found && q <= PROBE_Q_MAX; q += 16)
+            if (probe_q(q, a, b, lda, w, w + mn, c))
+                found = q;
+    }
+    free(a);
+    free(b);
+    free(w);
+    free(c);
+    return found;
+}
+
+/* The sum's block length of sgemm's level-3 path (a multiple of it), or 0
+ * if none was found (the weight gradient is then one call).  Probed once
+ * per process; two threads probing at once find the same value. */
+static size_t sgemm_kblock(void)
+{
+    static atomic_size_t cached = SIZE_MAX;
+    size_t q = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (q == SIZE_MAX) {
+        q = probe_kblock();
+        atomic_store_explicit(&cached, q, memory_order_relaxed);
+    }
+    return q;
+}
+
+/* The fast model's weight gradient, dw = dyp(Co x T) im2row(T x K0), in
+ * slices of T (see above) into a new array *f32 (Co x K0); returns 1 if
+ * the GEMM is not sliced (too small, or no block length known), the caller
+ * then making it whole. */
+static int weights_sliced(const conv_geom *g, const row_src *src,
+                          const float *dyp, size_t T, size_t K0, float **f32)
+{
+    *f32 = NULL;
+    const size_t Co = g->Co, mn = Co * K0;
+    if ((double)mn * (double)T < SLICE_MIN_MACS)
+        return 1;
+    const size_t q = sgemm_kblock();
+    if (!q)
+        return 1;
+    /* slices of whole blocks: CONV_BLOCK_MACS at least, and about
+     * CONV_BLOCK_BYTES of rows if that is more */
+    size_t nq = (size_t)(CONV_BLOCK_MACS / ((double)mn * (double)q)) + 1;
+    const size_t nb = CONV_BLOCK_BYTES / (K0 * sizeof(float) * q);
+    if (nq < nb)
+        nq = nb;
+    const size_t L = nq * q;
+    if (T < 2 * L)
+        return 1;
+    float *rows = malloc((2 * L * K0 + ROW_SLACK) * sizeof *rows);
+    float *f = malloc(mn * sizeof *f);
+    double *c = calloc(mn, sizeof *c); /* +0.0: the one call's C */
+    int rc = rows && f && c ? 0 : -1;
+    for (size_t t0 = 0, t1; rc == 0 && t0 < T; t0 = t1) {
+        /* the last slice takes the remainder (L .. 2L - 1 terms) */
+        t1 = T - t0 < 2 * L ? T : t0 + L;
+        row_src_fill(src, t0, t1, rows);
+        rc = emu_gemm_fast_f32(Co, K0, t1 - t0, dyp + t0, (ptrdiff_t)T, 1,
+                               rows, (ptrdiff_t)K0, 1, c, f);
+        for (size_t i = 0; rc == 0 && i < mn; i++)
+            c[i] = f[i];
+    }
+    free(rows);
+    free(c);
+    if (rc) {
+        free(f);
+        return -1;
+    }
+    *f32 = f;
+    return 0;
+}
+
+
 int emu_t_conv2d_backward_weights(emu_ctx *ctx, const char *site,
                                   emu_tensor *dw, emu_tensor *dbias,
                                   const emu_tensor *dy, const emu_tensor *x,
@@ -1081,25 +1228,20 @@ int emu_t_conv2d_backward_weights(emu_ctx *ctx, const char *site,
     const size_t K0 = g.Ci * g.KH * g.KW;
     const size_t T = g.N * g.Ho * g.Wo;
     const size_t P = g.Ho * g.Wo;
-    float *rows = falloc(ctx, site, T, K0);
-    float *dyp = rows ? falloc(ctx, site, g.Co, T) : NULL;
+    float *dyp = falloc(ctx, site, g.Co, T);
     size_t nb = dbias ? g.Co : 0;
     double *hi = dyp ? emu_scratch(ctx, site, 2 * (dw->n + nb)) : NULL;
     if (!hi) {
-        free(rows);
         free(dyp);
         return -1;
     }
     double *lo = hi + dw->n;
     row_src src;
     if (row_src_im2row(&g, x->data, false, &src)) {
-        free(rows);
         free(dyp);
         free(hi);
         return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory");
     }
-    row_src_fill(&src, 0, T, rows);
-    row_src_free(&src);
     /* dy as (Co, T), t = (n, oh, ow). */
     for (size_t co = 0; co < g.Co; co++)
         for (size_t n = 0; n < g.N; n++)
@@ -1108,12 +1250,28 @@ int emu_t_conv2d_backward_weights(emu_ctx *ctx, const char *site,
     emu_accum_counts swamp;
     memset(&swamp, 0, sizeof swamp);
     const bool count = swamp_measured(ctx);
-    int rc = 0;
-    float *f32;
-    if (conv_gemm(ctx, o->accum, g.Co, K0, T, dyp, (ptrdiff_t)T, 1, rows,
-                  (ptrdiff_t)K0, 1, hi, lo, count ? &swamp : NULL, &f32))
+    float *f32 = NULL;
+    /* the fast model on one thread in slices of T; otherwise (and if
+     * the GEMM is too small to slice) the whole matrix and one GEMM */
+    int rc = o->accum->kind == EMU_ACCUM_FAST && ctx->threads <= 1
+                 ? weights_sliced(&g, &src, dyp, T, K0, &f32)
+                 : 1;
+    if (rc == 1) {
+        float *rows = falloc(ctx, site, T, K0);
+        rc = rows ? 0 : -2; /* -2: failure already filed */
+        if (rows)
+            row_src_fill(&src, 0, T, rows);
+        if (rows && conv_gemm(ctx, o->accum, g.Co, K0, T, dyp, (ptrdiff_t)T,
+                              1, rows, (ptrdiff_t)K0, 1, hi, lo,
+                              count ? &swamp : NULL, &f32))
+            rc = -1;
+        free(rows);
+    }
+    row_src_free(&src);
+    if (rc == -1)
         rc = emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory in the GEMM engine");
-    free(rows);
+    else if (rc == -2)
+        rc = -1;
     conv_op op = { .g = g, .x = x->data, .dy = dy->data,
                    .gather = gather_weights, .max_terms = T };
     if (rc == 0)

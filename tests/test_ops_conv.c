@@ -651,6 +651,12 @@ START_TEST(fast_is_sgemm_on_the_matrices)
         make_geo(64, 32, 14, 14, 64, 1, 1, 2, 0),
         make_geo(40, 16, 15, 15, 32, 1, 1, 2, 1),
         make_geo(60, 24, 17, 16, 40, 1, 1, 3, 0),
+        /* weight gradients above 8e6 multiply-adds, made in slices of the
+         * sum over positions (several, and a longer last one): ResNet's
+         * first stage, a stride-2 stage, a 5x5 kernel without padding */
+        make_geo(12, 16, 28, 28, 16, 3, 3, 1, 1),
+        make_geo(10, 16, 28, 28, 32, 3, 3, 2, 1),
+        make_geo(9, 8, 30, 30, 24, 5, 5, 1, 0),
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         fast_case(shapes[i], &r);
