@@ -480,6 +480,64 @@ static int conv_gemm(emu_ctx *ctx, const emu_accum *model, size_t M,
 #define CONV_BLOCK_MACS 2000000.0
 #define CONV_BLOCK_BYTES ((size_t)256 * 1024)
 
+#if EMU_HAVE_ISA_CLONES
+#include <immintrin.h>
+
+/* block_to_nchw's run of one image for C a multiple of 8 (AVX2): tiles of
+ * 8 positions x 8 channels loaded as 8 runs of channels, transposed in
+ * registers, stored as 8 runs of positions (a move of values, nothing
+ * computed); the scalar loop's stride-C loads were 3.6% of a resnet:1
+ * step.  Returns the positions done (len rounded down to a multiple of
+ * 8). */
+EMU_ISA_TARGET_AVX2
+static size_t nchw_tiles_avx2(const float *src, size_t len, size_t C,
+                              size_t pp, float *dst)
+{
+    const size_t done = len / 8 * 8;
+    for (size_t j = 0; j < done; j += 8) {
+        const float *s = src + j * C;
+        for (size_t c = 0; c < C; c += 8, s += 8) {
+            const __m256 r0 = _mm256_loadu_ps(s);
+            const __m256 r1 = _mm256_loadu_ps(s + C);
+            const __m256 r2 = _mm256_loadu_ps(s + 2 * C);
+            const __m256 r3 = _mm256_loadu_ps(s + 3 * C);
+            const __m256 r4 = _mm256_loadu_ps(s + 4 * C);
+            const __m256 r5 = _mm256_loadu_ps(s + 5 * C);
+            const __m256 r6 = _mm256_loadu_ps(s + 6 * C);
+            const __m256 r7 = _mm256_loadu_ps(s + 7 * C);
+            /* pairs of rows interleaved, then 4-row columns in each
+             * 128-bit half (column k | column k + 4), then the halves */
+            const __m256 t0 = _mm256_unpacklo_ps(r0, r1);
+            const __m256 t1 = _mm256_unpackhi_ps(r0, r1);
+            const __m256 t2 = _mm256_unpacklo_ps(r2, r3);
+            const __m256 t3 = _mm256_unpackhi_ps(r2, r3);
+            const __m256 t4 = _mm256_unpacklo_ps(r4, r5);
+            const __m256 t5 = _mm256_unpackhi_ps(r4, r5);
+            const __m256 t6 = _mm256_unpacklo_ps(r6, r7);
+            const __m256 t7 = _mm256_unpackhi_ps(r6, r7);
+            const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44);
+            const __m256 u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+            const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44);
+            const __m256 u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+            const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44);
+            const __m256 u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+            const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44);
+            const __m256 u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+            float *d = dst + c * pp + j;
+            _mm256_storeu_ps(d, _mm256_permute2f128_ps(u0, u4, 0x20));
+            _mm256_storeu_ps(d + pp, _mm256_permute2f128_ps(u1, u5, 0x20));
+            _mm256_storeu_ps(d + 2 * pp, _mm256_permute2f128_ps(u2, u6, 0x20));
+            _mm256_storeu_ps(d + 3 * pp, _mm256_permute2f128_ps(u3, u7, 0x20));
+            _mm256_storeu_ps(d + 4 * pp, _mm256_permute2f128_ps(u0, u4, 0x31));
+            _mm256_storeu_ps(d + 5 * pp, _mm256_permute2f128_ps(u1, u5, 0x31));
+            _mm256_storeu_ps(d + 6 * pp, _mm256_permute2f128_ps(u2, u6, 0x31));
+            _mm256_storeu_ps(d + 7 * pp, _mm256_permute2f128_ps(u3, u7, 0x31));
+        }
+    }
+    return done;
+}
+#endif
+
 /* Rows r0 .. r1 of a GEMM's (P x C) result, fb (rows r0.. at fb[0]), into
  * f in NCHW order: position p of image n, channel c at (n*C + c)*pp + p,
  * pp positions per image.  Each channel's run of an image is written in
@@ -487,14 +545,24 @@ static int conv_gemm(emu_ctx *ctx, const emu_accum *model, size_t M,
 static void block_to_nchw(const float *fb, size_t r0, size_t r1, size_t C,
                           size_t pp, float *f)
 {
+#if EMU_HAVE_ISA_CLONES
+    const bool tiles = C % 8 == 0 && emu_isa_active() >= EMU_ISA_AVX2;
+#else
+    const bool tiles = false;
+#endif
     for (size_t r = r0; r < r1;) {
         const size_t n = r / pp, p = r % pp;
         const size_t len = r1 - r < pp - p ? r1 - r : pp - p;
         const float *src = fb + (r - r0) * C;
         float *dst = f + n * C * pp + p;
+        size_t j0 = 0;
+#if EMU_HAVE_ISA_CLONES
+        if (tiles)
+            j0 = nchw_tiles_avx2(src, len, C, pp, dst);
+#endif
         /* 32 positions at a time: their C floats (<= 32 cache lines for
          * C <= 256) stay in L1 while every channel's run reads them */
-        for (size_t j0 = 0; j0 < len; j0 += 32) {
+        for (; j0 < len; j0 += 32) {
             const size_t j1 = len - j0 < 32 ? len : j0 + 32;
             for (size_t c = 0; c < C; c++)
                 for (size_t j = j0; j < j1; j++)
@@ -502,6 +570,7 @@ static void block_to_nchw(const float *fb, size_t r0, size_t r1, size_t C,
         }
         r += len;
     }
+    (void)tiles;
 }
 
 /* conv_rows_gemm's fast model on T threads.  Its one-thread blocks
