@@ -1167,15 +1167,22 @@ static EMU_KERNEL_INLINE double pair_lane(const pair_plan *p, const bool low,
     /* an underflowed negative product still floors to -1 */
     const double flr = dblend(mask64(al < 0.0 && x == 0.0), -1.0, fl);
     const uint64_t fq_lo = d2u(flr + C) - d2u(C); /* two's complement */
-    const uint64_t unit = low ? (uint64_t)1 << dl : p->mask + 1;
-    const uint64_t fint = sig & (unit - 1);
+    /* (Shifts of variables by variables only: gcc vectorises no shift
+     * of a constant by a variable.) */
+    const uint64_t fint = low ? sig - ((sig >> dl) << dl) : u & p->mask;
     const uint64_t fq = (fint << (64 - dl)) + fq_lo;
     const uint64_t borrow = (fint == 0) & (flr < 0.0);
     const uint64_t up = ((fq & p->top) + (word & p->top)) < (word & p->top);
-    uint64_t r = ((u & ~(unit - 1)) - (mask64(borrow) & unit)
-                  + (mask64(up) & unit)) & ~mask64(zero);
-    if (low) /* the implicit bit dropped: zero or one quantum */
+    const uint64_t unit = p->mask + 1;
+    uint64_t r;
+    if (low) {
+        r = (((u >> dl) + up - borrow) << dl) & ~mask64(zero);
+        /* the implicit bit dropped: zero or one quantum */
         r = blend64(mask64(dl >= 53), mask64(up) & p->q_bits, r);
+    } else {
+        r = ((u & p->keep) - (mask64(borrow) & unit)
+             + (mask64(up) & unit)) & ~mask64(zero);
+    }
     const uint64_t inx = ((fint != 0) | (al != 0.0)) & (zero ^ 1);
     uint64_t slow = (uint64_t)((hb & exp_mask) == exp_mask)
                   | (uint64_t)((lb & exp_mask) == exp_mask)
@@ -1309,11 +1316,12 @@ static pairs_kernel pairs_for(emu_isa isa)
     return pairs_base;
 }
 
-static void tile_pairs(const pair_plan *pl, pairs_kernel kern,
-                       const emu_format *f, float *out, const double *hi,
-                       const double *lo, size_t len,
-                       const emu_array_rounding *a, uint64_t first,
-                       emu_round_counts *c)
+/* Returns the number of slow lanes. */
+static uint64_t tile_pairs(const pair_plan *pl, pairs_kernel kern,
+                           const emu_format *f, float *out, const double *hi,
+                           const double *lo, size_t len,
+                           const emu_array_rounding *a, uint64_t first,
+                           emu_round_counts *c)
 {
     uint64_t w[TILE];
     double h2[TILE], l2[TILE];
@@ -1379,6 +1387,7 @@ static void tile_pairs(const pair_plan *pl, pairs_kernel kern,
               | (e.subnormal ? EMU_FLAG_SUBNORMAL : 0);
     if (dst != out)
         memcpy(out, dst, len * sizeof dst[0]);
+    return e.slow;
 }
 
 /* The pairs of the scalar path: any format, any mode. */
@@ -1410,12 +1419,23 @@ void emu_round_pairs_f32_unguarded(const emu_format *fmt, float *out,
     const bool fast = plan_pairs(&pl, fmt, &a->rnd);
     const pairs_kernel kern = pairs_for(emu_isa_active());
     emu_round_counts c = { 0 };
+    /* The kernels with the lanes below 2^emin cost about a quarter more
+     * per lane; the optimizer's weights seldom lie there.  So the tiles
+     * start without them and switch for the rest of the array once a
+     * tile sent more than LOW_SWITCH lanes to the choke point.  Either
+     * kernel gives the choke point's results: only the speed changes. */
+    enum { LOW_SWITCH = 16 };
+    const bool low_ok = fast && pl.low;
+    pl.low = false;
     for (size_t i = 0; i < n; i += TILE) {
         const size_t len = n - i < TILE ? n - i : TILE;
-        if (fast)
-            tile_pairs(&pl, kern, fmt, out + i, hi + i, lo + i, len, a,
-                       a->first_index + i, &c);
-        else
+        if (fast) {
+            const uint64_t slow = tile_pairs(&pl, kern, fmt, out + i, hi + i,
+                                             lo + i, len, a,
+                                             a->first_index + i, &c);
+            if (low_ok && slow > LOW_SWITCH)
+                pl.low = true;
+        } else
             scalar_pairs(fmt, out + i, hi + i, lo + i, len, a,
                          a->first_index + i, &c);
     }
