@@ -1067,8 +1067,9 @@ static void tile_f64(const f64_plan *pl, tile_kernel64 kern,
  * point (probability 2^(1-p) in that binade).
  *
  * Slow lanes, redone by the choke point: non-finite parts or sums,
- * non-zero values below 2^emin in formats without subnormals or with
- * d' > 63, those candidates for tininess after rounding, a power of two
+ * non-zero values below 2^emin in formats without subnormals, with
+ * d' > 63 or in the kernels without those lanes (a call starts with them:
+ * see emu_round_pairs_f32_unguarded), those candidates for tininess after rounding, a power of two
  * hi with a low part toward zero (the exact value lies in the binade
  * below), and the general rules' negatives into unsigned formats and
  * zeros into formats without zero.  Nothing but inexact and overflow
