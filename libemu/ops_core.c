@@ -732,6 +732,19 @@ static void carry_scan(const float *v, uint32_t *sub, uint32_t *nan)
     *nan = q;
 }
 
+/* CARRY_RUN doubles narrowed into binary32; true if each was a binary32
+ * value or NaN.  A constant count and tests without short circuit: gcc
+ * -O2 vectorises it. */
+static bool narrow_run(float *restrict out, const double *restrict h)
+{
+    unsigned ok = 1;
+    for (int j = 0; j < CARRY_RUN; j++) {
+        out[j] = (float)h[j];
+        ok &= (unsigned)((double)out[j] == h[j]) | (unsigned)(out[j] != out[j]);
+    }
+    return ok != 0;
+}
+
 /* CARRY_RUN binary32 values with each signalling NaN made quiet. */
 static void quiet_run(float *out, const float *v)
 {
@@ -936,12 +949,12 @@ static bool round_chunk(commit_run *r, size_t i0, size_t m, const double *h,
          * GEMM, sums of 16-bit values, casts): then the binary32 array
          * path, several times faster, rounds them the same way. */
         bool narrow = !wide0;
-        for (size_t j = 0; narrow && j < m; j += 256) {
-            const size_t e = m - j < 256 ? m : j + 256;
-            for (size_t k = j; k < e; k++) {
-                fin[k] = (float)h[k];
-                narrow &= (double)fin[k] == h[k] || isnan(fin[k]);
-            }
+        size_t j = 0;
+        for (; narrow && j + CARRY_RUN <= m; j += CARRY_RUN)
+            narrow = narrow_run(fin + j, h + j);
+        for (; narrow && j < m; j++) {
+            fin[j] = (float)h[j];
+            narrow = (double)fin[j] == h[j] || isnan(fin[j]);
         }
         if (narrow) {
             emu_round_array_f32_unguarded(fmt, res, fin, m, &r->ar, counts);

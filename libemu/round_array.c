@@ -1053,13 +1053,27 @@ static void tile_f64(const f64_plan *pl, tile_kernel64 kern,
  * just below a grid point).  The random word (its top r bits for r-bit
  * rounding) carries out of 64 bits with it or not: decide()'s rule.
  *
+ * Below 2^emin, in a format with subnormals, the quantum is fixed at
+ * 2^qs: the same holds with d' = d + (emin's field - E) dropped bits of
+ * hi's significand (implicit bit included) and the scale 2^(64-qs), as
+ * long as d' <= 63 keeps the dropped bits an integer at 2^64 (hi at least
+ * 2^(emin-p-10)).  The truncation is the pattern
+ * with d' bits cleared and a quantum 2^(d') added to it, or, when the
+ * implicit bit itself is dropped (d' >= 53), zero or one quantum.  These
+ * lanes raise underflow (tiny and inexact), subnormal and to-zero events
+ * too.  Tininess after rounding differs from before only in the binade
+ * just below 2^emin, where the value rounded at p bits could reach 2^emin:
+ * only when its p - 1 stored bits are all ones, lanes sent to the choke
+ * point (probability 2^(1-p) in that binade).
+ *
  * Slow lanes, redone by the choke point: non-finite parts or sums,
- * non-zero values below 2^emin (the fixed quantum makes floor(F 2^64) a
- * conversion no vector unit below AVX-512 has), a power of two hi with a
- * low part toward zero (the exact value lies in the binade below), and
- * the general rules' negatives into unsigned formats and zeros into
- * formats without zero.  Nothing but inexact and overflow can happen in
- * the others. */
+ * non-zero values below 2^emin in formats without subnormals, with
+ * d' > 63 or in the kernels without those lanes (a call starts with them:
+ * see emu_round_pairs_f32_unguarded), those candidates for tininess after rounding, a power of two
+ * hi with a low part toward zero (the exact value lies in the binade
+ * below), and the general rules' negatives into unsigned formats and
+ * zeros into formats without zero.  Nothing but inexact and overflow
+ * (and the events above below 2^emin) can happen in the others. */
 
 typedef struct pair_plan {
     uint64_t d, mask, keep, emin_bits, max_bits;
@@ -1069,6 +1083,10 @@ typedef struct pair_plan {
     uint64_t zero_sign;
     bool general;
     int64_t neg_above, zero_below;
+    /* below 2^emin (formats with subnormals): emin's exponent field, the
+     * pattern of the quantum 2^qs, and 1 for tininess after rounding */
+    bool low;
+    uint64_t emin_e, q_bits, tiny_after;
 } pair_plan;
 
 static bool plan_pairs(pair_plan *pl, const emu_format *f,
@@ -1100,14 +1118,20 @@ static bool plan_pairs(pair_plan *pl, const emu_format *f,
     pl->zero_below = !f->has_zero ? 1 : 0;
     pl->general = !f->is_signed || !f->has_zero || pl->zero_sign != sign
                   || pl->ovf[1] != (pl->ovf[0] | sign) || (pl->ovf[0] & sign);
+    pl->low = f->subnormals;
+    pl->emin_e = pl->emin_bits >> 52;
+    pl->q_bits = d2u(ldexp(1.0, low_quantum(f)));
+    pl->tiny_after = r->tininess != EMU_TINY_BEFORE;
     return true;
 }
 
 typedef struct pair_events {
     uint64_t inexact, overflow, overflow_neg, to_zero, slow;
+    uint64_t underflow, subnormal;
 } pair_events;
 
-static EMU_KERNEL_INLINE double pair_lane(const pair_plan *p,
+/* One lane; low and general are constants wherever it is inlined. */
+static EMU_KERNEL_INLINE double pair_lane(const pair_plan *p, const bool low,
                                           const bool general, double hi,
                                           double lo, uint64_t word,
                                           pair_events *e, uint64_t *lane_slow)
@@ -1124,51 +1148,81 @@ static EMU_KERNEL_INLINE double pair_lane(const pair_plan *p,
     const double L = dblend(lo_nz, l2, lo);
     const uint64_t u = H & ~sign_bit, neg = H >> 63;
     const uint64_t E = u >> 52;
+    const uint64_t zero = u == 0;
+    /* Below 2^emin (low kernels): d' dropped bits, the scale at emin's
+     * binade, the significand with its implicit bit. */
+    uint64_t dl = p->d, Es = E, sig = u, is_low = 0, far = 0;
+    if (low) {
+        is_low = (uint64_t)(E < p->emin_e) & (zero ^ 1);
+        const uint64_t dd = p->d + (mask64(is_low) & (p->emin_e - E));
+        far = dd > 63;
+        dl = blend64(mask64(far), 63, dd);
+        Es = blend64(mask64(is_low), p->emin_e, E);
+        sig = (u & (((uint64_t)1 << 52) - 1)) | ((uint64_t)(E != 0) << 52);
+    }
     /* the low part away from zero, and its floor at 2^(64-q) */
     const double al = u2d(d2u(L) ^ (H & sign_bit));
-    const double x = al * u2d((p->scale_base - E) << 52);
+    const double x = al * u2d((p->scale_base - Es) << 52);
     const double k = (x + C) - C;
     const double fl = k - dblend(mask64(k > x), 1.0, 0.0);
     /* an underflowed negative product still floors to -1 */
     const double flr = dblend(mask64(al < 0.0 && x == 0.0), -1.0, fl);
     const uint64_t fq_lo = d2u(flr + C) - d2u(C); /* two's complement */
-    const uint64_t fint = u & p->mask;
-    const uint64_t fq = (fint << (64 - p->d)) + fq_lo;
+    /* (Shifts of variables by variables only: gcc vectorises no shift
+     * of a constant by a variable.) */
+    const uint64_t fint = low ? sig - ((sig >> dl) << dl) : u & p->mask;
+    const uint64_t fq = (fint << (64 - dl)) + fq_lo;
     const uint64_t borrow = (fint == 0) & (flr < 0.0);
     const uint64_t up = ((fq & p->top) + (word & p->top)) < (word & p->top);
     const uint64_t unit = p->mask + 1;
-    const uint64_t zero = u == 0;
-    const uint64_t r = ((u & p->keep) - (mask64(borrow) & unit)
-                        + (mask64(up) & unit)) & ~mask64(zero);
+    uint64_t r;
+    if (low) {
+        r = (((u >> dl) + up - borrow) << dl) & ~mask64(zero);
+        /* the implicit bit dropped: zero or one quantum */
+        r = blend64(mask64(dl >= 53), mask64(up) & p->q_bits, r);
+    } else {
+        r = ((u & p->keep) - (mask64(borrow) & unit)
+             + (mask64(up) & unit)) & ~mask64(zero);
+    }
     const uint64_t inx = ((fint != 0) | (al != 0.0)) & (zero ^ 1);
     uint64_t slow = (uint64_t)((hb & exp_mask) == exp_mask)
                   | (uint64_t)((lb & exp_mask) == exp_mask)
                   | (uint64_t)(E == 0x7ff)
-                  | ((uint64_t)(u < p->emin_bits) & (zero ^ 1))
                   | ((uint64_t)((u << 12) == 0) & (uint64_t)(al < 0.0)
                      & (zero ^ 1));
+    if (low)
+        slow |= far | (p->tiny_after & is_low
+                       & (uint64_t)((u | p->mask) + 1 == p->emin_bits));
+    else
+        slow |= (uint64_t)(u < p->emin_bits) & (zero ^ 1);
     if (general)
         slow |= (uint64_t)((int64_t)(H ^ sign_bit) > p->neg_above)
               | (uint64_t)((int64_t)r < p->zero_below);
     const uint64_t ovf = (int64_t)r > (int64_t)p->max_bits;
+    const uint64_t rzero = low ? (uint64_t)(r == 0) : zero;
     e->inexact += inx | ovf;
     e->overflow += ovf;
     if (general)
         e->overflow_neg += ovf & neg;
-    e->to_zero += zero & (uint64_t)((hb << 1) != 0);
+    e->to_zero += rzero & (uint64_t)((hb << 1) != 0);
+    if (low) {
+        e->underflow += inx & is_low;
+        e->subnormal += is_low & (rzero ^ 1)
+                        & (uint64_t)(r < p->emin_bits);
+    }
     e->slow += slow;
     *lane_slow = slow;
     if (!general)
         return u2d(blend64(mask64(ovf), p->ovf[0], r) | (H & sign_bit));
     const uint64_t zero_drop = p->zero_sign ^ sign_bit;
-    const uint64_t sgn = H & (sign_bit ^ (mask64(zero) & zero_drop));
+    const uint64_t sgn = H & (sign_bit ^ (mask64(rzero) & zero_drop));
     const uint64_t ovf_res = p->ovf[0] ^ (((uint64_t)0 - neg)
                                           & (p->ovf[0] ^ p->ovf[1]));
     return u2d(blend64(mask64(ovf), ovf_res, r | sgn));
 }
 
 static EMU_KERNEL_INLINE void pairs_run(const pair_plan *plan,
-                                        const bool general,
+                                        const bool low, const bool general,
                                         float *restrict out,
                                         const double *restrict hi,
                                         const double *restrict lo,
@@ -1179,7 +1233,7 @@ static EMU_KERNEL_INLINE void pairs_run(const pair_plan *plan,
     const pair_plan p = *plan;
     pair_events e = { 0 };
     for (size_t i = 0; i < TILE; i++)
-        out[i] = (float)pair_lane(&p, general, hi[i], lo[i], w[i], &e,
+        out[i] = (float)pair_lane(&p, low, general, hi[i], lo[i], w[i], &e,
                                   &slow[i]);
     *ev = e;
 }
@@ -1197,10 +1251,30 @@ static EMU_KERNEL_INLINE void pairs_any(const pair_plan *p,
                                         pair_events *e,
                                         uint64_t *restrict slow)
 {
-    if (p->general)
-        pairs_run(p, true, out, hi, lo, w, e, slow);
+    if (p->low && p->general)
+        pairs_run(p, true, true, out, hi, lo, w, e, slow);
+    else if (p->low)
+        pairs_run(p, true, false, out, hi, lo, w, e, slow);
+    else if (p->general)
+        pairs_run(p, false, true, out, hi, lo, w, e, slow);
     else
-        pairs_run(p, false, out, hi, lo, w, e, slow);
+        pairs_run(p, false, false, out, hi, lo, w, e, slow);
+}
+
+/* The events the kernels count for one lane: the same code, one lane. */
+static pair_events pair_lane_events(const pair_plan *p, double hi, double lo,
+                                    uint64_t word, uint64_t *slow)
+{
+    pair_events e = { 0 };
+    if (p->low && p->general)
+        pair_lane(p, true, true, hi, lo, word, &e, slow);
+    else if (p->low)
+        pair_lane(p, true, false, hi, lo, word, &e, slow);
+    else if (p->general)
+        pair_lane(p, false, true, hi, lo, word, &e, slow);
+    else
+        pair_lane(p, false, false, hi, lo, word, &e, slow);
+    return e;
 }
 
 static void pairs_base(const pair_plan *p, float *restrict out,
@@ -1243,11 +1317,12 @@ static pairs_kernel pairs_for(emu_isa isa)
     return pairs_base;
 }
 
-static void tile_pairs(const pair_plan *pl, pairs_kernel kern,
-                       const emu_format *f, float *out, const double *hi,
-                       const double *lo, size_t len,
-                       const emu_array_rounding *a, uint64_t first,
-                       emu_round_counts *c)
+/* Returns the number of slow lanes. */
+static uint64_t tile_pairs(const pair_plan *pl, pairs_kernel kern,
+                           const emu_format *f, float *out, const double *hi,
+                           const double *lo, size_t len,
+                           const emu_array_rounding *a, uint64_t first,
+                           emu_round_counts *c)
 {
     uint64_t w[TILE];
     double h2[TILE], l2[TILE];
@@ -1275,16 +1350,15 @@ static void tile_pairs(const pair_plan *pl, pairs_kernel kern,
         for (size_t i = 0; i < len; i++) {
             if (!slow[i])
                 continue;
-            pair_events one = { 0 };
             uint64_t one_slow;
-            if (pl->general)
-                pair_lane(pl, true, h[i], l[i], w[i], &one, &one_slow);
-            else
-                pair_lane(pl, false, h[i], l[i], w[i], &one, &one_slow);
+            const pair_events one = pair_lane_events(pl, h[i], l[i], w[i],
+                                                     &one_slow);
             back.inexact += one.inexact;
             back.overflow += one.overflow;
             back.overflow_neg += one.overflow_neg;
             back.to_zero += one.to_zero;
+            back.underflow += one.underflow;
+            back.subnormal += one.subnormal;
             emu_status st;
             double y = emu_round2_word_unguarded(f, h[i], l[i], &a->rnd, w[i],
                                                  &st);
@@ -1295,6 +1369,8 @@ static void tile_pairs(const pair_plan *pl, pairs_kernel kern,
         e.overflow -= back.overflow;
         e.overflow_neg -= back.overflow_neg;
         e.to_zero -= back.to_zero;
+        e.underflow -= back.underflow;
+        e.subnormal -= back.subnormal;
     }
     const uint64_t nan = !pl->general ? (pl->ovf_nan[0] ? e.overflow : 0)
                        : (pl->ovf_nan[0] ? e.overflow - e.overflow_neg : 0)
@@ -1302,12 +1378,17 @@ static void tile_pairs(const pair_plan *pl, pairs_kernel kern,
     c->n += len - e.slow;
     c->inexact += e.inexact;
     c->to_zero += e.to_zero;
+    c->underflow += e.underflow;
+    c->subnormal += e.subnormal;
     c->overflow += e.overflow;
     c->nan += nan;
     c->flags |= (e.inexact ? EMU_FLAG_INEXACT : 0)
-              | (e.overflow ? EMU_FLAG_OVERFLOW : 0);
+              | (e.overflow ? EMU_FLAG_OVERFLOW : 0)
+              | (e.underflow ? EMU_FLAG_UNDERFLOW : 0)
+              | (e.subnormal ? EMU_FLAG_SUBNORMAL : 0);
     if (dst != out)
         memcpy(out, dst, len * sizeof dst[0]);
+    return e.slow;
 }
 
 /* The pairs of the scalar path: any format, any mode. */
@@ -1339,12 +1420,23 @@ void emu_round_pairs_f32_unguarded(const emu_format *fmt, float *out,
     const bool fast = plan_pairs(&pl, fmt, &a->rnd);
     const pairs_kernel kern = pairs_for(emu_isa_active());
     emu_round_counts c = { 0 };
+    /* The kernels with the lanes below 2^emin cost about a quarter more
+     * per lane; the optimizer's weights seldom lie there.  So the tiles
+     * start without them and switch for the rest of the array once a
+     * tile sent more than LOW_SWITCH lanes to the choke point.  Either
+     * kernel gives the choke point's results: only the speed changes. */
+    enum { LOW_SWITCH = 16 };
+    const bool low_ok = fast && pl.low;
+    pl.low = false;
     for (size_t i = 0; i < n; i += TILE) {
         const size_t len = n - i < TILE ? n - i : TILE;
-        if (fast)
-            tile_pairs(&pl, kern, fmt, out + i, hi + i, lo + i, len, a,
-                       a->first_index + i, &c);
-        else
+        if (fast) {
+            const uint64_t slow = tile_pairs(&pl, kern, fmt, out + i, hi + i,
+                                             lo + i, len, a,
+                                             a->first_index + i, &c);
+            if (low_ok && slow > LOW_SWITCH)
+                pl.low = true;
+        } else
             scalar_pairs(fmt, out + i, hi + i, lo + i, len, a,
                          a->first_index + i, &c);
     }

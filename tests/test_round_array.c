@@ -695,6 +695,43 @@ START_TEST(test_pairs)
 }
 END_TEST
 
+/* Pairs below 2^emin, which the stochastic kernel rounds in vector lanes
+ * once a tile has sent many to the choke point: hi from 2^(emin-p-12)
+ * (beyond the lanes' reach) up to 2^emin, a quarter of them with every
+ * stored bit one (in the binade just below 2^emin: the values whose
+ * rounding at p bits could reach 2^emin, tininess after rounding's
+ * case), with every class of low part. */
+START_TEST(test_pairs_below_emin)
+{
+    const emu_format *f = carrier[_i];
+    if (!f->subnormals)
+        return;
+    enum { N = 8 * 1024 };
+    static double hi[N], lo[N];
+    static float out[N];
+    test_rng g = test_rng_make(0xbe10 + (uint64_t)_i);
+    for (size_t k = 0; k < N; k++) {
+        uint64_t w = test_next(&g);
+        int e = f->emin - f->p - 12 + (int)(w % (uint64_t)(f->p + 12));
+        double m = 1.0 + (double)(test_next(&g) >> 12) * 0x1p-52;
+        if ((w >> 40) % 4 == 0) /* the stored bits all ones, then random */
+            m = 2.0 - ldexp(1.0, 1 - f->p)
+                + (double)(test_next(&g) >> 12) * ldexp(1.0, 1 - f->p - 52);
+        hi[k] = ldexp((w >> 11) & 1 ? -m : m, e);
+        lo[k] = pair_lo(hi[k], (int)test_below(&g, N_PAIR_LO), &g);
+    }
+    for (int m = 0; m < N_MODES; m++) {
+        if (!emu_rnd_is_stochastic(modes[m].mode))
+            continue;
+        for (int cfg = 0; cfg < 2; cfg++) {
+            emu_array_rounding a = make_rounding(&modes[m], cfg, false, 77,
+                                                 5000 * (uint64_t)cfg);
+            compare_pairs(f, &a, hi, lo, N, out);
+        }
+    }
+}
+END_TEST
+
 /* The lean kernel block-scaled quantization uses (emu_rne_sat_f32) is the
  * choke point with EMU_RNE and saturation, on finite inputs: every
  * binary32 value whose exponent lies within two binades of the format's
@@ -762,6 +799,7 @@ static Suite *round_array_suite(void)
     tcase_add_loop_test(tc, test_f64, 0, (int)emu_format_count());
     tcase_add_loop_test(tc, test_f64_edges, 0, n_carrier);
     tcase_add_loop_test(tc, test_pairs, 0, n_carrier);
+    tcase_add_loop_test(tc, test_pairs_below_emin, 0, n_carrier);
     tcase_add_loop_test(tc, test_rne_sat_kernel, 0, n_carrier);
     suite_add_tcase(s, tc);
     return s;
