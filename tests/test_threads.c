@@ -289,9 +289,13 @@ static float rnd_float(uint64_t i)
 START_TEST(test_fast_threads_are_one_sgemm)
 {
     /* M, N, K: the MLP's and CNN's shapes, odd ones, some just past the
-     * split's threshold (blocks of 2e6 multiply-adds or a little more) */
+     * split's threshold (blocks of 10^6 + 1 multiply-adds or a little
+     * more: OpenBLAS's small-matrix kernels take 10^6 and fewer) */
     static const size_t shapes[][3] = {
         { 64, 256, 784 }, { 256, 784, 64 }, { 64, 784, 256 },
+        { 64, 128, 256 }, { 128, 256, 64 }, { 256, 128, 64 },
+        { 64, 256, 128 }, { 40, 250, 201 }, { 18, 1000, 112 },
+        { 64, 64, 490 }, { 6, 1000, 334 }, { 4, 7, 142858 },
         { 33, 300, 500 }, { 97, 211, 301 }, { 8, 500, 1001 },
         { 1000, 63, 65 }, { 5, 1000, 1000 }, { 129, 129, 257 },
     };
@@ -338,8 +342,9 @@ START_TEST(test_fast_threads_are_one_sgemm)
         free(c);
     }
     /* too small for two blocks: one call */
-    ck_assert_int_eq(emu_fast_split_parts(64, 128, 256, 2), 1);
     ck_assert_int_eq(emu_fast_split_parts(64, 10, 128, 8), 1);
+    ck_assert_int_eq(emu_fast_split_parts(2, 1000, 1000, 2), 1);
+    ck_assert_int_eq(emu_fast_split_parts(64, 125, 250, 2), 1);
 }
 END_TEST
 
