@@ -27,6 +27,7 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <string.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -169,4 +170,38 @@ void emu_pool_run(int T, emu_pool_fn fn, void *arg)
         pthread_cond_wait(&pool.done, &pool.lock);
     pool_busy = false;
     pthread_mutex_unlock(&pool.lock);
+}
+
+/* ---- a copy in parts ----------------------------------------------------- */
+
+typedef struct pool_copy {
+    char *dst;
+    const char *src;
+    size_t bytes;
+} pool_copy;
+
+static void copy_part(void *p, int t, int T)
+{
+    const pool_copy *c = p;
+    /* part boundaries on 64-byte lines: no line written by two threads */
+    const size_t lines = (c->bytes + 63) / 64;
+    size_t b0 = lines * (size_t)t / (size_t)T * 64;
+    size_t b1 = lines * (size_t)(t + 1) / (size_t)T * 64;
+    if (b1 > c->bytes)
+        b1 = c->bytes;
+    if (b0 < b1)
+        memcpy(c->dst + b0, c->src + b0, b1 - b0);
+}
+
+void emu_pool_memcpy(int T, void *dst, const void *src, size_t bytes)
+{
+    if ((size_t)T > bytes / EMU_POOL_COPY_MIN)
+        T = (int)(bytes / EMU_POOL_COPY_MIN);
+    if (T <= 1) {
+        if (bytes)
+            memcpy(dst, src, bytes);
+        return;
+    }
+    pool_copy c = { dst, src, bytes };
+    emu_pool_run(T, copy_part, &c);
 }
