@@ -9,7 +9,9 @@
  * and both kinds of producer.  And the fast model's GEMM split into row
  * blocks against the one sgemm call, bit for bit, on shapes just above
  * the split's threshold, where OpenBLAS's small-matrix kernels would
- * change the summation order if a block were too small.
+ * change the summation order if a block were too small.  And the
+ * convolution's weight gradient, whose im2row, transpose and bias sums run
+ * in parts, against one thread.
  */
 #include <check.h>
 #include <math.h>
@@ -348,6 +350,93 @@ START_TEST(test_fast_threads_are_one_sgemm)
 }
 END_TEST
 
+/* The convolution's weight gradient (im2row and dy's transpose in parts,
+ * a part's last row through a row of its own; the bias sums one channel
+ * per part): dw, dbias and both sites' statistics those of one thread,
+ * with kernel widths whose rows are copied with slack (3, 5, 7). */
+static void conv_bwdw(const size_t *sh, int threads, const emu_accum *acc,
+                      emu_tensor *dw, emu_tensor *db, emu_stats *st)
+{
+    const size_t N = sh[0], Ci = sh[1], H = sh[2], W = sh[3], Co = sh[4],
+                 k = sh[5], stride = sh[6], pad = sh[7];
+    const size_t Ho = (H + 2 * pad - k) / stride + 1;
+    const size_t Wo = (W + 2 * pad - k) / stride + 1;
+    const emu_format *f = test_format("binary32");
+    emu_error err;
+    emu_tensor x, dy;
+    ck_assert(emu_tensor_alloc4(&x, "x", EMU_ROLE_ACTIVATION, f, N, Ci, H, W,
+                                &err) == 0);
+    ck_assert(emu_tensor_alloc4(&dy, "dy", EMU_ROLE_ACT_GRAD, f, N, Co, Ho, Wo,
+                                &err) == 0);
+    ck_assert(emu_tensor_alloc4(dw, "dw", EMU_ROLE_WEIGHT_GRAD, f, Co, Ci, k, k,
+                                &err) == 0);
+    ck_assert(emu_tensor_alloc(db, "db", EMU_ROLE_WEIGHT_GRAD, f, 1, &Co,
+                               &err) == 0);
+    for (size_t i = 0; i < x.n; i++)
+        x.data[i] = (float)ldexp((double)(emu_random64(3, 1, i) >> 40), -20) - 8.0f;
+    for (size_t i = 0; i < dy.n; i++)
+        dy.data[i] = (float)ldexp((double)(emu_random64(3, 2, i) >> 40), -30) - 0.0078125f;
+    emu_stats_init(st);
+    emu_ctx ctx;
+    emu_ctx_init(&ctx, 11);
+    ctx.stats = st;
+    ctx.threads = threads;
+    const emu_rounding rnd = { .mode = EMU_RNE };
+    const emu_conv_opts o = { .accum = acc, .stride = (int)stride,
+                              .pad = (int)pad };
+    ck_assert_msg(emu_t_conv2d_backward_weights(&ctx, "c", dw, db, &dy, &x, &o,
+                                                &rnd) == 0,
+                  "%s", ctx.err.message);
+    emu_tensor_free(&x);
+    emu_tensor_free(&dy);
+}
+
+START_TEST(test_conv_weight_grad_threads)
+{
+    /* N, Ci, H, W, Co, k, stride, pad: the CNN's two layers, odd ones */
+    static const size_t shapes[][8] = {
+        { 64, 1, 28, 28, 6, 5, 1, 2 }, { 64, 6, 14, 14, 16, 5, 1, 0 },
+        { 9, 3, 17, 19, 5, 3, 1, 1 },  { 7, 2, 23, 21, 3, 7, 2, 3 },
+        { 33, 4, 12, 12, 7, 1, 1, 0 },
+    };
+    emu_accum fast, seq;
+    emu_accum_default(&fast);
+    fast.kind = EMU_ACCUM_FAST;
+    emu_accum_default(&seq);
+    const emu_accum *accs[2] = { &fast, &seq };
+    for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++)
+        for (int a = 0; a < 2; a++) {
+            emu_tensor dw1, db1;
+            emu_stats s1;
+            conv_bwdw(shapes[k], 1, accs[a], &dw1, &db1, &s1);
+            for (int threads = 2; threads <= 3; threads++) {
+                emu_tensor dw, db;
+                emu_stats s;
+                conv_bwdw(shapes[k], threads, accs[a], &dw, &db, &s);
+                ck_assert_msg(memcmp(dw.data, dw1.data, dw.n * sizeof *dw.data) == 0 &&
+                                  memcmp(db.data, db1.data, db.n * sizeof *db.data) == 0,
+                              "shape %zu accum %d threads %d: results differ",
+                              k, a, threads);
+                const char *sites[2] = { "c", "c.dbias" };
+                for (int q = 0; q < 2; q++) {
+                    const emu_site *e1 = emu_stats_find_name(&s1, sites[q]);
+                    const emu_site *e = emu_stats_find_name(&s, sites[q]);
+                    ck_assert(e1 && e);
+                    ck_assert_msg(memcmp(&e->total, &e1->total, sizeof e->total) == 0,
+                                  "shape %zu accum %d threads %d: %s's "
+                                  "statistics differ", k, a, threads, sites[q]);
+                }
+                emu_stats_free(&s);
+                emu_tensor_free(&dw);
+                emu_tensor_free(&db);
+            }
+            emu_stats_free(&s1);
+            emu_tensor_free(&dw1);
+            emu_tensor_free(&db1);
+        }
+}
+END_TEST
+
 /* The pool: parts from many jobs, nested calls run inline. */
 typedef struct pool_probe {
     int hits[EMU_POOL_MAX];
@@ -394,6 +483,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_commit_threads_fill32);
     tcase_add_test(tc, test_commit_threads_swamp);
     tcase_add_test(tc, test_fast_threads_are_one_sgemm);
+    tcase_add_test(tc, test_conv_weight_grad_threads);
     suite_add_tcase(s, tc);
     return s;
 }
