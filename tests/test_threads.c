@@ -11,11 +11,13 @@
  * the split's threshold, where OpenBLAS's small-matrix kernels would
  * change the summation order if a block were too small.  And the
  * convolution's weight gradient, whose im2row, transpose and bias sums run
- * in parts, against one thread.
+ * in parts, and max pooling's backward pass (checks, scatter, commit),
+ * against one thread.
  */
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -437,6 +439,96 @@ START_TEST(test_conv_weight_grad_threads)
 }
 END_TEST
 
+/* Max pooling's backward pass (argmax checked and scattered by planes,
+ * committed in parts when one value reaches each input): dx and the
+ * site's statistics those of one thread, with NaN and -0 among dy, under
+ * binary16 (inexact, overflow), windows apart and overlapping. */
+static void maxpool_bwd(const size_t *sh, int threads, emu_tensor *dx,
+                        emu_stats *st)
+{
+    const size_t N = sh[0], C = sh[1], H = sh[2], W = sh[3], k = sh[4],
+                 stride = sh[5];
+    const size_t Ho = (H - k) / stride + 1, Wo = (W - k) / stride + 1;
+    const emu_format *f32 = test_format("binary32");
+    const emu_format *f16 = test_format("binary16");
+    emu_error err;
+    emu_tensor x, y, dy;
+    ck_assert(emu_tensor_alloc4(&x, "x", EMU_ROLE_ACTIVATION, f32, N, C, H, W,
+                                &err) == 0);
+    ck_assert(emu_tensor_alloc4(&y, "y", EMU_ROLE_ACTIVATION, f32, N, C, Ho, Wo,
+                                &err) == 0);
+    ck_assert(emu_tensor_alloc4(&dy, "dy", EMU_ROLE_ACT_GRAD, f32, N, C, Ho, Wo,
+                                &err) == 0);
+    ck_assert(emu_tensor_alloc4(dx, "dx", EMU_ROLE_ACT_GRAD, f16, N, C, H, W,
+                                &err) == 0);
+    for (size_t i = 0; i < x.n; i++)
+        x.data[i] = (float)(emu_random64(4, 1, i) >> 44);
+    for (size_t i = 0; i < dy.n; i++) {
+        const uint64_t w = emu_random64(4, 2, i);
+        dy.data[i] = (float)ldexp((double)(w >> 40) - 0x1p23, (int)(w % 40) - 20);
+        if (w % 1009 == 0)
+            dy.data[i] = NAN;
+        else if (w % 1013 == 0)
+            dy.data[i] = -0.0f;
+    }
+    size_t *argmax = malloc(y.n * sizeof *argmax);
+    ck_assert(argmax);
+    const emu_pool_opts o = { .size = (int)k, .stride = (int)stride };
+    const emu_rounding rnd = { .mode = EMU_RNE };
+    emu_ctx ctx;
+    emu_ctx_init(&ctx, 11);
+    ck_assert(emu_t_maxpool2d(&ctx, "p", &y, argmax, &x, &o, &rnd) == 0);
+    emu_stats_init(st);
+    ctx.stats = st;
+    ctx.threads = threads;
+    ck_assert_msg(emu_t_maxpool2d_backward(&ctx, "pb", dx, &dy, argmax, &o,
+                                           &rnd) == 0,
+                  "%s", ctx.err.message);
+    /* an argmax out of its window: the first such index reported */
+    argmax[y.n - 1] = 0;
+    argmax[y.n / 2 + 1] = 0;
+    ck_assert(emu_t_maxpool2d_backward(&ctx, "pb", dx, &dy, argmax, &o,
+                                       &rnd) != 0);
+    char want[64];
+    snprintf(want, sizeof want, "argmax[%zu] = 0", y.n / 2 + 1);
+    ck_assert_msg(strstr(ctx.err.message, want), "%s", ctx.err.message);
+    free(argmax);
+    emu_tensor_free(&x);
+    emu_tensor_free(&y);
+    emu_tensor_free(&dy);
+}
+
+START_TEST(test_maxpool_backward_threads)
+{
+    /* N, C, H, W, size, stride: the CNN's two pools, overlapping windows */
+    static const size_t shapes[][6] = {
+        { 64, 6, 28, 28, 2, 2 }, { 64, 16, 10, 10, 2, 2 },
+        { 37, 5, 23, 17, 3, 3 }, { 40, 3, 31, 29, 3, 2 },
+    };
+    for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
+        emu_tensor dx1;
+        emu_stats s1;
+        maxpool_bwd(shapes[k], 1, &dx1, &s1);
+        for (int threads = 2; threads <= 3; threads++) {
+            emu_tensor dx;
+            emu_stats s;
+            maxpool_bwd(shapes[k], threads, &dx, &s);
+            ck_assert_msg(memcmp(dx.data, dx1.data, dx.n * sizeof *dx.data) == 0,
+                          "shape %zu threads %d: results differ", k, threads);
+            const emu_site *e1 = emu_stats_find_name(&s1, "pb");
+            const emu_site *e = emu_stats_find_name(&s, "pb");
+            ck_assert(e1 && e && e1->total.nan > 0);
+            ck_assert_msg(memcmp(&e->total, &e1->total, sizeof e->total) == 0,
+                          "shape %zu threads %d: statistics differ", k, threads);
+            emu_stats_free(&s);
+            emu_tensor_free(&dx);
+        }
+        emu_stats_free(&s1);
+        emu_tensor_free(&dx1);
+    }
+}
+END_TEST
+
 /* The pool: parts from many jobs, nested calls run inline. */
 typedef struct pool_probe {
     int hits[EMU_POOL_MAX];
@@ -484,6 +576,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_commit_threads_swamp);
     tcase_add_test(tc, test_fast_threads_are_one_sgemm);
     tcase_add_test(tc, test_conv_weight_grad_threads);
+    tcase_add_test(tc, test_maxpool_backward_threads);
     suite_add_tcase(s, tc);
     return s;
 }
