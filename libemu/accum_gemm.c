@@ -2502,9 +2502,10 @@ int emu_gemm_fast_f32(size_t M, size_t N, size_t K,
  * rows around it (the blocked im2row of ops_conv.c relies on the same),
  * except in the small-matrix kernels OpenBLAS 0.3 uses on x86-64 up to
  * 10^6 multiply-adds: a GEMM is split only into blocks of at least
- * EMU_FAST_SPLIT_MACS each, twice that, and a GEMM the one-thread call
- * would run through those kernels is never split (test_matmul's
- * fast_threads_are_one_sgemm checks the bits on such shapes). */
+ * EMU_FAST_SPLIT_MACS each, one more than that, so that no block runs
+ * through them, and a GEMM the one-thread call would run through them is
+ * never split (test_threads' fast GEMM test checks the bits on shapes
+ * whose blocks are just past the limit, and on the models' shapes). */
 typedef struct fast_split {
     const gemm_job *g;
     float *out;
@@ -2528,8 +2529,11 @@ int emu_fast_split_parts(size_t M, size_t N, size_t K, int threads)
 {
     const double nk = (double)N * (double)K;
     int T = threads < 1 ? 1 : threads > EMU_POOL_MAX ? EMU_POOL_MAX : threads;
-    /* the smallest block (M / T rows, rounded down) must be big enough */
-    while (T > 1 && (double)(M / (size_t)T) * nk < EMU_FAST_SPLIT_MACS)
+    /* the smallest block (M / T rows, rounded down) must be big enough,
+     * and of two rows or more: later OpenBLAS releases hand a one-row
+     * GEMM to their GEMV kernels, which sum in another order */
+    while (T > 1 && (M / (size_t)T < 2 ||
+                     (double)(M / (size_t)T) * nk < EMU_FAST_SPLIT_MACS))
         T--;
     return T;
 }

@@ -300,5 +300,11 @@ int emu_ffi_fail_(emu_errcode code, const char *where, const char *key,
 enum { EMU_POOL_MAX = 64 };
 typedef void (*emu_pool_fn)(void *arg, int t, int T);
 void emu_pool_run(int T, emu_pool_fn fn, void *arg);
+/* memcpy(dst, src, bytes) in up to T parts of at least EMU_POOL_COPY_MIN
+ * bytes each (a copy has no order: any split gives the same bytes).  The
+ * optimizers' copies of their state tensors, whose fresh pages fault in
+ * as they are written, are what it shares out. */
+enum { EMU_POOL_COPY_MIN = 128 * 1024 };
+void emu_pool_memcpy(int T, void *dst, const void *src, size_t bytes);
 
 #endif

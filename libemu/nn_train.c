@@ -435,17 +435,44 @@ static size_t example_size(const emu_dataset *d)
     return (size_t)d->channels * (size_t)d->height * (size_t)d->width;
 }
 
+typedef struct batch_gather {
+    run *r;
+    const emu_dataset *d;
+    const size_t *idx;
+    size_t count;
+} batch_gather;
+
+/* Examples b*t/T .. b*(t+1)/T - 1 of the batch: rows scattered over the
+ * data set, so mostly cache misses, which two threads overlap. */
+static void gather_part(void *p, int t, int T)
+{
+    const batch_gather *bg = p;
+    const size_t es = example_size(bg->d);
+    const size_t b = (size_t)bg->r->m.batch;
+    for (size_t i = b * (size_t)t / (size_t)T;
+         i < b * (size_t)(t + 1) / (size_t)T; i++) {
+        /* A short last batch (evaluation) repeats its first example. */
+        size_t k = bg->idx[i < bg->count ? i : 0];
+        memcpy(bg->r->batch_x + i * es, bg->d->x + k * es, es * sizeof(float));
+        bg->r->batch_y[i] = bg->d->y[k];
+    }
+}
+
+/* Bytes per part of a batch's gather at least (a batch of 64 28x28
+ * images is 200 kB: two parts). */
+enum { GATHER_PART_MIN = 32 * 1024 };
+
 static int load_batch(run *r, const emu_dataset *d, const size_t *idx,
                       size_t count)
 {
     const size_t es = example_size(d);
     const int b = r->m.batch;
-    for (int i = 0; i < b; i++) {
-        /* A short last batch (evaluation) repeats its first example. */
-        size_t k = idx[(size_t)i < count ? (size_t)i : 0];
-        memcpy(r->batch_x + (size_t)i * es, d->x + k * es, es * sizeof(float));
-        r->batch_y[i] = d->y[k];
-    }
+    batch_gather bg = { r, d, idx, count };
+    const size_t bytes = (size_t)b * es * sizeof(float);
+    int T = r->ctx.threads;
+    if ((size_t)T > bytes / GATHER_PART_MIN)
+        T = (int)(bytes / GATHER_PART_MIN);
+    emu_pool_run(T < 1 ? 1 : T, gather_part, &bg);
     return emu_t_load(&r->ctx, "input", &r->m.x, r->batch_x,
                       (size_t)b * es, &r->p->activation.rnd);
 }
@@ -492,32 +519,23 @@ static int score(const emu_model *m, const int *labels, size_t count,
 
 /* ---- gradients, scaling ------------------------------------------------------- */
 
-static bool grads_finite(const emu_model *m)
+/* Whether x[0..n-1] are all finite: the exponent fields, in runs of
+ * constant length that gcc -O2 vectorises (every gradient, every step),
+ * then the tail. */
+static bool range_finite(const float *x, size_t n)
 {
-    for (int i = 0; i < m->n_layers; i++) {
-        const emu_layer *l = &m->layers[i];
-        if (!l->has_params)
-            continue;
-        const emu_tensor *gs[2] = { &l->weight.g, &l->bias.g };
-        for (int t = 0; t < 2; t++) {
-            /* the exponent fields, in runs of constant length that gcc
-             * -O2 vectorises (every gradient, every step), then the tail */
-            const float *x = gs[t]->data;
-            const size_t n = gs[t]->n;
-            size_t j = 0;
-            for (; j + 64 <= n; j += 64) {
-                uint32_t w[64], bad = 0;
-                memcpy(w, x + j, sizeof w);
-                for (int k = 0; k < 64; k++)
-                    bad |= (uint32_t)((w[k] & 0x7f800000) == 0x7f800000);
-                if (bad)
-                    return false;
-            }
-            for (; j < n; j++)
-                if (!isfinite(x[j]))
-                    return false;
-        }
+    size_t j = 0;
+    for (; j + 64 <= n; j += 64) {
+        uint32_t w[64], bad = 0;
+        memcpy(w, x + j, sizeof w);
+        for (int k = 0; k < 64; k++)
+            bad |= (uint32_t)((w[k] & 0x7f800000) == 0x7f800000);
+        if (bad)
+            return false;
     }
+    for (; j < n; j++)
+        if (!isfinite(x[j]))
+            return false;
     return true;
 }
 
@@ -652,19 +670,137 @@ static void trace_tensor(layer_trace *t, const emu_tensor *g, double unscale)
     t->amax = amax;
 }
 
-/* What the adaptive rule needs from this step: the spread of the
- * (unscaled) loss gradient and of each parameter layer's input gradient. */
-static void trace_gradients(run *r)
+/* ---- the step's own passes over the gradients, on ctx.threads -------
+ * What the adaptive rule needs from this step (the spread of the unscaled
+ * loss gradient and of each parameter layer's input gradient: sums of
+ * doubles, so each tensor's whole on one part, in its one-thread order)
+ * and whether every parameter gradient is finite (an AND: any split);
+ * one pool job for both. */
+typedef struct step_trace {
+    layer_trace *out;
+    const emu_tensor *g;
+    double unscale;
+    int part;
+} step_trace;
+
+typedef struct step_scan {
+    step_trace *tr;           /* n_layers + 1 at most                     */
+    int ntr;
+    const emu_tensor **grads; /* 2 n_layers at most                       */
+    int ngrads;
+    size_t grad_total; /* elements of grads[], split evenly among parts */
+    bool finite[EMU_POOL_MAX];
+} step_scan;
+
+static void step_scan_part(void *p, int t, int T)
+{
+    step_scan *sc = p;
+    for (int i = 0; i < sc->ntr; i++)
+        if (sc->tr[i].part == t)
+            trace_tensor(sc->tr[i].out, sc->tr[i].g, sc->tr[i].unscale);
+    /* elements e0 .. e1 - 1 of the gradients laid end to end */
+    const size_t e0 = sc->grad_total * (size_t)t / (size_t)T;
+    const size_t e1 = sc->grad_total * (size_t)(t + 1) / (size_t)T;
+    bool ok = true;
+    size_t base = 0;
+    for (int i = 0; i < sc->ngrads && ok && base < e1; i++) {
+        const size_t n = sc->grads[i]->n;
+        const size_t a = e0 > base ? e0 - base : 0;
+        const size_t b = e1 - base < n ? e1 - base : n;
+        if (a < b)
+            ok = range_finite(sc->grads[i]->data + a, b - a);
+        base += n;
+    }
+    sc->finite[t] = ok;
+}
+
+/* A traced element (a dependent double add) costs some ten checked ones;
+ * below this many such units a part costs about what it saves. */
+enum { SCAN_PART_MIN = 32768 };
+
+/* Traces the gradients (r->trace) and returns whether every parameter
+ * gradient is finite. */
+static bool scan_gradients(run *r)
 {
     emu_model *m = &r->m;
-    trace_tensor(&r->trace[m->n_layers], &m->dlogits,
-                 1.0 / (r->scale * r->cfg->loss_mult));
-    for (int i = 0; i < m->n_layers; i++) {
+    const int L = m->n_layers;
+    step_trace tr_small[16];
+    const emu_tensor *g_small[32];
+    step_trace *tr = L + 1 <= 16 ? tr_small : malloc((size_t)(L + 1) * sizeof *tr);
+    const emu_tensor **grads =
+        2 * L <= 32 ? g_small : malloc((size_t)(2 * L) * sizeof *grads);
+    step_scan sc = { .tr = tr, .grads = grads };
+    int T = r->ctx.threads < 1 ? 1 : r->ctx.threads;
+    if (!tr || !grads)
+        T = 1; /* below, the same passes with no table */
+    size_t work = 0;
+    if (tr)
+        tr[sc.ntr++] = (step_trace){ &r->trace[L], &m->dlogits,
+                                     1.0 / (r->scale * r->cfg->loss_mult), 0 };
+    else
+        trace_tensor(&r->trace[L], &m->dlogits,
+                     1.0 / (r->scale * r->cfg->loss_mult));
+    bool finite = true;
+    for (int i = 0; i < L; i++) {
         emu_layer *l = &m->layers[i];
-        if (l->has_params && l->dx.data)
-            trace_tensor(&r->trace[i], &l->dx,
-                         1.0 / (l->grad_scale * l->scale));
+        if (!l->has_params)
+            continue;
+        if (l->dx.data) {
+            const double u = 1.0 / (l->grad_scale * l->scale);
+            if (tr)
+                tr[sc.ntr++] = (step_trace){ &r->trace[i], &l->dx, u, 0 };
+            else
+                trace_tensor(&r->trace[i], &l->dx, u);
+            work += l->dx.n;
+        }
+        if (grads) {
+            grads[sc.ngrads++] = &l->weight.g;
+            grads[sc.ngrads++] = &l->bias.g;
+            sc.grad_total += l->weight.g.n + l->bias.g.n;
+        } else {
+            finite = finite && range_finite(l->weight.g.data, l->weight.g.n) &&
+                     range_finite(l->bias.g.data, l->bias.g.n);
+        }
     }
+    if (tr && grads) {
+        work += m->dlogits.n + sc.grad_total / 10;
+        if (T > EMU_POOL_MAX)
+            T = EMU_POOL_MAX;
+        if ((size_t)T > work / SCAN_PART_MIN + 1)
+            T = (int)(work / SCAN_PART_MIN + 1);
+        /* traces to parts, largest first onto the least loaded part:
+         * each sum is one tensor's, whichever part forms it */
+        size_t load[EMU_POOL_MAX] = { 0 };
+        for (int k = 0; k < sc.ntr && T > 1; k++) {
+            int big = -1;
+            for (int i = 0; i < sc.ntr; i++)
+                if (tr[i].part == 0 && (big < 0 || tr[i].g->n > tr[big].g->n))
+                    big = i;
+            int least = 0;
+            for (int t = 1; t < T; t++)
+                if (load[t] < load[least])
+                    least = t;
+            tr[big].part = least + 1; /* 1-based while placing */
+            load[least] += tr[big].g->n;
+        }
+        for (int i = 0; i < sc.ntr && T > 1; i++)
+            tr[i].part--;
+        emu_pool_run(T, step_scan_part, &sc);
+        for (int t = 0; t < T; t++)
+            finite = finite && sc.finite[t];
+    } else if (grads) {
+        sc.ntr = 0;
+        step_scan_part(&sc, 0, 1);
+        finite = sc.finite[0];
+    } else if (tr) {
+        for (int i = 0; i < sc.ntr; i++)
+            trace_tensor(tr[i].out, tr[i].g, tr[i].unscale);
+    }
+    if (tr != tr_small)
+        free(tr);
+    if (grads != g_small)
+        free(grads);
+    return finite;
 }
 
 /* Loss-scale bookkeeping after a step; returns true if the step is skipped. */
@@ -1823,8 +1959,7 @@ static int train_epochs(run *r, FILE *log, double *final_acc, emu_error *err)
             /* Rows scored: the batch, or its B*T positions. */
             const size_t rows = r->lm ? b * (size_t)r->T : b;
             int right = score(&r->m, r->batch_y, rows, &loss_sum);
-            trace_gradients(r);
-            bool finite = grads_finite(&r->m);
+            bool finite = scan_gradients(r);
             double used_scale = r->scale;
             /* Clipping needs every gradient unscaled before any update.  A
              * step the loss scaling skips anyway is not clipped; under it a

@@ -1270,6 +1270,88 @@ static int weights_sliced(const conv_geom *g, const row_src *src,
 }
 
 
+/* ---- the weight gradient's passes around its GEMM, on ctx->threads ----
+ * The im2row of x and dy's transpose are copies (any split gives the
+ * same bytes); the bias sums are one dot product per output channel,
+ * each whole on one part with its own random words (by channel), the
+ * parts' swamping counts (integers) added after. */
+typedef struct bwdw_split {
+    const row_src *src;
+    float *rows, *dyp; /* rows NULL: dy's transpose only */
+    const float *dy;
+    bool dy_done;      /* dyp already made */
+    size_t R, K0, Co, N, P;
+    /* bias sums */
+    const emu_accum *acc;
+    uint64_t seed, stream;
+    double *bh, *bl;
+    bool count;
+    emu_accum_counts sw[EMU_POOL_MAX];
+    bool failed[EMU_POOL_MAX]; /* a part's row out of memory */
+} bwdw_split;
+
+/* Elements per part at least of the copies (below, a part costs about
+ * what it saves). */
+enum { BWDW_PART_MIN = 64 * 1024 };
+
+static int bwdw_parts(const emu_ctx *ctx, size_t work)
+{
+    size_t T = ctx->threads < 1 ? 1 : (size_t)ctx->threads;
+    if (T > EMU_POOL_MAX)
+        T = EMU_POOL_MAX;
+    if (T > work / BWDW_PART_MIN)
+        T = work / BWDW_PART_MIN;
+    return T < 1 ? 1 : (int)T;
+}
+
+static void bwdw_prep_part(void *p, int t, int T)
+{
+    bwdw_split *b = p;
+    const size_t r0 = b->R * (size_t)t / (size_t)T;
+    const size_t r1 = b->R * (size_t)(t + 1) / (size_t)T;
+    /* row_src_fill may write ROW_SLACK floats past its last row: into
+     * the next part's first row, but for the last part's (the matrix has
+     * them).  So a part's last row goes through a row of its own. */
+    if (!b->rows) {
+        /* no matrix: the sliced weight gradient makes its own rows */
+    } else if (r0 < r1 && t == T - 1) {
+        row_src_fill(b->src, r0, r1, b->rows + r0 * b->K0);
+    } else if (r0 < r1) {
+        float *last = malloc((b->K0 + ROW_SLACK) * sizeof *last);
+        if (last) {
+            if (r0 + 1 < r1)
+                row_src_fill(b->src, r0, r1 - 1, b->rows + r0 * b->K0);
+            row_src_fill(b->src, r1 - 1, r1, last);
+            memcpy(b->rows + (r1 - 1) * b->K0, last, b->K0 * sizeof *last);
+            free(last);
+        } else {
+            b->failed[t] = true; /* the caller fills the rows alone */
+        }
+    }
+    /* dy as (Co, R), r = (n, oh, ow) */
+    if (b->dy_done)
+        return;
+    for (size_t co = b->Co * (size_t)t / (size_t)T;
+         co < b->Co * (size_t)(t + 1) / (size_t)T; co++)
+        for (size_t n = 0; n < b->N; n++)
+            memcpy(b->dyp + co * b->R + n * b->P,
+                   b->dy + (n * b->Co + co) * b->P, b->P * sizeof *b->dyp);
+}
+
+static void bwdw_bias_part(void *p, int t, int T)
+{
+    bwdw_split *b = p;
+    memset(&b->sw[t], 0, sizeof b->sw[t]);
+    for (size_t co = b->Co * (size_t)t / (size_t)T;
+         co < b->Co * (size_t)(t + 1) / (size_t)T; co++) {
+        emu_accum_rng rng = { b->seed, b->stream, co };
+        b->bh[co] = emu_accum_dot_unguarded(b->acc, b->dyp + co * b->R, 1,
+                                            NULL, 0, b->R, &rng,
+                                            b->count ? &b->sw[t] : NULL,
+                                            &b->bl[co]);
+    }
+}
+
 int emu_t_conv2d_backward_weights(emu_ctx *ctx, const char *site,
                                   emu_tensor *dw, emu_tensor *dbias,
                                   const emu_tensor *dy, const emu_tensor *x,
@@ -1311,25 +1393,34 @@ int emu_t_conv2d_backward_weights(emu_ctx *ctx, const char *site,
         free(hi);
         return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory");
     }
-    /* dy as (Co, T), t = (n, oh, ow). */
-    for (size_t co = 0; co < g.Co; co++)
-        for (size_t n = 0; n < g.N; n++)
-            memcpy(dyp + co * T + n * P, dy->data + (n * g.Co + co) * P,
-                   P * sizeof *dyp);
+    bwdw_split bs = { .src = &src, .dyp = dyp, .dy = dy->data, .R = T,
+                      .K0 = K0, .Co = g.Co, .N = g.N, .P = P };
     emu_accum_counts swamp;
     memset(&swamp, 0, sizeof swamp);
     const bool count = swamp_measured(ctx);
     float *f32 = NULL;
     /* the fast model on one thread in slices of T; otherwise (and if
      * the GEMM is too small to slice) the whole matrix and one GEMM */
-    int rc = o->accum->kind == EMU_ACCUM_FAST && ctx->threads <= 1
-                 ? weights_sliced(&g, &src, dyp, T, K0, &f32)
-                 : 1;
+    int rc = 1;
+    if (o->accum->kind == EMU_ACCUM_FAST && ctx->threads <= 1) {
+        bwdw_prep_part(&bs, 0, 1); /* dy's transpose (no rows yet) */
+        bs.dy_done = true;
+        rc = weights_sliced(&g, &src, dyp, T, K0, &f32);
+    }
     if (rc == 1) {
+        /* the whole matrix (and dy's transpose if not done) in parts */
         float *rows = falloc(ctx, site, T, K0);
         rc = rows ? 0 : -2; /* -2: failure already filed */
-        if (rows)
-            row_src_fill(&src, 0, T, rows);
+        if (rows) {
+            bs.rows = rows;
+            const int parts = bwdw_parts(ctx, T * (K0 + g.Co));
+            emu_pool_run(parts, bwdw_prep_part, &bs);
+            for (int t = 0; t < parts; t++)
+                if (bs.failed[t]) {
+                    row_src_fill(&src, 0, T, rows);
+                    break;
+                }
+        }
         if (rows && conv_gemm(ctx, o->accum, g.Co, K0, T, dyp, (ptrdiff_t)T,
                               1, rows, (ptrdiff_t)K0, 1, hi, lo,
                               count ? &swamp : NULL, &f32))
@@ -1353,12 +1444,22 @@ int emu_t_conv2d_backward_weights(emu_ctx *ctx, const char *site,
         double *bh = lo + dw->n, *bl = bh + nb;
         emu_accum_counts bswamp;
         memset(&bswamp, 0, sizeof bswamp);
-        const uint64_t stream = accum_stream(ctx);
-        for (size_t co = 0; co < g.Co; co++) {
-            emu_accum_rng rng = { ctx->seed, stream, co };
-            bh[co] = emu_accum_dot_unguarded(o->accum, dyp + co * T, 1,
-                                             NULL, 0, T, &rng,
-                                             count ? &bswamp : NULL, &bl[co]);
+        bs.acc = o->accum;
+        bs.seed = ctx->seed;
+        bs.stream = accum_stream(ctx);
+        bs.bh = bh;
+        bs.bl = bl;
+        bs.count = count;
+        /* the fast model's dots only: the others may keep MPFR state */
+        int bt = o->accum->kind == EMU_ACCUM_FAST ? bwdw_parts(ctx, T * g.Co) : 1;
+        if (bt > (int)g.Co)
+            bt = (int)g.Co;
+        emu_pool_run(bt < 1 ? 1 : bt, bwdw_bias_part, &bs);
+        for (int t = 0; t < (bt < 1 ? 1 : bt); t++) {
+            bswamp.adds += bs.sw[t].adds;
+            bswamp.absorbed += bs.sw[t].absorbed;
+            for (int k = 0; k < EMU_LOST_BINS; k++)
+                bswamp.lost_bits[k] += bs.sw[t].lost_bits[k];
         }
         char sub[EMU_TENSOR_NAME_MAX + 16];
         snprintf(sub, sizeof sub, "%s.dbias", site ? site : "op");

@@ -119,8 +119,10 @@ int emu_gemm_fast_f32(size_t M, size_t N, size_t K,
  * blocks of at least EMU_FAST_SPLIT_MACS multiply-adds, one sgemm each,
  * whose bits are those of the one call (see accum_gemm.c); a GEMM too
  * small for two such blocks is the one call.  emu_fast_split_parts: how
- * many blocks. */
-#define EMU_FAST_SPLIT_MACS 2000000.0
+ * many blocks.  The threshold is the first size past OpenBLAS's
+ * small-matrix kernels (10^6 multiply-adds and fewer), so that the MLP's
+ * 64x128x256 GEMMs split in two too. */
+#define EMU_FAST_SPLIT_MACS 1000001.0
 int emu_gemm_fast_f32_mt(size_t M, size_t N, size_t K,
                          const float *a, ptrdiff_t a_rs, ptrdiff_t a_cs,
                          const float *b, ptrdiff_t b_rs, ptrdiff_t b_cs,

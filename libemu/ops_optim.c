@@ -152,8 +152,8 @@ static float *copy_of(emu_ctx *ctx, const char *site, const emu_tensor *t)
     float *c = malloc(t->n * sizeof *c);
     if (!c)
         emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory for a copy of '%s'", t->name);
-    else
-        memcpy(c, t->data, t->n * sizeof *c);
+    else /* on ctx->threads: its fresh pages fault in as it writes */
+        emu_pool_memcpy(ctx->threads, c, t->data, t->n * sizeof *c);
     return c;
 }
 

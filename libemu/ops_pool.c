@@ -503,8 +503,25 @@ static void bwd_fill32(const void *opv, size_t i0, size_t m, float *v)
     }
 }
 
+/* emu_op_out.inputs_had_nan where bwd_fill32 produces: the one value
+ * read where it lies, no scratch (so callable from several threads). */
+static bool bwd_had_nan32(const void *opv, size_t j)
+{
+    const pool_bwd_op *op = opv;
+    float v = 0.0f;
+    if (op->dense) {
+        v = op->dense[j];
+    } else {
+        const size_t r = op->rt.first[j];
+        if (r < op->rt.first[j + 1])
+            v = op->dy[op->rt.list[r]];
+    }
+    return emu_any_nan(&v, 1);
+}
+
 /* Commits dx from the routes: the exact sums divided by S, produced a
- * chunk at a time. */
+ * chunk at a time; with one value per input (fill32), whose callbacks
+ * only read, on ctx->threads. */
 static int bwd_commit(emu_ctx *ctx, const char *site, const char *kind,
                       emu_tensor *dx, const emu_tensor *dy, pool_bwd_op *op,
                       size_t max_k, const emu_rounding *rnd)
@@ -518,8 +535,9 @@ static int bwd_commit(emu_ctx *ctx, const char *site, const char *kind,
     int rc = emu_commit(ctx, &(emu_op_out){
         .site = site, .kind = kind, .out = dx, .op = op,
         .fill = f32 ? NULL : bwd_fill, .fill32 = f32 ? bwd_fill32 : NULL,
-        .ref = bwd_ref, .inputs_had_nan = bwd_had_nan, .rnd = rnd,
-        .store_early = !emu_tensors_overlap(dx, dy) });
+        .ref = bwd_ref, .inputs_had_nan = f32 ? bwd_had_nan32 : bwd_had_nan,
+        .rnd = rnd, .store_early = !emu_tensors_overlap(dx, dy),
+        .parallel = f32 });
     free(buf);
     return rc;
 }
@@ -544,6 +562,50 @@ static void routes_free(routes *rt)
 {
     free(rt->first);
     free(rt->list);
+}
+
+/* ---- max pooling's backward checks and scatter, on ctx->threads -------
+ * Planes (n, c) split among parts: every argmax is checked against its
+ * own window (the first bad one is the lowest part's first), and with
+ * windows apart each dy lands in its own plane of dx, written by that
+ * plane's part alone. */
+typedef struct argmax_scan {
+    const pool_geom *g;
+    const size_t *argmax;
+    const unsigned char *in_win;
+    size_t span;
+    size_t bad[EMU_POOL_MAX]; /* a part's first bad index, or SIZE_MAX */
+    float *dense;             /* the scatter (windows apart), or NULL */
+    const float *dy;
+} argmax_scan;
+
+/* dy elements per part at least */
+enum { POOL_BWD_PART_MIN = 16 * 1024 };
+
+static void argmax_part(void *p, int t, int T)
+{
+    argmax_scan *a = p;
+    const pool_geom *g = a->g;
+    const size_t planes = g->N * g->C, per = g->Ho * g->Wo;
+    const size_t p0 = planes * (size_t)t / (size_t)T;
+    const size_t p1 = planes * (size_t)(t + 1) / (size_t)T;
+    size_t i = p0 * per, bad = SIZE_MAX;
+    for (size_t nc = p0; nc < p1 && bad == SIZE_MAX; nc++)
+        for (size_t oh = 0; oh < g->Ho; oh++) {
+            const size_t row = (nc * g->H + oh * g->stride) * g->W;
+            for (size_t ow = 0; ow < g->Wo; ow++, i++) {
+                const size_t d = a->argmax[i] - (row + ow * g->stride);
+                if ((d >= a->span || !a->in_win[d]) && bad == SIZE_MAX)
+                    bad = i; /* the first */
+            }
+        }
+    a->bad[t] = bad;
+    if (!a->dense || bad != SIZE_MAX)
+        return;
+    const size_t hw = g->H * g->W;
+    memset(a->dense + p0 * hw, 0, (p1 - p0) * hw * sizeof *a->dense); /* +0.0f */
+    for (size_t k = p0 * per; k < p1 * per; k++)
+        a->dense[a->argmax[k]] = a->dy[k];
 }
 
 int emu_t_maxpool2d_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
@@ -572,32 +634,40 @@ int emu_t_maxpool2d_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
     for (size_t kh = 0; kh < g.size; kh++)
         for (size_t kw = 0; kw < g.size; kw++)
             in_win[kh * g.W + kw] = 1;
-    size_t i = 0, bad = SIZE_MAX;
-    for (size_t nc = 0; nc < g.N * g.C && bad == SIZE_MAX; nc++)
-        for (size_t oh = 0; oh < g.Ho; oh++) {
-            const size_t row = (nc * g.H + oh * g.stride) * g.W;
-            for (size_t ow = 0; ow < g.Wo; ow++, i++) {
-                const size_t d = argmax[i] - (row + ow * g.stride);
-                if ((d >= span || !in_win[d]) && bad == SIZE_MAX)
-                    bad = i; /* the first */
-            }
-        }
-    free(in_win);
-    if (bad != SIZE_MAX)
-        return emu_ctx_fail(ctx, site, "argmax[%zu] = %zu is not in the "
-                            "window of output %zu", bad, argmax[bad], bad);
     const float *dys = dy->data;
     pool_bwd_op op = { .dy = dys, .S = 1.0 };
-    if (g.stride >= g.size) {
-        /* Windows that do not overlap: at most one dy reaches an input,
-         * so the gradient is dy scattered to the argmax, +0 elsewhere
-         * (exact_sum's sum of nothing and of one value). */
-        float *dense = malloc((dx->n ? dx->n : 1) * sizeof *dense);
-        if (!dense)
-            return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory");
-        memset(dense, 0, dx->n * sizeof *dense); /* +0.0f */
-        for (size_t k = 0; k < dy->n; k++)
-            dense[argmax[k]] = dys[k];
+    /* Windows that do not overlap: at most one dy reaches an input, so
+     * the gradient is dy scattered to the argmax, +0 elsewhere
+     * (exact_sum's sum of nothing and of one value); scattered as the
+     * argmax are checked. */
+    const bool apart = g.stride >= g.size;
+    float *dense = apart ? malloc((dx->n ? dx->n : 1) * sizeof *dense) : NULL;
+    if (apart && !dense) {
+        free(in_win);
+        return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory");
+    }
+    argmax_scan as = { .g = &g, .argmax = argmax, .in_win = in_win,
+                       .span = span, .dense = dense, .dy = dys };
+    size_t T = ctx->threads < 1 ? 1 : (size_t)ctx->threads;
+    if (T > EMU_POOL_MAX)
+        T = EMU_POOL_MAX;
+    if (T > dy->n / POOL_BWD_PART_MIN)
+        T = dy->n / POOL_BWD_PART_MIN;
+    if (T > g.N * g.C)
+        T = g.N * g.C;
+    if (T < 1)
+        T = 1;
+    emu_pool_run((int)T, argmax_part, &as);
+    free(in_win);
+    size_t bad = SIZE_MAX;
+    for (size_t t = 0; t < T && bad == SIZE_MAX; t++)
+        bad = as.bad[t];
+    if (bad != SIZE_MAX) {
+        free(dense);
+        return emu_ctx_fail(ctx, site, "argmax[%zu] = %zu is not in the "
+                            "window of output %zu", bad, argmax[bad], bad);
+    }
+    if (apart) {
         op.dense = dense;
         int rc = bwd_commit(ctx, site, "maxpool2d_bwd", dx, dy, &op, 1, rnd);
         free(dense);

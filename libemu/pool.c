@@ -15,6 +15,13 @@
  * not scheduled (a machine busier than its cores) delays nothing; the
  * caller waits only for parts already running.
  *
+ * A worker that finishes a job spins a little (EMU_POOL_SPIN_NS) before it
+ * sleeps on the condition variable: a training step's jobs come tens of
+ * microseconds apart, and a sleeping worker costs the caller a futex wake
+ * and the worker a reschedule (on a VM, often longer than a part), during
+ * which the caller ends up running every part itself.  The caller spins
+ * the same while the last parts finish.
+ *
  * One job runs at a time.  A caller that finds the pool busy (another
  * context on another thread of the application, or a part calling back
  * into the pool) runs every part itself, in order: same results, no
@@ -27,8 +34,21 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <string.h>
 #include <sys/types.h>
+#include <time.h>
 #include <unistd.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define CPU_RELAX() _mm_pause()
+#else
+#define CPU_RELAX() ((void)0)
+#endif
+
+/* How long a worker polls for the next job, and the caller for the last
+ * parts, before sleeping (nanoseconds). */
+enum { EMU_POOL_SPIN_NS = 200 * 1000 };
 
 enum { POOL_MAX = EMU_POOL_MAX };
 
@@ -68,8 +88,48 @@ static void run_claimed(void)
         pthread_mutex_unlock(&pool.lock);
         fn(arg, part, T);
         pthread_mutex_lock(&pool.lock);
-        if (--pool.pending == 0)
+        if (__atomic_sub_fetch(&pool.pending, 1, __ATOMIC_RELEASE) == 0)
             pthread_cond_signal(&pool.done);
+    }
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Polls *v (read atomically, without the lock) until it differs from
+ * `while_eq` or EMU_POOL_SPIN_NS have passed; called without the lock. */
+static void spin_while_u64(const uint64_t *v, uint64_t while_eq)
+{
+    uint64_t t0 = 0;
+    for (unsigned i = 1; __atomic_load_n(v, __ATOMIC_ACQUIRE) == while_eq; i++) {
+        CPU_RELAX();
+        if ((i & 255) == 0) {
+            const uint64_t t = now_ns();
+            if (!t0)
+                t0 = t;
+            else if (t - t0 > EMU_POOL_SPIN_NS)
+                return;
+        }
+    }
+}
+
+/* The same until *v is zero. */
+static void spin_while_nonzero(const int *v)
+{
+    uint64_t t0 = 0;
+    for (unsigned i = 1; __atomic_load_n(v, __ATOMIC_ACQUIRE) != 0; i++) {
+        CPU_RELAX();
+        if ((i & 255) == 0) {
+            const uint64_t t = now_ns();
+            if (!t0)
+                t0 = t;
+            else if (t - t0 > EMU_POOL_SPIN_NS)
+                return;
+        }
     }
 }
 
@@ -80,6 +140,11 @@ static void *worker_main(void *p)
     uint64_t seen = 0;
     pthread_mutex_lock(&pool.lock);
     for (;;) {
+        if (pool.gen == seen) {
+            pthread_mutex_unlock(&pool.lock);
+            spin_while_u64(&pool.gen, seen);
+            pthread_mutex_lock(&pool.lock);
+        }
         while (pool.gen == seen)
             pthread_cond_wait(&pool.wake, &pool.lock);
         seen = pool.gen;
@@ -157,7 +222,7 @@ void emu_pool_run(int T, emu_pool_fn fn, void *arg)
     pool.parts = T;
     pool.next = 1;
     pool.pending = T - 1;
-    pool.gen++;
+    __atomic_add_fetch(&pool.gen, 1, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&pool.wake);
     pthread_mutex_unlock(&pool.lock);
 
@@ -165,8 +230,47 @@ void emu_pool_run(int T, emu_pool_fn fn, void *arg)
 
     pthread_mutex_lock(&pool.lock);
     run_claimed();
+    if (pool.pending > 0) {
+        pthread_mutex_unlock(&pool.lock);
+        spin_while_nonzero(&pool.pending);
+        pthread_mutex_lock(&pool.lock);
+    }
     while (pool.pending > 0)
         pthread_cond_wait(&pool.done, &pool.lock);
     pool_busy = false;
     pthread_mutex_unlock(&pool.lock);
+}
+
+/* ---- a copy in parts ----------------------------------------------------- */
+
+typedef struct pool_copy {
+    char *dst;
+    const char *src;
+    size_t bytes;
+} pool_copy;
+
+static void copy_part(void *p, int t, int T)
+{
+    const pool_copy *c = p;
+    /* part boundaries on 64-byte lines: no line written by two threads */
+    const size_t lines = (c->bytes + 63) / 64;
+    size_t b0 = lines * (size_t)t / (size_t)T * 64;
+    size_t b1 = lines * (size_t)(t + 1) / (size_t)T * 64;
+    if (b1 > c->bytes)
+        b1 = c->bytes;
+    if (b0 < b1)
+        memcpy(c->dst + b0, c->src + b0, b1 - b0);
+}
+
+void emu_pool_memcpy(int T, void *dst, const void *src, size_t bytes)
+{
+    if ((size_t)T > bytes / EMU_POOL_COPY_MIN)
+        T = (int)(bytes / EMU_POOL_COPY_MIN);
+    if (T <= 1) {
+        if (bytes)
+            memcpy(dst, src, bytes);
+        return;
+    }
+    pool_copy c = { dst, src, bytes };
+    emu_pool_run(T, copy_part, &c);
 }

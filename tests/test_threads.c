@@ -9,11 +9,15 @@
  * and both kinds of producer.  And the fast model's GEMM split into row
  * blocks against the one sgemm call, bit for bit, on shapes just above
  * the split's threshold, where OpenBLAS's small-matrix kernels would
- * change the summation order if a block were too small.
+ * change the summation order if a block were too small.  And the
+ * convolution's weight gradient, whose im2row, transpose and bias sums run
+ * in parts, and max pooling's backward pass (checks, scatter, commit),
+ * against one thread.
  */
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -289,9 +293,13 @@ static float rnd_float(uint64_t i)
 START_TEST(test_fast_threads_are_one_sgemm)
 {
     /* M, N, K: the MLP's and CNN's shapes, odd ones, some just past the
-     * split's threshold (blocks of 2e6 multiply-adds or a little more) */
+     * split's threshold (blocks of 10^6 + 1 multiply-adds or a little
+     * more: OpenBLAS's small-matrix kernels take 10^6 and fewer) */
     static const size_t shapes[][3] = {
         { 64, 256, 784 }, { 256, 784, 64 }, { 64, 784, 256 },
+        { 64, 128, 256 }, { 128, 256, 64 }, { 256, 128, 64 },
+        { 64, 256, 128 }, { 40, 250, 201 }, { 18, 1000, 112 },
+        { 64, 64, 490 }, { 6, 1000, 334 }, { 4, 7, 142858 },
         { 33, 300, 500 }, { 97, 211, 301 }, { 8, 500, 1001 },
         { 1000, 63, 65 }, { 5, 1000, 1000 }, { 129, 129, 257 },
     };
@@ -338,8 +346,186 @@ START_TEST(test_fast_threads_are_one_sgemm)
         free(c);
     }
     /* too small for two blocks: one call */
-    ck_assert_int_eq(emu_fast_split_parts(64, 128, 256, 2), 1);
     ck_assert_int_eq(emu_fast_split_parts(64, 10, 128, 8), 1);
+    ck_assert_int_eq(emu_fast_split_parts(2, 1000, 1000, 2), 1);
+    ck_assert_int_eq(emu_fast_split_parts(64, 125, 250, 2), 1);
+}
+END_TEST
+
+/* The convolution's weight gradient (im2row and dy's transpose in parts,
+ * a part's last row through a row of its own; the bias sums one channel
+ * per part): dw, dbias and both sites' statistics those of one thread,
+ * with kernel widths whose rows are copied with slack (3, 5, 7). */
+static void conv_bwdw(const size_t *sh, int threads, const emu_accum *acc,
+                      emu_tensor *dw, emu_tensor *db, emu_stats *st)
+{
+    const size_t N = sh[0], Ci = sh[1], H = sh[2], W = sh[3], Co = sh[4],
+                 k = sh[5], stride = sh[6], pad = sh[7];
+    const size_t Ho = (H + 2 * pad - k) / stride + 1;
+    const size_t Wo = (W + 2 * pad - k) / stride + 1;
+    const emu_format *f = test_format("binary32");
+    emu_error err;
+    emu_tensor x, dy;
+    ck_assert(emu_tensor_alloc4(&x, "x", EMU_ROLE_ACTIVATION, f, N, Ci, H, W,
+                                &err) == 0);
+    ck_assert(emu_tensor_alloc4(&dy, "dy", EMU_ROLE_ACT_GRAD, f, N, Co, Ho, Wo,
+                                &err) == 0);
+    ck_assert(emu_tensor_alloc4(dw, "dw", EMU_ROLE_WEIGHT_GRAD, f, Co, Ci, k, k,
+                                &err) == 0);
+    ck_assert(emu_tensor_alloc(db, "db", EMU_ROLE_WEIGHT_GRAD, f, 1, &Co,
+                               &err) == 0);
+    for (size_t i = 0; i < x.n; i++)
+        x.data[i] = (float)ldexp((double)(emu_random64(3, 1, i) >> 40), -20) - 8.0f;
+    for (size_t i = 0; i < dy.n; i++)
+        dy.data[i] = (float)ldexp((double)(emu_random64(3, 2, i) >> 40), -30) - 0.0078125f;
+    emu_stats_init(st);
+    emu_ctx ctx;
+    emu_ctx_init(&ctx, 11);
+    ctx.stats = st;
+    ctx.threads = threads;
+    const emu_rounding rnd = { .mode = EMU_RNE };
+    const emu_conv_opts o = { .accum = acc, .stride = (int)stride,
+                              .pad = (int)pad };
+    ck_assert_msg(emu_t_conv2d_backward_weights(&ctx, "c", dw, db, &dy, &x, &o,
+                                                &rnd) == 0,
+                  "%s", ctx.err.message);
+    emu_tensor_free(&x);
+    emu_tensor_free(&dy);
+}
+
+START_TEST(test_conv_weight_grad_threads)
+{
+    /* N, Ci, H, W, Co, k, stride, pad: the CNN's two layers, odd ones */
+    static const size_t shapes[][8] = {
+        { 64, 1, 28, 28, 6, 5, 1, 2 }, { 64, 6, 14, 14, 16, 5, 1, 0 },
+        { 9, 3, 17, 19, 5, 3, 1, 1 },  { 7, 2, 23, 21, 3, 7, 2, 3 },
+        { 33, 4, 12, 12, 7, 1, 1, 0 },
+    };
+    emu_accum fast, seq;
+    emu_accum_default(&fast);
+    fast.kind = EMU_ACCUM_FAST;
+    emu_accum_default(&seq);
+    const emu_accum *accs[2] = { &fast, &seq };
+    for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++)
+        for (int a = 0; a < 2; a++) {
+            emu_tensor dw1, db1;
+            emu_stats s1;
+            conv_bwdw(shapes[k], 1, accs[a], &dw1, &db1, &s1);
+            for (int threads = 2; threads <= 3; threads++) {
+                emu_tensor dw, db;
+                emu_stats s;
+                conv_bwdw(shapes[k], threads, accs[a], &dw, &db, &s);
+                ck_assert_msg(memcmp(dw.data, dw1.data, dw.n * sizeof *dw.data) == 0 &&
+                                  memcmp(db.data, db1.data, db.n * sizeof *db.data) == 0,
+                              "shape %zu accum %d threads %d: results differ",
+                              k, a, threads);
+                const char *sites[2] = { "c", "c.dbias" };
+                for (int q = 0; q < 2; q++) {
+                    const emu_site *e1 = emu_stats_find_name(&s1, sites[q]);
+                    const emu_site *e = emu_stats_find_name(&s, sites[q]);
+                    ck_assert(e1 && e);
+                    ck_assert_msg(memcmp(&e->total, &e1->total, sizeof e->total) == 0,
+                                  "shape %zu accum %d threads %d: %s's "
+                                  "statistics differ", k, a, threads, sites[q]);
+                }
+                emu_stats_free(&s);
+                emu_tensor_free(&dw);
+                emu_tensor_free(&db);
+            }
+            emu_stats_free(&s1);
+            emu_tensor_free(&dw1);
+            emu_tensor_free(&db1);
+        }
+}
+END_TEST
+
+/* Max pooling's backward pass (argmax checked and scattered by planes,
+ * committed in parts when one value reaches each input): dx and the
+ * site's statistics those of one thread, with NaN and -0 among dy, under
+ * binary16 (inexact, overflow), windows apart and overlapping. */
+static void maxpool_bwd(const size_t *sh, int threads, emu_tensor *dx,
+                        emu_stats *st)
+{
+    const size_t N = sh[0], C = sh[1], H = sh[2], W = sh[3], k = sh[4],
+                 stride = sh[5];
+    const size_t Ho = (H - k) / stride + 1, Wo = (W - k) / stride + 1;
+    const emu_format *f32 = test_format("binary32");
+    const emu_format *f16 = test_format("binary16");
+    emu_error err;
+    emu_tensor x, y, dy;
+    ck_assert(emu_tensor_alloc4(&x, "x", EMU_ROLE_ACTIVATION, f32, N, C, H, W,
+                                &err) == 0);
+    ck_assert(emu_tensor_alloc4(&y, "y", EMU_ROLE_ACTIVATION, f32, N, C, Ho, Wo,
+                                &err) == 0);
+    ck_assert(emu_tensor_alloc4(&dy, "dy", EMU_ROLE_ACT_GRAD, f32, N, C, Ho, Wo,
+                                &err) == 0);
+    ck_assert(emu_tensor_alloc4(dx, "dx", EMU_ROLE_ACT_GRAD, f16, N, C, H, W,
+                                &err) == 0);
+    for (size_t i = 0; i < x.n; i++)
+        x.data[i] = (float)(emu_random64(4, 1, i) >> 44);
+    for (size_t i = 0; i < dy.n; i++) {
+        const uint64_t w = emu_random64(4, 2, i);
+        dy.data[i] = (float)ldexp((double)(w >> 40) - 0x1p23, (int)(w % 40) - 20);
+        if (w % 1009 == 0)
+            dy.data[i] = NAN;
+        else if (w % 1013 == 0)
+            dy.data[i] = -0.0f;
+    }
+    size_t *argmax = malloc(y.n * sizeof *argmax);
+    ck_assert(argmax);
+    const emu_pool_opts o = { .size = (int)k, .stride = (int)stride };
+    const emu_rounding rnd = { .mode = EMU_RNE };
+    emu_ctx ctx;
+    emu_ctx_init(&ctx, 11);
+    ck_assert(emu_t_maxpool2d(&ctx, "p", &y, argmax, &x, &o, &rnd) == 0);
+    emu_stats_init(st);
+    ctx.stats = st;
+    ctx.threads = threads;
+    ck_assert_msg(emu_t_maxpool2d_backward(&ctx, "pb", dx, &dy, argmax, &o,
+                                           &rnd) == 0,
+                  "%s", ctx.err.message);
+    /* an argmax out of its window: the first such index reported */
+    argmax[y.n - 1] = 0;
+    argmax[y.n / 2 + 1] = 0;
+    ck_assert(emu_t_maxpool2d_backward(&ctx, "pb", dx, &dy, argmax, &o,
+                                       &rnd) != 0);
+    char want[64];
+    snprintf(want, sizeof want, "argmax[%zu] = 0", y.n / 2 + 1);
+    ck_assert_msg(strstr(ctx.err.message, want), "%s", ctx.err.message);
+    free(argmax);
+    emu_tensor_free(&x);
+    emu_tensor_free(&y);
+    emu_tensor_free(&dy);
+}
+
+START_TEST(test_maxpool_backward_threads)
+{
+    /* N, C, H, W, size, stride: the CNN's two pools, overlapping windows */
+    static const size_t shapes[][6] = {
+        { 64, 6, 28, 28, 2, 2 }, { 64, 16, 10, 10, 2, 2 },
+        { 37, 5, 23, 17, 3, 3 }, { 40, 3, 31, 29, 3, 2 },
+    };
+    for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
+        emu_tensor dx1;
+        emu_stats s1;
+        maxpool_bwd(shapes[k], 1, &dx1, &s1);
+        for (int threads = 2; threads <= 3; threads++) {
+            emu_tensor dx;
+            emu_stats s;
+            maxpool_bwd(shapes[k], threads, &dx, &s);
+            ck_assert_msg(memcmp(dx.data, dx1.data, dx.n * sizeof *dx.data) == 0,
+                          "shape %zu threads %d: results differ", k, threads);
+            const emu_site *e1 = emu_stats_find_name(&s1, "pb");
+            const emu_site *e = emu_stats_find_name(&s, "pb");
+            ck_assert(e1 && e && e1->total.nan > 0);
+            ck_assert_msg(memcmp(&e->total, &e1->total, sizeof e->total) == 0,
+                          "shape %zu threads %d: statistics differ", k, threads);
+            emu_stats_free(&s);
+            emu_tensor_free(&dx);
+        }
+        emu_stats_free(&s1);
+        emu_tensor_free(&dx1);
+    }
 }
 END_TEST
 
@@ -389,6 +575,8 @@ static Suite *suite(void)
     tcase_add_test(tc, test_commit_threads_fill32);
     tcase_add_test(tc, test_commit_threads_swamp);
     tcase_add_test(tc, test_fast_threads_are_one_sgemm);
+    tcase_add_test(tc, test_conv_weight_grad_threads);
+    tcase_add_test(tc, test_maxpool_backward_threads);
     suite_add_tcase(s, tc);
     return s;
 }
