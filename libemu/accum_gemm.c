@@ -599,6 +599,134 @@ static EMU_ALWAYS_INLINE __m256i v8_bins(__m512d s, __m512d ns, __m512d t,
     return _mm512_cvtepi64_epi32(_mm512_add_epi64(n, off));
 }
 
+/* ---- swamping bins as bytes, counted in batches (AVX-512) ------------------
+ * Incrementing one histogram cell per lane and step costs a load and a
+ * store per addition, as much as the step itself.  The counting kernels
+ * instead write each step's 16 bins as 16 bytes into a buffer (V8B_STEPS
+ * steps of them), with the absorbed additions (bin 65) counted by a
+ * popcount of their mask and every lane the caller counts otherwise given
+ * the byte 0xff, and v8b_flush counts the buffer 64 bytes at a time: one
+ * compare per bin in the buffer's range [lo, hi] into a mask, added into
+ * byte counters.  The counts are integers, so their order does not
+ * matter: the totals are those of one increment per addition. */
+enum { V8B_STEPS = 256, V8B_BYTES = V8B_STEPS * JB, V8B_SKIP = 0xff };
+
+typedef struct v8b {
+    _Alignas(64) uint8_t b[V8B_BYTES];
+    size_t n;                   /* bytes written                             */
+    uint64_t absorbed;          /* bin 65, counted by popcounts              */
+} v8b;
+
+/* Adds the buffer's bins to cnt (lost_bits; absorbed with bin 65) and
+ * empties it. */
+EMU_ISA_TARGET_AVX512
+static void v8b_flush(v8b *bb, emu_accum_counts *cnt)
+{
+    const size_t nc = (bb->n + 63) / 64; /* <= 64: no byte counter wraps */
+    memset(bb->b + bb->n, V8B_SKIP, nc * 64 - bb->n);
+    /* The range of the bins present (0xff + 1 wraps to 0 in the max). */
+    const __m512i one = _mm512_set1_epi8(1);
+    __m512i vmin = _mm512_set1_epi8((char)V8B_SKIP), vmax = _mm512_setzero_si512();
+    for (size_t i = 0; i < nc; i++) {
+        __m512i x = _mm512_load_si512(bb->b + 64 * i);
+        vmin = _mm512_min_epu8(vmin, x);
+        vmax = _mm512_max_epu8(vmax, _mm512_add_epi8(x, one));
+    }
+    _Alignas(64) uint8_t mn[64], mx[64];
+    _mm512_store_si512(mn, vmin);
+    _mm512_store_si512(mx, vmax);
+    int lo = V8B_SKIP, hi = 0;
+    for (int i = 0; i < 64; i++) {
+        lo = mn[i] < lo ? mn[i] : lo;
+        hi = mx[i] > hi ? mx[i] : hi;
+    }
+    hi--; /* -1: no bin at all */
+    const __m512i m1 = _mm512_set1_epi8(-1), z = _mm512_setzero_si512();
+    for (int b = lo; b <= hi; b += 4) {
+        const __m512i v0 = _mm512_set1_epi8((char)b);
+        const __m512i v1 = _mm512_set1_epi8((char)(b + 1));
+        const __m512i v2 = _mm512_set1_epi8((char)(b + 2));
+        const __m512i v3 = _mm512_set1_epi8((char)(b + 3));
+        __m512i c0 = z, c1 = z, c2 = z, c3 = z;
+        for (size_t i = 0; i < nc; i++) {
+            __m512i x = _mm512_load_si512(bb->b + 64 * i);
+            c0 = _mm512_mask_sub_epi8(c0, _mm512_cmpeq_epi8_mask(x, v0), c0, m1);
+            c1 = _mm512_mask_sub_epi8(c1, _mm512_cmpeq_epi8_mask(x, v1), c1, m1);
+            c2 = _mm512_mask_sub_epi8(c2, _mm512_cmpeq_epi8_mask(x, v2), c2, m1);
+            c3 = _mm512_mask_sub_epi8(c3, _mm512_cmpeq_epi8_mask(x, v3), c3, m1);
+        }
+        /* bins past hi (up to 0xfe at most) count nothing but 0 */
+        const __m512i cs[4] = { c0, c1, c2, c3 };
+        for (int u = 0; u < 4 && b + u <= hi; u++)
+            cnt->lost_bits[b + u] +=
+                (uint64_t)_mm512_reduce_add_epi64(_mm512_sad_epu8(cs[u], z));
+    }
+    cnt->lost_bits[EMU_LOST_BINS - 1] += bb->absorbed;
+    cnt->absorbed += bb->absorbed;
+    bb->n = 0;
+    bb->absorbed = 0;
+}
+
+/* Writes one step's 16 bins n (dwords, each < EMU_LOST_BINS - 1) into the
+ * buffer: lanes in skip as V8B_SKIP, lanes in ab (absorbed) counted. */
+EMU_ISA_TARGET_AVX512
+static EMU_ALWAYS_INLINE void v8b_put(v8b *bb, __m512i n, __mmask16 skip,
+                                      __mmask16 ab, emu_accum_counts *cnt)
+{
+    n = _mm512_mask_mov_epi32(n, skip | ab, _mm512_set1_epi32(V8B_SKIP));
+    _mm_storeu_si128((__m128i *)(bb->b + bb->n), _mm512_cvtepi32_epi8(n));
+    bb->absorbed += (uint64_t)__builtin_popcount((unsigned)(ab & ~skip));
+    bb->n += JB;
+    if (bb->n == V8B_BYTES)
+        v8b_flush(bb, cnt);
+}
+
+/* The high (odd) 32-bit halves of the 16 lanes of x0 and x1, in order. */
+EMU_ISA_TARGET_AVX512
+static EMU_ALWAYS_INLINE __m512i v8_hi32(__m512i x0, __m512i x1)
+{
+    const __m512i idx = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17,
+                                         15, 13, 11, 9, 7, 5, 3, 1);
+    return _mm512_permutex2var_epi32(x0, idx, x1);
+}
+
+/* The low (even) 32-bit halves. */
+EMU_ISA_TARGET_AVX512
+static EMU_ALWAYS_INLINE __m512i v8_lo32(__m512i x0, __m512i x1)
+{
+    const __m512i idx = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16,
+                                         14, 12, 10, 8, 6, 4, 2, 0);
+    return _mm512_permutex2var_epi32(x0, idx, x1);
+}
+
+/* v8_bins on all 16 lanes at once, on the exponent words: the bins of the
+ * non-absorbed lanes (dwords), *ab the absorbed lanes (s_new == s, t != 0)
+ * and *zero those whose exact sum is zero.  The exponents sit in the high
+ * words: et from t << 1 (a product of binary32 values is never a
+ * subnormal double, so t != 0 is its high word's test too), top from r's. */
+EMU_ISA_TARGET_AVX512
+static EMU_ALWAYS_INLINE __m512i v8_bins16(__m512d s0, __m512d s1, __m512d n0,
+                                           __m512d n1, __m512d t0, __m512d t1,
+                                           __m512i r0, __m512i r1, __m512i u0,
+                                           __m512i u1, __m512i L, __m512i vp,
+                                           __mmask16 *ab, __mmask16 *zero)
+{
+    __m512i T = v8_hi32(_mm512_castpd_si512(t0), _mm512_castpd_si512(t1));
+    __m512i et = _mm512_srli_epi32(_mm512_slli_epi32(T, 1), 21);
+    __m512i top = _mm512_sub_epi32(_mm512_srli_epi32(v8_hi32(r0, r1), 20), vp);
+    __m512i n = _mm512_sub_epi32(_mm512_min_epi32(et, top), L);
+    n = _mm512_max_epi32(n, _mm512_setzero_si512());
+    __mmask16 eq = (__mmask16)(
+        (unsigned)_mm512_cmpeq_epi64_mask(_mm512_castpd_si512(n0),
+                                          _mm512_castpd_si512(s0)) |
+        (unsigned)_mm512_cmpeq_epi64_mask(_mm512_castpd_si512(n1),
+                                          _mm512_castpd_si512(s1)) << 8);
+    *ab = eq & _mm512_test_epi32_mask(et, et);
+    *zero = (__mmask16)((unsigned)_mm512_testn_epi64_mask(u0, u0) |
+                        (unsigned)_mm512_testn_epi64_mask(u1, u1) << 8);
+    return n;
+}
+
 EMU_ISA_TARGET_AVX512
 static EMU_ALWAYS_INLINE size_t v8_steps(const seq_ctx *c, emu_rnd mode,
                                          bool nearest, const double *arow,
@@ -615,14 +743,13 @@ static EMU_ALWAYS_INLINE size_t v8_steps(const seq_ctx *c, emu_rnd mode,
     const __m512i vhm1 = _mm512_set1_epi64((long long)(c->pl.half - 1));
     const __m512i vmn = _mm512_set1_epi64((long long)d2u(c->pl.min_normal));
     const __m512i vmx = _mm512_set1_epi64((long long)d2u(c->pl.max));
-    const __m512i vp = _mm512_set1_epi64(c->p);
-    const __m512i off0 = _mm512_mullo_epi64(
-        _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0),
-        _mm512_set1_epi64(EMU_LOST_BINS));
-    const __m512i off1 = _mm512_add_epi64(
-        off0, _mm512_set1_epi64(8 * EMU_LOST_BINS));
     const bool zs = c->pl.zero_slow || mode == EMU_RD;
-    uint32_t *hf = &hist[0][0];
+    const __m512i vp = _mm512_set1_epi32(c->p);
+    const __mmask16 live = (__mmask16)((1u << jn) - 1);
+    v8b bb;
+    bb.n = 0;
+    bb.absorbed = 0;
+    (void)hist;
     size_t redone = 0;
     __m512d s0 = _mm512_loadu_pd(s), s1 = _mm512_loadu_pd(s + 8);
     for (size_t k = k0; k < k1; k++) {
@@ -652,27 +779,16 @@ static EMU_ALWAYS_INLINE size_t v8_steps(const seq_ctx *c, emu_rnd mode,
             s0 = n0, s1 = n1;
             continue;
         }
-        const __m512i L = _mm512_set1_epi64((int64_t)la[k]);
-        __mmask8 z0, z1;
-        __m256i i0 = v8_bins(s0, n0, t0, r0, u0,
-                             _mm512_add_epi64(L, _mm512_loadu_si512(lb + k * JB)),
-                             vp, off0, &z0);
-        __m256i i1 = v8_bins(s1, n1, t1, r1, u1,
-                             _mm512_add_epi64(L, _mm512_loadu_si512(lb + k * JB + 8)),
-                             vp, off1, &z1);
-        int32_t idx[JB];
-        _mm256_storeu_si256((__m256i *)idx, i0);
-        _mm256_storeu_si256((__m256i *)(idx + 8), i1);
-        /* read back as scalars: GCC would otherwise extract the 16 lanes
-         * with two vector-port instructions each */
-        __asm__ volatile("" : : "r"(idx) : "memory");
-        const unsigned odd = bad | (unsigned)z0 | (unsigned)z1 << 8;
-        if (!odd && jn == JB) {
-            hf[idx[0]]++, hf[idx[1]]++, hf[idx[2]]++, hf[idx[3]]++;
-            hf[idx[4]]++, hf[idx[5]]++, hf[idx[6]]++, hf[idx[7]]++;
-            hf[idx[8]]++, hf[idx[9]]++, hf[idx[10]]++, hf[idx[11]]++;
-            hf[idx[12]]++, hf[idx[13]]++, hf[idx[14]]++, hf[idx[15]]++;
-        } else {
+        const __m512i L = _mm512_add_epi32(
+            _mm512_set1_epi32(la[k]),
+            v8_lo32(_mm512_loadu_si512(lb + k * JB),
+                    _mm512_loadu_si512(lb + k * JB + 8)));
+        __mmask16 ab, z;
+        __m512i n = v8_bins16(s0, s1, n0, n1, t0, t1, r0, r1, u0, u1, L, vp,
+                              &ab, &z);
+        const __mmask16 odd = (__mmask16)(bad | z) & live;
+        v8b_put(&bb, n, odd | (__mmask16)~live, ab, cnt);
+        if (bad | odd) {
             double sv[JB], nv[JB];
             uint64_t bl[JB];
             _mm512_storeu_pd(sv, s0), _mm512_storeu_pd(sv + 8, s1);
@@ -684,23 +800,22 @@ static EMU_ALWAYS_INLINE size_t v8_steps(const seq_ctx *c, emu_rnd mode,
                 n0 = _mm512_loadu_pd(nv), n1 = _mm512_loadu_pd(nv + 8);
                 redone++;
             }
-            for (size_t j = 0; j < jn; j++) {
-                if (!(odd >> j & 1)) {
-                    hf[idx[j]]++;
-                } else {
+            for (size_t j = 0; j < jn; j++)
+                if (odd >> j & 1) {
                     /* counted in full; the adds below cover all lanes */
                     accum_count_add(cnt, &c->g->model->acc, sv[j], ak * b[j],
                                     nv[j]);
                     cnt->adds--;
                 }
-            }
         }
         s0 = n0, s1 = n1;
     }
     _mm512_storeu_pd(s, s0);
     _mm512_storeu_pd(s + 8, s1);
-    if (cnt)
+    if (cnt) {
+        v8b_flush(&bb, cnt);
         cnt->adds += (k1 - k0) * jn;
+    }
     return redone;
 }
 
