@@ -110,6 +110,7 @@ typedef struct seq_ctx {
     bool v8;                    /* seq_steps_avx512 (isa.c's level)           */
     const double *bp;           /* the worker's current panel, [k][j]         */
     const int64_t *lbp;         /* lsb(b) + 1022, same layout (tables)        */
+    uint32_t *pt;               /* bin pairs (flush_pairs; AVX-512 counts)   */
     int p;                      /* acc's precision (counting)                 */
     /* The other kernels (fused, exact, stochastic sequential): */
     bool sr;                    /* a stochastic mode                          */
@@ -599,86 +600,34 @@ static EMU_ALWAYS_INLINE __m256i v8_bins(__m512d s, __m512d ns, __m512d t,
     return _mm512_cvtepi64_epi32(_mm512_add_epi64(n, off));
 }
 
-/* ---- swamping bins as bytes, counted in batches (AVX-512) ------------------
- * Incrementing one histogram cell per lane and step costs a load and a
- * store per addition, as much as the step itself.  The counting kernels
- * instead write each step's 16 bins as 16 bytes into a buffer (V8B_STEPS
- * steps of them), with the absorbed additions (bin 65) counted by a
- * popcount of their mask and every lane the caller counts otherwise given
- * the byte 0xff, and v8b_flush counts the buffer 64 bytes at a time: one
- * compare per bin in the buffer's range [lo, hi] into a mask, added into
- * byte counters.  The counts are integers, so their order does not
- * matter: the totals are those of one increment per addition. */
-enum { V8B_STEPS = 256, V8B_BYTES = V8B_STEPS * JB, V8B_SKIP = 0xff };
+/* ---- swamping bins of lane pairs (AVX-512) ---------------------------------
+ * One histogram increment per lane and step is a load and a store per
+ * addition, as many memory operations as the step has vector ones.  The
+ * AVX-512 sequential kernel halves them: lanes j and j + 8 share one
+ * increment, into a table of bin pairs, pt[b_j][b_{j+8}], whose rows and
+ * columns add up to the lanes' histograms (flush_pairs).  Its bins are
+ * 0 .. PT_BINS - 3, PT_ABS for an absorbed addition (bin 65) and PT_SKIP
+ * for a lane counted otherwise; a lane with a bin above PT_BINS - 3 (rare:
+ * a product of wide significands far below the quantum) is counted by
+ * itself.  The counts are integers, so their grouping does not matter. */
+enum { PT_BINS = 33, PT_ABS = PT_BINS - 2, PT_SKIP = PT_BINS - 1,
+       PT_STRIDE = 64, PT_SIZE = PT_BINS * PT_STRIDE };
 
-typedef struct v8b {
-    _Alignas(64) uint8_t b[V8B_BYTES];
-    size_t n;                   /* bytes written                             */
-    uint64_t absorbed;          /* bin 65, counted by popcounts              */
-} v8b;
-
-/* Adds the buffer's bins to cnt (lost_bits; absorbed with bin 65) and
- * empties it. */
-EMU_ISA_TARGET_AVX512
-static void v8b_flush(v8b *bb, emu_accum_counts *cnt)
+/* Adds the pair table's margins to cnt and clears it. */
+static void flush_pairs(uint32_t *pt, emu_accum_counts *cnt)
 {
-    const size_t nc = (bb->n + 63) / 64; /* <= 64: no byte counter wraps */
-    memset(bb->b + bb->n, V8B_SKIP, nc * 64 - bb->n);
-    /* The range of the bins present (0xff + 1 wraps to 0 in the max). */
-    const __m512i one = _mm512_set1_epi8(1);
-    __m512i vmin = _mm512_set1_epi8((char)V8B_SKIP), vmax = _mm512_setzero_si512();
-    for (size_t i = 0; i < nc; i++) {
-        __m512i x = _mm512_load_si512(bb->b + 64 * i);
-        vmin = _mm512_min_epu8(vmin, x);
-        vmax = _mm512_max_epu8(vmax, _mm512_add_epi8(x, one));
-    }
-    _Alignas(64) uint8_t mn[64], mx[64];
-    _mm512_store_si512(mn, vmin);
-    _mm512_store_si512(mx, vmax);
-    int lo = V8B_SKIP, hi = 0;
-    for (int i = 0; i < 64; i++) {
-        lo = mn[i] < lo ? mn[i] : lo;
-        hi = mx[i] > hi ? mx[i] : hi;
-    }
-    hi--; /* -1: no bin at all */
-    const __m512i m1 = _mm512_set1_epi8(-1), z = _mm512_setzero_si512();
-    for (int b = lo; b <= hi; b += 4) {
-        const __m512i v0 = _mm512_set1_epi8((char)b);
-        const __m512i v1 = _mm512_set1_epi8((char)(b + 1));
-        const __m512i v2 = _mm512_set1_epi8((char)(b + 2));
-        const __m512i v3 = _mm512_set1_epi8((char)(b + 3));
-        __m512i c0 = z, c1 = z, c2 = z, c3 = z;
-        for (size_t i = 0; i < nc; i++) {
-            __m512i x = _mm512_load_si512(bb->b + 64 * i);
-            c0 = _mm512_mask_sub_epi8(c0, _mm512_cmpeq_epi8_mask(x, v0), c0, m1);
-            c1 = _mm512_mask_sub_epi8(c1, _mm512_cmpeq_epi8_mask(x, v1), c1, m1);
-            c2 = _mm512_mask_sub_epi8(c2, _mm512_cmpeq_epi8_mask(x, v2), c2, m1);
-            c3 = _mm512_mask_sub_epi8(c3, _mm512_cmpeq_epi8_mask(x, v3), c3, m1);
+    uint64_t sum[PT_BINS] = { 0 };
+    for (int x = 0; x < PT_BINS; x++)
+        for (int y = 0; y < PT_BINS; y++) {
+            uint64_t v = pt[x * PT_STRIDE + y];
+            sum[x] += v;
+            sum[y] += v;
         }
-        /* bins past hi (up to 0xfe at most) count nothing but 0 */
-        const __m512i cs[4] = { c0, c1, c2, c3 };
-        for (int u = 0; u < 4 && b + u <= hi; u++)
-            cnt->lost_bits[b + u] +=
-                (uint64_t)_mm512_reduce_add_epi64(_mm512_sad_epu8(cs[u], z));
-    }
-    cnt->lost_bits[EMU_LOST_BINS - 1] += bb->absorbed;
-    cnt->absorbed += bb->absorbed;
-    bb->n = 0;
-    bb->absorbed = 0;
-}
-
-/* Writes one step's 16 bins n (dwords, each < EMU_LOST_BINS - 1) into the
- * buffer: lanes in skip as V8B_SKIP, lanes in ab (absorbed) counted. */
-EMU_ISA_TARGET_AVX512
-static EMU_ALWAYS_INLINE void v8b_put(v8b *bb, __m512i n, __mmask16 skip,
-                                      __mmask16 ab, emu_accum_counts *cnt)
-{
-    n = _mm512_mask_mov_epi32(n, skip | ab, _mm512_set1_epi32(V8B_SKIP));
-    _mm_storeu_si128((__m128i *)(bb->b + bb->n), _mm512_cvtepi32_epi8(n));
-    bb->absorbed += (uint64_t)__builtin_popcount((unsigned)(ab & ~skip));
-    bb->n += JB;
-    if (bb->n == V8B_BYTES)
-        v8b_flush(bb, cnt);
+    for (int b = 0; b < PT_ABS; b++)
+        cnt->lost_bits[b] += sum[b];
+    cnt->lost_bits[EMU_LOST_BINS - 1] += sum[PT_ABS];
+    cnt->absorbed += sum[PT_ABS];
+    memset(pt, 0, PT_SIZE * sizeof *pt);
 }
 
 /* The high (odd) 32-bit halves of the 16 lanes of x0 and x1, in order. */
@@ -746,9 +695,8 @@ static EMU_ALWAYS_INLINE size_t v8_steps(const seq_ctx *c, emu_rnd mode,
     const bool zs = c->pl.zero_slow || mode == EMU_RD;
     const __m512i vp = _mm512_set1_epi32(c->p);
     const __mmask16 live = (__mmask16)((1u << jn) - 1);
-    v8b bb;
-    bb.n = 0;
-    bb.absorbed = 0;
+    const __m512i vabs3 = _mm512_set1_epi32(PT_ABS - 1);
+    uint32_t *pt = c->pt;
     (void)hist;
     size_t redone = 0;
     __m512d s0 = _mm512_loadu_pd(s), s1 = _mm512_loadu_pd(s + 8);
@@ -787,7 +735,28 @@ static EMU_ALWAYS_INLINE size_t v8_steps(const seq_ctx *c, emu_rnd mode,
         __m512i n = v8_bins16(s0, s1, n0, n1, t0, t1, r0, r1, u0, u1, L, vp,
                               &ab, &z);
         const __mmask16 odd = (__mmask16)(bad | z) & live;
-        v8b_put(&bb, n, odd | (__mmask16)~live, ab, cnt);
+        const __mmask16 skip = odd | (__mmask16)~live;
+        __mmask16 big = _mm512_cmpgt_epi32_mask(n, vabs3) & ~(skip | ab);
+        if (big) {
+            /* bins past the table's: counted one by one */
+            int32_t nb[JB];
+            _mm512_storeu_si512(nb, n);
+            for (size_t j = 0; j < JB; j++)
+                if (big >> j & 1)
+                    cnt->lost_bits[nb[j]]++;
+        }
+        n = _mm512_mask_mov_epi32(n, ab, _mm512_set1_epi32(PT_ABS));
+        n = _mm512_mask_mov_epi32(n, skip | big, _mm512_set1_epi32(PT_SKIP));
+        __m256i pidx = _mm256_add_epi32(
+            _mm256_slli_epi32(_mm512_castsi512_si256(n), 6),
+            _mm512_extracti64x4_epi64(n, 1));
+        int32_t idx[8];
+        _mm256_storeu_si256((__m256i *)idx, pidx);
+        /* read back as scalars: GCC would otherwise extract the lanes
+         * with two vector-port instructions each */
+        __asm__ volatile("" : : "r"(idx) : "memory");
+        pt[idx[0]]++, pt[idx[1]]++, pt[idx[2]]++, pt[idx[3]]++;
+        pt[idx[4]]++, pt[idx[5]]++, pt[idx[6]]++, pt[idx[7]]++;
         if (bad | odd) {
             double sv[JB], nv[JB];
             uint64_t bl[JB];
@@ -812,10 +781,8 @@ static EMU_ALWAYS_INLINE size_t v8_steps(const seq_ctx *c, emu_rnd mode,
     }
     _mm512_storeu_pd(s, s0);
     _mm512_storeu_pd(s + 8, s1);
-    if (cnt) {
-        v8b_flush(&bb, cnt);
+    if (cnt)
         cnt->adds += (k1 - k0) * jn;
-    }
     return redone;
 }
 
@@ -1588,6 +1555,19 @@ static EMU_ALWAYS_INLINE void row_panel(const seq_ctx *c, emu_rnd mode,
         seq_row_panel(c, mode, st, i, q, arow, la, cnt, hist);
 }
 
+/* Row i of A as doubles in arow, and its lowest set bits in la (with the
+ * lowest-bit tables). */
+static void load_row(const seq_ctx *c, size_t i, double *arow, int *la)
+{
+    const gemm_job *g = c->g;
+    for (size_t k = 0; k < g->K; k++) {
+        float x = g->a[(ptrdiff_t)i * g->a_rs + (ptrdiff_t)k * g->a_cs];
+        arow[k] = x;
+        if (c->tables)
+            la[k] = lowest_bit_f(x);
+    }
+}
+
 /* The mode is a constant inside each instance of the kernel.  On x86-64
  * Linux the kernels are also compiled for AVX2 and AVX-512 and picked at
  * load time by the CPU (GCC/Clang function multiversioning): the same
@@ -1598,30 +1578,40 @@ static EMU_ALWAYS_INLINE void row_panel(const seq_ctx *c, emu_rnd mode,
     !defined(EMU_NO_TARGET_CLONES)
 __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 #endif
-static void seq_rows(const seq_ctx *c, size_t q, size_t r0, size_t r1,
-                     double *arow, int *la, emu_accum_counts *cnt)
+static void seq_rows(const seq_ctx *c0, size_t q, size_t r0, size_t r1,
+                     double *arow, int *la, const double *ac, const int *lc,
+                     emu_accum_counts *cnt)
 {
-    const gemm_job *g = c->g;
+    const gemm_job *g = c0->g;
     seq_state st = { false, 0 };
+    /* The AVX-512 kernel's table of bin pairs, under the same bound. */
+    uint32_t pt[PT_SIZE];
+    seq_ctx cl = *c0;
+    const seq_ctx *c = &cl;
+    cl.pt = pt;
     /* Swamping histograms, one per lane, kept over the rows and emptied
      * into cnt before a bin could pass 2^32 - 1 (a row-panel adds at most
      * K + 1 to a lane's bins): emptying them per row-panel cost as much as
      * a sixth of the counting at K = 256. */
     uint32_t hist[JB][EMU_LOST_BINS];
     uint64_t pending = 0;
-    if (cnt)
+    if (cnt) {
         memset(hist, 0, sizeof hist);
+        memset(pt, 0, sizeof pt);
+    }
     for (size_t i = r0; i < r1; i++) {
         if (cnt && pending + g->K + 1 > UINT32_MAX) {
             flush_hist(hist, cnt);
+            flush_pairs(pt, cnt);
             pending = 0;
         }
         pending += g->K + 1;
-        for (size_t k = 0; k < g->K; k++) {
-            float x = g->a[(ptrdiff_t)i * g->a_rs + (ptrdiff_t)k * g->a_cs];
-            arow[k] = x;
-            if (c->tables)
-                la[k] = lowest_bit_f(x);
+        if (ac) {
+            /* the worker's rows, converted once for every panel */
+            arow = (double *)ac + (i - r0) * g->K;
+            la = (int *)lc + (i - r0) * g->K;
+        } else {
+            load_row(c, i, arow, la);
         }
         switch (c->pl.mode) {
         case EMU_RNE:
@@ -1644,8 +1634,10 @@ static void seq_rows(const seq_ctx *c, size_t q, size_t r0, size_t r1,
             break;
         }
     }
-    if (cnt)
+    if (cnt) {
         flush_hist(hist, cnt);
+        flush_pairs(pt, cnt);
+    }
 }
 
 /* ---- the other kernels: fused unit, exact sum, stochastic sequential -----
@@ -2429,6 +2421,25 @@ static int worker_main(void *arg)
         ks.xa = malloc(JB * sizeof *ks.xa);
         ok = ok && ks.bins && ks.xa;
     }
+    /* The sequential kernel's rows of A, converted once rather than once
+     * per panel (which cost a sixth of its counting time at K = 256),
+     * when they take at most ROW_CACHE values. */
+    enum { ROW_CACHE = 1 << 19 };
+    const size_t nrows = w->r1 - w->r0;
+    double *ac = NULL;
+    int *lc = NULL;
+    if (ok && kern == KERN_SEQ && c.npanels > 1 && K &&
+        nrows <= ROW_CACHE / K) {
+        ac = malloc(nrows * K * sizeof *ac);
+        lc = malloc(nrows * K * sizeof *lc);
+        if (ac && lc) {
+            for (size_t i = w->r0; i < w->r1; i++)
+                load_row(&c, i, ac + (i - w->r0) * K, lc + (i - w->r0) * K);
+        } else {
+            free(ac), free(lc);
+            ac = NULL, lc = NULL;
+        }
+    }
     if (ok) {
         c.bp = bp;
         c.lbp = lbp;
@@ -2461,7 +2472,7 @@ static int worker_main(void *arg)
             c.panel_hi = ehi;
             emu_accum_counts *cnt = w->want_counts ? &w->counts : NULL;
             if (kern == KERN_SEQ)
-                seq_rows(&c, q, w->r0, w->r1, arow, la, cnt);
+                seq_rows(&c, q, w->r0, w->r1, arow, la, ac, lc, cnt);
             else
                 kern_rows(&c, kern, q, w->r0, w->r1, arow, la, cnt, &ks);
         }
@@ -2470,6 +2481,8 @@ static int worker_main(void *arg)
     }
     free(arow);
     free(la);
+    free(ac);
+    free(lc);
     free(bp);
     free(lbp);
     free(ks.words);
