@@ -2296,38 +2296,63 @@ typedef struct kern_scratch {
     xacc *xa;              /* exact: JB                   */
 } kern_scratch;
 
+/* What kern_rows knows of a row of A besides its values. */
+typedef struct row_info {
+    bool finite;
+    int w, lo, hi;              /* seq_ctx's row_w, row_lo, row_hi          */
+} row_info;
+
+/* Row i of A as doubles in arow (and la with the lowest-bit tables), and
+ * what the kernels need to know of it. */
+static row_info load_row_info(const seq_ctx *c, gemm_kernel kern, size_t i,
+                              double *arow, int *la)
+{
+    const gemm_job *g = c->g;
+    row_info r = { true, 0, INT_MAX, INT_MIN };
+    for (size_t k = 0; k < g->K; k++) {
+        float x = g->a[(ptrdiff_t)i * g->a_rs + (ptrdiff_t)k * g->a_cs];
+        arow[k] = x;
+        r.finite &= isfinite(x) != 0;
+        if (c->tables)
+            la[k] = lowest_bit_f(x);
+        if (kern == KERN_EXACT) {
+            int wx = sig_width_f(x);
+            r.w = wx > r.w ? wx : r.w;
+            if (wx) {
+                int e = exponent_of(x);
+                r.lo = e < r.lo ? e : r.lo;
+                r.hi = e > r.hi ? e : r.hi;
+            }
+        }
+    }
+    return r;
+}
+
+/* ac, lc, ri: the worker's rows as load_row_info gives them, converted
+ * once for every panel (NULL: one row at a time into arow and la). */
 #if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && \
     !defined(EMU_NO_TARGET_CLONES)
 __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 #endif
 static void kern_rows(seq_ctx *c, gemm_kernel kern, size_t q, size_t r0,
-                      size_t r1, double *arow, int *la, emu_accum_counts *cnt,
-                      const kern_scratch *ks)
+                      size_t r1, double *arow, int *la, const double *ac,
+                      const int *lc, const row_info *ri,
+                      emu_accum_counts *cnt, const kern_scratch *ks)
 {
     const gemm_job *g = c->g;
     for (size_t i = r0; i < r1; i++) {
-        bool fin = true;
-        int wmax = 0, elo = INT_MAX, ehi = INT_MIN;
-        for (size_t k = 0; k < g->K; k++) {
-            float x = g->a[(ptrdiff_t)i * g->a_rs + (ptrdiff_t)k * g->a_cs];
-            arow[k] = x;
-            fin &= isfinite(x) != 0;
-            if (c->tables)
-                la[k] = lowest_bit_f(x);
-            if (kern == KERN_EXACT) {
-                int wx = sig_width_f(x);
-                wmax = wx > wmax ? wx : wmax;
-                if (wx) {
-                    int e = exponent_of(x);
-                    elo = e < elo ? e : elo;
-                    ehi = e > ehi ? e : ehi;
-                }
-            }
+        row_info r;
+        if (ac) {
+            arow = (double *)ac + (i - r0) * g->K;
+            la = (int *)lc + (i - r0) * g->K;
+            r = ri[i - r0];
+        } else {
+            r = load_row_info(c, kern, i, arow, la);
         }
-        c->row_finite = fin;
-        c->row_lo = elo;
-        c->row_hi = ehi;
-        c->row_w = wmax;
+        c->row_finite = r.finite;
+        c->row_lo = r.lo;
+        c->row_hi = r.hi;
+        c->row_w = r.w;
         bool done;
         switch (kern) {
         case KERN_FUSED:
@@ -2418,23 +2443,30 @@ static int worker_main(void *arg)
         ks.xa = malloc(JB * sizeof *ks.xa);
         ok = ok && ks.bins && ks.xa;
     }
-    /* The sequential kernel's rows of A, converted once rather than once
-     * per panel (which cost a sixth of its counting time at K = 256),
-     * when they take at most ROW_CACHE values. */
+    /* The worker's rows of A, converted once rather than once per panel
+     * (which cost a sixth of the sequential kernel's counting time at
+     * K = 256), when they take at most ROW_CACHE values. */
     enum { ROW_CACHE = 1 << 19 };
     const size_t nrows = w->r1 - w->r0;
     double *ac = NULL;
     int *lc = NULL;
-    if (ok && kern == KERN_SEQ && c.npanels > 1 && K &&
-        nrows <= ROW_CACHE / K) {
+    row_info *ri = NULL;
+    if (ok && c.npanels > 1 && K && nrows <= ROW_CACHE / K) {
         ac = malloc(nrows * K * sizeof *ac);
         lc = malloc(nrows * K * sizeof *lc);
-        if (ac && lc) {
-            for (size_t i = w->r0; i < w->r1; i++)
-                load_row(&c, i, ac + (i - w->r0) * K, lc + (i - w->r0) * K);
+        ri = malloc(nrows * sizeof *ri);
+        if (ac && lc && ri) {
+            for (size_t i = w->r0; i < w->r1; i++) {
+                double *ar = ac + (i - w->r0) * K;
+                int *lr = lc + (i - w->r0) * K;
+                if (kern == KERN_SEQ)
+                    load_row(&c, i, ar, lr);
+                else
+                    ri[i - w->r0] = load_row_info(&c, kern, i, ar, lr);
+            }
         } else {
-            free(ac), free(lc);
-            ac = NULL, lc = NULL;
+            free(ac), free(lc), free(ri);
+            ac = NULL, lc = NULL, ri = NULL;
         }
     }
     if (ok) {
@@ -2471,7 +2503,8 @@ static int worker_main(void *arg)
             if (kern == KERN_SEQ)
                 seq_rows(&c, q, w->r0, w->r1, arow, la, ac, lc, cnt);
             else
-                kern_rows(&c, kern, q, w->r0, w->r1, arow, la, cnt, &ks);
+                kern_rows(&c, kern, q, w->r0, w->r1, arow, la, ac, lc, ri,
+                          cnt, &ks);
         }
     } else {
         w->status = -1;
@@ -2480,6 +2513,7 @@ static int worker_main(void *arg)
     free(la);
     free(ac);
     free(lc);
+    free(ri);
     free(bp);
     free(lbp);
     free(ks.words);
