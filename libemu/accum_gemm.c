@@ -648,38 +648,6 @@ static EMU_ALWAYS_INLINE __m512i v8_lo32(__m512i x0, __m512i x1)
     return _mm512_permutex2var_epi32(x0, idx, x1);
 }
 
-/* Counts 16 lanes' bins n (dwords, 0 .. EMU_LOST_BINS - 1) into the pair
- * table pt: lanes in skip not at all, lanes in ab as absorbed (bin 65),
- * bins past the table's one by one into cnt. */
-EMU_ISA_TARGET_AVX512
-static EMU_ALWAYS_INLINE void v8_pairs_add(uint32_t *pt, __m512i n,
-                                           __mmask16 skip, __mmask16 ab,
-                                           emu_accum_counts *cnt)
-{
-    __mmask16 big = _mm512_cmpgt_epi32_mask(n, _mm512_set1_epi32(PT_ABS - 1)) &
-                    (__mmask16)~(skip | ab);
-    if (big) {
-        /* bins past the table's: counted one by one */
-        int32_t nb[JB];
-        _mm512_storeu_si512(nb, n);
-        for (size_t j = 0; j < JB; j++)
-            if (big >> j & 1)
-                cnt->lost_bits[nb[j]]++;
-    }
-    n = _mm512_mask_mov_epi32(n, ab, _mm512_set1_epi32(PT_ABS));
-    n = _mm512_mask_mov_epi32(n, skip | big, _mm512_set1_epi32(PT_SKIP));
-    __m256i pidx = _mm256_add_epi32(
-        _mm256_slli_epi32(_mm512_castsi512_si256(n), 6),
-        _mm512_extracti64x4_epi64(n, 1));
-    int32_t idx[8];
-    _mm256_storeu_si256((__m256i *)idx, pidx);
-    /* read back as scalars: GCC would otherwise extract the lanes with two
-     * vector-port instructions each */
-    __asm__ volatile("" : : "r"(idx) : "memory");
-    pt[idx[0]]++, pt[idx[1]]++, pt[idx[2]]++, pt[idx[3]]++;
-    pt[idx[4]]++, pt[idx[5]]++, pt[idx[6]]++, pt[idx[7]]++;
-}
-
 /* v8_bins on all 16 lanes at once, on the exponent words: the bins of the
  * non-absorbed lanes (dwords), *ab the absorbed lanes (s_new == s, t != 0)
  * and *zero those whose exact sum is zero.  The exponents sit in the high
@@ -727,6 +695,7 @@ static EMU_ALWAYS_INLINE size_t v8_steps(const seq_ctx *c, emu_rnd mode,
     const bool zs = c->pl.zero_slow || mode == EMU_RD;
     const __m512i vp = _mm512_set1_epi32(c->p);
     const __mmask16 live = (__mmask16)((1u << jn) - 1);
+    const __m512i vabs3 = _mm512_set1_epi32(PT_ABS - 1);
     uint32_t *pt = c->pt;
     (void)hist;
     size_t redone = 0;
@@ -766,7 +735,28 @@ static EMU_ALWAYS_INLINE size_t v8_steps(const seq_ctx *c, emu_rnd mode,
         __m512i n = v8_bins16(s0, s1, n0, n1, t0, t1, r0, r1, u0, u1, L, vp,
                               &ab, &z);
         const __mmask16 odd = (__mmask16)(bad | z) & live;
-        v8_pairs_add(pt, n, odd | (__mmask16)~live, ab, cnt);
+        const __mmask16 skip = odd | (__mmask16)~live;
+        __mmask16 big = _mm512_cmpgt_epi32_mask(n, vabs3) & ~(skip | ab);
+        if (big) {
+            /* bins past the table's: counted one by one */
+            int32_t nb[JB];
+            _mm512_storeu_si512(nb, n);
+            for (size_t j = 0; j < JB; j++)
+                if (big >> j & 1)
+                    cnt->lost_bits[nb[j]]++;
+        }
+        n = _mm512_mask_mov_epi32(n, ab, _mm512_set1_epi32(PT_ABS));
+        n = _mm512_mask_mov_epi32(n, skip | big, _mm512_set1_epi32(PT_SKIP));
+        __m256i pidx = _mm256_add_epi32(
+            _mm256_slli_epi32(_mm512_castsi512_si256(n), 6),
+            _mm512_extracti64x4_epi64(n, 1));
+        int32_t idx[8];
+        _mm256_storeu_si256((__m256i *)idx, pidx);
+        /* read back as scalars: GCC would otherwise extract the lanes
+         * with two vector-port instructions each */
+        __asm__ volatile("" : : "r"(idx) : "memory");
+        pt[idx[0]]++, pt[idx[1]]++, pt[idx[2]]++, pt[idx[3]]++;
+        pt[idx[4]]++, pt[idx[5]]++, pt[idx[6]]++, pt[idx[7]]++;
         if (bad | odd) {
             double sv[JB], nv[JB];
             uint64_t bl[JB];
@@ -1010,7 +1000,7 @@ static EMU_ALWAYS_INLINE void kahan_row_panel(const seq_ctx *c, emu_rnd mode,
 /* The rounding constants of v8_step, once per kernel call. */
 typedef struct v8_consts {
     int d;
-    __m512i mask, nmask, half, hm1, mn, mx, p;
+    __m512i mask, nmask, half, hm1, mn, mx, p, off0, off1;
     bool zs;
     /* v8_add rounds subnormal results and RD's exact zero sums itself
      * (an accumulator with subnormals and a -0) */
@@ -1032,6 +1022,9 @@ static EMU_ALWAYS_INLINE void v8_consts_init(v8_consts *k, const seq_ctx *c,
     k->mn = _mm512_set1_epi64((long long)d2u(c->pl.min_normal));
     k->mx = _mm512_set1_epi64((long long)d2u(c->pl.max));
     k->p = _mm512_set1_epi64(c->p);
+    k->off0 = _mm512_mullo_epi64(_mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0),
+                                 _mm512_set1_epi64(EMU_LOST_BINS));
+    k->off1 = _mm512_add_epi64(k->off0, _mm512_set1_epi64(8 * EMU_LOST_BINS));
     const emu_format *f = &c->g->model->acc;
     k->sub = f->subnormals && !c->pl.zero_slow;
     k->zs = c->pl.zero_slow || (mode == EMU_RD && !k->sub);
@@ -1132,9 +1125,9 @@ static EMU_ALWAYS_INLINE __m512d v8_neg(__m512d x)
  * lanes count_lanes gives to the definition.  The lowest set bit of t's
  * significand from a leading-zero count of m & -m. */
 EMU_ISA_TARGET_AVX512
-static EMU_ALWAYS_INLINE __m512i v8_bins_any(const v8_consts *k, __m512d s,
+static EMU_ALWAYS_INLINE __m256i v8_bins_any(const v8_consts *k, __m512d s,
                                              __m512d ns, __m512d t,
-                                             __mmask8 *odd)
+                                             __m512i off, __mmask8 *odd)
 {
     const __m512i vabs = _mm512_set1_epi64(INT64_MAX);
     const __m512i frac = _mm512_set1_epi64((long long)(((uint64_t)1 << 52) - 1));
@@ -1167,7 +1160,7 @@ static EMU_ALWAYS_INLINE __m512i v8_bins_any(const v8_consts *k, __m512d s,
            _mm512_cmpgt_epu64_mask(nu, k->mx) |
            _mm512_cmpeq_epi64_mask(et, _mm512_set1_epi64(0x7ff)) |
            (_mm512_cmpeq_epi64_mask(et, _mm512_setzero_si512()) & tnz);
-    return n;
+    return _mm512_cvtepi64_epi32(_mm512_add_epi64(n, off));
 }
 
 /* Counts one addition of the JB lanes, s -> ns of t, into hist and cnt
@@ -1181,25 +1174,35 @@ static EMU_ALWAYS_INLINE void v8_count(const seq_ctx *c, const v8_consts *k,
                                        emu_accum_counts *cnt)
 {
     __mmask8 o0, o1;
-    __m512i b0 = v8_bins_any(k, s0, n0, t0, &o0);
-    __m512i b1 = v8_bins_any(k, s1, n1, t1, &o1);
-    const __mmask16 live = (__mmask16)((1u << jn) - 1);
-    const __mmask16 odd = (__mmask16)((unsigned)o0 | (unsigned)o1 << 8) & live;
-    __m512i n = v8_lo32(b0, b1);
-    __mmask16 ab = _mm512_cmpeq_epi32_mask(
-        n, _mm512_set1_epi32(EMU_LOST_BINS - 1));
-    v8_pairs_add(c->pt, n, odd | (__mmask16)~live, ab, cnt);
-    cnt->adds += (uint64_t)__builtin_popcount((unsigned)(live & ~odd));
-    if (!odd)
+    __m256i i0 = v8_bins_any(k, s0, n0, t0, k->off0, &o0);
+    __m256i i1 = v8_bins_any(k, s1, n1, t1, k->off1, &o1);
+    int32_t idx[JB];
+    _mm256_storeu_si256((__m256i *)idx, i0);
+    _mm256_storeu_si256((__m256i *)(idx + 8), i1);
+    /* read back as scalars (see v8_steps) */
+    __asm__ volatile("" : : "r"(idx) : "memory");
+    uint32_t *hf = &hist[0][0];
+    const unsigned odd = (unsigned)o0 | (unsigned)o1 << 8;
+    if (!odd && jn == JB) {
+        hf[idx[0]]++, hf[idx[1]]++, hf[idx[2]]++, hf[idx[3]]++;
+        hf[idx[4]]++, hf[idx[5]]++, hf[idx[6]]++, hf[idx[7]]++;
+        hf[idx[8]]++, hf[idx[9]]++, hf[idx[10]]++, hf[idx[11]]++;
+        hf[idx[12]]++, hf[idx[13]]++, hf[idx[14]]++, hf[idx[15]]++;
+        cnt->adds += JB;
         return;
+    }
     double sv[JB], nv[JB], tv[JB];
     _mm512_storeu_pd(sv, s0), _mm512_storeu_pd(sv + 8, s1);
     _mm512_storeu_pd(nv, n0), _mm512_storeu_pd(nv + 8, n1);
     _mm512_storeu_pd(tv, t0), _mm512_storeu_pd(tv + 8, t1);
-    for (size_t j = 0; j < jn; j++)
-        if (odd >> j & 1)
+    for (size_t j = 0; j < jn; j++) {
+        if (!(odd >> j & 1)) {
+            hf[idx[j]]++;
+            cnt->adds++;
+        } else {
             accum_count_add(cnt, &c->g->model->acc, sv[j], tv[j], nv[j]);
-    (void)hist;
+        }
+    }
 }
 
 /* One Kahan step of the JB lanes (kahan_step): ex as there, exl for the
