@@ -1471,9 +1471,11 @@ START_TEST(gemm_kernels_long_lanes)
 }
 END_TEST
 
-/* The AVX-512 lanes count two lanes' swamping bins with one increment of
- * a table of bin pairs that holds bins 0 .. 30 and absorbed additions;
- * larger bins are counted lane by lane.  Products 40 bits wide (kind 7)
+/* The AVX-512 sequential and blocked lanes count two lanes' swamping bins
+ * with one increment of a table of bin pairs that holds bins 0 .. 30 and
+ * absorbed additions; larger bins are counted lane by lane (Kahan's and
+ * the pairwise lanes, one histogram per lane, face the same data).
+ * Products 40 bits wide (kind 7)
  * near the accumulator's magnitude lose up to 39 bits, so both sides of
  * that split meet, with inf and NaN now and then, on full and partial
  * panels (N below, at and above 16), long K, every deterministic mode,
