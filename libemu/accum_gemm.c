@@ -504,10 +504,11 @@ static EMU_ALWAYS_INLINE size_t seq_steps(const seq_ctx *c, emu_rnd mode,
  * compare): the JB lanes as two vectors of 8 that stay in registers from
  * step to step (the C kernel's compiled loop stores and reloads them and
  * rebuilds its constants every step), the range, midpoint and absorption
- * tests as compares into mask registers, and the swamping bins turned
- * into offsets of the lanes' histograms, whose 16 increments are written
- * out.  Every lane's operations are lanes_step's, in binary64 and on the
- * same patterns, so every value, redo and bin is the same. */
+ * tests as compares into mask registers, and the swamping bins computed
+ * on the 16 lanes' exponent words at once and counted in pairs of lanes
+ * (v8_bins16, the pair table).  Every lane's operations are lanes_step's,
+ * in binary64 and on the same patterns, so every value, redo and bin is
+ * the same. */
 #if EMU_HAVE_ISA_CLONES
 EMU_ISA_TARGET_AVX512
 static EMU_ALWAYS_INLINE __m512d v8_step(emu_rnd mode, bool nearest,
