@@ -498,6 +498,36 @@ static EMU_ALWAYS_INLINE size_t seq_steps(const seq_ctx *c, emu_rnd mode,
     return redone;
 }
 
+/* ---- swamping bins of lane pairs (AVX-512) ---------------------------------
+ * One histogram increment per lane and step is a load and a store per
+ * addition, as many memory operations as the step has vector ones.  The
+ * AVX-512 sequential kernel halves them: lanes j and j + 8 share one
+ * increment, into a table of bin pairs, pt[b_j][b_{j+8}], whose rows and
+ * columns add up to the lanes' histograms (flush_pairs).  Its bins are
+ * 0 .. PT_BINS - 3, PT_ABS for an absorbed addition (bin 65) and PT_SKIP
+ * for a lane counted otherwise; a lane with a bin above PT_BINS - 3 (rare:
+ * a product of wide significands far below the quantum) is counted by
+ * itself.  The counts are integers, so their grouping does not matter. */
+enum { PT_BINS = 33, PT_ABS = PT_BINS - 2, PT_SKIP = PT_BINS - 1,
+       PT_STRIDE = 64, PT_SIZE = PT_BINS * PT_STRIDE };
+
+/* Adds the pair table's margins to cnt and clears it. */
+static void flush_pairs(uint32_t *pt, emu_accum_counts *cnt)
+{
+    uint64_t sum[PT_BINS] = { 0 };
+    for (int x = 0; x < PT_BINS; x++)
+        for (int y = 0; y < PT_BINS; y++) {
+            uint64_t v = pt[x * PT_STRIDE + y];
+            sum[x] += v;
+            sum[y] += v;
+        }
+    for (int b = 0; b < PT_ABS; b++)
+        cnt->lost_bits[b] += sum[b];
+    cnt->lost_bits[EMU_LOST_BINS - 1] += sum[PT_ABS];
+    cnt->absorbed += sum[PT_ABS];
+    memset(pt, 0, PT_SIZE * sizeof *pt);
+}
+
 /* ---- seq_steps in AVX-512 intrinsics ---------------------------------------
  * The same map as lanes_step and its counts, for the AVX-512 level (isa.c
  * picks it; EMU_ISA=avx2 or baseline runs the C above, which the tests
@@ -599,36 +629,6 @@ static EMU_ALWAYS_INLINE __m256i v8_bins(__m512d s, __m512d ns, __m512d t,
     n = _mm512_mask_mov_epi64(n, ab, _mm512_set1_epi64(EMU_LOST_BINS - 1));
     *zero = _mm512_testn_epi64_mask(u, u);
     return _mm512_cvtepi64_epi32(_mm512_add_epi64(n, off));
-}
-
-/* ---- swamping bins of lane pairs (AVX-512) ---------------------------------
- * One histogram increment per lane and step is a load and a store per
- * addition, as many memory operations as the step has vector ones.  The
- * AVX-512 sequential kernel halves them: lanes j and j + 8 share one
- * increment, into a table of bin pairs, pt[b_j][b_{j+8}], whose rows and
- * columns add up to the lanes' histograms (flush_pairs).  Its bins are
- * 0 .. PT_BINS - 3, PT_ABS for an absorbed addition (bin 65) and PT_SKIP
- * for a lane counted otherwise; a lane with a bin above PT_BINS - 3 (rare:
- * a product of wide significands far below the quantum) is counted by
- * itself.  The counts are integers, so their grouping does not matter. */
-enum { PT_BINS = 33, PT_ABS = PT_BINS - 2, PT_SKIP = PT_BINS - 1,
-       PT_STRIDE = 64, PT_SIZE = PT_BINS * PT_STRIDE };
-
-/* Adds the pair table's margins to cnt and clears it. */
-static void flush_pairs(uint32_t *pt, emu_accum_counts *cnt)
-{
-    uint64_t sum[PT_BINS] = { 0 };
-    for (int x = 0; x < PT_BINS; x++)
-        for (int y = 0; y < PT_BINS; y++) {
-            uint64_t v = pt[x * PT_STRIDE + y];
-            sum[x] += v;
-            sum[y] += v;
-        }
-    for (int b = 0; b < PT_ABS; b++)
-        cnt->lost_bits[b] += sum[b];
-    cnt->lost_bits[EMU_LOST_BINS - 1] += sum[PT_ABS];
-    cnt->absorbed += sum[PT_ABS];
-    memset(pt, 0, PT_SIZE * sizeof *pt);
 }
 
 /* The high (odd) 32-bit halves of the 16 lanes of x0 and x1, in order. */
