@@ -110,6 +110,7 @@ typedef struct seq_ctx {
     bool v8;                    /* seq_steps_avx512 (isa.c's level)           */
     const double *bp;           /* the worker's current panel, [k][j]         */
     const int64_t *lbp;         /* lsb(b) + 1022, same layout (tables)        */
+    uint32_t *pt;               /* bin pairs (flush_pairs; AVX-512 counts)   */
     int p;                      /* acc's precision (counting)                 */
     /* The other kernels (fused, exact, stochastic sequential): */
     bool sr;                    /* a stochastic mode                          */
@@ -497,16 +498,47 @@ static EMU_ALWAYS_INLINE size_t seq_steps(const seq_ctx *c, emu_rnd mode,
     return redone;
 }
 
+/* ---- swamping bins of lane pairs (AVX-512) ---------------------------------
+ * One histogram increment per lane and step is a load and a store per
+ * addition, as many memory operations as the step has vector ones.  The
+ * AVX-512 sequential kernel halves them: lanes j and j + 8 share one
+ * increment, into a table of bin pairs, pt[b_j][b_{j+8}], whose rows and
+ * columns add up to the lanes' histograms (flush_pairs).  Its bins are
+ * 0 .. PT_BINS - 3, PT_ABS for an absorbed addition (bin 65) and PT_SKIP
+ * for a lane counted otherwise; a lane with a bin above PT_BINS - 3 (rare:
+ * a product of wide significands far below the quantum) is counted by
+ * itself.  The counts are integers, so their grouping does not matter. */
+enum { PT_BINS = 33, PT_ABS = PT_BINS - 2, PT_SKIP = PT_BINS - 1,
+       PT_STRIDE = 64, PT_SIZE = PT_BINS * PT_STRIDE };
+
+/* Adds the pair table's margins to cnt and clears it. */
+static void flush_pairs(uint32_t *pt, emu_accum_counts *cnt)
+{
+    uint64_t sum[PT_BINS] = { 0 };
+    for (int x = 0; x < PT_BINS; x++)
+        for (int y = 0; y < PT_BINS; y++) {
+            uint64_t v = pt[x * PT_STRIDE + y];
+            sum[x] += v;
+            sum[y] += v;
+        }
+    for (int b = 0; b < PT_ABS; b++)
+        cnt->lost_bits[b] += sum[b];
+    cnt->lost_bits[EMU_LOST_BINS - 1] += sum[PT_ABS];
+    cnt->absorbed += sum[PT_ABS];
+    memset(pt, 0, PT_SIZE * sizeof *pt);
+}
+
 /* ---- seq_steps in AVX-512 intrinsics ---------------------------------------
  * The same map as lanes_step and its counts, for the AVX-512 level (isa.c
  * picks it; EMU_ISA=avx2 or baseline runs the C above, which the tests
  * compare): the JB lanes as two vectors of 8 that stay in registers from
  * step to step (the C kernel's compiled loop stores and reloads them and
  * rebuilds its constants every step), the range, midpoint and absorption
- * tests as compares into mask registers, and the swamping bins turned
- * into offsets of the lanes' histograms, whose 16 increments are written
- * out.  Every lane's operations are lanes_step's, in binary64 and on the
- * same patterns, so every value, redo and bin is the same. */
+ * tests as compares into mask registers, and the swamping bins computed
+ * on the 16 lanes' exponent words at once and counted in pairs of lanes
+ * (v8_bins16, the pair table).  Every lane's operations are lanes_step's,
+ * in binary64 and on the same patterns, so every value, redo and bin is
+ * the same. */
 #if EMU_HAVE_ISA_CLONES
 EMU_ISA_TARGET_AVX512
 static EMU_ALWAYS_INLINE __m512d v8_step(emu_rnd mode, bool nearest,
@@ -599,6 +631,52 @@ static EMU_ALWAYS_INLINE __m256i v8_bins(__m512d s, __m512d ns, __m512d t,
     return _mm512_cvtepi64_epi32(_mm512_add_epi64(n, off));
 }
 
+/* The high (odd) 32-bit halves of the 16 lanes of x0 and x1, in order. */
+EMU_ISA_TARGET_AVX512
+static EMU_ALWAYS_INLINE __m512i v8_hi32(__m512i x0, __m512i x1)
+{
+    const __m512i idx = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17,
+                                         15, 13, 11, 9, 7, 5, 3, 1);
+    return _mm512_permutex2var_epi32(x0, idx, x1);
+}
+
+/* The low (even) 32-bit halves. */
+EMU_ISA_TARGET_AVX512
+static EMU_ALWAYS_INLINE __m512i v8_lo32(__m512i x0, __m512i x1)
+{
+    const __m512i idx = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16,
+                                         14, 12, 10, 8, 6, 4, 2, 0);
+    return _mm512_permutex2var_epi32(x0, idx, x1);
+}
+
+/* v8_bins on all 16 lanes at once, on the exponent words: the bins of the
+ * non-absorbed lanes (dwords), *ab the absorbed lanes (s_new == s, t != 0)
+ * and *zero those whose exact sum is zero.  The exponents sit in the high
+ * words: et from t << 1 (a product of binary32 values is never a
+ * subnormal double, so t != 0 is its high word's test too), top from r's. */
+EMU_ISA_TARGET_AVX512
+static EMU_ALWAYS_INLINE __m512i v8_bins16(__m512d s0, __m512d s1, __m512d n0,
+                                           __m512d n1, __m512d t0, __m512d t1,
+                                           __m512i r0, __m512i r1, __m512i u0,
+                                           __m512i u1, __m512i L, __m512i vp,
+                                           __mmask16 *ab, __mmask16 *zero)
+{
+    __m512i T = v8_hi32(_mm512_castpd_si512(t0), _mm512_castpd_si512(t1));
+    __m512i et = _mm512_srli_epi32(_mm512_slli_epi32(T, 1), 21);
+    __m512i top = _mm512_sub_epi32(_mm512_srli_epi32(v8_hi32(r0, r1), 20), vp);
+    __m512i n = _mm512_sub_epi32(_mm512_min_epi32(et, top), L);
+    n = _mm512_max_epi32(n, _mm512_setzero_si512());
+    __mmask16 eq = (__mmask16)(
+        (unsigned)_mm512_cmpeq_epi64_mask(_mm512_castpd_si512(n0),
+                                          _mm512_castpd_si512(s0)) |
+        (unsigned)_mm512_cmpeq_epi64_mask(_mm512_castpd_si512(n1),
+                                          _mm512_castpd_si512(s1)) << 8);
+    *ab = eq & _mm512_test_epi32_mask(et, et);
+    *zero = (__mmask16)((unsigned)_mm512_testn_epi64_mask(u0, u0) |
+                        (unsigned)_mm512_testn_epi64_mask(u1, u1) << 8);
+    return n;
+}
+
 EMU_ISA_TARGET_AVX512
 static EMU_ALWAYS_INLINE size_t v8_steps(const seq_ctx *c, emu_rnd mode,
                                          bool nearest, const double *arow,
@@ -615,14 +693,12 @@ static EMU_ALWAYS_INLINE size_t v8_steps(const seq_ctx *c, emu_rnd mode,
     const __m512i vhm1 = _mm512_set1_epi64((long long)(c->pl.half - 1));
     const __m512i vmn = _mm512_set1_epi64((long long)d2u(c->pl.min_normal));
     const __m512i vmx = _mm512_set1_epi64((long long)d2u(c->pl.max));
-    const __m512i vp = _mm512_set1_epi64(c->p);
-    const __m512i off0 = _mm512_mullo_epi64(
-        _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0),
-        _mm512_set1_epi64(EMU_LOST_BINS));
-    const __m512i off1 = _mm512_add_epi64(
-        off0, _mm512_set1_epi64(8 * EMU_LOST_BINS));
     const bool zs = c->pl.zero_slow || mode == EMU_RD;
-    uint32_t *hf = &hist[0][0];
+    const __m512i vp = _mm512_set1_epi32(c->p);
+    const __mmask16 live = (__mmask16)((1u << jn) - 1);
+    const __m512i vabs3 = _mm512_set1_epi32(PT_ABS - 1);
+    uint32_t *pt = c->pt;
+    (void)hist;
     size_t redone = 0;
     __m512d s0 = _mm512_loadu_pd(s), s1 = _mm512_loadu_pd(s + 8);
     for (size_t k = k0; k < k1; k++) {
@@ -652,27 +728,37 @@ static EMU_ALWAYS_INLINE size_t v8_steps(const seq_ctx *c, emu_rnd mode,
             s0 = n0, s1 = n1;
             continue;
         }
-        const __m512i L = _mm512_set1_epi64((int64_t)la[k]);
-        __mmask8 z0, z1;
-        __m256i i0 = v8_bins(s0, n0, t0, r0, u0,
-                             _mm512_add_epi64(L, _mm512_loadu_si512(lb + k * JB)),
-                             vp, off0, &z0);
-        __m256i i1 = v8_bins(s1, n1, t1, r1, u1,
-                             _mm512_add_epi64(L, _mm512_loadu_si512(lb + k * JB + 8)),
-                             vp, off1, &z1);
-        int32_t idx[JB];
-        _mm256_storeu_si256((__m256i *)idx, i0);
-        _mm256_storeu_si256((__m256i *)(idx + 8), i1);
-        /* read back as scalars: GCC would otherwise extract the 16 lanes
+        const __m512i L = _mm512_add_epi32(
+            _mm512_set1_epi32(la[k]),
+            v8_lo32(_mm512_loadu_si512(lb + k * JB),
+                    _mm512_loadu_si512(lb + k * JB + 8)));
+        __mmask16 ab, z;
+        __m512i n = v8_bins16(s0, s1, n0, n1, t0, t1, r0, r1, u0, u1, L, vp,
+                              &ab, &z);
+        const __mmask16 odd = (__mmask16)(bad | z) & live;
+        const __mmask16 skip = odd | (__mmask16)~live;
+        __mmask16 big = _mm512_cmpgt_epi32_mask(n, vabs3) & ~(skip | ab);
+        if (big) {
+            /* bins past the table's: counted one by one */
+            int32_t nb[JB];
+            _mm512_storeu_si512(nb, n);
+            for (size_t j = 0; j < JB; j++)
+                if (big >> j & 1)
+                    cnt->lost_bits[nb[j]]++;
+        }
+        n = _mm512_mask_mov_epi32(n, ab, _mm512_set1_epi32(PT_ABS));
+        n = _mm512_mask_mov_epi32(n, skip | big, _mm512_set1_epi32(PT_SKIP));
+        __m256i pidx = _mm256_add_epi32(
+            _mm256_slli_epi32(_mm512_castsi512_si256(n), 6),
+            _mm512_extracti64x4_epi64(n, 1));
+        int32_t idx[8];
+        _mm256_storeu_si256((__m256i *)idx, pidx);
+        /* read back as scalars: GCC would otherwise extract the lanes
          * with two vector-port instructions each */
         __asm__ volatile("" : : "r"(idx) : "memory");
-        const unsigned odd = bad | (unsigned)z0 | (unsigned)z1 << 8;
-        if (!odd && jn == JB) {
-            hf[idx[0]]++, hf[idx[1]]++, hf[idx[2]]++, hf[idx[3]]++;
-            hf[idx[4]]++, hf[idx[5]]++, hf[idx[6]]++, hf[idx[7]]++;
-            hf[idx[8]]++, hf[idx[9]]++, hf[idx[10]]++, hf[idx[11]]++;
-            hf[idx[12]]++, hf[idx[13]]++, hf[idx[14]]++, hf[idx[15]]++;
-        } else {
+        pt[idx[0]]++, pt[idx[1]]++, pt[idx[2]]++, pt[idx[3]]++;
+        pt[idx[4]]++, pt[idx[5]]++, pt[idx[6]]++, pt[idx[7]]++;
+        if (bad | odd) {
             double sv[JB], nv[JB];
             uint64_t bl[JB];
             _mm512_storeu_pd(sv, s0), _mm512_storeu_pd(sv + 8, s1);
@@ -684,16 +770,13 @@ static EMU_ALWAYS_INLINE size_t v8_steps(const seq_ctx *c, emu_rnd mode,
                 n0 = _mm512_loadu_pd(nv), n1 = _mm512_loadu_pd(nv + 8);
                 redone++;
             }
-            for (size_t j = 0; j < jn; j++) {
-                if (!(odd >> j & 1)) {
-                    hf[idx[j]]++;
-                } else {
+            for (size_t j = 0; j < jn; j++)
+                if (odd >> j & 1) {
                     /* counted in full; the adds below cover all lanes */
                     accum_count_add(cnt, &c->g->model->acc, sv[j], ak * b[j],
                                     nv[j]);
                     cnt->adds--;
                 }
-            }
         }
         s0 = n0, s1 = n1;
     }
@@ -1473,6 +1556,19 @@ static EMU_ALWAYS_INLINE void row_panel(const seq_ctx *c, emu_rnd mode,
         seq_row_panel(c, mode, st, i, q, arow, la, cnt, hist);
 }
 
+/* Row i of A as doubles in arow, and its lowest set bits in la (with the
+ * lowest-bit tables). */
+static void load_row(const seq_ctx *c, size_t i, double *arow, int *la)
+{
+    const gemm_job *g = c->g;
+    for (size_t k = 0; k < g->K; k++) {
+        float x = g->a[(ptrdiff_t)i * g->a_rs + (ptrdiff_t)k * g->a_cs];
+        arow[k] = x;
+        if (c->tables)
+            la[k] = lowest_bit_f(x);
+    }
+}
+
 /* The mode is a constant inside each instance of the kernel.  On x86-64
  * Linux the kernels are also compiled for AVX2 and AVX-512 and picked at
  * load time by the CPU (GCC/Clang function multiversioning): the same
@@ -1483,30 +1579,40 @@ static EMU_ALWAYS_INLINE void row_panel(const seq_ctx *c, emu_rnd mode,
     !defined(EMU_NO_TARGET_CLONES)
 __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 #endif
-static void seq_rows(const seq_ctx *c, size_t q, size_t r0, size_t r1,
-                     double *arow, int *la, emu_accum_counts *cnt)
+static void seq_rows(const seq_ctx *c0, size_t q, size_t r0, size_t r1,
+                     double *arow, int *la, const double *ac, const int *lc,
+                     emu_accum_counts *cnt)
 {
-    const gemm_job *g = c->g;
+    const gemm_job *g = c0->g;
     seq_state st = { false, 0 };
+    /* The AVX-512 kernel's table of bin pairs, under the same bound. */
+    uint32_t pt[PT_SIZE];
+    seq_ctx cl = *c0;
+    const seq_ctx *c = &cl;
+    cl.pt = pt;
     /* Swamping histograms, one per lane, kept over the rows and emptied
      * into cnt before a bin could pass 2^32 - 1 (a row-panel adds at most
      * K + 1 to a lane's bins): emptying them per row-panel cost as much as
      * a sixth of the counting at K = 256. */
     uint32_t hist[JB][EMU_LOST_BINS];
     uint64_t pending = 0;
-    if (cnt)
+    if (cnt) {
         memset(hist, 0, sizeof hist);
+        memset(pt, 0, sizeof pt);
+    }
     for (size_t i = r0; i < r1; i++) {
         if (cnt && pending + g->K + 1 > UINT32_MAX) {
             flush_hist(hist, cnt);
+            flush_pairs(pt, cnt);
             pending = 0;
         }
         pending += g->K + 1;
-        for (size_t k = 0; k < g->K; k++) {
-            float x = g->a[(ptrdiff_t)i * g->a_rs + (ptrdiff_t)k * g->a_cs];
-            arow[k] = x;
-            if (c->tables)
-                la[k] = lowest_bit_f(x);
+        if (ac) {
+            /* the worker's rows, converted once for every panel */
+            arow = (double *)ac + (i - r0) * g->K;
+            la = (int *)lc + (i - r0) * g->K;
+        } else {
+            load_row(c, i, arow, la);
         }
         switch (c->pl.mode) {
         case EMU_RNE:
@@ -1529,8 +1635,10 @@ static void seq_rows(const seq_ctx *c, size_t q, size_t r0, size_t r1,
             break;
         }
     }
-    if (cnt)
+    if (cnt) {
         flush_hist(hist, cnt);
+        flush_pairs(pt, cnt);
+    }
 }
 
 /* ---- the other kernels: fused unit, exact sum, stochastic sequential -----
@@ -2192,38 +2300,63 @@ typedef struct kern_scratch {
     xacc *xa;              /* exact: JB                   */
 } kern_scratch;
 
+/* What kern_rows knows of a row of A besides its values. */
+typedef struct row_info {
+    bool finite;
+    int w, lo, hi;              /* seq_ctx's row_w, row_lo, row_hi          */
+} row_info;
+
+/* Row i of A as doubles in arow (and la with the lowest-bit tables), and
+ * what the kernels need to know of it. */
+static row_info load_row_info(const seq_ctx *c, gemm_kernel kern, size_t i,
+                              double *arow, int *la)
+{
+    const gemm_job *g = c->g;
+    row_info r = { true, 0, INT_MAX, INT_MIN };
+    for (size_t k = 0; k < g->K; k++) {
+        float x = g->a[(ptrdiff_t)i * g->a_rs + (ptrdiff_t)k * g->a_cs];
+        arow[k] = x;
+        r.finite &= isfinite(x) != 0;
+        if (c->tables)
+            la[k] = lowest_bit_f(x);
+        if (kern == KERN_EXACT) {
+            int wx = sig_width_f(x);
+            r.w = wx > r.w ? wx : r.w;
+            if (wx) {
+                int e = exponent_of(x);
+                r.lo = e < r.lo ? e : r.lo;
+                r.hi = e > r.hi ? e : r.hi;
+            }
+        }
+    }
+    return r;
+}
+
+/* ac, lc, ri: the worker's rows as load_row_info gives them, converted
+ * once for every panel (NULL: one row at a time into arow and la). */
 #if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && \
     !defined(EMU_NO_TARGET_CLONES)
 __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 #endif
 static void kern_rows(seq_ctx *c, gemm_kernel kern, size_t q, size_t r0,
-                      size_t r1, double *arow, int *la, emu_accum_counts *cnt,
-                      const kern_scratch *ks)
+                      size_t r1, double *arow, int *la, const double *ac,
+                      const int *lc, const row_info *ri,
+                      emu_accum_counts *cnt, const kern_scratch *ks)
 {
     const gemm_job *g = c->g;
     for (size_t i = r0; i < r1; i++) {
-        bool fin = true;
-        int wmax = 0, elo = INT_MAX, ehi = INT_MIN;
-        for (size_t k = 0; k < g->K; k++) {
-            float x = g->a[(ptrdiff_t)i * g->a_rs + (ptrdiff_t)k * g->a_cs];
-            arow[k] = x;
-            fin &= isfinite(x) != 0;
-            if (c->tables)
-                la[k] = lowest_bit_f(x);
-            if (kern == KERN_EXACT) {
-                int wx = sig_width_f(x);
-                wmax = wx > wmax ? wx : wmax;
-                if (wx) {
-                    int e = exponent_of(x);
-                    elo = e < elo ? e : elo;
-                    ehi = e > ehi ? e : ehi;
-                }
-            }
+        row_info r;
+        if (ac) {
+            arow = (double *)ac + (i - r0) * g->K;
+            la = (int *)lc + (i - r0) * g->K;
+            r = ri[i - r0];
+        } else {
+            r = load_row_info(c, kern, i, arow, la);
         }
-        c->row_finite = fin;
-        c->row_lo = elo;
-        c->row_hi = ehi;
-        c->row_w = wmax;
+        c->row_finite = r.finite;
+        c->row_lo = r.lo;
+        c->row_hi = r.hi;
+        c->row_w = r.w;
         bool done;
         switch (kern) {
         case KERN_FUSED:
@@ -2314,6 +2447,32 @@ static int worker_main(void *arg)
         ks.xa = malloc(JB * sizeof *ks.xa);
         ok = ok && ks.bins && ks.xa;
     }
+    /* The worker's rows of A, converted once rather than once per panel
+     * (which cost a sixth of the sequential kernel's counting time at
+     * K = 256), when they take at most ROW_CACHE values. */
+    enum { ROW_CACHE = 1 << 19 };
+    const size_t nrows = w->r1 - w->r0;
+    double *ac = NULL;
+    int *lc = NULL;
+    row_info *ri = NULL;
+    if (ok && c.npanels > 1 && K && nrows <= ROW_CACHE / K) {
+        ac = malloc(nrows * K * sizeof *ac);
+        lc = malloc(nrows * K * sizeof *lc);
+        ri = malloc(nrows * sizeof *ri);
+        if (ac && lc && ri) {
+            for (size_t i = w->r0; i < w->r1; i++) {
+                double *ar = ac + (i - w->r0) * K;
+                int *lr = lc + (i - w->r0) * K;
+                if (kern == KERN_SEQ)
+                    load_row(&c, i, ar, lr);
+                else
+                    ri[i - w->r0] = load_row_info(&c, kern, i, ar, lr);
+            }
+        } else {
+            free(ac), free(lc), free(ri);
+            ac = NULL, lc = NULL, ri = NULL;
+        }
+    }
     if (ok) {
         c.bp = bp;
         c.lbp = lbp;
@@ -2346,15 +2505,19 @@ static int worker_main(void *arg)
             c.panel_hi = ehi;
             emu_accum_counts *cnt = w->want_counts ? &w->counts : NULL;
             if (kern == KERN_SEQ)
-                seq_rows(&c, q, w->r0, w->r1, arow, la, cnt);
+                seq_rows(&c, q, w->r0, w->r1, arow, la, ac, lc, cnt);
             else
-                kern_rows(&c, kern, q, w->r0, w->r1, arow, la, cnt, &ks);
+                kern_rows(&c, kern, q, w->r0, w->r1, arow, la, ac, lc, ri,
+                          cnt, &ks);
         }
     } else {
         w->status = -1;
     }
     free(arow);
     free(la);
+    free(ac);
+    free(lc);
+    free(ri);
     free(bp);
     free(lbp);
     free(ks.words);

@@ -1239,8 +1239,9 @@ static float awkward_val(test_rng *g, int kind)
 
 /* One product on the kernels against emu_accum_dot(_init) per output, for
  * 1 to 3 threads, with and without counts. */
-static void kernel_case(const emu_accum *a, test_rng *g, size_t M, size_t N,
-                        size_t K, int kind, bool init, const char *spec)
+static void kernel_case_counts(const emu_accum *a, test_rng *g, size_t M,
+                               size_t N, size_t K, int kind, bool init,
+                               const char *spec, emu_accum_counts *want_out)
 {
     float *av = malloc((M * K + 1) * sizeof *av);
     float *bv = malloc((K * N + 1) * sizeof *bv);
@@ -1314,6 +1315,8 @@ static void kernel_case(const emu_accum *a, test_rng *g, size_t M, size_t N,
                 expect_counts(&got, &want, what);
             }
         }
+    if (want_out)
+        *want_out = want;
     free(av);
     free(bv);
     free(cv);
@@ -1321,6 +1324,12 @@ static void kernel_case(const emu_accum *a, test_rng *g, size_t M, size_t N,
     free(lo);
     free(whi);
     free(wlo);
+}
+
+static void kernel_case(const emu_accum *a, test_rng *g, size_t M, size_t N,
+                        size_t K, int kind, bool init, const char *spec)
+{
+    kernel_case_counts(a, g, M, N, K, kind, init, spec, NULL);
 }
 
 /* Shapes: several panels and a partial one, K around the unit's width. */
@@ -1462,6 +1471,49 @@ START_TEST(gemm_kernels_long_lanes)
 }
 END_TEST
 
+/* The AVX-512 sequential and blocked lanes count two lanes' swamping bins
+ * with one increment of a table of bin pairs that holds bins 0 .. 30 and
+ * absorbed additions; larger bins are counted lane by lane (Kahan's and
+ * the pairwise lanes, one histogram per lane, face the same data).
+ * Products 40 bits wide (kind 7)
+ * near the accumulator's magnitude lose up to 39 bits, so both sides of
+ * that split meet, with inf and NaN now and then, on full and partial
+ * panels (N below, at and above 16), long K, every deterministic mode,
+ * against emu_accum_dot's counts; run at each ISA level. */
+START_TEST(gemm_kernels_wide_bins)
+{
+    test_rng g = test_rng_make(0x31b1e5);
+    static const char *const accs[] = { "binary16", "bfloat16", "binary32",
+                                        "e5m2" };
+    static const emu_accum_kind kinds[] = { EMU_ACCUM_SEQUENTIAL,
+                                            EMU_ACCUM_BLOCKED,
+                                            EMU_ACCUM_KAHAN,
+                                            EMU_ACCUM_PAIRWISE };
+    static const size_t ns[] = { 7, 16, 37 };
+    uint64_t wide = 0, narrow = 0, absorbed = 0;
+    for (int ki = 0; ki < 4; ki++)
+        for (int fi = 0; fi < 4; fi++)
+            for (int m = 0; m < TEST_DET_MODES; m++) {
+                emu_accum a = model_of(kinds[ki], fmt_named(accs[fi]),
+                                       (emu_rnd)m);
+                a.block = 64;
+                char spec[160];
+                emu_accum_string(&a, spec, sizeof spec);
+                emu_accum_counts want;
+                size_t K = 150 + (size_t)test_below(&g, 200);
+                kernel_case_counts(&a, &g, 2, ns[(ki + fi + m) % 3], K,
+                                   7 + m % 2, m % 3 == 2, spec, &want);
+                for (int b = 0; b < EMU_LOST_BINS - 1; b++)
+                    *(b > 30 ? &wide : &narrow) += want.lost_bits[b];
+                absorbed += want.absorbed;
+            }
+    /* the cases reach every part of the table and past it */
+    ck_assert_uint_gt(wide, 0);
+    ck_assert_uint_gt(narrow, 0);
+    ck_assert_uint_gt(absorbed, 0);
+}
+END_TEST
+
 static Suite *accum_suite(void)
 {
     Suite *s = suite_create("accum");
@@ -1495,6 +1547,7 @@ static Suite *accum_suite(void)
     tcase_add_test(tc, gemm_kernels_seq_sr);
     tcase_add_test(tc, gemm_kernels_lanes);
     tcase_add_test(tc, gemm_kernels_long_lanes);
+    tcase_add_test(tc, gemm_kernels_wide_bins);
     suite_add_tcase(s, tc);
     tc = tcase_create("streams");
     tcase_set_timeout(tc, 600);
