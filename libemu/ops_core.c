@@ -369,20 +369,25 @@ count_swamp_run_any(const int32_t q_tiny, const int32_t emin, const int32_t p,
         const uint32_t same = (uint32_t)(res[k] == old[k]);
         rare |= (skip ^ 1u) & ((uint32_t)(et == 0) |
                                ((uint32_t)(rb - 1 < 0x7fffff) & (same ^ 1u)));
-        /* the result's quantum exponent q (q_tiny for zero) */
-        const int32_t e = (int32_t)(rb >> 23) - 127;
-        const int32_t qm = -(int32_t)((uint32_t)(rb != 0) & (uint32_t)(e >= emin));
-        const int32_t q = ((e - p + 1) & qm) | (q_tiny & ~qm);
-        /* t's leading and lowest set bits */
-        const int32_t msb = et - 1023;
+        /* the result's quantum exponent q (q_tiny for zero), plus 1075:
+         * q = e - p + 1 for a result of exponent e >= emin */
+        const int32_t eb = (int32_t)(rb >> 23); /* e + 127 */
+        const int32_t qm = -(int32_t)((uint32_t)(rb != 0) &
+                                      (uint32_t)(eb >= emin + 127));
+        const int32_t q1075 = ((eb + 949 - p) & qm) |
+                              ((q_tiny + 1075) & ~qm);
+        /* t's lowest set bit, low above the significand's bottom: one
+         * conversion, of the word that holds it */
         const int32_t lm = -(int32_t)(tl != 0);
-        const int32_t low = (ctz32_lanes(tl) & lm) |
-                            ((32 + ctz32_lanes((th & 0xfffff) | 0x100000)) & ~lm);
-        const int32_t lsb = et - 1075 + low;
-        const int32_t top = msb < q - 1 ? msb : q - 1;
-        int32_t bits = top - lsb + 1;
+        const uint32_t word = (tl & (uint32_t)lm) |
+                              (((th & 0xfffff) | 0x100000) & ~(uint32_t)lm);
+        const int32_t low = ctz32_lanes(word) + (32 & ~lm);
+        /* count_swamp_scalar's bits = min(msb, q - 1) - lsb + 1, with
+         * msb = et - 1023 and lsb = et - 1075 + low: at most 53 - low,
+         * so only the clamp at zero is left */
+        const int32_t top = q1075 - et;
+        int32_t bits = (top < 53 ? top : 53) - low;
         bits = bits < 0 ? 0 : bits;
-        bits = bits > 64 ? 64 : bits;
         const uint32_t inf = -(uint32_t)(rb >= 0x7f800000);
         uint32_t bin = (uint32_t)bits & ~inf;
         bin = (bin & (same - 1u)) | ((uint32_t)(EMU_LOST_BINS - 1) & -same);
@@ -393,11 +398,15 @@ count_swamp_run_any(const int32_t q_tiny, const int32_t emin, const int32_t p,
         return false;
     /* four tables, so that increments of one bin need not wait for each
      * other (as stats.c's tables_count) */
-    for (int k = 0; k < CARRY_RUN; k += 4) {
+    for (int k = 0; k < CARRY_RUN; k += 8) {
         n[0][bins[k]]++;
         n[1][bins[k + 1]]++;
         n[2][bins[k + 2]]++;
         n[3][bins[k + 3]]++;
+        n[0][bins[k + 4]]++;
+        n[1][bins[k + 5]]++;
+        n[2][bins[k + 6]]++;
+        n[3][bins[k + 7]]++;
     }
     *absorbed_sum += absorbed;
     return true;
@@ -475,33 +484,46 @@ static swamp_kernel swamp_kernel_for(emu_isa isa)
     return count_swamp_run_base;
 }
 
+/* The vector runs' swamping counts of one commit (or one part of it),
+ * kept across its chunks and folded into its emu_accum_counts once, at
+ * the end (swamp_fold): clearing and summing the tables per chunk cost
+ * as much as a run's counting. */
+typedef struct swamp_tables {
+    uint64_t n[4][EMU_LOST_BINS + 1];
+    uint64_t absorbed;
+} swamp_tables;
+
 /* Swamping of the outputs i0 .. i0+m-1 of a chunk: runs of CARRY_RUN
- * through count_swamp_run_any, the rest (and its rare runs) through
- * count_swamp_scalar, the reference. */
+ * through count_swamp_run_any into st, the rest (and its rare runs)
+ * through count_swamp_scalar, the reference, into c. */
 static void count_swamp(const emu_op_out *o, size_t i0, const float *res,
-                        size_t m, emu_accum_counts *c)
+                        size_t m, swamp_tables *st, emu_accum_counts *c)
 {
     const emu_format *f = &o->out->fmt;
     const swamp_kernel run = swamp_kernel_for(emu_isa_active());
-    uint64_t n[4][EMU_LOST_BINS + 1];
-    uint64_t absorbed = 0;
     _Static_assert(CHUNK / CARRY_RUN <= 64, "a run's bit in a 64-bit word");
-    memset(n, 0, sizeof n);
     const size_t runs = m / CARRY_RUN, j = runs * CARRY_RUN;
     const uint64_t rare = run(f, o->addend + i0, o->acc_old + i0, res, runs,
-                              n, &absorbed);
+                              st->n, &st->absorbed);
     for (size_t k = 0; k < runs; k++)
         if (rare >> k & 1)
             count_swamp_scalar(o, i0 + k * CARRY_RUN, res + k * CARRY_RUN,
                                CARRY_RUN, c);
     if (j < m)
         count_swamp_scalar(o, i0 + j, res + j, m - j, c);
+}
+
+/* st's counts into c (the tables' bins below SWAMP_SKIP add up to the
+ * adds). */
+static void swamp_fold(const swamp_tables *st, emu_accum_counts *c)
+{
     for (int b = 0; b < EMU_LOST_BINS; b++) {
-        const uint64_t k = n[0][b] + n[1][b] + n[2][b] + n[3][b];
+        const uint64_t k = st->n[0][b] + st->n[1][b] + st->n[2][b] +
+                           st->n[3][b];
         c->adds += k;
         c->lost_bits[b] += k;
     }
-    c->absorbed += absorbed;
+    c->absorbed += st->absorbed;
 }
 
 /* ---- binary64 values and pairs into binary32 under nearest-even ---------
@@ -542,7 +564,9 @@ static EMU_KERNEL_INLINE void rne32_run(float *restrict res,
     const uint64_t min_normal = (uint64_t)(1023 - 126) << 52; /* 2^-126 */
     const uint64_t inf = (uint64_t)0x7ff << 52;
     const uint32_t bin0 = 127 + EMU_HIST_EMIN - EMU_HIST_FIRST;
-    uint64_t inexact = 0, rare = 0, down = 0;
+    /* Each condition as a lane mask (all ones or zero), the form the
+     * vector compares give: 0/1 words cost a compare more each. */
+    uint64_t exact = 0, rare = 0, down = 0;
     for (int k = 0; k < CARRY_RUN; k++) {
         const double x = h[k];
         const float f = (float)x;
@@ -555,21 +579,25 @@ static EMU_KERNEL_INLINE void rne32_run(float *restrict res,
         /* magnitudes below 2^63: signed comparisons, which every
          * vector level has */
         const int64_t ah = (int64_t)(hb & ~sign), ab = (int64_t)(bb & ~sign);
-        const uint64_t lnz = (uint64_t)((lb << 1) != 0);
+        const uint64_t lz = -(uint64_t)((lb << 1) == 0); /* no low part */
         /* a normal result above 2^-126, or zero from hi = lo = 0 */
-        const uint64_t normal = (uint64_t)(ab > (int64_t)min_normal) &
-                                (uint64_t)(ab < (int64_t)inf);
-        const uint64_t zero = (uint64_t)(((uint64_t)ah | (lb << 1)) == 0);
+        const uint64_t normal = -(uint64_t)(ab > (int64_t)min_normal) &
+                                -(uint64_t)(ab < (int64_t)inf);
+        const uint64_t zero = -(uint64_t)(((uint64_t)ah | (lb << 1)) == 0);
         /* hi a midpoint of binary32's grid (29 low bits 1 followed by
          * 28 zeros), with a low part */
-        const uint64_t mid = lnz & (uint64_t)((hb & 0x1fffffff) == 0x10000000);
-        rare |= ((normal | zero) ^ 1) | mid;
-        inexact += (uint64_t)(hb != bb) | lnz;
+        const uint64_t mid =
+            ~lz & -(uint64_t)((hb & 0x1fffffff) == 0x10000000);
+        rare |= ~(normal | zero) | mid;
+        /* exact: the result is hi and there is no low part (subtracting
+         * a mask counts one) */
+        exact -= -(uint64_t)(hb == bb) & lz;
         /* the result a power of two (rare): hist_down_fix then finds
          * those above their exact values */
-        down |= normal & (uint64_t)((bb << 12) == 0);
+        down |= normal & -(uint64_t)((bb << 12) == 0);
         res[k] = f;
     }
+    const uint64_t inexact = CARRY_RUN - exact;
     /* The results' histogram bins, as stats.c's bins give them to a
      * normal binary32 or a zero (the only results of a chunk that stays
      * here): the binade from the exponent field, EMU_HIST_ZERO (0) for a
@@ -708,6 +736,9 @@ typedef struct commit_run {
     emu_site_stats s;       /* accumulated over the chunks               */
     uint64_t nan;           /* NaN values found by the chunks' NaN loops  */
     emu_accum_counts c;     /* swamping                                   */
+    swamp_tables *st;       /* its vector runs' counts (swamp_fold), or
+                               NULL when nothing is counted             */
+    bool st_used;           /* st zeroed and holding counts              */
     emu_hist_tables *hb;    /* bins of both histograms, their differences
                                counted into hist_exact (tables); for
                                scaled outputs the rounded values' only   */
@@ -1161,8 +1192,13 @@ static void measure_chunk(commit_run *r, size_t i0, size_t m, const double *h,
         }
     }
     /* Swamping of an accumulation out = acc_old + addend. */
-    if (r->swamp && o->addend)
-        count_swamp(o, i0, res, m, &r->c);
+    if (r->st) {
+        if (!r->st_used) {
+            memset(r->st, 0, sizeof *r->st);
+            r->st_used = true;
+        }
+        count_swamp(o, i0, res, m, r->st, &r->c);
+    }
     if (r->hist) {
         /* Plain values and binary32 results: the bins straight from the
          * arrays, in integers.  The exact value hi + lo: hi's binade
@@ -1268,6 +1304,10 @@ static void run_chunks(commit_run *r, size_t i_begin, size_t i_end)
             run_chunk(r, i0, m, NULL, NULL, v);
         }
     }
+    if (r->st_used) {
+        swamp_fold(r->st, &r->c);
+        r->st_used = false;
+    }
 }
 
 /* ---- the chunks on several threads ----------------------------------------
@@ -1316,6 +1356,7 @@ int emu_commit_parts_(const emu_ctx *ctx, const emu_op_out *o)
 typedef struct commit_part {
     commit_run r;
     emu_hist_tables table;
+    swamp_tables st;
 } commit_part;
 
 typedef struct commit_par {
@@ -1331,6 +1372,8 @@ static void commit_part_run(void *p, int t, int T)
     *r = *cp->base; /* its sums all zero: nothing has run yet */
     if (r->hb)
         r->hb = &cp->parts[t].table;
+    if (r->st)
+        r->st = &cp->parts[t].st;
     const size_t c0 = cp->nc * (size_t)t / (size_t)T;
     const size_t c1 = cp->nc * (size_t)(t + 1) / (size_t)T;
     const size_t i1 = c1 * CHUNK < cp->n ? c1 * CHUNK : cp->n;
@@ -1462,6 +1505,7 @@ int emu_commit(emu_ctx *ctx, const emu_op_out *o)
                                  "out of memory for %zu results", n);
     }
     emu_hist_tables table, table_x;
+    swamp_tables st;
     commit_run r = {
         .ctx = ctx, .o = o, .stream = ctx->op_index++,
         .measure = measure, .res = res,
@@ -1479,6 +1523,8 @@ int emu_commit(emu_ctx *ctx, const emu_op_out *o)
     r.identity = emu_round_is_identity_f32(&out->fmt, &r.ar.rnd);
     r.rne32 = r.identity && r.ar.rnd.mode == EMU_RNE
                   ? rne32_for(emu_isa_active()) : NULL;
+    if (r.swamp && o->addend)
+        r.st = &st; /* zeroed by its first chunk */
     if (r.hist && r.tables) {
         r.hb = &table; /* zeroed by its first chunk */
         r.hbx = o->scale ? &table_x : NULL;
