@@ -564,9 +564,7 @@ static EMU_KERNEL_INLINE void rne32_run(float *restrict res,
     const uint64_t min_normal = (uint64_t)(1023 - 126) << 52; /* 2^-126 */
     const uint64_t inf = (uint64_t)0x7ff << 52;
     const uint32_t bin0 = 127 + EMU_HIST_EMIN - EMU_HIST_FIRST;
-    /* Each condition as a lane mask (all ones or zero), the form the
-     * vector compares give: 0/1 words cost a compare more each. */
-    uint64_t exact = 0, rare = 0, down = 0;
+    uint64_t inexact = 0, rare = 0, down = 0;
     for (int k = 0; k < CARRY_RUN; k++) {
         const double x = h[k];
         const float f = (float)x;
@@ -579,25 +577,21 @@ static EMU_KERNEL_INLINE void rne32_run(float *restrict res,
         /* magnitudes below 2^63: signed comparisons, which every
          * vector level has */
         const int64_t ah = (int64_t)(hb & ~sign), ab = (int64_t)(bb & ~sign);
-        const uint64_t lz = -(uint64_t)((lb << 1) == 0); /* no low part */
+        const uint64_t lnz = (uint64_t)((lb << 1) != 0);
         /* a normal result above 2^-126, or zero from hi = lo = 0 */
-        const uint64_t normal = -(uint64_t)(ab > (int64_t)min_normal) &
-                                -(uint64_t)(ab < (int64_t)inf);
-        const uint64_t zero = -(uint64_t)(((uint64_t)ah | (lb << 1)) == 0);
+        const uint64_t normal = (uint64_t)(ab > (int64_t)min_normal) &
+                                (uint64_t)(ab < (int64_t)inf);
+        const uint64_t zero = (uint64_t)(((uint64_t)ah | (lb << 1)) == 0);
         /* hi a midpoint of binary32's grid (29 low bits 1 followed by
          * 28 zeros), with a low part */
-        const uint64_t mid =
-            ~lz & -(uint64_t)((hb & 0x1fffffff) == 0x10000000);
-        rare |= ~(normal | zero) | mid;
-        /* exact: the result is hi and there is no low part (subtracting
-         * a mask counts one) */
-        exact -= -(uint64_t)(hb == bb) & lz;
+        const uint64_t mid = lnz & (uint64_t)((hb & 0x1fffffff) == 0x10000000);
+        rare |= ((normal | zero) ^ 1) | mid;
+        inexact += (uint64_t)(hb != bb) | lnz;
         /* the result a power of two (rare): hist_down_fix then finds
          * those above their exact values */
-        down |= normal & -(uint64_t)((bb << 12) == 0);
+        down |= normal & (uint64_t)((bb << 12) == 0);
         res[k] = f;
     }
-    const uint64_t inexact = CARRY_RUN - exact;
     /* The results' histogram bins, as stats.c's bins give them to a
      * normal binary32 or a zero (the only results of a chunk that stays
      * here): the binade from the exponent field, EMU_HIST_ZERO (0) for a
@@ -866,6 +860,105 @@ static void carry_f32_f32(float *res, const float *v, size_t m,
         counts->flags |= EMU_FLAG_SUBNORMAL;
 }
 
+/* ---- binary32 values carried into binary32, binned as they are copied --
+ * An op whose values are binary32 (a producer's fill32) under an identity
+ * rounding, histograms wanted: each run of CARRY_RUN values copied into
+ * the results with its histogram bins, in one loop of 32-bit lanes, which
+ * also finds the runs holding a value that is not a normal binary32 or a
+ * zero (subnormals, infinities, NaNs: rare).  A run without one counts
+ * nothing but its results (carry_f32_f32 would find no subnormal and no
+ * NaN in it); a rare run is redone by carry_f32_f32 and binned value by
+ * value.  The bins are those stats.c gives (rne32_run's formula, tested
+ * against emu_hist_bin_f32 with them).  One clone per instruction-set
+ * level (isa.c chooses), integer operations only: the same bins and the
+ * same runs flagged at every level. */
+static EMU_KERNEL_INLINE uint64_t carry_bins_any(float *restrict res,
+                                                 uint32_t *restrict bins,
+                                                 const float *restrict v,
+                                                 size_t runs)
+{
+    const uint32_t bin0 = 127 + EMU_HIST_EMIN - EMU_HIST_FIRST;
+    uint64_t rare_runs = 0;
+    for (size_t r = 0; r < runs; r++) {
+        const size_t o = r * CARRY_RUN;
+        uint32_t w[CARRY_RUN], rare = 0;
+        memcpy(w, v + o, sizeof w);
+        for (int k = 0; k < CARRY_RUN; k++) {
+            const uint32_t a = w[k] & 0x7fffffff;
+            bins[o + (size_t)k] =
+                ((a >> 23) - bin0) & (0u - (uint32_t)(a != 0));
+            rare |= (uint32_t)(a - 1 < 0x7fffff) | (uint32_t)(a >= 0x7f800000);
+        }
+        memcpy(res + o, w, sizeof w);
+        rare_runs |= (uint64_t)(rare != 0) << r;
+    }
+    return rare_runs;
+}
+
+typedef uint64_t (*carry_bins_kernel)(float *restrict, uint32_t *restrict,
+                                      const float *restrict, size_t);
+
+static uint64_t carry_bins_base(float *restrict res, uint32_t *restrict bins,
+                                const float *restrict v, size_t runs)
+{
+    return carry_bins_any(res, bins, v, runs);
+}
+
+#if EMU_HAVE_ISA_CLONES
+EMU_ISA_TARGET_AVX2
+static uint64_t carry_bins_avx2(float *restrict res, uint32_t *restrict bins,
+                                const float *restrict v, size_t runs)
+{
+    return carry_bins_any(res, bins, v, runs);
+}
+
+EMU_ISA_TARGET_AVX512
+static uint64_t carry_bins_avx512(float *restrict res,
+                                  uint32_t *restrict bins,
+                                  const float *restrict v, size_t runs)
+{
+    return carry_bins_any(res, bins, v, runs);
+}
+#endif
+
+static carry_bins_kernel carry_bins_for(emu_isa isa)
+{
+#if EMU_HAVE_ISA_CLONES
+    if (isa == EMU_ISA_AVX512)
+        return carry_bins_avx512;
+    if (isa == EMU_ISA_AVX2)
+        return carry_bins_avx2;
+#endif
+    (void)isa;
+    return carry_bins_base;
+}
+
+/* carry_f32_f32's results and counts for a chunk, with the results'
+ * histogram bins in bins[0..m). */
+static void carry_f32_f32_bins(float *res, uint32_t *bins, const float *v,
+                               size_t m, emu_round_counts *counts)
+{
+    _Static_assert(CHUNK / CARRY_RUN <= 64, "a run's bit in a 64-bit word");
+    const size_t runs = m / CARRY_RUN, done = runs * CARRY_RUN;
+    const uint64_t rare =
+        carry_bins_for(emu_isa_active())(res, bins, v, runs);
+    counts->n += done;
+    for (size_t r = 0; r < runs; r++) {
+        if (!(rare >> r & 1))
+            continue;
+        const size_t o = r * CARRY_RUN;
+        counts->n -= CARRY_RUN; /* counted again, with its kinds, below */
+        carry_f32_f32(res + o, v + o, CARRY_RUN, counts);
+        for (size_t j = o; j < o + CARRY_RUN; j++)
+            bins[j] = (uint32_t)emu_hist_bin_f32_unguarded(res[j]);
+    }
+    if (done < m) {
+        carry_f32_f32(res + done, v + done, m - done, counts);
+        for (size_t j = done; j < m; j++)
+            bins[j] = (uint32_t)emu_hist_bin_f32_unguarded(res[j]);
+    }
+}
+
 static bool round_chunk(commit_run *r, size_t i0, size_t m, const double *h,
                         const double *l, const float *v, float *res);
 
@@ -919,6 +1012,11 @@ static bool round_chunk(commit_run *r, size_t i0, size_t m, const double *h,
     r->binned = false;
     float fin[CHUNK];
     if (v) {
+        if (r->identity && r->bins) {
+            carry_f32_f32_bins(res, r->bins, v, m, counts);
+            r->binned = true;
+            return true;
+        }
         if (r->identity) {
             carry_f32_f32(res, v, m, counts);
             return true;

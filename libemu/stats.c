@@ -125,26 +125,22 @@ static void tables_count(bin_tables *tab, const uint32_t *bins, size_t m)
         t0[bins[j]]++;
 }
 
-/* a[0..n) += b[0..n): runs of constant length, which gcc's cheap
- * vectoriser (-O2) takes, then the tail (the histograms' 282 bins are no
- * multiple of a vector).  Every commit merges a few thousand counts. */
-enum { ADD_RUN = 8 };
-
-static inline void add_counts(uint64_t *restrict a, const uint64_t *restrict b,
-                              size_t n)
-{
-    const size_t full = n - n % ADD_RUN;
-    for (size_t i = 0; i < full; i += ADD_RUN)
-        for (size_t k = 0; k < ADD_RUN; k++)
-            a[i + k] += b[i + k];
-    for (size_t i = full; i < n; i++)
-        a[i] += b[i];
-}
+/* The four tables summed into hist in one pass: runs of constant length,
+ * which gcc's cheap vectoriser (-O2) takes, then the tail (282 bins are
+ * no multiple of a vector).  Every commit with tables merges them twice. */
+enum { MERGE_RUN = 8 };
 
 static void tables_merge(uint64_t *hist, const bin_tables *tab)
 {
-    for (int k = 0; k < WAYS; k++)
-        add_counts(hist, tab->t[k], EMU_HIST_BINS);
+    _Static_assert(WAYS == 4, "the sum below");
+    const uint64_t *t0 = tab->t[0], *t1 = tab->t[1], *t2 = tab->t[2],
+                   *t3 = tab->t[3];
+    const size_t n = EMU_HIST_BINS, full = n - n % MERGE_RUN;
+    for (size_t b = 0; b < full; b += MERGE_RUN)
+        for (size_t k = b; k < b + MERGE_RUN; k++)
+            hist[k] += (t0[k] + t1[k]) + (t2[k] + t3[k]);
+    for (size_t k = full; k < n; k++)
+        hist[k] += (t0[k] + t1[k]) + (t2[k] + t3[k]);
 }
 
 /* The bins of m values; with m the constant BIN_CHUNK the loop has no
@@ -598,17 +594,22 @@ void emu_site_stats_merge(emu_site_stats *a, const emu_site_stats *b)
     a->nan_produced += b->nan_produced;
     a->adds += b->adds;
     a->absorbed += b->absorbed;
-    add_counts(a->lost_bits, b->lost_bits, EMU_LOST_BINS);
-    add_counts(a->hist_exact, b->hist_exact, EMU_HIST_BINS);
-    add_counts(a->hist_rounded, b->hist_rounded, EMU_HIST_BINS);
-    add_counts(a->hist_scale, b->hist_scale, EMU_HIST_BINS);
+    for (int i = 0; i < EMU_LOST_BINS; i++)
+        a->lost_bits[i] += b->lost_bits[i];
+    for (int i = 0; i < EMU_HIST_BINS; i++) {
+        a->hist_exact[i] += b->hist_exact[i];
+        a->hist_rounded[i] += b->hist_rounded[i];
+        a->hist_scale[i] += b->hist_scale[i];
+    }
     a->ref_samples += b->ref_samples;
     a->ulp_sum += b->ulp_sum;
     a->rel_sum += b->rel_sum;
     a->ulp_max = fmax(a->ulp_max, b->ulp_max);
     a->rel_max = fmax(a->rel_max, b->rel_max);
-    add_counts(a->ulp_hist, b->ulp_hist, EMU_ULPERR_BINS);
-    add_counts(a->rel_hist, b->rel_hist, EMU_RELERR_BINS);
+    for (int i = 0; i < EMU_ULPERR_BINS; i++)
+        a->ulp_hist[i] += b->ulp_hist[i];
+    for (int i = 0; i < EMU_RELERR_BINS; i++)
+        a->rel_hist[i] += b->rel_hist[i];
     a->dot_samples += b->dot_samples;
     a->quant_sum += b->quant_sum;
     a->accum_sum += b->accum_sum;
