@@ -369,20 +369,25 @@ count_swamp_run_any(const int32_t q_tiny, const int32_t emin, const int32_t p,
         const uint32_t same = (uint32_t)(res[k] == old[k]);
         rare |= (skip ^ 1u) & ((uint32_t)(et == 0) |
                                ((uint32_t)(rb - 1 < 0x7fffff) & (same ^ 1u)));
-        /* the result's quantum exponent q (q_tiny for zero) */
-        const int32_t e = (int32_t)(rb >> 23) - 127;
-        const int32_t qm = -(int32_t)((uint32_t)(rb != 0) & (uint32_t)(e >= emin));
-        const int32_t q = ((e - p + 1) & qm) | (q_tiny & ~qm);
-        /* t's leading and lowest set bits */
-        const int32_t msb = et - 1023;
+        /* the result's quantum exponent q (q_tiny for zero), plus 1075:
+         * q = e - p + 1 for a result of exponent e >= emin */
+        const int32_t eb = (int32_t)(rb >> 23); /* e + 127 */
+        const int32_t qm = -(int32_t)((uint32_t)(rb != 0) &
+                                      (uint32_t)(eb >= emin + 127));
+        const int32_t q1075 = ((eb + 949 - p) & qm) |
+                              ((q_tiny + 1075) & ~qm);
+        /* t's lowest set bit, low above the significand's bottom: one
+         * conversion, of the word that holds it */
         const int32_t lm = -(int32_t)(tl != 0);
-        const int32_t low = (ctz32_lanes(tl) & lm) |
-                            ((32 + ctz32_lanes((th & 0xfffff) | 0x100000)) & ~lm);
-        const int32_t lsb = et - 1075 + low;
-        const int32_t top = msb < q - 1 ? msb : q - 1;
-        int32_t bits = top - lsb + 1;
+        const uint32_t word = (tl & (uint32_t)lm) |
+                              (((th & 0xfffff) | 0x100000) & ~(uint32_t)lm);
+        const int32_t low = ctz32_lanes(word) + (32 & ~lm);
+        /* count_swamp_scalar's bits = min(msb, q - 1) - lsb + 1, with
+         * msb = et - 1023 and lsb = et - 1075 + low: at most 53 - low,
+         * so only the clamp at zero is left */
+        const int32_t top = q1075 - et;
+        int32_t bits = (top < 53 ? top : 53) - low;
         bits = bits < 0 ? 0 : bits;
-        bits = bits > 64 ? 64 : bits;
         const uint32_t inf = -(uint32_t)(rb >= 0x7f800000);
         uint32_t bin = (uint32_t)bits & ~inf;
         bin = (bin & (same - 1u)) | ((uint32_t)(EMU_LOST_BINS - 1) & -same);
@@ -393,11 +398,15 @@ count_swamp_run_any(const int32_t q_tiny, const int32_t emin, const int32_t p,
         return false;
     /* four tables, so that increments of one bin need not wait for each
      * other (as stats.c's tables_count) */
-    for (int k = 0; k < CARRY_RUN; k += 4) {
+    for (int k = 0; k < CARRY_RUN; k += 8) {
         n[0][bins[k]]++;
         n[1][bins[k + 1]]++;
         n[2][bins[k + 2]]++;
         n[3][bins[k + 3]]++;
+        n[0][bins[k + 4]]++;
+        n[1][bins[k + 5]]++;
+        n[2][bins[k + 6]]++;
+        n[3][bins[k + 7]]++;
     }
     *absorbed_sum += absorbed;
     return true;
@@ -475,33 +484,46 @@ static swamp_kernel swamp_kernel_for(emu_isa isa)
     return count_swamp_run_base;
 }
 
+/* The vector runs' swamping counts of one commit (or one part of it),
+ * kept across its chunks and folded into its emu_accum_counts once, at
+ * the end (swamp_fold): clearing and summing the tables per chunk cost
+ * as much as a run's counting. */
+typedef struct swamp_tables {
+    uint64_t n[4][EMU_LOST_BINS + 1];
+    uint64_t absorbed;
+} swamp_tables;
+
 /* Swamping of the outputs i0 .. i0+m-1 of a chunk: runs of CARRY_RUN
- * through count_swamp_run_any, the rest (and its rare runs) through
- * count_swamp_scalar, the reference. */
+ * through count_swamp_run_any into st, the rest (and its rare runs)
+ * through count_swamp_scalar, the reference, into c. */
 static void count_swamp(const emu_op_out *o, size_t i0, const float *res,
-                        size_t m, emu_accum_counts *c)
+                        size_t m, swamp_tables *st, emu_accum_counts *c)
 {
     const emu_format *f = &o->out->fmt;
     const swamp_kernel run = swamp_kernel_for(emu_isa_active());
-    uint64_t n[4][EMU_LOST_BINS + 1];
-    uint64_t absorbed = 0;
     _Static_assert(CHUNK / CARRY_RUN <= 64, "a run's bit in a 64-bit word");
-    memset(n, 0, sizeof n);
     const size_t runs = m / CARRY_RUN, j = runs * CARRY_RUN;
     const uint64_t rare = run(f, o->addend + i0, o->acc_old + i0, res, runs,
-                              n, &absorbed);
+                              st->n, &st->absorbed);
     for (size_t k = 0; k < runs; k++)
         if (rare >> k & 1)
             count_swamp_scalar(o, i0 + k * CARRY_RUN, res + k * CARRY_RUN,
                                CARRY_RUN, c);
     if (j < m)
         count_swamp_scalar(o, i0 + j, res + j, m - j, c);
+}
+
+/* st's counts into c (the tables' bins below SWAMP_SKIP add up to the
+ * adds). */
+static void swamp_fold(const swamp_tables *st, emu_accum_counts *c)
+{
     for (int b = 0; b < EMU_LOST_BINS; b++) {
-        const uint64_t k = n[0][b] + n[1][b] + n[2][b] + n[3][b];
+        const uint64_t k = st->n[0][b] + st->n[1][b] + st->n[2][b] +
+                           st->n[3][b];
         c->adds += k;
         c->lost_bits[b] += k;
     }
-    c->absorbed += absorbed;
+    c->absorbed += st->absorbed;
 }
 
 /* ---- binary64 values and pairs into binary32 under nearest-even ---------
@@ -708,6 +730,9 @@ typedef struct commit_run {
     emu_site_stats s;       /* accumulated over the chunks               */
     uint64_t nan;           /* NaN values found by the chunks' NaN loops  */
     emu_accum_counts c;     /* swamping                                   */
+    swamp_tables *st;       /* its vector runs' counts (swamp_fold), or
+                               NULL when nothing is counted             */
+    bool st_used;           /* st zeroed and holding counts              */
     emu_hist_tables *hb;    /* bins of both histograms, their differences
                                counted into hist_exact (tables); for
                                scaled outputs the rounded values' only   */
@@ -848,6 +873,105 @@ static void carry_f32_f32(float *res, const float *v, size_t m,
         counts->flags |= EMU_FLAG_SUBNORMAL;
 }
 
+/* ---- binary32 values carried into binary32, binned as they are copied --
+ * An op whose values are binary32 (a producer's fill32) under an identity
+ * rounding, histograms wanted: each run of CARRY_RUN values copied into
+ * the results with its histogram bins, in one loop of 32-bit lanes, which
+ * also finds the runs holding a value that is not a normal binary32 or a
+ * zero (subnormals, infinities, NaNs: rare).  A run without one counts
+ * nothing but its results (carry_f32_f32 would find no subnormal and no
+ * NaN in it); a rare run is redone by carry_f32_f32 and binned value by
+ * value.  The bins are those stats.c gives (rne32_run's formula, tested
+ * against emu_hist_bin_f32 with them).  One clone per instruction-set
+ * level (isa.c chooses), integer operations only: the same bins and the
+ * same runs flagged at every level. */
+static EMU_KERNEL_INLINE uint64_t carry_bins_any(float *restrict res,
+                                                 uint32_t *restrict bins,
+                                                 const float *restrict v,
+                                                 size_t runs)
+{
+    const uint32_t bin0 = 127 + EMU_HIST_EMIN - EMU_HIST_FIRST;
+    uint64_t rare_runs = 0;
+    for (size_t r = 0; r < runs; r++) {
+        const size_t o = r * CARRY_RUN;
+        uint32_t w[CARRY_RUN], rare = 0;
+        memcpy(w, v + o, sizeof w);
+        for (int k = 0; k < CARRY_RUN; k++) {
+            const uint32_t a = w[k] & 0x7fffffff;
+            bins[o + (size_t)k] =
+                ((a >> 23) - bin0) & (0u - (uint32_t)(a != 0));
+            rare |= (uint32_t)(a - 1 < 0x7fffff) | (uint32_t)(a >= 0x7f800000);
+        }
+        memcpy(res + o, w, sizeof w);
+        rare_runs |= (uint64_t)(rare != 0) << r;
+    }
+    return rare_runs;
+}
+
+typedef uint64_t (*carry_bins_kernel)(float *restrict, uint32_t *restrict,
+                                      const float *restrict, size_t);
+
+static uint64_t carry_bins_base(float *restrict res, uint32_t *restrict bins,
+                                const float *restrict v, size_t runs)
+{
+    return carry_bins_any(res, bins, v, runs);
+}
+
+#if EMU_HAVE_ISA_CLONES
+EMU_ISA_TARGET_AVX2
+static uint64_t carry_bins_avx2(float *restrict res, uint32_t *restrict bins,
+                                const float *restrict v, size_t runs)
+{
+    return carry_bins_any(res, bins, v, runs);
+}
+
+EMU_ISA_TARGET_AVX512
+static uint64_t carry_bins_avx512(float *restrict res,
+                                  uint32_t *restrict bins,
+                                  const float *restrict v, size_t runs)
+{
+    return carry_bins_any(res, bins, v, runs);
+}
+#endif
+
+static carry_bins_kernel carry_bins_for(emu_isa isa)
+{
+#if EMU_HAVE_ISA_CLONES
+    if (isa == EMU_ISA_AVX512)
+        return carry_bins_avx512;
+    if (isa == EMU_ISA_AVX2)
+        return carry_bins_avx2;
+#endif
+    (void)isa;
+    return carry_bins_base;
+}
+
+/* carry_f32_f32's results and counts for a chunk, with the results'
+ * histogram bins in bins[0..m). */
+static void carry_f32_f32_bins(float *res, uint32_t *bins, const float *v,
+                               size_t m, emu_round_counts *counts)
+{
+    _Static_assert(CHUNK / CARRY_RUN <= 64, "a run's bit in a 64-bit word");
+    const size_t runs = m / CARRY_RUN, done = runs * CARRY_RUN;
+    const uint64_t rare =
+        carry_bins_for(emu_isa_active())(res, bins, v, runs);
+    counts->n += done;
+    for (size_t r = 0; r < runs; r++) {
+        if (!(rare >> r & 1))
+            continue;
+        const size_t o = r * CARRY_RUN;
+        counts->n -= CARRY_RUN; /* counted again, with its kinds, below */
+        carry_f32_f32(res + o, v + o, CARRY_RUN, counts);
+        for (size_t j = o; j < o + CARRY_RUN; j++)
+            bins[j] = (uint32_t)emu_hist_bin_f32_unguarded(res[j]);
+    }
+    if (done < m) {
+        carry_f32_f32(res + done, v + done, m - done, counts);
+        for (size_t j = done; j < m; j++)
+            bins[j] = (uint32_t)emu_hist_bin_f32_unguarded(res[j]);
+    }
+}
+
 static bool round_chunk(commit_run *r, size_t i0, size_t m, const double *h,
                         const double *l, const float *v, float *res);
 
@@ -901,6 +1025,11 @@ static bool round_chunk(commit_run *r, size_t i0, size_t m, const double *h,
     r->binned = false;
     float fin[CHUNK];
     if (v) {
+        if (r->identity && r->bins) {
+            carry_f32_f32_bins(res, r->bins, v, m, counts);
+            r->binned = true;
+            return true;
+        }
         if (r->identity) {
             carry_f32_f32(res, v, m, counts);
             return true;
@@ -1174,8 +1303,13 @@ static void measure_chunk(commit_run *r, size_t i0, size_t m, const double *h,
         }
     }
     /* Swamping of an accumulation out = acc_old + addend. */
-    if (r->swamp && o->addend)
-        count_swamp(o, i0, res, m, &r->c);
+    if (r->st) {
+        if (!r->st_used) {
+            memset(r->st, 0, sizeof *r->st);
+            r->st_used = true;
+        }
+        count_swamp(o, i0, res, m, r->st, &r->c);
+    }
     if (r->hist) {
         /* Plain values and binary32 results: the bins straight from the
          * arrays, in integers.  The exact value hi + lo: hi's binade
@@ -1281,6 +1415,10 @@ static void run_chunks(commit_run *r, size_t i_begin, size_t i_end)
             run_chunk(r, i0, m, NULL, NULL, v);
         }
     }
+    if (r->st_used) {
+        swamp_fold(r->st, &r->c);
+        r->st_used = false;
+    }
 }
 
 /* ---- the chunks on several threads ----------------------------------------
@@ -1329,6 +1467,7 @@ int emu_commit_parts_(const emu_ctx *ctx, const emu_op_out *o)
 typedef struct commit_part {
     commit_run r;
     emu_hist_tables table;
+    swamp_tables st;
 } commit_part;
 
 typedef struct commit_par {
@@ -1344,6 +1483,8 @@ static void commit_part_run(void *p, int t, int T)
     *r = *cp->base; /* its sums all zero: nothing has run yet */
     if (r->hb)
         r->hb = &cp->parts[t].table;
+    if (r->st)
+        r->st = &cp->parts[t].st;
     const size_t c0 = cp->nc * (size_t)t / (size_t)T;
     const size_t c1 = cp->nc * (size_t)(t + 1) / (size_t)T;
     const size_t i1 = c1 * CHUNK < cp->n ? c1 * CHUNK : cp->n;
@@ -1475,6 +1616,7 @@ int emu_commit(emu_ctx *ctx, const emu_op_out *o)
                                  "out of memory for %zu results", n);
     }
     emu_hist_tables table, table_x;
+    swamp_tables st;
     commit_run r = {
         .ctx = ctx, .o = o, .stream = ctx->op_index++,
         .measure = measure, .res = res,
@@ -1492,6 +1634,8 @@ int emu_commit(emu_ctx *ctx, const emu_op_out *o)
     r.identity = emu_round_is_identity_f32(&out->fmt, &r.ar.rnd);
     r.rne32 = r.identity && r.ar.rnd.mode == EMU_RNE
                   ? rne32_for(emu_isa_active()) : NULL;
+    if (r.swamp && o->addend)
+        r.st = &st; /* zeroed by its first chunk */
     if (r.hist && r.tables) {
         r.hb = &table; /* zeroed by its first chunk */
         r.hbx = o->scale ? &table_x : NULL;
