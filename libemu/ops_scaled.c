@@ -154,6 +154,15 @@ static bool quant_had_nan(const void *opv, size_t i)
 static bool *nan_blocks(const emu_scaled_tensor *q, const float *x)
 {
     bool *nb = NULL;
+    /* A block-scaled format's block holding a NaN has a NaN scale (the
+     * quantizer's rule for inf and NaN): without one, no pass over x. */
+    if (q->sf.block_scaled) {
+        bool any = false;
+        for (size_t b = 0; b < q->nblocks; b++)
+            any |= isnan(q->scale[b]);
+        if (!any)
+            return NULL;
+    }
     for (size_t i = 0; i < q->n; i++) {
         if (!isnan(x[i]))
             continue;

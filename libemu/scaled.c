@@ -854,6 +854,46 @@ static EMU_KERNEL_INLINE uint32_t deq_run_any(float *restrict out,
     return bad;
 }
 
+/* Contiguous blocks (inner 1): nblk whole blocks of b elements each,
+ * acc[k] the bit-pattern maximum of block k. */
+static EMU_KERNEL_INLINE uint32_t amax_blocks_any(uint32_t *restrict acc,
+                                                  const float *restrict x,
+                                                  size_t b, size_t nblk)
+{
+    for (size_t k = 0; k < nblk; k++) {
+        uint32_t m = 0;
+        for (size_t c = 0; c < b; c++) {
+            uint32_t u;
+            memcpy(&u, &x[k * b + c], sizeof u);
+            u &= 0x7fffffffu;
+            m = u > m ? u : m;
+        }
+        acc[k] = m;
+    }
+    return 0;
+}
+
+/* Dequantization of nblk whole contiguous blocks of b elements, block k
+ * scaled by s[k] (NaN: its elements NaN); nonzero as deq_row. */
+static EMU_KERNEL_INLINE uint32_t deq_blocks_any(float *restrict out,
+                                                 const float *restrict e,
+                                                 const float *restrict s,
+                                                 double gs, size_t b,
+                                                 size_t nblk)
+{
+    uint32_t bad = 0;
+    for (size_t k = 0; k < nblk; k++) {
+        const double sk = s[k];
+        if (sk != sk) {
+            for (size_t c = 0; c < b; c++)
+                out[k * b + c] = NAN;
+            continue;
+        }
+        bad |= deq_run_any(out + k * b, e + k * b, sk, gs, b);
+    }
+    return bad;
+}
+
 #define EMU_SCALED_LEVELS(name, ret, params, args)                             \
     static ret name##_base params { return name##_any args; }                  \
     EMU_SCALED_CLONES(name, ret, params, args)                                 \
@@ -890,10 +930,14 @@ EMU_SCALED_LEVELS(deq_row, uint32_t,
                   (float *restrict out, const float *restrict e,
                    const float *restrict s, double gs, size_t n),
                   (out, e, s, gs, n))
-EMU_SCALED_LEVELS(deq_run, uint32_t,
-                  (float *restrict out, const float *restrict e, double s,
-                   double gs, size_t n),
-                  (out, e, s, gs, n))
+EMU_SCALED_LEVELS(amax_blocks, uint32_t,
+                  (uint32_t *restrict acc, const float *restrict x, size_t b,
+                   size_t nblk),
+                  (acc, x, b, nblk))
+EMU_SCALED_LEVELS(deq_blocks, uint32_t,
+                  (float *restrict out, const float *restrict e,
+                   const float *restrict s, double gs, size_t b, size_t nblk),
+                  (out, e, s, gs, b, nblk))
 
 /* The amax of a block from its bit-pattern maximum (as amax_run). */
 static double amax_of_bits(uint32_t m)
@@ -913,21 +957,25 @@ static int scales_1d(const qrun *R)
 {
     const geom *g = &R->geo;
     const size_t b0 = R->q->sf.block[0];
-    if (g->inner == 1) {
-        for (size_t o = 0; o < g->outer; o++)
-            for (size_t lb = 0; lb < g->nb; lb++) {
-                const size_t l0 = lb * b0;
-                const size_t nc = l0 + b0 <= g->len ? b0 : g->len - l0;
-                scale_of_amax(R, o * g->nb + lb,
-                              amax_run(R->x + o * g->len + l0, nc), NULL,
-                              NULL);
-            }
-        return 0;
-    }
     const size_t row = g->nb * g->inner; /* the blocks of one o */
     uint32_t *acc = malloc((row ? row : 1) * sizeof *acc);
     if (!acc)
         return -1;
+    if (g->inner == 1) {
+        const size_t whole = g->len / b0, tail = g->len - whole * b0;
+        for (size_t o = 0; o < g->outer; o++) {
+            const float *xo = R->x + o * g->len;
+            amax_blocks(acc, xo, b0, whole);
+            for (size_t k = 0; k < whole; k++)
+                scale_of_amax(R, o * row + k, amax_of_bits(acc[k]), NULL,
+                              NULL);
+            if (tail)
+                scale_of_amax(R, o * row + whole,
+                              amax_run(xo + whole * b0, tail), NULL, NULL);
+        }
+        free(acc);
+        return 0;
+    }
     for (size_t o = 0; o < g->outer; o++) {
         memset(acc, 0, row * sizeof *acc);
         for (size_t l = 0; l < g->len; l++)
@@ -1829,15 +1877,22 @@ void emu_scaled_element_scales(const emu_scaled_tensor *q, float *out)
     geometry(q, &g);
     if (q->sf.block_scaled && !g.tile) { /* in memory order */
         const size_t b0 = q->sf.block[0];
-        for (size_t o = 0; o < g.outer; o++)
-            for (size_t l = 0; l < g.len; l++) {
-                const float *s = q->scale + (o * g.nb + l / b0) * g.inner;
-                float *d = out + (o * g.len + l) * g.inner;
-                if (g.inner == 1)
-                    *d = *s;
-                else
-                    memcpy(d, s, g.inner * sizeof *d);
+        for (size_t o = 0; o < g.outer; o++) {
+            if (g.inner > 1) {
+                for (size_t l = 0; l < g.len; l++)
+                    memcpy(out + (o * g.len + l) * g.inner,
+                           q->scale + (o * g.nb + l / b0) * g.inner,
+                           g.inner * sizeof *out);
+                continue;
             }
+            for (size_t lb = 0; lb < g.nb; lb++) {
+                const float s = q->scale[o * g.nb + lb];
+                float *d = out + o * g.len + lb * b0;
+                const size_t nc = lb * b0 + b0 <= g.len ? b0 : g.len - lb * b0;
+                for (size_t c = 0; c < nc; c++)
+                    d[c] = s;
+            }
+        }
         return;
     }
     for (size_t b = 0; b < q->nblocks; b++) {
@@ -1877,16 +1932,14 @@ int emu_scaled_dequantize(const emu_scaled_tensor *q, float *out,
                 }
                 continue;
             }
-            for (size_t lb = 0; lb < g.nb; lb++) {
-                const double s = q->scale[o * g.nb + lb];
-                const size_t e0 = o * g.len + lb * b0;
-                const size_t nc = lb * b0 + b0 <= g.len ? b0 : g.len - lb * b0;
-                if (isnan(s))
-                    for (size_t c = 0; c < nc; c++)
-                        out[e0 + c] = NAN;
-                else
-                    bad |= deq_run(out + e0, q->elem + e0, s, gs, nc);
-            }
+            const size_t whole = g.len / b0, tail = g.len - whole * b0;
+            const size_t e0 = o * g.len;
+            bad |= deq_blocks(out + e0, q->elem + e0, q->scale + o * g.nb, gs,
+                              b0, whole);
+            if (tail) /* the row's last block, short */
+                bad |= deq_blocks_any(out + e0 + whole * b0,
+                                      q->elem + e0 + whole * b0,
+                                      q->scale + o * g.nb + whole, gs, tail, 1);
         }
         if (!bad)
             return 0;
