@@ -41,6 +41,68 @@ typedef struct quant_op {
     bool pow2;               /* every divisor a power of two (or NaN)      */
 } quant_op;
 
+/* The exact quotients x[j] / (s[j] g) for power-of-two divisors (or
+ * NaN: 0), as x[j] times the divisor's reciprocal, which is exact: for
+ * d = 2^k (|k| < 1000 here: a binary32 scale times a binary32 tensor
+ * scale) 1/d = 2^-k has the biased exponent 2046 minus d's, and the
+ * product of a binary32 and a power of two in binary64's normal range is
+ * exact, so equal to the quotient (zeros' signs, infinities and NaNs'
+ * payloads alike).  A multiplication where the definition divides: a loop
+ * of vector lanes, compiled for each instruction-set level (EMU_ISA picks
+ * one, as for the array kernels). */
+static EMU_KERNEL_INLINE void pow2_quotients_any(double *restrict hi,
+                                                 const float *restrict x,
+                                                 const float *restrict s,
+                                                 double g, size_t m)
+{
+    for (size_t j = 0; j < m; j++) {
+        const double d = (double)s[j] * g; /* exact */
+        uint64_t u;
+        memcpy(&u, &d, sizeof u);
+        u = UINT64_C(0x7fe0000000000000) - u;
+        double inv;
+        memcpy(&inv, &u, sizeof inv);
+        const double q = (double)x[j] * inv;
+        hi[j] = d != d ? 0.0 : q;
+    }
+}
+
+static void pow2_quotients_base(double *restrict hi, const float *restrict x,
+                                const float *restrict s, double g, size_t m)
+{
+    pow2_quotients_any(hi, x, s, g, m);
+}
+
+#if EMU_HAVE_ISA_CLONES
+EMU_ISA_TARGET_AVX2
+static void pow2_quotients_avx2(double *restrict hi, const float *restrict x,
+                                const float *restrict s, double g, size_t m)
+{
+    pow2_quotients_any(hi, x, s, g, m);
+}
+
+EMU_ISA_TARGET_AVX512
+static void pow2_quotients_avx512(double *restrict hi,
+                                  const float *restrict x,
+                                  const float *restrict s, double g, size_t m)
+{
+    pow2_quotients_any(hi, x, s, g, m);
+}
+#endif
+
+static void pow2_quotients(double *hi, const float *x, const float *s,
+                           double g, size_t m)
+{
+#if EMU_HAVE_ISA_CLONES
+    switch (emu_isa_active()) {
+    case EMU_ISA_AVX512: pow2_quotients_avx512(hi, x, s, g, m); return;
+    case EMU_ISA_AVX2: pow2_quotients_avx2(hi, x, s, g, m); return;
+    default: break;
+    }
+#endif
+    pow2_quotients_base(hi, x, s, g, m);
+}
+
 /* emu_op_out.fill: the exact quotients x_i / (s_b(i) g) of a chunk, as
  * pairs where a divisor is not a power of two; a NaN block's elements are
  * zero. */
@@ -48,6 +110,10 @@ static int quant_fill(const void *opv, size_t i0, size_t m, double *hi,
                       double *lo)
 {
     const quant_op *op = opv;
+    if (op->pow2) {
+        pow2_quotients(hi, op->x + i0, op->scale + i0, op->g, m);
+        return 0;
+    }
     for (size_t j = 0; j < m; j++) {
         const size_t i = i0 + j;
         const double xi = op->x[i], d = (double)op->scale[i] * op->g; /* exact */
@@ -88,6 +154,15 @@ static bool quant_had_nan(const void *opv, size_t i)
 static bool *nan_blocks(const emu_scaled_tensor *q, const float *x)
 {
     bool *nb = NULL;
+    /* A block-scaled format's block holding a NaN has a NaN scale (the
+     * quantizer's rule for inf and NaN): without one, no pass over x. */
+    if (q->sf.block_scaled) {
+        bool any = false;
+        for (size_t b = 0; b < q->nblocks; b++)
+            any |= isnan(q->scale[b]);
+        if (!any)
+            return NULL;
+    }
     for (size_t i = 0; i < q->n; i++) {
         if (!isnan(x[i]))
             continue;

@@ -794,6 +794,200 @@ static void block_amax(const qrun *R, const block_ref *br, double *amax)
     *amax = nan ? NAN : m;
 }
 
+/* ---- the 1-d layout in memory order -----------------------------------------
+ * A tensor blocked along axis a, seen as (outer, len, inner): element
+ * (o, l, c) lies at (o len + l) inner + c and belongs to block
+ * (o nb + l / b) inner + c.  Visited in memory order, a row of `inner`
+ * elements meets a row of `inner` consecutive blocks: contiguous loops on
+ * both sides, which vectorize, in place of block_at's strided visits (the
+ * weight-gradient operands are blocked along axis 0, inner > 1).  The row
+ * kernels below are compiled for baseline x86-64, AVX2 and AVX-512, one
+ * chosen per process as round_array.c's are (EMU_ISA forces a lower one:
+ * test_scaled runs at each level). */
+
+/* acc[c] = max(acc[c], |x[c]|) on the bit patterns (NaN above inf, as
+ * amax_run orders them). */
+static EMU_KERNEL_INLINE uint32_t amax_row_any(uint32_t *restrict acc,
+                                               const float *restrict x,
+                                               size_t n)
+{
+    for (size_t c = 0; c < n; c++) {
+        uint32_t u;
+        memcpy(&u, &x[c], sizeof u);
+        u &= 0x7fffffffu;
+        acc[c] = u > acc[c] ? u : acc[c];
+    }
+    return 0; /* (the levels' wrappers return what the kernels do) */
+}
+
+/* out[c] = e[c] s[c] gs (s[c] NaN: NaN) rounded to binary32; returns
+ * nonzero if a product is not a binary32 value (the caller then redoes
+ * the row by the definition, which names the element). */
+static EMU_KERNEL_INLINE uint32_t deq_row_any(float *restrict out,
+                                              const float *restrict e,
+                                              const float *restrict s,
+                                              double gs, size_t n)
+{
+    uint32_t bad = 0;
+    for (size_t c = 0; c < n; c++) {
+        const double sc = s[c];
+        const double v = sc != sc ? (double)NAN : (double)e[c] * sc * gs;
+        const float f = (float)v;
+        bad |= (uint32_t)((double)f != v) & (uint32_t)(v == v);
+        out[c] = f;
+    }
+    return bad;
+}
+
+/* The same with one scale for the row (contiguous blocks). */
+static EMU_KERNEL_INLINE uint32_t deq_run_any(float *restrict out,
+                                              const float *restrict e,
+                                              double s, double gs, size_t n)
+{
+    uint32_t bad = 0;
+    for (size_t c = 0; c < n; c++) {
+        const double v = (double)e[c] * s * gs;
+        const float f = (float)v;
+        bad |= (uint32_t)((double)f != v) & (uint32_t)(v == v);
+        out[c] = f;
+    }
+    return bad;
+}
+
+/* Contiguous blocks (inner 1): nblk whole blocks of b elements each,
+ * acc[k] the bit-pattern maximum of block k. */
+static EMU_KERNEL_INLINE uint32_t amax_blocks_any(uint32_t *restrict acc,
+                                                  const float *restrict x,
+                                                  size_t b, size_t nblk)
+{
+    for (size_t k = 0; k < nblk; k++) {
+        uint32_t m = 0;
+        for (size_t c = 0; c < b; c++) {
+            uint32_t u;
+            memcpy(&u, &x[k * b + c], sizeof u);
+            u &= 0x7fffffffu;
+            m = u > m ? u : m;
+        }
+        acc[k] = m;
+    }
+    return 0;
+}
+
+/* Dequantization of nblk whole contiguous blocks of b elements, block k
+ * scaled by s[k] (NaN: its elements NaN); nonzero as deq_row. */
+static EMU_KERNEL_INLINE uint32_t deq_blocks_any(float *restrict out,
+                                                 const float *restrict e,
+                                                 const float *restrict s,
+                                                 double gs, size_t b,
+                                                 size_t nblk)
+{
+    uint32_t bad = 0;
+    for (size_t k = 0; k < nblk; k++) {
+        const double sk = s[k];
+        if (sk != sk) {
+            for (size_t c = 0; c < b; c++)
+                out[k * b + c] = NAN;
+            continue;
+        }
+        bad |= deq_run_any(out + k * b, e + k * b, sk, gs, b);
+    }
+    return bad;
+}
+
+#define EMU_SCALED_LEVELS(name, ret, params, args)                             \
+    static ret name##_base params { return name##_any args; }                  \
+    EMU_SCALED_CLONES(name, ret, params, args)                                 \
+    static ret name params                                                     \
+    {                                                                          \
+        EMU_SCALED_DISPATCH(name, args)                                        \
+        return name##_base args;                                               \
+    }
+#if EMU_HAVE_ISA_CLONES
+#define EMU_SCALED_CLONES(name, ret, params, args)                             \
+    EMU_ISA_TARGET_AVX2 static ret name##_avx2 params                          \
+    {                                                                          \
+        return name##_any args;                                                \
+    }                                                                          \
+    EMU_ISA_TARGET_AVX512 static ret name##_avx512 params                      \
+    {                                                                          \
+        return name##_any args;                                                \
+    }
+#define EMU_SCALED_DISPATCH(name, args)                                        \
+    switch (emu_isa_active()) {                                                \
+    case EMU_ISA_AVX512: return name##_avx512 args;                            \
+    case EMU_ISA_AVX2: return name##_avx2 args;                                \
+    default: break;                                                            \
+    }
+#else
+#define EMU_SCALED_CLONES(name, ret, params, args)
+#define EMU_SCALED_DISPATCH(name, args)
+#endif
+
+EMU_SCALED_LEVELS(amax_row, uint32_t,
+                  (uint32_t *restrict acc, const float *restrict x, size_t n),
+                  (acc, x, n))
+EMU_SCALED_LEVELS(deq_row, uint32_t,
+                  (float *restrict out, const float *restrict e,
+                   const float *restrict s, double gs, size_t n),
+                  (out, e, s, gs, n))
+EMU_SCALED_LEVELS(amax_blocks, uint32_t,
+                  (uint32_t *restrict acc, const float *restrict x, size_t b,
+                   size_t nblk),
+                  (acc, x, b, nblk))
+EMU_SCALED_LEVELS(deq_blocks, uint32_t,
+                  (float *restrict out, const float *restrict e,
+                   const float *restrict s, double gs, size_t b, size_t nblk),
+                  (out, e, s, gs, b, nblk))
+
+/* The amax of a block from its bit-pattern maximum (as amax_run). */
+static double amax_of_bits(uint32_t m)
+{
+    float f;
+    memcpy(&f, &m, sizeof f);
+    return m > 0x7f800000u ? NAN : (double)f;
+}
+
+static double scale_of_amax(const qrun *R, size_t b, double a,
+                            emu_quant_counts *counts, emu_block_stats *blocks);
+
+/* Every block's scale as set_scale sets it, for the 1-d layout in memory
+ * order (the blocks' amaxes are the same maxima, taken in another
+ * order).  Returns -1 (nothing done) out of memory. */
+static int scales_1d(const qrun *R)
+{
+    const geom *g = &R->geo;
+    const size_t b0 = R->q->sf.block[0];
+    const size_t row = g->nb * g->inner; /* the blocks of one o */
+    uint32_t *acc = malloc((row ? row : 1) * sizeof *acc);
+    if (!acc)
+        return -1;
+    if (g->inner == 1) {
+        const size_t whole = g->len / b0, tail = g->len - whole * b0;
+        for (size_t o = 0; o < g->outer; o++) {
+            const float *xo = R->x + o * g->len;
+            amax_blocks(acc, xo, b0, whole);
+            for (size_t k = 0; k < whole; k++)
+                scale_of_amax(R, o * row + k, amax_of_bits(acc[k]), NULL,
+                              NULL);
+            if (tail)
+                scale_of_amax(R, o * row + whole,
+                              amax_run(xo + whole * b0, tail), NULL, NULL);
+        }
+        free(acc);
+        return 0;
+    }
+    for (size_t o = 0; o < g->outer; o++) {
+        memset(acc, 0, row * sizeof *acc);
+        for (size_t l = 0; l < g->len; l++)
+            amax_row(acc + (l / b0) * g->inner,
+                     R->x + (o * g->len + l) * g->inner, g->inner);
+        for (size_t k = 0; k < row; k++)
+            scale_of_amax(R, o * row + k, amax_of_bits(acc[k]), NULL, NULL);
+    }
+    free(acc);
+    return 0;
+}
+
 /* Integer elements have no -0 (two's complement): x + 0 turns -0 into +0
  * and leaves every other value alone.  Run on each chunk while it is in
  * cache. */
@@ -1603,7 +1797,7 @@ static int quantize(emu_scaled_tensor *q, const float *x,
          * format's one "block scale" is 1 */
         if (!sf->block_scaled)
             q->scale[0] = 1.0f;
-        else
+        else if (R.geo.tile || scales_1d(&R))
             for (size_t b = 0; b < q->nblocks; b++)
                 set_scale(&R, b, block_at(q, &R.geo, b), NULL, NULL);
         return 0;
@@ -1681,6 +1875,26 @@ void emu_scaled_element_scales(const emu_scaled_tensor *q, float *out)
 {
     geom g;
     geometry(q, &g);
+    if (q->sf.block_scaled && !g.tile) { /* in memory order */
+        const size_t b0 = q->sf.block[0];
+        for (size_t o = 0; o < g.outer; o++) {
+            if (g.inner > 1) {
+                for (size_t l = 0; l < g.len; l++)
+                    memcpy(out + (o * g.len + l) * g.inner,
+                           q->scale + (o * g.nb + l / b0) * g.inner,
+                           g.inner * sizeof *out);
+                continue;
+            }
+            for (size_t lb = 0; lb < g.nb; lb++) {
+                const float s = q->scale[o * g.nb + lb];
+                float *d = out + o * g.len + lb * b0;
+                const size_t nc = lb * b0 + b0 <= g.len ? b0 : g.len - lb * b0;
+                for (size_t c = 0; c < nc; c++)
+                    d[c] = s;
+            }
+        }
+        return;
+    }
     for (size_t b = 0; b < q->nblocks; b++) {
         block_ref br = block_at(q, &g, b);
         const float s = q->sf.block_scaled ? q->scale[b] : 1.0f;
@@ -1702,6 +1916,34 @@ int emu_scaled_dequantize(const emu_scaled_tensor *q, float *out,
     geom g;
     geometry(q, &g);
     const double gs = with_tensor_scale ? q->tensor_scale : 1.0;
+    /* The 1-d layout in memory order, by the vector rows; a product that
+     * is not a binary32 value sends the whole tensor through the
+     * definition below, which names it. */
+    if (q->sf.block_scaled && !g.tile) {
+        const size_t b0 = q->sf.block[0];
+        uint32_t bad = 0;
+        for (size_t o = 0; o < g.outer && !bad; o++) {
+            if (g.inner > 1) {
+                for (size_t l = 0; l < g.len; l++) {
+                    const size_t e0 = (o * g.len + l) * g.inner;
+                    bad |= deq_row(out + e0, q->elem + e0,
+                                   q->scale + (o * g.nb + l / b0) * g.inner,
+                                   gs, g.inner);
+                }
+                continue;
+            }
+            const size_t whole = g.len / b0, tail = g.len - whole * b0;
+            const size_t e0 = o * g.len;
+            bad |= deq_blocks(out + e0, q->elem + e0, q->scale + o * g.nb, gs,
+                              b0, whole);
+            if (tail) /* the row's last block, short */
+                bad |= deq_blocks_any(out + e0 + whole * b0,
+                                      q->elem + e0 + whole * b0,
+                                      q->scale + o * g.nb + whole, gs, tail, 1);
+        }
+        if (!bad)
+            return 0;
+    }
     for (size_t b = 0; b < q->nblocks; b++) {
         block_ref br = block_at(q, &g, b);
         const double s = q->sf.block_scaled ? q->scale[b] : 1.0;

@@ -3228,6 +3228,125 @@ START_TEST(sr_threshold_words)
 }
 END_TEST
 
+/* The 1-d layout's memory-order paths (scales_1d, the dequantization and
+ * element-scale rows, the choke point's power-of-two quotients) against
+ * the definitions: scales and elements as emu_scaled_quantize's block
+ * visits set them, element scales and values element by element through
+ * emu_scaled_block_of.  Every axis of 1-, 2- and 3-d shapes (inner 1 and
+ * > 1, ragged last blocks), data with zeros, subnormals, huge values,
+ * infinities and NaNs.  Run at each EMU_ISA level (tests/CMakeLists.txt):
+ * the rows are compiled per level. */
+START_TEST(memory_order_paths)
+{
+    unsigned long long before = begin_test(), cases = 0;
+    test_rng g = test_rng_make(0x0de7);
+    static const char *const specs[] = { "mxfp8", "mxfp4", "mxint8",
+                                         "mxfp6-e3m2", "nvfp4",
+                                         "mxfp8-e5m2",
+                                         "mxfp8,tensor=yes" };
+    for (size_t s = 0; s < sizeof specs / sizeof *specs; s++)
+        for (int trial = 0; trial < 24; trial++) {
+            emu_scaled_format sf = sfmt(specs[s]);
+            const int ndim = 1 + trial % 3;
+            size_t shape[3];
+            for (int d = 0; d < ndim; d++)
+                shape[d] = 1 + (size_t)test_below(&g, d == ndim - 1 ? 70 : 9);
+            const int axis = (int)test_below(&g, (uint64_t)ndim);
+            size_t n = 1;
+            for (int d = 0; d < ndim; d++)
+                n *= shape[d];
+            emu_tensor x;
+            emu_error err;
+            ck_assert(emu_tensor_alloc(&x, "x", EMU_ROLE_ACTIVATION,
+                                       test_format("binary32"), ndim, shape,
+                                       &err) == 0);
+            gen_data(&g, x.data, n);
+            /* a few infinities and NaNs (their blocks' scales are NaN) */
+            if (trial % 4 == 3)
+                for (int k = 0; k < 2; k++)
+                    x.data[test_below(&g, n)] = k ? NAN : -INFINITY;
+            emu_scaled_tensor q, q2;
+            sq_alloc(&q, &sf, ndim, shape, axis);
+            sq_alloc(&q2, &sf, ndim, shape, axis);
+            /* measured: scales only, then the choke point rounds the
+             * quotients (pow2_quotients where every divisor is 2^k) */
+            emu_ctx ctx;
+            emu_ctx_init(&ctx, 5);
+            ctx.measure = EMU_MEASURE_ALL;
+            emu_stats st;
+            emu_stats_init(&st);
+            ctx.stats = &st;
+            ctx.op_index = 3;
+            int rc = emu_t_quantize_scaled(&ctx, "q.x", &q, &x, NULL, NULL,
+                                           &test_rne);
+            CHECK(rc == 0, "%s: emu_t_quantize_scaled: %s", specs[s],
+                  ctx.err.message);
+            emu_quant_opts o;
+            memset(&o, 0, sizeof o);
+            o.mode = EMU_RNE;
+            ck_assert(emu_scaled_quantize(&q2, x.data, &o, NULL, NULL, &err) == 0);
+            size_t diff = 0;
+            for (size_t b = 0; b < q.nblocks; b++)
+                diff += !test_same(q.scale[b], q2.scale[b]);
+            /* (a NaN block's elements stand for nothing: the choke
+             * point writes them +0, the quantizer's paths keep the sign
+             * of a zero; only the NaN value is defined) */
+            for (size_t i = 0; i < n; i++)
+                diff += !isnan(q.scale[emu_scaled_block_of(&q, i)]) &&
+                        !test_same(q.elem[i], q2.elem[i]);
+            CHECK(diff == 0, "%s, %d-d axis %d: %zu scales or elements differ "
+                  "from emu_scaled_quantize's", specs[s], ndim, axis, diff);
+            float *es = malloc(n * sizeof *es), *dq = malloc(n * sizeof *dq);
+            ck_assert(es && dq);
+            emu_scaled_element_scales(&q, es);
+            for (size_t i = 0; i < n; i++) {
+                const float want = q.scale[emu_scaled_block_of(&q, i)];
+                CHECK(test_same(es[i], want), "%s, %d-d axis %d: element %zu's "
+                      "scale %a, its block's %a", specs[s], ndim, axis, i,
+                      (double)es[i], (double)want);
+            }
+            for (int with_g = 0; with_g < 2; with_g++) {
+                /* refused iff a product is not a binary32 value (with
+                 * the tensor scale) */
+                bool wide = false;
+                for (size_t i = 0; i < n; i++) {
+                    const double sb = q.scale[emu_scaled_block_of(&q, i)];
+                    const double v = (double)q.elem[i] * sb *
+                                     (with_g ? q.tensor_scale : 1.0);
+                    wide |= !isnan(v) && (double)(float)v != v;
+                }
+                const int drc = emu_scaled_dequantize(&q, dq, with_g, &err);
+                CHECK((drc != 0) == wide, "%s, %d-d axis %d: dequantize rc %d,"
+                      " a product not binary32: %d", specs[s], ndim, axis, drc,
+                      (int)wide);
+                for (size_t i = 0; i < n && !drc; i++) {
+                    const double sb = q.scale[emu_scaled_block_of(&q, i)];
+                    const double gs = with_g ? q.tensor_scale : 1.0;
+                    const float want = isnan(sb) ? NAN
+                                                 : (float)((double)q.elem[i] * sb * gs);
+                    uint32_t a, b;
+                    memcpy(&a, &dq[i], sizeof a);
+                    memcpy(&b, &want, sizeof b);
+                    CHECK(a == b, "%s, %d-d axis %d: element %zu dequantized "
+                          "to %a, by the definition %a", specs[s], ndim, axis,
+                          i, (double)dq[i], (double)want);
+                    cases++;
+                }
+            }
+            free(es);
+            free(dq);
+            emu_stats_free(&st);
+            emu_scaled_free(&q);
+            emu_scaled_free(&q2);
+            emu_tensor_free(&x);
+        }
+    fprintf(stderr, "test_scaled: %-44s %llu cases (%s)\n",
+            "memory-order paths", cases, getenv("EMU_ISA") ? getenv("EMU_ISA")
+                                                           : "best level");
+    FINISH("memory-order paths", before);
+}
+END_TEST
+
 static Suite *scaled_suite(void)
 {
     Suite *s = suite_create("scaled");
@@ -3257,6 +3376,7 @@ static Suite *scaled_suite(void)
     tcase_add_test(tc, nvfp4_near_boundaries);
     tcase_add_test(tc, amax_scales_near_boundaries);
     tcase_add_test(tc, sr_threshold_words);
+    tcase_add_test(tc, memory_order_paths);
     suite_add_tcase(s, tc);
     return s;
 }
