@@ -100,37 +100,40 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* One poll of a spin: whether it has gone on for EMU_POOL_SPIN_NS, the
+ * clock read every 256 polls (i counts them from 1; *t0 is the first
+ * reading, 0 before it). */
+static bool spin_expired(unsigned i, uint64_t *t0)
+{
+    CPU_RELAX();
+    if ((i & 255) != 0)
+        return false;
+    const uint64_t t = now_ns();
+    if (!*t0) {
+        *t0 = t;
+        return false;
+    }
+    return t - *t0 > EMU_POOL_SPIN_NS;
+}
+
 /* Polls *v (read atomically, without the lock) until it differs from
  * `while_eq` or EMU_POOL_SPIN_NS have passed; called without the lock. */
 static void spin_while_u64(const uint64_t *v, uint64_t while_eq)
 {
     uint64_t t0 = 0;
-    for (unsigned i = 1; __atomic_load_n(v, __ATOMIC_ACQUIRE) == while_eq; i++) {
-        CPU_RELAX();
-        if ((i & 255) == 0) {
-            const uint64_t t = now_ns();
-            if (!t0)
-                t0 = t;
-            else if (t - t0 > EMU_POOL_SPIN_NS)
-                return;
-        }
-    }
+    for (unsigned i = 1; __atomic_load_n(v, __ATOMIC_ACQUIRE) == while_eq &&
+                         !spin_expired(i, &t0);
+         i++)
+        ;
 }
 
 /* The same until *v is zero. */
 static void spin_while_nonzero(const int *v)
 {
     uint64_t t0 = 0;
-    for (unsigned i = 1; __atomic_load_n(v, __ATOMIC_ACQUIRE) != 0; i++) {
-        CPU_RELAX();
-        if ((i & 255) == 0) {
-            const uint64_t t = now_ns();
-            if (!t0)
-                t0 = t;
-            else if (t - t0 > EMU_POOL_SPIN_NS)
-                return;
-        }
-    }
+    for (unsigned i = 1;
+         __atomic_load_n(v, __ATOMIC_ACQUIRE) != 0 && !spin_expired(i, &t0); i++)
+        ;
 }
 
 static void *worker_main(void *p)
