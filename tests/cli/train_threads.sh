@@ -15,8 +15,8 @@ fail() { echo "FAIL train_threads: $*" >&2; fails=$((fails + 1)); }
 tmp=$(mktemp -d ./train_threads.XXXXXX) || exit 1
 trap 'rm -rf "$tmp"' EXIT
 
-FILES="meta.json steps.csv ops_steps.csv layers_steps.csv eval.csv ops.csv
-       hist.csv ops.json summary.txt checkpoint.bin"
+# FILES, same_files
+. "$(dirname "$0")/lib/train_common.sh"
 
 # run NAME THREADS ARGS...: a run in $tmp/NAME/tTHREADS/r (the folder's
 # name is saved in the checkpoint: the same in every run).
@@ -30,53 +30,11 @@ run() {
         fail "emu train --threads $t $* exited non-zero: $(cat "$d/log")"
 }
 
-# The checkpoint bytes that may differ (libemu/nn_ckpt.h): the last 36
-# (elapsed time, trailer crc32), the one byte of the saved --threads
-# setting (1 against T) and the crc32 of its section (bytes 41-44).
-ckpt_diffs() {
-    size=$(wc -c < "$1")
-    cmp -l "$1" "$2" 2>/dev/null | awk -v t="$3" -v end=$((size - 36)) '
-        $1 > end { next }
-        $1 >= 41 && $1 <= 44 { next }
-        !seen && $2 == 1 && $3 == t { seen = 1; next }
-        { n++ }
-        END { print n + 0 }'
-}
-
-# same NAME T: run NAME with T threads wrote what the one-thread run wrote.
+# same NAME T: run NAME with T threads wrote what the one-thread run wrote
+# (an eval.csv that neither run wrote is not missing).
 same() {
-    a=$tmp/$1/t1/r b=$tmp/$1/t$2/r
-    for f in $FILES; do
-        [ -s "$a/$f" ] || { [ "$f" = eval.csv ] && [ ! -e "$b/$f" ] && continue
-                            fail "$1: $f missing or empty"; continue; }
-        [ -s "$b/$f" ] || { fail "$1 --threads $2: $f missing or empty"; continue; }
-        case $f in
-        steps.csv)
-            sed 's/,[^,]*$//' "$a/$f" > "$tmp/x"
-            sed 's/,[^,]*$//' "$b/$f" > "$tmp/y"
-            ;;
-        meta.json)
-            grep -v '"seconds"' "$a/$f" | sed 's/"threads": [0-9]*/"threads": T/' > "$tmp/x"
-            grep -v '"seconds"' "$b/$f" | sed 's/"threads": [0-9]*/"threads": T/' > "$tmp/y"
-            ;;
-        checkpoint.bin)
-            [ "$(wc -c < "$a/$f")" -eq "$(wc -c < "$b/$f")" ] ||
-                { fail "$1 --threads $2: checkpoints of different sizes"; continue; }
-            n=$(ckpt_diffs "$a/$f" "$b/$f" "$2")
-            [ "$n" -eq 0 ] ||
-                fail "$1 --threads $2: checkpoint.bin differs in $n bytes besides the timing" \
-                     "(first: $(cmp "$a/$f" "$b/$f"))"
-            continue
-            ;;
-        *)
-            cp "$a/$f" "$tmp/x"
-            cp "$b/$f" "$tmp/y"
-            ;;
-        esac
-        cmp -s "$tmp/x" "$tmp/y" ||
-            fail "$1 --threads $2: $f differs: $(diff "$tmp/x" "$tmp/y" | head -4)"
-    done
-    grep -q '"completed": true' "$a/meta.json" || fail "$1: not completed"
+    same_files "$tmp/$1/t1/r" "$tmp/$1/t$2/r" "$1 --threads $2" "$2" eval-optional
+    grep -q '"completed": true' "$tmp/$1/t1/r/meta.json" || fail "$1: not completed"
 }
 
 # each NAME ARGS...: NAME with 1, 2 and 3 threads, compared.

@@ -1,7 +1,8 @@
 # train_common.sh — what the resume tests share, sourced by
 # train_resume.sh and train_resume_edges.sh (which define EMU, tmp and
-# fail() first): the list of a run's files, killing a run between two
-# whole checkpoints, comparing two runs but for their timing, and
+# fail() first), and by train_determinism.sh and train_threads.sh: the
+# list of a run's files, killing a run between two whole checkpoints,
+# comparing two runs but for their timing (and thread count), and
 # asserting that a refused command changed nothing.
 
 FILES="meta.json steps.csv ops_steps.csv layers_steps.csv eval.csv ops.csv
@@ -40,11 +41,36 @@ kill_mid_run() {
     return 1
 }
 
-# same_run A B: as in train_determinism.sh (same folder name "r").
-same_run() {
-    a=$1 b=$2
+# ckpt_diffs A B T: the bytes in which checkpoints A and B differ besides
+# those that may (libemu/nn_ckpt.h): the last 36 (the TIME section with
+# the run's elapsed seconds, the trailer's crc32); with T > 0, B's run had
+# T threads where A's had one, so also the one byte of the saved
+# --threads setting (1 against T) and the crc32 of its section, CONF
+# (bytes 41-44).  (cmp -l prints bytes in octal: T < 8.)
+ckpt_diffs() {
+    size=$(wc -c < "$1")
+    cmp -l "$1" "$2" 2>/dev/null | awk -v t="$3" -v end=$((size - 36)) '
+        $1 > end { next }
+        t && $1 >= 41 && $1 <= 44 { next }
+        t && !seen && $2 == 1 && $3 == t { seen = 1; next }
+        { n++ }
+        END { print n + 0 }'
+}
+
+# same_files A B LABEL T [eval-optional]: run folders A and B hold the
+# same results: every file of FILES, but for the timing (steps.csv's last
+# column, meta.json's "seconds", the checkpoint's TIME section) and, with
+# T > 0, B's thread count (see ckpt_diffs).  With eval-optional, an
+# eval.csv that neither run wrote is not missing.  Failures name LABEL.
+same_files() {
+    a=$1 b=$2 label=$3 t=$4 eval_opt=${5:-}
     for f in $FILES; do
-        [ -s "$a/$f" ] && [ -s "$b/$f" ] || { fail "$f missing in $a or $b"; continue; }
+        if [ "$f" = eval.csv ] && [ -n "$eval_opt" ] &&
+           [ ! -e "$a/$f" ] && [ ! -e "$b/$f" ]; then
+            continue
+        fi
+        [ -s "$a/$f" ] || { fail "$label: $f missing or empty in $a"; continue; }
+        [ -s "$b/$f" ] || { fail "$label: $f missing or empty in $b"; continue; }
         case $f in
         steps.csv)
             sed 's/,[^,]*$//' "$a/$f" > "$tmp/x"
@@ -53,25 +79,29 @@ same_run() {
         meta.json)
             grep -v '"seconds"' "$a/$f" > "$tmp/x"
             grep -v '"seconds"' "$b/$f" > "$tmp/y"
+            if [ "$t" -gt 0 ]; then
+                sed -i 's/"threads": [0-9]*/"threads": T/' "$tmp/x" "$tmp/y"
+            fi
             ;;
         checkpoint.bin)
-            # All but the last 36 bytes: the TIME section (16 bytes of
-            # section header, the elapsed time) and the trailer (12), which
-            # differ by the timing alone (libemu/nn_ckpt.h).
-            na=$(wc -c < "$a/$f") nb=$(wc -c < "$b/$f")
-            head -c $((na - 36)) "$a/$f" > "$tmp/x"
-            head -c $((nb - 36)) "$b/$f" > "$tmp/y"
-            cmp -s "$tmp/x" "$tmp/y" ||
-                fail "$b: checkpoint.bin differs from the uninterrupted run's" \
-                     "besides the timing: $(cmp "$tmp/x" "$tmp/y")"
+            [ "$(wc -c < "$a/$f")" -eq "$(wc -c < "$b/$f")" ] ||
+                { fail "$label: checkpoints of different sizes"; continue; }
+            n=$(ckpt_diffs "$a/$f" "$b/$f" "$t")
+            [ "$n" -eq 0 ] ||
+                fail "$label: checkpoint.bin differs in $n bytes besides the timing" \
+                     "(first: $(cmp "$a/$f" "$b/$f"))"
             continue
             ;;
         *) cp "$a/$f" "$tmp/x"; cp "$b/$f" "$tmp/y" ;;
         esac
         cmp -s "$tmp/x" "$tmp/y" ||
-            fail "$b: $f differs from the uninterrupted run's: $(diff "$tmp/x" "$tmp/y" | head -4)"
+            fail "$label: $f differs: $(diff "$tmp/x" "$tmp/y" | head -4)"
     done
 }
+
+# same_run A B: run B, resumed or stopped and continued, wrote what the
+# uninterrupted run A wrote.
+same_run() { same_files "$1" "$2" "$2 against the uninterrupted $1" 0; }
 
 # snapshot DIR: a listing of every file's checksum, to show nothing changed.
 snapshot() { (cd "$1" && cksum ./* 2> /dev/null); }
