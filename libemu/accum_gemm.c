@@ -1575,10 +1575,7 @@ static void load_row(const seq_ctx *c, size_t i, double *arow, int *la)
  * source and the same IEEE operations, so the same results, in 4 or 8
  * lanes per instruction instead of SSE2's 2; no -march flag is needed.
  * -DEMU_NO_TARGET_CLONES builds the baseline only. */
-#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && \
-    !defined(EMU_NO_TARGET_CLONES)
-__attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
-#endif
+EMU_TARGET_CLONES
 static void seq_rows(const seq_ctx *c0, size_t q, size_t r0, size_t r1,
                      double *arow, int *la, const double *ac, const int *lc,
                      emu_accum_counts *cnt)
@@ -2334,10 +2331,7 @@ static row_info load_row_info(const seq_ctx *c, gemm_kernel kern, size_t i,
 
 /* ac, lc, ri: the worker's rows as load_row_info gives them, converted
  * once for every panel (NULL: one row at a time into arow and la). */
-#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && \
-    !defined(EMU_NO_TARGET_CLONES)
-__attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
-#endif
+EMU_TARGET_CLONES
 static void kern_rows(seq_ctx *c, gemm_kernel kern, size_t q, size_t r0,
                       size_t r1, double *arow, int *la, const double *ac,
                       const int *lc, const row_info *ri,

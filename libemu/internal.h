@@ -263,8 +263,13 @@ typedef enum emu_isa {
 #define EMU_ISA_TARGET_AVX2 __attribute__((target("avx2")))
 #define EMU_ISA_TARGET_AVX512 \
     __attribute__((target("arch=x86-64-v4")))
+/* A function compiled for the three levels, the CPU's best chosen when the
+ * library is loaded (an ifunc resolver: EMU_ISA does not reach it). */
+#define EMU_TARGET_CLONES \
+    __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 #else
 #define EMU_HAVE_ISA_CLONES 0
+#define EMU_TARGET_CLONES
 #endif
 
 #if defined(__GNUC__)

@@ -226,17 +226,10 @@ static int dx_ref(const void *vop, size_t i, mpfr_ptr exact, mpfr_ptr src)
 #else
 #define BN_VECTORISE
 #endif
-/* The run kernels below are also compiled for AVX2 and AVX-512 and picked
- * at load time by the CPU (as accum_gemm.c's): the same IEEE operations,
+/* The run kernels below are also compiled for AVX2 and AVX-512
+ * (EMU_TARGET_CLONES, as accum_gemm.c's): the same IEEE operations,
  * never contracted, 4 or 8 lanes an instruction instead of SSE2's 2
  * (xc_run_plain's TwoSums were 3.6% of a resnet:1 fp32 step). */
-#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && \
-    !defined(EMU_NO_TARGET_CLONES)
-#define BN_CLONES \
-    __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
-#else
-#define BN_CLONES
-#endif
 
 /* The length of the run of outputs from i (at most m) in i's plane. */
 static size_t run_len(const bn_op *op, size_t i, size_t m)
@@ -272,7 +265,7 @@ static bool xc_run_ref(const bn_op *op, const float *x, double mu, size_t n,
  * finite, the elements xc_run_ref treats apart (with mu finite, the sum
  * of binary32 values in binary64 is finite exactly when x is, and its
  * error is 0 when it is). */
-BN_VECTORISE BN_CLONES
+BN_VECTORISE EMU_TARGET_CLONES
 static bool xc_run_plain(const float *x, double mu, size_t n, double *hi,
                          double *lo, bool *special)
 {
@@ -311,7 +304,7 @@ static int xc_fill(const void *vop, size_t i0, size_t m, double *hi, double *lo)
 
 /* y = ((x - mu) inv) g + b for the run; an absent mean, gamma or beta is
  * mu = +0, g = 1, b = -0, which leave every value as it is. */
-BN_VECTORISE BN_CLONES
+BN_VECTORISE EMU_TARGET_CLONES
 static void y_run(const float *x, double mu, double inv, double g, double b,
                   size_t n, double *hi)
 {
@@ -341,7 +334,7 @@ static int y_fill(const void *vop, size_t i0, size_t m, double *hi, double *lo)
 
 /* dx = ((dy - k1) - xc k2) g for the run, g = inv gamma (inv alone
  * without gamma). */
-BN_VECTORISE BN_CLONES
+BN_VECTORISE EMU_TARGET_CLONES
 static void dx_run(const float *dy, const float *xc, double k1, double k2,
                    double g, size_t n, double *hi)
 {

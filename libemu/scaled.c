@@ -634,10 +634,7 @@ typedef struct qrun {
  * amax_run below (inf and NaN count as 0; |x| < 2^31 as an integer, so signed
  * lanes, which baseline SSE2 compares too).  A whole-tensor pass (the
  * tensor scale): compiled also for AVX2 and AVX-512. */
-#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && \
-    !defined(EMU_NO_TARGET_CLONES)
-__attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
-#endif
+EMU_TARGET_CLONES
 static double amax_finite(const float *xs, size_t n)
 {
     int32_t lane[16] = { 0 };
@@ -1522,10 +1519,7 @@ static double set_scale(const qrun *R, size_t b, block_ref br,
  * last axis, 1-d blocks, contiguous.  Scales, the scaled values and the
  * rounding of each chunk of rows while it is in cache.  Its loops are
  * compiled also for AVX2 and AVX-512 (as round_array.c's kernel is). */
-#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && \
-    !defined(EMU_NO_TARGET_CLONES)
-__attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
-#endif
+EMU_TARGET_CLONES
 static void quantize_rows(const qrun *R, size_t r0, size_t r1, float *tmp,
                           double *tmp64, emu_quant_counts *counts,
                           emu_block_stats *blocks)
@@ -1660,10 +1654,7 @@ static void quantize_rows(const qrun *R, size_t r0, size_t r1, float *tmp,
 
 /* A per-tensor format (one divisor, g), elements [e0, e0 + n) while they
  * are in cache: nearest-even or stochastic by the fast paths above. */
-#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && \
-    !defined(EMU_NO_TARGET_CLONES)
-__attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
-#endif
+EMU_TARGET_CLONES
 static void quantize_flat(const qrun *R, size_t e0, size_t n, float *tmp,
                           double *tmp64)
 {
@@ -1683,10 +1674,7 @@ static void quantize_flat(const qrun *R, size_t e0, size_t n, float *tmp,
 /* The stochastic fast path on given words (internal.h): for the tests,
  * which choose words next to each decision's threshold.  Compiled for the
  * same CPUs as the chunk loops. */
-#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && \
-    !defined(EMU_NO_TARGET_CLONES)
-__attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
-#endif
+EMU_TARGET_CLONES
 static void sr_words(const sr_plan *P, const emu_format *ef,
                      const emu_rounding *rnd, float *out, const float *x,
                      size_t n, double d, const uint64_t *words)
