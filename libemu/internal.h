@@ -305,6 +305,10 @@ int emu_ffi_fail_(emu_errcode code, const char *where, const char *key,
 enum { EMU_POOL_MAX = 64 };
 typedef void (*emu_pool_fn)(void *arg, int t, int T);
 void emu_pool_run(int T, emu_pool_fn fn, void *arg);
+/* The parts a job of `work` units takes on `threads` threads: one a
+ * thread, at most EMU_POOL_MAX, none smaller than min_part units (below,
+ * a part costs about what it saves), and at least one. */
+int emu_pool_parts(int threads, size_t work, size_t min_part);
 /* memcpy(dst, src, bytes) in up to T parts of at least EMU_POOL_COPY_MIN
  * bytes each (a copy has no order: any split gives the same bytes).  The
  * optimizers' copies of their state tensors, whose fresh pages fault in

@@ -469,10 +469,8 @@ static int load_batch(run *r, const emu_dataset *d, const size_t *idx,
     const int b = r->m.batch;
     batch_gather bg = { r, d, idx, count };
     const size_t bytes = (size_t)b * es * sizeof(float);
-    int T = r->ctx.threads;
-    if ((size_t)T > bytes / GATHER_PART_MIN)
-        T = (int)(bytes / GATHER_PART_MIN);
-    emu_pool_run(T < 1 ? 1 : T, gather_part, &bg);
+    emu_pool_run(emu_pool_parts(r->ctx.threads, bytes, GATHER_PART_MIN),
+                 gather_part, &bg);
     return emu_t_load(&r->ctx, "input", &r->m.x, r->batch_x,
                       (size_t)b * es, &r->p->activation.rnd);
 }

@@ -1296,12 +1296,7 @@ enum { BWDW_PART_MIN = 64 * 1024 };
 
 static int bwdw_parts(const emu_ctx *ctx, size_t work)
 {
-    size_t T = ctx->threads < 1 ? 1 : (size_t)ctx->threads;
-    if (T > EMU_POOL_MAX)
-        T = EMU_POOL_MAX;
-    if (T > work / BWDW_PART_MIN)
-        T = work / BWDW_PART_MIN;
-    return T < 1 ? 1 : (int)T;
+    return emu_pool_parts(ctx->threads, work, BWDW_PART_MIN);
 }
 
 static void bwdw_prep_part(void *p, int t, int T)

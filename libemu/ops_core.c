@@ -1449,12 +1449,7 @@ static int commit_parts(const emu_ctx *ctx, const emu_op_out *o, bool ref)
     if (!o->parallel && !(o->hi && !o->inputs_had_nan))
         return 1;
     const size_t nc = (o->out->n + CHUNK - 1) / CHUNK;
-    size_t T = (size_t)ctx->threads;
-    if (T > EMU_POOL_MAX)
-        T = EMU_POOL_MAX;
-    if (T > nc / PAR_MIN_CHUNKS)
-        T = nc / PAR_MIN_CHUNKS;
-    return T < 1 ? 1 : (int)T;
+    return emu_pool_parts(ctx->threads, nc, PAR_MIN_CHUNKS);
 }
 
 int emu_commit_parts_(const emu_ctx *ctx, const emu_op_out *o)

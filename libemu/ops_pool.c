@@ -648,11 +648,7 @@ int emu_t_maxpool2d_backward(emu_ctx *ctx, const char *site, emu_tensor *dx,
     }
     argmax_scan as = { .g = &g, .argmax = argmax, .in_win = in_win,
                        .span = span, .dense = dense, .dy = dys };
-    size_t T = ctx->threads < 1 ? 1 : (size_t)ctx->threads;
-    if (T > EMU_POOL_MAX)
-        T = EMU_POOL_MAX;
-    if (T > dy->n / POOL_BWD_PART_MIN)
-        T = dy->n / POOL_BWD_PART_MIN;
+    size_t T = (size_t)emu_pool_parts(ctx->threads, dy->n, POOL_BWD_PART_MIN);
     if (T > g.N * g.C)
         T = g.N * g.C;
     if (T < 1)

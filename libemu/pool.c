@@ -265,10 +265,19 @@ static void copy_part(void *p, int t, int T)
         memcpy(c->dst + b0, c->src + b0, b1 - b0);
 }
 
+int emu_pool_parts(int threads, size_t work, size_t min_part)
+{
+    size_t T = threads < 1 ? 1 : (size_t)threads;
+    if (T > EMU_POOL_MAX)
+        T = EMU_POOL_MAX;
+    if (T > work / min_part)
+        T = work / min_part;
+    return T < 1 ? 1 : (int)T;
+}
+
 void emu_pool_memcpy(int T, void *dst, const void *src, size_t bytes)
 {
-    if ((size_t)T > bytes / EMU_POOL_COPY_MIN)
-        T = (int)(bytes / EMU_POOL_COPY_MIN);
+    T = emu_pool_parts(T, bytes, EMU_POOL_COPY_MIN);
     if (T <= 1) {
         if (bytes)
             memcpy(dst, src, bytes);
