@@ -27,6 +27,11 @@
  * into the pool) runs every part itself, in order: same results, no
  * waiting, no deadlock.  After fork() the child has none of the parent's
  * threads: the pool notices the new process and starts afresh there.
+ *
+ * EMU_POOL_TRACE=FILE records every job (one-part ones too): its parts'
+ * times and threads and the caller's wait, written to FILE at exit for
+ * bench/pool_trace.py, which says where a run on several threads loses
+ * to one.  Unset, it costs a test of one flag a job.
  */
 #define _POSIX_C_SOURCE 200809L /* getpid */
 
@@ -34,6 +39,9 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
 #include <time.h>
@@ -63,6 +71,7 @@ typedef struct emu_pool {
     int parts;                  /* T of the current job                  */
     int next;                   /* the next part nobody has claimed      */
     int pending;                /* parts 1..T-1 not finished yet         */
+    struct trace_job *trace;    /* the job's record (EMU_POOL_TRACE)     */
 } emu_pool;
 
 static emu_pool pool;
@@ -73,25 +82,6 @@ static pid_t pool_pid;
  * test under `lock`, says a job (or a caller running parts itself) owns
  * it. */
 static bool pool_busy;
-
-/* Runs unclaimed parts of the current job until none is left; called and
- * returning with the lock held.  The job cannot end (nor another begin)
- * while a part claimed here is unfinished, so what is read under the lock
- * stays the job's. */
-static void run_claimed(void)
-{
-    while (pool.next < pool.parts) {
-        const int part = pool.next++;
-        emu_pool_fn fn = pool.fn;
-        void *arg = pool.arg;
-        const int T = pool.parts;
-        pthread_mutex_unlock(&pool.lock);
-        fn(arg, part, T);
-        pthread_mutex_lock(&pool.lock);
-        if (__atomic_sub_fetch(&pool.pending, 1, __ATOMIC_RELEASE) == 0)
-            pthread_cond_signal(&pool.done);
-    }
-}
 
 static uint64_t now_ns(void)
 {
@@ -136,9 +126,174 @@ static void spin_while_nonzero(const int *v)
         ;
 }
 
+/* ---- the trace (EMU_POOL_TRACE) ------------------------------------------ */
+
+/* Parts recorded a job: a job of more parts keeps its first ones. */
+enum { TRACE_PARTS = 8, TRACE_BLOCK = 4096 };
+
+typedef struct trace_part {
+    uint64_t t0, t1;  /* monotonic clock, ns                        */
+    uint64_t cpu;     /* the running thread's CPU time in the part  */
+    int who;          /* 0 the thread that posted the job, k worker k */
+} trace_part;
+
+typedef struct trace_job {
+    uintptr_t fn, site;          /* the part function, emu_pool_run's caller */
+    int T, inline_;              /* parts; run by the caller alone            */
+    uint64_t start, own_end, end; /* posted, the caller's parts done, over   */
+    uint64_t cpu_start, cpu_end; /* the caller's CPU clock at start and end   */
+    trace_part part[TRACE_PARTS];
+} trace_job;
+
+typedef struct trace_block {
+    struct trace_block *next;
+    size_t n;
+    trace_job job[TRACE_BLOCK];
+} trace_block;
+
+/* 0 not read yet, 1 off, 2 on.  Blocks never move, so a part writes its
+ * record while other jobs (nested ones) are appended. */
+static int trace_state;
+static pthread_mutex_t trace_lock = PTHREAD_MUTEX_INITIALIZER;
+static trace_block *trace_head, *trace_tail;
+static const char *trace_path;
+static _Thread_local int trace_who;
+
+/* Whether the trace is known to be off (read without the lock). */
+static bool trace_off(void)
+{
+    return __atomic_load_n(&trace_state, __ATOMIC_RELAXED) == 1;
+}
+
+static uint64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void trace_write(void)
+{
+    pthread_mutex_lock(&trace_lock);
+    FILE *f = fopen(trace_path, "w");
+    if (f) {
+        fprintf(f, "# emu pool trace 1: anchor emu_pool_run %#llx\n",
+                (unsigned long long)(uintptr_t)emu_pool_run);
+        for (const trace_block *b = trace_head; b; b = b->next)
+            for (size_t i = 0; i < b->n; i++) {
+                const trace_job *j = &b->job[i];
+                fprintf(f, "J %#llx %#llx %d %d %llu %llu %llu %llu %llu\n",
+                        (unsigned long long)j->fn, (unsigned long long)j->site,
+                        j->T, j->inline_, (unsigned long long)j->start,
+                        (unsigned long long)j->own_end,
+                        (unsigned long long)j->end,
+                        (unsigned long long)j->cpu_start,
+                        (unsigned long long)j->cpu_end);
+                for (int t = 0; t < j->T && t < TRACE_PARTS; t++)
+                    fprintf(f, "P %d %llu %llu %llu\n", j->part[t].who,
+                            (unsigned long long)j->part[t].t0,
+                            (unsigned long long)j->part[t].t1,
+                            (unsigned long long)j->part[t].cpu);
+            }
+        fclose(f);
+    }
+    pthread_mutex_unlock(&trace_lock);
+}
+
+static void trace_init(void)
+{
+    pthread_mutex_lock(&trace_lock);
+    if (!trace_state) {
+        trace_path = getenv("EMU_POOL_TRACE");
+        __atomic_store_n(&trace_state,
+                         trace_path && *trace_path && atexit(trace_write) == 0
+                             ? 2 : 1,
+                         __ATOMIC_RELAXED);
+    }
+    pthread_mutex_unlock(&trace_lock);
+}
+
+/* A new job's record, its start taken; NULL when the trace is off (or
+ * out of memory). */
+static trace_job *trace_begin(emu_pool_fn fn, void *site, int T, int inline_)
+{
+    if (!__atomic_load_n(&trace_state, __ATOMIC_RELAXED))
+        trace_init();
+    if (trace_off())
+        return NULL;
+    pthread_mutex_lock(&trace_lock);
+    if (!trace_tail || trace_tail->n == TRACE_BLOCK) {
+        trace_block *b = calloc(1, sizeof *b);
+        if (!b) {
+            pthread_mutex_unlock(&trace_lock);
+            return NULL;
+        }
+        if (trace_tail)
+            trace_tail->next = b;
+        else
+            trace_head = b;
+        trace_tail = b;
+    }
+    trace_job *j = &trace_tail->job[trace_tail->n++];
+    pthread_mutex_unlock(&trace_lock);
+    j->fn = (uintptr_t)fn;
+    j->site = (uintptr_t)site;
+    j->T = T;
+    j->inline_ = inline_;
+    j->cpu_start = thread_cpu_ns();
+    j->start = now_ns();
+    return j;
+}
+
+static void trace_end(trace_job *j)
+{
+    j->end = now_ns();
+    j->cpu_end = thread_cpu_ns();
+    if (!j->own_end)
+        j->own_end = j->end;
+}
+
+/* fn(arg, t, T), recorded in j if there is one. */
+static void run_part(trace_job *j, emu_pool_fn fn, void *arg, int t, int T)
+{
+    if (!j) {
+        fn(arg, t, T);
+        return;
+    }
+    const uint64_t c0 = thread_cpu_ns(), t0 = now_ns();
+    fn(arg, t, T);
+    if (t < TRACE_PARTS) {
+        trace_part *p = &j->part[t];
+        p->t1 = now_ns();
+        p->cpu = thread_cpu_ns() - c0;
+        p->t0 = t0;
+        p->who = trace_who;
+    }
+}
+
+/* Runs unclaimed parts of the current job until none is left; called and
+ * returning with the lock held.  The job cannot end (nor another begin)
+ * while a part claimed here is unfinished, so what is read under the lock
+ * stays the job's. */
+static void run_claimed(void)
+{
+    while (pool.next < pool.parts) {
+        const int part = pool.next++;
+        emu_pool_fn fn = pool.fn;
+        void *arg = pool.arg;
+        const int T = pool.parts;
+        trace_job *j = pool.trace;
+        pthread_mutex_unlock(&pool.lock);
+        run_part(j, fn, arg, part, T);
+        pthread_mutex_lock(&pool.lock);
+        if (__atomic_sub_fetch(&pool.pending, 1, __ATOMIC_RELEASE) == 0)
+            pthread_cond_signal(&pool.done);
+    }
+}
+
 static void *worker_main(void *p)
 {
-    (void)p;
+    trace_who = (int)(intptr_t)p;
     EMU_HOSTFP_GUARD; /* a new thread's state is the platform's choice */
     uint64_t seen = 0;
     pthread_mutex_lock(&pool.lock);
@@ -171,7 +326,8 @@ static int pool_grow(int T)
 {
     while (pool.nworkers < T - 1) {
         pthread_t tid;
-        if (pthread_create(&tid, NULL, worker_main, NULL) != 0)
+        if (pthread_create(&tid, NULL, worker_main,
+                           (void *)(intptr_t)(pool.nworkers + 1)) != 0)
             break;
         pthread_detach(tid);
         pool.nworkers++;
@@ -179,23 +335,30 @@ static int pool_grow(int T)
     return pool.nworkers + 1 < T ? pool.nworkers + 1 : T;
 }
 
-static void run_inline(emu_pool_fn fn, void *arg, int T)
+static void run_inline(emu_pool_fn fn, void *arg, int T, void *site)
 {
+    trace_job *j = trace_off() ? NULL : trace_begin(fn, site, T, 1);
     for (int t = 0; t < T; t++)
-        fn(arg, t, T);
+        run_part(j, fn, arg, t, T);
+    if (j)
+        trace_end(j);
 }
 
 void emu_pool_run(int T, emu_pool_fn fn, void *arg)
 {
+    void *site = __builtin_return_address(0);
     if (T > POOL_MAX)
         T = POOL_MAX;
     if (T <= 1) {
-        fn(arg, 0, 1);
+        if (trace_off())
+            fn(arg, 0, 1);
+        else
+            run_inline(fn, arg, 1, site);
         return;
     }
     pthread_once(&pool_once, pool_init);
     if (!pool_ok) {
-        run_inline(fn, arg, T);
+        run_inline(fn, arg, T, site);
         return;
     }
     pthread_mutex_lock(&pool.lock);
@@ -209,17 +372,19 @@ void emu_pool_run(int T, emu_pool_fn fn, void *arg)
     }
     if (pool_busy) {
         pthread_mutex_unlock(&pool.lock);
-        run_inline(fn, arg, T);
+        run_inline(fn, arg, T, site);
         return;
     }
     /* With fewer threads than parts, the parts are still what they are
      * (the results depend on them alone), claimed by fewer hands. */
     if (pool_grow(T) < 2) {
         pthread_mutex_unlock(&pool.lock);
-        run_inline(fn, arg, T);
+        run_inline(fn, arg, T, site);
         return;
     }
     pool_busy = true;
+    trace_job *j = trace_off() ? NULL : trace_begin(fn, site, T, 0);
+    pool.trace = j;
     pool.fn = fn;
     pool.arg = arg;
     pool.parts = T;
@@ -229,10 +394,12 @@ void emu_pool_run(int T, emu_pool_fn fn, void *arg)
     pthread_cond_broadcast(&pool.wake);
     pthread_mutex_unlock(&pool.lock);
 
-    fn(arg, 0, T);
+    run_part(j, fn, arg, 0, T);
 
     pthread_mutex_lock(&pool.lock);
     run_claimed();
+    if (j)
+        j->own_end = now_ns();
     if (pool.pending > 0) {
         pthread_mutex_unlock(&pool.lock);
         spin_while_nonzero(&pool.pending);
@@ -240,6 +407,9 @@ void emu_pool_run(int T, emu_pool_fn fn, void *arg)
     }
     while (pool.pending > 0)
         pthread_cond_wait(&pool.done, &pool.lock);
+    if (j)
+        trace_end(j);
+    pool.trace = NULL;
     pool_busy = false;
     pthread_mutex_unlock(&pool.lock);
 }
