@@ -172,7 +172,7 @@ def main():
              tot["extra"], tot["alone"]))
     print()
     print("%-22s %-44s %6s %2s %8s %8s %8s %8s %8s %8s %8s %5s %8s" %
-          ("part function", "call site", "jobs/s", "T", "wall", "serial",
+          ("part function", "call site", "jobs/st", "T", "wall", "serial",
            "partwall", "partcpu", "wait", "latency", "imb.cpu", "extra",
            "before"))
     order = sorted(rows.items(), key=lambda kv: -kv[1]["wall"])
