@@ -24,6 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <limits.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <threads.h>
 
 #include "accum_internal.h"
@@ -2657,24 +2659,43 @@ int emu_gemm_fast_f32(size_t M, size_t N, size_t K,
  * Rows split into T blocks, one sgemm each.  An output of sgemm is its
  * own dot product, summed in an order that depends on K and not on the
  * rows around it (the blocked im2row of ops_conv.c relies on the same),
- * except in the small-matrix kernels OpenBLAS 0.3 uses on x86-64 up to
- * 10^6 multiply-adds: a GEMM is split only into blocks of at least
- * EMU_FAST_SPLIT_MACS each, one more than that, so that no block runs
- * through them, and a GEMM the one-thread call would run through them is
- * never split (test_threads' fast GEMM test checks the bits on shapes
- * whose blocks are just past the limit, and on the models' shapes). */
+ * with two exceptions.  The small-matrix kernels OpenBLAS 0.3 uses on
+ * x86-64 up to 10^6 multiply-adds: a GEMM is split only into blocks of at
+ * least EMU_FAST_SPLIT_MACS each, one more than that, so that no block
+ * runs through them, and a GEMM the one-thread call would run through
+ * them is never split.  And the kernels' edges: sgemm's rows (the
+ * column-major kernel's columns) go through its micro-kernel in panels of
+ * a few (12 for the Haswell kernels OpenBLAS 0.3.21 runs on AMD EPYC, where
+ * a split at row 32 of 64 changes the bits of both halves), and the
+ * narrower kernel of a partial panel sums in another order; a block that
+ * starts on a multiple of the panel width keeps every row in the panel
+ * it had in the one call.  That width is not part of the interface: it is
+ * found once by trial (fast_row_granule), and blocks start on multiples
+ * of it.  test_threads' fast GEMM test checks the bits on shapes whose
+ * blocks are just past the limit, and on the models' shapes. */
 typedef struct fast_split {
     const gemm_job *g;
     float *out;
+    size_t granule;
     int rc[EMU_POOL_MAX];
 } fast_split;
+
+/* The first row of block t of T (t = T: M), a multiple of g nearest to
+ * an even share. */
+static size_t fast_row(size_t M, size_t g, int t, int T)
+{
+    if (t >= T)
+        return M;
+    const size_t r = (M * (size_t)t / (size_t)T + g / 2) / g * g;
+    return r < M ? r : M;
+}
 
 static void fast_part(void *p, int t, int T)
 {
     fast_split *fs = p;
     const gemm_job *g = fs->g;
-    const size_t r0 = g->M * (size_t)t / (size_t)T;
-    const size_t r1 = g->M * (size_t)(t + 1) / (size_t)T;
+    const size_t r0 = fast_row(g->M, fs->granule, t, T);
+    const size_t r1 = fast_row(g->M, fs->granule, t + 1, T);
     gemm_job b = *g;
     b.M = r1 - r0;
     b.a = g->a + (ptrdiff_t)r0 * g->a_rs;
@@ -2682,15 +2703,95 @@ static void fast_part(void *p, int t, int T)
     fs->rc[t] = gemm_fast_f32_pin(&b, fs->out + r0 * g->N, false);
 }
 
+/* The probe: M x K times K x N, row-major, every block of every trial
+ * split past the small-matrix kernels (2 rows: 1.3 * 10^6 terms). */
+enum { GRANULE_M = 107, GRANULE_N = 640, GRANULE_K = 1000 };
+
+/* Whether sgemm in three blocks cut at multiples of g (the first two
+ * rows or more) gives the one call's bits; whole: the one call's. */
+static bool granule_ok(size_t g, const float *a, const float *b,
+                       const float *whole, float *part)
+{
+    const size_t M = GRANULE_M, N = GRANULE_N, K = GRANULE_K;
+    const size_t cut[4] = { 0, (2 + g - 1) / g * g, M / 2 / g * g, M };
+    for (int i = 0; i < 3; i++) {
+        if (cut[i + 1] <= cut[i])
+            continue;
+        if (emu_gemm_fast_f32(cut[i + 1] - cut[i], N, K, a + cut[i] * K,
+                              (ptrdiff_t)K, 1, b, (ptrdiff_t)N, 1, NULL,
+                              part + cut[i] * N))
+            return false;
+    }
+    return memcmp(whole, part, M * N * sizeof *part) == 0;
+}
+
+static size_t probe_granule(void)
+{
+    static const size_t cand[] = { 1, 2, 4, 6, 8, 12, 16, 24, 32, 48 };
+    const size_t M = GRANULE_M, N = GRANULE_N, K = GRANULE_K;
+    float *a = malloc(M * K * sizeof *a), *b = malloc(K * N * sizeof *b);
+    float *w = malloc(2 * M * N * sizeof *w);
+    size_t found = 0;
+    if (a && b && w) {
+        /* values in (-1, 1) with full 24-bit significands and spread
+         * exponents (xorshift64), so that another order of a sum rounds
+         * differently somewhere */
+        uint64_t x = 0x9e3779b97f4a7c15u;
+        for (size_t i = 0; i < M * K + K * N; i++) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            float v = ldexpf((float)(x >> 40) * 0x1p-24f, -(int)(x >> 36 & 7));
+            (i < M * K ? a : b)[i < M * K ? i : i - M * K] =
+                x >> 35 & 1 ? -v : v;
+        }
+        if (!emu_gemm_fast_f32(M, N, K, a, (ptrdiff_t)K, 1, b, (ptrdiff_t)N,
+                               1, NULL, w))
+            for (size_t i = 0; !found && i < sizeof cand / sizeof *cand; i++)
+                if (granule_ok(cand[i], a, b, w, w + M * N))
+                    found = cand[i];
+    }
+    free(a);
+    free(b);
+    free(w);
+    return found;
+}
+
+size_t emu_fast_row_granule(void)
+{
+    static atomic_size_t cached = SIZE_MAX;
+    size_t g = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (g == SIZE_MAX) {
+        g = probe_granule();
+        atomic_store_explicit(&cached, g, memory_order_relaxed);
+    }
+    return g;
+}
+
+/* Whether every block of M rows in T is of two rows or more (later
+ * OpenBLAS releases hand a one-row GEMM to their GEMV kernels, which sum
+ * in another order) and past the small-matrix kernels. */
+static bool fast_blocks_ok(size_t M, double nk, size_t g, int T)
+{
+    for (int t = 0; t < T; t++) {
+        const size_t rows = fast_row(M, g, t + 1, T) - fast_row(M, g, t, T);
+        if (rows < 2 || (double)rows * nk < EMU_FAST_SPLIT_MACS)
+            return false;
+    }
+    return true;
+}
+
 int emu_fast_split_parts(size_t M, size_t N, size_t K, int threads)
 {
     const double nk = (double)N * (double)K;
     int T = threads < 1 ? 1 : threads > EMU_POOL_MAX ? EMU_POOL_MAX : threads;
-    /* the smallest block (M / T rows, rounded down) must be big enough,
-     * and of two rows or more: later OpenBLAS releases hand a one-row
-     * GEMM to their GEMV kernels, which sum in another order */
-    while (T > 1 && (M / (size_t)T < 2 ||
-                     (double)(M / (size_t)T) * nk < EMU_FAST_SPLIT_MACS))
+    /* no probe for what cannot be split anyway */
+    if (T <= 1 || (double)M * nk < 2 * EMU_FAST_SPLIT_MACS || M < 4)
+        return 1;
+    const size_t g = emu_fast_row_granule();
+    if (!g)
+        return 1;
+    while (T > 1 && !fast_blocks_ok(M, nk, g, T))
         T--;
     return T;
 }
@@ -2709,7 +2810,7 @@ int emu_gemm_fast_f32_mt(size_t M, size_t N, size_t K,
     if (T == 1)
         return gemm_fast_f32(&g, out);
     emu_gemm_fast_pin();
-    fast_split fs = { .g = &g, .out = out };
+    fast_split fs = { .g = &g, .out = out, .granule = emu_fast_row_granule() };
     emu_pool_run(T, fast_part, &fs);
     for (int t = 0; t < T; t++)
         if (fs.rc[t])

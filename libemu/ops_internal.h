@@ -128,6 +128,10 @@ int emu_gemm_fast_f32_mt(size_t M, size_t N, size_t K,
                          const float *b, ptrdiff_t b_rs, ptrdiff_t b_cs,
                          const double *c, float *out, int threads);
 int emu_fast_split_parts(size_t M, size_t N, size_t K, int threads);
+/* The rows the blocks start on are multiples of this (the width of
+ * sgemm's row panels, found once per process by trial; 0: none found,
+ * no GEMM is split). */
+size_t emu_fast_row_granule(void);
 /* For callers running their own parts: OpenBLAS pinned to one thread
  * once (emu_gemm_fast_pin, before the parts start), then each part's
  * emu_gemm_fast_f32 without that global write (emu_gemm_fast_f32_part). */
