@@ -574,12 +574,18 @@ static void block_to_nchw(const float *fb, size_t r0, size_t r1, size_t C,
 }
 
 /* conv_rows_gemm's fast model on T threads.  Its one-thread blocks
- * number nblk (R rows each, the last up to 2R - 1): here nb, nblk rounded
- * down to a multiple of the parts, blocks of P / nb rows (rounded down or
- * up), each at least R rows and so, as there, of the bits of one sgemm on
- * the whole of A; part t takes blocks nb*t/T .. nb*(t+1)/T - 1. */
+ * number nblk (R rows each, the last up to 2R - 1).  Where sgemm's row
+ * panels are a divisor of 64 wide (emu_fast_row_granule; R is a multiple
+ * of 64), those blocks have the bits of one sgemm on the whole of A, and
+ * so has any block starting on a multiple of the width: here nb, nblk
+ * rounded down to a multiple of the parts, blocks of about P / nb rows
+ * (an even share cut at the nearest multiple of the width, so never below
+ * R / 2 rows: still past the small-matrix kernels), for an even load.
+ * Otherwise (the Haswell kernels' 12-row panels) a block's bits depend on
+ * where it starts, and the parts take the one-thread blocks themselves
+ * (g = 0 below).  Part t takes blocks nb*t/T .. nb*(t+1)/T - 1. */
 typedef struct rows_part {
-    size_t P, C, K, nb, pp;
+    size_t P, C, K, nb, pp, R, g, maxrows;
     const row_src *src;
     const float *whole;
     const float *b;
@@ -587,19 +593,32 @@ typedef struct rows_part {
     int rc[EMU_POOL_MAX];
 } rows_part;
 
+/* The first row of block i (i = nb: P). */
+static size_t rows_block(const rows_part *rp, size_t i)
+{
+    if (i >= rp->nb)
+        return rp->P;
+    if (!rp->g)
+        return i * rp->R;
+    const size_t r = (rp->P * i / rp->nb + rp->g / 2) / rp->g * rp->g;
+    return r < rp->P ? r : rp->P;
+}
+
 static void rows_part_run(void *p, int t, int T)
 {
     rows_part *rp = p;
-    const size_t P = rp->P, K = rp->K, nb = rp->nb;
+    const size_t K = rp->K, nb = rp->nb;
     const size_t i0 = nb * (size_t)t / (size_t)T;
     const size_t i1 = nb * (size_t)(t + 1) / (size_t)T;
     float *blk = rp->whole
                      ? NULL
-                     : malloc(((P / nb + 1) * K + ROW_SLACK) * sizeof *blk);
-    float *fb = malloc(((P / nb + 1) * rp->C + 1) * sizeof *fb);
+                     : malloc((rp->maxrows * K + ROW_SLACK) * sizeof *blk);
+    float *fb = malloc((rp->maxrows * rp->C + 1) * sizeof *fb);
     int rc = (blk || rp->whole) && fb ? 0 : -1;
     for (size_t i = i0; rc == 0 && i < i1; i++) {
-        const size_t r0 = P * i / nb, r1 = P * (i + 1) / nb;
+        const size_t r0 = rows_block(rp, i), r1 = rows_block(rp, i + 1);
+        if (r1 <= r0)
+            continue;
         const float *a = blk;
         if (rp->whole)
             a = rp->whole + r0 * K;
@@ -623,9 +642,16 @@ static int conv_rows_gemm_mt(size_t P, size_t C, size_t K, size_t pp,
     size_t T = (size_t)threads < nblk ? (size_t)threads : nblk;
     if (T > EMU_POOL_MAX)
         T = EMU_POOL_MAX;
-    rows_part rp = { .P = P, .C = C, .K = K, .nb = nblk / T * T, .pp = pp,
+    const size_t g = emu_fast_row_granule();
+    const bool even = g && 64 % g == 0;
+    rows_part rp = { .P = P, .C = C, .K = K, .nb = even ? nblk / T * T : nblk,
+                     .pp = pp, .R = R, .g = even ? g : 0,
                      .src = src, .whole = whole, .b = b };
-    (void)R; /* P / nb >= P / nblk >= R */
+    for (size_t i = 0; i < rp.nb; i++) {
+        const size_t rows = rows_block(&rp, i + 1) - rows_block(&rp, i);
+        if (rows > rp.maxrows)
+            rp.maxrows = rows;
+    }
     rp.f = malloc(P * C * sizeof *rp.f);
     if (!rp.f)
         return -1;
