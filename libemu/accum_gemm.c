@@ -1692,6 +1692,17 @@ static void out_fill(const seq_ctx *c, uint64_t stream, uint64_t first,
     memcpy(out, tmp + odd, n * sizeof *out);
 }
 
+/* n words of output o from its word `first` on, in place: filled into tmp
+ * (n + 1 words) from the even index below `first`; returns where word
+ * `first` landed (out_fill without its copy). */
+static const uint64_t *out_fill_at(const seq_ctx *c, uint64_t stream,
+                                   uint64_t first, size_t n, uint64_t *tmp)
+{
+    size_t odd = (size_t)(first & 1);
+    emu_random_fill(c->g->seed, stream, first - odd, tmp, n + odd);
+    return tmp + odd;
+}
+
 /* round(hi + lo) into acc with `word` (stochastic modes): step_round. */
 static double round_pair(const seq_ctx *c, double hi, double lo,
                          uint64_t word)
@@ -2114,15 +2125,19 @@ static EMU_ALWAYS_INLINE __m512d v8_sr(__m512d s, __m512d t, __m512i w,
  * into the lanes' histograms; a lane lanes_bins gives to the definition
  * is counted by it, as there.  s: the lanes' sums, in and out. */
 EMU_ISA_TARGET_AVX512
-static void sr_steps_v8(const seq_ctx *c, const double *arow, const int *la,
-                        const double *bp, const int64_t *lb, size_t k0,
-                        size_t ch, const uint64_t *wk, double *s, size_t jn,
-                        emu_accum_counts *cnt,
-                        uint32_t (*hist)[EMU_LOST_BINS])
+static EMU_ALWAYS_INLINE void sr_steps_v8_bits(const seq_ctx *c,
+                                               const double *arow,
+                                               const int *la,
+                                               const double *bp,
+                                               const int64_t *lb, size_t k0,
+                                               size_t ch, const uint64_t *wk,
+                                               double *s, size_t jn,
+                                               emu_accum_counts *cnt,
+                                               uint32_t (*hist)[EMU_LOST_BINS],
+                                               unsigned bits)
 {
     const int d = c->pl.d;
     const int64_t p = c->pl.p, eminb = c->pl.emin + 1023;
-    const unsigned bits = c->pl.sr_bits;
     const __m512i vmx = _mm512_set1_epi64((long long)d2u(c->pl.max));
     const __m512i vmn = _mm512_set1_epi64((long long)d2u(c->pl.min_normal));
     const __m512i vp = _mm512_set1_epi64(c->p);
@@ -2210,6 +2225,24 @@ static void sr_steps_v8(const seq_ctx *c, const double *arow, const int *la,
     _mm512_storeu_pd(s, s0);
     _mm512_storeu_pd(s + 8, s1);
 }
+
+/* sr_steps_v8 with its random bits a constant where they are all 64 (the
+ * stochastic modes but EMU_RS_BITS), so that v8_sr's test of them leaves
+ * the loop. */
+EMU_ISA_TARGET_AVX512
+static void sr_steps_v8(const seq_ctx *c, const double *arow, const int *la,
+                        const double *bp, const int64_t *lb, size_t k0,
+                        size_t ch, const uint64_t *wk, double *s, size_t jn,
+                        emu_accum_counts *cnt,
+                        uint32_t (*hist)[EMU_LOST_BINS])
+{
+    if (c->pl.sr_bits >= 64)
+        sr_steps_v8_bits(c, arow, la, bp, lb, k0, ch, wk, s, jn, cnt, hist,
+                         64);
+    else
+        sr_steps_v8_bits(c, arow, la, bp, lb, k0, ch, wk, s, jn, cnt, hist,
+                         c->pl.sr_bits);
+}
 #endif
 
 /* dot_sequential in a stochastic mode on the lanes: step k of output o
@@ -2221,7 +2254,8 @@ static EMU_ALWAYS_INLINE void srseq_row_panel(const seq_ctx *c, size_t i,
                                               size_t q, const double *arow,
                                               const int *la,
                                               emu_accum_counts *cnt,
-                                              uint64_t *wk, uint64_t *tmp)
+                                              uint64_t *wk, uint64_t *tmp,
+                                              uint32_t (*hist)[EMU_LOST_BINS])
 {
     const gemm_job *g = c->g;
     const size_t K = g->K, j0 = q * JB;
@@ -2240,17 +2274,15 @@ static EMU_ALWAYS_INLINE void srseq_row_panel(const seq_ctx *c, size_t i,
         if (j < jn)
             out_words(c, i * g->N + j0 + j, &st[j], &base[j]);
     }
-    uint32_t hist[JB][EMU_LOST_BINS];
-    if (cnt)
-        memset(hist, 0, sizeof hist);
     for (size_t k0 = 0; k0 < K; k0 += SR_RUN) {
         const size_t ch = K - k0 < SR_RUN ? K - k0 : SR_RUN;
         if (jn < JB) /* the padding lanes' words, never used */
             memset(wk, 0, SR_RUN * JB * sizeof *wk);
         for (size_t j = 0; j < jn; j++) {
-            out_fill(c, st[j], base[j] + K + k0, tmp, ch, tmp + SR_RUN);
+            const uint64_t *wj = out_fill_at(c, st[j], base[j] + K + k0, ch,
+                                             tmp);
             for (size_t kk = 0; kk < ch; kk++)
-                wk[kk * JB + j] = tmp[kk];
+                wk[kk * JB + j] = wj[kk];
         }
 #if EMU_HAVE_ISA_CLONES
         if (c->v8) {
@@ -2275,10 +2307,8 @@ static EMU_ALWAYS_INLINE void srseq_row_panel(const seq_ctx *c, size_t i,
     }
     for (size_t j = 0; j < jn; j++)
         g->hi[i * g->N + j0 + j] = cur[j];
-    if (cnt) {
-        flush_hist(hist, cnt);
+    if (cnt)
         cnt->adds += K * jn;
-    }
 }
 
 /* Which kernel runs a model. */
@@ -2338,7 +2368,22 @@ static void kern_rows(seq_ctx *c, gemm_kernel kern, size_t q, size_t r0,
                       emu_accum_counts *cnt, const kern_scratch *ks)
 {
     const gemm_job *g = c->g;
+    /* The stochastic kernel's swamping histograms, one per lane (lanes
+     * past N never counted), kept over the rows and emptied into cnt
+     * before a bin could pass 2^32 - 1 (a row-panel adds at most K to
+     * one), as in seq_rows: emptying them per row-panel cost a tenth of
+     * the kernel's counting. */
+    uint32_t hist[JB][EMU_LOST_BINS];
+    const bool hists = cnt && kern == KERN_SEQ_SR;
+    uint64_t pending = 0;
+    if (hists)
+        memset(hist, 0, sizeof hist);
     for (size_t i = r0; i < r1; i++) {
+        if (hists && pending + g->K > UINT32_MAX) {
+            flush_hist(hist, cnt);
+            pending = 0;
+        }
+        pending += g->K;
         row_info r;
         if (ac) {
             arow = (double *)ac + (i - r0) * g->K;
@@ -2360,13 +2405,16 @@ static void kern_rows(seq_ctx *c, gemm_kernel kern, size_t q, size_t r0,
             done = exact_row_panel(c, i, q, arow, cnt, ks->bins, ks->xa);
             break;
         default:
-            srseq_row_panel(c, i, q, arow, la, cnt, ks->words, ks->tmp);
+            srseq_row_panel(c, i, q, arow, la, cnt, ks->words, ks->tmp,
+                            hist);
             done = true;
             break;
         }
         if (!done)
             ref_row_panel(c, i, q, cnt);
     }
+    if (hists)
+        flush_hist(hist, cnt);
 }
 
 /* Which kernel covers a model: seq_rows the sequential, blocked, Kahan
