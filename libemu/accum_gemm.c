@@ -2250,6 +2250,62 @@ static void sr_steps_v8(const seq_ctx *c, const double *arow, const int *la,
  * and laid out [step][lane]. */
 enum { SR_RUN = 128 };
 
+#if EMU_HAVE_ISA_CLONES
+/* The random words of steps k0 .. k0 + ch - 1 (word K + k of each output,
+ * accum.h) laid out [step][lane] in wk for the AVX-512 lanes: each lane's
+ * run drawn into its own part of tmp (SR_RUN + 2 words), then 8 steps of
+ * 8 lanes at a time transposed in registers, where the C lanes move them
+ * one by one.  The padding lanes read zeros, as there. */
+EMU_ISA_TARGET_AVX512
+static void sr_words_v8(const seq_ctx *c, const uint64_t *st,
+                        const uint64_t *first, size_t jn, size_t ch,
+                        uint64_t *wk, uint64_t *tmp)
+{
+    static const uint64_t zeros[SR_RUN];
+    const uint64_t *w[JB];
+    for (size_t j = 0; j < JB; j++)
+        w[j] = j < jn ? out_fill_at(c, st[j], first[j], ch,
+                                    tmp + j * (SR_RUN + 2))
+                      : zeros;
+    const __m512i lo2 = _mm512_set_epi64(13, 12, 5, 4, 9, 8, 1, 0);
+    const __m512i hi2 = _mm512_set_epi64(15, 14, 7, 6, 11, 10, 3, 2);
+    size_t kk = 0;
+    for (; kk + 8 <= ch; kk += 8)
+        for (size_t h = 0; h < JB; h += 8) {
+            __m512i r[8], a[8], b[4], d[4];
+            for (int j = 0; j < 8; j++)
+                r[j] = _mm512_loadu_si512(w[h + j] + kk);
+            for (int j = 0; j < 8; j += 2) {
+                /* a[j]: steps 0, 2, 4, 6 of lanes j, j + 1; a[j + 1]: 1, 3,
+                 * 5, 7 */
+                a[j] = _mm512_unpacklo_epi64(r[j], r[j + 1]);
+                a[j + 1] = _mm512_unpackhi_epi64(r[j], r[j + 1]);
+            }
+            /* b: lanes 0-3 of steps (0, 4), (2, 6), (1, 5), (3, 7); d:
+             * lanes 4-7 */
+            b[0] = _mm512_permutex2var_epi64(a[0], lo2, a[2]);
+            b[1] = _mm512_permutex2var_epi64(a[0], hi2, a[2]);
+            b[2] = _mm512_permutex2var_epi64(a[1], lo2, a[3]);
+            b[3] = _mm512_permutex2var_epi64(a[1], hi2, a[3]);
+            d[0] = _mm512_permutex2var_epi64(a[4], lo2, a[6]);
+            d[1] = _mm512_permutex2var_epi64(a[4], hi2, a[6]);
+            d[2] = _mm512_permutex2var_epi64(a[5], lo2, a[7]);
+            d[3] = _mm512_permutex2var_epi64(a[5], hi2, a[7]);
+            static const int step[4] = { 0, 2, 1, 3 };
+            for (int m = 0; m < 4; m++) {
+                uint64_t *o = wk + (kk + (size_t)step[m]) * JB + h;
+                _mm512_storeu_si512(o, _mm512_shuffle_i64x2(b[m], d[m], 0x44));
+                _mm512_storeu_si512(o + 4 * JB,
+                                    _mm512_shuffle_i64x2(b[m], d[m], 0xee));
+            }
+        }
+    for (; kk < ch; kk++)
+        for (size_t j = 0; j < JB; j++)
+            wk[kk * JB + j] = w[j][kk];
+}
+#endif
+
+
 static EMU_ALWAYS_INLINE void srseq_row_panel(const seq_ctx *c, size_t i,
                                               size_t q, const double *arow,
                                               const int *la,
@@ -2276,6 +2332,16 @@ static EMU_ALWAYS_INLINE void srseq_row_panel(const seq_ctx *c, size_t i,
     }
     for (size_t k0 = 0; k0 < K; k0 += SR_RUN) {
         const size_t ch = K - k0 < SR_RUN ? K - k0 : SR_RUN;
+#if EMU_HAVE_ISA_CLONES
+        if (c->v8) {
+            uint64_t first[JB];
+            for (size_t j = 0; j < jn; j++)
+                first[j] = base[j] + K + k0;
+            sr_words_v8(c, st, first, jn, ch, wk, tmp);
+            sr_steps_v8(c, arow, la, bp, lb, k0, ch, wk, cur, jn, cnt, hist);
+            continue;
+        }
+#endif
         if (jn < JB) /* the padding lanes' words, never used */
             memset(wk, 0, SR_RUN * JB * sizeof *wk);
         for (size_t j = 0; j < jn; j++) {
@@ -2284,12 +2350,6 @@ static EMU_ALWAYS_INLINE void srseq_row_panel(const seq_ctx *c, size_t i,
             for (size_t kk = 0; kk < ch; kk++)
                 wk[kk * JB + j] = wj[kk];
         }
-#if EMU_HAVE_ISA_CLONES
-        if (c->v8) {
-            sr_steps_v8(c, arow, la, bp, lb, k0, ch, wk, cur, jn, cnt, hist);
-            continue;
-        }
-#endif
         for (size_t kk = 0; kk < ch; kk++) {
             const size_t k = k0 + kk;
             const double ak = arow[k], *b = bp + k * JB;
@@ -2482,7 +2542,8 @@ static int worker_main(void *arg)
         size_t nw = kern == KERN_FUSED ? JB * ((K + kk - 1) / kk)
                                        : (size_t)SR_RUN * JB;
         ks.words = malloc((nw ? nw : 1) * sizeof *ks.words);
-        ks.tmp = malloc((K1 + 2 * SR_RUN + 2) * sizeof *ks.tmp);
+        /* fused: K1 + 1 words; stochastic: a run (+ 1) per lane */
+        ks.tmp = malloc((K1 + JB * (SR_RUN + 2)) * sizeof *ks.tmp);
         ok = ok && ks.words && ks.tmp;
     } else if (kern == KERN_EXACT) {
         ks.bins = malloc(JB * XB_N * sizeof *ks.bins);
