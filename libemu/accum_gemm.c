@@ -1692,7 +1692,7 @@ static void out_fill(const seq_ctx *c, uint64_t stream, uint64_t first,
     memcpy(out, tmp + odd, n * sizeof *out);
 }
 
-/* n words of output o from its word `first` on, in place: filled into tmp
+/* n words of a stream from its word `first` on, in place: filled into tmp
  * (n + 1 words) from the even index below `first`; returns where word
  * `first` landed (out_fill without its copy). */
 static const uint64_t *out_fill_at(const seq_ctx *c, uint64_t stream,
@@ -2305,7 +2305,6 @@ static void sr_words_v8(const seq_ctx *c, const uint64_t *st,
 }
 #endif
 
-
 static EMU_ALWAYS_INLINE void srseq_row_panel(const seq_ctx *c, size_t i,
                                               size_t q, const double *arow,
                                               const int *la,
@@ -2431,8 +2430,9 @@ static void kern_rows(seq_ctx *c, gemm_kernel kern, size_t q, size_t r0,
     /* The stochastic kernel's swamping histograms, one per lane (lanes
      * past N never counted), kept over the rows and emptied into cnt
      * before a bin could pass 2^32 - 1 (a row-panel adds at most K to
-     * one), as in seq_rows: emptying them per row-panel cost a tenth of
-     * the kernel's counting. */
+     * one), as in seq_rows, rather than cleared and emptied per row-panel
+     * (flush_hist and the clearing were 1.8% of bench_gemm's seq-sr
+     * profile, bench/profiles/gemm3-seq-sr.txt). */
     uint32_t hist[JB][EMU_LOST_BINS];
     const bool hists = cnt && kern == KERN_SEQ_SR;
     uint64_t pending = 0;
