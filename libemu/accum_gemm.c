@@ -1694,6 +1694,17 @@ static void out_fill(const seq_ctx *c, uint64_t stream, uint64_t first,
     memcpy(out, tmp + odd, n * sizeof *out);
 }
 
+/* n words of a stream from its word `first` on, in place: filled into tmp
+ * (n + 1 words) from the even index below `first`; returns where word
+ * `first` landed (out_fill without its copy). */
+static const uint64_t *out_fill_at(const seq_ctx *c, uint64_t stream,
+                                   uint64_t first, size_t n, uint64_t *tmp)
+{
+    size_t odd = (size_t)(first & 1);
+    emu_random_fill(c->g->seed, stream, first - odd, tmp, n + odd);
+    return tmp + odd;
+}
+
 /* round(hi + lo) into acc with `word` (stochastic modes): step_round. */
 static double round_pair(const seq_ctx *c, double hi, double lo,
                          uint64_t word)
@@ -2116,15 +2127,19 @@ static EMU_ALWAYS_INLINE __m512d v8_sr(__m512d s, __m512d t, __m512i w,
  * into the lanes' histograms; a lane lanes_bins gives to the definition
  * is counted by it, as there.  s: the lanes' sums, in and out. */
 EMU_ISA_TARGET_AVX512
-static void sr_steps_v8(const seq_ctx *c, const double *arow, const int *la,
-                        const double *bp, const int64_t *lb, size_t k0,
-                        size_t ch, const uint64_t *wk, double *s, size_t jn,
-                        emu_accum_counts *cnt,
-                        uint32_t (*hist)[EMU_LOST_BINS])
+static EMU_ALWAYS_INLINE void sr_steps_v8_bits(const seq_ctx *c,
+                                               const double *arow,
+                                               const int *la,
+                                               const double *bp,
+                                               const int64_t *lb, size_t k0,
+                                               size_t ch, const uint64_t *wk,
+                                               double *s, size_t jn,
+                                               emu_accum_counts *cnt,
+                                               uint32_t (*hist)[EMU_LOST_BINS],
+                                               unsigned bits)
 {
     const int d = c->pl.d;
     const int64_t p = c->pl.p, eminb = c->pl.emin + 1023;
-    const unsigned bits = c->pl.sr_bits;
     const __m512i vmx = _mm512_set1_epi64((long long)d2u(c->pl.max));
     const __m512i vmn = _mm512_set1_epi64((long long)d2u(c->pl.min_normal));
     const __m512i vp = _mm512_set1_epi64(c->p);
@@ -2212,6 +2227,24 @@ static void sr_steps_v8(const seq_ctx *c, const double *arow, const int *la,
     _mm512_storeu_pd(s, s0);
     _mm512_storeu_pd(s + 8, s1);
 }
+
+/* sr_steps_v8 with its random bits a constant where they are all 64 (the
+ * stochastic modes but EMU_RS_BITS), so that v8_sr's test of them leaves
+ * the loop. */
+EMU_ISA_TARGET_AVX512
+static void sr_steps_v8(const seq_ctx *c, const double *arow, const int *la,
+                        const double *bp, const int64_t *lb, size_t k0,
+                        size_t ch, const uint64_t *wk, double *s, size_t jn,
+                        emu_accum_counts *cnt,
+                        uint32_t (*hist)[EMU_LOST_BINS])
+{
+    if (c->pl.sr_bits >= 64)
+        sr_steps_v8_bits(c, arow, la, bp, lb, k0, ch, wk, s, jn, cnt, hist,
+                         64);
+    else
+        sr_steps_v8_bits(c, arow, la, bp, lb, k0, ch, wk, s, jn, cnt, hist,
+                         c->pl.sr_bits);
+}
 #endif
 
 /* dot_sequential in a stochastic mode on the lanes: step k of output o
@@ -2219,11 +2252,67 @@ static void sr_steps_v8(const seq_ctx *c, const double *arow, const int *la,
  * and laid out [step][lane]. */
 enum { SR_RUN = 128 };
 
+#if EMU_HAVE_ISA_CLONES
+/* The random words of steps k0 .. k0 + ch - 1 (word K + k of each output,
+ * accum.h) laid out [step][lane] in wk for the AVX-512 lanes: each lane's
+ * run drawn into its own part of tmp (SR_RUN + 2 words), then 8 steps of
+ * 8 lanes at a time transposed in registers, where the C lanes move them
+ * one by one.  The padding lanes read zeros, as there. */
+EMU_ISA_TARGET_AVX512
+static void sr_words_v8(const seq_ctx *c, const uint64_t *st,
+                        const uint64_t *first, size_t jn, size_t ch,
+                        uint64_t *wk, uint64_t *tmp)
+{
+    static const uint64_t zeros[SR_RUN];
+    const uint64_t *w[JB];
+    for (size_t j = 0; j < JB; j++)
+        w[j] = j < jn ? out_fill_at(c, st[j], first[j], ch,
+                                    tmp + j * (SR_RUN + 2))
+                      : zeros;
+    const __m512i lo2 = _mm512_set_epi64(13, 12, 5, 4, 9, 8, 1, 0);
+    const __m512i hi2 = _mm512_set_epi64(15, 14, 7, 6, 11, 10, 3, 2);
+    size_t kk = 0;
+    for (; kk + 8 <= ch; kk += 8)
+        for (size_t h = 0; h < JB; h += 8) {
+            __m512i r[8], a[8], b[4], d[4];
+            for (int j = 0; j < 8; j++)
+                r[j] = _mm512_loadu_si512(w[h + j] + kk);
+            for (int j = 0; j < 8; j += 2) {
+                /* a[j]: steps 0, 2, 4, 6 of lanes j, j + 1; a[j + 1]: 1, 3,
+                 * 5, 7 */
+                a[j] = _mm512_unpacklo_epi64(r[j], r[j + 1]);
+                a[j + 1] = _mm512_unpackhi_epi64(r[j], r[j + 1]);
+            }
+            /* b: lanes 0-3 of steps (0, 4), (2, 6), (1, 5), (3, 7); d:
+             * lanes 4-7 */
+            b[0] = _mm512_permutex2var_epi64(a[0], lo2, a[2]);
+            b[1] = _mm512_permutex2var_epi64(a[0], hi2, a[2]);
+            b[2] = _mm512_permutex2var_epi64(a[1], lo2, a[3]);
+            b[3] = _mm512_permutex2var_epi64(a[1], hi2, a[3]);
+            d[0] = _mm512_permutex2var_epi64(a[4], lo2, a[6]);
+            d[1] = _mm512_permutex2var_epi64(a[4], hi2, a[6]);
+            d[2] = _mm512_permutex2var_epi64(a[5], lo2, a[7]);
+            d[3] = _mm512_permutex2var_epi64(a[5], hi2, a[7]);
+            static const int step[4] = { 0, 2, 1, 3 };
+            for (int m = 0; m < 4; m++) {
+                uint64_t *o = wk + (kk + (size_t)step[m]) * JB + h;
+                _mm512_storeu_si512(o, _mm512_shuffle_i64x2(b[m], d[m], 0x44));
+                _mm512_storeu_si512(o + 4 * JB,
+                                    _mm512_shuffle_i64x2(b[m], d[m], 0xee));
+            }
+        }
+    for (; kk < ch; kk++)
+        for (size_t j = 0; j < JB; j++)
+            wk[kk * JB + j] = w[j][kk];
+}
+#endif
+
 static EMU_ALWAYS_INLINE void srseq_row_panel(const seq_ctx *c, size_t i,
                                               size_t q, const double *arow,
                                               const int *la,
                                               emu_accum_counts *cnt,
-                                              uint64_t *wk, uint64_t *tmp)
+                                              uint64_t *wk, uint64_t *tmp,
+                                              uint32_t (*hist)[EMU_LOST_BINS])
 {
     const gemm_job *g = c->g;
     const size_t K = g->K, j0 = q * JB;
@@ -2242,24 +2331,26 @@ static EMU_ALWAYS_INLINE void srseq_row_panel(const seq_ctx *c, size_t i,
         if (j < jn)
             out_words(c, i * g->N + j0 + j, &st[j], &base[j]);
     }
-    uint32_t hist[JB][EMU_LOST_BINS];
-    if (cnt)
-        memset(hist, 0, sizeof hist);
     for (size_t k0 = 0; k0 < K; k0 += SR_RUN) {
         const size_t ch = K - k0 < SR_RUN ? K - k0 : SR_RUN;
-        if (jn < JB) /* the padding lanes' words, never used */
-            memset(wk, 0, SR_RUN * JB * sizeof *wk);
-        for (size_t j = 0; j < jn; j++) {
-            out_fill(c, st[j], base[j] + K + k0, tmp, ch, tmp + SR_RUN);
-            for (size_t kk = 0; kk < ch; kk++)
-                wk[kk * JB + j] = tmp[kk];
-        }
 #if EMU_HAVE_ISA_CLONES
         if (c->v8) {
+            uint64_t first[JB];
+            for (size_t j = 0; j < jn; j++)
+                first[j] = base[j] + K + k0;
+            sr_words_v8(c, st, first, jn, ch, wk, tmp);
             sr_steps_v8(c, arow, la, bp, lb, k0, ch, wk, cur, jn, cnt, hist);
             continue;
         }
 #endif
+        if (jn < JB) /* the padding lanes' words, never used */
+            memset(wk, 0, SR_RUN * JB * sizeof *wk);
+        for (size_t j = 0; j < jn; j++) {
+            const uint64_t *wj = out_fill_at(c, st[j], base[j] + K + k0, ch,
+                                             tmp);
+            for (size_t kk = 0; kk < ch; kk++)
+                wk[kk * JB + j] = wj[kk];
+        }
         for (size_t kk = 0; kk < ch; kk++) {
             const size_t k = k0 + kk;
             const double ak = arow[k], *b = bp + k * JB;
@@ -2277,10 +2368,8 @@ static EMU_ALWAYS_INLINE void srseq_row_panel(const seq_ctx *c, size_t i,
     }
     for (size_t j = 0; j < jn; j++)
         g->hi[i * g->N + j0 + j] = cur[j];
-    if (cnt) {
-        flush_hist(hist, cnt);
+    if (cnt)
         cnt->adds += K * jn;
-    }
 }
 
 /* Which kernel runs a model. */
@@ -2340,7 +2429,23 @@ static void kern_rows(seq_ctx *c, gemm_kernel kern, size_t q, size_t r0,
                       emu_accum_counts *cnt, const kern_scratch *ks)
 {
     const gemm_job *g = c->g;
+    /* The stochastic kernel's swamping histograms, one per lane (lanes
+     * past N never counted), kept over the rows and emptied into cnt
+     * before a bin could pass 2^32 - 1 (a row-panel adds at most K to
+     * one), as in seq_rows, rather than cleared and emptied per row-panel
+     * (flush_hist and the clearing were 1.8% of bench_gemm's seq-sr
+     * profile, bench/profiles/gemm3-seq-sr.txt). */
+    uint32_t hist[JB][EMU_LOST_BINS];
+    const bool hists = cnt && kern == KERN_SEQ_SR;
+    uint64_t pending = 0;
+    if (hists)
+        memset(hist, 0, sizeof hist);
     for (size_t i = r0; i < r1; i++) {
+        if (hists && pending + g->K > UINT32_MAX) {
+            flush_hist(hist, cnt);
+            pending = 0;
+        }
+        pending += g->K;
         row_info r;
         if (ac) {
             arow = (double *)ac + (i - r0) * g->K;
@@ -2362,13 +2467,16 @@ static void kern_rows(seq_ctx *c, gemm_kernel kern, size_t q, size_t r0,
             done = exact_row_panel(c, i, q, arow, cnt, ks->bins, ks->xa);
             break;
         default:
-            srseq_row_panel(c, i, q, arow, la, cnt, ks->words, ks->tmp);
+            srseq_row_panel(c, i, q, arow, la, cnt, ks->words, ks->tmp,
+                            hist);
             done = true;
             break;
         }
         if (!done)
             ref_row_panel(c, i, q, cnt);
     }
+    if (hists)
+        flush_hist(hist, cnt);
 }
 
 /* Which kernel covers a model: seq_rows the sequential, blocked, Kahan
@@ -2436,7 +2544,8 @@ static int worker_main(void *arg)
         size_t nw = kern == KERN_FUSED ? JB * ((K + kk - 1) / kk)
                                        : (size_t)SR_RUN * JB;
         ks.words = malloc((nw ? nw : 1) * sizeof *ks.words);
-        ks.tmp = malloc((K1 + 2 * SR_RUN + 2) * sizeof *ks.tmp);
+        /* fused: K1 + 1 words; stochastic: a run (+ 1) per lane */
+        ks.tmp = malloc((K1 + JB * (SR_RUN + 2)) * sizeof *ks.tmp);
         ok = ok && ks.words && ks.tmp;
     } else if (kern == KERN_EXACT) {
         ks.bins = malloc(JB * XB_N * sizeof *ks.bins);
