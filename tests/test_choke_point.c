@@ -450,6 +450,35 @@ static void check_hist_add_lengths(const double *xd, const float *xf)
             ck_assert_uint_eq(gx[b], wf[b]);
             ck_assert_uint_eq(gy[b], wy[b]);
         }
+        /* and the form with binary64 values (the pairs' hi): y's values
+         * widened with low bits below binary32's, runs of them unchanged,
+         * and every few values one of xd (which holds every kind) */
+        double *xp = malloc((lens[k] ? lens[k] : 1) * sizeof *xp);
+        ck_assert_ptr_nonnull(xp);
+        uint64_t wp[EMU_HIST_BINS] = { 0 };
+        for (size_t i = 0; i < lens[k]; i++) {
+            uint64_t u;
+            const double yi = y[i];
+            memcpy(&u, &yi, sizeof u);
+            if (!isnan(yi) && !isinf(yi) && (i / 64) % 3 != 1)
+                u ^= (uint64_t)(i * 0x9e3779b9u) & 0x1fffffff;
+            memcpy(&xp[i], &u, sizeof u);
+            if (i % 89 == 7 || (i % 5 == 2 && i < 30))
+                xp[i] = xd[(i * 17 + 3) % lens[k]];
+            wp[ref_hist_bin(xp[i])]++;
+        }
+        uint64_t gp[EMU_HIST_BINS] = { 0 }, gq[EMU_HIST_BINS] = { 0 };
+        memset(&tp, 0, sizeof tp);
+        emu_hist_tables_add_pair_f64(&tp, gp, xp, y, cut);
+        emu_hist_tables_add_pair_f64(&tp, gp, xp + cut, y + cut,
+                                     lens[k] - cut);
+        emu_hist_tables_merge(gp, &tp);
+        emu_hist_tables_merge(gq, &tp);
+        for (int b = 0; b < EMU_HIST_BINS; b++) {
+            ck_assert_uint_eq(gp[b], wp[b]);
+            ck_assert_uint_eq(gq[b], wy[b]);
+        }
+        free(xp);
         free(y);
     }
 }
