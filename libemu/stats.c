@@ -265,8 +265,8 @@ static EMU_KERNEL_INLINE void pair_any(uint32_t *restrict bx,
         const uint32_t ny = -(uint32_t)(ay - 0x00800000u < 0x7f000000u);
         bx[j] = ((ax >> 23) - normal0) & nx;
         by[j] = ((ay >> 23) - normal0) & ny;
-        r |= (uint32_t)(ax - 1 < 0x007fffffu) | (uint32_t)(ax >= 0x7f800000u) |
-             (uint32_t)(ay - 1 < 0x007fffffu) | (uint32_t)(ay >= 0x7f800000u);
+        /* rare: neither normal (the masks above) nor zero */
+        r |= ~((nx | -(uint32_t)(ax == 0)) & (ny | -(uint32_t)(ay == 0)));
     }
     *rare = r;
     for (size_t k = 0; k < PAIR_RUNS; k++) {
@@ -294,7 +294,7 @@ static EMU_KERNEL_INLINE void bins_any(uint32_t *restrict b, uint32_t *rare,
         const uint32_t a = u & 0x7fffffff;
         const uint32_t nm = -(uint32_t)(a - 0x00800000u < 0x7f000000u);
         b[j] = ((a >> 23) - normal0) & nm;
-        r |= (uint32_t)(a - 1 < 0x007fffffu) | (uint32_t)(a >= 0x7f800000u);
+        r |= ~(nm | -(uint32_t)(a == 0)); /* neither normal nor zero */
     }
     *rare = r;
 }
@@ -343,8 +343,7 @@ static EMU_KERNEL_INLINE void pair64_any(uint32_t *restrict bx,
         const uint32_t ay = uy & 0x7fffffff;
         const uint32_t ny = -(uint32_t)(ay - 0x00800000u < 0x7f000000u);
         by[j] = ((ay >> 23) - normal0y) & ny;
-        r |= (uint32_t)(e == 0x7ff) | (uint32_t)(ay - 1 < 0x007fffffu) |
-             (uint32_t)(ay >= 0x7f800000u);
+        r |= (uint32_t)(e == 0x7ff) | ~(ny | -(uint32_t)(ay == 0));
     }
     *rare = r;
     for (size_t k = 0; k < PAIR_RUNS; k++) {
