@@ -142,6 +142,17 @@ static void blocks_avx2(uint64_t seed, uint64_t stream, uint64_t k0,
     const __m256i ctr_mask = _mm256_set1_epi64x((long long)(UINT64_MAX >> 1));
     const __m256i s_lo = _mm256_set1_epi64x((long long)(uint32_t)stream);
     const __m256i s_hi = _mm256_set1_epi64x((long long)(stream >> 32));
+    /* the rounds' keys, broadcast once rather than once per group */
+    __m256i rk0[10], rk1[10];
+    {
+        uint32_t ks0 = (uint32_t)seed, ks1 = (uint32_t)(seed >> 32);
+        for (int round = 0; round < 10; round++) {
+            rk0[round] = _mm256_set1_epi64x(ks0);
+            rk1[round] = _mm256_set1_epi64x(ks1);
+            ks0 += PHILOX_W0;
+            ks1 += PHILOX_W1;
+        }
+    }
     for (int g = 0; g < LANES; g += 8) {
         __m256i c0[2], c1[2], c2[2], c3[2];
         for (int v = 0; v < 2; v++) {
@@ -154,10 +165,8 @@ static void blocks_avx2(uint64_t seed, uint64_t stream, uint64_t k0,
             c2[v] = s_lo;
             c3[v] = s_hi;
         }
-        uint32_t ks0 = (uint32_t)seed, ks1 = (uint32_t)(seed >> 32);
         for (int round = 0; round < 10; round++) {
-            const __m256i key0 = _mm256_set1_epi64x(ks0);
-            const __m256i key1 = _mm256_set1_epi64x(ks1);
+            const __m256i key0 = rk0[round], key1 = rk1[round];
             for (int v = 0; v < 2; v++) {
                 __m256i p0 = _mm256_mul_epu32(c0[v], m0);
                 __m256i p1 = _mm256_mul_epu32(c2[v], m1);
@@ -168,8 +177,6 @@ static void blocks_avx2(uint64_t seed, uint64_t stream, uint64_t k0,
                 c1[v] = p1;
                 c3[v] = p0;
             }
-            ks0 += PHILOX_W0;
-            ks1 += PHILOX_W1;
         }
         for (int v = 0; v < 2; v++) {
             const int j = g + 4 * v;
@@ -212,6 +219,16 @@ static void blocks_avx512(uint64_t seed, uint64_t stream, uint64_t k0,
     const __m512i s_hi = _mm512_set1_epi64((long long)(stream >> 32));
     const __m512i idx_lo = _mm512_set_epi64(11, 3, 10, 2, 9, 1, 8, 0);
     const __m512i idx_hi = _mm512_set_epi64(15, 7, 14, 6, 13, 5, 12, 4);
+    __m512i rk0[10], rk1[10];
+    {
+        uint32_t ks0 = (uint32_t)seed, ks1 = (uint32_t)(seed >> 32);
+        for (int round = 0; round < 10; round++) {
+            rk0[round] = _mm512_set1_epi64(ks0);
+            rk1[round] = _mm512_set1_epi64(ks1);
+            ks0 += PHILOX_W0;
+            ks1 += PHILOX_W1;
+        }
+    }
     for (int g = 0; g < LANES; g += 8 * V512) {
         __m512i c0[V512], c1[V512], c2[V512], c3[V512];
         for (int v = 0; v < V512; v++) {
@@ -224,10 +241,8 @@ static void blocks_avx512(uint64_t seed, uint64_t stream, uint64_t k0,
             c2[v] = s_lo;
             c3[v] = s_hi;
         }
-        uint32_t ks0 = (uint32_t)seed, ks1 = (uint32_t)(seed >> 32);
         for (int round = 0; round < 10; round++) {
-            const __m512i key0 = _mm512_set1_epi64(ks0);
-            const __m512i key1 = _mm512_set1_epi64(ks1);
+            const __m512i key0 = rk0[round], key1 = rk1[round];
             for (int v = 0; v < V512; v++) {
                 __m512i p0 = _mm512_mul_epu32(c0[v], m0);
                 __m512i p1 = _mm512_mul_epu32(c2[v], m1);
@@ -238,8 +253,6 @@ static void blocks_avx512(uint64_t seed, uint64_t stream, uint64_t k0,
                 c1[v] = p1;
                 c3[v] = p0;
             }
-            ks0 += PHILOX_W0;
-            ks1 += PHILOX_W1;
         }
         for (int v = 0; v < V512; v++) {
             const int j = g + 8 * v;

@@ -1137,7 +1137,6 @@ static EMU_KERNEL_INLINE double pair_lane(const pair_plan *p, const bool low,
                                           pair_events *e, uint64_t *lane_slow)
 {
     const uint64_t sign_bit = (uint64_t)1 << 63;
-    const uint64_t exp_mask = (uint64_t)0x7ff << 52;
     const double C = 0x1.8p52; /* ulp 1: adding it rounds to an integer */
     const uint64_t hb = d2u(hi), lb = d2u(lo);
     /* TwoSum when lo is not zero, as the choke point normalises */
@@ -1185,9 +1184,9 @@ static EMU_KERNEL_INLINE double pair_lane(const pair_plan *p, const bool low,
              + (mask64(up) & unit)) & ~mask64(zero);
     }
     const uint64_t inx = ((fint != 0) | (al != 0.0)) & (zero ^ 1);
-    uint64_t slow = (uint64_t)((hb & exp_mask) == exp_mask)
-                  | (uint64_t)((lb & exp_mask) == exp_mask)
-                  | (uint64_t)(E == 0x7ff)
+    /* a non-finite hi or lo makes H non-finite (hi alone when lo is
+     * zero, their sum otherwise): E == 0x7ff tests all three */
+    uint64_t slow = (uint64_t)(E == 0x7ff)
                   | ((uint64_t)((u << 12) == 0) & (uint64_t)(al < 0.0)
                      & (zero ^ 1));
     if (low)

@@ -265,8 +265,8 @@ static EMU_KERNEL_INLINE void pair_any(uint32_t *restrict bx,
         const uint32_t ny = -(uint32_t)(ay - 0x00800000u < 0x7f000000u);
         bx[j] = ((ax >> 23) - normal0) & nx;
         by[j] = ((ay >> 23) - normal0) & ny;
-        r |= (uint32_t)(ax - 1 < 0x007fffffu) | (uint32_t)(ax >= 0x7f800000u) |
-             (uint32_t)(ay - 1 < 0x007fffffu) | (uint32_t)(ay >= 0x7f800000u);
+        /* rare: neither normal (the masks above) nor zero */
+        r |= ~((nx | -(uint32_t)(ax == 0)) & (ny | -(uint32_t)(ay == 0)));
     }
     *rare = r;
     for (size_t k = 0; k < PAIR_RUNS; k++) {
@@ -294,15 +294,77 @@ static EMU_KERNEL_INLINE void bins_any(uint32_t *restrict b, uint32_t *rare,
         const uint32_t a = u & 0x7fffffff;
         const uint32_t nm = -(uint32_t)(a - 0x00800000u < 0x7f000000u);
         b[j] = ((a >> 23) - normal0) & nm;
-        r |= (uint32_t)(a - 1 < 0x007fffffu) | (uint32_t)(a >= 0x7f800000u);
+        r |= ~(nm | -(uint32_t)(a == 0)); /* neither normal nor zero */
     }
     *rare = r;
+}
+
+/* The pair kernel with x binary64 (an op's values before rounding, y
+ * their binary32 results): x's bins as bins_f64 gives them, y's as
+ * bins_f32, *rare set if x holds an infinity or NaN or y another value
+ * than a normal one or zero, diff as in pair_any.  One loop per chunk at
+ * the CPU's level rather than bins_f64 at the baseline's and a loop
+ * apart for diff: x's bins were most of a stochastic preset's histogram
+ * time. */
+typedef void (*pair64_kernel)(uint32_t *restrict bx, uint32_t *restrict by,
+                              uint32_t *restrict diff, uint32_t *rare,
+                              const double *restrict x,
+                              const float *restrict y);
+
+static EMU_KERNEL_INLINE void pair64_any(uint32_t *restrict bx,
+                                         uint32_t *restrict by,
+                                         uint32_t *restrict diff,
+                                         uint32_t *rare,
+                                         const double *restrict x,
+                                         const float *restrict y)
+{
+    const int32_t normal0x = 1023 + EMU_HIST_EMIN - EMU_HIST_FIRST;
+    const uint32_t normal0y = 127 + EMU_HIST_EMIN - EMU_HIST_FIRST;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    enum { LO = 1, HI = 0 };
+#else
+    enum { LO = 0, HI = 1 };
+#endif
+    /* x's words as 32-bit lanes: the loop then narrows by shuffles of
+     * the loads rather than of 64-bit results */
+    uint32_t w[2 * BIN_CHUNK], r = 0;
+    memcpy(w, x, sizeof w);
+    for (size_t j = 0; j < BIN_CHUNK; j++) {
+        uint32_t uy;
+        memcpy(&uy, &y[j], sizeof uy);
+        /* bins_f64's rule */
+        const uint32_t lo = w[2 * j + LO], hi = w[2 * j + HI];
+        const int32_t e = (int32_t)((hi >> 20) & 0x7ff);
+        int32_t b = e - normal0x;
+        b = b < EMU_HIST_BELOW ? EMU_HIST_BELOW : b;
+        b = b > EMU_HIST_ABOVE ? EMU_HIST_ABOVE : b;
+        b &= -(int32_t)(((hi & 0x7fffffff) | lo) != 0); /* zero */
+        bx[j] = (uint32_t)b;
+        const uint32_t ay = uy & 0x7fffffff;
+        const uint32_t ny = -(uint32_t)(ay - 0x00800000u < 0x7f000000u);
+        by[j] = ((ay >> 23) - normal0y) & ny;
+        r |= (uint32_t)(e == 0x7ff) | ~(ny | -(uint32_t)(ay == 0));
+    }
+    *rare = r;
+    for (size_t k = 0; k < PAIR_RUNS; k++) {
+        uint32_t d = 0;
+        for (size_t j = 0; j < PAIR_RUN; j++)
+            d |= bx[k * PAIR_RUN + j] ^ by[k * PAIR_RUN + j];
+        diff[k] = d;
+    }
 }
 
 static void bins_base(uint32_t *restrict b, uint32_t *rare,
                       const float *restrict x)
 {
     bins_any(b, rare, x);
+}
+
+static void pair64_base(uint32_t *restrict bx, uint32_t *restrict by,
+                        uint32_t *restrict diff, uint32_t *rare,
+                        const double *restrict x, const float *restrict y)
+{
+    pair64_any(bx, by, diff, rare, x, y);
 }
 
 static void pair_base(uint32_t *restrict bx, uint32_t *restrict by,
@@ -319,6 +381,22 @@ static void pair_avx2(uint32_t *restrict bx, uint32_t *restrict by,
                       const float *restrict x, const float *restrict y)
 {
     pair_any(bx, by, diff, rare, x, y);
+}
+
+EMU_ISA_TARGET_AVX2
+static void pair64_avx2(uint32_t *restrict bx, uint32_t *restrict by,
+                        uint32_t *restrict diff, uint32_t *rare,
+                        const double *restrict x, const float *restrict y)
+{
+    pair64_any(bx, by, diff, rare, x, y);
+}
+
+EMU_ISA_TARGET_AVX512
+static void pair64_avx512(uint32_t *restrict bx, uint32_t *restrict by,
+                          uint32_t *restrict diff, uint32_t *rare,
+                          const double *restrict x, const float *restrict y)
+{
+    pair64_any(bx, by, diff, rare, x, y);
 }
 
 EMU_ISA_TARGET_AVX2
@@ -354,6 +432,18 @@ static pair_kernel pair_for(emu_isa isa)
 #endif
     (void)isa;
     return pair_base;
+}
+
+static pair64_kernel pair64_for(emu_isa isa)
+{
+#if EMU_HAVE_ISA_CLONES
+    if (isa == EMU_ISA_AVX512)
+        return pair64_avx512;
+    if (isa == EMU_ISA_AVX2)
+        return pair64_avx2;
+#endif
+    (void)isa;
+    return pair64_base;
 }
 
 static bins_kernel bins_for(emu_isa isa)
@@ -466,32 +556,35 @@ void emu_hist_tables_add_pair_f32(emu_hist_tables *t, uint64_t *fix,
 }
 
 /* As emu_hist_tables_add_pair_f32, x binary64 (an op's values before
- * rounding, y their binary32 results): x's bins by bins_f64, y's by the
- * kernel of the CPU's level, one table increment per value. */
+ * rounding, y their binary32 results): x's bins as bins_f64 gives them,
+ * one table increment per value. */
 void emu_hist_tables_add_pair_f64(emu_hist_tables *t, uint64_t *fix,
                                   const double *x, const float *y, size_t n)
 {
-    const bins_kernel kern = bins_for(emu_isa_active());
-    uint32_t bx[BIN_CHUNK], by[BIN_CHUNK];
+    const pair64_kernel kern = pair64_for(emu_isa_active());
+    uint32_t bx[BIN_CHUNK], by[BIN_CHUNK], diff[PAIR_RUNS];
     size_t i = 0;
     for (; i + BIN_CHUNK <= n; i += BIN_CHUNK) {
         uint32_t rare;
-        kern(by, &rare, y + i);
-        if (rare)
+        kern(bx, by, diff, &rare, x + i, y + i);
+        if (rare) {
+            /* infinities and NaNs of x, subnormals, infinities and NaNs
+             * of y: their bins, then every run compared */
             for (size_t j = 0; j < BIN_CHUNK; j++) {
-                uint32_t u;
-                memcpy(&u, &y[i + j], sizeof u);
-                by[j] = (uint32_t)bin_of_bits32(u);
+                uint64_t ux;
+                uint32_t uy;
+                memcpy(&ux, &x[i + j], sizeof ux);
+                memcpy(&uy, &y[i + j], sizeof uy);
+                bx[j] = (uint32_t)bin_of_bits64(ux);
+                by[j] = (uint32_t)bin_of_bits32(uy);
             }
-        bins_f64(bx, x + i, BIN_CHUNK); /* constant: vectorised */
-        tables_count((bin_tables *)t->t, by, BIN_CHUNK);
-        for (size_t k = 0; k < PAIR_RUNS; k++) {
-            uint32_t d = 0;
-            for (size_t j = 0; j < PAIR_RUN; j++)
-                d |= bx[k * PAIR_RUN + j] ^ by[k * PAIR_RUN + j];
-            if (d)
-                pair_fix(fix, bx + k * PAIR_RUN, by + k * PAIR_RUN, PAIR_RUN);
+            for (size_t k = 0; k < PAIR_RUNS; k++)
+                diff[k] = 1;
         }
+        tables_count((bin_tables *)t->t, by, BIN_CHUNK);
+        for (size_t k = 0; k < PAIR_RUNS; k++)
+            if (diff[k])
+                pair_fix(fix, bx + k * PAIR_RUN, by + k * PAIR_RUN, PAIR_RUN);
     }
     if (i < n) {
         bins_f64(bx, x + i, n - i);

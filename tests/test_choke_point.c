@@ -450,6 +450,49 @@ static void check_hist_add_lengths(const double *xd, const float *xf)
             ck_assert_uint_eq(gx[b], wf[b]);
             ck_assert_uint_eq(gy[b], wy[b]);
         }
+        /* and the form with binary64 values (the pairs' hi): y's values
+         * widened with low bits below binary32's, runs of them unchanged,
+         * every few values one of xd (which holds every kind), zeros and
+         * subnormal doubles; in the first half only normal values and
+         * zeros among the roundings, so that chunks take the kernels'
+         * path without a value binned apart */
+        double *xp = malloc((lens[k] ? lens[k] : 1) * sizeof *xp);
+        float *yp = malloc((lens[k] ? lens[k] : 1) * sizeof *yp);
+        ck_assert_ptr_nonnull(xp);
+        ck_assert_ptr_nonnull(yp);
+        uint64_t wp[EMU_HIST_BINS] = { 0 }, wq[EMU_HIST_BINS] = { 0 };
+        for (size_t i = 0; i < lens[k]; i++) {
+            yp[i] = y[i];
+            if (i < lens[k] / 2 && !isnormal(yp[i]) && yp[i] != 0.0f)
+                yp[i] = (float)(i % 7) - 3.0f;
+            wq[ref_hist_bin(yp[i])]++;
+            uint64_t u;
+            const double yi = yp[i];
+            memcpy(&u, &yi, sizeof u);
+            if (!isnan(yi) && !isinf(yi) && (i / 64) % 3 != 1)
+                u ^= (uint64_t)(i * 0x9e3779b9u) & 0x1fffffff;
+            memcpy(&xp[i], &u, sizeof u);
+            if (i >= lens[k] / 2 && (i % 89 == 7 || (i % 5 == 2 && i < 30)))
+                xp[i] = xd[(i * 17 + 3) % lens[k]];
+            if (i % 61 == 11)
+                xp[i] = (i & 1 ? -1 : 1) * 0x1p-1060;
+            if (i % 61 == 12)
+                xp[i] = i & 1 ? -0.0 : 0.0;
+            wp[ref_hist_bin(xp[i])]++;
+        }
+        uint64_t gp[EMU_HIST_BINS] = { 0 }, gq[EMU_HIST_BINS] = { 0 };
+        memset(&tp, 0, sizeof tp);
+        emu_hist_tables_add_pair_f64(&tp, gp, xp, yp, cut);
+        emu_hist_tables_add_pair_f64(&tp, gp, xp + cut, yp + cut,
+                                     lens[k] - cut);
+        emu_hist_tables_merge(gp, &tp);
+        emu_hist_tables_merge(gq, &tp);
+        for (int b = 0; b < EMU_HIST_BINS; b++) {
+            ck_assert_uint_eq(gp[b], wp[b]);
+            ck_assert_uint_eq(gq[b], wq[b]);
+        }
+        free(yp);
+        free(xp);
         free(y);
     }
 }

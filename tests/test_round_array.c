@@ -684,6 +684,15 @@ START_TEST(test_pairs)
         lo[n] = pair_lo(hi[n], (int)test_below(&g, N_PAIR_LO), &g);
         n++;
     }
+    /* non-finite low parts under finite (and zero) high parts, which the
+     * kernel sends to the choke point by their sum */
+    const double nf_hi[] = { 1.0, -0x1.8p-3, 0.0, -0.0, 0x1p1023 };
+    const double nf_lo[] = { INFINITY, -INFINITY, NAN, -NAN };
+    for (size_t i = 0; i < sizeof nf_hi / sizeof *nf_hi; i++)
+        for (size_t j = 0; j < sizeof nf_lo / sizeof *nf_lo && n < N; j++) {
+            hi[n] = nf_hi[i];
+            lo[n++] = nf_lo[j];
+        }
     for (int m = 0; m < N_MODES; m++)
         for (int cfg = 0; cfg < 4; cfg++) {
             emu_array_rounding a = make_rounding(&modes[m], cfg & 1, cfg >> 1,
