@@ -723,6 +723,10 @@ typedef struct commit_run {
     uint32_t *bins;         /* where they put the results' histogram
                                bins (run_chunk's array), or NULL       */
     bool binned;            /* bins holds the chunk's bins             */
+    float *fin;             /* run_chunk's array for the chunk's values
+                               as binary32 (round_chunk's)            */
+    bool narrowed;          /* fin holds the chunk's values, all of
+                               them binary32 values, with no low parts */
     emu_round_counts counts;
     bool measure, hist, tables, swamp, ref, ref_all;
     uint64_t cut;           /* sampling threshold on a 64-bit word        */
@@ -997,6 +1001,7 @@ static void round_lo_apart(commit_run *r, size_t i0, size_t m, const double *h,
         nbad += bad;
     }
     round_chunk(r, i0, m, hz, NULL, NULL, res);
+    r->narrowed = false; /* fin holds hz, not the values */
     r->counts.n -= nbad;
     for (size_t j = 0; j < m; j++) {
         if (lo_bad(h[j], l[j], mask)) {
@@ -1023,7 +1028,8 @@ static bool round_chunk(commit_run *r, size_t i0, size_t m, const double *h,
     r->ar.first_index = i0;
     r->down = false;
     r->binned = false;
-    float fin[CHUNK];
+    r->narrowed = false;
+    float *const fin = r->fin;
     if (v) {
         if (r->identity && r->bins) {
             carry_f32_f32_bins(res, r->bins, v, m, counts);
@@ -1087,6 +1093,7 @@ static bool round_chunk(commit_run *r, size_t i0, size_t m, const double *h,
         }
         if (narrow) {
             emu_round_array_f32_unguarded(fmt, res, fin, m, &r->ar, counts);
+            r->narrowed = !l;
             return false;
         }
         emu_round_array_f64_unguarded(fmt, buf, h, m, &r->ar, counts);
@@ -1332,15 +1339,22 @@ static void measure_chunk(commit_run *r, size_t i0, size_t m, const double *h,
         } else if (o->scale) {
             emu_hist_add_f32_unguarded(s->hist_exact, o->src + i0, m);
             emu_hist_add_unguarded(s->hist_rounded, sv, m);
-        } else if (v && r->tables) {
+        } else if ((v || r->narrowed) && r->tables) {
             /* binary32 values and results: mostly in the same bins, so
              * counted once into the table of both, the exact histogram
-             * corrected where a value's bin differs from its result's */
+             * corrected where a value's bin differs from its result's.
+             * Binary64 values that round_chunk found to be binary32 ones
+             * (sums of 16-bit values, a bias added to a GEMM's rounded
+             * products) are binned from their binary32 copies, which
+             * fall in the same bins as the binary64 values (binary32's
+             * range lies inside the histograms'; NaN bins as NaN) by
+             * the cheaper kernel of the two. */
             if (!r->hb_used) {
                 memset(r->hb, 0, sizeof *r->hb);
                 r->hb_used = true;
             }
-            emu_hist_tables_add_pair_f32(r->hb, s->hist_exact, v, res, m);
+            emu_hist_tables_add_pair_f32(r->hb, s->hist_exact,
+                                         v ? v : r->fin, res, m);
         } else if (r->tables) {
             /* binary64 values (hi of pairs): counted once into the table
              * of both, as above, then hi's moves for the low parts */
@@ -1377,9 +1391,10 @@ static void measure_chunk(commit_run *r, size_t i0, size_t m, const double *h,
 static void run_chunk(commit_run *r, size_t i0, size_t m, const double *h,
                       const double *l, const float *v)
 {
-    float res[CHUNK];
+    float res[CHUNK], fin[CHUNK];
     uint32_t bins[CHUNK];
     const uint64_t nan0 = r->counts.nan;
+    r->fin = fin;
     /* rne32_chunk's lanes bin the results as they round them when the
      * histograms are wanted of a chunk not scaled (whose bins are the
      * scaled values') */

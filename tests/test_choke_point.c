@@ -621,6 +621,74 @@ START_TEST(test_exact_bin_low_parts)
 }
 END_TEST
 
+/* Binary64 values that are all binary32 values (a bias added to rounded
+ * products, sums of 16-bit values): round_chunk rounds such a chunk by
+ * the binary32 array path and measure_chunk bins it from those binary32
+ * copies.  Every bit pattern of binary32 (NaNs, infinities, zeros,
+ * subnormals) as doubles into bfloat16 and binary16, some chunks with one
+ * value that is not a binary32 value (the binary64 path), some shorter
+ * than a chunk: both histograms and the counts as the scalar choke point
+ * (emu_round of each value) and emu_hist_bin of each value and result
+ * give them. */
+START_TEST(test_hist_narrow_chunks)
+{
+    enum { N = 5 * EMU_COMMIT_CHUNK + 77 };
+    static double hi[N];
+    const char *const fmts[] = { "bfloat16", "binary16" };
+    test_rng g = test_rng_make(0x4e41);
+    for (int f = 0; f < 2; f++) {
+        emu_tensor y;
+        make(&y, test_format(fmts[f]), N, "y", EMU_ROLE_OTHER);
+        uint64_t hx[EMU_HIST_BINS] = { 0 }, hr[EMU_HIST_BINS] = { 0 };
+        uint64_t inexact = 0;
+        for (size_t i = 0; i < N; i++) {
+            uint32_t u = (uint32_t)test_next(&g);
+            if (i % 97 == 5)
+                u &= 0x807fffffu; /* a subnormal or zero */
+            if (i % 89 == 7)
+                u |= 0x7f800000u; /* an infinity or a NaN */
+            float v;
+            memcpy(&v, &u, sizeof v);
+            hi[i] = v;
+            /* chunks 1 and 3: one value between two binary32 values */
+            if ((i / EMU_COMMIT_CHUNK == 1 || i / EMU_COMMIT_CHUNK == 3) &&
+                i % EMU_COMMIT_CHUNK == (size_t)(100 + 7 * f))
+                hi[i] = 1.0 + 0x1p-30;
+            emu_status st;
+            const double r = emu_round(&y.fmt, hi[i], &test_rne, &st);
+            y.data[i] = -1.0f; /* overwritten by the commit */
+            hx[emu_hist_bin(hi[i])]++;
+            hr[emu_hist_bin(r)]++;
+            inexact += (st.flags & EMU_FLAG_INEXACT) != 0;
+        }
+        emu_stats stats;
+        emu_stats_init(&stats);
+        emu_ctx ctx;
+        emu_ctx_init(&ctx, 5);
+        ctx.stats = &stats;
+        emu_op_out o = { .site = "narrow", .kind = "test", .out = &y,
+                         .hi = hi, .rnd = &test_rne };
+        ck_assert_int_eq(emu_commit(&ctx, &o), 0);
+        const emu_site_stats *t =
+            &find_site(&stats, "narrow", EMU_ROLE_OTHER)->total;
+        ck_assert_uint_eq(t->results, N);
+        ck_assert_uint_eq(t->inexact, inexact);
+        for (int b = 0; b < EMU_HIST_BINS; b++) {
+            ck_assert_msg(t->hist_exact[b] == hx[b], "%s exact bin %d: %llu "
+                          "want %llu", fmts[f], b,
+                          (unsigned long long)t->hist_exact[b],
+                          (unsigned long long)hx[b]);
+            ck_assert_msg(t->hist_rounded[b] == hr[b], "%s rounded bin %d: "
+                          "%llu want %llu", fmts[f], b,
+                          (unsigned long long)t->hist_rounded[b],
+                          (unsigned long long)hr[b]);
+        }
+        emu_tensor_free(&y);
+        emu_stats_free(&stats);
+    }
+}
+END_TEST
+
 /* The same over whole runs of pairs, which the choke point scans a run at
  * a time (vector lanes where the CPU has them) for the one pair in the
  * binade below: that pair at every position of a 256-pair commit, among
@@ -2947,6 +3015,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_commit_swamp_counts);
     tcase_add_test(tc, test_exact_bin_low_parts);
     tcase_add_test(tc, test_exact_bin_low_parts_runs);
+    tcase_add_test(tc, test_hist_narrow_chunks);
     tcase_add_test(tc, test_sampling_rate1);
     tcase_add_test(tc, test_sampling_catches_errors);
     tcase_add_test(tc, test_sampling_rate_partial);
