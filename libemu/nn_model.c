@@ -100,15 +100,18 @@ typedef enum { TS_FRESH, TS_REUSE, TS_CURRENT } ts_choice;
  * at `site`, and writes its dequantized values to out: without the tensor
  * scale (returned in *g, for the GEMM's alpha), or, with_g, with it, the
  * exact product rounded once into binary32 (nearest-even; the values
- * themselves without a tensor scale). */
+ * themselves without a tensor scale).  keep: the entry of l->priv->qkeep
+ * that holds this operand's storage from one step to the next. */
 static int quantize_operand(emu_ctx *ctx, const emu_policy *p, emu_layer *l,
-                            const emu_operand_quant *oq, int which,
+                            const emu_operand_quant *oq, int which, int keep,
                             const char *site, const emu_tensor *view, int axis,
                             ts_choice ts, bool with_g, float *out, double *g)
 {
     emu_error e;
-    emu_scaled_tensor q;
-    if (emu_scaled_alloc(&q, &oq->fmt, view->ndim, view->shape, axis, &e))
+    /* The scaled tensor and the element scales of the same operand last
+     * step, kept: the same shapes every step. */
+    emu_quant_keep *k = &l->priv->qkeep[keep];
+    if (emu_scaled_reuse(&k->q, &oq->fmt, view->ndim, view->shape, axis, &e))
         return emu_ctx_failc(ctx, e.code, site, "%s%s%s", e.key, e.key[0] ? ": " : "",
                             e.message);
     emu_quant_opts qo;
@@ -130,14 +133,14 @@ static int quantize_operand(emu_ctx *ctx, const emu_policy *p, emu_layer *l,
     emu_rounding rnd = prec_of(p, l, view->role)->rnd;
     rnd.mode = oq->mode;
     rnd.sr_bits = oq->sr_bits;
-    int rc = emu_t_quantize_scaled(ctx, site, &q, view, &qo, NULL, &rnd);
-    if (!rc && emu_scaled_dequantize(&q, out, false, &e))
+    int rc = emu_t_quantize_scaled_kept(ctx, site, &k->q, view, &qo, NULL,
+                                        &rnd, k);
+    if (!rc && emu_scaled_dequantize(&k->q, out, false, &e))
         rc = emu_ctx_failc(ctx, e.code, site, "%s", e.message);
-    *g = q.tensor_scale;
+    *g = k->q.tensor_scale;
     if (!rc && with_g && *g != 1.0)
         for (size_t i = 0; i < view->n; i++)
             out[i] = (float)((double)out[i] * *g); /* exact, then one rounding */
-    emu_scaled_free(&q);
     return rc ? -1 : 0;
 }
 
@@ -187,8 +190,8 @@ static int gemm_operand(emu_ctx *ctx, const emu_policy *p, emu_layer *l,
             return emu_ctx_failc(ctx, e.code, site, "%s: %s", e.key, e.message);
         view.data = buf->data;
     }
-    if (quantize_operand(ctx, p, l, oq, which, site, &view, axis, ts, false,
-                         buf->data, g))
+    if (quantize_operand(ctx, p, l, oq, which, slot, site, &view, axis, ts,
+                         false, buf->data, g))
         return -1;
     *out = buf;
     return 0;
@@ -269,8 +272,8 @@ static int lstm_operand(void *user, emu_ctx *ctx, int which,
     char site[64];
     snprintf(site, sizeof site, "%s.%s", l->name, map[which].tag);
     double g;
-    return quantize_operand(ctx, u->p, l, oq, map[which].qt, site, t, axis, ts,
-                            true, out, &g);
+    return quantize_operand(ctx, u->p, l, oq, map[which].qt, which, site, t,
+                            axis, ts, true, out, &g);
 }
 
 typedef struct attn_hook {
@@ -301,8 +304,8 @@ static int attn_operand(void *user, emu_ctx *ctx, int which,
     char site[64];
     snprintf(site, sizeof site, "%s.%s", u->l->name, tags[which]);
     double g;
-    return quantize_operand(ctx, u->p, u->l, oq, qt, site, t, axis, TS_CURRENT,
-                            true, out, &g);
+    return quantize_operand(ctx, u->p, u->l, oq, qt, which, site, t, axis,
+                            TS_CURRENT, true, out, &g);
 }
 
 /* Whether the policy's random Hadamard transform applies to the
@@ -981,6 +984,8 @@ void emu_model_free(emu_model *m)
         if (l->priv) {
             for (int k = 0; k < EMU_QB_COUNT; k++)
                 emu_tensor_free(&l->priv->qbuf[k]);
+            for (int k = 0; k < EMU_QK_COUNT; k++)
+                emu_quant_keep_free(&l->priv->qkeep[k]);
             emu_tensor_free(&l->priv->qsum);
             emu_tensor_free(&l->priv->bn_xc);
             emu_tensor_free(&l->priv->bn_mean);

@@ -16,6 +16,7 @@
 
 #include "emu/accum.h"
 #include "emu/extend.h"
+#include "emu/scaled.h"
 #include "internal.h"
 
 /* Checks that t is a usable tensor (allocated, carrier format): on
@@ -55,6 +56,33 @@ int emu_ctx_failc(emu_ctx *ctx, emu_errcode code, const char *site,
  * alone may let the choke point store each chunk early (emu_op_out's
  * store_early): in is out's own storage, or shares none of it. */
 bool emu_store_early_ok(const emu_tensor *out, const float *in, size_t n);
+
+/* ---- scaled operands kept from call to call ----------------------------
+ * A caller that quantizes tensors of the same shapes at every training
+ * step (the layers' GEMM operands, nn_model.c) keeps their storage instead
+ * of allocating it each time: q (emu_scaled_reuse) and the element scales
+ * the choke point reads (sc, sc_n floats, grown as needed). */
+typedef struct emu_quant_keep {
+    emu_scaled_tensor q;
+    float *sc;
+    size_t sc_n;
+} emu_quant_keep;
+void emu_quant_keep_free(emu_quant_keep *k);
+
+/* emu_scaled_alloc that keeps q's buffers (q allocated, or zeroed) when
+ * the new shape has as many elements and blocks as q has: the header and
+ * the scales (1) are as emu_scaled_alloc leaves them, the elements hold
+ * whatever they held (every quantization writes all of them). */
+int emu_scaled_reuse(emu_scaled_tensor *q, const emu_scaled_format *sf,
+                     int ndim, const size_t *shape, int axis, emu_error *err);
+
+/* emu_t_quantize_scaled with the element scales' buffer in keep (NULL:
+ * allocated for the call); q need not be keep->q. */
+int emu_t_quantize_scaled_kept(emu_ctx *ctx, const char *site,
+                               emu_scaled_tensor *q, const emu_tensor *x,
+                               const emu_quant_opts *o,
+                               emu_quant_counts *counts,
+                               const emu_rounding *rnd, emu_quant_keep *keep);
 
 /* "site: WHAT 'name' is (shape), expected WANT" in ctx->err; -1. */
 int emu_shape_fail(emu_ctx *ctx, const char *site, const char *what,
