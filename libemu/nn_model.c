@@ -100,18 +100,17 @@ typedef enum { TS_FRESH, TS_REUSE, TS_CURRENT } ts_choice;
  * at `site`, and writes its dequantized values to out: without the tensor
  * scale (returned in *g, for the GEMM's alpha), or, with_g, with it, the
  * exact product rounded once into binary32 (nearest-even; the values
- * themselves without a tensor scale).  keep: the entry of l->priv->qkeep
- * that holds this operand's storage from one step to the next. */
+ * themselves without a tensor scale). */
 static int quantize_operand(emu_ctx *ctx, const emu_policy *p, emu_layer *l,
-                            const emu_operand_quant *oq, int which, int keep,
+                            const emu_operand_quant *oq, int which,
                             const char *site, const emu_tensor *view, int axis,
                             ts_choice ts, bool with_g, float *out, double *g)
 {
     emu_error e;
-    /* The scaled tensor and the element scales of the same operand last
-     * step, kept: the same shapes every step. */
-    emu_quant_keep *k = &l->priv->qkeep[keep];
-    if (emu_scaled_reuse(&k->q, &oq->fmt, view->ndim, view->shape, axis, &e))
+    /* The scaled tensor and its element scales in the model's kept
+     * storage, not allocated for each operand. */
+    emu_quant_keep *k = l->priv->qkeep;
+    if (emu_quant_keep_shape(k, &oq->fmt, view->ndim, view->shape, axis, &e))
         return emu_ctx_failc(ctx, e.code, site, "%s%s%s", e.key, e.key[0] ? ": " : "",
                             e.message);
     emu_quant_opts qo;
@@ -190,8 +189,8 @@ static int gemm_operand(emu_ctx *ctx, const emu_policy *p, emu_layer *l,
             return emu_ctx_failc(ctx, e.code, site, "%s: %s", e.key, e.message);
         view.data = buf->data;
     }
-    if (quantize_operand(ctx, p, l, oq, which, slot, site, &view, axis, ts,
-                         false, buf->data, g))
+    if (quantize_operand(ctx, p, l, oq, which, site, &view, axis, ts, false,
+                         buf->data, g))
         return -1;
     *out = buf;
     return 0;
@@ -272,8 +271,8 @@ static int lstm_operand(void *user, emu_ctx *ctx, int which,
     char site[64];
     snprintf(site, sizeof site, "%s.%s", l->name, map[which].tag);
     double g;
-    return quantize_operand(ctx, u->p, l, oq, map[which].qt, which, site, t,
-                            axis, ts, true, out, &g);
+    return quantize_operand(ctx, u->p, l, oq, map[which].qt, site, t, axis, ts,
+                            true, out, &g);
 }
 
 typedef struct attn_hook {
@@ -304,8 +303,8 @@ static int attn_operand(void *user, emu_ctx *ctx, int which,
     char site[64];
     snprintf(site, sizeof site, "%s.%s", u->l->name, tags[which]);
     double g;
-    return quantize_operand(ctx, u->p, u->l, oq, qt, which, site, t, axis,
-                            TS_CURRENT, true, out, &g);
+    return quantize_operand(ctx, u->p, u->l, oq, qt, site, t, axis, TS_CURRENT,
+                            true, out, &g);
 }
 
 /* Whether the policy's random Hadamard transform applies to the
@@ -984,8 +983,7 @@ void emu_model_free(emu_model *m)
         if (l->priv) {
             for (int k = 0; k < EMU_QB_COUNT; k++)
                 emu_tensor_free(&l->priv->qbuf[k]);
-            for (int k = 0; k < EMU_QK_COUNT; k++)
-                emu_quant_keep_free(&l->priv->qkeep[k]);
+            emu_quant_keep_free(&l->priv->qkeep_own);
             emu_tensor_free(&l->priv->qsum);
             emu_tensor_free(&l->priv->bn_xc);
             emu_tensor_free(&l->priv->bn_mean);
@@ -1048,11 +1046,13 @@ static int build_spec(emu_model *m, const char *arch, layer_spec *spec, int n,
         return emu_fail(err, EMU_ENOMEM, "model", "arch", "out of memory");
     }
     m->n_layers = n;
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         if (!(m->layers[i].priv = calloc(1, sizeof *m->layers[i].priv))) {
             free(spec);
             return build_fail(m, err, EMU_ENOMEM, "arch", "out of memory");
         }
+        m->layers[i].priv->qkeep = &m->layers[0].priv->qkeep_own;
+    }
     m->batch = batch;
     memcpy(m->in_dims, in_dims, sizeof m->in_dims);
     m->classes = classes;

@@ -57,24 +57,27 @@ int emu_ctx_failc(emu_ctx *ctx, emu_errcode code, const char *site,
  * store_early): in is out's own storage, or shares none of it. */
 bool emu_store_early_ok(const emu_tensor *out, const float *in, size_t n);
 
-/* ---- scaled operands kept from call to call ----------------------------
- * A caller that quantizes tensors of the same shapes at every training
- * step (the layers' GEMM operands, nn_model.c) keeps their storage instead
- * of allocating it each time: q (emu_scaled_reuse) and the element scales
- * the choke point reads (sc, sc_n floats, grown as needed). */
+/* ---- a scaled operand's storage kept from call to call ----------------
+ * A caller that quantizes one operand after another at every training
+ * step (the layers' GEMM operands, nn_model.c) keeps one scaled tensor and
+ * the element scales the choke point reads instead of allocating them for
+ * each quantization: q's buffers hold elem_cap elements and scale_cap
+ * scales, sc sc_cap floats, each grown as a larger operand needs. */
 typedef struct emu_quant_keep {
     emu_scaled_tensor q;
+    size_t elem_cap, scale_cap;
     float *sc;
-    size_t sc_n;
+    size_t sc_cap;
 } emu_quant_keep;
-void emu_quant_keep_free(emu_quant_keep *k);
 
-/* emu_scaled_alloc that keeps q's buffers (q allocated, or zeroed) when
- * the new shape has as many elements and blocks as q has: the header and
- * the scales (1) are as emu_scaled_alloc leaves them, the elements hold
- * whatever they held (every quantization writes all of them). */
-int emu_scaled_reuse(emu_scaled_tensor *q, const emu_scaled_format *sf,
-                     int ndim, const size_t *shape, int axis, emu_error *err);
+/* Makes k->q a scaled tensor of the given shape as emu_scaled_alloc does
+ * (the same header, every scale 1), in k's buffers, grown if they are too
+ * small; the elements hold whatever they held (every quantization writes
+ * all of them).  On -1 k keeps its buffers. */
+int emu_quant_keep_shape(emu_quant_keep *k, const emu_scaled_format *sf,
+                         int ndim, const size_t *shape, int axis,
+                         emu_error *err);
+void emu_quant_keep_free(emu_quant_keep *k);
 
 /* emu_t_quantize_scaled with the element scales' buffer in keep (NULL:
  * allocated for the call); q need not be keep->q. */

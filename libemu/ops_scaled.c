@@ -203,14 +203,13 @@ static int commit_quantized(emu_ctx *ctx, const char *site,
         const double d = (q->sf.block_scaled ? (double)q->scale[b] : 1.0) * g;
         pow2 = isnan(d) || emu_is_pow2(d);
     }
-    float *sc;
-    if (keep && keep->sc_n < n) {
+    if (keep && keep->sc_cap < n) {
         free(keep->sc);
-        keep->sc_n = 0;
+        keep->sc_cap = 0;
         if ((keep->sc = malloc(n * sizeof *keep->sc)))
-            keep->sc_n = n;
+            keep->sc_cap = n;
     }
-    sc = keep ? keep->sc : malloc(n * sizeof *sc);
+    float *sc = keep ? keep->sc : malloc(n * sizeof *sc);
     if (!sc)
         return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory for %zu scales", n);
     emu_scaled_element_scales(q, sc);
@@ -249,14 +248,6 @@ int emu_t_quantize_scaled(emu_ctx *ctx, const char *site,
                           const emu_rounding *rnd)
 {
     return emu_t_quantize_scaled_kept(ctx, site, q, x, o, counts, rnd, NULL);
-}
-
-void emu_quant_keep_free(emu_quant_keep *k)
-{
-    emu_scaled_free(&k->q);
-    free(k->sc);
-    k->sc = NULL;
-    k->sc_n = 0;
 }
 
 int emu_t_quantize_scaled_kept(emu_ctx *ctx, const char *site,

@@ -40,7 +40,7 @@
 #include <mpfr.h>
 
 #include "internal.h" /* emu_scaled_sr_words: the SR fast path, given words */
-#include "ops_internal.h" /* emu_scaled_reuse, emu_t_quantize_scaled_kept */
+#include "ops_internal.h" /* emu_quant_keep */
 #include "testutil.h"
 
 /* Mismatches printed per test before the rest are only counted: a broken
@@ -3237,12 +3237,13 @@ END_TEST
  * > 1, ragged last blocks), data with zeros, subnormals, huge values,
  * infinities and NaNs.  Run at each EMU_ISA level (tests/CMakeLists.txt):
  * the rows are compiled per level. */
-/* Storage kept from call to call (emu_quant_keep: emu_scaled_reuse and the
- * element scales of emu_t_quantize_scaled_kept, what the training layers
- * use) against a fresh scaled tensor and emu_t_quantize_scaled for each
- * call: the same elements, scales, tensor scale and site statistics, over
- * a sequence of shapes, axes and formats that keeps, grows and shrinks the
- * buffers (a kept tensor's old elements and scales must not show). */
+/* Storage kept from call to call (emu_quant_keep: emu_quant_keep_shape
+ * and the element scales of emu_t_quantize_scaled_kept, what the training
+ * layers use) against a fresh scaled tensor and emu_t_quantize_scaled for
+ * each call: the same elements, scales, tensor scale and site statistics,
+ * over a sequence of shapes, axes and formats that grows the buffers and
+ * reuses them for smaller tensors (a kept tensor's old elements and
+ * scales must not show). */
 START_TEST(kept_storage)
 {
     unsigned long long before = begin_test(), cases = 0;
@@ -3286,8 +3287,8 @@ START_TEST(kept_storage)
         emu_scaled_tensor q;
         sq_alloc(&q, &sf, 2, shape, axis);
         int ra = emu_t_quantize_scaled(&ca, "q", &q, &x, NULL, NULL, &rnd);
-        int rr = emu_scaled_reuse(&k.q, &sf, 2, shape, axis, &err);
-        ck_assert_msg(rr == 0, "emu_scaled_reuse: %s", err.message);
+        int rr = emu_quant_keep_shape(&k, &sf, 2, shape, axis, &err);
+        ck_assert_msg(rr == 0, "emu_quant_keep_shape: %s", err.message);
         int rb = emu_t_quantize_scaled_kept(&cb, "q", &k.q, &x, NULL, NULL,
                                             &rnd, &k);
         size_t d = 0;
