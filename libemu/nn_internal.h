@@ -13,13 +13,13 @@
 #include "emu/nn.h"
 #include "emu/scaled.h"
 #include "emu/tensor.h"
+#include "ops_internal.h" /* emu_quant_keep */
 
 /* The quantized operands of a layer's GEMMs (policy q_*): W, X and dY. */
 enum { EMU_QT_W, EMU_QT_X, EMU_QT_DY, EMU_QT_COUNT };
 /* The dequantized operand buffers, one per (GEMM, operand). */
 enum { EMU_QB_FWD_X, EMU_QB_FWD_W, EMU_QB_DW_DY, EMU_QB_DW_X, EMU_QB_DX_DY,
        EMU_QB_DX_W, EMU_QB_COUNT };
-
 struct emu_layer_priv {
     /* Indexed EMU_QT_*: the amax history and the tensor scale in use this
      * step of W, X and dY (checkpointed). */
@@ -28,6 +28,12 @@ struct emu_layer_priv {
     /* The operands' dequantized values (binary32, tensor scale left out)
      * as each GEMM reads them, EMU_QB_*. */
     emu_tensor qbuf[EMU_QB_COUNT];
+    /* The storage of a quantization, kept across steps and shared by the
+     * model's layers (each points to the first layer's qkeep_own): the
+     * operands are quantized one at a time, each dequantized into its
+     * qbuf before the next. */
+    emu_quant_keep *qkeep;
+    emu_quant_keep qkeep_own;
     emu_tensor qsum;          /* conv: dY summed over space, for dbias    */
     /* Batch norm: what the forward pass keeps for the backward one
      * (policy norm_stats: xc (B, C, H, W), the batch mean and variance

@@ -107,8 +107,10 @@ static int quantize_operand(emu_ctx *ctx, const emu_policy *p, emu_layer *l,
                             ts_choice ts, bool with_g, float *out, double *g)
 {
     emu_error e;
-    emu_scaled_tensor q;
-    if (emu_scaled_alloc(&q, &oq->fmt, view->ndim, view->shape, axis, &e))
+    /* The scaled tensor and its element scales in the model's kept
+     * storage, not allocated for each operand. */
+    emu_quant_keep *k = l->priv->qkeep;
+    if (emu_quant_keep_shape(k, &oq->fmt, view->ndim, view->shape, axis, &e))
         return emu_ctx_failc(ctx, e.code, site, "%s%s%s", e.key, e.key[0] ? ": " : "",
                             e.message);
     emu_quant_opts qo;
@@ -130,14 +132,14 @@ static int quantize_operand(emu_ctx *ctx, const emu_policy *p, emu_layer *l,
     emu_rounding rnd = prec_of(p, l, view->role)->rnd;
     rnd.mode = oq->mode;
     rnd.sr_bits = oq->sr_bits;
-    int rc = emu_t_quantize_scaled(ctx, site, &q, view, &qo, NULL, &rnd);
-    if (!rc && emu_scaled_dequantize(&q, out, false, &e))
+    int rc = emu_t_quantize_scaled_kept(ctx, site, &k->q, view, &qo, NULL,
+                                        &rnd, k);
+    if (!rc && emu_scaled_dequantize(&k->q, out, false, &e))
         rc = emu_ctx_failc(ctx, e.code, site, "%s", e.message);
-    *g = q.tensor_scale;
+    *g = k->q.tensor_scale;
     if (!rc && with_g && *g != 1.0)
         for (size_t i = 0; i < view->n; i++)
             out[i] = (float)((double)out[i] * *g); /* exact, then one rounding */
-    emu_scaled_free(&q);
     return rc ? -1 : 0;
 }
 
@@ -981,6 +983,7 @@ void emu_model_free(emu_model *m)
         if (l->priv) {
             for (int k = 0; k < EMU_QB_COUNT; k++)
                 emu_tensor_free(&l->priv->qbuf[k]);
+            emu_quant_keep_free(&l->priv->qkeep_own);
             emu_tensor_free(&l->priv->qsum);
             emu_tensor_free(&l->priv->bn_xc);
             emu_tensor_free(&l->priv->bn_mean);
@@ -1043,11 +1046,13 @@ static int build_spec(emu_model *m, const char *arch, layer_spec *spec, int n,
         return emu_fail(err, EMU_ENOMEM, "model", "arch", "out of memory");
     }
     m->n_layers = n;
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         if (!(m->layers[i].priv = calloc(1, sizeof *m->layers[i].priv))) {
             free(spec);
             return build_fail(m, err, EMU_ENOMEM, "arch", "out of memory");
         }
+        m->layers[i].priv->qkeep = &m->layers[0].priv->qkeep_own;
+    }
     m->batch = batch;
     memcpy(m->in_dims, in_dims, sizeof m->in_dims);
     m->classes = classes;

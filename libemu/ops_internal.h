@@ -16,6 +16,7 @@
 
 #include "emu/accum.h"
 #include "emu/extend.h"
+#include "emu/scaled.h"
 #include "internal.h"
 
 /* Checks that t is a usable tensor (allocated, carrier format): on
@@ -55,6 +56,36 @@ int emu_ctx_failc(emu_ctx *ctx, emu_errcode code, const char *site,
  * alone may let the choke point store each chunk early (emu_op_out's
  * store_early): in is out's own storage, or shares none of it. */
 bool emu_store_early_ok(const emu_tensor *out, const float *in, size_t n);
+
+/* ---- a scaled operand's storage kept from call to call ----------------
+ * A caller that quantizes one operand after another at every training
+ * step (the layers' GEMM operands, nn_model.c) keeps one scaled tensor and
+ * the element scales the choke point reads instead of allocating them for
+ * each quantization: q's buffers hold elem_cap elements and scale_cap
+ * scales, sc sc_cap floats, each grown as a larger operand needs. */
+typedef struct emu_quant_keep {
+    emu_scaled_tensor q;
+    size_t elem_cap, scale_cap;
+    float *sc;
+    size_t sc_cap;
+} emu_quant_keep;
+
+/* Makes k->q a scaled tensor of the given shape as emu_scaled_alloc does
+ * (the same header, every scale 1), in k's buffers, grown if they are too
+ * small; the elements hold whatever they held (every quantization writes
+ * all of them).  On -1 k keeps its buffers. */
+int emu_quant_keep_shape(emu_quant_keep *k, const emu_scaled_format *sf,
+                         int ndim, const size_t *shape, int axis,
+                         emu_error *err);
+void emu_quant_keep_free(emu_quant_keep *k);
+
+/* emu_t_quantize_scaled with the element scales' buffer in keep (NULL:
+ * allocated for the call); q need not be keep->q. */
+int emu_t_quantize_scaled_kept(emu_ctx *ctx, const char *site,
+                               emu_scaled_tensor *q, const emu_tensor *x,
+                               const emu_quant_opts *o,
+                               emu_quant_counts *counts,
+                               const emu_rounding *rnd, emu_quant_keep *keep);
 
 /* "site: WHAT 'name' is (shape), expected WANT" in ctx->err; -1. */
 int emu_shape_fail(emu_ctx *ctx, const char *site, const char *what,

@@ -179,7 +179,7 @@ static bool *nan_blocks(const emu_scaled_tensor *q, const float *x)
  * bins, samples and shows the op like any other, a chunk at a time. */
 static int commit_quantized(emu_ctx *ctx, const char *site,
                             emu_scaled_tensor *q, const emu_tensor *x,
-                            const emu_rounding *elem_rnd)
+                            const emu_rounding *elem_rnd, emu_quant_keep *keep)
 {
     const size_t n = q->n;
     /* The output: the elements, in the element format named after the
@@ -203,7 +203,13 @@ static int commit_quantized(emu_ctx *ctx, const char *site,
         const double d = (q->sf.block_scaled ? (double)q->scale[b] : 1.0) * g;
         pow2 = isnan(d) || emu_is_pow2(d);
     }
-    float *sc = malloc(n * sizeof *sc);
+    if (keep && keep->sc_cap < n) {
+        free(keep->sc);
+        keep->sc_cap = 0;
+        if ((keep->sc = malloc(n * sizeof *keep->sc)))
+            keep->sc_cap = n;
+    }
+    float *sc = keep ? keep->sc : malloc(n * sizeof *sc);
     if (!sc)
         return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory for %zu scales", n);
     emu_scaled_element_scales(q, sc);
@@ -231,7 +237,8 @@ static int commit_quantized(emu_ctx *ctx, const char *site,
         for (size_t i = 0; i < n; i++)
             q->elem[i] += 0.0f;
     free(block_nan);
-    free(sc);
+    if (!keep)
+        free(sc);
     return rc;
 }
 
@@ -239,6 +246,15 @@ int emu_t_quantize_scaled(emu_ctx *ctx, const char *site,
                           emu_scaled_tensor *q, const emu_tensor *x,
                           const emu_quant_opts *o, emu_quant_counts *counts,
                           const emu_rounding *rnd)
+{
+    return emu_t_quantize_scaled_kept(ctx, site, q, x, o, counts, rnd, NULL);
+}
+
+int emu_t_quantize_scaled_kept(emu_ctx *ctx, const char *site,
+                               emu_scaled_tensor *q, const emu_tensor *x,
+                               const emu_quant_opts *o,
+                               emu_quant_counts *counts,
+                               const emu_rounding *rnd, emu_quant_keep *keep)
 {
     EMU_HOSTFP_GUARD;
     if (emu_check_rounding(ctx, site, rnd) ||
@@ -274,7 +290,7 @@ int emu_t_quantize_scaled(emu_ctx *ctx, const char *site,
                                               .kind = "quantize",
                                               .out = &none, .rnd = rnd });
     }
-    return commit_quantized(ctx, site, q, x, rnd);
+    return commit_quantized(ctx, site, q, x, rnd, keep);
 }
 
 /* Checks that a block-scaled operand runs its blocks along K. */

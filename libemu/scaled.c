@@ -37,6 +37,7 @@
 
 #include "emu/rng.h"
 #include "internal.h"
+#include "ops_internal.h" /* emu_quant_keep */
 
 /* ---- formats ---------------------------------------------------------------- */
 
@@ -423,10 +424,12 @@ size_t emu_scaled_block_of(const emu_scaled_tensor *q, size_t i)
             __VA_ARGS__                                                        \
         }
 
-int emu_scaled_alloc(emu_scaled_tensor *q, const emu_scaled_format *sf,
-                     int ndim, const size_t *shape, int axis, emu_error *err)
+/* Validates the shape and fills q's header (everything but its buffers:
+ * elem and scale are left NULL). */
+static int scaled_header(emu_scaled_tensor *q, const emu_scaled_format *sf,
+                         int ndim, const size_t *shape, int axis,
+                         emu_error *err)
 {
-    EMU_HOSTFP_GUARD;
     memset(q, 0, sizeof *q);
     const char *w = "scaled tensor";
     if (emu_scaled_format_validate(sf, err))
@@ -472,16 +475,69 @@ int emu_scaled_alloc(emu_scaled_tensor *q, const emu_scaled_format *sf,
     geometry(q, &g);
     q->nblocks = !sf->block_scaled ? 1 : g.tile ? g.nbr * g.nbc
                                                 : g.outer * g.nb * g.inner;
-    q->elem = calloc(n, sizeof *q->elem);
-    q->scale = malloc(q->nblocks * sizeof *q->scale);
     q->tensor_scale = 1.0f;
+    return 0;
+}
+
+int emu_scaled_alloc(emu_scaled_tensor *q, const emu_scaled_format *sf,
+                     int ndim, const size_t *shape, int axis, emu_error *err)
+{
+    EMU_HOSTFP_GUARD;
+    if (scaled_header(q, sf, ndim, shape, axis, err))
+        return -1;
+    q->elem = calloc(q->n, sizeof *q->elem);
+    q->scale = malloc(q->nblocks * sizeof *q->scale);
     if (!q->elem || !q->scale) {
         emu_scaled_free(q);
-        return emu_fail(err, EMU_ENOMEM, w, "", "out of memory for %zu elements", n);
+        return emu_fail(err, EMU_ENOMEM, "scaled tensor", "",
+                        "out of memory for %zu elements", q->n);
     }
     for (size_t b = 0; b < q->nblocks; b++)
         q->scale[b] = 1.0f;
     return 0;
+}
+
+int emu_quant_keep_shape(emu_quant_keep *k, const emu_scaled_format *sf,
+                         int ndim, const size_t *shape, int axis,
+                         emu_error *err)
+{
+    EMU_HOSTFP_GUARD;
+    emu_scaled_tensor h;
+    if (scaled_header(&h, sf, ndim, shape, axis, err))
+        return -1;
+    if (h.n > k->elem_cap) {
+        float *e = malloc(h.n * sizeof *e);
+        if (!e)
+            return emu_fail(err, EMU_ENOMEM, "scaled tensor", "",
+                            "out of memory for %zu elements", h.n);
+        free(k->q.elem);
+        k->q.elem = e;
+        k->elem_cap = h.n;
+    }
+    if (h.nblocks > k->scale_cap) {
+        float *sc = malloc(h.nblocks * sizeof *sc);
+        if (!sc)
+            return emu_fail(err, EMU_ENOMEM, "scaled tensor", "",
+                            "out of memory for %zu scales", h.nblocks);
+        free(k->q.scale);
+        k->q.scale = sc;
+        k->scale_cap = h.nblocks;
+    }
+    h.elem = k->q.elem;
+    h.scale = k->q.scale;
+    k->q = h;
+    for (size_t b = 0; b < h.nblocks; b++)
+        k->q.scale[b] = 1.0f;
+    return 0;
+}
+
+void emu_quant_keep_free(emu_quant_keep *k)
+{
+    if (!k)
+        return;
+    emu_scaled_free(&k->q);
+    free(k->sc);
+    memset(k, 0, sizeof *k);
 }
 
 void emu_scaled_free(emu_scaled_tensor *q)

@@ -40,6 +40,7 @@
 #include <mpfr.h>
 
 #include "internal.h" /* emu_scaled_sr_words: the SR fast path, given words */
+#include "ops_internal.h" /* emu_quant_keep */
 #include "testutil.h"
 
 /* Mismatches printed per test before the rest are only counted: a broken
@@ -3236,6 +3237,96 @@ END_TEST
  * > 1, ragged last blocks), data with zeros, subnormals, huge values,
  * infinities and NaNs.  Run at each EMU_ISA level (tests/CMakeLists.txt):
  * the rows are compiled per level. */
+/* Storage kept from call to call (emu_quant_keep: emu_quant_keep_shape
+ * and the element scales of emu_t_quantize_scaled_kept, what the training
+ * layers use) against a fresh scaled tensor and emu_t_quantize_scaled for
+ * each call: the same elements, scales, tensor scale and site statistics,
+ * over a sequence of shapes, axes and formats that grows the buffers and
+ * reuses them for smaller tensors (a kept tensor's old elements and
+ * scales must not show). */
+START_TEST(kept_storage)
+{
+    unsigned long long before = begin_test(), cases = 0;
+    test_rng g = test_rng_make(0x6ee9);
+    static const char *const specs[] = { "mxfp8", "mxfp4", "nvfp4",
+                                         "mxfp8,block=4x3",
+                                         "elem=e4m3,scale=none,tensor=yes" };
+    emu_quant_keep k;
+    memset(&k, 0, sizeof k);
+    for (int it = 0; it < 60; it++) {
+        const size_t s = (size_t)test_below(&g, 5);
+        emu_scaled_format sf = sfmt(specs[s]);
+        /* a few shapes only, so that later calls meet earlier ones */
+        const size_t R = 1 + 7 * (size_t)test_below(&g, 3);
+        const size_t C = 16 + 16 * (size_t)test_below(&g, 3);
+        const int axis = sf.block[1] > 1 ? 1 : (int)test_below(&g, 2);
+        emu_rounding rnd = test_rne;
+        const int m = (int)test_below(&g, 3);
+        rnd.mode = m == 0 ? EMU_RNE : m == 1 ? EMU_RD : EMU_RS;
+        emu_error err;
+        emu_tensor x;
+        ck_assert(emu_tensor_alloc4(&x, "x", EMU_ROLE_ACTIVATION,
+                                    test_format("binary32"), R, C, 0, 0,
+                                    &err) == 0);
+        gen_data(&g, x.data, x.n);
+        if (test_below(&g, 4) == 0) /* a NaN block now and then */
+            x.data[test_below(&g, x.n)] = NAN;
+        const size_t shape[2] = { R, C };
+        emu_ctx ca, cb;
+        emu_stats sa, sb;
+        emu_ctx *cs[2] = { &ca, &cb };
+        emu_stats *ss[2] = { &sa, &sb };
+        for (int c = 0; c < 2; c++) {
+            emu_ctx_init(cs[c], 41);
+            cs[c]->measure = EMU_MEASURE_ALL;
+            cs[c]->ref_rate = 0.25;
+            cs[c]->op_index = (uint64_t)it;
+            emu_stats_init(ss[c]);
+            cs[c]->stats = ss[c];
+        }
+        emu_scaled_tensor q;
+        sq_alloc(&q, &sf, 2, shape, axis);
+        int ra = emu_t_quantize_scaled(&ca, "q", &q, &x, NULL, NULL, &rnd);
+        int rr = emu_quant_keep_shape(&k, &sf, 2, shape, axis, &err);
+        ck_assert_msg(rr == 0, "emu_quant_keep_shape: %s", err.message);
+        int rb = emu_t_quantize_scaled_kept(&cb, "q", &k.q, &x, NULL, NULL,
+                                            &rnd, &k);
+        size_t d = 0;
+        if (ra == 0 && rb == 0) {
+            d += q.n != k.q.n || q.nblocks != k.q.nblocks || q.axis != k.q.axis;
+            for (size_t i = 0; !d && i < q.n; i++)
+                d += !test_same(q.elem[i], k.q.elem[i]);
+            for (size_t b = 0; !d && b < q.nblocks; b++)
+                d += !test_same(q.scale[b], k.q.scale[b]);
+            d += !test_same(q.tensor_scale, k.q.tensor_scale);
+            const emu_site_stats *a = &emu_stats_find(&sa, "q", EMU_ROLE_ACTIVATION)->total;
+            const emu_site_stats *b = &emu_stats_find(&sb, "q", EMU_ROLE_ACTIVATION)->total;
+            d += !(a->results == b->results && a->inexact == b->inexact &&
+                   a->underflow == b->underflow && a->to_zero == b->to_zero &&
+                   a->subnormal == b->subnormal && a->overflow == b->overflow &&
+                   a->nan == b->nan && a->nan_produced == b->nan_produced &&
+                   a->ref_samples == b->ref_samples &&
+                   test_same(a->ulp_sum, b->ulp_sum) &&
+                   test_same(a->rel_sum, b->rel_sum) &&
+                   !memcmp(a->hist_exact, b->hist_exact, sizeof a->hist_exact) &&
+                   !memcmp(a->hist_rounded, b->hist_rounded, sizeof a->hist_rounded) &&
+                   !memcmp(a->hist_scale, b->hist_scale, sizeof a->hist_scale));
+        }
+        CHECK(ra == rb && d == 0, "call %d, %s %s, %zux%zu along %d: fresh rc "
+              "%d, kept rc %d; %zu elements, scales or statistics differ",
+              it, specs[s], emu_rnd_name(rnd.mode), R, C, axis, ra, rb, d);
+        cases++;
+        emu_stats_free(&sa);
+        emu_stats_free(&sb);
+        emu_scaled_free(&q);
+        emu_tensor_free(&x);
+    }
+    emu_quant_keep_free(&k);
+    fprintf(stderr, "test_scaled: %-44s %llu cases\n", "kept storage", cases);
+    FINISH("kept storage", before);
+}
+END_TEST
+
 START_TEST(memory_order_paths)
 {
     unsigned long long before = begin_test(), cases = 0;
@@ -3377,6 +3468,7 @@ static Suite *scaled_suite(void)
     tcase_add_test(tc, amax_scales_near_boundaries);
     tcase_add_test(tc, sr_threshold_words);
     tcase_add_test(tc, memory_order_paths);
+    tcase_add_test(tc, kept_storage);
     suite_add_tcase(s, tc);
     return s;
 }
