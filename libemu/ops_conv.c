@@ -574,18 +574,16 @@ static void block_to_nchw(const float *fb, size_t r0, size_t r1, size_t C,
 }
 
 /* conv_rows_gemm's fast model on T threads.  Its one-thread blocks
- * number nblk (R rows each, the last up to 2R - 1).  Where sgemm's row
- * panels are a divisor of 64 wide (emu_fast_row_granule; R is a multiple
- * of 64), those blocks have the bits of one sgemm on the whole of A, and
- * so has any block starting on a multiple of the width: here nb, nblk
- * rounded down to a multiple of the parts, blocks of about P / nb rows
- * (an even share cut at the nearest multiple of the width, so never below
- * R / 2 rows: still past the small-matrix kernels), for an even load.
- * Otherwise (the Haswell kernels' 12-row panels) a block's bits depend on
- * where it starts, and the parts take the one-thread blocks themselves
- * (g = 0 below).  Part t takes blocks nb*t/T .. nb*(t+1)/T - 1. */
+ * number nblk (R rows each, the last up to 2R - 1), R a multiple of
+ * sgemm's row panel width (emu_fast_row_granule, nonzero here: nblk >= 2);
+ * those blocks have the bits of one sgemm on the whole of A, and so has
+ * any block starting on a multiple of the width: here nb, nblk rounded
+ * down to a multiple of the parts, blocks of about P / nb rows (an even
+ * share cut at the nearest multiple of the width, so never below R / 2
+ * rows: still past the small-matrix kernels), for an even load.  Part t
+ * takes blocks nb*t/T .. nb*(t+1)/T - 1. */
 typedef struct rows_part {
-    size_t P, C, K, nb, pp, R, g, maxrows;
+    size_t P, C, K, nb, pp, g, maxrows;
     const row_src *src;
     const float *whole;
     const float *b;
@@ -598,8 +596,6 @@ static size_t rows_block(const rows_part *rp, size_t i)
 {
     if (i >= rp->nb)
         return rp->P;
-    if (!rp->g)
-        return i * rp->R;
     const size_t r = (rp->P * i / rp->nb + rp->g / 2) / rp->g * rp->g;
     return r < rp->P ? r : rp->P;
 }
@@ -635,17 +631,15 @@ static void rows_part_run(void *p, int t, int T)
 }
 
 static int conv_rows_gemm_mt(size_t P, size_t C, size_t K, size_t pp,
-                             size_t R, size_t nblk, int threads,
+                             size_t g, size_t nblk, int threads,
                              const row_src *src, const float *whole,
                              const float *b, float **f32)
 {
     size_t T = (size_t)threads < nblk ? (size_t)threads : nblk;
     if (T > EMU_POOL_MAX)
         T = EMU_POOL_MAX;
-    const size_t g = emu_fast_row_granule();
-    const bool even = g && 64 % g == 0;
-    rows_part rp = { .P = P, .C = C, .K = K, .nb = even ? nblk / T * T : nblk,
-                     .pp = pp, .R = R, .g = even ? g : 0,
+    rows_part rp = { .P = P, .C = C, .K = K, .nb = nblk / T * T,
+                     .pp = pp, .g = g,
                      .src = src, .whole = whole, .b = b };
     for (size_t i = 0; i < rp.nb; i++) {
         const size_t rows = rows_block(&rp, i + 1) - rows_block(&rp, i);
@@ -664,6 +658,16 @@ static int conv_rows_gemm_mt(size_t P, size_t C, size_t K, size_t pp,
         }
     *f32 = rp.f;
     return 0;
+}
+
+static size_t gcd_size(size_t a, size_t b)
+{
+    while (b) {
+        size_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
 }
 
 /* The GEMM out(P x C) = A(P x K) B^T of a forward or a data-gradient
@@ -705,13 +709,19 @@ static int conv_rows_gemm(emu_ctx *ctx, const emu_accum *model, size_t P,
     size_t R = (size_t)(CONV_BLOCK_MACS / (double)(C * K)) + 1;
     if (R < CONV_BLOCK_BYTES / (K * sizeof(float)))
         R = CONV_BLOCK_BYTES / (K * sizeof(float));
-    R = (R + 63) / 64 * 64;
+    /* Blocks start on multiples of sgemm's row panel width (64 rows
+     * where the panels divide 64, as SkylakeX's do; 192 under the Haswell
+     * kernels' 12), so that every row is in the panel it had in one call;
+     * where no width is known, one call. */
+    const size_t g = emu_fast_row_granule();
+    const size_t unit = !g ? P : 64 % g == 0 ? 64 : 64 / gcd_size(64, g) * g;
+    R = unit ? (R + unit - 1) / unit * unit : P;
     if (R > P)
         R = P;
     const size_t nblk = P / R; /* what the loop below makes (>= 1) */
     const int T = ctx && ctx->threads > 1 ? ctx->threads : 1;
     if (T > 1 && nblk >= 2)
-        return conv_rows_gemm_mt(P, C, K, pp, R, nblk, T, src, whole, b, f32);
+        return conv_rows_gemm_mt(P, C, K, pp, g, nblk, T, src, whole, b, f32);
     const size_t nf = P * C, nb = 2 * R * K; /* the last block: < 2R rows */
     float *f = malloc((nf ? nf : 1) * sizeof *f);
     float *blk = whole ? NULL : malloc((nb + ROW_SLACK) * sizeof *blk);
@@ -1002,13 +1012,17 @@ int emu_t_conv2d(emu_ctx *ctx, const char *site, emu_tensor *y,
 /* Whether the fast model's data gradient of a 1x1 kernel with stride > 1
  * goes through data_1x1_gemm: its smaller GEMM must be above OpenBLAS's
  * small-matrix kernels in every call (conv_rows_gemm's blocks, or one
- * call of at least 2 CONV_BLOCK_MACS). */
+ * call of at least 2 CONV_BLOCK_MACS), and an output's bits must not
+ * depend on its row's place in the matrix, which moves there: so only
+ * where sgemm's row panels are one row wide (SkylakeX's kernels; not the
+ * Haswell kernels' 12, whose partial panels sum in another order). */
 static bool data_1x1_compact(const conv_geom *g, const emu_accum *model)
 {
     return model->kind == EMU_ACCUM_FAST && g->KH == 1 && g->KW == 1 &&
            g->s > 1 &&
            (double)(g->N * g->Ho * g->Wo + 1) * (double)g->Ci * (double)g->Co >=
-               2 * CONV_BLOCK_MACS;
+               2 * CONV_BLOCK_MACS &&
+           emu_fast_row_granule() == 1;
 }
 
 /* The fast model's data gradient of a 1x1 kernel with stride s > 1, in a
