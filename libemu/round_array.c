@@ -112,6 +112,40 @@ static void counts_merge(emu_round_counts *c, const emu_round_counts *d)
     c->flags |= d->flags;
 }
 
+/* k elements each counted as emu_round_counts_add(c, in, out, flags). */
+static void counts_add_times(emu_round_counts *c, double in, double out,
+                             unsigned flags, uint64_t k)
+{
+    if (!k)
+        return;
+    c->n += k;
+    c->inexact += (flags & EMU_FLAG_INEXACT) ? k : 0;
+    c->underflow += (flags & EMU_FLAG_UNDERFLOW) ? k : 0;
+    c->to_zero += isfinite(in) && in != 0.0 && out == 0.0 ? k : 0;
+    c->subnormal += (flags & EMU_FLAG_SUBNORMAL) ? k : 0;
+    c->overflow += (flags & EMU_FLAG_OVERFLOW) ? k : 0;
+    c->nan += isnan(out) ? k : 0;
+    c->invalid += (flags & EMU_FLAG_INVALID) ? k : 0;
+    c->flags |= flags;
+}
+
+/* The slow lanes of a diverged model are its whole arrays of NaN (and
+ * inf), mostly one pattern.  A non-finite input's result does not depend
+ * on the random word, and while its magnitude u stays one quantum below
+ * the top of the pattern range (u + 2^d <= the largest NaN), the kernels'
+ * rounded magnitude cannot wrap into the sign bit, so the events they
+ * counted for it (overflow and inexact, overflow_neg for negatives) do
+ * not depend on the word either.  So the slow loops keep the last such
+ * pattern's result, events and counts, and its repeats in the tile take
+ * them without a lane of their own. */
+typedef struct special_run {
+    bool on;            /* a pattern is held                           */
+    uint64_t bits;      /* its input pattern                           */
+    double x, y;        /* its input and result                        */
+    unsigned flags;     /* the choke point's flags for it              */
+    uint64_t k;         /* its repeats since it was first rounded      */
+} special_run;
+
 /* m ? x : y for m all ones or zero.  Written as a mask blend so that the
  * compiler keeps both operands' (floating-point) computations
  * unconditional: it may not move a possibly trapping operation under a
@@ -375,6 +409,18 @@ typedef struct tile_events {
     uint32_t inexact, underflow, to_zero, subnormal, overflow, overflow_neg;
     uint32_t slow;
 } tile_events;
+
+/* *e += k * one, slow aside. */
+static void events_add_times(tile_events *e, const tile_events *one,
+                             uint32_t k)
+{
+    e->inexact += one->inexact * k;
+    e->underflow += one->underflow * k;
+    e->to_zero += one->to_zero * k;
+    e->subnormal += one->subnormal * k;
+    e->overflow += one->overflow * k;
+    e->overflow_neg += one->overflow_neg * k;
+}
 
 /* One lane: its result pattern, its events added to *e.  mode and low are
  * constants wherever this is inlined, so each kernel keeps only its own
@@ -648,10 +694,20 @@ static void tile_f32(const f32_plan *pl, tile_kernel kern,
     e.slow -= (uint32_t)(TILE - len) * (pl->zero_below > 0);
     if (e.slow) {
         /* Redo the slow lanes with the choke point, and take back what
-         * the kernel counted for them. */
-        tile_events back = { 0 };
+         * the kernel counted for them; non-finite inputs without their
+         * (unused) words, and the repeats of the last such pattern as
+         * special_run says. */
+        tile_events back = { 0 }, run_ev = { 0 };
+        special_run run = { .on = false };
+        const uint32_t run_top = 0x7fffffffu - (pl->mask + 1);
         for (size_t i = 0; i < len; i++) {
-            tile_events one = lane_events(pl, f2u(src[i]), sr ? wh[i] : 0);
+            const uint32_t b = f2u(src[i]);
+            if (run.on && b == run.bits) {
+                dst[i] = (float)run.y;
+                run.k++;
+                continue;
+            }
+            tile_events one = lane_events(pl, b, sr ? wh[i] : 0);
             if (!one.slow)
                 continue;
             back.inexact += one.inexact;
@@ -661,13 +717,24 @@ static void tile_f32(const f32_plan *pl, tile_kernel kern,
             back.overflow += one.overflow;
             back.overflow_neg += one.overflow_neg;
             emu_status st;
-            uint64_t word = sr ? emu_random64(a->seed, a->stream, first + i)
-                               : 0;
-            double x = src[i];
-            double y = emu_round2_word_unguarded(f, x, 0.0, &a->rnd, word, &st);
+            const double x = src[i];
+            const bool special = !isfinite(x);
+            const uint64_t word = sr && !special
+                                  ? emu_random64(a->seed, a->stream, first + i)
+                                  : 0;
+            const double y = emu_round2_word_unguarded(f, x, 0.0, &a->rnd,
+                                                       word, &st);
             dst[i] = (float)y;
             emu_round_counts_add_unguarded(c, x, y, st.flags);
+            if (special && (b & 0x7fffffffu) <= run_top) {
+                events_add_times(&back, &run_ev, (uint32_t)run.k);
+                counts_add_times(c, run.x, run.y, run.flags, run.k);
+                run = (special_run){ true, b, x, y, st.flags, 0 };
+                run_ev = one;
+            }
         }
+        events_add_times(&back, &run_ev, (uint32_t)run.k);
+        counts_add_times(c, run.x, run.y, run.flags, run.k);
         e.inexact -= back.inexact;
         e.underflow -= back.underflow;
         e.to_zero -= back.to_zero;
@@ -809,6 +876,17 @@ typedef struct tile_events64 {
     uint64_t inexact, underflow, to_zero, subnormal, overflow, overflow_neg;
     uint64_t slow;
 } tile_events64;
+
+static void events64_add_times(tile_events64 *e, const tile_events64 *one,
+                               uint64_t k)
+{
+    e->inexact += one->inexact * k;
+    e->underflow += one->underflow * k;
+    e->to_zero += one->to_zero * k;
+    e->subnormal += one->subnormal * k;
+    e->overflow += one->overflow * k;
+    e->overflow_neg += one->overflow_neg * k;
+}
 
 /* Below 2^emin: a on the quantum grid, to nearest-even, and truncated. */
 static inline double low_rne64(const f64_plan *pl, double a)
@@ -1083,10 +1161,18 @@ static void tile_f64(const f64_plan *pl, tile_kernel64 kern,
     kern(pl, dst, src, w, &e);
     e.slow -= (uint64_t)(TILE - len) * (pl->zero_below > 0);
     if (e.slow) {
-        tile_events64 back = { 0 };
+        /* as tile_f32's */
+        tile_events64 back = { 0 }, run_ev = { 0 };
+        special_run run = { .on = false };
+        const uint64_t run_top = ((uint64_t)1 << 63) - 1 - (pl->mask + 1);
         for (size_t i = 0; i < len; i++) {
-            tile_events64 one = lane64_events(pl, d2u(src[i]),
-                                              sr ? w[i] : 0);
+            const uint64_t b = d2u(src[i]);
+            if (run.on && b == run.bits) {
+                dst[i] = run.y;
+                run.k++;
+                continue;
+            }
+            tile_events64 one = lane64_events(pl, b, sr ? w[i] : 0);
             if (!one.slow)
                 continue;
             back.inexact += one.inexact;
@@ -1096,12 +1182,20 @@ static void tile_f64(const f64_plan *pl, tile_kernel64 kern,
             back.overflow += one.overflow;
             back.overflow_neg += one.overflow_neg;
             emu_status st;
-            double x = src[i];
-            double y = emu_round2_word_unguarded(f, x, 0.0, &a->rnd,
-                                                 sr ? w[i] : 0, &st);
+            const double x = src[i];
+            const double y = emu_round2_word_unguarded(f, x, 0.0, &a->rnd,
+                                                       sr ? w[i] : 0, &st);
             dst[i] = y;
             emu_round_counts_add_unguarded(c, x, y, st.flags);
+            if (!isfinite(x) && (b & ~((uint64_t)1 << 63)) <= run_top) {
+                events64_add_times(&back, &run_ev, run.k);
+                counts_add_times(c, run.x, run.y, run.flags, run.k);
+                run = (special_run){ true, b, x, y, st.flags, 0 };
+                run_ev = one;
+            }
         }
+        events64_add_times(&back, &run_ev, run.k);
+        counts_add_times(c, run.x, run.y, run.flags, run.k);
         e.inexact -= back.inexact;
         e.underflow -= back.underflow;
         e.to_zero -= back.to_zero;

@@ -601,6 +601,50 @@ START_TEST(test_f64_edges)
 }
 END_TEST
 
+/* Arrays of a diverged model: long runs of one non-finite pattern (the
+ * slow loops keep the last one's result, events and counts for its
+ * repeats), switching between patterns, both signs, payloads up to the
+ * largest (whose kernel lanes may wrap: no repeats taken for them),
+ * broken by finite values, binary32 and binary64 input. */
+START_TEST(test_special_runs)
+{
+    const emu_format *f = carrier[_i];
+    enum { N = 3 * 1024 + 77 };
+    static float in[N], out[N];
+    static double in64[N], out64[N];
+    static const uint32_t pat[] = {
+        0x7fc00000u, 0xffc00000u, 0x7f800000u, 0xff800000u, 0x7fa00001u,
+        0x7fffffffu, 0xfffffffeu, 0x7ffc0000u, 0xff800001u,
+    };
+    enum { NP = sizeof pat / sizeof pat[0] };
+    test_rng g = test_rng_make(0x5bec + (uint64_t)_i);
+    size_t i = 0;
+    while (i < N) {
+        const uint32_t pb = pat[test_below(&g, NP)];
+        size_t len = 1 + (size_t)test_below(&g, 300);
+        for (size_t j = 0; j < len && i < N; j++, i++) {
+            const bool finite = test_below(&g, 16) == 0;
+            in[i] = finite ? ldexpf((float)(test_next(&g) >> 40),
+                                    f->emin - 20 + (int)test_below(&g, 30))
+                           : bitsf(pb);
+            /* binary64: the same values, NaNs with their payload widened */
+            uint64_t w = (uint64_t)(pb >> 31) << 63 | (uint64_t)0x7ff << 52
+                         | (uint64_t)(pb & 0x7fffffu) << 29;
+            if ((pb & 0x7fffffu) == 0x7fffffu || (pb & 0x7fffffu) == 0x7ffffeu)
+                w |= ((uint64_t)1 << 29) - 1; /* the top payloads */
+            in64[i] = finite ? (double)in[i] : u2d(w);
+        }
+    }
+    for (int m = 0; m < N_MODES; m++)
+        for (int cfg = 0; cfg < 4; cfg++) {
+            emu_array_rounding a = make_rounding(&modes[m], cfg & 1, cfg >> 1,
+                                                 41, 9 * (uint64_t)cfg);
+            compare_f32(f, &a, in, N, out);
+            compare_f64(f, &a, in64, N, out64);
+        }
+}
+END_TEST
+
 /* The smallest significand sig (implicit bit included, in [2^52, 2^53))
  * of a value whose quantum drops dd bits of it with floor(F 2^64) >= t,
  * t >= 1: the stochastic carry's edge, sig - 1 lying just below it.
@@ -898,6 +942,7 @@ static Suite *round_array_suite(void)
     tcase_add_loop_test(tc, test_in_place, 0, n_carrier);
     tcase_add_loop_test(tc, test_chunking, 0, n_carrier);
     tcase_add_loop_test(tc, test_nan_payloads, 0, n_carrier);
+    tcase_add_loop_test(tc, test_special_runs, 0, n_carrier);
     tcase_add_loop_test(tc, test_sr_low_half_ties, 0, n_carrier);
     tcase_add_test(tc, test_empty);
     tcase_add_test(tc, test_refuses_wide_formats);
