@@ -52,12 +52,13 @@
  * high halves from rng.c's vectorised Philox: the low halves matter only
  * in the ties left to the choke point.
  *
- * binary64 input uses the same method on 64-bit patterns for the
- * deterministic modes, as the same kind of fused tile kernel (the choke
- * point rounds through it the values that are not binary32 values: an
- * optimizer's new weights), and the scalar choke point otherwise.  Pairs
- * hi + lo under stochastic rounding (the optimizer's exact sums) have a
- * kernel of their own, emu_round_pairs_f32_unguarded, below.
+ * binary64 input uses the same method on 64-bit patterns, as the same
+ * kind of fused tile kernel (the choke point rounds through it the values
+ * that are not binary32 values: an optimizer's new weights, and under
+ * stochastic rounding the gradients and other sums of products); its
+ * stochastic lanes below 2^emin decide on integers, as the pairs' do.
+ * Pairs hi + lo under stochastic rounding (the optimizer's exact sums)
+ * have a kernel of their own, emu_round_pairs_f32_unguarded, below.
  *
  * With EMU_OPENMP, large arrays are split into tiles across threads.  The
  * random word of element i depends only on i, and the counts are sums of
@@ -110,6 +111,40 @@ static void counts_merge(emu_round_counts *c, const emu_round_counts *d)
     c->invalid += d->invalid;
     c->flags |= d->flags;
 }
+
+/* k elements each counted as emu_round_counts_add(c, in, out, flags). */
+static void counts_add_times(emu_round_counts *c, double in, double out,
+                             unsigned flags, uint64_t k)
+{
+    if (!k)
+        return;
+    c->n += k;
+    c->inexact += (flags & EMU_FLAG_INEXACT) ? k : 0;
+    c->underflow += (flags & EMU_FLAG_UNDERFLOW) ? k : 0;
+    c->to_zero += isfinite(in) && in != 0.0 && out == 0.0 ? k : 0;
+    c->subnormal += (flags & EMU_FLAG_SUBNORMAL) ? k : 0;
+    c->overflow += (flags & EMU_FLAG_OVERFLOW) ? k : 0;
+    c->nan += isnan(out) ? k : 0;
+    c->invalid += (flags & EMU_FLAG_INVALID) ? k : 0;
+    c->flags |= flags;
+}
+
+/* The slow lanes of a diverged model are its whole arrays of NaN (and
+ * inf), mostly one pattern.  A non-finite input's result does not depend
+ * on the random word, and while its magnitude u stays one quantum below
+ * the top of the pattern range (u + 2^d <= the largest NaN), the kernels'
+ * rounded magnitude cannot wrap into the sign bit, so the events they
+ * counted for it (overflow and inexact, overflow_neg for negatives) do
+ * not depend on the word either.  So the slow loops keep the last such
+ * pattern's result, events and counts, and its repeats in the tile take
+ * them without a lane of their own. */
+typedef struct special_run {
+    bool on;            /* a pattern is held                           */
+    uint64_t bits;      /* its input pattern                           */
+    double x, y;        /* its input and result                        */
+    unsigned flags;     /* the choke point's flags for it              */
+    uint64_t k;         /* its repeats since it was first rounded      */
+} special_run;
 
 /* m ? x : y for m all ones or zero.  Written as a mask blend so that the
  * compiler keeps both operands' (floating-point) computations
@@ -374,6 +409,18 @@ typedef struct tile_events {
     uint32_t inexact, underflow, to_zero, subnormal, overflow, overflow_neg;
     uint32_t slow;
 } tile_events;
+
+/* *e += k * one, slow aside. */
+static void events_add_times(tile_events *e, const tile_events *one,
+                             uint32_t k)
+{
+    e->inexact += one->inexact * k;
+    e->underflow += one->underflow * k;
+    e->to_zero += one->to_zero * k;
+    e->subnormal += one->subnormal * k;
+    e->overflow += one->overflow * k;
+    e->overflow_neg += one->overflow_neg * k;
+}
 
 /* One lane: its result pattern, its events added to *e.  mode and low are
  * constants wherever this is inlined, so each kernel keeps only its own
@@ -647,10 +694,20 @@ static void tile_f32(const f32_plan *pl, tile_kernel kern,
     e.slow -= (uint32_t)(TILE - len) * (pl->zero_below > 0);
     if (e.slow) {
         /* Redo the slow lanes with the choke point, and take back what
-         * the kernel counted for them. */
-        tile_events back = { 0 };
+         * the kernel counted for them; non-finite inputs without their
+         * (unused) words, and the repeats of the last such pattern as
+         * special_run says. */
+        tile_events back = { 0 }, run_ev = { 0 };
+        special_run run = { .on = false };
+        const uint32_t run_top = 0x7fffffffu - (pl->mask + 1);
         for (size_t i = 0; i < len; i++) {
-            tile_events one = lane_events(pl, f2u(src[i]), sr ? wh[i] : 0);
+            const uint32_t b = f2u(src[i]);
+            if (run.on && b == run.bits) {
+                dst[i] = (float)run.y;
+                run.k++;
+                continue;
+            }
+            tile_events one = lane_events(pl, b, sr ? wh[i] : 0);
             if (!one.slow)
                 continue;
             back.inexact += one.inexact;
@@ -660,13 +717,24 @@ static void tile_f32(const f32_plan *pl, tile_kernel kern,
             back.overflow += one.overflow;
             back.overflow_neg += one.overflow_neg;
             emu_status st;
-            uint64_t word = sr ? emu_random64(a->seed, a->stream, first + i)
-                               : 0;
-            double x = src[i];
-            double y = emu_round2_word_unguarded(f, x, 0.0, &a->rnd, word, &st);
+            const double x = src[i];
+            const bool special = !isfinite(x);
+            const uint64_t word = sr && !special
+                                  ? emu_random64(a->seed, a->stream, first + i)
+                                  : 0;
+            const double y = emu_round2_word_unguarded(f, x, 0.0, &a->rnd,
+                                                       word, &st);
             dst[i] = (float)y;
             emu_round_counts_add_unguarded(c, x, y, st.flags);
+            if (special && (b & 0x7fffffffu) <= run_top) {
+                events_add_times(&back, &run_ev, (uint32_t)run.k);
+                counts_add_times(c, run.x, run.y, run.flags, run.k);
+                run = (special_run){ true, b, x, y, st.flags, 0 };
+                run_ev = one;
+            }
         }
+        events_add_times(&back, &run_ev, (uint32_t)run.k);
+        counts_add_times(c, run.x, run.y, run.flags, run.k);
         e.inexact -= back.inexact;
         e.underflow -= back.underflow;
         e.to_zero -= back.to_zero;
@@ -700,12 +768,26 @@ static void tile_f32(const f32_plan *pl, tile_kernel kern,
  * The binary32 method on 64-bit patterns: d = 53 - p dropped bits at and
  * above 2^emin, the grid 2^qs below it through magic = 2^(qs + 52).  No
  * binary64 subnormal lies near a carrier format's range, so every format
- * takes the grid below 2^emin and no lane is slow for its size; the
- * deterministic modes only (stochastic binary64 input takes the scalar
- * path, pairs hi + lo take emu_round_pairs_f32_unguarded below). */
+ * takes the grid below 2^emin and no lane is slow for its size.
+ *
+ * Stochastic rounding at and above 2^emin adds the word's top min(r, d)
+ * bits below the kept bits, as the binary32 lanes do.  Below 2^emin the
+ * fraction F of a quantum is not a binary32-sized number, so the lanes
+ * take it from the pattern, as the pairs kernel does without a low part:
+ * with sig the significand (implicit bit included) and E the exponent
+ * field (1 for binary64's subnormals, whose scale is E = 1's), the
+ * quantum 2^qs drops dl = d_low + (emin's field - E) bits of sig, d_low
+ * being d with subnormals and 52 without (2^emin is then the quantum).
+ * floor(F 2^64) is sig's dl low bits shifted up by 64 - dl, or sig
+ * shifted down by dl - 64 when dl > 64 (the value lies below 2^-10
+ * quanta); the word carries out of 64 bits with it or not, each cut to
+ * its top r bits: decide()'s rule.  The result is the pattern with dl
+ * bits cleared plus the carry's quantum, or, once the implicit bit is
+ * dropped (dl >= 53), zero or one quantum.  Every lane's words are the
+ * words of emu_random_fill, so no tie is left to the choke point. */
 
 typedef struct f64_plan {
-    int kmode;                  /* K_*, deterministic                   */
+    int kmode;                  /* K_*                                  */
     uint64_t tiny_u;            /* all ones: tininess before rounding   */
     uint64_t d, mask, half, emin_bits, max_bits;
     double magic, quantum, half_q;
@@ -713,13 +795,18 @@ typedef struct f64_plan {
     uint64_t zero_sign, ovf_sign;
     bool general;               /* as f32_plan's                        */
     int64_t neg_above, zero_below;
+    /* stochastic: the word's bits added at and above 2^emin (as
+     * f32_plan's), the top r bits of a word, and below 2^emin d_low,
+     * emin's exponent field and the pattern of the quantum 2^qs */
+    uint64_t sr_keep, sr_shift_r, sr_shift_l, sr_top;
+    uint64_t d_low, emin_e, q_bits;
 } f64_plan;
 
 static bool plan_f64(f64_plan *pl, const emu_format *f, const emu_rounding *r)
 {
     int qs = low_quantum(f);
     if (!f->fits_carrier || f->p > 52 || qs > 0 || qs - 1 < -1022
-        || emu_rnd_is_stochastic(r->mode) || (unsigned)r->mode >= EMU_RND_COUNT)
+        || (unsigned)r->mode >= EMU_RND_COUNT)
         return false;
     memset(pl, 0, sizeof *pl);
     switch (r->mode) {
@@ -728,7 +815,8 @@ static bool plan_f64(f64_plan *pl, const emu_format *f, const emu_rounding *r)
     case EMU_RNA: pl->kmode = K_RNA; break;
     case EMU_RU:  pl->kmode = K_RU; break;
     case EMU_RD:  pl->kmode = K_RD; break;
-    default:      pl->kmode = K_RO; break;
+    case EMU_RO:  pl->kmode = K_RO; break;
+    default:      pl->kmode = K_SR; break;
     }
     pl->tiny_u = r->tininess == EMU_TINY_BEFORE ? ~(uint64_t)0 : 0;
     pl->d = (uint64_t)(53 - f->p);
@@ -754,6 +842,16 @@ static bool plan_f64(f64_plan *pl, const emu_format *f, const emu_rounding *r)
     pl->ovf_sign = ovf_signed ? sign : 0;
     pl->general = !f->is_signed || !f->has_zero || pl->zero_sign != sign
                   || (!ovf_signed && pl->ovf[1] != pl->ovf[0]);
+
+    const unsigned rb = sr_bits_of(r);
+    const uint64_t k = rb < pl->d ? rb : pl->d; /* 1 .. d */
+    pl->sr_keep = ~(((uint64_t)1 << (pl->d - k)) - 1);
+    pl->sr_shift_r = 64 - k;
+    pl->sr_shift_l = pl->d - k;
+    pl->sr_top = rb >= 64 ? ~(uint64_t)0 : ~(~(uint64_t)0 >> rb);
+    pl->d_low = f->subnormals ? pl->d : 52;
+    pl->emin_e = pl->emin_bits >> 52;
+    pl->q_bits = d2u(pl->quantum);
     return true;
 }
 
@@ -779,6 +877,17 @@ typedef struct tile_events64 {
     uint64_t slow;
 } tile_events64;
 
+static void events64_add_times(tile_events64 *e, const tile_events64 *one,
+                               uint64_t k)
+{
+    e->inexact += one->inexact * k;
+    e->underflow += one->underflow * k;
+    e->to_zero += one->to_zero * k;
+    e->subnormal += one->subnormal * k;
+    e->overflow += one->overflow * k;
+    e->overflow_neg += one->overflow_neg * k;
+}
+
 /* Below 2^emin: a on the quantum grid, to nearest-even, and truncated. */
 static inline double low_rne64(const f64_plan *pl, double a)
 {
@@ -791,11 +900,36 @@ static inline double low_rz64(const f64_plan *pl, double a)
     return dblend(mask64(s > a), s_down, s);
 }
 
+/* Below 2^emin, stochastic: the rounded magnitude of pattern u (the
+ * plan's comment says how) with word w. */
+static inline uint64_t low_sr64(const f64_plan *p, uint64_t u, uint64_t w)
+{
+    const uint64_t E = u >> 52, frac = u & (((uint64_t)1 << 52) - 1);
+    const uint64_t sig = frac | ((uint64_t)(E != 0) << 52);
+    /* d_low + emin's field - E, E >= 1 (d_low in the lanes at or above
+     * 2^emin, whose results are thrown away); every shift count below
+     * stays in 0 .. 63.  (Shifts of variables by variables only: gcc
+     * vectorises no shift of a constant by a variable.) */
+    const uint64_t low = E < p->emin_e;
+    const uint64_t dd = p->d_low
+                        + (mask64(low) & (p->emin_e - (E | (E == 0))));
+    const uint64_t far = dd > 63;
+    const uint64_t dl = blend64(mask64(far), 63, dd);
+    const uint64_t fint = sig - ((sig >> dl) << dl);
+    const uint64_t sh = blend64(mask64(far & (dd < 127)), dd - 64, 63);
+    const uint64_t fq = blend64(mask64(far), sig >> sh, fint << (64 - dl));
+    const uint64_t wt = w & p->sr_top;
+    const uint64_t up = ((fq & p->sr_top) + wt) < wt;
+    const uint64_t r = ((u >> dl) + up) << dl;
+    return blend64(mask64(dl >= 53), mask64(up) & p->q_bits, r);
+}
+
 /* One lane, as lane() (binary64 patterns are below 2^63 in the lanes the
- * fast path covers, so signed comparisons are exact). */
+ * fast path covers, so signed comparisons are exact); w is the lane's
+ * random word, read by the stochastic kernels only. */
 static EMU_KERNEL_INLINE uint64_t lane64(const f64_plan *p, const int mode,
                                          const bool general, uint64_t b,
-                                         tile_events64 *e)
+                                         uint64_t w, tile_events64 *e)
 {
     const uint64_t sign_bit = (uint64_t)1 << 63, implicit = (uint64_t)1 << 52;
     const uint64_t u = b & ~sign_bit, neg = b >> 63;
@@ -826,7 +960,7 @@ static EMU_KERNEL_INLINE uint64_t lane64(const f64_plan *p, const int mode,
         lo = d2u(dblend(mask64(away & (z != a)), z_up, z));
         break;
     }
-    default: { /* K_RO */
+    case K_RO: {
         const uint64_t odd = ((u | implicit) >> p->d) & 1;
         n = (u & keep) + (mask64(((u & p->mask) != 0) & (odd ^ 1))
                           & (p->mask + 1));
@@ -835,6 +969,11 @@ static EMU_KERNEL_INLINE uint64_t lane64(const f64_plan *p, const int mode,
         lo = d2u(u2d(k) - p->magic);
         break;
     }
+    default: /* K_SR */
+        n = ((u & p->sr_keep) + ((w >> p->sr_shift_r) << p->sr_shift_l))
+            & keep;
+        lo = low_sr64(p, u, w);
+        break;
     }
     const uint64_t is_low = su < emin;
     const uint64_t r = blend64(mask64(is_low), lo, n);
@@ -869,26 +1008,29 @@ static EMU_KERNEL_INLINE void kernel64_run(const f64_plan *plan,
                                            const int mode, const bool general,
                                            double *restrict out,
                                            const double *restrict in,
+                                           const uint64_t *restrict w,
                                            tile_events64 *ev)
 {
     const f64_plan p = *plan;
     tile_events64 e = { 0 };
     for (size_t i = 0; i < TILE; i++)
-        out[i] = u2d(lane64(&p, mode, general, d2u(in[i]), &e));
+        out[i] = u2d(lane64(&p, mode, general, d2u(in[i]),
+                            mode == K_SR ? w[i] : 0, &e));
     *ev = e;
 }
 
 static EMU_KERNEL_INLINE void kernel64_any(const f64_plan *p,
                                            double *restrict out,
                                            const double *restrict in,
+                                           const uint64_t *restrict w,
                                            tile_events64 *e)
 {
 #define K_CASE(k)                                                             \
     case k:                                                                   \
         if (p->general)                                                       \
-            kernel64_run(p, k, true, out, in, e);                             \
+            kernel64_run(p, k, true, out, in, w, e);                          \
         else                                                                  \
-            kernel64_run(p, k, false, out, in, e);                            \
+            kernel64_run(p, k, false, out, in, w, e);                         \
         break
     switch (p->kmode) {
     K_CASE(K_RNE);
@@ -896,34 +1038,39 @@ static EMU_KERNEL_INLINE void kernel64_any(const f64_plan *p,
     K_CASE(K_RNA);
     K_CASE(K_RU);
     K_CASE(K_RD);
-    default:
     K_CASE(K_RO);
+    default:
+    K_CASE(K_SR);
     }
 #undef K_CASE
 }
 
 typedef void (*tile_kernel64)(const f64_plan *, double *restrict,
-                              const double *restrict, tile_events64 *);
+                              const double *restrict,
+                              const uint64_t *restrict, tile_events64 *);
 
 static void kernel64_base(const f64_plan *p, double *restrict out,
-                          const double *restrict in, tile_events64 *e)
+                          const double *restrict in,
+                          const uint64_t *restrict w, tile_events64 *e)
 {
-    kernel64_any(p, out, in, e);
+    kernel64_any(p, out, in, w, e);
 }
 
 #if EMU_HAVE_ISA_CLONES
 EMU_ISA_TARGET_AVX2
 static void kernel64_avx2(const f64_plan *p, double *restrict out,
-                          const double *restrict in, tile_events64 *e)
+                          const double *restrict in,
+                          const uint64_t *restrict w, tile_events64 *e)
 {
-    kernel64_any(p, out, in, e);
+    kernel64_any(p, out, in, w, e);
 }
 
 EMU_ISA_TARGET_AVX512
 static void kernel64_avx512(const f64_plan *p, double *restrict out,
-                            const double *restrict in, tile_events64 *e)
+                            const double *restrict in,
+                            const uint64_t *restrict w, tile_events64 *e)
 {
-    kernel64_any(p, out, in, e);
+    kernel64_any(p, out, in, w, e);
 }
 #endif
 
@@ -939,15 +1086,15 @@ static tile_kernel64 kernel64_for(emu_isa isa)
     return kernel64_base;
 }
 
-static tile_events64 lane64_events(const f64_plan *p, uint64_t b)
+static tile_events64 lane64_events(const f64_plan *p, uint64_t b, uint64_t w)
 {
     tile_events64 e = { 0 };
 #define K_CASE(k)                                                             \
     case k:                                                                   \
         if (p->general)                                                       \
-            lane64(p, k, true, b, &e);                                        \
+            lane64(p, k, true, b, w, &e);                                     \
         else                                                                  \
-            lane64(p, k, false, b, &e);                                       \
+            lane64(p, k, false, b, w, &e);                                    \
         break
     switch (p->kmode) {
     K_CASE(K_RNE);
@@ -955,8 +1102,9 @@ static tile_events64 lane64_events(const f64_plan *p, uint64_t b)
     K_CASE(K_RNA);
     K_CASE(K_RU);
     K_CASE(K_RD);
-    default:
     K_CASE(K_RO);
+    default:
+    K_CASE(K_SR);
     }
 #undef K_CASE
     return e;
@@ -987,9 +1135,10 @@ static void events64_to_counts(const f64_plan *pl, const emu_format *f,
 
 static void tile_f64(const f64_plan *pl, tile_kernel64 kern,
                      const emu_format *f, double *out, const double *in,
-                     size_t len, const emu_array_rounding *a,
+                     size_t len, const emu_array_rounding *a, uint64_t first,
                      emu_round_counts *c)
 {
+    uint64_t w[TILE];
     double copy[TILE], part[TILE];
     const double *src = in;
     double *dst = out;
@@ -1002,13 +1151,28 @@ static void tile_f64(const f64_plan *pl, tile_kernel64 kern,
     }
     if (len < TILE)
         dst = part;
+    const bool sr = pl->kmode == K_SR;
+    if (sr) {
+        emu_random_fill(a->seed, a->stream, first, w, len);
+        /* +0 with word 0 rounds to +0: the padding raises no events */
+        memset(w + len, 0, (TILE - len) * sizeof w[0]);
+    }
     tile_events64 e;
-    kern(pl, dst, src, &e);
+    kern(pl, dst, src, w, &e);
     e.slow -= (uint64_t)(TILE - len) * (pl->zero_below > 0);
     if (e.slow) {
-        tile_events64 back = { 0 };
+        /* as tile_f32's */
+        tile_events64 back = { 0 }, run_ev = { 0 };
+        special_run run = { .on = false };
+        const uint64_t run_top = ((uint64_t)1 << 63) - 1 - (pl->mask + 1);
         for (size_t i = 0; i < len; i++) {
-            tile_events64 one = lane64_events(pl, d2u(src[i]));
+            const uint64_t b = d2u(src[i]);
+            if (run.on && b == run.bits) {
+                dst[i] = run.y;
+                run.k++;
+                continue;
+            }
+            tile_events64 one = lane64_events(pl, b, sr ? w[i] : 0);
             if (!one.slow)
                 continue;
             back.inexact += one.inexact;
@@ -1018,11 +1182,20 @@ static void tile_f64(const f64_plan *pl, tile_kernel64 kern,
             back.overflow += one.overflow;
             back.overflow_neg += one.overflow_neg;
             emu_status st;
-            double x = src[i];
-            double y = emu_round2_word_unguarded(f, x, 0.0, &a->rnd, 0, &st);
+            const double x = src[i];
+            const double y = emu_round2_word_unguarded(f, x, 0.0, &a->rnd,
+                                                       sr ? w[i] : 0, &st);
             dst[i] = y;
             emu_round_counts_add_unguarded(c, x, y, st.flags);
+            if (!isfinite(x) && (b & ~((uint64_t)1 << 63)) <= run_top) {
+                events64_add_times(&back, &run_ev, run.k);
+                counts_add_times(c, run.x, run.y, run.flags, run.k);
+                run = (special_run){ true, b, x, y, st.flags, 0 };
+                run_ev = one;
+            }
         }
+        events64_add_times(&back, &run_ev, run.k);
+        counts_add_times(c, run.x, run.y, run.flags, run.k);
         e.inexact -= back.inexact;
         e.underflow -= back.underflow;
         e.to_zero -= back.to_zero;
@@ -1574,7 +1747,8 @@ int emu_round_array_f64_unguarded(const emu_format *fmt, double *out,
         size_t i = t * TILE, len = n - i < TILE ? n - i : TILE;
         emu_round_counts c = { 0 };
         if (fast)
-            tile_f64(&pl, kern, fmt, out + i, in + i, len, a, &c);
+            tile_f64(&pl, kern, fmt, out + i, in + i, len, a,
+                     a->first_index + i, &c);
         else
             scalar_tile_f64(fmt, out + i, in + i, len, a, a->first_index + i,
                             &c);

@@ -601,6 +601,156 @@ START_TEST(test_f64_edges)
 }
 END_TEST
 
+/* Arrays of a diverged model: long runs of one non-finite pattern (the
+ * slow loops keep the last one's result, events and counts for its
+ * repeats), switching between patterns, both signs, payloads up to the
+ * largest (whose kernel lanes may wrap: no repeats taken for them),
+ * broken by finite values, binary32 and binary64 input. */
+START_TEST(test_special_runs)
+{
+    const emu_format *f = carrier[_i];
+    enum { N = 3 * 1024 + 77 };
+    static float in[N], out[N];
+    static double in64[N], out64[N];
+    static const uint32_t pat[] = {
+        0x7fc00000u, 0xffc00000u, 0x7f800000u, 0xff800000u, 0x7fa00001u,
+        0x7fffffffu, 0xfffffffeu, 0x7ffc0000u, 0xff800001u,
+    };
+    enum { NP = sizeof pat / sizeof pat[0] };
+    test_rng g = test_rng_make(0x5bec + (uint64_t)_i);
+    size_t i = 0;
+    while (i < N) {
+        const uint32_t pb = pat[test_below(&g, NP)];
+        size_t len = 1 + (size_t)test_below(&g, 300);
+        for (size_t j = 0; j < len && i < N; j++, i++) {
+            const bool finite = test_below(&g, 16) == 0;
+            in[i] = finite ? ldexpf((float)(test_next(&g) >> 40),
+                                    f->emin - 20 + (int)test_below(&g, 30))
+                           : bitsf(pb);
+            /* binary64: the same values, NaNs with their payload widened */
+            uint64_t w = (uint64_t)(pb >> 31) << 63 | (uint64_t)0x7ff << 52
+                         | (uint64_t)(pb & 0x7fffffu) << 29;
+            if ((pb & 0x7fffffu) == 0x7fffffu || (pb & 0x7fffffu) == 0x7ffffeu)
+                w |= ((uint64_t)1 << 29) - 1; /* the top payloads */
+            in64[i] = finite ? (double)in[i] : u2d(w);
+        }
+    }
+    for (int m = 0; m < N_MODES; m++)
+        for (int cfg = 0; cfg < 4; cfg++) {
+            emu_array_rounding a = make_rounding(&modes[m], cfg & 1, cfg >> 1,
+                                                 41, 9 * (uint64_t)cfg);
+            compare_f32(f, &a, in, N, out);
+            compare_f64(f, &a, in64, N, out64);
+        }
+}
+END_TEST
+
+/* The smallest significand sig (implicit bit included, in [2^52, 2^53))
+ * of a value whose quantum drops dd bits of it with floor(F 2^64) >= t,
+ * t >= 1: the stochastic carry's edge, sig - 1 lying just below it.
+ * False if no such pair sig - 1, sig exists in the binade. */
+static bool sr_edge_sig(unsigned dd, uint64_t t, test_rng *g, uint64_t *sig)
+{
+    const uint64_t implicit = (uint64_t)1 << 52;
+    uint64_t s;
+    if (dd <= 52) { /* random kept bits, the dropped ones at the edge */
+        const unsigned sh = 64 - dd;
+        const uint64_t f = (t >> sh) + ((t & (((uint64_t)1 << sh) - 1)) != 0);
+        if (f >= ((uint64_t)1 << dd) || f == 0)
+            return false;
+        const uint64_t kept = (test_next(g) >> (11 + dd)) | (implicit >> dd);
+        s = (kept << dd) | f;
+    } else if (dd <= 63) { /* every bit dropped */
+        const unsigned sh = 64 - dd;
+        s = (t >> sh) + ((t & (((uint64_t)1 << sh) - 1)) != 0);
+        if (s <= implicit || s >= 2 * implicit)
+            return false;
+    } else { /* below 2^-11 quanta: floor(F 2^64) = sig >> (dd - 64) */
+        const unsigned sh = dd - 64;
+        if (sh > 52 || t > ((2 * implicit - 1) >> sh))
+            return false;
+        s = t << sh;
+        if (s <= implicit)
+            return false;
+    }
+    *sig = s;
+    return true;
+}
+
+/* Stochastic rounding of binary64 input at the carry's edge: for element
+ * i, with word w (cut to its top r bits), a value whose floor(F 2^64) is
+ * 2^64 - w (rounds up) or one below it (rounds down), in binades from far
+ * below 2^emin (F below 2^-11, the lanes' shifted-down case, which the
+ * words near 2^64 allow) up through the format's normal range; a quarter
+ * of them in the binade just below 2^emin with every bit kept at p bits
+ * one (tininess after rounding's case, off the edge). */
+START_TEST(test_f64_sr_edges)
+{
+    const emu_format *f = carrier[_i];
+    enum { N = 1 << 15 };
+    static double in[N], out[N];
+    const int d = 53 - f->p, d_low = f->subnormals ? d : 52;
+    const int emin_e = f->emin + 1023;
+    const uint64_t frac = ((uint64_t)1 << 52) - 1;
+    for (int m = 0; m < N_MODES; m++) {
+        if (!emu_rnd_is_stochastic(modes[m].mode))
+            continue;
+        const unsigned rb = modes[m].bits ? modes[m].bits : 64;
+        const uint64_t top = rb >= 64 ? ~(uint64_t)0 : ~(~(uint64_t)0 >> rb);
+        for (int cfg = 0; cfg < 2; cfg++) {
+            emu_array_rounding a = make_rounding(&modes[m], cfg, false, 0x5e,
+                                                 777 * (uint64_t)cfg);
+            test_rng g = test_rng_make(0xed6e + (uint64_t)m);
+            int tried = 0, built = 0, far = 0;
+            for (size_t i = 0; i < N; i++) {
+                const uint64_t w = emu_random64(a.seed, a.stream,
+                                                a.first_index + i) & top;
+                in[i] = ldexp((double)(test_next(&g) >> 11), f->emin - 60);
+                if (w == 0)
+                    continue;
+                const uint64_t t = ~w + 1; /* 2^64 - w */
+                tried++;
+                int hb = 63;
+                while (!(t >> hb))
+                    hb--;
+                for (int tries = 0; tries < 8; tries++) {
+                    /* from dd = 63 below 2^emin up to emax */
+                    int E = emin_e + d_low - 63
+                            + (int)test_below(&g, (uint64_t)(f->emax - f->emin
+                                                             + 64 - d_low));
+                    const bool ones = tries == 0 && i % 4 == 0;
+                    if (ones)
+                        E = emin_e - 1;
+                    else if (tries == 0 && hb <= 52)
+                        E = emin_e + d_low - 64 - (52 - hb); /* far */
+                    if (E < 1)
+                        continue;
+                    const unsigned dd = E >= emin_e ? (unsigned)d
+                                        : (unsigned)(d_low + emin_e - E);
+                    uint64_t sig;
+                    if (!sr_edge_sig(dd, t, &g, &sig))
+                        continue;
+                    if (i % 2)
+                        sig -= 1;
+                    if (ones) /* the bits p keeps: 2^52 .. 2^d */
+                        sig |= frac & ~(((uint64_t)1 << d) - 1);
+                    const uint64_t u = ((uint64_t)E << 52) | (sig & frac);
+                    in[i] = u2d(u | ((test_next(&g) & 1) << 63));
+                    built++;
+                    far += dd >= 64;
+                    break;
+                }
+            }
+            /* (r-bit words of r < 23 leave few far edges, none below 12) */
+            EXPECT(built > tried * 3 / 4 && (far > 2 || rb < 23),
+                   "%s sr%u: %d edge values of %d, %d far", f->name, rb,
+                   built, tried, far);
+            compare_f64(f, &a, in, N, out);
+        }
+    }
+}
+END_TEST
+
 /* ---- pairs hi + lo (emu_round_pairs_f32_unguarded) --------------------- */
 
 /* The low parts tried with each hi: none, the smallest doubles, tiny and
@@ -801,12 +951,14 @@ static Suite *round_array_suite(void)
     tcase_add_loop_test(tc, test_in_place, 0, n_carrier);
     tcase_add_loop_test(tc, test_chunking, 0, n_carrier);
     tcase_add_loop_test(tc, test_nan_payloads, 0, n_carrier);
+    tcase_add_loop_test(tc, test_special_runs, 0, n_carrier);
     tcase_add_loop_test(tc, test_sr_low_half_ties, 0, n_carrier);
     tcase_add_test(tc, test_empty);
     tcase_add_test(tc, test_refuses_wide_formats);
     tcase_add_test(tc, test_user_formats);
     tcase_add_loop_test(tc, test_f64, 0, (int)emu_format_count());
     tcase_add_loop_test(tc, test_f64_edges, 0, n_carrier);
+    tcase_add_loop_test(tc, test_f64_sr_edges, 0, n_carrier);
     tcase_add_loop_test(tc, test_pairs, 0, n_carrier);
     tcase_add_loop_test(tc, test_pairs_below_emin, 0, n_carrier);
     tcase_add_loop_test(tc, test_rne_sat_kernel, 0, n_carrier);
