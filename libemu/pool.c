@@ -35,6 +35,7 @@
  */
 #define _POSIX_C_SOURCE 200809L /* getpid */
 
+#include "atomic_file.h"
 #include "internal.h"
 
 #include <pthread.h>
@@ -172,31 +173,42 @@ static uint64_t thread_cpu_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* The records, as bench/pool_trace.py reads them (emu_write_atomic's
+ * callback: 0, or non-zero on a write error). */
+static int trace_print(FILE *f, const void *arg)
+{
+    (void)arg;
+    fprintf(f, "# emu pool trace 1: anchor emu_pool_run %#llx\n",
+            (unsigned long long)(uintptr_t)emu_pool_run);
+    for (const trace_block *b = trace_head; b; b = b->next)
+        for (size_t i = 0; i < b->n; i++) {
+            const trace_job *j = &b->job[i];
+            fprintf(f, "J %#llx %#llx %d %d %llu %llu %llu %llu %llu\n",
+                    (unsigned long long)j->fn, (unsigned long long)j->site,
+                    j->T, j->inline_, (unsigned long long)j->start,
+                    (unsigned long long)j->own_end,
+                    (unsigned long long)j->end,
+                    (unsigned long long)j->cpu_start,
+                    (unsigned long long)j->cpu_end);
+            for (int t = 0; t < j->T && t < TRACE_PARTS; t++)
+                fprintf(f, "P %d %llu %llu %llu\n", j->part[t].who,
+                        (unsigned long long)j->part[t].t0,
+                        (unsigned long long)j->part[t].t1,
+                        (unsigned long long)j->part[t].cpu);
+        }
+    return ferror(f);
+}
+
+/* At exit: the trace written as every result of the library is (whole or
+ * not at all; a device or FIFO written in place), or a message saying
+ * why not. */
 static void trace_write(void)
 {
     pthread_mutex_lock(&trace_lock);
-    FILE *f = fopen(trace_path, "w");
-    if (f) {
-        fprintf(f, "# emu pool trace 1: anchor emu_pool_run %#llx\n",
-                (unsigned long long)(uintptr_t)emu_pool_run);
-        for (const trace_block *b = trace_head; b; b = b->next)
-            for (size_t i = 0; i < b->n; i++) {
-                const trace_job *j = &b->job[i];
-                fprintf(f, "J %#llx %#llx %d %d %llu %llu %llu %llu %llu\n",
-                        (unsigned long long)j->fn, (unsigned long long)j->site,
-                        j->T, j->inline_, (unsigned long long)j->start,
-                        (unsigned long long)j->own_end,
-                        (unsigned long long)j->end,
-                        (unsigned long long)j->cpu_start,
-                        (unsigned long long)j->cpu_end);
-                for (int t = 0; t < j->T && t < TRACE_PARTS; t++)
-                    fprintf(f, "P %d %llu %llu %llu\n", j->part[t].who,
-                            (unsigned long long)j->part[t].t0,
-                            (unsigned long long)j->part[t].t1,
-                            (unsigned long long)j->part[t].cpu);
-            }
-        fclose(f);
-    }
+    emu_error e;
+    if (emu_write_atomic(trace_path, trace_print, NULL, &e))
+        fprintf(stderr, "libemu: EMU_POOL_TRACE: cannot write %s: %s\n",
+                e.where, e.message);
     pthread_mutex_unlock(&trace_lock);
 }
 
