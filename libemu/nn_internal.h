@@ -20,6 +20,7 @@ enum { EMU_QT_W, EMU_QT_X, EMU_QT_DY, EMU_QT_COUNT };
 /* The dequantized operand buffers, one per (GEMM, operand). */
 enum { EMU_QB_FWD_X, EMU_QB_FWD_W, EMU_QB_DW_DY, EMU_QB_DW_X, EMU_QB_DX_DY,
        EMU_QB_DX_W, EMU_QB_COUNT };
+
 struct emu_layer_priv {
     /* Indexed EMU_QT_*: the amax history and the tensor scale in use this
      * step of W, X and dY (checkpointed). */
