@@ -2866,15 +2866,20 @@ static size_t probe_granule(void)
     return found;
 }
 
+size_t emu_probe_once(atomic_size_t *cached, size_t (*probe)(void))
+{
+    size_t v = atomic_load_explicit(cached, memory_order_relaxed);
+    if (v == SIZE_MAX) {
+        v = probe();
+        atomic_store_explicit(cached, v, memory_order_relaxed);
+    }
+    return v;
+}
+
 size_t emu_fast_row_granule(void)
 {
     static atomic_size_t cached = SIZE_MAX;
-    size_t g = atomic_load_explicit(&cached, memory_order_relaxed);
-    if (g == SIZE_MAX) {
-        g = probe_granule();
-        atomic_store_explicit(&cached, g, memory_order_relaxed);
-    }
-    return g;
+    return emu_probe_once(&cached, probe_granule);
 }
 
 /* Whether every block of M rows in T is of two rows or more (later

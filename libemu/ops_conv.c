@@ -1255,12 +1255,7 @@ static size_t probe_kblock(void)
 static size_t sgemm_kblock(void)
 {
     static atomic_size_t cached = SIZE_MAX;
-    size_t q = atomic_load_explicit(&cached, memory_order_relaxed);
-    if (q == SIZE_MAX) {
-        q = probe_kblock();
-        atomic_store_explicit(&cached, q, memory_order_relaxed);
-    }
-    return q;
+    return emu_probe_once(&cached, probe_kblock);
 }
 
 /* The fast model's weight gradient, dw = dyp(Co x T) im2row(T x K0), in

@@ -11,6 +11,7 @@
 #ifndef EMU_OPS_INTERNAL_H
 #define EMU_OPS_INTERNAL_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -78,6 +79,10 @@ int emu_quant_keep_shape(emu_quant_keep *k, const emu_scaled_format *sf,
                          int ndim, const size_t *shape, int axis,
                          emu_error *err);
 void emu_quant_keep_free(emu_quant_keep *k);
+/* *buf holding at least n floats: kept if *cap >= n, else replaced by a
+ * new buffer (the old contents dropped) and *cap set.  0, or -1 out of
+ * memory with *buf and *cap as they were. */
+int emu_quant_keep_grow(float **buf, size_t *cap, size_t n);
 
 /* emu_t_quantize_scaled with the element scales' buffer in keep (NULL:
  * allocated for the call); q need not be keep->q. */
@@ -163,6 +168,9 @@ int emu_fast_split_parts(size_t M, size_t N, size_t K, int threads);
  * sgemm's row panels, found once per process by trial; 0: none found,
  * no GEMM is split). */
 size_t emu_fast_row_granule(void);
+/* probe() once per process, its answer kept in *cached (SIZE_MAX before
+ * the first call); two threads probing at once find the same value. */
+size_t emu_probe_once(atomic_size_t *cached, size_t (*probe)(void));
 /* For callers running their own parts: OpenBLAS pinned to one thread
  * once (emu_gemm_fast_pin, before the parts start), then each part's
  * emu_gemm_fast_f32 without that global write (emu_gemm_fast_f32_part). */

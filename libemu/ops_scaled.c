@@ -203,13 +203,9 @@ static int commit_quantized(emu_ctx *ctx, const char *site,
         const double d = (q->sf.block_scaled ? (double)q->scale[b] : 1.0) * g;
         pow2 = isnan(d) || emu_is_pow2(d);
     }
-    if (keep && keep->sc_cap < n) {
-        free(keep->sc);
-        keep->sc_cap = 0;
-        if ((keep->sc = malloc(n * sizeof *keep->sc)))
-            keep->sc_cap = n;
-    }
-    float *sc = keep ? keep->sc : malloc(n * sizeof *sc);
+    float *sc = !keep ? malloc(n * sizeof *sc)
+              : emu_quant_keep_grow(&keep->sc, &keep->sc_cap, n) ? NULL
+                                                                : keep->sc;
     if (!sc)
         return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory for %zu scales", n);
     emu_scaled_element_scales(q, sc);

@@ -505,29 +505,30 @@ int emu_quant_keep_shape(emu_quant_keep *k, const emu_scaled_format *sf,
     emu_scaled_tensor h;
     if (scaled_header(&h, sf, ndim, shape, axis, err))
         return -1;
-    if (h.n > k->elem_cap) {
-        float *e = malloc(h.n * sizeof *e);
-        if (!e)
-            return emu_fail(err, EMU_ENOMEM, "scaled tensor", "",
-                            "out of memory for %zu elements", h.n);
-        free(k->q.elem);
-        k->q.elem = e;
-        k->elem_cap = h.n;
-    }
-    if (h.nblocks > k->scale_cap) {
-        float *sc = malloc(h.nblocks * sizeof *sc);
-        if (!sc)
-            return emu_fail(err, EMU_ENOMEM, "scaled tensor", "",
-                            "out of memory for %zu scales", h.nblocks);
-        free(k->q.scale);
-        k->q.scale = sc;
-        k->scale_cap = h.nblocks;
-    }
+    if (emu_quant_keep_grow(&k->q.elem, &k->elem_cap, h.n))
+        return emu_fail(err, EMU_ENOMEM, "scaled tensor", "",
+                        "out of memory for %zu elements", h.n);
+    if (emu_quant_keep_grow(&k->q.scale, &k->scale_cap, h.nblocks))
+        return emu_fail(err, EMU_ENOMEM, "scaled tensor", "",
+                        "out of memory for %zu scales", h.nblocks);
     h.elem = k->q.elem;
     h.scale = k->q.scale;
     k->q = h;
     for (size_t b = 0; b < h.nblocks; b++)
         k->q.scale[b] = 1.0f;
+    return 0;
+}
+
+int emu_quant_keep_grow(float **buf, size_t *cap, size_t n)
+{
+    if (n <= *cap)
+        return 0;
+    float *b = malloc(n * sizeof *b);
+    if (!b)
+        return -1;
+    free(*buf);
+    *buf = b;
+    *cap = n;
     return 0;
 }
 
