@@ -193,8 +193,9 @@ static emu_tensor view2(const emu_tensor *like, const char *name,
                         const float *data, size_t r, size_t c)
 {
     emu_tensor v = *like;
-    if (name)
-        snprintf(v.name, sizeof v.name, "%s", name);
+    if (name) /* a long site's "site.gates" is cut at the field's size */
+        snprintf(v.name, sizeof v.name, "%.*s", (int)sizeof v.name - 1,
+                 name);
     v.ndim = 2;
     memset(v.shape, 0, sizeof v.shape);
     v.shape[0] = r;
