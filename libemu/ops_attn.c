@@ -237,10 +237,17 @@ static int dot_fill(const void *vop, size_t i0, size_t m, double *hi,
  * loops run across outputs (vectorised) while each output's own sum keeps
  * its sequence.  tmp: T hs floats. */
 /* Vectorised across outputs (each output's sum keeps its order); still no
- * contraction into fma. */
-__attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic",
-                       "fp-contract=off")))
-static void fast_dots(const attn_op *op, double *res, float *tmp, double *acc)
+ * contraction into fma.  Compiled for each instruction-set level (isa.c):
+ * every lane does the same IEEE operations in the same order whatever its
+ * width, so the levels' sums are the same; a diverged model runs every
+ * product here (its operands are NaN), AVX-512's eight binary64 lanes a
+ * quarter of baseline's loop trips. */
+#define FAST_DOTS_OPT                                                         \
+    __attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic",     \
+                           "fp-contract=off")))
+FAST_DOTS_OPT
+static EMU_KERNEL_INLINE void fast_dots_any(const attn_op *op, double *res,
+                                            float *tmp, double *acc)
 {
     const size_t B = op->B, T = op->T, C = op->C, H = op->H, hs = op->hs;
     const size_t C3 = op->C3;
@@ -313,6 +320,45 @@ static void fast_dots(const attn_op *op, double *res, float *tmp, double *acc)
             }
             }
         }
+}
+
+FAST_DOTS_OPT
+static void fast_dots_base(const attn_op *op, double *res, float *tmp,
+                           double *acc)
+{
+    fast_dots_any(op, res, tmp, acc);
+}
+
+#if EMU_HAVE_ISA_CLONES
+FAST_DOTS_OPT EMU_ISA_TARGET_AVX2
+static void fast_dots_avx2(const attn_op *op, double *res, float *tmp,
+                           double *acc)
+{
+    fast_dots_any(op, res, tmp, acc);
+}
+
+FAST_DOTS_OPT EMU_ISA_TARGET_AVX512
+static void fast_dots_avx512(const attn_op *op, double *res, float *tmp,
+                             double *acc)
+{
+    fast_dots_any(op, res, tmp, acc);
+}
+#endif
+
+static void fast_dots(const attn_op *op, double *res, float *tmp, double *acc)
+{
+#if EMU_HAVE_ISA_CLONES
+    const emu_isa isa = emu_isa_active();
+    if (isa == EMU_ISA_AVX512) {
+        fast_dots_avx512(op, res, tmp, acc);
+        return;
+    }
+    if (isa == EMU_ISA_AVX2) {
+        fast_dots_avx2(op, res, tmp, acc);
+        return;
+    }
+#endif
+    fast_dots_base(op, res, tmp, acc);
 }
 
 /* The emulated models: every dot product of op->what through the GEMM

@@ -1623,6 +1623,37 @@ static bool ew_had_nan(const void *vop, size_t i)
     return (op->kind == EW_SCALE || op->kind == EW_AXPY) && isnan(op->alpha);
 }
 
+/* Whether the n values of v are all NaN; stops at the first block that
+ * holds a number (a model's arrays are all NaN once it diverged, and
+ * rarely hold a NaN before). */
+static bool all_nan(const float *v, size_t n)
+{
+    enum { BLOCK = 64 };
+    size_t i = 0;
+    for (; i + BLOCK <= n; i += BLOCK) {
+        uint32_t all = 1;
+        for (size_t j = 0; j < BLOCK; j++)
+            all &= (uint32_t)(v[i + j] != v[i + j]);
+        if (!all)
+            return false;
+    }
+    for (; i < n; i++)
+        if (!isnan(v[i]))
+            return false;
+    return true;
+}
+
+/* Whether every one of op's n outputs has a NaN among its inputs (a, b
+ * or alpha all NaN): ew_had_nan's answer for every output, which the
+ * choke point then need not ask output by output. */
+static bool ew_all_had_nan(const ew_op *op, size_t n)
+{
+    if ((op->kind == EW_SCALE || op->kind == EW_AXPY) && isnan(op->alpha))
+        return true;
+    return (n && all_nan(op->a, n)) ||
+           (op->b && all_nan(op->b, op->kind == EW_BIAS ? op->dim : n));
+}
+
 /* z = -x / sqrt(2), the argument of erfc in gelu and its derivative. */
 static void mp_gelu_arg(mpfr_ptr z, double x, mpfr_ptr tmp)
 {
@@ -2059,7 +2090,9 @@ static int ew_commit(emu_ctx *ctx, const char *site, const char *kind,
     else
         early &= emu_store_early_ok(out, op->b, out->n);
     emu_op_out o = { .site = site, .kind = kind, .out = out, .op = op,
-                     .ref = ew_ref, .inputs_had_nan = ew_had_nan, .rnd = rnd,
+                     .ref = ew_ref, .rnd = rnd,
+                     .inputs_had_nan = ew_all_had_nan(op, out->n) ? NULL
+                                                                  : ew_had_nan,
                      .store_early = early, .parallel = true };
     if (ew_is_f32(op))
         o.fill32 = ew_fill32;

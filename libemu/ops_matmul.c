@@ -38,6 +38,9 @@ typedef struct mm_op {
     mpfr_t *xa, *xb;                /* K + 1 terms each, binary32-exact     */
     mpfr_ptr *pa, *pb;
     emu_gemm_src out;               /* the fast model's products            */
+    /* Set when an output is NaN (mm_nan_flags): which rows of A and which
+     * columns of B, per batch entry, hold a NaN. */
+    bool *row_nan, *col_nan;
 } mm_op;
 
 static int mm_fill(const void *op, size_t i0, size_t m, double *hi, double *lo)
@@ -89,6 +92,9 @@ static int mm_ref(const void *op, size_t o, mpfr_ptr exact, mpfr_ptr exact_src)
     return 1;
 }
 
+/* Output o's inputs held a NaN: its old value, or a term of its row of A
+ * or its column of B (the flags mm_nan_flags set: the choke point asks
+ * only for NaN outputs, and a diverged model's are all of them). */
 static bool mm_inputs_had_nan(const void *op, size_t o)
 {
     const mm_op *m = op;
@@ -96,10 +102,63 @@ static bool mm_inputs_had_nan(const void *op, size_t o)
     size_t i = ij / m->N, j = ij % m->N;
     if (m->c && isnan(m->c[o]))
         return true;
-    for (size_t k = 0; k < m->K; k++)
-        if (isnan(*a_elem(m, m->a, bt, i, k)) || isnan(*b_elem(m, m->b, bt, k, j)))
-            return true;
-    return false;
+    return m->row_nan[bt * m->M + i] || m->col_nan[bt * m->N + j];
+}
+
+/* Whether any of the n values of v (floats, or doubles when d) is NaN. */
+static bool any_nan(const void *v, bool d, size_t n)
+{
+    uint32_t any = 0;
+    if (d)
+        for (size_t i = 0; i < n; i++)
+            any |= (uint32_t)isnan(((const double *)v)[i]);
+    else
+        for (size_t i = 0; i < n; i++)
+            any |= (uint32_t)isnan(((const float *)v)[i]);
+    return any != 0;
+}
+
+/* The flags mm_inputs_had_nan reads: one pass over A and one over B, in
+ * their storage order.  Returns 0, or -1 if out of memory.  *all: every
+ * row of A holds a NaN (or every column of B), so that every output's
+ * inputs did. */
+static int mm_nan_flags(mm_op *m, bool *all)
+{
+    const size_t M = m->M, N = m->N, K = m->K;
+    m->row_nan = calloc(m->batch * M + 1, sizeof *m->row_nan);
+    m->col_nan = calloc(m->batch * N + 1, sizeof *m->col_nan);
+    if (!m->row_nan || !m->col_nan)
+        return -1;
+    bool rows = true, cols = true;
+    for (size_t bt = 0; bt < m->batch; bt++) {
+        bool *r = m->row_nan + bt * M, *cn = m->col_nan + bt * N;
+        if (m->a_cs == 1) {
+            for (size_t i = 0; i < M; i++)
+                r[i] = any_nan(a_elem(m, m->a, bt, i, 0), false, K);
+        } else { /* stored (K, M): row k of storage spans the M rows */
+            for (size_t k = 0; k < K; k++) {
+                const float *ak = a_elem(m, m->a, bt, 0, k);
+                for (size_t i = 0; i < M; i++)
+                    r[i] |= isnan(ak[i]) != 0;
+            }
+        }
+        if (m->b_rs == 1) { /* stored (N, K): a column of B is contiguous */
+            for (size_t j = 0; j < N; j++)
+                cn[j] = any_nan(b_elem(m, m->b, bt, 0, j), false, K);
+        } else {
+            for (size_t k = 0; k < K; k++) {
+                const float *bk = b_elem(m, m->b, bt, k, 0);
+                for (size_t j = 0; j < N; j++)
+                    cn[j] |= isnan(bk[j]) != 0;
+            }
+        }
+        for (size_t i = 0; i < M; i++)
+            rows &= r[i];
+        for (size_t j = 0; j < N; j++)
+            cols &= cn[j];
+    }
+    *all = rows || cols;
+    return 0;
 }
 
 /* The MPFR terms of the sampled references: nt binary32-exact values for
@@ -316,9 +375,25 @@ static int mm_run(emu_ctx *ctx, const char *site, const char *kind, int nd,
         return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory for the reference");
     }
 
+    /* NaN outputs: their inputs' NaNs from flags per row and column, or,
+     * when every output's inputs held one, no question asked. */
+    bool all_nan = false;
+    if (any_nan(fast ? (const void *)p32 : hi, !fast, n) &&
+        mm_nan_flags(&m, &all_nan)) {
+        if (ref)
+            ref_terms_free(&m, nt);
+        free(m.row_nan);
+        free(m.col_nan);
+        free(hi);
+        free(lo);
+        free(c);
+        return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory for %zu "
+                             "NaN flags", m.batch * (m.M + m.N));
+    }
     emu_op_out oo = { .site = site, .kind = kind, .out = out, .hi = hi,
                       .lo = lo, .swamp = swamp ? &counts : NULL, .op = &m,
-                      .ref = mm_ref, .inputs_had_nan = mm_inputs_had_nan,
+                      .ref = mm_ref,
+                      .inputs_had_nan = all_nan ? NULL : mm_inputs_had_nan,
                       .rnd = rnd,
                       /* no input shares out's storage (mm_check); the
                        * old values the reference reads are copied in c */
@@ -334,6 +409,8 @@ static int mm_run(emu_ctx *ctx, const char *site, const char *kind, int nd,
 
     if (ref)
         ref_terms_free(&m, nt);
+    free(m.row_nan);
+    free(m.col_nan);
     free(hi);
     free(lo);
     free(c);

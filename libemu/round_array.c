@@ -660,6 +660,42 @@ static tile_events lane_events(const f32_plan *p, uint32_t b, uint32_t wh)
     return e;
 }
 
+/* A diverged model's tiles mostly hold one non-finite pattern in every
+ * slow lane (all NaN, or NaN among finite values).  If so, and a run may
+ * hold the pattern (special_run), its lanes take the result, events and
+ * counts the slow loop would give them, in loops over the whole tile
+ * that vectorise (src and dst have TILE lanes, the padding +0), and this
+ * returns true with the events in *back; otherwise false, with nothing
+ * written or counted.  slow: the tile's slow lanes. */
+static bool special_tile_f32(const f32_plan *pl, const emu_format *f,
+                             const emu_array_rounding *a, const float *src,
+                             float *dst, const uint32_t *wh, size_t len,
+                             uint32_t slow, uint32_t run_top,
+                             tile_events *back, emu_round_counts *c)
+{
+    size_t i = 0;
+    while (i < len && (f2u(src[i]) & 0x7fffffffu) < 0x7f800000u)
+        i++;
+    if (i == len || (f2u(src[i]) & 0x7fffffffu) > run_top)
+        return false;
+    const uint32_t b = f2u(src[i]);
+    uint32_t k = 0;
+    for (size_t j = 0; j < TILE; j++)
+        k += f2u(src[j]) == b;
+    if (k != slow)
+        return false;
+    const tile_events one = lane_events(pl, b, pl->kmode == K_SR ? wh[i] : 0);
+    emu_status st;
+    const double x = src[i];
+    const double y = emu_round2_word_unguarded(f, x, 0.0, &a->rnd, 0, &st);
+    const uint32_t yb = f2u((float)y);
+    for (size_t j = 0; j < TILE; j++)
+        dst[j] = u2f(blend(mask_of(f2u(src[j]) == b), yb, f2u(dst[j])));
+    events_add_times(back, &one, k);
+    counts_add_times(c, x, y, st.flags, k);
+    return true;
+}
+
 static void tile_f32(const f32_plan *pl, tile_kernel kern,
                      const emu_format *f, float *out, const float *in,
                      size_t len, const emu_array_rounding *a, uint64_t first,
@@ -700,7 +736,9 @@ static void tile_f32(const f32_plan *pl, tile_kernel kern,
         tile_events back = { 0 }, run_ev = { 0 };
         special_run run = { .on = false };
         const uint32_t run_top = 0x7fffffffu - (pl->mask + 1);
-        for (size_t i = 0; i < len; i++) {
+        const bool whole = special_tile_f32(pl, f, a, src, dst, wh, len,
+                                            e.slow, run_top, &back, c);
+        for (size_t i = 0; i < len && !whole; i++) {
             const uint32_t b = f2u(src[i]);
             if (run.on && b == run.bits) {
                 dst[i] = (float)run.y;

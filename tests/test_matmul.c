@@ -507,6 +507,119 @@ START_TEST(fast_model)
 }
 END_TEST
 
+/* NaN outputs made from numbers (inf * 0, inf - inf) are told from those
+ * passed on from a NaN input (a term of the output's row of A or column
+ * of B, or its old value when accumulating): per output, whatever the
+ * layout, model, alpha and threads, and when every row of A (or column of
+ * B) holds a NaN. */
+START_TEST(nan_accounting)
+{
+    const char *const models[] = { "fast", "sequential,acc=binary32", "exact" };
+    const size_t batch = 2, M = 5, N = 7, K = 6;
+    test_rng g = test_rng_make(0x4a4);
+    const emu_format *f32 = fmt("binary32");
+    int site_no = 0;
+    for (size_t mi = 0; mi < sizeof models / sizeof models[0]; mi++)
+        for (int lay = 0; lay < 4; lay++)
+            for (int kase = 0; kase < 4; kase++) {
+                const bool ta = lay & 1, tb = lay >> 1;
+                emu_accum accum;
+                emu_accum_default(&accum);
+                emu_error err;
+                ck_assert(emu_accum_parse(&accum, models[mi], &err) == 0);
+                emu_tensor a, b, out;
+                alloc(&a, "a", f32, batch, ta ? K : M, ta ? M : K);
+                alloc(&b, "b", f32, batch, tb ? N : K, tb ? K : N);
+                alloc(&out, "out", f32, batch, M, N);
+                fill(&g, &a, -3, 3);
+                fill(&g, &b, -3, 3);
+                fill(&g, &out, -3, 3);
+#define A_AT(bt, i, k) a.data[(bt) * M * K + (ta ? (k) * M + (i) : (i) * K + (k))]
+#define B_AT(bt, k, j) b.data[(bt) * K * N + (tb ? (j) * K + (k) : (k) * N + (j))]
+                /* example 1: row 2 of A starts with inf, and row 0 of B is
+                 * zero: NaN made in every column of that row */
+                A_AT(1, 2, 0) = INFINITY;
+                for (size_t j = 0; j < N; j++)
+                    B_AT(1, 0, j) = 0.0f;
+                /* passed on: a term of row 1 of A (example 0), of column 3
+                 * of B (example 1), which also crosses row 2 */
+                A_AT(0, 1, 2) = NAN;
+                B_AT(1, 4, 3) = NAN;
+                if (kase == 1)
+                    for (size_t k = 0; k < a.n; k++)
+                        a.data[k] = NAN;
+                if (kase == 2)
+                    for (size_t k = 0; k < b.n; k++)
+                        b.data[k] = (k % 3) ? NAN : -NAN;
+                float old[2 * 5 * 7];
+                if (kase == 3) /* old values, some NaN */
+                    for (size_t o = 0; o < out.n; o++)
+                        out.data[o] = o % 11 == 4 ? NAN : out.data[o];
+                memcpy(old, out.data, sizeof old);
+#undef A_AT
+#undef B_AT
+                for (int threads = 1; threads <= 2; threads++) {
+                    emu_stats stats;
+                    emu_stats_init(&stats);
+                    emu_ctx ctx;
+                    emu_ctx_init(&ctx, (uint64_t)threads);
+                    ctx.stats = &stats;
+                    ctx.threads = threads;
+                    memcpy(out.data, old, sizeof old);
+                    emu_matmul_opts o = { .accum = &accum, .trans_a = ta,
+                                          .trans_b = tb,
+                                          .accumulate = kase == 3,
+                                          .alpha = lay == 3 ? 0.5 : 1.0 };
+                    char site[32];
+                    snprintf(site, sizeof site, "t.nan%d", site_no++);
+                    ck_assert(emu_t_bmm(&ctx, site, &out, &a, &b, &o,
+                                        &test_rne) == 0);
+                    uint64_t nan = 0, produced = 0;
+                    for (size_t bt = 0; bt < batch; bt++)
+                        for (size_t i = 0; i < M; i++)
+                            for (size_t j = 0; j < N; j++) {
+                                const size_t oi = (bt * M + i) * N + j;
+                                if (!isnan(out.data[oi]))
+                                    continue;
+                                nan++;
+                                bool in = kase == 3 && isnan(old[oi]);
+                                for (size_t k = 0; k < K; k++) {
+                                    const float x = a.data[bt * M * K +
+                                        (ta ? k * M + i : i * K + k)];
+                                    const float y = b.data[bt * K * N +
+                                        (tb ? j * K + k : k * N + j)];
+                                    in |= isnan(x) || isnan(y);
+                                }
+                                produced += !in;
+                            }
+                    /* the made NaNs: row 2 of example 1 but column 3 */
+                    if (kase == 0)
+                        EXPECT(produced == N - 1 && nan >= 2 * N - 1 + M,
+                               "%s: %" PRIu64 " NaN, %" PRIu64 " made",
+                               models[mi], nan, produced);
+                    if (kase == 1 || kase == 2)
+                        EXPECT(nan == out.n && produced == 0, "%s case %d: %"
+                               PRIu64 " NaN, %" PRIu64 " made", models[mi],
+                               kase, nan, produced);
+                    const emu_site *st = emu_stats_site(&stats, site, NULL,
+                                                        EMU_ROLE_ACTIVATION,
+                                                        f32);
+                    EXPECT(st && st->total.nan == nan &&
+                           st->total.nan_produced == produced,
+                           "%s layout %d case %d threads %d: counted %" PRIu64
+                           " NaN (%" PRIu64 " made), want %" PRIu64 " (%"
+                           PRIu64 ")", models[mi], lay, kase, threads,
+                           st ? st->total.nan : 0,
+                           st ? st->total.nan_produced : 0, nan, produced);
+                    emu_stats_free(&stats);
+                }
+                emu_tensor_free(&a);
+                emu_tensor_free(&b);
+                emu_tensor_free(&out);
+            }
+}
+END_TEST
+
 /* Bad arguments: -1, a message naming the site, outputs untouched. */
 static void expect_fail(emu_ctx *ctx, int rc, const emu_tensor *out,
                         const float *before, const char *what, const char *needle)
@@ -645,6 +758,7 @@ static Suite *matmul_suite(void)
     tcase_add_test(tc, error_decomposition);
     tcase_add_test(tc, bmm_definition);
     tcase_add_test(tc, fast_model);
+    tcase_add_test(tc, nan_accounting);
     tcase_add_test(tc, bad_arguments);
     suite_add_tcase(s, tc);
     return s;

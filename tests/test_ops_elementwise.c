@@ -1207,6 +1207,91 @@ START_TEST(test_nan_accounting)
 }
 END_TEST
 
+/* A diverged model's arrays are all NaN: every NaN output passed on,
+ * none made, also where the other input would make one (inf - inf, a
+ * bias of inf beside -inf); arrays NaN in all but their last element
+ * (past the first block of the all-NaN scan) still tell the made ones. */
+START_TEST(test_nan_all_inputs)
+{
+    const emu_format *h = test_format("binary16");
+    enum { R = 9, D = 20, N = R * D };
+    emu_error err;
+    const size_t shape[2] = { R, D }, dn = D;
+    emu_tensor x, y, bias, out;
+    ck_assert_int_eq(emu_tensor_alloc(&x, "x", EMU_ROLE_ACTIVATION, h, 2,
+                                      shape, &err), 0);
+    ck_assert_int_eq(emu_tensor_alloc(&y, "y", EMU_ROLE_ACTIVATION, h, 2,
+                                      shape, &err), 0);
+    ck_assert_int_eq(emu_tensor_alloc(&out, "out", EMU_ROLE_ACTIVATION, h, 2,
+                                      shape, &err), 0);
+    ck_assert_int_eq(emu_tensor_alloc(&bias, "bias", EMU_ROLE_ACTIVATION, h,
+                                      1, &dn, &err), 0);
+    for (int threads = 1; threads <= 2; threads++)
+        for (int partial = 0; partial < 2; partial++) {
+            emu_stats stats;
+            emu_stats_init(&stats);
+            emu_ctx ctx;
+            emu_ctx_init(&ctx, 3);
+            ctx.stats = &stats;
+            ctx.threads = threads;
+            for (size_t i = 0; i < N; i++) {
+                x.data[i] = i % 2 ? NAN : -NAN;
+                y.data[i] = i % 3 ? -INFINITY : 1.0f;
+            }
+            for (size_t j = 0; j < D; j++)
+                bias.data[j] = NAN;
+            /* partial: the last x and bias values are inf (inf + -inf
+             * made) */
+            if (partial) {
+                x.data[N - 1] = INFINITY; /* y's last is -inf (N - 1 = 179) */
+                bias.data[D - 1] = INFINITY;
+            }
+            ck_assert_int_eq(emu_t_add(&ctx, "add", &out, &x, &y, &test_rne), 0);
+            ck_assert_int_eq(emu_t_add(&ctx, "add2", &out, &y, &x, &test_rne), 0);
+            ck_assert_int_eq(emu_t_add_bias(&ctx, "bias", &out, &y, &bias, 1,
+                                            &test_rne), 0);
+            ck_assert_int_eq(emu_t_unary_backward(&ctx, "relu_bw", &out, &x,
+                                                  &y, EMU_UNARY_RELU, 0,
+                                                  &test_rne), 0);
+            /* bias: the last column is -inf + inf (made) where y is -inf,
+             * 1 + inf elsewhere */
+            uint64_t want_bias_made = 0;
+            for (size_t r = 0; r < R; r++)
+                want_bias_made += partial && (r * D + D - 1) % 3 != 0;
+            const struct {
+                const char *site;
+                uint64_t nan, produced;
+            } want[] = {
+                { "add", N, (uint64_t)partial },
+                { "add2", N, (uint64_t)partial },
+                { "bias", N - (partial ? R - want_bias_made : 0),
+                  want_bias_made },
+                /* dy = x times relu'(y): inf * 0 at the inf (made) */
+                { "relu_bw", N, (uint64_t)partial },
+            };
+            for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {
+                const emu_site *st = emu_stats_site(&stats, want[k].site, NULL,
+                                                    EMU_ROLE_ACTIVATION, h);
+                ck_assert_msg(st && st->total.nan == want[k].nan &&
+                              st->total.nan_produced == want[k].produced,
+                              "%s partial %d threads %d: %llu NaN (%llu "
+                              "made), want %llu (%llu)", want[k].site,
+                              partial, threads,
+                              st ? (unsigned long long)st->total.nan : 0ull,
+                              st ? (unsigned long long)st->total.nan_produced
+                                 : 0ull,
+                              (unsigned long long)want[k].nan,
+                              (unsigned long long)want[k].produced);
+            }
+            emu_stats_free(&stats);
+        }
+    emu_tensor_free(&x);
+    emu_tensor_free(&y);
+    emu_tensor_free(&bias);
+    emu_tensor_free(&out);
+}
+END_TEST
+
 /* relu and its gradient go through bit-level runs of constant length and a
  * tail: at a length that leaves partial runs and a partial chunk, on
  * random bit patterns (NaNs, infinities, zeros and subnormals among
@@ -1291,6 +1376,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_names);
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, test_nan_accounting);
+    tcase_add_test(tc, test_nan_all_inputs);
     tcase_add_test(tc, test_in_place);
     tcase_add_test(tc, test_relu_runs);
     tcase_add_loop_test(tc, test_binary_ops, 0, OP_COUNT);

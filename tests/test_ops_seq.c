@@ -1157,6 +1157,123 @@ START_TEST(attention_fast_is_its_definition)
 END_TEST
 
 
+/* What an observer keeps of the attention's products: the values before
+ * rounding of each dot-product site, and dS as stored. */
+typedef struct at_seen {
+    double *hi[6];
+    float *ds;
+} at_seen;
+
+static const char *const at_sites[6] = { "attn.scores", "attn", "attn.dv",
+                                         "attn.datt", "attn.dq", "attn.dk" };
+
+static void at_observe(void *user, const emu_op_event *ev)
+{
+    at_seen *s = user;
+    for (int p = 0; p < 6; p++)
+        if (!strcmp(ev->site, at_sites[p])) {
+            free(s->hi[p]);
+            s->hi[p] = malloc(ev->out->n * sizeof(double));
+            memcpy(s->hi[p], ev->hi, ev->out->n * sizeof(double));
+        }
+    if (!strcmp(ev->site, "attn.dscores")) {
+        free(s->ds);
+        s->ds = malloc(ev->out->n * sizeof(float));
+        memcpy(s->ds, ev->out->data, ev->out->n * sizeof(float));
+    }
+}
+
+/* Equal bits, or both NaN. */
+static bool same_sum(double got, double want)
+{
+    return isnan(got) ? isnan(want) : !memcmp(&got, &want, sizeof got);
+}
+
+/* The fast model with an inf and a NaN in qkv: every product's values
+ * before rounding, bit for bit, are the binary64 sums of the defined
+ * terms in their order (times s for the scores, dq and dk), from the
+ * operands as stored (att, and dS as the dscores commit stored it).  The
+ * sums run in vector lanes compiled for each instruction-set level, which
+ * must not change a bit: odd T and hs leave every loop a remainder. */
+START_TEST(attention_fast_nonfinite_sums)
+{
+    test_rng g = test_rng_make(0xa70f);
+    const size_t B = 2, T = 19, C = 24, H = 2, hs = 12, C3 = 3 * C;
+    emu_accum fast = accum_spec("fast");
+    at_case k;
+    at_make(&k, B, T, C, H, "binary32", &g);
+    k.qkv.data[(1 * T + 4) * C3 + 2 * C + 5] = NAN;   /* v, example 1 */
+    k.qkv.data[(0 * T + 3) * C3 + 1] = INFINITY;      /* q, example 0 */
+    at_seen seen;
+    memset(&seen, 0, sizeof seen);
+    emu_ctx ctx;
+    emu_ctx_init(&ctx, 1);
+    ctx.observer = at_observe;
+    ctx.observer_user = &seen;
+    at_run(&ctx, &k, &fast, &test_rne, true);
+    for (int p = 0; p < 6; p++)
+        ck_assert_msg(seen.hi[p] != NULL, "no values seen at %s", at_sites[p]);
+    ck_assert(seen.ds != NULL);
+    const double s = 1.0 / sqrt((double)hs);
+    const size_t tri = T * (T + 1) / 2;
+    const float *x = k.qkv.data, *dy = k.dout.data;
+#define Q(b, t, c) ((double)x[((b) * T + (t)) * C3 + (c)])
+#define K(b, t, c) ((double)x[((b) * T + (t)) * C3 + C + (c)])
+#define V(b, t, c) ((double)x[((b) * T + (t)) * C3 + 2 * C + (c)])
+#define DY(b, t, c) ((double)dy[((b) * T + (t)) * C + (c)])
+#define P(t, u) ((double)k.att.data[((b * H + h) * T + (t)) * T + (u)])
+#define DS(t, u) ((double)seen.ds[(b * H + h) * tri + (t) * ((t) + 1) / 2 + (u)])
+    size_t nan = 0, bad = 0;
+    for (size_t b = 0; b < B; b++)
+        for (size_t h = 0; h < H; h++)
+            for (size_t t = 0; t < T; t++) {
+                for (size_t u = 0; u <= t; u++) { /* scores and G */
+                    double sc = 0.0, gg = 0.0;
+                    for (size_t d = 0; d < hs; d++) {
+                        sc += Q(b, t, h * hs + d) * K(b, u, h * hs + d);
+                        gg += DY(b, t, h * hs + d) * V(b, u, h * hs + d);
+                    }
+                    const size_t o = (b * H + h) * tri + t * (t + 1) / 2 + u;
+                    bad += !same_sum(seen.hi[0][o], sc * s);
+                    bad += !same_sum(seen.hi[3][o], gg);
+                    nan += isnan(sc) + isnan(gg);
+                }
+                for (size_t d = 0; d < hs; d++) { /* out, dv, dq, dk */
+                    const size_t c = h * hs + d, o = (b * T + t) * C + c;
+                    double y = 0.0, dv = 0.0, dq = 0.0, dk = 0.0;
+                    for (size_t u = 0; u <= t; u++) {
+                        y += P(t, u) * V(b, u, c);
+                        dq += DS(t, u) * K(b, u, c);
+                    }
+                    for (size_t u = t; u < T; u++) {
+                        dv += P(u, t) * DY(b, u, c);
+                        dk += DS(u, t) * Q(b, u, c);
+                    }
+                    bad += !same_sum(seen.hi[1][o], y);
+                    bad += !same_sum(seen.hi[2][o], dv);
+                    bad += !same_sum(seen.hi[4][o], dq * s);
+                    bad += !same_sum(seen.hi[5][o], dk * s);
+                    nan += isnan(y) + isnan(dv) + isnan(dq) + isnan(dk);
+                }
+            }
+#undef Q
+#undef K
+#undef V
+#undef DY
+#undef P
+#undef DS
+    EXPECT(bad == 0, "%zu values differ from their sums (%s)", bad,
+           emu_isa_name(emu_isa_active()));
+    EXPECT(nan > 0 && nan < 3 * B * T * C, "%zu NaN sums: the case should "
+           "hold some, not only", nan);
+    for (int p = 0; p < 6; p++)
+        free(seen.hi[p]);
+    free(seen.ds);
+    at_free(&k);
+}
+END_TEST
+
+
 /* ---- unmeasured runs ---------------------------------------------------------- */
 
 
@@ -1389,6 +1506,7 @@ static Suite *suite(void)
     tcase_add_test(tc, attention_finite_difference);
     tcase_add_test(tc, attention_edges);
     tcase_add_test(tc, attention_fast_is_its_definition);
+    tcase_add_test(tc, attention_fast_nonfinite_sums);
     tcase_add_test(tc, attention_emulated_is_accum_dot);
     tcase_add_test(tc, attention_refusals);
     suite_add_tcase(s, tc);

@@ -645,6 +645,64 @@ START_TEST(test_special_runs)
 }
 END_TEST
 
+/* Tiles whose slow lanes all hold one non-finite pattern (the binary32
+ * path takes them in one pass over the tile) and tiles that only nearly
+ * do: the pattern after finite values, among numbers the kernels cover,
+ * beside a second pattern, beside a value that is slow for its size, the
+ * largest payloads (no repeats taken), a short last tile; out of place
+ * and in place. */
+START_TEST(test_special_tiles)
+{
+    const emu_format *f = carrier[_i];
+    enum { T = 1024, NT = 9, N = NT * T + 77 };
+    static float in[N], out[N], inplace[N];
+    static const uint32_t pat[NT + 1] = {
+        0x7fc00000u, 0xffc00000u, 0x7fc00000u, 0x7f800000u, 0xffc00000u,
+        0x7fffffffu, 0xff800000u, 0x7fa00001u, 0xffc00000u, 0x7fc00000u,
+    };
+    test_rng g = test_rng_make(0x7113 + (uint64_t)_i);
+    for (size_t t = 0; t <= NT; t++) {
+        const size_t len = t < NT ? T : N - NT * T;
+        float *v = in + t * T;
+        for (size_t j = 0; j < len; j++) {
+            /* numbers in the format's normal range: fast lanes */
+            const float num = ldexpf(1.0f + (float)(test_next(&g) >> 41) * 0x1p-23f,
+                                     f->emin + 1 + (int)test_below(&g, 4));
+            switch (t) {
+            case 1: case 6: /* a number in every fourth lane */
+                v[j] = j % 4 == 3 ? num : bitsf(pat[t]);
+                break;
+            case 2: /* the pattern from lane 300 on */
+                v[j] = j < 300 ? num : bitsf(pat[t]);
+                break;
+            case 4: /* and one lane of another pattern */
+                v[j] = j == 700 ? bitsf(0x7fc00000u) : bitsf(pat[t]);
+                break;
+            case 8: /* and one binary32 subnormal (slow in some formats) */
+                v[j] = j == 5 ? bitsf(0x00000007u) : j == 900 ? -num
+                                                              : bitsf(pat[t]);
+                break;
+            default:
+                v[j] = bitsf(pat[t]);
+                break;
+            }
+        }
+    }
+    for (int m = 0; m < N_MODES; m++)
+        for (int cfg = 0; cfg < 4; cfg++) {
+            emu_array_rounding a = make_rounding(&modes[m], cfg & 1, cfg >> 1,
+                                                 77, 5 * (uint64_t)cfg);
+            compare_f32(f, &a, in, N, out);
+            memcpy(inplace, in, sizeof in);
+            emu_round_counts c1 = { 0 }, c2 = { 0 };
+            emu_round_array_f32(f, out, in, N, &a, &c1, NULL);
+            emu_round_array_f32(f, inplace, inplace, N, &a, &c2, NULL);
+            EXPECT(memcmp(out, inplace, sizeof out) == 0 &&
+                   !*test_counts_diff(&c1, &c2), "%s in place", f->name);
+        }
+}
+END_TEST
+
 /* The smallest significand sig (implicit bit included, in [2^52, 2^53))
  * of a value whose quantum drops dd bits of it with floor(F 2^64) >= t,
  * t >= 1: the stochastic carry's edge, sig - 1 lying just below it.
@@ -952,6 +1010,7 @@ static Suite *round_array_suite(void)
     tcase_add_loop_test(tc, test_chunking, 0, n_carrier);
     tcase_add_loop_test(tc, test_nan_payloads, 0, n_carrier);
     tcase_add_loop_test(tc, test_special_runs, 0, n_carrier);
+    tcase_add_loop_test(tc, test_special_tiles, 0, n_carrier);
     tcase_add_loop_test(tc, test_sr_low_half_ties, 0, n_carrier);
     tcase_add_test(tc, test_empty);
     tcase_add_test(tc, test_refuses_wide_formats);
