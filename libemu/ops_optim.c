@@ -301,7 +301,8 @@ static void adam_moment_terms(double *terms, double beta, double c, float s,
 /* One loop of the moment's four kinds (first or second; beta kept, or
  * zero and its term omitted), in blocks of ADAM_MBLOCK for the vectoriser
  * as SGD's kernels (the moments were a scalar loop, ~8% of a gpt fp32
- * step); the remainder through the same expression. */
+ * step); the remainder through the same expression.  GCC vectorises
+ * the AVX2 and AVX-512 clones (emu_osum3 selects on the bits for that). */
 #define ADAM_MOM_LOOP(A, X)                                                   \
     do {                                                                      \
         for (; i + ADAM_MBLOCK <= n; i += ADAM_MBLOCK)                        \
