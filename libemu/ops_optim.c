@@ -286,23 +286,89 @@ static void adam_moment_terms(double *terms, double beta, double c, float s,
 }
 
 /* hi + lo = beta s + c x with c = 1 - beta, x = g (first moment) or g^2
- * (second: exact in a double). */
-static void adam_moment(double *restrict hi, double *restrict lo,
-                        const float *s, const float *g, bool square,
-                        double beta, double c, size_t n)
-{
-    const double keep_b = beta != 0.0;
-    double ch, cl;
-    emu_osum_split(c, &ch, &cl);
-    uint64_t odd = 0;
-    for (size_t i = 0; i < n; i++) {
-        const double gi = g[i], x = square ? gi * gi : gi;
-        double p, pe;
-        emu_osum_two_prod(c, ch, cl, x, &p, &pe);
-        emu_osum3(keep_b ? beta * s[i] : 0.0, p, pe, &hi[i], &lo[i]);
-        odd |= nonfinite(hi[i]);
+ * (second: exact in a double), c split once as (ch, cl); odd collects
+ * the non-finite test of hi on its bits, as SGD_VEL's. */
+#define ADAM_MOM(j, a, x)                                                     \
+    do {                                                                      \
+        double p_, pe_;                                                       \
+        uint64_t u_;                                                          \
+        emu_osum_two_prod(c, ch, cl, (x), &p_, &pe_);                         \
+        emu_osum3((a), p_, pe_, &hi[j], &lo[j]);                              \
+        memcpy(&u_, &hi[j], sizeof u_);                                       \
+        odd |= (((u_ >> 52) & 0x7ff) + 1) >> 11;                              \
+    } while (0)
+
+/* One loop of the moment's four kinds (first or second; beta kept, or
+ * zero and its term omitted), in blocks of ADAM_MBLOCK for the vectoriser
+ * as SGD's kernels (the moments were a scalar loop, ~8% of a gpt fp32
+ * step); the remainder through the same expression.  GCC vectorises
+ * the AVX2 and AVX-512 clones (emu_osum3 selects on the bits for that). */
+#define ADAM_MOM_LOOP(A, X)                                                   \
+    do {                                                                      \
+        for (; i + ADAM_MBLOCK <= n; i += ADAM_MBLOCK)                        \
+            for (size_t j = i; j < i + ADAM_MBLOCK; j++)                      \
+                ADAM_MOM(j, A, X);                                            \
+        for (; i < n; i++) {                                                  \
+            const size_t j = i;                                               \
+            ADAM_MOM(j, A, X);                                                \
+        }                                                                     \
+    } while (0)
+
+enum { ADAM_MBLOCK = 16 };
+
+#define ADAM_MOM_FN(sfx, attrs)                                               \
+    attrs static uint64_t adam_mom_##sfx(double *restrict hi,                 \
+                                         double *restrict lo,                 \
+                                         const float *restrict s,             \
+                                         const float *restrict g,             \
+                                         bool square, double beta, double c,  \
+                                         size_t n)                            \
+    {                                                                         \
+        double ch, cl;                                                        \
+        emu_osum_split(c, &ch, &cl);                                          \
+        uint64_t odd = 0;                                                     \
+        size_t i = 0;                                                         \
+        /* a zero beta omits its term: 0 inf would be NaN */                  \
+        if (beta != 0.0 && square)                                            \
+            ADAM_MOM_LOOP(beta * (double)s[j], (double)g[j] * (double)g[j]);  \
+        else if (beta != 0.0)                                                 \
+            ADAM_MOM_LOOP(beta * (double)s[j], (double)g[j]);                 \
+        else if (square)                                                      \
+            ADAM_MOM_LOOP(0.0, (double)g[j] * (double)g[j]);                  \
+        else                                                                  \
+            ADAM_MOM_LOOP(0.0, (double)g[j]);                                 \
+        return odd;                                                           \
     }
-    if (!odd)
+
+ADAM_MOM_FN(base, )
+#if EMU_HAVE_ISA_CLONES
+ADAM_MOM_FN(avx2, EMU_ISA_TARGET_AVX2)
+ADAM_MOM_FN(avx512, EMU_ISA_TARGET_AVX512)
+#endif
+
+typedef uint64_t (*adam_mom_fn)(double *restrict, double *restrict,
+                                const float *restrict, const float *restrict,
+                                bool, double, double, size_t);
+
+static adam_mom_fn adam_mom_for(emu_isa isa)
+{
+#if EMU_HAVE_ISA_CLONES
+    if (isa == EMU_ISA_AVX512)
+        return adam_mom_avx512;
+    if (isa == EMU_ISA_AVX2)
+        return adam_mom_avx2;
+#endif
+    (void)isa;
+    return adam_mom_base;
+}
+
+/* The moment's pairs through the level's kernel; elements whose hi came
+ * out non-finite are redone by the reference. */
+static void adam_moment(adam_mom_fn kern, double *restrict hi,
+                        double *restrict lo, const float *s, const float *g,
+                        bool square, double beta, double c, size_t n)
+{
+    if (!kern(hi, lo, s, g, square, beta, c, n))
         return;
     for (size_t i = 0; i < n; i++)
         if (nonfinite(hi[i])) {
@@ -665,6 +731,7 @@ typedef struct adam_op {
     double *addend;                  /* the weights' addends              */
     adam_step_k step;                /* the weight step's constants       */
     adam_step_fn step_fn;
+    adam_mom_fn mom_fn;              /* the moments' loop of this level   */
 } adam_op;
 
 /* The producers of the three commits, as SGD's. */
@@ -672,7 +739,8 @@ static int adam_m_fill(const void *opv, size_t i0, size_t m, double *hi,
                        double *lo)
 {
     const adam_op *op = opv;
-    adam_moment(hi, lo, op->m0 + i0, op->g + i0, false, op->b1, op->c1, m);
+    adam_moment(op->mom_fn, hi, lo, op->m0 + i0, op->g + i0, false, op->b1,
+                op->c1, m);
     return 1;
 }
 
@@ -680,7 +748,8 @@ static int adam_v_fill(const void *opv, size_t i0, size_t m, double *hi,
                        double *lo)
 {
     const adam_op *op = opv;
-    adam_moment(hi, lo, op->v0 + i0, op->g + i0, true, op->b2, op->c2, m);
+    adam_moment(op->mom_fn, hi, lo, op->v0 + i0, op->g + i0, true, op->b2,
+                op->c2, m);
     return 1;
 }
 
@@ -821,7 +890,8 @@ int emu_t_adam_update(emu_ctx *ctx, const char *site, emu_tensor *w,
     const double b1 = o->beta1, b2 = o->beta2;
     adam_op op = { .w0 = w0, .m0 = m0, .v0 = v0, .g = g->data, .lr = o->lr,
                    .b1 = b1, .b2 = b2, .eps = o->eps,
-                   .wd = o->weight_decay, .t = o->t };
+                   .wd = o->weight_decay, .t = o->t,
+                   .mom_fn = adam_mom_for(emu_isa_active()) };
     /* 1 - beta is exact in binary64 for any beta >= 2^-29. */
     op.c1 = 1.0 - b1;
     op.c2 = 1.0 - b2;

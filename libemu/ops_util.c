@@ -104,9 +104,23 @@ bool emu_any_nan(const float *v, size_t n)
     return false;
 }
 
+/* In runs of 64 on the bits (exponent field all ones), a loop of constant
+ * length the compiler vectorises: the early-exit loop over isfinite was
+ * scalar, 1.2% of a gpt fp32 step (attention checks its whole qkv and
+ * gradient). */
 bool emu_all_finite(const float *v, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
+    enum { RUN = 64 };
+    size_t i = 0;
+    for (; i + RUN <= n; i += RUN) {
+        uint32_t u[RUN], bad = 0;
+        memcpy(u, v + i, sizeof u);
+        for (int k = 0; k < RUN; k++)
+            bad |= (uint32_t)((u[k] & 0x7f800000u) == 0x7f800000u);
+        if (bad)
+            return false;
+    }
+    for (; i < n; i++)
         if (!isfinite(v[i]))
             return false;
     return true;

@@ -44,6 +44,15 @@ static inline uint64_t emu_osum_bits(double x)
     return u;
 }
 
+/* m all ones: x; m zero: y (bit for bit, without a branch). */
+static inline double emu_osum_pick(uint64_t m, double x, double y)
+{
+    const uint64_t u = (emu_osum_bits(x) & m) | (emu_osum_bits(y) & ~m);
+    double r;
+    memcpy(&r, &u, sizeof r);
+    return r;
+}
+
 /* The reference's value of an exactly zero sum: -0 iff every term is -0. */
 static inline double emu_osum_zero(uint64_t or_bits, uint64_t and_bits)
 {
@@ -72,8 +81,13 @@ static inline void emu_osum3(double a, double b, double c, double *hi,
     /* expansion [r2, r3, s3], top down */
     emu_two_sum(s3, r3, &h1, &e1);
     emu_two_sum(h1, r2, &h2, &e2);
-    double h = e1 != 0.0 ? h1 : h2;
-    double l = e1 != 0.0 ? e1 + r2 : e2;
+    /* Selected on the bits, every candidate formed: written as ?:, GCC
+     * moved the second TwoSum and e1 + r2 into their branches, and under
+     * -ftrapping-math if-conversion cannot run them unconditionally
+     * again, so only AVX-512's masked operations vectorised the loops. */
+    const uint64_t top = -(uint64_t)(e1 != 0.0);
+    double h = emu_osum_pick(top, h1, h2);
+    double l = emu_osum_pick(top, e1 + r2, e2);
     const uint64_t ua = emu_osum_bits(a), ub = emu_osum_bits(b),
                    uc = emu_osum_bits(c);
     *hi = h == 0.0 ? emu_osum_zero(ua | ub | uc, ua & ub & uc) : h;

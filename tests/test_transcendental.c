@@ -680,6 +680,38 @@ START_TEST(test_softmax_exp)
 }
 END_TEST
 
+/* The attention's and the losses' finiteness check (emu_all_finite,
+ * ops_util.c; runs of 64 on the bits) against isfinite element by
+ * element: one special value (or a largest finite one, which must pass)
+ * at every position of arrays of every length up to three runs and a
+ * tail, and none. */
+START_TEST(test_all_finite)
+{
+    static const float specials[] = { INFINITY, -INFINITY, NAN, -NAN,
+                                      0x1.fffffep127f, -0x1.fffffep127f };
+    enum { N = 3 * 64 + 7 };
+    float v[N];
+    unsigned long long bad = 0, checked = 0;
+    for (size_t n = 0; n <= N; n++)
+        for (size_t sp = 0; sp < sizeof specials / sizeof specials[0]; sp++)
+            for (size_t at = 0; at <= n; at++) { /* at == n: none */
+                for (size_t i = 0; i < n; i++)
+                    v[i] = (float)i - 100.0f;
+                if (at < n)
+                    v[at] = specials[sp];
+                bool want = true;
+                for (size_t i = 0; i < n; i++)
+                    want = want && isfinite(v[i]);
+                checked++;
+                if (emu_all_finite(v, n) != want && bad++ < 10)
+                    printf("all_finite: n %zu, %a at %zu: got %d\n", n,
+                           (double)specials[sp], at, !want);
+            }
+    printf("all_finite: %llu arrays\n", checked);
+    ck_assert_msg(bad == 0, "%llu arrays judged wrong", bad);
+}
+END_TEST
+
 /* Hard cases: binary32 arguments whose binary64 evaluation lands within
  * the op's error bound of a binary32 rounding boundary, so that the op
  * must take its MPFR path (none of the 16-bit inputs does).  Found by a
@@ -861,6 +893,7 @@ static Suite *suite(void)
     tcase_add_loop_test(ex, test_fast_ranges, 0, 3);
     tcase_add_test(ex, test_vector_lanes);
     tcase_add_test(ex, test_softmax_exp);
+    tcase_add_test(ex, test_all_finite);
     suite_add_tcase(s, ex);
     return s;
 }
