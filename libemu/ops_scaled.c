@@ -39,6 +39,7 @@ typedef struct quant_op {
     double g;
     const bool *block_nan;   /* per block: it held a NaN (NULL: none did)  */
     bool pow2;               /* every divisor a power of two (or NaN)      */
+    bool plain;              /* and none NaN, g = 1: x times 1/s           */
 } quant_op;
 
 /* The exact quotients x[j] / (s[j] g) for power-of-two divisors (or
@@ -53,8 +54,24 @@ typedef struct quant_op {
 static EMU_KERNEL_INLINE void pow2_quotients_any(double *restrict hi,
                                                  const float *restrict x,
                                                  const float *restrict s,
-                                                 double g, size_t m)
+                                                 double g, bool plain,
+                                                 size_t m)
 {
+    /* plain: no divisor NaN and g = 1 (MX's operands), d = s[j]: the same
+     * products without the multiplication by g and the NaN select, a
+     * third of the loop's vector instructions. */
+    if (plain) {
+        for (size_t j = 0; j < m; j++) {
+            const double d = s[j];
+            uint64_t u;
+            memcpy(&u, &d, sizeof u);
+            u = UINT64_C(0x7fe0000000000000) - u;
+            double inv;
+            memcpy(&inv, &u, sizeof inv);
+            hi[j] = (double)x[j] * inv;
+        }
+        return;
+    }
     for (size_t j = 0; j < m; j++) {
         const double d = (double)s[j] * g; /* exact */
         uint64_t u;
@@ -68,39 +85,42 @@ static EMU_KERNEL_INLINE void pow2_quotients_any(double *restrict hi,
 }
 
 static void pow2_quotients_base(double *restrict hi, const float *restrict x,
-                                const float *restrict s, double g, size_t m)
+                                const float *restrict s, double g, bool plain,
+                                size_t m)
 {
-    pow2_quotients_any(hi, x, s, g, m);
+    pow2_quotients_any(hi, x, s, g, plain, m);
 }
 
 #if EMU_HAVE_ISA_CLONES
 EMU_ISA_TARGET_AVX2
 static void pow2_quotients_avx2(double *restrict hi, const float *restrict x,
-                                const float *restrict s, double g, size_t m)
+                                const float *restrict s, double g, bool plain,
+                                size_t m)
 {
-    pow2_quotients_any(hi, x, s, g, m);
+    pow2_quotients_any(hi, x, s, g, plain, m);
 }
 
 EMU_ISA_TARGET_AVX512
 static void pow2_quotients_avx512(double *restrict hi,
                                   const float *restrict x,
-                                  const float *restrict s, double g, size_t m)
+                                  const float *restrict s, double g,
+                                  bool plain, size_t m)
 {
-    pow2_quotients_any(hi, x, s, g, m);
+    pow2_quotients_any(hi, x, s, g, plain, m);
 }
 #endif
 
 static void pow2_quotients(double *hi, const float *x, const float *s,
-                           double g, size_t m)
+                           double g, bool plain, size_t m)
 {
 #if EMU_HAVE_ISA_CLONES
     switch (emu_isa_active()) {
-    case EMU_ISA_AVX512: pow2_quotients_avx512(hi, x, s, g, m); return;
-    case EMU_ISA_AVX2: pow2_quotients_avx2(hi, x, s, g, m); return;
+    case EMU_ISA_AVX512: pow2_quotients_avx512(hi, x, s, g, plain, m); return;
+    case EMU_ISA_AVX2: pow2_quotients_avx2(hi, x, s, g, plain, m); return;
     default: break;
     }
 #endif
-    pow2_quotients_base(hi, x, s, g, m);
+    pow2_quotients_base(hi, x, s, g, plain, m);
 }
 
 /* emu_op_out.fill: the exact quotients x_i / (s_b(i) g) of a chunk, as
@@ -111,7 +131,7 @@ static int quant_fill(const void *opv, size_t i0, size_t m, double *hi,
 {
     const quant_op *op = opv;
     if (op->pow2) {
-        pow2_quotients(hi, op->x + i0, op->scale + i0, op->g, m);
+        pow2_quotients(hi, op->x + i0, op->scale + i0, op->g, op->plain, m);
         return 0;
     }
     for (size_t j = 0; j < m; j++) {
@@ -210,14 +230,17 @@ static int commit_quantized(emu_ctx *ctx, const char *site,
         return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory for %zu scales", n);
     emu_scaled_element_scales(q, sc);
     uint64_t hist[EMU_HIST_BINS] = { 0 };
+    bool nan_d = isnan(g);
     for (size_t b = 0; b < q->nblocks; b++) {
         const double sb = q->sf.block_scaled ? q->scale[b] : 1.0;
         if (!isnan(sb))
             hist[emu_hist_bin_unguarded(sb * g)]++; /* exact */
+        nan_d |= isnan(sb);
     }
     bool *block_nan = nan_blocks(q, x->data);
     quant_op op = { .q = q, .x = x->data, .scale = sc, .g = g,
-                    .block_nan = block_nan, .pow2 = pow2 };
+                    .block_nan = block_nan, .pow2 = pow2,
+                    .plain = pow2 && !nan_d && g == 1.0 };
     emu_rounding rnd = *elem_rnd;
     rnd.saturate = true; /* the OCP MX rule: elements clamp to ±max */
     /* The callbacks read x, the scales and the NaN blocks, never the

@@ -3438,6 +3438,135 @@ START_TEST(memory_order_paths)
 }
 END_TEST
 
+/* An element for dequantize_rows_edges, of scale sb: zeros, subnormals,
+ * NaNs with payloads (quiet or signaling), infinities, values of 1..24
+ * bits, drawn until the product with sb is a binary32 value (0 after 64
+ * draws), or, wide, until it is not (the last draw after 64). */
+static float edge_elem(test_rng *g, double sb, bool wide)
+{
+    float e = 0.0f;
+    for (int tries = 0; tries < 64; tries++) {
+        const uint64_t w = test_below(g, 256); /* (edges rare: most rows have none) */
+        if (wide) /* (by a scale not 2^k: a normal product, inexact) */
+            e = isfinite(sb) && frexp(sb, &(int){ 0 }) != 0.5
+                    ? rand_f32(g, -9, 9) : rand_f32(g, -149, 127);
+        else if (w == 0)
+            e = (test_next(g) & 1) ? -0.0f : 0.0f;
+        else if (w == 1)
+            e = rand_f32(g, -149, -127);
+        else if (w == 2) {
+            uint32_t u = 0x7f800000u | (uint32_t)(1 + test_below(g, 0x7fffff));
+            u |= (test_next(g) & 1) ? 0x80000000u : 0;
+            memcpy(&e, &u, sizeof e);
+        } else if (w == 3)
+            e = (test_next(g) & 1) ? -INFINITY : INFINITY;
+        else
+            e = rand_f32(g, -9, 9);
+        const double v = (double)e * sb;
+        if (isnan(v) ? !wide : ((double)(float)v != v) == wide)
+            return e;
+    }
+    return wide ? e : 0.0f;
+}
+
+/* emu_scaled_dequantize's binary32 rows (deq_row_f32, deq_blocks_f32:
+ * no tensor scale, scales 2^k) against the definition, on elements and
+ * scales no quantizer makes: products at the edges of binary32's normal
+ * range and beyond, subnormal, zero and infinite elements, NaNs with
+ * payloads, scales 2^-127 (a binary32 subnormal), 2^127, infinite, NaN
+ * and not powers of two.  Every bit of every value (a NaN block's is
+ * binary64's default NaN, an element's NaN keeps its payload), and the
+ * refusal iff a product is not a binary32 value; at each ISA level as
+ * test_scaled runs. */
+START_TEST(dequantize_rows_edges)
+{
+    unsigned long long before = begin_test(), cases = 0;
+    test_rng g = test_rng_make(0xde9f32);
+    static const char *const specs[] = { "mxfp8", "mxfp8,tensor=yes" };
+    for (size_t sp = 0; sp < sizeof specs / sizeof *specs; sp++)
+        for (int trial = 0; trial < 150; trial++) {
+            emu_scaled_format sf = sfmt(specs[sp]);
+            const int ndim = 1 + trial / 3 % 3;
+            size_t shape[3];
+            for (int d = 0; d < ndim; d++)
+                shape[d] = 1 + (size_t)test_below(&g, d == ndim - 1 ? 90 : 40);
+            const int axis = (int)test_below(&g, (uint64_t)ndim);
+            emu_scaled_tensor q;
+            sq_alloc(&q, &sf, ndim, shape, axis);
+            for (size_t b = 0; b < q.nblocks; b++) {
+                const uint64_t w = test_below(&g, 64);
+                q.scale[b] = w == 0 ? ldexpf(1.0f, -127)
+                           : w == 1 ? ldexpf(1.0f, 127)
+                           : w == 2 ? NAN
+                           : w == 3 ? ldexpf(1.5f, (int)test_below(&g, 21) - 10)
+                           : w == 4 ? INFINITY
+                           : ldexpf(1.0f, (int)test_below(&g, 31) - 15);
+            }
+            /* Elements whose products are binary32 values (drawn again
+             * until so), then in two trials of three one that is not (a
+             * product inexact below the normal range, zero from
+             * underflow, infinite from overflow): it alone refuses the
+             * tensor, which only the range check finds. */
+            for (size_t i = 0; i < q.n; i++)
+                q.elem[i] = edge_elem(&g, q.scale[emu_scaled_block_of(&q, i)],
+                                      false);
+            if (trial % 3) {
+                /* (trial % 3 == 2: in a block whose scale is not 2^k if
+                 * one is met, where the product is normal but inexact) */
+                size_t i = (size_t)test_below(&g, q.n);
+                for (int k = 0; k < 256 && trial % 3 == 2; k++) {
+                    const size_t j = (size_t)test_below(&g, q.n);
+                    const float sj = q.scale[emu_scaled_block_of(&q, j)];
+                    if (isfinite(sj) && frexpf(sj, &(int){ 0 }) != 0.5f) {
+                        i = j;
+                        break;
+                    }
+                }
+                q.elem[i] = edge_elem(&g, q.scale[emu_scaled_block_of(&q, i)],
+                                      true);
+            }
+            q.tensor_scale = (float)ldexp(1.0 + (double)test_below(&g, 8) / 8.0,
+                                          (int)test_below(&g, 9) - 4);
+            float *dq = malloc(q.n * sizeof *dq);
+            ck_assert(dq);
+            for (int with_g = 0; with_g < 2; with_g++) {
+                const double gs = with_g ? q.tensor_scale : 1.0;
+                bool wide = false;
+                for (size_t i = 0; i < q.n; i++) {
+                    const double sb = q.scale[emu_scaled_block_of(&q, i)];
+                    const double v = isnan(sb) ? NAN : (double)q.elem[i] * sb * gs;
+                    wide |= !isnan(v) && (double)(float)v != v;
+                }
+                emu_error err;
+                const int rc = emu_scaled_dequantize(&q, dq, with_g, &err);
+                CHECK((rc != 0) == wide, "%d-d axis %d, trial %d: dequantize "
+                      "rc %d, a product not binary32: %d", ndim, axis, trial,
+                      rc, (int)wide);
+                for (size_t i = 0; i < q.n && !rc; i++) {
+                    const double sb = q.scale[emu_scaled_block_of(&q, i)];
+                    const float want = isnan(sb) ? NAN
+                                                 : (float)((double)q.elem[i] * sb * gs);
+                    uint32_t a, b;
+                    memcpy(&a, &dq[i], sizeof a);
+                    memcpy(&b, &want, sizeof b);
+                    CHECK(a == b, "%d-d axis %d, trial %d: element %zu (%a, "
+                          "scale %a) dequantized to %08x, by the definition "
+                          "%08x", ndim, axis, trial, i, (double)q.elem[i], sb,
+                          (unsigned)a, (unsigned)b);
+                    cases++;
+                }
+            }
+            free(dq);
+            emu_scaled_free(&q);
+        }
+    fprintf(stderr, "test_scaled: %-44s %llu cases (%s)\n",
+            "dequantize rows at the edges", cases,
+            getenv("EMU_ISA") ? getenv("EMU_ISA") : "best level");
+    ck_assert(cases > 0);
+    FINISH("dequantize rows at the edges", before);
+}
+END_TEST
+
 static Suite *scaled_suite(void)
 {
     Suite *s = suite_create("scaled");
@@ -3469,6 +3598,7 @@ static Suite *scaled_suite(void)
     tcase_add_test(tc, sr_threshold_words);
     tcase_add_test(tc, memory_order_paths);
     tcase_add_test(tc, kept_storage);
+    tcase_add_test(tc, dequantize_rows_edges);
     suite_add_tcase(s, tc);
     return s;
 }
