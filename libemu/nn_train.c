@@ -522,12 +522,19 @@ static int score(const emu_model *m, const int *labels, size_t count,
  * then the tail. */
 static bool range_finite(const float *x, size_t n)
 {
+    /* |x| above binary32's largest finite value, as a signed compare of
+     * the magnitude's bits (SSE2 has it in 32-bit lanes), its masks ORed:
+     * three operations a vector, where testing the exponent field for
+     * all ones made gcc blend masks and copy the run to the stack */
+    const unsigned char *b = (const unsigned char *)x;
     size_t j = 0;
     for (; j + 64 <= n; j += 64) {
-        uint32_t w[64], bad = 0;
-        memcpy(w, x + j, sizeof w);
-        for (int k = 0; k < 64; k++)
-            bad |= (uint32_t)((w[k] & 0x7f800000) == 0x7f800000);
+        int32_t bad = 0;
+        for (int k = 0; k < 64; k++) {
+            uint32_t w;
+            memcpy(&w, b + 4 * (j + (size_t)k), sizeof w);
+            bad |= -(int32_t)((int32_t)(w & 0x7fffffff) > 0x7f7fffff);
+        }
         if (bad)
             return false;
     }

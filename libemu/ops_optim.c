@@ -157,6 +157,29 @@ static float *copy_of(emu_ctx *ctx, const char *site, const emu_tensor *t)
     return c;
 }
 
+/* Whether x[0..n-1] holds a NaN: the magnitudes' bits above infinity's,
+ * a signed compare (SSE2 has it in 32-bit lanes), ORed over runs of
+ * constant length that gcc -O2 vectorises, then the tail. */
+static bool has_nan_f32(const float *x, size_t n)
+{
+    const unsigned char *b = (const unsigned char *)x;
+    int32_t any = 0;
+    size_t j = 0;
+    for (; j + 64 <= n; j += 64) {
+        for (int k = 0; k < 64; k++) {
+            uint32_t w;
+            memcpy(&w, b + 4 * (j + (size_t)k), sizeof w);
+            any |= -(int32_t)((int32_t)(w & 0x7fffffff) > 0x7f800000);
+        }
+        if (any)
+            return true;
+    }
+    for (; j < n; j++)
+        if (isnan(x[j]))
+            return true;
+    return false;
+}
+
 static void sub_site(char *buf, size_t size, const char *site,
                      const char *name)
 {
@@ -686,11 +709,18 @@ int emu_t_sgd_update(emu_ctx *ctx, const char *site, emu_tensor *w,
         return -1;
     /* w is written in place by the last commit, chunk by chunk, each
      * after its callbacks ran (they read w at their own index only:
-     * store_early); v is overwritten by the first, and the weight's NaN
-     * provenance still asks for its old values. */
+     * store_early); v is overwritten by the first the same way, and the
+     * weight's NaN provenance still asks whether its old value was NaN.
+     * With no NaN among the old values (every step of a run that trains)
+     * that answer is no for each, and v itself serves as v0: read at an
+     * element's own index before its new value is stored, then asking
+     * isnan of the new value, which sgd_had_nan asks anyway.  Otherwise
+     * (or rather than scan it twice) a copy. */
     const float *w0 = w->data;
-    float *v0 = v ? copy_of(ctx, site, v) : NULL;
-    if (v && !v0) {
+    float *v0 = NULL;
+    if (v && !has_nan_f32(v->data, v->n)) {
+        v0 = v->data;
+    } else if (v && !(v0 = copy_of(ctx, site, v))) {
         free(t);
         return -1;
     }
@@ -716,7 +746,8 @@ int emu_t_sgd_update(emu_ctx *ctx, const char *site, emu_tensor *w,
             .store_early = true, .parallel = true, .acc_old = w0,
             .addend = t, .op = &op, .ref = sgd_w_ref, .inputs_had_nan = sgd_had_nan, .rnd = rnd });
     free(t);
-    free(v0);
+    if (v0 != (v ? v->data : NULL))
+        free(v0);
     return rc;
 }
 

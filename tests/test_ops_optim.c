@@ -674,6 +674,48 @@ START_TEST(nan_accounting)
 }
 END_TEST
 
+/* NaN provenance of the weights under momentum: an old velocity that was
+ * NaN still counts as a NaN input after the velocity commit overwrote it.
+ * With zero momentum the old velocity drops out of the new one (g = inf
+ * gives v = inf), so only its old value tells element 0's NaN (inf - inf)
+ * from element 1's, which is produced; with no NaN among the old
+ * velocities emu_t_sgd_update reads v in place instead of a copy. */
+START_TEST(nan_accounting_momentum)
+{
+    for (int with_nan = 0; with_nan < 2; with_nan++) {
+        emu_tensor w = mk("w", "binary32", 2), v = mk("v", "binary32", 2),
+                   gr = mk("g", "binary32", 2);
+        for (int i = 0; i < 2; i++) {
+            w.data[i] = INFINITY;
+            gr.data[i] = INFINITY;
+            v.data[i] = 0.0f;
+        }
+        if (with_nan)
+            v.data[0] = NAN;
+        emu_stats st;
+        emu_stats_init(&st);
+        emu_ctx ctx;
+        emu_ctx_init(&ctx, 1);
+        ctx.stats = &st;
+        emu_sgd_opts o = { .lr = 1.0f, .momentum = 0.0f };
+        ck_assert_int_eq(emu_t_sgd_update(&ctx, "s", &w, &v, &gr, &o,
+                                          &test_rne), 0);
+        ck_assert(v.data[0] == INFINITY && v.data[1] == INFINITY);
+        ck_assert(isnan(w.data[0]) && isnan(w.data[1]));
+        const emu_site *s = emu_stats_find_name(&st, "s");
+        EXPECT(s->total.nan == 2 &&
+                   s->total.nan_produced == (with_nan ? 1u : 2u),
+               "old NaN %d: nan %llu produced %llu", with_nan,
+               (unsigned long long)s->total.nan,
+               (unsigned long long)s->total.nan_produced);
+        emu_stats_free(&st);
+        emu_tensor_free(&w);
+        emu_tensor_free(&v);
+        emu_tensor_free(&gr);
+    }
+}
+END_TEST
+
 /* ---- refusals ------------------------------------------------------------ */
 
 static void expect_fail(int rc, const emu_ctx *ctx, const char *needle)
@@ -969,6 +1011,7 @@ static Suite *suite(void)
     tcase_add_test(tc, absorbed_random);
     tcase_add_test(tc, swamp_from_commit);
     tcase_add_test(tc, nan_accounting);
+    tcase_add_test(tc, nan_accounting_momentum);
     tcase_add_test(tc, bad_input);
     tcase_add_test(tc, fast_sums_match_reference);
     tcase_add_test(tc, update_pairs_match_reference);
