@@ -187,9 +187,13 @@ static EMU_KERNEL_INLINE void im2row_runs(const conv_geom *g, const float *xp,
         if (ones)
             *p++ = 1.0f;
         const float *x0 = xp + n * g->Ci * plane + oh * g->s * Wp + ow * g->s;
-        for (size_t ci = 0; ci < g->Ci; ci++, x0 += plane)
+        for (size_t ci = 0; ci < g->Ci; ci++, x0 += plane) {
+            /* (GCC -O3 leaves a loop of 5 runs rolled: 3 instructions of
+             * loop beside the copy's 4) */
+#pragma GCC unroll 7
             for (size_t kh = 0; kh < KH; kh++, p += KW)
                 copy_taps(p, x0 + kh * Wp, copy);
+        }
         if (++ow == g->Wo) {
             ow = 0;
             if (++oh == g->Ho) {
@@ -215,9 +219,11 @@ static EMU_KERNEL_INLINE void data_runs(const conv_geom *g, const float *dp,
         float *p = r;
         const float *d0 = dp + n * g->Co * plane + (ih + KH - 1) * Wp +
                           (g->W - 1 - iw);
-        for (size_t co = 0; co < g->Co; co++, d0 += plane)
+        for (size_t co = 0; co < g->Co; co++, d0 += plane) {
+#pragma GCC unroll 7
             for (size_t kh = 0; kh < KH; kh++, p += KW)
                 copy_taps(p, d0 - kh * Wp, copy);
+        }
         if (++iw == g->W) {
             iw = 0;
             if (++ih == g->H) {
@@ -1188,13 +1194,15 @@ int emu_t_conv2d_backward_data(emu_ctx *ctx, const char *site, emu_tensor *dx,
  * multiple of q is a block boundary (a cut anywhere else rounds a partial
  * sum the one call does not).  Every call stays on the level-3 path the
  * one call takes: the whole GEMM has at least SLICE_MIN_MACS
- * multiply-adds (above the small-matrix kernels' 10^6 and SkylakeX's
- * direct sgemm's 28 * 512^2), each slice at least CONV_BLOCK_MACS, and
- * every slice, the first included, starts from given values (beta = 1,
- * never the direct kernel's beta = 0).  test_ops_conv's
+ * multiply-adds (above the small-matrix kernels' 10^6, and SkylakeX's
+ * direct sgemm's 28 * 512^2, at and above which that kernel is not taken:
+ * LeNet's first layer at batch 64, 7.5 * 10^6, was made whole below the
+ * earlier bound of 8 * 10^6, a 5 MB matrix), each slice at least
+ * CONV_BLOCK_MACS, and every slice, the first included, starts from given
+ * values (beta = 1, never the direct kernel's beta = 0).  test_ops_conv's
  * fast_is_sgemm_on_the_matrices checks the bits against one sgemm on the
  * whole matrix. */
-#define SLICE_MIN_MACS 8e6
+#define SLICE_MIN_MACS (28.0 * 512 * 512)
 
 /* q for the probe: 64 x 64 outputs, so that every trial slice
  * (>= 256 terms) is above the small-matrix kernels. */

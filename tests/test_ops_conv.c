@@ -672,6 +672,8 @@ START_TEST(fast_is_sgemm_on_the_matrices)
         make_geo(12, 16, 28, 28, 16, 3, 3, 1, 1),
         make_geo(10, 16, 28, 28, 32, 3, 3, 2, 1),
         make_geo(9, 8, 30, 30, 24, 5, 5, 1, 0),
+        /* LeNet conv1 at batch 64: 7.5e6, just above 28 * 512^2 */
+        make_geo(64, 1, 28, 28, 6, 5, 5, 1, 2),
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         fast_case(shapes[i], &r);
