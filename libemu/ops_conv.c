@@ -187,9 +187,13 @@ static EMU_KERNEL_INLINE void im2row_runs(const conv_geom *g, const float *xp,
         if (ones)
             *p++ = 1.0f;
         const float *x0 = xp + n * g->Ci * plane + oh * g->s * Wp + ow * g->s;
-        for (size_t ci = 0; ci < g->Ci; ci++, x0 += plane)
+        for (size_t ci = 0; ci < g->Ci; ci++, x0 += plane) {
+            /* (GCC -O3 leaves a loop of 5 runs rolled: 3 instructions of
+             * loop beside the copy's 4) */
+#pragma GCC unroll 7
             for (size_t kh = 0; kh < KH; kh++, p += KW)
                 copy_taps(p, x0 + kh * Wp, copy);
+        }
         if (++ow == g->Wo) {
             ow = 0;
             if (++oh == g->Ho) {
@@ -215,9 +219,11 @@ static EMU_KERNEL_INLINE void data_runs(const conv_geom *g, const float *dp,
         float *p = r;
         const float *d0 = dp + n * g->Co * plane + (ih + KH - 1) * Wp +
                           (g->W - 1 - iw);
-        for (size_t co = 0; co < g->Co; co++, d0 += plane)
+        for (size_t co = 0; co < g->Co; co++, d0 += plane) {
+#pragma GCC unroll 7
             for (size_t kh = 0; kh < KH; kh++, p += KW)
                 copy_taps(p, d0 - kh * Wp, copy);
+        }
         if (++iw == g->W) {
             iw = 0;
             if (++ih == g->H) {
@@ -337,7 +343,12 @@ static int row_src_data(const conv_geom *g, const float *dy, row_src *s)
 }
 
 /* Rows r0 .. r1 of the matrix into rows ((r1 - r0) x K, and ROW_SLACK
- * floats after them that may be overwritten). */
+ * floats after them that may be overwritten).  Copies only, so every
+ * instruction set gives the same bytes: compiled for AVX2 and AVX-512 too
+ * (EMU_TARGET_CLONES), where a run of 5 or 7 taps (8 floats) is one
+ * vector move instead of SSE2's two (row_src_fill was 11% of the CNN's
+ * fp32 step). */
+EMU_TARGET_CLONES
 static void row_src_fill(const row_src *s, size_t r0, size_t r1, float *rows)
 {
     const conv_geom *g = s->g;
@@ -1183,13 +1194,15 @@ int emu_t_conv2d_backward_data(emu_ctx *ctx, const char *site, emu_tensor *dx,
  * multiple of q is a block boundary (a cut anywhere else rounds a partial
  * sum the one call does not).  Every call stays on the level-3 path the
  * one call takes: the whole GEMM has at least SLICE_MIN_MACS
- * multiply-adds (above the small-matrix kernels' 10^6 and SkylakeX's
- * direct sgemm's 28 * 512^2), each slice at least CONV_BLOCK_MACS, and
- * every slice, the first included, starts from given values (beta = 1,
- * never the direct kernel's beta = 0).  test_ops_conv's
+ * multiply-adds (above the small-matrix kernels' 10^6, and SkylakeX's
+ * direct sgemm's 28 * 512^2, at and above which that kernel is not taken:
+ * LeNet's first layer at batch 64, 7.5 * 10^6, was made whole below the
+ * earlier bound of 8 * 10^6, a 5 MB matrix), each slice at least
+ * CONV_BLOCK_MACS, and every slice, the first included, starts from given
+ * values (beta = 1, never the direct kernel's beta = 0).  test_ops_conv's
  * fast_is_sgemm_on_the_matrices checks the bits against one sgemm on the
  * whole matrix. */
-#define SLICE_MIN_MACS 8e6
+#define SLICE_MIN_MACS (28.0 * 512 * 512)
 
 /* q for the probe: 64 x 64 outputs, so that every trial slice
  * (>= 256 terms) is above the small-matrix kernels. */
@@ -1368,10 +1381,43 @@ static void bwdw_prep_part(void *p, int t, int T)
                    b->dy + (n * b->Co + co) * b->P, b->P * sizeof *b->dyp);
 }
 
+/* The fast model's bias sums of channels c0 .. c1: each channel's
+ * binary32 sum in index order from +0 (dot_fast's, bit for bit), BIAS_LANES
+ * channels side by side, so that their additions overlap instead of each
+ * waiting for the one before (one chain ran at the add's latency: 1.7% of
+ * the CNN's fp32 step).  The fast model keeps no counts (dot_fast). */
+enum { BIAS_LANES = 8 };
+
+static void bias_sums_fast(const bwdw_split *b, size_t c0, size_t c1)
+{
+    for (; c0 < c1; c0 += BIAS_LANES) {
+        const size_t nl = c1 - c0 < BIAS_LANES ? c1 - c0 : BIAS_LANES;
+        const float *row[BIAS_LANES];
+        float s[BIAS_LANES];
+        for (size_t l = 0; l < BIAS_LANES; l++) {
+            /* lanes past c1 repeat the last channel, unused */
+            row[l] = b->dyp + (c0 + (l < nl ? l : nl - 1)) * b->R;
+            s[l] = 0.0f;
+        }
+        for (size_t i = 0; i < b->R; i++)
+            for (size_t l = 0; l < BIAS_LANES; l++)
+                s[l] = s[l] + row[l][i];
+        for (size_t l = 0; l < nl; l++) {
+            b->bh[c0 + l] = s[l];
+            b->bl[c0 + l] = 0.0;
+        }
+    }
+}
+
 static void bwdw_bias_part(void *p, int t, int T)
 {
     bwdw_split *b = p;
     memset(&b->sw[t], 0, sizeof b->sw[t]);
+    if (b->acc->kind == EMU_ACCUM_FAST) {
+        bias_sums_fast(b, b->Co * (size_t)t / (size_t)T,
+                       b->Co * (size_t)(t + 1) / (size_t)T);
+        return;
+    }
     for (size_t co = b->Co * (size_t)t / (size_t)T;
          co < b->Co * (size_t)(t + 1) / (size_t)T; co++) {
         emu_accum_rng rng = { b->seed, b->stream, co };

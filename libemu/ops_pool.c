@@ -325,9 +325,79 @@ static EMU_KERNEL_INLINE void maxpool_run(const pool_op *op, size_t i0,
     }
 }
 
+/* n outputs of one output row of 2 x 2 windows at stride 2, from the
+ * window row xr (input offset base): window_max_2x2's selection (the
+ * first strictly larger max_key in window order), without a branch or a
+ * call per window so that the compiler vectorises the run.  Returns false
+ * if a window holds a NaN: the caller then makes the run again window by
+ * window (maxpool_run), overwriting what was written here.  ARG (a
+ * constant where inlined) says whether argmax is written. */
+static EMU_KERNEL_INLINE bool maxpool_row_2x2s2(const float *xr, size_t W,
+                                                size_t n, float *v,
+                                                size_t *arg, size_t base,
+                                                bool ARG)
+{
+    uint32_t nan = 0;
+    for (size_t j = 0; j < n; j++) {
+        uint32_t u0, u1, u2, u3;
+        memcpy(&u0, xr + 2 * j, sizeof u0);
+        memcpy(&u1, xr + 2 * j + 1, sizeof u1);
+        memcpy(&u2, xr + W + 2 * j, sizeof u2);
+        memcpy(&u3, xr + W + 2 * j + 1, sizeof u3);
+        nan |= (uint32_t)((u0 & 0x7fffffff) > 0x7f800000) |
+               (uint32_t)((u1 & 0x7fffffff) > 0x7f800000) |
+               (uint32_t)((u2 & 0x7fffffff) > 0x7f800000) |
+               (uint32_t)((u3 & 0x7fffffff) > 0x7f800000);
+        int32_t bk = max_key(u0);
+        uint32_t bu = u0;
+        size_t bi = 0;
+        const int32_t k1 = max_key(u1), k2 = max_key(u2), k3 = max_key(u3);
+        bi = k1 > bk ? 1 : bi;
+        bu = k1 > bk ? u1 : bu;
+        bk = k1 > bk ? k1 : bk;
+        bi = k2 > bk ? W : bi;
+        bu = k2 > bk ? u2 : bu;
+        bk = k2 > bk ? k2 : bk;
+        bi = k3 > bk ? W + 1 : bi;
+        bu = k3 > bk ? u3 : bu;
+        memcpy(&v[j], &bu, sizeof bu);
+        if (ARG)
+            arg[j] = base + 2 * j + bi;
+    }
+    return nan == 0;
+}
+
+/* maxpool_fill32 for 2 x 2 windows at stride 2 (the CNN's pooling), an
+ * output row's run at a time; compiled for AVX2 and AVX-512 too (integer
+ * selections and moves: the same bits at every level). */
+EMU_TARGET_CLONES
+static void maxpool_fill32_2x2s2(const pool_op *op, size_t i0, size_t m,
+                                 float *v)
+{
+    const pool_geom *g = &op->g;
+    for (size_t j = 0; j < m;) {
+        const size_t i = i0 + j, ow = i % g->Wo, oh = i / g->Wo % g->Ho;
+        const size_t nc = i / (g->Wo * g->Ho);
+        const size_t n = g->Wo - ow < m - j ? g->Wo - ow : m - j;
+        const size_t base = (nc * g->H + 2 * oh) * g->W + 2 * ow;
+        const bool ok =
+            op->arg ? maxpool_row_2x2s2(op->x + base, g->W, n, v + j,
+                                        op->arg + i, base, true)
+                    : maxpool_row_2x2s2(op->x + base, g->W, n, v + j, NULL,
+                                        base, false);
+        if (!ok)
+            maxpool_run(op, i, n, v + j, 2);
+        j += n;
+    }
+}
+
 static void maxpool_fill32(const void *opv, size_t i0, size_t m, float *v)
 {
     const pool_op *op = opv;
+    if (op->g.size == 2 && op->g.stride == 2) {
+        maxpool_fill32_2x2s2(op, i0, m, v);
+        return;
+    }
     switch (op->g.size) {
     case 2: maxpool_run(op, i0, m, v, 2); break;
     case 3: maxpool_run(op, i0, m, v, 3); break;

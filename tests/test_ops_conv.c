@@ -616,6 +616,19 @@ static void fast_case(geo g, test_rng *r)
         EXPECT(memcmp(&out[i], &p.dw.data[i], sizeof out[i]) == 0,
                "fast backward_weights %s [%zu]: got %a, sgemm %a", gs, i,
                (double)p.dw.data[i], (double)out[i]);
+
+    /* dbias: the fast model's dot product of the terms (a binary32 sum in
+     * (n, oh, ow) order), bit for bit, whichever channels the op sums
+     * side by side */
+    for (size_t co = 0; co < g.Co; co++) {
+        size_t k = terms_bias(&g, p.dy.data, co, A);
+        emu_accum_rng rng = { ctx.seed, 0, co };
+        double lo, want = emu_accum_dot(&lo, NULL, &accum, A, 1, NULL, 0, k,
+                                        &rng);
+        EXPECT(test_same(want, p.db.data[co]),
+               "fast dbias %s [%zu]: got %a, the fast dot %a", gs, co,
+               (double)p.db.data[co], want);
+    }
     free(rows);
     free(wm);
     free(out);
@@ -638,6 +651,8 @@ START_TEST(fast_is_sgemm_on_the_matrices)
         make_geo(1, 2, 13, 12, 3, 7, 7, 2, 3),  /* 7x7 stem, stride 2 */
         make_geo(1, 2, 6, 7, 3, 4, 2, 3, 3),    /* general widths, pad >= KW */
         make_geo(2, 1, 3, 4, 2, 3, 4, 1, 2),    /* kernel wider than input */
+        make_geo(3, 2, 10, 9, 11, 3, 3, 1, 1),  /* 11 channels: the bias sums'
+                                                 * lanes, a partial group */
         /* large enough for the fast model's row blocks (several, and a
          * longer last one): ResNet stages, the stem */
         make_geo(5, 16, 28, 28, 16, 3, 3, 1, 1),
@@ -657,6 +672,8 @@ START_TEST(fast_is_sgemm_on_the_matrices)
         make_geo(12, 16, 28, 28, 16, 3, 3, 1, 1),
         make_geo(10, 16, 28, 28, 32, 3, 3, 2, 1),
         make_geo(9, 8, 30, 30, 24, 5, 5, 1, 0),
+        /* LeNet conv1 at batch 64: 7.5e6, just above 28 * 512^2 */
+        make_geo(64, 1, 28, 28, 6, 5, 5, 1, 2),
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         fast_case(shapes[i], &r);
@@ -1387,6 +1404,10 @@ START_TEST(maxpool_rule_all_shapes)
             for (int rep = 0; rep < 6; rep++) {
                 size_t N = 1 + test_below(&r, 2), C = 1 + test_below(&r, 3);
                 size_t H = size + test_below(&r, 6), W = size + test_below(&r, 6);
+                /* rows of 18 windows and more, for the 2 x 2 stride-2
+                 * path's vectorised runs (whole vectors and a rest) */
+                if (rep >= 4)
+                    W += 36 + (size_t)rep;
                 emu_tensor x = mk("x", "binary32", N, C, H, W);
                 size_t Ho = (H - size) / stride + 1, Wo = (W - size) / stride + 1;
                 emu_tensor y = mk("y", "binary32", N, C, Ho, Wo);
