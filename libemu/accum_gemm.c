@@ -125,10 +125,21 @@ typedef struct seq_ctx {
 } seq_ctx;
 
 /* Exponent of the lowest set bit of a binary32 value (0 for zero, inf and
- * NaN, whose products the counts never look at). */
-static int lowest_bit_f(float x)
+ * NaN, whose products the counts never look at), without branches, so
+ * that loops of it vectorise: the significand with its implicit bit (none
+ * for a subnormal), its lowest set bit isolated (m & -m) and converted to
+ * a float, exact below 2^24, whose exponent field is the bit's position.
+ * (lowest_bit's value on every binary32 pattern, checked exhaustively.) */
+static EMU_ALWAYS_INLINE int lowest_bit_f(float x)
 {
-    return isfinite(x) && x != 0.0f ? lowest_bit(x) : 0;
+    const uint32_t u = f2u(x), e = u >> 23 & 0xff;
+    const uint32_t m = (u & 0x7fffff) | (uint32_t)(e != 0) << 23;
+    const uint32_t low = m & (0u - m);
+    const int32_t pos = (int32_t)(f2u((float)(int32_t)low) >> 23) - 127;
+    const int32_t lsb = (int32_t)(e + (e == 0)) - 150 + pos;
+    /* & rather than ||: no branch, which would keep GCC from vectorising */
+    const uint32_t keep = (uint32_t)(e != 0xff) & (uint32_t)(m != 0);
+    return lsb & -(int32_t)keep;
 }
 
 /* Swamping bins of one step of the JB lanes, s -> s_new of t = ak b[j]
@@ -1559,16 +1570,43 @@ static EMU_ALWAYS_INLINE void row_panel(const seq_ctx *c, emu_rnd mode,
 }
 
 /* Row i of A as doubles in arow, and its lowest set bits in la (with the
- * lowest-bit tables). */
-static void load_row(const seq_ctx *c, size_t i, double *arow, int *la)
+ * lowest-bit tables); returns whether the row is finite.  Branch-free
+ * loops that compilers vectorise, cheap enough to run once per row and
+ * panel (a K-term conversion against the panel's 16 K multiply-adds), so
+ * that the sequential and stochastic kernels need no copy of the worker's
+ * rows: the 3/4 MB that copy took at 256^3 came fresh from the system on
+ * every call (glibc trims the heap's top once the call's buffers are
+ * freed), and its page faults cost as much as a third of a call. */
+static EMU_ALWAYS_INLINE uint32_t load_run(const float *restrict a,
+                                           ptrdiff_t cs, size_t K,
+                                           double *restrict arow,
+                                           int *restrict la, bool tables)
+{
+    uint32_t inf = 0;
+    for (size_t k = 0; k < K; k++) {
+        const float x = a[(ptrdiff_t)k * cs];
+        arow[k] = x;
+        if (tables)
+            la[k] = lowest_bit_f(x);
+        inf |= (f2u(x) & 0x7f800000) == 0x7f800000;
+    }
+    return inf;
+}
+
+static EMU_ALWAYS_INLINE bool load_row(const seq_ctx *c, size_t i,
+                                       double *arow, int *la)
 {
     const gemm_job *g = c->g;
-    for (size_t k = 0; k < g->K; k++) {
-        float x = g->a[(ptrdiff_t)i * g->a_rs + (ptrdiff_t)k * g->a_cs];
-        arow[k] = x;
-        if (c->tables)
-            la[k] = lowest_bit_f(x);
-    }
+    const float *a = g->a + (ptrdiff_t)i * g->a_rs;
+    /* each case its own loop: unit stride and no tables vectorise best */
+    uint32_t inf;
+    if (g->a_cs == 1)
+        inf = c->tables ? load_run(a, 1, g->K, arow, la, true)
+                        : load_run(a, 1, g->K, arow, la, false);
+    else
+        inf = c->tables ? load_run(a, g->a_cs, g->K, arow, la, true)
+                        : load_run(a, g->a_cs, g->K, arow, la, false);
+    return !inf;
 }
 
 /* The mode is a constant inside each instance of the kernel.  On x86-64
@@ -1579,8 +1617,7 @@ static void load_row(const seq_ctx *c, size_t i, double *arow, int *la)
  * -DEMU_NO_TARGET_CLONES builds the baseline only. */
 EMU_TARGET_CLONES
 static void seq_rows(const seq_ctx *c0, size_t q, size_t r0, size_t r1,
-                     double *arow, int *la, const double *ac, const int *lc,
-                     emu_accum_counts *cnt)
+                     double *arow, int *la, emu_accum_counts *cnt)
 {
     const gemm_job *g = c0->g;
     seq_state st = { false, 0 };
@@ -1606,13 +1643,7 @@ static void seq_rows(const seq_ctx *c0, size_t q, size_t r0, size_t r1,
             pending = 0;
         }
         pending += g->K + 1;
-        if (ac) {
-            /* the worker's rows, converted once for every panel */
-            arow = (double *)ac + (i - r0) * g->K;
-            la = (int *)lc + (i - r0) * g->K;
-        } else {
-            load_row(c, i, arow, la);
-        }
+        load_row(c, i, arow, la);
         switch (c->pl.mode) {
         case EMU_RNE:
             row_panel(c, EMU_RNE, &st, i, q, arow, la, cnt, hist);
@@ -2396,18 +2427,16 @@ typedef struct row_info {
 
 /* Row i of A as doubles in arow (and la with the lowest-bit tables), and
  * what the kernels need to know of it. */
-static row_info load_row_info(const seq_ctx *c, gemm_kernel kern, size_t i,
-                              double *arow, int *la)
+static EMU_ALWAYS_INLINE row_info load_row_info(const seq_ctx *c,
+                                                gemm_kernel kern, size_t i,
+                                                double *arow, int *la)
 {
     const gemm_job *g = c->g;
     row_info r = { true, 0, INT_MAX, INT_MIN };
-    for (size_t k = 0; k < g->K; k++) {
-        float x = g->a[(ptrdiff_t)i * g->a_rs + (ptrdiff_t)k * g->a_cs];
-        arow[k] = x;
-        r.finite &= isfinite(x) != 0;
-        if (c->tables)
-            la[k] = lowest_bit_f(x);
-        if (kern == KERN_EXACT) {
+    r.finite = load_row(c, i, arow, la);
+    if (kern == KERN_EXACT)
+        for (size_t k = 0; k < g->K; k++) {
+            const float x = (float)arow[k];
             int wx = sig_width_f(x);
             r.w = wx > r.w ? wx : r.w;
             if (wx) {
@@ -2416,7 +2445,6 @@ static row_info load_row_info(const seq_ctx *c, gemm_kernel kern, size_t i,
                 r.hi = e > r.hi ? e : r.hi;
             }
         }
-    }
     return r;
 }
 
@@ -2552,15 +2580,17 @@ static int worker_main(void *arg)
         ks.xa = malloc(JB * sizeof *ks.xa);
         ok = ok && ks.bins && ks.xa;
     }
-    /* The worker's rows of A, converted once rather than once per panel
-     * (which cost a sixth of the sequential kernel's counting time at
-     * K = 256), when they take at most ROW_CACHE values. */
+    /* The exact kernel's rows of A, converted once rather than once per
+     * panel (its load_row_info scans each row's exponents), when they take
+     * at most ROW_CACHE values; the other kernels' conversion is a
+     * vector loop (load_row). */
     enum { ROW_CACHE = 1 << 19 };
     const size_t nrows = w->r1 - w->r0;
     double *ac = NULL;
     int *lc = NULL;
     row_info *ri = NULL;
-    if (ok && c.npanels > 1 && K && nrows <= ROW_CACHE / K) {
+    if (ok && kern == KERN_EXACT && c.npanels > 1 && K &&
+        nrows <= ROW_CACHE / K) {
         ac = malloc(nrows * K * sizeof *ac);
         lc = malloc(nrows * K * sizeof *lc);
         ri = malloc(nrows * sizeof *ri);
@@ -2568,10 +2598,7 @@ static int worker_main(void *arg)
             for (size_t i = w->r0; i < w->r1; i++) {
                 double *ar = ac + (i - w->r0) * K;
                 int *lr = lc + (i - w->r0) * K;
-                if (kern == KERN_SEQ)
-                    load_row(&c, i, ar, lr);
-                else
-                    ri[i - w->r0] = load_row_info(&c, kern, i, ar, lr);
+                ri[i - w->r0] = load_row_info(&c, kern, i, ar, lr);
             }
         } else {
             free(ac), free(lc), free(ri);
@@ -2610,7 +2637,7 @@ static int worker_main(void *arg)
             c.panel_hi = ehi;
             emu_accum_counts *cnt = w->want_counts ? &w->counts : NULL;
             if (kern == KERN_SEQ)
-                seq_rows(&c, q, w->r0, w->r1, arow, la, ac, lc, cnt);
+                seq_rows(&c, q, w->r0, w->r1, arow, la, cnt);
             else
                 kern_rows(&c, kern, q, w->r0, w->r1, arow, la, ac, lc, ri,
                           cnt, &ks);
