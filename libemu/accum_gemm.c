@@ -122,13 +122,30 @@ typedef struct seq_ctx {
     int row_w, panel_w;         /* widest significand (bits) of row / panel   */
     int row_lo, row_hi;         /* least and greatest exponent of a non-zero */
     int panel_lo, panel_hi;     /* value of the row / the panel (exact)      */
+    /* Exponents of the lowest set bit over the finite non-zero values of
+     * the row / the panel (NO_LSB if none): every product a_k b_kj is a
+     * multiple of 2^(row_lsb + panel_lsb) (see kahan_v8_mode). */
+    int row_lsb, panel_lsb;
 } seq_ctx;
 
+enum { NO_LSB = 4000 };
+
 /* Exponent of the lowest set bit of a binary32 value (0 for zero, inf and
- * NaN, whose products the counts never look at). */
-static int lowest_bit_f(float x)
+ * NaN, whose products the counts never look at), without branches, so
+ * that loops of it vectorise: the significand with its implicit bit (none
+ * for a subnormal), its lowest set bit isolated (m & -m) and converted to
+ * a float, exact below 2^24, whose exponent field is the bit's position.
+ * (lowest_bit's value on every binary32 pattern, checked exhaustively.) */
+static EMU_ALWAYS_INLINE int lowest_bit_f(float x)
 {
-    return isfinite(x) && x != 0.0f ? lowest_bit(x) : 0;
+    const uint32_t u = f2u(x), e = u >> 23 & 0xff;
+    const uint32_t m = (u & 0x7fffff) | (uint32_t)(e != 0) << 23;
+    const uint32_t low = m & (0u - m);
+    const int32_t pos = (int32_t)(f2u((float)(int32_t)low) >> 23) - 127;
+    const int32_t lsb = (int32_t)(e + (e == 0)) - 150 + pos;
+    /* & rather than ||: no branch, which would keep GCC from vectorising */
+    const uint32_t keep = (uint32_t)(e != 0xff) & (uint32_t)(m != 0);
+    return lsb & -(int32_t)keep;
 }
 
 /* Swamping bins of one step of the JB lanes, s -> s_new of t = ak b[j]
@@ -1011,6 +1028,7 @@ typedef struct v8_consts {
     __m512i shb;         /* emin + 1023 - p + 53: the subnormal shift's base */
     __m512i eminb;       /* emin + 1023                                      */
     __m512d quantum;     /* 2^(emin - p + 1)                                 */
+    __m512i xt;          /* v8_add_x's bound (kahan_v8_mode, per row-panel)  */
 } v8_consts;
 
 EMU_ISA_TARGET_AVX512
@@ -1046,13 +1064,15 @@ static EMU_ALWAYS_INLINE void v8_consts_init(v8_consts *k, const seq_ctx *c,
  * and non-zero either way.  The result R times the quantum is exact.  An
  * exact zero sum is -0 under RD unless both operands are +0 (add_round). */
 EMU_ISA_TARGET_AVX512
-static EMU_ALWAYS_INLINE __m512d v8_add(const v8_consts *k, emu_rnd mode,
-                                        bool exact, __m512d x, __m512d y,
-                                        __mmask8 *bad)
+static EMU_ALWAYS_INLINE __m512d v8_add_x(const v8_consts *k, emu_rnd mode,
+                                          bool exact, __m512d x, __m512d y,
+                                          __mmask8 *bad, __mmask8 *big)
 {
     __m512i r, u;
     __m512d v = v8_step(mode, false, exact, x, y, k->d, k->mask, k->nmask,
                         k->half, k->hm1, k->mn, k->mx, k->zs, &r, &u, bad);
+    if (big)
+        *big = _mm512_cmpge_epu64_mask(u, k->xt);
     if (!k->sub)
         return v;
     const __m512i one = _mm512_set1_epi64(1);
@@ -1114,6 +1134,36 @@ static EMU_ALWAYS_INLINE __m512d v8_add(const v8_consts *k, emu_rnd mode,
     *bad = (__mmask8)(*bad & ~tiny) |
            (tiny & _mm512_cmpeq_epi64_mask(ef, _mm512_setzero_si512()));
     return v;
+}
+
+EMU_ISA_TARGET_AVX512
+static EMU_ALWAYS_INLINE __m512d v8_add(const v8_consts *k, emu_rnd mode,
+                                        bool exact, __m512d x, __m512d y,
+                                        __mmask8 *bad)
+{
+    return v8_add_x(k, mode, exact, x, y, bad, NULL);
+}
+
+/* The lanes in which h, the exact sum of two values of acc (a multiple of
+ * its quantum, exact in binary64 under sums_exact), is itself a value of
+ * acc, so that rounding it changes nothing: no bits below the format's
+ * last place in the normal range (a multiple of the quantum below 2^emin
+ * is a subnormal of acc, if acc has them), not above max, and not a zero
+ * whose sign the rounding would decide otherwise than binary64's addition
+ * (RD's exact zero sums, fnuz's), which v8_add handles. */
+EMU_ISA_TARGET_AVX512
+static EMU_ALWAYS_INLINE __mmask8 v8_keeps(const v8_consts *k, emu_rnd mode,
+                                           __m512d h)
+{
+    const __m512i hb = _mm512_castpd_si512(h);
+    const __m512i u = _mm512_and_si512(hb, _mm512_set1_epi64(INT64_MAX));
+    __mmask8 ok = _mm512_testn_epi64_mask(hb, k->mask) &
+                  _mm512_cmple_epu64_mask(u, k->mx);
+    if (!k->sub)
+        ok &= _mm512_cmpge_epu64_mask(u, k->mn) | _mm512_testn_epi64_mask(u, u);
+    if (k->zs || mode == EMU_RD)
+        ok &= _mm512_test_epi64_mask(u, u);
+    return ok;
 }
 
 EMU_ISA_TARGET_AVX512
@@ -1209,28 +1259,47 @@ static EMU_ALWAYS_INLINE void v8_count(const seq_ctx *c, const v8_consts *k,
 }
 
 /* One Kahan step of the JB lanes (kahan_step): ex as there, exl for the
- * last addition (d - y, both values of acc).  Returns false, leaving s and
- * cc as they were, if some lane left the domain. */
+ * last addition (d - y, both values of acc).  With xk, p - c is taken to
+ * be exact in binary64 where its sum is below k->xt (kahan_v8_mode), and
+ * a lane where it is not fails the step like a lane out of the domain.
+ * With ex and exl, d = t - s and c = d - y, exact sums of values of acc,
+ * are mostly values of acc already (t - s is exact whenever |s| >= |y|,
+ * and then d - y is the rounding error of t): they are rounded only where
+ * some lane is not (v8_keeps).  Returns false, leaving s and cc as they
+ * were, if some lane left the domain. */
 EMU_ISA_TARGET_AVX512
 static EMU_ALWAYS_INLINE bool v8_kahan_step(const seq_ctx *c,
                                             const v8_consts *k, emu_rnd mode,
-                                            bool ex, bool exl, double ak,
-                                            const double *b, __m512d *s,
-                                            __m512d *cc, size_t jn,
-                                            emu_accum_counts *cnt,
+                                            bool ex, bool exl, bool xk,
+                                            double ak, const double *b,
+                                            __m512d *s, __m512d *cc,
+                                            size_t jn, emu_accum_counts *cnt,
                                             uint32_t (*hist)[EMU_LOST_BINS])
 {
     const __m512d a = _mm512_set1_pd(ak);
     __m512d y[2], t[2], d[2], cn[2];
-    __mmask8 b0, b1, b2, b3;
+    __mmask8 b0, b1, b2 = 0, b3 = 0, big = 0;
     unsigned bad = 0;
+#pragma GCC unroll 2
     for (int v = 0; v < 2; v++) {
         __m512d p = _mm512_mul_pd(a, _mm512_loadu_pd(b + 8 * v));
-        y[v] = v8_add(k, mode, false, p, v8_neg(cc[v]), &b0);
+        y[v] = xk ? v8_add_x(k, mode, true, p, v8_neg(cc[v]), &b0, &big)
+                  : v8_add(k, mode, false, p, v8_neg(cc[v]), &b0);
         t[v] = v8_add(k, mode, ex, s[v], y[v], &b1);
-        d[v] = v8_add(k, mode, ex, t[v], v8_neg(s[v]), &b2);
-        cn[v] = v8_add(k, mode, exl, d[v], v8_neg(y[v]), &b3);
-        bad |= (unsigned)(b0 | b1 | b2 | b3) << (8 * v);
+        if (ex && exl) {
+            d[v] = _mm512_sub_pd(t[v], s[v]);
+            b2 = 0;
+            if (v8_keeps(k, mode, d[v]) != 0xff)
+                d[v] = v8_add(k, mode, true, t[v], v8_neg(s[v]), &b2);
+            cn[v] = _mm512_sub_pd(d[v], y[v]);
+            b3 = 0;
+            if (v8_keeps(k, mode, cn[v]) != 0xff)
+                cn[v] = v8_add(k, mode, true, d[v], v8_neg(y[v]), &b3);
+        } else {
+            d[v] = v8_add(k, mode, ex, t[v], v8_neg(s[v]), &b2);
+            cn[v] = v8_add(k, mode, exl, d[v], v8_neg(y[v]), &b3);
+        }
+        bad |= (unsigned)(b0 | b1 | b2 | b3 | big) << (8 * v);
     }
     if (bad)
         return false;
@@ -1239,6 +1308,67 @@ static EMU_ALWAYS_INLINE bool v8_kahan_step(const seq_ctx *c,
     s[0] = t[0], s[1] = t[1];
     cc[0] = cn[0], cc[1] = cn[1];
     return true;
+}
+
+/* K(m) with m the constant for mode, so that each rounding mode runs its
+ * own inlined copy of a lane kernel (the modes the lanes take). */
+#define BY_MODE(mode, K)                                                    \
+    do {                                                                    \
+        switch (mode) {                                                     \
+        case EMU_RNE: K(EMU_RNE); break;                                    \
+        case EMU_RNA: K(EMU_RNA); break;                                    \
+        case EMU_RU: K(EMU_RU); break;                                      \
+        case EMU_RD: K(EMU_RD); break;                                      \
+        case EMU_RO: K(EMU_RO); break;                                      \
+        default: K(EMU_RZ); break;                                          \
+        }                                                                   \
+    } while (0)
+
+/* A step that kahan_v8_mode's loop does not make itself (the first, one
+ * in which some lane fails xk's test or leaves the domain): v8_kahan_step
+ * without xk, else the C lanes.  io holds s and cc (two vectors each).
+ * Apart and not inlined, so that the loop's registers stay the fast
+ * step's. */
+EMU_ISA_TARGET_AVX512
+static EMU_ALWAYS_INLINE void kahan_v8_other(const seq_ctx *c,
+                                             const v8_consts *k, emu_rnd mode,
+                                             bool sx, size_t kk, double ak,
+                                             const double *b, __m512d *io,
+                                             size_t jn, emu_accum_counts *cnt,
+                                             uint32_t (*hist)[EMU_LOST_BINS])
+{
+    /* s is a value of acc from the second step on (kahan_row_panel); the
+     * exact variants inlined apart */
+    bool ok;
+    if (kk == 0)
+        ok = sx ? v8_kahan_step(c, k, mode, false, true, false, ak, b, io,
+                                io + 2, jn, cnt, hist)
+                : v8_kahan_step(c, k, mode, false, false, false, ak, b, io,
+                                io + 2, jn, cnt, hist);
+    else
+        ok = sx ? v8_kahan_step(c, k, mode, true, true, false, ak, b, io,
+                                io + 2, jn, cnt, hist)
+                : v8_kahan_step(c, k, mode, false, false, false, ak, b, io,
+                                io + 2, jn, cnt, hist);
+    if (!ok) {
+        double sv[JB], cv[JB];
+        _mm512_storeu_pd(sv, io[0]), _mm512_storeu_pd(sv + 8, io[1]);
+        _mm512_storeu_pd(cv, io[2]), _mm512_storeu_pd(cv + 8, io[3]);
+        kahan_step_any(c, mode, sx && kk > 0, ak, b, sv, cv, jn, cnt, hist);
+        io[0] = _mm512_loadu_pd(sv), io[1] = _mm512_loadu_pd(sv + 8);
+        io[2] = _mm512_loadu_pd(cv), io[3] = _mm512_loadu_pd(cv + 8);
+    }
+}
+
+EMU_ISA_TARGET_AVX512
+static __attribute__((noinline)) void kahan_v8_slow(
+    const seq_ctx *c, const v8_consts *k, emu_rnd mode, bool sx, size_t kk,
+    double ak, const double *b, __m512d *io, size_t jn,
+    emu_accum_counts *cnt, uint32_t (*hist)[EMU_LOST_BINS])
+{
+#define KO(m) kahan_v8_other(c, k, m, sx, kk, ak, b, io, jn, cnt, hist)
+    BY_MODE(mode, KO);
+#undef KO
 }
 
 EMU_ISA_TARGET_AVX512
@@ -1255,55 +1385,55 @@ static EMU_ALWAYS_INLINE void kahan_v8_mode(const seq_ctx *c, emu_rnd mode,
     const bool sx = c->sums_exact;
     v8_consts kc;
     v8_consts_init(&kc, c, mode);
-    double sv[JB], cv[JB];
-    for (size_t j = 0; j < JB; j++) {
+    double sv[JB];
+    for (size_t j = 0; j < JB; j++)
         sv[j] = g->c && j < jn ? g->c[i * g->N + j0 + j] : 0.0;
-        cv[j] = 0.0;
-    }
+    /* Every product is a multiple of 2^L, L = row_lsb + panel_lsb, and so
+     * are the initial values (L lowered to their lowest bits), and then
+     * every value of the recurrence: a rounding that changes a multiple of
+     * 2^L lands on a grid whose spacing is above 2^L.  So p - c is exact
+     * in binary64 if its binary64 sum is below 2^(L + 53) (rounding being
+     * monotonic, the exact sum is then below it too, a multiple of 2^L of
+     * at most 53 bits), which v8_kahan_step tests per lane instead of
+     * TwoSum.  Steps that fail the test are done again with TwoSum; after
+     * XK_MISSES of them the row-panel does without the test. */
+    enum { XK_MISSES = 8 };
+    int L = c->row_lsb < NO_LSB && c->panel_lsb < NO_LSB
+          ? c->row_lsb + c->panel_lsb : NO_LSB;
+    for (size_t j = 0; j < jn; j++)
+        if (isfinite(sv[j]) && sv[j] != 0.0 && lowest_bit(sv[j]) < L)
+            L = lowest_bit(sv[j]);
+    /* L >= -1074, so 2^(L + 53) is a normal double; inf's pattern when
+     * every binary64 sum of multiples of 2^L is exact */
+    kc.xt = _mm512_set1_epi64(L + 53 >= 1024 ? (long long)0x7ff0000000000000
+                                              : (long long)(L + 53 + 1023) << 52);
+    bool xk = sx;
+    unsigned misses = 0;
     __m512d s[2] = { _mm512_loadu_pd(sv), _mm512_loadu_pd(sv + 8) };
     __m512d cc[2] = { _mm512_setzero_pd(), _mm512_setzero_pd() };
     for (size_t kk = 0; kk < K; kk++) {
         const double ak = arow[kk], *b = bp + kk * JB;
-        /* s is a value of acc from the second step on (kahan_row_panel);
-         * the exact variants inlined apart */
-        bool ok;
-        if (kk == 0)
-            ok = sx ? v8_kahan_step(c, &kc, mode, false, true, ak, b, s, cc,
-                                    jn, cnt, hist)
-                    : v8_kahan_step(c, &kc, mode, false, false, ak, b, s, cc,
-                                    jn, cnt, hist);
-        else
-            ok = sx ? v8_kahan_step(c, &kc, mode, true, true, ak, b, s, cc,
-                                    jn, cnt, hist)
-                    : v8_kahan_step(c, &kc, mode, false, false, ak, b, s, cc,
-                                    jn, cnt, hist);
-        if (!ok) {
-            _mm512_storeu_pd(sv, s[0]), _mm512_storeu_pd(sv + 8, s[1]);
-            _mm512_storeu_pd(cv, cc[0]), _mm512_storeu_pd(cv + 8, cc[1]);
-            kahan_step_any(c, mode, sx && kk > 0, ak, b, sv, cv, jn, cnt,
-                           hist);
-            s[0] = _mm512_loadu_pd(sv), s[1] = _mm512_loadu_pd(sv + 8);
-            cc[0] = _mm512_loadu_pd(cv), cc[1] = _mm512_loadu_pd(cv + 8);
+        if (kk > 0 && xk) {
+            if (v8_kahan_step(c, &kc, mode, true, true, true, ak, b, s, cc,
+                              jn, cnt, hist))
+                continue;
+            if (++misses >= XK_MISSES)
+                xk = false;
+        } else if (kk > 0 && !sx) {
+            /* no sums known exact: the general step, inlined too */
+            if (v8_kahan_step(c, &kc, mode, false, false, false, ak, b, s,
+                              cc, jn, cnt, hist))
+                continue;
         }
+        __m512d io[4] = { s[0], s[1], cc[0], cc[1] };
+        kahan_v8_slow(c, &kc, mode, sx, kk, ak, b, io, jn, cnt, hist);
+        s[0] = io[0], s[1] = io[1], cc[0] = io[2], cc[1] = io[3];
     }
     _mm512_storeu_pd(sv, s[0]), _mm512_storeu_pd(sv + 8, s[1]);
     for (size_t j = 0; j < jn; j++)
         g->hi[i * g->N + j0 + j] = sv[j];
 }
 
-/* K(m) with m the constant for mode, so that each rounding mode runs its
- * own inlined copy of a lane kernel (the modes the lanes take). */
-#define BY_MODE(mode, K)                                                    \
-    do {                                                                    \
-        switch (mode) {                                                     \
-        case EMU_RNE: K(EMU_RNE); break;                                    \
-        case EMU_RNA: K(EMU_RNA); break;                                    \
-        case EMU_RU: K(EMU_RU); break;                                      \
-        case EMU_RD: K(EMU_RD); break;                                      \
-        case EMU_RO: K(EMU_RO); break;                                      \
-        default: K(EMU_RZ); break;                                          \
-        }                                                                   \
-    } while (0)
 
 EMU_ISA_TARGET_AVX512
 static void kahan_v8(const seq_ctx *c, emu_rnd mode, size_t i, size_t q,
@@ -1559,16 +1689,51 @@ static EMU_ALWAYS_INLINE void row_panel(const seq_ctx *c, emu_rnd mode,
 }
 
 /* Row i of A as doubles in arow, and its lowest set bits in la (with the
- * lowest-bit tables). */
-static void load_row(const seq_ctx *c, size_t i, double *arow, int *la)
+ * lowest-bit tables); returns whether the row is finite.  Branch-free
+ * loops that compilers vectorise, cheap enough to run once per row and
+ * panel (a K-term conversion against the panel's 16 K multiply-adds), so
+ * that the sequential and stochastic kernels need no copy of the worker's
+ * rows: the 3/4 MB that copy took at 256^3 came fresh from the system on
+ * every call (glibc trims the heap's top once the call's buffers are
+ * freed), and its page faults cost as much as a third of a call. */
+static EMU_ALWAYS_INLINE uint32_t load_run(const float *restrict a,
+                                           ptrdiff_t cs, size_t K,
+                                           double *restrict arow,
+                                           int *restrict la, bool tables,
+                                           int *lmin)
+{
+    uint32_t inf = 0;
+    int lm = NO_LSB;
+    for (size_t k = 0; k < K; k++) {
+        const float x = a[(ptrdiff_t)k * cs];
+        const uint32_t ax = f2u(x) & 0x7fffffff;
+        const int lb = lowest_bit_f(x);
+        arow[k] = x;
+        if (tables)
+            la[k] = lb;
+        inf |= ax >= 0x7f800000;
+        /* finite and non-zero: 1 <= ax < 0x7f800000 */
+        const int l = ax - 1 < 0x7f800000 - 1 ? lb : NO_LSB;
+        lm = l < lm ? l : lm;
+    }
+    *lmin = lm;
+    return inf;
+}
+
+static EMU_ALWAYS_INLINE bool load_row(const seq_ctx *c, size_t i,
+                                       double *arow, int *la, int *lmin)
 {
     const gemm_job *g = c->g;
-    for (size_t k = 0; k < g->K; k++) {
-        float x = g->a[(ptrdiff_t)i * g->a_rs + (ptrdiff_t)k * g->a_cs];
-        arow[k] = x;
-        if (c->tables)
-            la[k] = lowest_bit_f(x);
-    }
+    const float *a = g->a + (ptrdiff_t)i * g->a_rs;
+    /* each case its own loop: unit stride and no tables vectorise best */
+    uint32_t inf;
+    if (g->a_cs == 1)
+        inf = c->tables ? load_run(a, 1, g->K, arow, la, true, lmin)
+                        : load_run(a, 1, g->K, arow, la, false, lmin);
+    else
+        inf = c->tables ? load_run(a, g->a_cs, g->K, arow, la, true, lmin)
+                        : load_run(a, g->a_cs, g->K, arow, la, false, lmin);
+    return !inf;
 }
 
 /* The mode is a constant inside each instance of the kernel.  On x86-64
@@ -1579,8 +1744,7 @@ static void load_row(const seq_ctx *c, size_t i, double *arow, int *la)
  * -DEMU_NO_TARGET_CLONES builds the baseline only. */
 EMU_TARGET_CLONES
 static void seq_rows(const seq_ctx *c0, size_t q, size_t r0, size_t r1,
-                     double *arow, int *la, const double *ac, const int *lc,
-                     emu_accum_counts *cnt)
+                     double *arow, int *la, emu_accum_counts *cnt)
 {
     const gemm_job *g = c0->g;
     seq_state st = { false, 0 };
@@ -1606,13 +1770,7 @@ static void seq_rows(const seq_ctx *c0, size_t q, size_t r0, size_t r1,
             pending = 0;
         }
         pending += g->K + 1;
-        if (ac) {
-            /* the worker's rows, converted once for every panel */
-            arow = (double *)ac + (i - r0) * g->K;
-            la = (int *)lc + (i - r0) * g->K;
-        } else {
-            load_row(c, i, arow, la);
-        }
+        load_row(c, i, arow, la, &cl.row_lsb);
         switch (c->pl.mode) {
         case EMU_RNE:
             row_panel(c, EMU_RNE, &st, i, q, arow, la, cnt, hist);
@@ -2396,18 +2554,17 @@ typedef struct row_info {
 
 /* Row i of A as doubles in arow (and la with the lowest-bit tables), and
  * what the kernels need to know of it. */
-static row_info load_row_info(const seq_ctx *c, gemm_kernel kern, size_t i,
-                              double *arow, int *la)
+static EMU_ALWAYS_INLINE row_info load_row_info(const seq_ctx *c,
+                                                gemm_kernel kern, size_t i,
+                                                double *arow, int *la)
 {
     const gemm_job *g = c->g;
     row_info r = { true, 0, INT_MAX, INT_MIN };
-    for (size_t k = 0; k < g->K; k++) {
-        float x = g->a[(ptrdiff_t)i * g->a_rs + (ptrdiff_t)k * g->a_cs];
-        arow[k] = x;
-        r.finite &= isfinite(x) != 0;
-        if (c->tables)
-            la[k] = lowest_bit_f(x);
-        if (kern == KERN_EXACT) {
+    int lmin;
+    r.finite = load_row(c, i, arow, la, &lmin);
+    if (kern == KERN_EXACT)
+        for (size_t k = 0; k < g->K; k++) {
+            const float x = (float)arow[k];
             int wx = sig_width_f(x);
             r.w = wx > r.w ? wx : r.w;
             if (wx) {
@@ -2416,7 +2573,6 @@ static row_info load_row_info(const seq_ctx *c, gemm_kernel kern, size_t i,
                 r.hi = e > r.hi ? e : r.hi;
             }
         }
-    }
     return r;
 }
 
@@ -2552,15 +2708,17 @@ static int worker_main(void *arg)
         ks.xa = malloc(JB * sizeof *ks.xa);
         ok = ok && ks.bins && ks.xa;
     }
-    /* The worker's rows of A, converted once rather than once per panel
-     * (which cost a sixth of the sequential kernel's counting time at
-     * K = 256), when they take at most ROW_CACHE values. */
+    /* The exact kernel's rows of A, converted once rather than once per
+     * panel (its load_row_info scans each row's exponents), when they take
+     * at most ROW_CACHE values; the other kernels' conversion is a
+     * vector loop (load_row). */
     enum { ROW_CACHE = 1 << 19 };
     const size_t nrows = w->r1 - w->r0;
     double *ac = NULL;
     int *lc = NULL;
     row_info *ri = NULL;
-    if (ok && c.npanels > 1 && K && nrows <= ROW_CACHE / K) {
+    if (ok && kern == KERN_EXACT && c.npanels > 1 && K &&
+        nrows <= ROW_CACHE / K) {
         ac = malloc(nrows * K * sizeof *ac);
         lc = malloc(nrows * K * sizeof *lc);
         ri = malloc(nrows * sizeof *ri);
@@ -2568,10 +2726,7 @@ static int worker_main(void *arg)
             for (size_t i = w->r0; i < w->r1; i++) {
                 double *ar = ac + (i - w->r0) * K;
                 int *lr = lc + (i - w->r0) * K;
-                if (kern == KERN_SEQ)
-                    load_row(&c, i, ar, lr);
-                else
-                    ri[i - w->r0] = load_row_info(&c, kern, i, ar, lr);
+                ri[i - w->r0] = load_row_info(&c, kern, i, ar, lr);
             }
         } else {
             free(ac), free(lc), free(ri);
@@ -2583,7 +2738,7 @@ static int worker_main(void *arg)
         c.lbp = lbp;
         for (size_t q = 0; q < c.npanels; q++) {
             bool fin = true;
-            int wmax = 0, elo = INT_MAX, ehi = INT_MIN;
+            int wmax = 0, elo = INT_MAX, ehi = INT_MIN, lmin = NO_LSB;
             for (size_t k = 0; k < K; k++)
                 for (size_t j = 0; j < JB; j++) {
                     size_t col = q * JB + j;
@@ -2591,8 +2746,11 @@ static int worker_main(void *arg)
                                                 (ptrdiff_t)col * g->b_cs]
                                          : 0.0f;
                     bp[k * JB + j] = x;
+                    const int lb = lowest_bit_f(x);
                     if (lbp)
-                        lbp[k * JB + j] = lowest_bit_f(x) + 1022;
+                        lbp[k * JB + j] = lb + 1022;
+                    if (isfinite(x) && x != 0.0f && lb < lmin)
+                        lmin = lb;
                     if (kern != KERN_SEQ) {
                         fin &= isfinite(x) != 0;
                         int wx = sig_width_f(x);
@@ -2608,9 +2766,10 @@ static int worker_main(void *arg)
             c.panel_w = wmax;
             c.panel_lo = elo;
             c.panel_hi = ehi;
+            c.panel_lsb = lmin;
             emu_accum_counts *cnt = w->want_counts ? &w->counts : NULL;
             if (kern == KERN_SEQ)
-                seq_rows(&c, q, w->r0, w->r1, arow, la, ac, lc, cnt);
+                seq_rows(&c, q, w->r0, w->r1, arow, la, cnt);
             else
                 kern_rows(&c, kern, q, w->r0, w->r1, arow, la, ac, lc, ri,
                           cnt, &ks);

@@ -974,6 +974,14 @@ START_TEST(gemm_sequential_big)
             a.block = 16;
             emu_accum_string(&a, spec, sizeof spec);
             gemm_case(&a, &g, 4, 33, 150, 0, 0, false, spec);
+            /* Kahan's long runs: the AVX-512 kernel's exactness bound
+             * (kahan_v8_mode) over many steps, met and failed, with and
+             * without initial values */
+            a.kind = EMU_ACCUM_KAHAN;
+            emu_accum_string(&a, spec, sizeof spec);
+            gemm_case(&a, &g, 3, 20 + (size_t)test_below(&g, 20),
+                      150 + (size_t)test_below(&g, 100), (int)test_below(&g, 4),
+                      (int)test_below(&g, 4), m & 1, spec);
         }
 }
 END_TEST
