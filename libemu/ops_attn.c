@@ -208,15 +208,20 @@ static int dot_fill(const void *vop, size_t i0, size_t m, double *hi,
         }
         return emu_any_nonzero(lo, m);
     }
-    for (size_t j = 0; j < m; j++) {
-        if (op->fres) {
-            /* the fast model: binary64 sums, scaled in binary64 */
-            hi[j] = op->fres[i0 + j];
-            if (scaled(op))
-                hi[j] *= op->scale;
-            lo[j] = 0.0;
-            continue;
+    if (op->fres) {
+        /* the fast model: binary64 sums, scaled in binary64 */
+        const double *r = op->fres + i0;
+        if (scaled(op)) {
+            const double sc = op->scale;
+            for (size_t j = 0; j < m; j++)
+                hi[j] = r[j] * sc;
+        } else {
+            memcpy(hi, r, m * sizeof *hi);
         }
+        memset(lo, 0, m * sizeof *lo);
+        return 0;
+    }
+    for (size_t j = 0; j < m; j++) {
         const float *x, *y;
         ptrdiff_t incx, incy;
         size_t n;
@@ -224,7 +229,7 @@ static int dot_fill(const void *vop, size_t i0, size_t m, double *hi,
         hi[j] = model_dot(op, x, incx, y, incy, n, i0 + j, &lo[j]);
         any |= lo[j] != 0.0;
     }
-    if (scaled(op) && !op->fres) {
+    if (scaled(op)) {
         emu_scale_pairs(hi, lo, true, m, op->scale);
         return 1;
     }

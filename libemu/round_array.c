@@ -630,8 +630,11 @@ static tile_kernel kernel_for(emu_isa isa)
     return kernel_base;
 }
 
-/* The events the kernels count for one lane: the same code, one lane. */
-static tile_events lane_events(const f32_plan *p, uint32_t b, uint32_t wh)
+/* The events the kernels count for one lane: the same code, one lane.
+ * Inlined into the slow loop (a lane of its own per repeat there), as it
+ * was while the loop was its only caller. */
+static EMU_KERNEL_INLINE tile_events lane_events(const f32_plan *p, uint32_t b,
+                                                 uint32_t wh)
 {
     tile_events e = { 0 };
     const bool low = !p->small_slow;
@@ -1124,7 +1127,9 @@ static tile_kernel64 kernel64_for(emu_isa isa)
     return kernel64_base;
 }
 
-static tile_events64 lane64_events(const f64_plan *p, uint64_t b, uint64_t w)
+/* lane_events for binary64 lanes (inlined likewise). */
+static EMU_KERNEL_INLINE tile_events64 lane64_events(const f64_plan *p,
+                                                     uint64_t b, uint64_t w)
 {
     tile_events64 e = { 0 };
 #define K_CASE(k)                                                             \
@@ -1171,6 +1176,40 @@ static void events64_to_counts(const f64_plan *pl, const emu_format *f,
               | (e->to_zero && !f->subnormals ? EMU_FLAG_FLUSHED : 0);
 }
 
+/* special_tile_f32 for binary64 input: the slow loop's result, events
+ * and counts for a tile whose slow lanes all hold one non-finite pattern
+ * that a run may hold (its first lane's word, as the loop uses it). */
+static bool special_tile_f64(const f64_plan *pl, const emu_format *f,
+                             const emu_array_rounding *a, const double *src,
+                             double *dst, const uint64_t *w, size_t len,
+                             uint64_t slow, uint64_t run_top,
+                             tile_events64 *back, emu_round_counts *c)
+{
+    const uint64_t mag = ~((uint64_t)1 << 63), inf = (uint64_t)0x7ff << 52;
+    size_t i = 0;
+    while (i < len && (d2u(src[i]) & mag) < inf)
+        i++;
+    if (i == len || (d2u(src[i]) & mag) > run_top)
+        return false;
+    const uint64_t b = d2u(src[i]);
+    uint64_t k = 0;
+    for (size_t j = 0; j < TILE; j++)
+        k += d2u(src[j]) == b;
+    if (k != slow)
+        return false;
+    const uint64_t word = pl->kmode == K_SR ? w[i] : 0;
+    const tile_events64 one = lane64_events(pl, b, word);
+    emu_status st;
+    const double x = src[i];
+    const double y = emu_round2_word_unguarded(f, x, 0.0, &a->rnd, word, &st);
+    const uint64_t yb = d2u(y);
+    for (size_t j = 0; j < TILE; j++)
+        dst[j] = u2d(blend64(mask64(d2u(src[j]) == b), yb, d2u(dst[j])));
+    events64_add_times(back, &one, k);
+    counts_add_times(c, x, y, st.flags, k);
+    return true;
+}
+
 static void tile_f64(const f64_plan *pl, tile_kernel64 kern,
                      const emu_format *f, double *out, const double *in,
                      size_t len, const emu_array_rounding *a, uint64_t first,
@@ -1203,7 +1242,9 @@ static void tile_f64(const f64_plan *pl, tile_kernel64 kern,
         tile_events64 back = { 0 }, run_ev = { 0 };
         special_run run = { .on = false };
         const uint64_t run_top = ((uint64_t)1 << 63) - 1 - (pl->mask + 1);
-        for (size_t i = 0; i < len; i++) {
+        const bool whole = special_tile_f64(pl, f, a, src, dst, w, len,
+                                            e.slow, run_top, &back, c);
+        for (size_t i = 0; i < len && !whole; i++) {
             const uint64_t b = d2u(src[i]);
             if (run.on && b == run.bits) {
                 dst[i] = run.y;

@@ -645,17 +645,18 @@ START_TEST(test_special_runs)
 }
 END_TEST
 
-/* Tiles whose slow lanes all hold one non-finite pattern (the binary32
- * path takes them in one pass over the tile) and tiles that only nearly
+/* Tiles whose slow lanes all hold one non-finite pattern (the paths
+ * take them in passes over the whole tile) and tiles that only nearly
  * do: the pattern after finite values, among numbers the kernels cover,
  * beside a second pattern, beside a value that is slow for its size, the
- * largest payloads (no repeats taken), a short last tile; out of place
- * and in place. */
+ * largest payloads (no repeats taken), a short last tile; binary32 and
+ * binary64 input, out of place and (binary32) in place. */
 START_TEST(test_special_tiles)
 {
     const emu_format *f = carrier[_i];
     enum { T = 1024, NT = 9, N = NT * T + 77 };
     static float in[N], out[N], inplace[N];
+    static double in64[N], out64[N];
     static const uint32_t pat[NT + 1] = {
         0x7fc00000u, 0xffc00000u, 0x7fc00000u, 0x7f800000u, 0xffc00000u,
         0x7fffffffu, 0xff800000u, 0x7fa00001u, 0xffc00000u, 0x7fc00000u,
@@ -686,6 +687,15 @@ START_TEST(test_special_tiles)
                 v[j] = bitsf(pat[t]);
                 break;
             }
+            /* binary64: the same values, NaN payloads widened (the top
+             * ones to the top) */
+            const uint32_t u = fbits(v[j]);
+            uint64_t w = (uint64_t)(u >> 31) << 63 | (uint64_t)0x7ff << 52
+                         | (uint64_t)(u & 0x7fffffu) << 29;
+            if ((u & 0x7fffffu) == 0x7fffffu)
+                w |= ((uint64_t)1 << 29) - 1;
+            in64[t * T + j] = (u & 0x7f800000u) == 0x7f800000u ? u2d(w)
+                                                               : (double)v[j];
         }
     }
     for (int m = 0; m < N_MODES; m++)
@@ -693,6 +703,7 @@ START_TEST(test_special_tiles)
             emu_array_rounding a = make_rounding(&modes[m], cfg & 1, cfg >> 1,
                                                  77, 5 * (uint64_t)cfg);
             compare_f32(f, &a, in, N, out);
+            compare_f64(f, &a, in64, N, out64);
             memcpy(inplace, in, sizeof in);
             emu_round_counts c1 = { 0 }, c2 = { 0 };
             emu_round_array_f32(f, out, in, N, &a, &c1, NULL);
