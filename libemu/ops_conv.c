@@ -319,9 +319,19 @@ static int row_src_data(const conv_geom *g, const float *dy, row_src *s)
     for (size_t r = 0; r < Hp; r++)
         ohm[r] = dy_pos_t((ptrdiff_t)(r + g->pad) - (ptrdiff_t)(g->KH - 1),
                           g->s, g->Ho);
-    for (size_t c = 0; c < Wp; c++)
+    size_t clo = Wp, chi = 0; /* the columns that reach a dy */
+    for (size_t c = 0; c < Wp; c++) {
         owm[c] = dy_pos_t((ptrdiff_t)(g->W - 1 + g->pad) - (ptrdiff_t)c,
                           g->s, g->Wo);
+        if (owm[c] >= 0) {
+            clo = c < clo ? c : clo;
+            chi = c + 1;
+        }
+    }
+    /* At stride 1 they are one run, dy's row reversed between +0
+     * borders: copied as such, not through owm a column at a time (that
+     * loop was 1.5% of the CNN's step) */
+    const bool run = g->s == 1 && clo < chi;
     for (size_t q = 0; q < planes; q++) {
         const float *d = dy + q * g->Ho * g->Wo;
         float *o = dp + q * plane;
@@ -331,6 +341,14 @@ static int row_src_data(const conv_geom *g, const float *dy, row_src *s)
                 continue;
             }
             const float *dr = d + (size_t)ohm[r] * g->Wo;
+            if (run) {
+                const float *src = dr + owm[clo];
+                memset(o, 0, clo * sizeof *o);
+                for (size_t k = 0; k < chi - clo; k++)
+                    o[clo + k] = src[-(ptrdiff_t)k];
+                memset(o + chi, 0, (Wp - chi) * sizeof *o);
+                continue;
+            }
             for (size_t c = 0; c < Wp; c++)
                 o[c] = owm[c] < 0 ? 0.0f : dr[owm[c]];
         }
