@@ -909,32 +909,27 @@ static EMU_KERNEL_INLINE uint32_t deq_run_any(float *restrict out,
 }
 
 /* Without a tensor scale, the scales all positive normal powers of two
- * (scales_pow2), in binary32: out[c] = e[c] s[c] is exact (equal to the
- * binary64 product deq_row rounds, zeros' signs alike) where the product
- * is normal or e[c] a zero: a power of two only moves the exponent.
- * Returns nonzero if a product is not known exact (subnormal, zero from
- * underflow, infinite or NaN): the caller then redoes the row in binary64
- * by deq_row, which refuses a product that is not a binary32 value.  The
- * least and the greatest magnitude (a zero element's left out) tell; no
- * conversions to binary64 and back. */
+ * (scales_pow2), in binary32: out[c] = e[c] s[c], equal to the binary64
+ * product deq_row rounds (zeros' signs alike) iff f (1/s[c]) = e[c].  1/s
+ * is a binary32 value (2^-127 a subnormal one), and the product can be
+ * rounded only where it is subnormal with s < 1 or infinite: then f 2^m
+ * (m > 0) is exact and not e, or infinite and e finite.  Returns nonzero
+ * if a product is not known exact (rounded, or NaN): the caller then
+ * redoes the row in binary64 by deq_row, which refuses a product that is
+ * not a binary32 value.  No conversions to binary64 and back; exact
+ * subnormal products (small gradients) stay here. */
 static EMU_KERNEL_INLINE uint32_t deq_row_f32_any(float *restrict out,
                                                   const float *restrict e,
                                                   const float *restrict s,
                                                   size_t n)
 {
-    uint32_t lo = 0x7f7fffffu, hi = 0;
+    uint32_t redo = 0;
     for (size_t c = 0; c < n; c++) {
         const float f = e[c] * s[c];
-        uint32_t uf, ue;
-        memcpy(&uf, &f, sizeof uf);
-        memcpy(&ue, &e[c], sizeof ue);
-        uf &= 0x7fffffffu;
-        hi = uf > hi ? uf : hi;
-        const uint32_t m = uf | ((ue << 1) == 0 ? 0x7f7fffffu : 0);
-        lo = m < lo ? m : lo;
+        redo |= (uint32_t)(f * (1.0f / s[c]) != e[c]);
         out[c] = f;
     }
-    return (uint32_t)(hi > 0x7f7fffffu) | (uint32_t)(lo < 0x00800000u);
+    return redo;
 }
 
 /* The same for nblk whole contiguous blocks of b elements, block k scaled
@@ -944,22 +939,16 @@ static EMU_KERNEL_INLINE uint32_t deq_blocks_f32_any(float *restrict out,
                                                      const float *restrict s,
                                                      size_t b, size_t nblk)
 {
-    uint32_t lo = 0x7f7fffffu, hi = 0;
+    uint32_t redo = 0;
     for (size_t k = 0; k < nblk; k++) {
-        const float sk = s[k];
+        const float sk = s[k], inv = 1.0f / sk;
         for (size_t c = 0; c < b; c++) {
             const float f = e[k * b + c] * sk;
-            uint32_t uf, ue;
-            memcpy(&uf, &f, sizeof uf);
-            memcpy(&ue, &e[k * b + c], sizeof ue);
-            uf &= 0x7fffffffu;
-            hi = uf > hi ? uf : hi;
-            const uint32_t m = uf | ((ue << 1) == 0 ? 0x7f7fffffu : 0);
-            lo = m < lo ? m : lo;
+            redo |= (uint32_t)(f * inv != e[k * b + c]);
             out[k * b + c] = f;
         }
     }
-    return (uint32_t)(hi > 0x7f7fffffu) | (uint32_t)(lo < 0x00800000u);
+    return redo;
 }
 
 /* Contiguous blocks (inner 1): nblk whole blocks of b elements each,
