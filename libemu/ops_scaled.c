@@ -217,11 +217,18 @@ static int commit_quantized(emu_ctx *ctx, const char *site,
 
     const double g = q->tensor_scale;
     /* Power-of-two divisors (MX's scales, no tensor scale) give exact
-     * quotients: no low parts to compute or look at. */
-    bool pow2 = true;
-    for (size_t b = 0; b < q->nblocks && pow2; b++) {
+     * quotients: no low parts to compute or look at.  One pass over the
+     * blocks, by the bits (a loop of vector lanes: a normal binary64 is
+     * 2^k iff its fraction is zero; the rest by emu_is_pow2). */
+    bool pow2 = true, nan_d = false;
+    for (size_t b = 0; b < q->nblocks; b++) {
         const double d = (q->sf.block_scaled ? (double)q->scale[b] : 1.0) * g;
-        pow2 = isnan(d) || emu_is_pow2(d);
+        uint64_t u;
+        memcpy(&u, &d, sizeof u);
+        const uint64_t e = u >> 52 & 0x7ff;
+        nan_d |= d != d;
+        pow2 &= d != d || ((e - 1 < 0x7fe) & !(u << 12)) ||
+                (e == 0 && emu_is_pow2(d));
     }
     float *sc = !keep ? malloc(n * sizeof *sc)
               : emu_quant_keep_grow(&keep->sc, &keep->sc_cap, n) ? NULL
@@ -229,15 +236,20 @@ static int commit_quantized(emu_ctx *ctx, const char *site,
     if (!sc)
         return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory for %zu scales", n);
     emu_scaled_element_scales(q, sc);
+    /* The scales' histogram: without NaNs or a tensor scale, of the
+     * binary32 scales themselves (the same binade bins), by the vector
+     * binning. */
     uint64_t hist[EMU_HIST_BINS] = { 0 };
-    bool nan_d = isnan(g);
-    for (size_t b = 0; b < q->nblocks; b++) {
-        const double sb = q->sf.block_scaled ? q->scale[b] : 1.0;
-        if (!isnan(sb))
-            hist[emu_hist_bin_unguarded(sb * g)]++; /* exact */
-        nan_d |= isnan(sb);
-    }
-    bool *block_nan = nan_blocks(q, x->data);
+    if (q->sf.block_scaled && g == 1.0 && !nan_d)
+        emu_hist_add_f32_unguarded(hist, q->scale, q->nblocks);
+    else
+        for (size_t b = 0; b < q->nblocks; b++) {
+            const double sb = q->sf.block_scaled ? q->scale[b] : 1.0;
+            if (!isnan(sb))
+                hist[emu_hist_bin_unguarded(sb * g)]++; /* exact */
+        }
+    bool *block_nan = q->sf.block_scaled && !nan_d ? NULL /* as it finds */
+                                                   : nan_blocks(q, x->data);
     quant_op op = { .q = q, .x = x->data, .scale = sc, .g = g,
                     .block_nan = block_nan, .pow2 = pow2,
                     .plain = pow2 && !nan_d && g == 1.0 };

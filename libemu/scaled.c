@@ -908,14 +908,16 @@ static EMU_KERNEL_INLINE uint32_t deq_run_any(float *restrict out,
     return bad;
 }
 
-/* Without a tensor scale, in binary32: out[c] = e[c] s[c], exact (equal
- * to the binary64 product deq_row rounds, zeros' signs alike) where s[c]
- * is a positive normal power of two and the product is normal or e[c] a
- * zero: a power of two only moves the exponent.  Returns nonzero where
- * that is not known (a scale NaN or not 2^k, a product subnormal, zero
- * from underflow, infinite or NaN): the caller then redoes the row in
- * binary64 by deq_row, which also writes a NaN block's default NaN.  Half
- * the vector lanes' work of deq_row and no conversions. */
+/* Without a tensor scale, the scales all positive normal powers of two
+ * (scales_pow2), in binary32: out[c] = e[c] s[c], equal to the binary64
+ * product deq_row rounds (zeros' signs alike) iff f (1/s[c]) = e[c].  1/s
+ * is a binary32 value (2^-127 a subnormal one), and the product can be
+ * rounded only where it is subnormal with s < 1 or infinite: then f 2^m
+ * (m > 0) is exact and not e, or infinite and e finite.  Returns nonzero
+ * if a product is not known exact (rounded, or NaN): the caller then
+ * redoes the row in binary64 by deq_row, which refuses a product that is
+ * not a binary32 value.  No conversions to binary64 and back; exact
+ * subnormal products (small gradients) stay here. */
 static EMU_KERNEL_INLINE uint32_t deq_row_f32_any(float *restrict out,
                                                   const float *restrict e,
                                                   const float *restrict s,
@@ -924,14 +926,7 @@ static EMU_KERNEL_INLINE uint32_t deq_row_f32_any(float *restrict out,
     uint32_t redo = 0;
     for (size_t c = 0; c < n; c++) {
         const float f = e[c] * s[c];
-        uint32_t uf, ue, us;
-        memcpy(&uf, &f, sizeof uf);
-        memcpy(&ue, &e[c], sizeof ue);
-        memcpy(&us, &s[c], sizeof us);
-        /* biased exponent 1..254 <=> |u| - 2^23 below 254 * 2^23 */
-        redo |= (us & 0x807fffffu) | (uint32_t)(us - 0x00800000u >= 0x7f000000u);
-        redo |= (uint32_t)((uf & 0x7fffffffu) - 0x00800000u >= 0x7f000000u) &
-                (uint32_t)((ue & 0x7fffffffu) != 0);
+        redo |= (uint32_t)(f * (1.0f / s[c]) != e[c]);
         out[c] = f;
     }
     return redo;
@@ -946,18 +941,10 @@ static EMU_KERNEL_INLINE uint32_t deq_blocks_f32_any(float *restrict out,
 {
     uint32_t redo = 0;
     for (size_t k = 0; k < nblk; k++) {
-        const float sk = s[k];
-        uint32_t us;
-        memcpy(&us, &sk, sizeof us);
-        if ((us & 0x807fffffu) | (uint32_t)(us - 0x00800000u >= 0x7f000000u))
-            return 1;
+        const float sk = s[k], inv = 1.0f / sk;
         for (size_t c = 0; c < b; c++) {
             const float f = e[k * b + c] * sk;
-            uint32_t uf, ue;
-            memcpy(&uf, &f, sizeof uf);
-            memcpy(&ue, &e[k * b + c], sizeof ue);
-            redo |= (uint32_t)((uf & 0x7fffffffu) - 0x00800000u >= 0x7f000000u) &
-                    (uint32_t)((ue & 0x7fffffffu) != 0);
+            redo |= (uint32_t)(f * inv != e[k * b + c]);
             out[k * b + c] = f;
         }
     }
@@ -1056,6 +1043,19 @@ EMU_SCALED_LEVELS(deq_blocks, uint32_t,
                   (float *restrict out, const float *restrict e,
                    const float *restrict s, double gs, size_t b, size_t nblk),
                   (out, e, s, gs, b, nblk))
+
+/* Every scale of q a positive normal power of two (biased exponent 1 to
+ * 254, fraction zero): the condition of the binary32 rows above. */
+static bool scales_pow2(const emu_scaled_tensor *q)
+{
+    uint32_t bad = 0;
+    for (size_t b = 0; b < q->nblocks; b++) {
+        uint32_t u;
+        memcpy(&u, &q->scale[b], sizeof u);
+        bad |= (u & 0x807fffffu) | (uint32_t)(u - 0x00800000u >= 0x7f000000u);
+    }
+    return !bad;
+}
 
 /* The amax of a block from its bit-pattern maximum (as amax_run). */
 static double amax_of_bits(uint32_t m)
@@ -2026,19 +2026,20 @@ int emu_scaled_dequantize(const emu_scaled_tensor *q, float *out,
     geometry(q, &g);
     const double gs = with_tensor_scale ? q->tensor_scale : 1.0;
     /* The 1-d layout in memory order, by the vector rows: in binary32
-     * without a tensor scale (MX's power-of-two scales), a row redone in
-     * binary64 where that is not known exact; a product that is not a
-     * binary32 value sends the whole tensor through the definition below,
-     * which names it. */
+     * without a tensor scale where the scales are powers of two (MX's), a
+     * row redone in binary64 where that is not known exact; a product that
+     * is not a binary32 value sends the whole tensor through the
+     * definition below, which names it. */
     if (q->sf.block_scaled && !g.tile) {
         const size_t b0 = q->sf.block[0];
+        const bool f32 = gs == 1.0 && scales_pow2(q);
         uint32_t bad = 0;
         for (size_t o = 0; o < g.outer && !bad; o++) {
             if (g.inner > 1) {
                 for (size_t l = 0; l < g.len; l++) {
                     const size_t e0 = (o * g.len + l) * g.inner;
                     const float *s = q->scale + (o * g.nb + l / b0) * g.inner;
-                    if (gs != 1.0 ||
+                    if (!f32 ||
                         deq_row_f32(out + e0, q->elem + e0, s, g.inner))
                         bad |= deq_row(out + e0, q->elem + e0, s, gs, g.inner);
                 }
@@ -2046,8 +2047,8 @@ int emu_scaled_dequantize(const emu_scaled_tensor *q, float *out,
             }
             const size_t whole = g.len / b0, tail = g.len - whole * b0;
             const size_t e0 = o * g.len;
-            if (gs != 1.0 || deq_blocks_f32(out + e0, q->elem + e0,
-                                            q->scale + o * g.nb, b0, whole))
+            if (!f32 || deq_blocks_f32(out + e0, q->elem + e0,
+                                       q->scale + o * g.nb, b0, whole))
                 bad |= deq_blocks(out + e0, q->elem + e0, q->scale + o * g.nb,
                                   gs, b0, whole);
             if (tail) /* the row's last block, short */

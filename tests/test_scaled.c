@@ -3470,7 +3470,7 @@ static float edge_elem(test_rng *g, double sb, bool wide)
 }
 
 /* emu_scaled_dequantize's binary32 rows (deq_row_f32, deq_blocks_f32:
- * no tensor scale, scales 2^k) against the definition, on elements and
+ * no tensor scale, normal scales 2^k) against the definition, on elements and
  * scales no quantizer makes: products at the edges of binary32's normal
  * range and beyond, subnormal, zero and infinite elements, NaNs with
  * payloads, scales 2^-127 (a binary32 subnormal), 2^127, infinite, NaN
@@ -3493,14 +3493,24 @@ START_TEST(dequantize_rows_edges)
             const int axis = (int)test_below(&g, (uint64_t)ndim);
             emu_scaled_tensor q;
             sq_alloc(&q, &sf, ndim, shape, axis);
+            /* Normal powers of two, with binary32's extreme binades (the
+             * rows in binary32); odd trials add one kind of edge scale to
+             * one block in 16 (the rows then in binary64): 2^-127 (a
+             * binary32 subnormal), NaN, 1.5 2^k or infinity. */
             for (size_t b = 0; b < q.nblocks; b++) {
                 const uint64_t w = test_below(&g, 64);
-                q.scale[b] = w == 0 ? ldexpf(1.0f, -127)
-                           : w == 1 ? ldexpf(1.0f, 127)
-                           : w == 2 ? NAN
-                           : w == 3 ? ldexpf(1.5f, (int)test_below(&g, 21) - 10)
-                           : w == 4 ? INFINITY
-                           : ldexpf(1.0f, (int)test_below(&g, 31) - 15);
+                q.scale[b] = ldexpf(1.0f, w == 0 ? -126 : w == 1 ? 127
+                                          : (int)test_below(&g, 31) - 15);
+                if (trial % 2 == 0 || test_below(&g, 16))
+                    continue;
+                switch (trial / 2 % 4) {
+                case 0: q.scale[b] = ldexpf(1.0f, -127); break;
+                case 1: q.scale[b] = NAN; break;
+                case 2:
+                    q.scale[b] = ldexpf(1.5f, (int)test_below(&g, 21) - 10);
+                    break;
+                default: q.scale[b] = INFINITY; break;
+                }
             }
             /* Elements whose products are binary32 values (drawn again
              * until so), then in two trials of three one that is not (a
