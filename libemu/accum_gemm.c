@@ -874,6 +874,7 @@ static EMU_ALWAYS_INLINE void seq_run(const seq_ctx *c, emu_rnd mode,
                                       emu_accum_counts *cnt,
                                       uint32_t (*hist)[EMU_LOST_BINS])
 {
+    (void)xt; /* the AVX-512 lanes' only */
 #if EMU_HAVE_ISA_CLONES
     if (c->v8) {
         const bool nearest = (mode == EMU_RNE || mode == EMU_RNA) && !st->pairs;
