@@ -835,8 +835,7 @@ static size_t seq_steps_avx512(const seq_ctx *c, emu_rnd mode, bool pairs,
                     cnt, hist)                                                \
          : v8_steps(c, m, nr, x, xt, misses, arow, la, bp, lb, k0, k1, jn, s, \
                     NULL, hist))
-#define V8(m, nr)                                                             \
-    (nr ? V8X(m, true, false) : xk ? V8X(m, false, true) : V8X(m, false, false))
+#define V8(m, nr) (xk ? V8X(m, false, true) : V8X(m, nr, false))
     switch (mode) {
     case EMU_RNE:
         return pairs ? V8(EMU_RNE, false) : V8(EMU_RNE, true);
@@ -878,20 +877,20 @@ static EMU_ALWAYS_INLINE void seq_run(const seq_ctx *c, emu_rnd mode,
 #if EMU_HAVE_ISA_CLONES
     if (c->v8) {
         const bool nearest = (mode == EMU_RNE || mode == EMU_RNA) && !st->pairs;
-        /* Where the shortcut does not run, the exactness bound
-         * (seq_row_panel) rather than TwoSum, until more than 1/16 of a
-         * run's steps miss it; then TwoSum for 32 runs.  (In place of the
-         * shortcut, measured slower: 1.62-1.65 GMAC/s against 1.87-2.07 on
-         * binary16's 256^3.) */
-        const bool xk = !nearest && st->xk_off == 0;
+        /* The exactness bound (seq_row_panel) in place of both the
+         * nearest shortcut and TwoSum, until more than 1/16 of a run's
+         * steps miss it; then those for 32 runs. */
+        const bool xk = st->xk_off == 0;
         size_t misses = 0;
         size_t redone = seq_steps_avx512(c, mode, !nearest, xk, xt, &misses,
                                          arow, la, bp, lb, k0, k1, jn, s, cnt,
                                          hist);
         if (xk && misses * 16 > k1 - k0)
             st->xk_off = 32;
-        else if (!nearest && st->xk_off)
+        else if (!xk)
             st->xk_off--;
+        if (xk)
+            return;
         if (nearest && redone * 16 > k1 - k0) {
             st->pairs = true;
             st->countdown = 32;
