@@ -698,7 +698,8 @@ static EMU_ALWAYS_INLINE __m512i v8_bins16(__m512d s0, __m512d s1, __m512d n0,
 
 EMU_ISA_TARGET_AVX512
 static EMU_ALWAYS_INLINE size_t v8_steps(const seq_ctx *c, emu_rnd mode,
-                                         bool nearest, const double *arow,
+                                         bool nearest, bool xk, uint64_t xt,
+                                         size_t *misses, const double *arow,
                                          const int *la, const double *bp,
                                          const int64_t *lb, size_t k0,
                                          size_t k1, size_t jn, double *s,
@@ -716,9 +717,10 @@ static EMU_ALWAYS_INLINE size_t v8_steps(const seq_ctx *c, emu_rnd mode,
     const __m512i vp = _mm512_set1_epi32(c->p);
     const __mmask16 live = (__mmask16)((1u << jn) - 1);
     const __m512i vabs3 = _mm512_set1_epi32(PT_ABS - 1);
+    const __m512i vxt = _mm512_set1_epi64((long long)xt);
     uint32_t *pt = c->pt;
     (void)hist;
-    size_t redone = 0;
+    size_t redone = 0, missed = 0;
     __m512d s0 = _mm512_loadu_pd(s), s1 = _mm512_loadu_pd(s + 8);
     for (size_t k = k0; k < k1; k++) {
         const double ak = arow[k], *b = bp + k * JB;
@@ -727,10 +729,21 @@ static EMU_ALWAYS_INLINE size_t v8_steps(const seq_ctx *c, emu_rnd mode,
         __m512d t1 = _mm512_mul_pd(a, _mm512_loadu_pd(b + 8));
         __m512i r0, r1, u0, u1;
         __mmask8 bad0, bad1;
-        __m512d n0 = v8_step(mode, nearest, false, s0, t0, d, vmask, vnmask, vhalf,
+        /* with xk, s + t rounded as exact where its binary64 sum is below
+         * xt (seq_row_panel), the step made again with TwoSum if some
+         * lane's is not */
+        __m512d n0 = v8_step(mode, nearest, xk, s0, t0, d, vmask, vnmask, vhalf,
                              vhm1, vmn, vmx, zs, &r0, &u0, &bad0);
-        __m512d n1 = v8_step(mode, nearest, false, s1, t1, d, vmask, vnmask, vhalf,
+        __m512d n1 = v8_step(mode, nearest, xk, s1, t1, d, vmask, vnmask, vhalf,
                              vhm1, vmn, vmx, zs, &r1, &u1, &bad1);
+        if (xk && (_mm512_cmpge_epu64_mask(u0, vxt) |
+                   _mm512_cmpge_epu64_mask(u1, vxt))) {
+            missed++;
+            n0 = v8_step(mode, false, false, s0, t0, d, vmask, vnmask, vhalf,
+                         vhm1, vmn, vmx, zs, &r0, &u0, &bad0);
+            n1 = v8_step(mode, false, false, s1, t1, d, vmask, vnmask, vhalf,
+                         vhm1, vmn, vmx, zs, &r1, &u1, &bad1);
+        }
         const unsigned bad = (unsigned)bad0 | (unsigned)bad1 << 8;
         if (!cnt) {
             if (bad) {
@@ -803,21 +816,26 @@ static EMU_ALWAYS_INLINE size_t v8_steps(const seq_ctx *c, emu_rnd mode,
     _mm512_storeu_pd(s + 8, s1);
     if (cnt)
         cnt->adds += (k1 - k0) * jn;
+    *misses = missed;
     return redone;
 }
 
 /* v8_steps for a mode, with the pairs or the shortcut, counting or not. */
 EMU_ISA_TARGET_AVX512
 static size_t seq_steps_avx512(const seq_ctx *c, emu_rnd mode, bool pairs,
+                               bool xk, uint64_t xt, size_t *misses,
                                const double *arow, const int *la,
                                const double *bp, const int64_t *lb, size_t k0,
                                size_t k1, size_t jn, double *s,
                                emu_accum_counts *cnt,
                                uint32_t (*hist)[EMU_LOST_BINS])
 {
-#define V8(m, nr)                                                             \
-    (cnt ? v8_steps(c, m, nr, arow, la, bp, lb, k0, k1, jn, s, cnt, hist)     \
-         : v8_steps(c, m, nr, arow, la, bp, lb, k0, k1, jn, s, NULL, hist))
+#define V8X(m, nr, x)                                                         \
+    (cnt ? v8_steps(c, m, nr, x, xt, misses, arow, la, bp, lb, k0, k1, jn, s, \
+                    cnt, hist)                                                \
+         : v8_steps(c, m, nr, x, xt, misses, arow, la, bp, lb, k0, k1, jn, s, \
+                    NULL, hist))
+#define V8(m, nr) (xk ? V8X(m, false, true) : V8X(m, nr, false))
     switch (mode) {
     case EMU_RNE:
         return pairs ? V8(EMU_RNE, false) : V8(EMU_RNE, true);
@@ -833,6 +851,7 @@ static size_t seq_steps_avx512(const seq_ctx *c, emu_rnd mode, bool pairs,
         return V8(EMU_RZ, false);
     }
 #undef V8
+#undef V8X
 }
 #endif
 
@@ -842,21 +861,36 @@ static size_t seq_steps_avx512(const seq_ctx *c, emu_rnd mode, bool pairs,
 typedef struct seq_state {
     bool pairs;
     unsigned countdown;
+    unsigned xk_off;   /* row-panels left without the exactness bound */
 } seq_state;
 
 static EMU_ALWAYS_INLINE void seq_run(const seq_ctx *c, emu_rnd mode,
-                                      seq_state *st, const double *arow,
+                                      seq_state *st, uint64_t xt,
+                                      const double *arow,
                                       const int *la, const double *bp,
                                       const int64_t *lb, size_t k0, size_t k1,
                                       size_t jn, double *s,
                                       emu_accum_counts *cnt,
                                       uint32_t (*hist)[EMU_LOST_BINS])
 {
+    (void)xt; /* the AVX-512 lanes' only */
 #if EMU_HAVE_ISA_CLONES
     if (c->v8) {
         const bool nearest = (mode == EMU_RNE || mode == EMU_RNA) && !st->pairs;
-        size_t redone = seq_steps_avx512(c, mode, !nearest, arow, la, bp, lb,
-                                         k0, k1, jn, s, cnt, hist);
+        /* The exactness bound (seq_row_panel) in place of both the
+         * nearest shortcut and TwoSum, until more than 1/16 of a run's
+         * steps miss it; then those for 32 runs. */
+        const bool xk = st->xk_off == 0;
+        size_t misses = 0;
+        size_t redone = seq_steps_avx512(c, mode, !nearest, xk, xt, &misses,
+                                         arow, la, bp, lb, k0, k1, jn, s, cnt,
+                                         hist);
+        if (xk && misses * 16 > k1 - k0)
+            st->xk_off = 32;
+        else if (!xk)
+            st->xk_off--;
+        if (xk)
+            return;
         if (nearest && redone * 16 > k1 - k0) {
             st->pairs = true;
             st->countdown = 32;
@@ -898,12 +932,30 @@ static EMU_ALWAYS_INLINE void seq_row_panel(const seq_ctx *c, emu_rnd mode,
         s[j] = c->blocked ? 0.0 : init;
         w[j] = init;
     }
+    /* The exactness bound of v8_steps: every product is a multiple of
+     * 2^L, L = row_lsb + panel_lsb, and so are the initial values (L
+     * lowered to their lowest bits), and then every partial sum, since a
+     * rounding that changes a multiple of 2^L lands on a grid whose
+     * spacing is above 2^L.  So s + t is exact in binary64 where its
+     * binary64 sum is below 2^(L + 53): rounding being monotonic, the exact
+     * sum is then below it too, a multiple of 2^L of at most 53 bits.
+     * L >= -1074, so 2^(L + 53) is a normal double (inf's pattern when
+     * every binary64 sum of multiples of 2^L is exact). */
+    int L = c->row_lsb < NO_LSB && c->panel_lsb < NO_LSB
+          ? c->row_lsb + c->panel_lsb : NO_LSB;
+    if (!c->blocked)
+        for (size_t j = 0; j < jn; j++)
+            if (isfinite(s[j]) && s[j] != 0.0 && lowest_bit(s[j]) < L)
+                L = lowest_bit(s[j]);
+    const uint64_t xt = L + 53 >= 1024 ? (uint64_t)0x7ff0000000000000
+                                       : (uint64_t)(L + 53 + 1023) << 52;
     if (!c->blocked) {
-        seq_run(c, mode, st, arow, la, bp, lb, 0, K, jn, s, cnt, hist);
+        seq_run(c, mode, st, xt, arow, la, bp, lb, 0, K, jn, s, cnt, hist);
     } else {
         for (size_t k0 = 0; k0 < K; k0 += c->block) {
             size_t k1 = K - k0 < c->block ? K : k0 + c->block;
-            seq_run(c, mode, st, arow, la, bp, lb, k0, k1, jn, s, cnt, hist);
+            seq_run(c, mode, st, xt, arow, la, bp, lb, k0, k1, jn, s, cnt,
+                    hist);
             for (size_t j = 0; j < jn; j++) {
                 double w_new = add_round(&c->wide, w[j], s[j], 0);
                 if (cnt)
@@ -1712,8 +1764,10 @@ static EMU_ALWAYS_INLINE uint32_t load_run(const float *restrict a,
         if (tables)
             la[k] = lb;
         inf |= ax >= 0x7f800000;
-        /* finite and non-zero: 1 <= ax < 0x7f800000 */
-        const int l = ax - 1 < 0x7f800000 - 1 ? lb : NO_LSB;
+        /* NO_LSB unless finite and non-zero (1 <= ax < 0x7f800000), as
+         * arithmetic: a conditional here kept GCC from vectorising */
+        const int32_t use = -(int32_t)(ax - 1 < 0x7f800000 - 1);
+        const int l = NO_LSB + ((lb - NO_LSB) & use);
         lm = l < lm ? l : lm;
     }
     *lmin = lm;
@@ -1747,7 +1801,7 @@ static void seq_rows(const seq_ctx *c0, size_t q, size_t r0, size_t r1,
                      double *arow, int *la, emu_accum_counts *cnt)
 {
     const gemm_job *g = c0->g;
-    seq_state st = { false, 0 };
+    seq_state st = { false, 0, 0 };
     /* The AVX-512 kernel's table of bin pairs, under the same bound. */
     uint32_t pt[PT_SIZE];
     seq_ctx cl = *c0;
