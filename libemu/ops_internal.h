@@ -96,8 +96,9 @@ int emu_t_quantize_scaled_kept(emu_ctx *ctx, const char *site,
 int emu_shape_fail(emu_ctx *ctx, const char *site, const char *what,
                    const emu_tensor *t, const char *want);
 
-/* Any NaN among v[0..n), every one of them finite. */
+/* Any NaN among v[0..n) (binary32, binary64), every one of them finite. */
 bool emu_any_nan(const float *v, size_t n);
+bool emu_any_nan64(const double *v, size_t n);
 bool emu_all_finite(const float *v, size_t n);
 
 /* Multiplies the pre-rounding values hi[i] + lo[i] by alpha without error

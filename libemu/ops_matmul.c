@@ -105,46 +105,6 @@ static bool mm_inputs_had_nan(const void *op, size_t o)
     return m->row_nan[bt * m->M + i] || m->col_nan[bt * m->N + j];
 }
 
-/* Whether any of the n values of v (floats, or doubles when d) is NaN.
- * It reads every output of a finite GEMM on the caller's thread (isnan's
- * loop was scalar, ~1.7 instructions an output): runs of 64 on the bits,
- * a NaN's magnitude bits above infinity's as a signed compare, which
- * vectorises at every level (a yes or no: the same at each). */
-EMU_TARGET_CLONES
-static bool any_nan(const void *v, bool d, size_t n)
-{
-    enum { RUN = 64 };
-    size_t i = 0;
-    if (d) {
-        for (; i + RUN <= n; i += RUN) {
-            uint64_t u[RUN], any = 0;
-            memcpy(u, (const double *)v + i, sizeof u);
-            for (int k = 0; k < RUN; k++)
-                any |= (uint64_t)((int64_t)(u[k] & ~(1ull << 63)) >
-                                  (int64_t)0x7ff0000000000000);
-            if (any)
-                return true;
-        }
-        for (; i < n; i++)
-            if (isnan(((const double *)v)[i]))
-                return true;
-    } else {
-        for (; i + RUN <= n; i += RUN) {
-            uint32_t u[RUN], any = 0;
-            memcpy(u, (const float *)v + i, sizeof u);
-            for (int k = 0; k < RUN; k++)
-                any |= (uint32_t)((int32_t)(u[k] & 0x7fffffffu) >
-                                  0x7f800000);
-            if (any)
-                return true;
-        }
-        for (; i < n; i++)
-            if (isnan(((const float *)v)[i]))
-                return true;
-    }
-    return false;
-}
-
 /* The flags mm_inputs_had_nan reads: one pass over A and one over B, in
  * their storage order.  Returns 0, or -1 if out of memory.  *all: every
  * row of A holds a NaN (or every column of B), so that every output's
@@ -161,7 +121,7 @@ static int mm_nan_flags(mm_op *m, bool *all)
         bool *r = m->row_nan + bt * M, *cn = m->col_nan + bt * N;
         if (m->a_cs == 1) {
             for (size_t i = 0; i < M; i++)
-                r[i] = any_nan(a_elem(m, m->a, bt, i, 0), false, K);
+                r[i] = emu_any_nan(a_elem(m, m->a, bt, i, 0), K);
         } else { /* stored (K, M): row k of storage spans the M rows */
             for (size_t k = 0; k < K; k++) {
                 const float *ak = a_elem(m, m->a, bt, 0, k);
@@ -171,7 +131,7 @@ static int mm_nan_flags(mm_op *m, bool *all)
         }
         if (m->b_rs == 1) { /* stored (N, K): a column of B is contiguous */
             for (size_t j = 0; j < N; j++)
-                cn[j] = any_nan(b_elem(m, m->b, bt, 0, j), false, K);
+                cn[j] = emu_any_nan(b_elem(m, m->b, bt, 0, j), K);
         } else {
             for (size_t k = 0; k < K; k++) {
                 const float *bk = b_elem(m, m->b, bt, k, 0);
@@ -405,7 +365,7 @@ static int mm_run(emu_ctx *ctx, const char *site, const char *kind, int nd,
     /* NaN outputs: their inputs' NaNs from flags per row and column, or,
      * when every output's inputs held one, no question asked. */
     bool all_nan = false;
-    if (any_nan(fast ? (const void *)p32 : hi, !fast, n) &&
+    if ((fast ? emu_any_nan(p32, n) : emu_any_nan64(hi, n)) &&
         mm_nan_flags(&m, &all_nan)) {
         if (ref)
             ref_terms_free(&m, nt);

@@ -157,29 +157,6 @@ static float *copy_of(emu_ctx *ctx, const char *site, const emu_tensor *t)
     return c;
 }
 
-/* Whether x[0..n-1] holds a NaN: the magnitudes' bits above infinity's,
- * a signed compare (SSE2 has it in 32-bit lanes), ORed over runs of
- * constant length that gcc -O2 vectorises, then the tail. */
-static bool has_nan_f32(const float *x, size_t n)
-{
-    const unsigned char *b = (const unsigned char *)x;
-    int32_t any = 0;
-    size_t j = 0;
-    for (; j + 64 <= n; j += 64) {
-        for (int k = 0; k < 64; k++) {
-            uint32_t w;
-            memcpy(&w, b + 4 * (j + (size_t)k), sizeof w);
-            any |= -(int32_t)((int32_t)(w & 0x7fffffff) > 0x7f800000);
-        }
-        if (any)
-            return true;
-    }
-    for (; j < n; j++)
-        if (isnan(x[j]))
-            return true;
-    return false;
-}
-
 static void sub_site(char *buf, size_t size, const char *site,
                      const char *name)
 {
@@ -718,7 +695,7 @@ int emu_t_sgd_update(emu_ctx *ctx, const char *site, emu_tensor *w,
      * (or rather than scan it twice) a copy. */
     const float *w0 = w->data;
     float *v0 = NULL;
-    if (v && !has_nan_f32(v->data, v->n)) {
+    if (v && !emu_any_nan(v->data, v->n)) {
         v0 = v->data;
     } else if (v && !(v0 = copy_of(ctx, site, v))) {
         free(t);

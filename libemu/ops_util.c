@@ -96,9 +96,45 @@ int emu_shape_fail(emu_ctx *ctx, const char *site, const char *what,
                         t->name, s, want);
 }
 
+/* In runs of 64 on the bits, a NaN's magnitude bits above infinity's as
+ * a signed compare, which vectorises at every level (a yes or no, the
+ * same at each): the scans read whole GEMM outputs and velocities on the
+ * caller's thread, where isnan's early-exit loop was scalar. */
+EMU_TARGET_CLONES
 bool emu_any_nan(const float *v, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
+    enum { RUN = 64 };
+    size_t i = 0;
+    for (; i + RUN <= n; i += RUN) {
+        uint32_t u[RUN], any = 0;
+        memcpy(u, v + i, sizeof u);
+        for (int k = 0; k < RUN; k++)
+            any |= (uint32_t)((int32_t)(u[k] & 0x7fffffffu) > 0x7f800000);
+        if (any)
+            return true;
+    }
+    for (; i < n; i++)
+        if (isnan(v[i]))
+            return true;
+    return false;
+}
+
+/* The same for binary64 values. */
+EMU_TARGET_CLONES
+bool emu_any_nan64(const double *v, size_t n)
+{
+    enum { RUN = 64 };
+    size_t i = 0;
+    for (; i + RUN <= n; i += RUN) {
+        uint64_t u[RUN], any = 0;
+        memcpy(u, v + i, sizeof u);
+        for (int k = 0; k < RUN; k++)
+            any |= (uint64_t)((int64_t)(u[k] & ~(1ull << 63)) >
+                              (int64_t)0x7ff0000000000000);
+        if (any)
+            return true;
+    }
+    for (; i < n; i++)
         if (isnan(v[i]))
             return true;
     return false;
@@ -108,6 +144,7 @@ bool emu_any_nan(const float *v, size_t n)
  * length the compiler vectorises: the early-exit loop over isfinite was
  * scalar, 1.2% of a gpt fp32 step (attention checks its whole qkv and
  * gradient). */
+EMU_TARGET_CLONES
 bool emu_all_finite(const float *v, size_t n)
 {
     enum { RUN = 64 };

@@ -687,27 +687,47 @@ END_TEST
  * tail, and none. */
 START_TEST(test_all_finite)
 {
-    static const float specials[] = { INFINITY, -INFINITY, NAN, -NAN,
-                                      0x1.fffffep127f, -0x1.fffffep127f };
-    enum { N = 3 * 64 + 7 };
+    /* emu_all_finite, emu_any_nan and emu_any_nan64 (runs of 64 on the
+     * bits) against isfinite and isnan, a special value at every place of
+     * every length, whole runs and tails; NaNs with the smallest and the
+     * largest payloads, quiet and signalling, either sign. */
+    static const uint32_t specials[] = { 0x7f800000, 0xff800000, 0x7fc00000,
+                                         0xffc00000, 0x7f800001, 0xffffffff,
+                                         0x7f7fffff, 0xff7fffff };
+    static const uint64_t specials64[] = { 0x7ff0000000000001,
+                                           0xfff8000000000000 };
+    enum { N = 3 * 64 + 7, NS = sizeof specials / sizeof specials[0],
+           NS64 = sizeof specials64 / sizeof specials64[0] };
     float v[N];
+    double d[N];
     unsigned long long bad = 0, checked = 0;
     for (size_t n = 0; n <= N; n++)
-        for (size_t sp = 0; sp < sizeof specials / sizeof specials[0]; sp++)
+        for (size_t sp = 0; sp < NS + NS64; sp++)
             for (size_t at = 0; at <= n; at++) { /* at == n: none */
                 for (size_t i = 0; i < n; i++)
-                    v[i] = (float)i - 100.0f;
-                if (at < n)
-                    v[at] = specials[sp];
-                bool want = true;
-                for (size_t i = 0; i < n; i++)
-                    want = want && isfinite(v[i]);
+                    d[i] = v[i] = (float)i - 100.0f;
+                if (at < n && sp < NS) {
+                    memcpy(&v[at], &specials[sp], sizeof v[at]);
+                    d[at] = v[at];
+                } else if (at < n) {
+                    memcpy(&d[at], &specials64[sp - NS], sizeof d[at]);
+                }
+                bool finite = true, nan = false, nan64 = false;
+                for (size_t i = 0; i < n; i++) {
+                    finite = finite && isfinite(v[i]);
+                    nan = nan || isnan(v[i]);
+                    nan64 = nan64 || isnan(d[i]);
+                }
                 checked++;
-                if (emu_all_finite(v, n) != want && bad++ < 10)
-                    printf("all_finite: n %zu, %a at %zu: got %d\n", n,
-                           (double)specials[sp], at, !want);
+                if ((emu_all_finite(v, n) != finite ||
+                     emu_any_nan(v, n) != nan ||
+                     emu_any_nan64(d, n) != nan64) && bad++ < 10)
+                    printf("n %zu, special %zu at %zu: all_finite %d "
+                           "any_nan %d any_nan64 %d, want %d %d %d\n", n, sp,
+                           at, emu_all_finite(v, n), emu_any_nan(v, n),
+                           emu_any_nan64(d, n), finite, nan, nan64);
             }
-    printf("all_finite: %llu arrays\n", checked);
+    printf("all_finite, any_nan, any_nan64: %llu arrays\n", checked);
     ck_assert_msg(bad == 0, "%llu arrays judged wrong", bad);
 }
 END_TEST
