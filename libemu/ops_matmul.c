@@ -367,15 +367,9 @@ static int mm_run(emu_ctx *ctx, const char *site, const char *kind, int nd,
     bool all_nan = false;
     if ((fast ? emu_any_nan(p32, n) : emu_any_nan64(hi, n)) &&
         mm_nan_flags(&m, &all_nan)) {
-        if (ref)
-            ref_terms_free(&m, nt);
-        free(m.row_nan);
-        free(m.col_nan);
-        free(hi);
-        free(lo);
-        free(c);
-        return emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory for %zu "
-                             "NaN flags", m.batch * (m.M + m.N));
+        rc = emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory for %zu "
+                           "NaN flags", m.batch * (m.M + m.N));
+        goto done;
     }
     emu_op_out oo = { .site = site, .kind = kind, .out = out, .hi = hi,
                       .lo = lo, .swamp = swamp ? &counts : NULL, .op = &m,
@@ -393,7 +387,7 @@ static int mm_run(emu_ctx *ctx, const char *site, const char *kind, int nd,
             oo.fill = mm_fill;
     }
     rc = emu_commit(ctx, &oo);
-
+done:
     if (ref)
         ref_terms_free(&m, nt);
     free(m.row_nan);
