@@ -264,7 +264,10 @@ typedef enum emu_isa {
 #define EMU_ISA_TARGET_AVX512 \
     __attribute__((target("arch=x86-64-v4")))
 /* A function compiled for the three levels, the CPU's best chosen when the
- * library is loaded (an ifunc resolver: EMU_ISA does not reach it). */
+ * library is loaded (an ifunc resolver: EMU_ISA does not reach it).  Only
+ * on static functions: clang 14 names an external clone's resolver
+ * "f.ifunc", so that another file's call to f does not link; an exported
+ * entry point is a plain function that calls a static clone. */
 #define EMU_TARGET_CLONES \
     __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 #else

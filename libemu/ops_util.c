@@ -101,7 +101,7 @@ int emu_shape_fail(emu_ctx *ctx, const char *site, const char *what,
  * same at each): the scans read whole GEMM outputs and velocities on the
  * caller's thread, where isnan's early-exit loop was scalar. */
 EMU_TARGET_CLONES
-bool emu_any_nan(const float *v, size_t n)
+static bool any_nan_scan(const float *v, size_t n)
 {
     enum { RUN = 64 };
     size_t i = 0;
@@ -119,9 +119,14 @@ bool emu_any_nan(const float *v, size_t n)
     return false;
 }
 
+bool emu_any_nan(const float *v, size_t n)
+{
+    return any_nan_scan(v, n);
+}
+
 /* The same for binary64 values. */
 EMU_TARGET_CLONES
-bool emu_any_nan64(const double *v, size_t n)
+static bool any_nan64_scan(const double *v, size_t n)
 {
     enum { RUN = 64 };
     size_t i = 0;
@@ -140,12 +145,17 @@ bool emu_any_nan64(const double *v, size_t n)
     return false;
 }
 
+bool emu_any_nan64(const double *v, size_t n)
+{
+    return any_nan64_scan(v, n);
+}
+
 /* In runs of 64 on the bits (exponent field all ones), a loop of constant
  * length the compiler vectorises: the early-exit loop over isfinite was
  * scalar, 1.2% of a gpt fp32 step (attention checks its whole qkv and
  * gradient). */
 EMU_TARGET_CLONES
-bool emu_all_finite(const float *v, size_t n)
+static bool all_finite_scan(const float *v, size_t n)
 {
     enum { RUN = 64 };
     size_t i = 0;
@@ -161,6 +171,11 @@ bool emu_all_finite(const float *v, size_t n)
         if (!isfinite(v[i]))
             return false;
     return true;
+}
+
+bool emu_all_finite(const float *v, size_t n)
+{
+    return all_finite_scan(v, n);
 }
 
 void emu_scale_pairs(double *hi, double *lo, bool lo_valid, size_t n,
