@@ -517,33 +517,6 @@ static int score(const emu_model *m, const int *labels, size_t count,
 
 /* ---- gradients, scaling ------------------------------------------------------- */
 
-/* Whether x[0..n-1] are all finite: the exponent fields, in runs of
- * constant length that gcc -O2 vectorises (every gradient, every step),
- * then the tail. */
-static bool range_finite(const float *x, size_t n)
-{
-    /* |x| above binary32's largest finite value, as a signed compare of
-     * the magnitude's bits (SSE2 has it in 32-bit lanes), its masks ORed:
-     * three operations a vector, where testing the exponent field for
-     * all ones made gcc blend masks and copy the run to the stack */
-    const unsigned char *b = (const unsigned char *)x;
-    size_t j = 0;
-    for (; j + 64 <= n; j += 64) {
-        int32_t bad = 0;
-        for (int k = 0; k < 64; k++) {
-            uint32_t w;
-            memcpy(&w, b + 4 * (j + (size_t)k), sizeof w);
-            bad |= -(int32_t)((int32_t)(w & 0x7fffffff) > 0x7f7fffff);
-        }
-        if (bad)
-            return false;
-    }
-    for (; j < n; j++)
-        if (!isfinite(x[j]))
-            return false;
-    return true;
-}
-
 static double pow2_floor(double x)
 {
     int e;
@@ -713,7 +686,7 @@ static void step_scan_part(void *p, int t, int T)
         const size_t a = e0 > base ? e0 - base : 0;
         const size_t b = e1 - base < n ? e1 - base : n;
         if (a < b)
-            ok = range_finite(sc->grads[i]->data + a, b - a);
+            ok = emu_all_finite(sc->grads[i]->data + a, b - a);
         base += n;
     }
     sc->finite[t] = ok;
@@ -763,8 +736,8 @@ static bool scan_gradients(run *r)
             grads[sc.ngrads++] = &l->bias.g;
             sc.grad_total += l->weight.g.n + l->bias.g.n;
         } else {
-            finite = finite && range_finite(l->weight.g.data, l->weight.g.n) &&
-                     range_finite(l->bias.g.data, l->bias.g.n);
+            finite = finite && emu_all_finite(l->weight.g.data, l->weight.g.n) &&
+                     emu_all_finite(l->bias.g.data, l->bias.g.n);
         }
     }
     if (tr && grads) {
