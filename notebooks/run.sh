@@ -7,6 +7,7 @@
 #   notebooks/run.sh            on the committed full results (results/)
 #   notebooks/run.sh --quick    on the quick results (results-quick/), as CI
 #   notebooks/run.sh [--quick] NAME.ipynb ...   only those notebooks
+# NB_JOBS: notebooks at a time (default 2).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 MODE=full
@@ -29,17 +30,38 @@ command -v "$NBCONVERT" >/dev/null || NBCONVERT="jupyter nbconvert"
 OUT=$HERE/executed-$MODE
 mkdir -p "$OUT"
 export MPLBACKEND=module://matplotlib_inline.backend_inline
+# Each notebook runs in its own kernel, most of its ~10 s the kernel's
+# start and imports: NB_JOBS of them (default 2) at a time.
+NB_JOBS=${NB_JOBS:-2}
+case $NB_JOBS in ''|0|*[!0-9]*)
+    echo "$0: NB_JOBS must be a positive integer, not '$NB_JOBS'" >&2; exit 2 ;;
+esac
+declare -A NB_OF=() START_OF=()
 fail=0
-for nb in "${NBS[@]}"; do
-    t0=$(date +%s)
-    if $NBCONVERT --to notebook --execute --ExecutePreprocessor.timeout=600 \
-        --ExecutePreprocessor.kernel_name=python3 \
-        --output-dir "$OUT" "$nb" >"$OUT/$(basename "$nb" .ipynb).log" 2>&1; then
-        echo "ok    $(basename "$nb") ($(( $(date +%s) - t0 ))s)"
+# reap: waits for one notebook to end and says how it went.
+reap() {
+    local pid status=0
+    wait -n -p pid || status=$?
+    local nb=${NB_OF[$pid]}
+    unset "NB_OF[$pid]"
+    local base
+    base=$(basename "$nb" .ipynb)
+    if [ $status = 0 ]; then
+        echo "ok    $base.ipynb ($(( $(date +%s) - START_OF[$base] ))s)"
     else
-        echo "FAIL  $(basename "$nb"): see $OUT/$(basename "$nb" .ipynb).log" >&2
-        tail -20 "$OUT/$(basename "$nb" .ipynb).log" >&2
+        echo "FAIL  $base.ipynb: see $OUT/$base.log" >&2
+        tail -20 "$OUT/$base.log" >&2
         fail=1
     fi
+}
+for nb in "${NBS[@]}"; do
+    while [ ${#NB_OF[@]} -ge "$NB_JOBS" ]; do reap; done
+    base=$(basename "$nb" .ipynb)
+    START_OF[$base]=$(date +%s)
+    $NBCONVERT --to notebook --execute --ExecutePreprocessor.timeout=600 \
+        --ExecutePreprocessor.kernel_name=python3 \
+        --output-dir "$OUT" "$nb" >"$OUT/$base.log" 2>&1 &
+    NB_OF[$!]=$nb
 done
+while [ ${#NB_OF[@]} -gt 0 ]; do reap; done
 exit $fail
