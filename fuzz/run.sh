@@ -17,7 +17,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=${EMU_FUZZ_BUILD:-$root/build-fuzz}
 cc=${CC:-clang}
 
+# Line tables only (-g1): enough for the crash reports' stack traces.
 CC=$cc cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" \
     -DEMU_BUILD_FUZZ=ON -DEMU_BUILD_TESTS=OFF -DEMU_BUILD_BENCH=OFF > "$build.cmake.log" 2>&1 ||
     { cat "$build.cmake.log" >&2; exit 2; }
 cmake --build "$build" -j2 --target fuzz_format_spec fuzz_vectors fuzz_scaled \
