@@ -24,7 +24,8 @@ uint64_t test_scaled(uint64_t n, uint64_t floor)
     static double scale = -1.0;
     if (scale < 0.0) {
         const char *s = getenv("EMU_TEST_SCALE");
-        scale = s ? strtod(s, NULL) : 1.0;
+        const char *l = getenv("EMU_TEST_LEVEL_SCALE");
+        scale = (s ? strtod(s, NULL) : 1.0) * (l ? strtod(l, NULL) : 1.0);
         if (!(scale >= 0.001))
             scale = 0.001;
         if (scale > 1000.0)

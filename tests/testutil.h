@@ -18,8 +18,9 @@
 #include <emu/extend.h>
 #include <emu/ref.h>
 
-/* EMU_TEST_SCALE from the environment (default 1.0, clamped to
- * [0.001, 1000]); n times it, at least `floor`. */
+/* EMU_TEST_SCALE times EMU_TEST_LEVEL_SCALE from the environment (each
+ * default 1.0; the product clamped to [0.001, 1000]); n times it, at
+ * least `floor`. */
 /* A suite run from a hostile caller (EMU_TEST_HOST_ENV) brackets the
  * oracle's own host arithmetic (mpfr_get_d of a subnormal flushes under
  * FTZ) with these: the default state inside, the caller's back after. */
