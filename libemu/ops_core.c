@@ -802,14 +802,12 @@ static bool carry_f32(float *res, const double *hi, size_t m,
     size_t j0 = 0;
     for (; j0 + CARRY_RUN <= m; j0 += CARRY_RUN) {
         float f[CARRY_RUN];
-        uint32_t bad = 0, s, q;
-        for (int j = 0; j < CARRY_RUN; j++)
-            f[j] = (float)hi[j0 + (size_t)j];
-        for (int j = 0; j < CARRY_RUN; j++) {
-            const double h = hi[j0 + (size_t)j];
-            bad |= (uint32_t)((double)f[j] != h) & (uint32_t)(h == h);
-        }
-        if (bad)
+        uint32_t s, q;
+        /* narrow_run's test is this check's (a NaN narrows to a NaN, a
+         * number to a number) in the form gcc vectorises: the check
+         * written as "changed and not NaN" was compiled one element at
+         * a time */
+        if (!narrow_run(f, hi + j0))
             return false;
         carry_scan(f, &s, &q);
         if (q)
