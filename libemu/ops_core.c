@@ -196,18 +196,20 @@ static inline uint32_t lo_bad(double hi, double lo, uint64_t mask)
                     (uint32_t)v, (uint32_t)(mask >> 32), (uint32_t)mask);
 }
 
-/* Whether no element of a chunk is lo_bad: in runs of constant length
- * and 32-bit words, which gcc -O2 vectorises (an optimizer's update hands
- * every weight through here), then the tail. */
-static bool lo_harmless(const double *hi, const double *lo, size_t m, int p)
+/* Whether no element of runs of CARRY_RUN is lo_bad, in 32-bit words,
+ * which every level compares in vector lanes (baseline's SSE2 has no
+ * 64-bit compare).  Compiled per instruction-set level (isa.c chooses):
+ * an optimizer's update hands every weight through here, and baseline's
+ * four lanes were a quarter of round_chunk's time on an fp8 MLP step.
+ * Integer operations only: the same answer at every level. */
+static EMU_KERNEL_INLINE uint32_t
+lo_bad_scan_any(const double *restrict hi, const double *restrict lo,
+                size_t runs, uint32_t mh, uint32_t ml)
 {
-    const uint64_t mask = lo_mask(p);
-    const uint32_t mh = (uint32_t)(mask >> 32), ml = (uint32_t)mask;
     uint32_t bad = 0;
-    size_t j = 0;
-    for (; j + CARRY_RUN <= m; j += CARRY_RUN) {
-        const unsigned char *u = (const unsigned char *)(hi + j);
-        const unsigned char *v = (const unsigned char *)(lo + j);
+    for (size_t r = 0; r < runs; r++) {
+        const unsigned char *u = (const unsigned char *)(hi + r * CARRY_RUN);
+        const unsigned char *v = (const unsigned char *)(lo + r * CARRY_RUN);
         for (int k = 0; k < CARRY_RUN; k++) {
             uint32_t w[4];
             memcpy(&w[0], u + 8 * k + 4 * W_HI, 4);
@@ -217,7 +219,59 @@ static bool lo_harmless(const double *hi, const double *lo, size_t m, int p)
             bad |= lo_bad32(w[0], w[1], w[2], w[3], mh, ml);
         }
     }
-    for (; j < m; j++)
+    return bad;
+}
+
+typedef uint32_t (*lo_bad_kernel)(const double *restrict,
+                                  const double *restrict, size_t, uint32_t,
+                                  uint32_t);
+
+static uint32_t lo_bad_scan_base(const double *restrict hi,
+                                 const double *restrict lo, size_t runs,
+                                 uint32_t mh, uint32_t ml)
+{
+    return lo_bad_scan_any(hi, lo, runs, mh, ml);
+}
+
+#if EMU_HAVE_ISA_CLONES
+EMU_ISA_TARGET_AVX2
+static uint32_t lo_bad_scan_avx2(const double *restrict hi,
+                                 const double *restrict lo, size_t runs,
+                                 uint32_t mh, uint32_t ml)
+{
+    return lo_bad_scan_any(hi, lo, runs, mh, ml);
+}
+
+EMU_ISA_TARGET_AVX512
+static uint32_t lo_bad_scan_avx512(const double *restrict hi,
+                                   const double *restrict lo, size_t runs,
+                                   uint32_t mh, uint32_t ml)
+{
+    return lo_bad_scan_any(hi, lo, runs, mh, ml);
+}
+#endif
+
+static lo_bad_kernel lo_bad_scan_for(emu_isa isa)
+{
+#if EMU_HAVE_ISA_CLONES
+    if (isa == EMU_ISA_AVX512)
+        return lo_bad_scan_avx512;
+    if (isa == EMU_ISA_AVX2)
+        return lo_bad_scan_avx2;
+#endif
+    (void)isa;
+    return lo_bad_scan_base;
+}
+
+/* Whether no element of a chunk is lo_bad: its runs through the kernel
+ * of the CPU's level, then the tail. */
+static bool lo_harmless(const double *hi, const double *lo, size_t m, int p)
+{
+    const uint64_t mask = lo_mask(p);
+    const size_t runs = m / CARRY_RUN;
+    uint32_t bad = lo_bad_scan_for(emu_isa_active())(
+        hi, lo, runs, (uint32_t)(mask >> 32), (uint32_t)mask);
+    for (size_t j = runs * CARRY_RUN; j < m; j++)
         bad |= lo_bad(hi[j], lo[j], mask);
     return bad == 0;
 }

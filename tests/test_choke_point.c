@@ -913,6 +913,46 @@ START_TEST(test_commit_pairs_lo_apart)
 }
 END_TEST
 
+/* One pair that must be rounded apart (hi a midpoint, lo above it, so
+ * that hi alone rounds to the even neighbour below and hi + lo to the one
+ * above) in a chunk of pairs that need not: at every position of two
+ * scanned runs and the tail, so that each lane of the scan's kernel (at
+ * the level EMU_ISA names) has to find it. */
+START_TEST(test_commit_lo_apart_each_lane)
+{
+    const char *fmts[] = { "binary16", "e5m2" };
+    const size_t n = 2 * 64 + 7;
+    double hi[2 * 64 + 7], lo[2 * 64 + 7];
+    const emu_rounding rnd = { .mode = EMU_RNE };
+    for (size_t fi = 0; fi < sizeof fmts / sizeof *fmts; fi++) {
+        const emu_format *f = test_format(fmts[fi]);
+        const double mid = (1.0 + emu_next_up(f, 1.0)) / 2.0;
+        for (size_t pos = 0; pos < n; pos++) {
+            for (size_t i = 0; i < n; i++) {
+                hi[i] = (i & 1 ? -1.5 : 1.5) + (double)i * 0x1p-40;
+                lo[i] = 0.0;
+            }
+            hi[pos] = pos & 1 ? -mid : mid;
+            lo[pos] = ldexp(hi[pos], -60);
+            emu_tensor y;
+            emu_stats stats;
+            commit_counted(f, n, "apart", 7, hi, lo, &rnd, &y, &stats);
+            for (size_t i = 0; i < n; i++) {
+                emu_status st;
+                const double z = emu_round2_word(f, hi[i], lo[i], &rnd, 0,
+                                                 &st);
+                ck_assert_msg(test_same(z, y.data[i]),
+                              "%s, the pair at %zu: element %zu (%a + %a): "
+                              "%a want %a", fmts[fi], pos, i, hi[i], lo[i],
+                              (double)y.data[i], z);
+            }
+            emu_stats_free(&stats);
+            emu_tensor_free(&y);
+        }
+    }
+}
+END_TEST
+
 /* binary64 values and pairs hi + lo into binary32 under nearest-even (the
  * fp32 policy's weight updates and wide results): the choke point rounds
  * a chunk of common lanes in one pass of vector lanes (the host's
@@ -3011,6 +3051,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_hist_bins_from_bits);
     tcase_add_test(tc, test_commit_carrier);
     tcase_add_test(tc, test_commit_pairs_lo_apart);
+    tcase_add_test(tc, test_commit_lo_apart_each_lane);
     tcase_add_test(tc, test_commit_rne32);
     tcase_add_test(tc, test_commit_swamp_counts);
     tcase_add_test(tc, test_exact_bin_low_parts);
