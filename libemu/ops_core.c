@@ -838,37 +838,105 @@ static void quiet_run(float *out, const float *v)
     memcpy(out, w, sizeof w);
 }
 
+/* carry_f32's runs: CARRY_RUN doubles at a time narrowed into res,
+ * checked (a value that narrowing changed, other than a NaN, is wider
+ * than binary32) and their subnormals and NaNs counted, in one loop of
+ * constant length.  Returns the runs done, their subnormals added to
+ * *sub; stops at the first run holding a wider value (*wide set) or a
+ * NaN (left to the caller, element by element).  Compiled per
+ * instruction-set level (isa.c chooses): baseline's SSE2 converts two
+ * doubles an instruction, AVX-512 eight.  IEEE conversions and compares
+ * under the default environment, and integer operations: the same
+ * results and answers at every level. */
+static EMU_KERNEL_INLINE size_t carry_runs_any(float *restrict res,
+                                               const double *restrict hi,
+                                               size_t runs, uint64_t *sub,
+                                               bool *wide)
+{
+    uint64_t sum = 0;
+    size_t r = 0;
+    for (; r < runs; r++) {
+        const size_t o = r * CARRY_RUN;
+        uint32_t ok = 1, s = 0, q = 0;
+        for (int k = 0; k < CARRY_RUN; k++) {
+            const double h = hi[o + (size_t)k];
+            const float f = (float)h;
+            uint32_t w;
+            memcpy(&w, &f, sizeof w);
+            const uint32_t a = w & 0x7fffffff, nan = a > 0x7f800000;
+            ok &= (uint32_t)((double)f == h) | nan;
+            s += a - 1 < 0x7fffff; /* 0 < |f| < 2^-126 */
+            q |= nan;
+            res[o + (size_t)k] = f;
+        }
+        if (!ok) {
+            *wide = true;
+            break;
+        }
+        if (q)
+            break;
+        sum += s;
+    }
+    *sub += sum;
+    return r;
+}
+
+typedef size_t (*carry_runs_kernel)(float *restrict, const double *restrict,
+                                    size_t, uint64_t *, bool *);
+
+static size_t carry_runs_base(float *restrict res, const double *restrict hi,
+                              size_t runs, uint64_t *sub, bool *wide)
+{
+    return carry_runs_any(res, hi, runs, sub, wide);
+}
+
+#if EMU_HAVE_ISA_CLONES
+EMU_ISA_TARGET_AVX2
+static size_t carry_runs_avx2(float *restrict res, const double *restrict hi,
+                              size_t runs, uint64_t *sub, bool *wide)
+{
+    return carry_runs_any(res, hi, runs, sub, wide);
+}
+
+EMU_ISA_TARGET_AVX512
+static size_t carry_runs_avx512(float *restrict res,
+                                const double *restrict hi, size_t runs,
+                                uint64_t *sub, bool *wide)
+{
+    return carry_runs_any(res, hi, runs, sub, wide);
+}
+#endif
+
+static carry_runs_kernel carry_runs_for(emu_isa isa)
+{
+#if EMU_HAVE_ISA_CLONES
+    if (isa == EMU_ISA_AVX512)
+        return carry_runs_avx512;
+    if (isa == EMU_ISA_AVX2)
+        return carry_runs_avx2;
+#endif
+    (void)isa;
+    return carry_runs_base;
+}
+
 /* A chunk of values into binary32 itself, under a rounding that maps
  * binary32 to itself (emu_round_is_identity_f32): if every value is a
  * binary32 value (or a NaN), res gets them, NaNs made the canonical quiet
  * NaN, counted as emu_round_array_f32 counts them (nothing inexact,
- * subnormals flagged), and true; else false, counts untouched.  Runs of
- * CARRY_RUN go through loops of constant length, which gcc -O2
- * vectorises: narrowed, checked (a value that narrowing changed, other
- * than a NaN, is wider than binary32), scanned and copied; a run with a
- * NaN and the rest of the chunk go one element at a time. */
+ * subnormals flagged), and true; else false, counts untouched (res then
+ * holds anything).  Runs of CARRY_RUN through carry_runs_any; a run with
+ * a NaN and the rest of the chunk go one element at a time. */
 static bool carry_f32(float *res, const double *hi, size_t m,
                       emu_round_counts *counts)
 {
     const uint64_t d_inf = (uint64_t)0x7ff << 52;
     const uint32_t qnan = 0x7fc00000;
     uint64_t wide = 0, sub = 0, nan = 0;
-    size_t j0 = 0;
-    for (; j0 + CARRY_RUN <= m; j0 += CARRY_RUN) {
-        float f[CARRY_RUN];
-        uint32_t s, q;
-        /* narrow_run's test is this check's (a NaN narrows to a NaN, a
-         * number to a number) in the form gcc vectorises: the check
-         * written as "changed and not NaN" was compiled one element at
-         * a time */
-        if (!narrow_run(f, hi + j0))
-            return false;
-        carry_scan(f, &s, &q);
-        if (q)
-            break;
-        sub += s;
-        memcpy(res + j0, f, sizeof f);
-    }
+    bool wide_run = false;
+    const size_t j0 = CARRY_RUN * carry_runs_for(emu_isa_active())(
+                                      res, hi, m / CARRY_RUN, &sub, &wide_run);
+    if (wide_run)
+        return false;
     for (size_t j = j0; j < m; j++) {
         const float f = (float)hi[j];
         const double back = (double)f;
