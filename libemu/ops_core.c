@@ -815,17 +815,68 @@ static void carry_scan(const float *v, uint32_t *sub, uint32_t *nan)
     *nan = q;
 }
 
-/* CARRY_RUN doubles narrowed into binary32; true if each was a binary32
- * value or NaN.  A constant count and tests without short circuit: gcc
- * -O2 vectorises it. */
-static bool narrow_run(float *restrict out, const double *restrict h)
+/* runs of CARRY_RUN doubles narrowed into binary32; true if each was a
+ * binary32 value or NaN (false at the first run holding another, out
+ * then partly written).  A constant count and tests without short
+ * circuit, which gcc vectorises; compiled per instruction-set level
+ * (isa.c chooses): most ops' values pass here before the binary32
+ * rounding path, and baseline's SSE2 converts two doubles an
+ * instruction, AVX-512 eight.  IEEE conversions and compares under the
+ * default environment: the same values and answer at every level. */
+static EMU_KERNEL_INLINE bool narrow_runs_any(float *restrict out,
+                                              const double *restrict h,
+                                              size_t runs)
 {
-    unsigned ok = 1;
-    for (int j = 0; j < CARRY_RUN; j++) {
-        out[j] = (float)h[j];
-        ok &= (unsigned)((double)out[j] == h[j]) | (unsigned)(out[j] != out[j]);
+    for (size_t r = 0; r < runs; r++) {
+        const size_t o = r * CARRY_RUN;
+        unsigned ok = 1;
+        for (int j = 0; j < CARRY_RUN; j++) {
+            const float f = (float)h[o + (size_t)j];
+            out[o + (size_t)j] = f;
+            ok &= (unsigned)((double)f == h[o + (size_t)j]) |
+                  (unsigned)(f != f);
+        }
+        if (!ok)
+            return false;
     }
-    return ok != 0;
+    return true;
+}
+
+typedef bool (*narrow_kernel)(float *restrict, const double *restrict,
+                              size_t);
+
+static bool narrow_runs_base(float *restrict out, const double *restrict h,
+                             size_t runs)
+{
+    return narrow_runs_any(out, h, runs);
+}
+
+#if EMU_HAVE_ISA_CLONES
+EMU_ISA_TARGET_AVX2
+static bool narrow_runs_avx2(float *restrict out, const double *restrict h,
+                             size_t runs)
+{
+    return narrow_runs_any(out, h, runs);
+}
+
+EMU_ISA_TARGET_AVX512
+static bool narrow_runs_avx512(float *restrict out, const double *restrict h,
+                               size_t runs)
+{
+    return narrow_runs_any(out, h, runs);
+}
+#endif
+
+static narrow_kernel narrow_runs_for(emu_isa isa)
+{
+#if EMU_HAVE_ISA_CLONES
+    if (isa == EMU_ISA_AVX512)
+        return narrow_runs_avx512;
+    if (isa == EMU_ISA_AVX2)
+        return narrow_runs_avx2;
+#endif
+    (void)isa;
+    return narrow_runs_base;
 }
 
 /* CARRY_RUN binary32 values with each signalling NaN made quiet. */
@@ -1203,11 +1254,10 @@ static bool round_chunk(commit_run *r, size_t i0, size_t m, const double *h,
         /* Most ops' values are binary32 values already (a fast-model
          * GEMM, sums of 16-bit values, casts): then the binary32 array
          * path, several times faster, rounds them the same way. */
-        bool narrow = !wide0;
-        size_t j = 0;
-        for (; narrow && j + CARRY_RUN <= m; j += CARRY_RUN)
-            narrow = narrow_run(fin + j, h + j);
-        for (; narrow && j < m; j++) {
+        const size_t runs = m / CARRY_RUN;
+        bool narrow =
+            !wide0 && narrow_runs_for(emu_isa_active())(fin, h, runs);
+        for (size_t j = runs * CARRY_RUN; narrow && j < m; j++) {
             fin[j] = (float)h[j];
             narrow = (double)fin[j] == h[j] || isnan(fin[j]);
         }

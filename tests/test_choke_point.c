@@ -913,19 +913,21 @@ START_TEST(test_commit_pairs_lo_apart)
 }
 END_TEST
 
-/* binary64 values carried into binary32 under a mode that maps binary32
- * to itself: binary32 values (subnormals among them, the largest and the
- * smallest) with one wider value at every position of two runs and the
- * tail but the first (which the choke point tests before the runs), or
- * none: each lane of the carry's kernel (at the level EMU_ISA names) has
- * to find it and send the chunk to the rounding path.  Results and counts
- * against the scalar choke point. */
+/* binary64 values that are binary32 values (subnormals among them, the
+ * largest and the smallest) with one wider value at every position of two
+ * runs and the tail but the first (which the choke point tests before the
+ * runs), or none: into binary32, carried unrounded unless the wider value
+ * is found, and into binary16, through the binary32 array path unless it
+ * is found.  Each lane of the two scans' kernels (at the level EMU_ISA
+ * names) has to find it.  Results and counts against the scalar choke
+ * point. */
 START_TEST(test_commit_carry_each_lane)
 {
-    const emu_format *f = test_format("binary32");
+    const char *fmts[] = { "binary32", "binary16" };
     const emu_rnd modes[] = { EMU_RNE, EMU_RU };
     const size_t n = 2 * 64 + 7;
     double hi[2 * 64 + 7];
+    for (size_t fi = 0; fi < sizeof fmts / sizeof *fmts; fi++)
     for (size_t k = 0; k < sizeof modes / sizeof *modes; k++)
     for (size_t pos = 1; pos <= n; pos++) { /* n: none */
         for (size_t i = 0; i < n; i++) {
@@ -938,6 +940,7 @@ START_TEST(test_commit_carry_each_lane)
         }
         if (pos < n)
             hi[pos] = 1.0 + 0x1p-30; /* wider than binary32 */
+        const emu_format *f = test_format(fmts[fi]);
         const emu_rounding rnd = { .mode = modes[k] };
         emu_tensor y;
         emu_stats stats;
@@ -951,8 +954,9 @@ START_TEST(test_commit_carry_each_lane)
             hist[emu_hist_bin(z)]++;
             hist_x[emu_hist_bin(hi[i])]++;
             ck_assert_msg(test_same(z, y.data[i]),
-                          "mode %d, the wide value at %zu: element %zu (%a): "
-                          "%a want %a", (int)modes[k], pos, i, hi[i],
+                          "%s mode %d, the wide value at %zu: element %zu "
+                          "(%a): %a want %a", fmts[fi], (int)modes[k], pos,
+                          i, hi[i],
                           (double)y.data[i], z);
         }
         want_site_totals(&stats, "carry", &want, hist, hist_x);
