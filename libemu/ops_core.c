@@ -196,18 +196,20 @@ static inline uint32_t lo_bad(double hi, double lo, uint64_t mask)
                     (uint32_t)v, (uint32_t)(mask >> 32), (uint32_t)mask);
 }
 
-/* Whether no element of a chunk is lo_bad: in runs of constant length
- * and 32-bit words, which gcc -O2 vectorises (an optimizer's update hands
- * every weight through here), then the tail. */
-static bool lo_harmless(const double *hi, const double *lo, size_t m, int p)
+/* Whether no element of runs of CARRY_RUN is lo_bad, in 32-bit words,
+ * which every level compares in vector lanes (baseline's SSE2 has no
+ * 64-bit compare).  Compiled per instruction-set level (isa.c chooses):
+ * an optimizer's update hands every weight through here, and baseline's
+ * four lanes were a quarter of round_chunk's time on an fp8 MLP step.
+ * Integer operations only: the same answer at every level. */
+static EMU_KERNEL_INLINE uint32_t
+lo_bad_scan_any(const double *restrict hi, const double *restrict lo,
+                size_t runs, uint32_t mh, uint32_t ml)
 {
-    const uint64_t mask = lo_mask(p);
-    const uint32_t mh = (uint32_t)(mask >> 32), ml = (uint32_t)mask;
     uint32_t bad = 0;
-    size_t j = 0;
-    for (; j + CARRY_RUN <= m; j += CARRY_RUN) {
-        const unsigned char *u = (const unsigned char *)(hi + j);
-        const unsigned char *v = (const unsigned char *)(lo + j);
+    for (size_t r = 0; r < runs; r++) {
+        const unsigned char *u = (const unsigned char *)(hi + r * CARRY_RUN);
+        const unsigned char *v = (const unsigned char *)(lo + r * CARRY_RUN);
         for (int k = 0; k < CARRY_RUN; k++) {
             uint32_t w[4];
             memcpy(&w[0], u + 8 * k + 4 * W_HI, 4);
@@ -217,7 +219,59 @@ static bool lo_harmless(const double *hi, const double *lo, size_t m, int p)
             bad |= lo_bad32(w[0], w[1], w[2], w[3], mh, ml);
         }
     }
-    for (; j < m; j++)
+    return bad;
+}
+
+typedef uint32_t (*lo_bad_kernel)(const double *restrict,
+                                  const double *restrict, size_t, uint32_t,
+                                  uint32_t);
+
+static uint32_t lo_bad_scan_base(const double *restrict hi,
+                                 const double *restrict lo, size_t runs,
+                                 uint32_t mh, uint32_t ml)
+{
+    return lo_bad_scan_any(hi, lo, runs, mh, ml);
+}
+
+#if EMU_HAVE_ISA_CLONES
+EMU_ISA_TARGET_AVX2
+static uint32_t lo_bad_scan_avx2(const double *restrict hi,
+                                 const double *restrict lo, size_t runs,
+                                 uint32_t mh, uint32_t ml)
+{
+    return lo_bad_scan_any(hi, lo, runs, mh, ml);
+}
+
+EMU_ISA_TARGET_AVX512
+static uint32_t lo_bad_scan_avx512(const double *restrict hi,
+                                   const double *restrict lo, size_t runs,
+                                   uint32_t mh, uint32_t ml)
+{
+    return lo_bad_scan_any(hi, lo, runs, mh, ml);
+}
+#endif
+
+static lo_bad_kernel lo_bad_scan_for(emu_isa isa)
+{
+#if EMU_HAVE_ISA_CLONES
+    if (isa == EMU_ISA_AVX512)
+        return lo_bad_scan_avx512;
+    if (isa == EMU_ISA_AVX2)
+        return lo_bad_scan_avx2;
+#endif
+    (void)isa;
+    return lo_bad_scan_base;
+}
+
+/* Whether no element of a chunk is lo_bad: its runs through the kernel
+ * of the CPU's level, then the tail. */
+static bool lo_harmless(const double *hi, const double *lo, size_t m, int p)
+{
+    const uint64_t mask = lo_mask(p);
+    const size_t runs = m / CARRY_RUN;
+    uint32_t bad = lo_bad_scan_for(emu_isa_active())(
+        hi, lo, runs, (uint32_t)(mask >> 32), (uint32_t)mask);
+    for (size_t j = runs * CARRY_RUN; j < m; j++)
         bad |= lo_bad(hi[j], lo[j], mask);
     return bad == 0;
 }
@@ -761,17 +815,68 @@ static void carry_scan(const float *v, uint32_t *sub, uint32_t *nan)
     *nan = q;
 }
 
-/* CARRY_RUN doubles narrowed into binary32; true if each was a binary32
- * value or NaN.  A constant count and tests without short circuit: gcc
- * -O2 vectorises it. */
-static bool narrow_run(float *restrict out, const double *restrict h)
+/* runs of CARRY_RUN doubles narrowed into binary32; true if each was a
+ * binary32 value or NaN (false at the first run holding another, out
+ * then partly written).  A constant count and tests without short
+ * circuit, which gcc vectorises; compiled per instruction-set level
+ * (isa.c chooses): most ops' values pass here before the binary32
+ * rounding path, and baseline's SSE2 converts two doubles an
+ * instruction, AVX-512 eight.  IEEE conversions and compares under the
+ * default environment: the same values and answer at every level. */
+static EMU_KERNEL_INLINE bool narrow_runs_any(float *restrict out,
+                                              const double *restrict h,
+                                              size_t runs)
 {
-    unsigned ok = 1;
-    for (int j = 0; j < CARRY_RUN; j++) {
-        out[j] = (float)h[j];
-        ok &= (unsigned)((double)out[j] == h[j]) | (unsigned)(out[j] != out[j]);
+    for (size_t r = 0; r < runs; r++) {
+        const size_t o = r * CARRY_RUN;
+        unsigned ok = 1;
+        for (int j = 0; j < CARRY_RUN; j++) {
+            const float f = (float)h[o + (size_t)j];
+            out[o + (size_t)j] = f;
+            ok &= (unsigned)((double)f == h[o + (size_t)j]) |
+                  (unsigned)(f != f);
+        }
+        if (!ok)
+            return false;
     }
-    return ok != 0;
+    return true;
+}
+
+typedef bool (*narrow_kernel)(float *restrict, const double *restrict,
+                              size_t);
+
+static bool narrow_runs_base(float *restrict out, const double *restrict h,
+                             size_t runs)
+{
+    return narrow_runs_any(out, h, runs);
+}
+
+#if EMU_HAVE_ISA_CLONES
+EMU_ISA_TARGET_AVX2
+static bool narrow_runs_avx2(float *restrict out, const double *restrict h,
+                             size_t runs)
+{
+    return narrow_runs_any(out, h, runs);
+}
+
+EMU_ISA_TARGET_AVX512
+static bool narrow_runs_avx512(float *restrict out, const double *restrict h,
+                               size_t runs)
+{
+    return narrow_runs_any(out, h, runs);
+}
+#endif
+
+static narrow_kernel narrow_runs_for(emu_isa isa)
+{
+#if EMU_HAVE_ISA_CLONES
+    if (isa == EMU_ISA_AVX512)
+        return narrow_runs_avx512;
+    if (isa == EMU_ISA_AVX2)
+        return narrow_runs_avx2;
+#endif
+    (void)isa;
+    return narrow_runs_base;
 }
 
 /* CARRY_RUN binary32 values with each signalling NaN made quiet. */
@@ -784,39 +889,105 @@ static void quiet_run(float *out, const float *v)
     memcpy(out, w, sizeof w);
 }
 
+/* carry_f32's runs: CARRY_RUN doubles at a time narrowed into res,
+ * checked (a value that narrowing changed, other than a NaN, is wider
+ * than binary32) and their subnormals and NaNs counted, in one loop of
+ * constant length.  Returns the runs done, their subnormals added to
+ * *sub; stops at the first run holding a wider value (*wide set) or a
+ * NaN (left to the caller, element by element).  Compiled per
+ * instruction-set level (isa.c chooses): baseline's SSE2 converts two
+ * doubles an instruction, AVX-512 eight.  IEEE conversions and compares
+ * under the default environment, and integer operations: the same
+ * results and answers at every level. */
+static EMU_KERNEL_INLINE size_t carry_runs_any(float *restrict res,
+                                               const double *restrict hi,
+                                               size_t runs, uint64_t *sub,
+                                               bool *wide)
+{
+    uint64_t sum = 0;
+    size_t r = 0;
+    for (; r < runs; r++) {
+        const size_t o = r * CARRY_RUN;
+        uint32_t ok = 1, s = 0, q = 0;
+        for (int k = 0; k < CARRY_RUN; k++) {
+            const double h = hi[o + (size_t)k];
+            const float f = (float)h;
+            uint32_t w;
+            memcpy(&w, &f, sizeof w);
+            const uint32_t a = w & 0x7fffffff, nan = a > 0x7f800000;
+            ok &= (uint32_t)((double)f == h) | nan;
+            s += a - 1 < 0x7fffff; /* 0 < |f| < 2^-126 */
+            q |= nan;
+            res[o + (size_t)k] = f;
+        }
+        if (!ok) {
+            *wide = true;
+            break;
+        }
+        if (q)
+            break;
+        sum += s;
+    }
+    *sub += sum;
+    return r;
+}
+
+typedef size_t (*carry_runs_kernel)(float *restrict, const double *restrict,
+                                    size_t, uint64_t *, bool *);
+
+static size_t carry_runs_base(float *restrict res, const double *restrict hi,
+                              size_t runs, uint64_t *sub, bool *wide)
+{
+    return carry_runs_any(res, hi, runs, sub, wide);
+}
+
+#if EMU_HAVE_ISA_CLONES
+EMU_ISA_TARGET_AVX2
+static size_t carry_runs_avx2(float *restrict res, const double *restrict hi,
+                              size_t runs, uint64_t *sub, bool *wide)
+{
+    return carry_runs_any(res, hi, runs, sub, wide);
+}
+
+EMU_ISA_TARGET_AVX512
+static size_t carry_runs_avx512(float *restrict res,
+                                const double *restrict hi, size_t runs,
+                                uint64_t *sub, bool *wide)
+{
+    return carry_runs_any(res, hi, runs, sub, wide);
+}
+#endif
+
+static carry_runs_kernel carry_runs_for(emu_isa isa)
+{
+#if EMU_HAVE_ISA_CLONES
+    if (isa == EMU_ISA_AVX512)
+        return carry_runs_avx512;
+    if (isa == EMU_ISA_AVX2)
+        return carry_runs_avx2;
+#endif
+    (void)isa;
+    return carry_runs_base;
+}
+
 /* A chunk of values into binary32 itself, under a rounding that maps
  * binary32 to itself (emu_round_is_identity_f32): if every value is a
  * binary32 value (or a NaN), res gets them, NaNs made the canonical quiet
  * NaN, counted as emu_round_array_f32 counts them (nothing inexact,
- * subnormals flagged), and true; else false, counts untouched.  Runs of
- * CARRY_RUN go through loops of constant length, which gcc -O2
- * vectorises: narrowed, checked (a value that narrowing changed, other
- * than a NaN, is wider than binary32), scanned and copied; a run with a
- * NaN and the rest of the chunk go one element at a time. */
+ * subnormals flagged), and true; else false, counts untouched (res then
+ * holds anything).  Runs of CARRY_RUN through carry_runs_any; a run with
+ * a NaN and the rest of the chunk go one element at a time. */
 static bool carry_f32(float *res, const double *hi, size_t m,
                       emu_round_counts *counts)
 {
     const uint64_t d_inf = (uint64_t)0x7ff << 52;
     const uint32_t qnan = 0x7fc00000;
     uint64_t wide = 0, sub = 0, nan = 0;
-    size_t j0 = 0;
-    for (; j0 + CARRY_RUN <= m; j0 += CARRY_RUN) {
-        float f[CARRY_RUN];
-        uint32_t bad = 0, s, q;
-        for (int j = 0; j < CARRY_RUN; j++)
-            f[j] = (float)hi[j0 + (size_t)j];
-        for (int j = 0; j < CARRY_RUN; j++) {
-            const double h = hi[j0 + (size_t)j];
-            bad |= (uint32_t)((double)f[j] != h) & (uint32_t)(h == h);
-        }
-        if (bad)
-            return false;
-        carry_scan(f, &s, &q);
-        if (q)
-            break;
-        sub += s;
-        memcpy(res + j0, f, sizeof f);
-    }
+    bool wide_run = false;
+    const size_t j0 = CARRY_RUN * carry_runs_for(emu_isa_active())(
+                                      res, hi, m / CARRY_RUN, &sub, &wide_run);
+    if (wide_run)
+        return false;
     for (size_t j = j0; j < m; j++) {
         const float f = (float)hi[j];
         const double back = (double)f;
@@ -1083,11 +1254,10 @@ static bool round_chunk(commit_run *r, size_t i0, size_t m, const double *h,
         /* Most ops' values are binary32 values already (a fast-model
          * GEMM, sums of 16-bit values, casts): then the binary32 array
          * path, several times faster, rounds them the same way. */
-        bool narrow = !wide0;
-        size_t j = 0;
-        for (; narrow && j + CARRY_RUN <= m; j += CARRY_RUN)
-            narrow = narrow_run(fin + j, h + j);
-        for (; narrow && j < m; j++) {
+        const size_t runs = m / CARRY_RUN;
+        bool narrow =
+            !wide0 && narrow_runs_for(emu_isa_active())(fin, h, runs);
+        for (size_t j = runs * CARRY_RUN; narrow && j < m; j++) {
             fin[j] = (float)h[j];
             narrow = (double)fin[j] == h[j] || isnan(fin[j]);
         }

@@ -913,6 +913,99 @@ START_TEST(test_commit_pairs_lo_apart)
 }
 END_TEST
 
+/* binary64 values that are binary32 values (subnormals among them, the
+ * largest and the smallest) with one wider value at every position of two
+ * runs and the tail but the first (which the choke point tests before the
+ * runs), or none: into binary32, carried unrounded unless the wider value
+ * is found, and into binary16, through the binary32 array path unless it
+ * is found.  Each lane of the two scans' kernels (at the level EMU_ISA
+ * names) has to find it.  Results and counts against the scalar choke
+ * point. */
+START_TEST(test_commit_carry_each_lane)
+{
+    const char *fmts[] = { "binary32", "binary16" };
+    const emu_rnd modes[] = { EMU_RNE, EMU_RU };
+    const size_t n = 2 * 64 + 7;
+    double hi[2 * 64 + 7];
+    for (size_t fi = 0; fi < sizeof fmts / sizeof *fmts; fi++)
+    for (size_t k = 0; k < sizeof modes / sizeof *modes; k++)
+    for (size_t pos = 1; pos <= n; pos++) { /* n: none */
+        for (size_t i = 0; i < n; i++) {
+            const uint32_t b = i % 7 == 3   ? 0x7fffffu - (uint32_t)(i - 3)
+                               : i % 7 == 5 ? 1u + (uint32_t)(i - 5)
+                                            : 0x3f800000u + 4099u * (uint32_t)i;
+            float v;
+            memcpy(&v, &b, sizeof v);
+            hi[i] = i & 1 ? -(double)v : (double)v;
+        }
+        if (pos < n)
+            hi[pos] = 1.0 + 0x1p-30; /* wider than binary32 */
+        const emu_format *f = test_format(fmts[fi]);
+        const emu_rounding rnd = { .mode = modes[k] };
+        emu_tensor y;
+        emu_stats stats;
+        commit_counted(f, n, "carry", 3, hi, NULL, &rnd, &y, &stats);
+        emu_round_counts want = { 0 };
+        uint64_t hist[EMU_HIST_BINS] = { 0 }, hist_x[EMU_HIST_BINS] = { 0 };
+        for (size_t i = 0; i < n; i++) {
+            emu_status st;
+            const double z = emu_round2_word(f, hi[i], 0.0, &rnd, 0, &st);
+            emu_round_counts_add(&want, hi[i], z, st.flags);
+            hist[emu_hist_bin(z)]++;
+            hist_x[emu_hist_bin(hi[i])]++;
+            ck_assert_msg(test_same(z, y.data[i]),
+                          "%s mode %d, the wide value at %zu: element %zu "
+                          "(%a): %a want %a", fmts[fi], (int)modes[k], pos,
+                          i, hi[i],
+                          (double)y.data[i], z);
+        }
+        want_site_totals(&stats, "carry", &want, hist, hist_x);
+        emu_stats_free(&stats);
+        emu_tensor_free(&y);
+    }
+}
+END_TEST
+
+/* One pair that must be rounded apart (hi a midpoint, lo above it, so
+ * that hi alone rounds to the even neighbour below and hi + lo to the one
+ * above) in a chunk of pairs that need not: at every position of two
+ * scanned runs and the tail, so that each lane of the scan's kernel (at
+ * the level EMU_ISA names) has to find it. */
+START_TEST(test_commit_lo_apart_each_lane)
+{
+    const char *fmts[] = { "binary16", "e5m2" };
+    const size_t n = 2 * 64 + 7;
+    double hi[2 * 64 + 7], lo[2 * 64 + 7];
+    const emu_rounding rnd = { .mode = EMU_RNE };
+    for (size_t fi = 0; fi < sizeof fmts / sizeof *fmts; fi++) {
+        const emu_format *f = test_format(fmts[fi]);
+        const double mid = (1.0 + emu_next_up(f, 1.0)) / 2.0;
+        for (size_t pos = 0; pos < n; pos++) {
+            for (size_t i = 0; i < n; i++) {
+                hi[i] = (i & 1 ? -1.5 : 1.5) + (double)i * 0x1p-40;
+                lo[i] = 0.0;
+            }
+            hi[pos] = pos & 1 ? -mid : mid;
+            lo[pos] = ldexp(hi[pos], -60);
+            emu_tensor y;
+            emu_stats stats;
+            commit_counted(f, n, "apart", 7, hi, lo, &rnd, &y, &stats);
+            for (size_t i = 0; i < n; i++) {
+                emu_status st;
+                const double z = emu_round2_word(f, hi[i], lo[i], &rnd, 0,
+                                                 &st);
+                ck_assert_msg(test_same(z, y.data[i]),
+                              "%s, the pair at %zu: element %zu (%a + %a): "
+                              "%a want %a", fmts[fi], pos, i, hi[i], lo[i],
+                              (double)y.data[i], z);
+            }
+            emu_stats_free(&stats);
+            emu_tensor_free(&y);
+        }
+    }
+}
+END_TEST
+
 /* binary64 values and pairs hi + lo into binary32 under nearest-even (the
  * fp32 policy's weight updates and wide results): the choke point rounds
  * a chunk of common lanes in one pass of vector lanes (the host's
@@ -3011,6 +3104,8 @@ static Suite *suite(void)
     tcase_add_test(tc, test_hist_bins_from_bits);
     tcase_add_test(tc, test_commit_carrier);
     tcase_add_test(tc, test_commit_pairs_lo_apart);
+    tcase_add_test(tc, test_commit_lo_apart_each_lane);
+    tcase_add_test(tc, test_commit_carry_each_lane);
     tcase_add_test(tc, test_commit_rne32);
     tcase_add_test(tc, test_commit_swamp_counts);
     tcase_add_test(tc, test_exact_bin_low_parts);
