@@ -281,6 +281,39 @@ typedef enum emu_isa {
 #define EMU_KERNEL_INLINE inline
 #endif
 
+/* EMU_ISA_VARIANTS(ret, name, (params), (args)): name_base, name_avx2 and
+ * name_avx512, each `return name_any args;` compiled for its level (so
+ * name_any, an EMU_KERNEL_INLINE function, is vectorised three ways),
+ * and name_for(isa), which returns the one for a level (name_base alone
+ * without the clones).  params is the parenthesised parameter list, args
+ * the parenthesised names passed on. */
+#if EMU_HAVE_ISA_CLONES
+#define EMU_ISA_VARIANTS(ret, name, params, args)                             \
+    static ret name##_base params { return name##_any args; }               \
+    EMU_ISA_TARGET_AVX2 static ret name##_avx2 params                        \
+    {                                                                         \
+        return name##_any args;                                               \
+    }                                                                         \
+    EMU_ISA_TARGET_AVX512 static ret name##_avx512 params                    \
+    {                                                                         \
+        return name##_any args;                                               \
+    }                                                                         \
+    static ret (*name##_for(emu_isa isa)) params                              \
+    {                                                                         \
+        return isa == EMU_ISA_AVX512 ? name##_avx512                          \
+               : isa == EMU_ISA_AVX2 ? name##_avx2                            \
+                                     : name##_base;                           \
+    }
+#else
+#define EMU_ISA_VARIANTS(ret, name, params, args)                             \
+    static ret name##_base params { return name##_any args; }               \
+    static ret (*name##_for(emu_isa isa)) params                              \
+    {                                                                         \
+        (void)isa;                                                            \
+        return name##_base;                                                   \
+    }
+#endif
+
 /* The level in use (decided at the first call). */
 emu_isa emu_isa_active(void);
 /* The best level this CPU and build have. */

@@ -222,46 +222,10 @@ lo_bad_scan_any(const double *restrict hi, const double *restrict lo,
     return bad;
 }
 
-typedef uint32_t (*lo_bad_kernel)(const double *restrict,
-                                  const double *restrict, size_t, uint32_t,
-                                  uint32_t);
-
-static uint32_t lo_bad_scan_base(const double *restrict hi,
-                                 const double *restrict lo, size_t runs,
-                                 uint32_t mh, uint32_t ml)
-{
-    return lo_bad_scan_any(hi, lo, runs, mh, ml);
-}
-
-#if EMU_HAVE_ISA_CLONES
-EMU_ISA_TARGET_AVX2
-static uint32_t lo_bad_scan_avx2(const double *restrict hi,
-                                 const double *restrict lo, size_t runs,
-                                 uint32_t mh, uint32_t ml)
-{
-    return lo_bad_scan_any(hi, lo, runs, mh, ml);
-}
-
-EMU_ISA_TARGET_AVX512
-static uint32_t lo_bad_scan_avx512(const double *restrict hi,
-                                   const double *restrict lo, size_t runs,
-                                   uint32_t mh, uint32_t ml)
-{
-    return lo_bad_scan_any(hi, lo, runs, mh, ml);
-}
-#endif
-
-static lo_bad_kernel lo_bad_scan_for(emu_isa isa)
-{
-#if EMU_HAVE_ISA_CLONES
-    if (isa == EMU_ISA_AVX512)
-        return lo_bad_scan_avx512;
-    if (isa == EMU_ISA_AVX2)
-        return lo_bad_scan_avx2;
-#endif
-    (void)isa;
-    return lo_bad_scan_base;
-}
+EMU_ISA_VARIANTS(uint32_t, lo_bad_scan,
+                 (const double *restrict hi, const double *restrict lo,
+                  size_t runs, uint32_t mh, uint32_t ml),
+                 (hi, lo, runs, mh, ml))
 
 /* Whether no element of a chunk is lo_bad: its runs through the kernel
  * of the CPU's level, then the tail. */
@@ -842,42 +806,9 @@ static EMU_KERNEL_INLINE bool narrow_runs_any(float *restrict out,
     return true;
 }
 
-typedef bool (*narrow_kernel)(float *restrict, const double *restrict,
-                              size_t);
-
-static bool narrow_runs_base(float *restrict out, const double *restrict h,
-                             size_t runs)
-{
-    return narrow_runs_any(out, h, runs);
-}
-
-#if EMU_HAVE_ISA_CLONES
-EMU_ISA_TARGET_AVX2
-static bool narrow_runs_avx2(float *restrict out, const double *restrict h,
-                             size_t runs)
-{
-    return narrow_runs_any(out, h, runs);
-}
-
-EMU_ISA_TARGET_AVX512
-static bool narrow_runs_avx512(float *restrict out, const double *restrict h,
-                               size_t runs)
-{
-    return narrow_runs_any(out, h, runs);
-}
-#endif
-
-static narrow_kernel narrow_runs_for(emu_isa isa)
-{
-#if EMU_HAVE_ISA_CLONES
-    if (isa == EMU_ISA_AVX512)
-        return narrow_runs_avx512;
-    if (isa == EMU_ISA_AVX2)
-        return narrow_runs_avx2;
-#endif
-    (void)isa;
-    return narrow_runs_base;
-}
+EMU_ISA_VARIANTS(bool, narrow_runs,
+                 (float *restrict out, const double *restrict h, size_t runs),
+                 (out, h, runs))
 
 /* CARRY_RUN binary32 values with each signalling NaN made quiet. */
 static void quiet_run(float *out, const float *v)
@@ -932,43 +863,10 @@ static EMU_KERNEL_INLINE size_t carry_runs_any(float *restrict res,
     return r;
 }
 
-typedef size_t (*carry_runs_kernel)(float *restrict, const double *restrict,
-                                    size_t, uint64_t *, bool *);
-
-static size_t carry_runs_base(float *restrict res, const double *restrict hi,
-                              size_t runs, uint64_t *sub, bool *wide)
-{
-    return carry_runs_any(res, hi, runs, sub, wide);
-}
-
-#if EMU_HAVE_ISA_CLONES
-EMU_ISA_TARGET_AVX2
-static size_t carry_runs_avx2(float *restrict res, const double *restrict hi,
-                              size_t runs, uint64_t *sub, bool *wide)
-{
-    return carry_runs_any(res, hi, runs, sub, wide);
-}
-
-EMU_ISA_TARGET_AVX512
-static size_t carry_runs_avx512(float *restrict res,
-                                const double *restrict hi, size_t runs,
-                                uint64_t *sub, bool *wide)
-{
-    return carry_runs_any(res, hi, runs, sub, wide);
-}
-#endif
-
-static carry_runs_kernel carry_runs_for(emu_isa isa)
-{
-#if EMU_HAVE_ISA_CLONES
-    if (isa == EMU_ISA_AVX512)
-        return carry_runs_avx512;
-    if (isa == EMU_ISA_AVX2)
-        return carry_runs_avx2;
-#endif
-    (void)isa;
-    return carry_runs_base;
-}
+EMU_ISA_VARIANTS(size_t, carry_runs,
+                 (float *restrict res, const double *restrict hi,
+                  size_t runs, uint64_t *sub, bool *wide),
+                 (res, hi, runs, sub, wide))
 
 /* A chunk of values into binary32 itself, under a rounding that maps
  * binary32 to itself (emu_round_is_identity_f32): if every value is a
