@@ -991,34 +991,11 @@ static EMU_KERNEL_INLINE uint32_t deq_blocks_any(float *restrict out,
     return bad;
 }
 
+/* Each row kernel at the three levels (EMU_ISA_VARIANTS) and the entry
+ * point that runs the process's level. */
 #define EMU_SCALED_LEVELS(name, ret, params, args)                             \
-    static ret name##_base params { return name##_any args; }                  \
-    EMU_SCALED_CLONES(name, ret, params, args)                                 \
-    static ret name params                                                     \
-    {                                                                          \
-        EMU_SCALED_DISPATCH(name, args)                                        \
-        return name##_base args;                                               \
-    }
-#if EMU_HAVE_ISA_CLONES
-#define EMU_SCALED_CLONES(name, ret, params, args)                             \
-    EMU_ISA_TARGET_AVX2 static ret name##_avx2 params                          \
-    {                                                                          \
-        return name##_any args;                                                \
-    }                                                                          \
-    EMU_ISA_TARGET_AVX512 static ret name##_avx512 params                      \
-    {                                                                          \
-        return name##_any args;                                                \
-    }
-#define EMU_SCALED_DISPATCH(name, args)                                        \
-    switch (emu_isa_active()) {                                                \
-    case EMU_ISA_AVX512: return name##_avx512 args;                            \
-    case EMU_ISA_AVX2: return name##_avx2 args;                                \
-    default: break;                                                            \
-    }
-#else
-#define EMU_SCALED_CLONES(name, ret, params, args)
-#define EMU_SCALED_DISPATCH(name, args)
-#endif
+    EMU_ISA_VARIANTS(ret, name, params, args)                                  \
+    static ret name params { return name##_for(emu_isa_active()) args; }
 
 EMU_SCALED_LEVELS(amax_row, uint32_t,
                   (uint32_t *restrict acc, const float *restrict x, size_t n),
