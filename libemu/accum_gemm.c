@@ -1948,7 +1948,9 @@ static EMU_ALWAYS_INLINE double trunc52(double x)
     uint64_t xb = d2u(x), sg = xb & SIGN_BIT;
     double ax = u2d(xb ^ sg);
     double r = (ax + 0x1p52) - 0x1p52;
-    r = r > ax ? r - 1.0 : r;
+    /* r - 1.0 or r - +0 (r itself, r being >= +0): a select of doubles
+     * became a branch where GCC left the loop scalar */
+    r -= u2d(d2u(1.0) & -(uint64_t)(r > ax));
     return u2d(d2u(r) | sg);
 }
 
@@ -1995,19 +1997,24 @@ static EMU_ALWAYS_INLINE bool fused_row_panel(const seq_ctx *c, size_t i,
         memset(hist, 0, sizeof hist);
     for (size_t k0 = 0, r = 0; k0 < K; k0 += kk, r++) {
         const size_t k1 = K - k0 < kk ? K : k0 + kk;
-        double mx[JB], sc[JB], n[JB], sn[JB];
+        double sc[JB], n[JB], sn[JB];
         int64_t qe[JB];
+        /* The largest magnitude as the largest pattern (the values are
+         * finite: the order of their patterns without the sign is
+         * theirs), so that the loop vectorises; the maximum of the
+         * doubles was left scalar. */
+        uint64_t mx[JB];
         for (size_t j = 0; j < JB; j++)
-            mx[j] = fabs(s[j]);
+            mx[j] = d2u(s[j]) & ~SIGN_BIT;
         for (size_t k = k0; k < k1; k++) {
             const double ak = arow[k], *b = bp + k * JB;
             for (size_t j = 0; j < JB; j++) {
-                double t = fabs(ak * b[j]);
+                uint64_t t = d2u(ak * b[j]) & ~SIGN_BIT;
                 mx[j] = t > mx[j] ? t : mx[j];
             }
         }
         for (size_t j = 0; j < JB; j++) {
-            int64_t ef = (int64_t)(d2u(mx[j]) >> 52);
+            int64_t ef = (int64_t)(mx[j] >> 52);
             int64_t Q = ef ? ef - 1023 - w + 1 : 0; /* all zero: Q = 0 */
             qe[j] = Q;
             sc[j] = u2d((uint64_t)(1023 - Q) << 52);
