@@ -764,9 +764,10 @@ typedef struct commit_run {
 } commit_run;
 
 /* Subnormals and NaNs among CARRY_RUN binary32 values: a loop of constant
- * length, which gcc's cheap vectoriser (-O2) takes. */
-
-static void carry_scan(const float *v, uint32_t *sub, uint32_t *nan)
+ * length, which gcc's cheap vectoriser (-O2) takes (inlined, in each
+ * level's carry_runs too). */
+static EMU_KERNEL_INLINE void carry_scan(const float *v, uint32_t *sub,
+                                         uint32_t *nan)
 {
     uint32_t w[CARRY_RUN], s = 0, q = 0;
     memcpy(w, v, sizeof w);
@@ -779,30 +780,34 @@ static void carry_scan(const float *v, uint32_t *sub, uint32_t *nan)
     *nan = q;
 }
 
-/* runs of CARRY_RUN doubles narrowed into binary32; true if each was a
- * binary32 value or NaN (false at the first run holding another, out
- * then partly written).  A constant count and tests without short
- * circuit, which gcc vectorises; compiled per instruction-set level
- * (isa.c chooses): most ops' values pass here before the binary32
- * rounding path, and baseline's SSE2 converts two doubles an
- * instruction, AVX-512 eight.  IEEE conversions and compares under the
- * default environment: the same values and answer at every level. */
+/* CARRY_RUN doubles narrowed into binary32; true if each was a binary32
+ * value or NaN.  A constant count and tests without short circuit, which
+ * gcc vectorises.  IEEE conversions and compares under the default
+ * environment: the same values and answer at every level. */
+static EMU_KERNEL_INLINE bool narrow_run(float *restrict out,
+                                         const double *restrict h)
+{
+    unsigned ok = 1;
+    for (int j = 0; j < CARRY_RUN; j++) {
+        const float f = (float)h[j];
+        out[j] = f;
+        ok &= (unsigned)((double)f == h[j]) | (unsigned)(f != f);
+    }
+    return ok != 0;
+}
+
+/* runs of CARRY_RUN doubles through narrow_run: false at the first run
+ * holding a value wider than binary32 (out then partly written).
+ * Compiled per instruction-set level (isa.c chooses): most ops' values
+ * pass here before the binary32 rounding path, and baseline's SSE2
+ * converts two doubles an instruction, AVX-512 eight. */
 static EMU_KERNEL_INLINE bool narrow_runs_any(float *restrict out,
                                               const double *restrict h,
                                               size_t runs)
 {
-    for (size_t r = 0; r < runs; r++) {
-        const size_t o = r * CARRY_RUN;
-        unsigned ok = 1;
-        for (int j = 0; j < CARRY_RUN; j++) {
-            const float f = (float)h[o + (size_t)j];
-            out[o + (size_t)j] = f;
-            ok &= (unsigned)((double)f == h[o + (size_t)j]) |
-                  (unsigned)(f != f);
-        }
-        if (!ok)
+    for (size_t r = 0; r < runs; r++)
+        if (!narrow_run(out + r * CARRY_RUN, h + r * CARRY_RUN))
             return false;
-    }
     return true;
 }
 
@@ -820,16 +825,12 @@ static void quiet_run(float *out, const float *v)
     memcpy(out, w, sizeof w);
 }
 
-/* carry_f32's runs: CARRY_RUN doubles at a time narrowed into res,
- * checked (a value that narrowing changed, other than a NaN, is wider
- * than binary32) and their subnormals and NaNs counted, in one loop of
- * constant length.  Returns the runs done, their subnormals added to
- * *sub; stops at the first run holding a wider value (*wide set) or a
- * NaN (left to the caller, element by element).  Compiled per
- * instruction-set level (isa.c chooses): baseline's SSE2 converts two
- * doubles an instruction, AVX-512 eight.  IEEE conversions and compares
- * under the default environment, and integer operations: the same
- * results and answers at every level. */
+/* carry_f32's runs: each narrowed into res and checked (narrow_run),
+ * then its subnormals and NaNs counted (carry_scan, on the run just
+ * written, still in cache).  Returns the runs done, their subnormals
+ * added to *sub; stops at the first run holding a wider value (*wide
+ * set) or a NaN (left to the caller, element by element).  Compiled per
+ * instruction-set level (isa.c chooses), as narrow_runs. */
 static EMU_KERNEL_INLINE size_t carry_runs_any(float *restrict res,
                                                const double *restrict hi,
                                                size_t runs, uint64_t *sub,
@@ -838,23 +839,12 @@ static EMU_KERNEL_INLINE size_t carry_runs_any(float *restrict res,
     uint64_t sum = 0;
     size_t r = 0;
     for (; r < runs; r++) {
-        const size_t o = r * CARRY_RUN;
-        uint32_t ok = 1, s = 0, q = 0;
-        for (int k = 0; k < CARRY_RUN; k++) {
-            const double h = hi[o + (size_t)k];
-            const float f = (float)h;
-            uint32_t w;
-            memcpy(&w, &f, sizeof w);
-            const uint32_t a = w & 0x7fffffff, nan = a > 0x7f800000;
-            ok &= (uint32_t)((double)f == h) | nan;
-            s += a - 1 < 0x7fffff; /* 0 < |f| < 2^-126 */
-            q |= nan;
-            res[o + (size_t)k] = f;
-        }
-        if (!ok) {
+        uint32_t s, q;
+        if (!narrow_run(res + r * CARRY_RUN, hi + r * CARRY_RUN)) {
             *wide = true;
             break;
         }
+        carry_scan(res + r * CARRY_RUN, &s, &q);
         if (q)
             break;
         sum += s;
