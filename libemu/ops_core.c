@@ -902,23 +902,46 @@ static bool carry_f32(float *res, const double *hi, size_t m,
     return true;
 }
 
+/* runs of CARRY_RUN binary32 values copied into res, their subnormals
+ * added to *sub: the runs done, stopping at the first run that holds a
+ * NaN (left to the caller).  Compiled per instruction-set level (isa.c
+ * chooses): with the histograms off, every binary32 output of a step
+ * passes here, and baseline's loop takes four lanes at a time. */
+static EMU_KERNEL_INLINE size_t copy_runs_any(float *restrict res,
+                                              const float *restrict v,
+                                              size_t runs, uint64_t *sub)
+{
+    uint64_t sum = 0;
+    size_t r = 0;
+    for (; r < runs; r++) {
+        uint32_t s, q;
+        carry_scan(v + r * CARRY_RUN, &s, &q);
+        if (q)
+            break;
+        sum += s;
+        memcpy(res + r * CARRY_RUN, v + r * CARRY_RUN,
+               CARRY_RUN * sizeof *res);
+    }
+    *sub += sum;
+    return r;
+}
+
+EMU_ISA_VARIANTS(size_t, copy_runs,
+                 (float *restrict res, const float *restrict v, size_t runs,
+                  uint64_t *sub),
+                 (res, v, runs, sub))
+
 /* A chunk of binary32 values into binary32 under an identity rounding:
  * carry_f32's work without its check, which binary32 values pass.  Runs
- * without a NaN (nearly all) are counted by carry_scan and copied. */
+ * without a NaN (nearly all) are counted and copied by copy_runs; a run
+ * with a NaN and the rest of the chunk go one element at a time. */
 static void carry_f32_f32(float *res, const float *v, size_t m,
                           emu_round_counts *counts)
 {
     const uint32_t qnan = 0x7fc00000;
     uint64_t sub = 0, nan = 0;
-    size_t j0 = 0;
-    for (; j0 + CARRY_RUN <= m; j0 += CARRY_RUN) {
-        uint32_t s, q;
-        carry_scan(v + j0, &s, &q);
-        if (q)
-            break; /* this run and the rest one by one */
-        sub += s;
-        memcpy(res + j0, v + j0, CARRY_RUN * sizeof *res);
-    }
+    const size_t j0 = CARRY_RUN * copy_runs_for(emu_isa_active())(
+                                      res, v, m / CARRY_RUN, &sub);
     for (size_t j = j0; j < m; j++) {
         uint32_t w;
         memcpy(&w, &v[j], sizeof w);
