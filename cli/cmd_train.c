@@ -85,6 +85,9 @@ static void help(void)
         "Measurement and output:\n"
         "  --seed N (1)  --ref-rate X (fraction of outputs checked with MPFR, 0)\n"
         "  --stats-every N (50)  --checkpoint-every N (500)\n"
+        "  --hist-every N       measure the log2 histograms (hist.csv) every\n"
+        "                       N steps (default: --stats-every's; 1: every\n"
+        "                       step); the counters are measured every step\n"
         "  --threads N (1)      threads for the binary32 GEMMs' row blocks and\n"
         "                       the choke point's passes; the same results\n"
         "  --out DIR (runs/latest): a new or empty folder, or a run's\n"
@@ -127,6 +130,7 @@ static const cli_opt opts[] = {
     { "lr-min", 0, true },        { "warmup", 0, true },
     { "clip-norm", 0, true },     { "seq-len", 0, true },
     { "eval-windows", 0, true },  { "data-max-bytes", 0, true },
+    { "hist-every", 0, true },
     { NULL, 0, false },
 };
 enum {
@@ -135,7 +139,7 @@ enum {
     O_LR_FINAL, O_LR_STEP, O_LOSS_MULT, O_SEED, O_REF_RATE, O_STATS_EVERY,
     O_CKPT_EVERY, O_THREADS, O_OUT, O_FORCE, O_RESUME, O_QUIET, O_HELP,
     O_INIT_FROM, O_EXPORT, O_LR_SCHEDULE, O_LR_MIN, O_WARMUP, O_CLIP_NORM,
-    O_SEQ_LEN, O_EVAL_WINDOWS, O_DATA_MAX_BYTES
+    O_SEQ_LEN, O_EVAL_WINDOWS, O_DATA_MAX_BYTES, O_HIST_EVERY
 };
 
 /* What a real option must satisfy. */
@@ -273,6 +277,7 @@ static void apply(settings *s, int o, const char *val, const char *where)
     case O_SEED: c->seed = cli_parse_u64("train", where, val); break;
     case O_REF_RATE: c->ref_rate = parse_real(where, val, R_UNIT); break;
     case O_STATS_EVERY: c->stats_every = (int)parse_count(where, val, 0, 1 << 30); break;
+    case O_HIST_EVERY: c->hist_every = (int)parse_count(where, val, 1, 1 << 30); break;
     case O_CKPT_EVERY: c->checkpoint_every = (int)parse_count(where, val, 0, 1 << 30); break;
     case O_THREADS: c->threads = (int)parse_count(where, val, 1, 256); break;
     case O_OUT: snprintf(c->out_dir, sizeof c->out_dir, "%s", val); break;

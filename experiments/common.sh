@@ -75,11 +75,14 @@ q() { printf '%q ' "$@" | sed 's/ $//'; }
 # train RUN [emu train options...]: appends one training run to the job
 # list; its raw folder is $WORK/RUN, its trimmed copy $RESULTS/RUN (see
 # tools/collect.py).  KEEP_HIST=1 train ...: also keep its gradient
-# histograms.
+# histograms, measured at every step (--hist-every 1: the whole run's
+# gradients, not emu train's default sample of every --stats-every'th step).
 train() {
     local run=$1
     shift
-    echo "emu train --quiet --force --checkpoint-every 0 --out $(q "$run" "$@")" >> "$JOBLIST"
+    local every=()
+    [ "${KEEP_HIST:-0}" = 1 ] && every=(--hist-every 1)
+    echo "emu train --quiet --force --checkpoint-every 0 --out $(q "$run" "$@" "${every[@]}")" >> "$JOBLIST"
     COLLECT+=("$run")
     COLLECT_HIST+=("${KEEP_HIST:-0}")
 }

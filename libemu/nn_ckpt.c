@@ -433,23 +433,28 @@ void ckpt_put_config(ckpt_out *o, const emu_train_config *c)
     ckpt_u32(o, (uint32_t)c->stats_every);
     ckpt_u32(o, (uint32_t)c->checkpoint_every);
     ckpt_u32(o, (uint32_t)c->threads);
-    /* Settings added after layout version 3 was fixed: an optional tail,
-     * written only when one is used, so that every other run's checkpoint
-     * keeps its bytes (and older checkpoints read as "not used"). */
-    const bool lm = c->seq_len || c->eval_windows || c->data_max_bytes;
-    if (c->warmup || c->clip_norm != 0.0 || lm) {
+    /* Settings added after layout version 3 was fixed: optional tails,
+     * in order, written up to the last one a run uses, so that every other
+     * run's checkpoint keeps its bytes (and older checkpoints read as "not
+     * used").  1: warm-up and clipping; 2: language-model runs' window
+     * and evaluation; 3: fortunes' size limit (a resume reads the files
+     * again under it); 4: the histogram steps. */
+    const int tails = c->hist_every ? 4
+                      : c->data_max_bytes ? 3
+                      : c->seq_len || c->eval_windows ? 2
+                      : c->warmup || c->clip_norm != 0.0 ? 1 : 0;
+    if (tails >= 1) {
         ckpt_u64(o, (uint64_t)c->warmup);
         ckpt_f64(o, c->clip_norm);
     }
-    /* Language-model runs' settings, a second optional tail. */
-    if (lm) {
+    if (tails >= 2) {
         ckpt_u32(o, (uint32_t)c->seq_len);
         ckpt_u64(o, (uint64_t)c->eval_windows);
     }
-    /* A third: fortunes' size limit, when set (a resume reads the files
-     * again under it). */
-    if (c->data_max_bytes)
+    if (tails >= 3)
         ckpt_u64(o, (uint64_t)c->data_max_bytes);
+    if (tails >= 4)
+        ckpt_u32(o, (uint32_t)c->hist_every);
 }
 
 int ckpt_get_config(ckpt_in *in, emu_train_config *c)
@@ -498,6 +503,14 @@ int ckpt_get_config(ckpt_in *in, emu_train_config *c)
     }
     if (!in->failed && in->pos != in->end)
         c->data_max_bytes = (size_t)ckpt_get_u64(in);
+    if (!in->failed && in->pos != in->end) {
+        size_t at = in->pos;
+        c->hist_every = get_int(in);
+        if (!in->failed && c->hist_every < 0) {
+            in->pos = at;
+            ckpt_bad(in, "histograms every %d steps", c->hist_every);
+        }
+    }
     return ckpt_done(in);
 }
 

@@ -231,7 +231,50 @@ typedef struct run {
      * (two per layer, weight and bias; made on first use), since the
      * moments occupy m and v.  Rewritten every step: not checkpointed. */
     emu_tensor *kahan_delta;
+    /* The sites histogrammed at every step (stats.hist_always): each
+     * parameter layer's "<layer>.dinput", NULL-terminated, and the
+     * names they point into. */
+    const char **dinput_sites;
+    char (*dinput_names)[EMU_TENSOR_NAME_MAX];
 } run;
+
+/* Every how many steps the histograms are measured (0: never in a step). */
+static int hist_every(const emu_train_config *c)
+{
+    return c->hist_every ? c->hist_every : c->stats_every;
+}
+
+/* What a step measures: everything on a histogram step; otherwise the
+ * counters, swamping and MPFR samples, with histograms only at the sites
+ * of stats.hist_always (layer_rows reads their zeros every step).  The
+ * histograms are the commit's costliest statistic: kept every step, they
+ * took a fifth of an fp32 MLP step. */
+static unsigned step_measure(const emu_train_config *c, int64_t step)
+{
+    const int every = hist_every(c);
+    if (every > 0 && step % every == 0)
+        return EMU_MEASURE_ALL;
+    return EMU_MEASURE_ALL & ~(unsigned)EMU_MEASURE_HIST;
+}
+
+/* r->dinput_sites for the model built: false if out of memory. */
+static bool list_dinput_sites(run *r)
+{
+    const int n = r->m.n_layers;
+    r->dinput_sites = calloc((size_t)n + 1, sizeof *r->dinput_sites);
+    r->dinput_names = calloc((size_t)n + 1, sizeof *r->dinput_names);
+    if (!r->dinput_sites || !r->dinput_names)
+        return false;
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (r->m.layers[i].has_params) {
+            snprintf(r->dinput_names[k], sizeof r->dinput_names[k],
+                     "%s.dinput", r->m.layers[i].name);
+            r->dinput_sites[k] = r->dinput_names[k];
+            k++;
+        }
+    return true;
+}
 
 static double now(void)
 {
@@ -275,6 +318,8 @@ static void config_text(sbuf *b, const emu_train_config *c, const emu_policy *p)
     if (c->seq_len || c->eval_windows)
         sb_printf(b, "seq_len=%d eval_windows=%zu\n", c->seq_len,
                   c->eval_windows);
+    if (c->hist_every)
+        sb_printf(b, "hist_every=%d\n", c->hist_every);
     char *ptext = NULL;
     size_t plen = 0;
     FILE *fp = open_memstream(&ptext, &plen);
@@ -1641,14 +1686,14 @@ static int write_meta(run *r, bool completed, double test_acc, emu_error *err)
               "\"momentum\": %.17g, \"weight_decay\": %.17g, \"schedule\": "
               "\"%s\", \"lr_final\": %.17g, \"loss_mult\": %.17g, "
               "\"seed\": %llu, \"ref_rate\": %.17g, \"stats_every\": %d, "
-              "\"threads\": %d%s},\n",
+              "\"hist_every\": %d, \"threads\": %d%s},\n",
               c->preset, c->arch, c->data, c->epochs, (long long)c->max_steps,
               c->batch, c->opt == EMU_OPT_ADAM ? "adam" : "sgd", c->lr,
               c->momentum, c->weight_decay,
               c->schedule == EMU_LR_COSINE ? "cosine"
               : c->schedule == EMU_LR_STEP ? "step" : "constant",
               c->lr_final, c->loss_mult, (unsigned long long)c->seed,
-              c->ref_rate, c->stats_every, c->threads, extra);
+              c->ref_rate, c->stats_every, hist_every(c), c->threads, extra);
     char *ptext = NULL;
     size_t plen = 0;
     FILE *fp = open_memstream(&ptext, &plen);
@@ -1917,6 +1962,8 @@ static int train_epochs(run *r, FILE *log, double *final_acc, emu_error *err)
                                    r->step < r->total_steps; k++) {
             double t_step = now();
             emu_stats_begin_step(&r->stats, r->step);
+            r->ctx.measure = step_measure(c, r->step);
+            r->stats.hist_always = r->dinput_sites;
             if (r->lm)
                 load_text_batch(r, r->step);
             else if (load_batch(r, &r->train, r->perm + (size_t)k * b, b))
@@ -2151,6 +2198,7 @@ static int check_config(const emu_train_config *c, const emu_policy *p,
         { "batch", c->batch, 1 }, { "epochs", c->epochs, 1 },
         { "max_steps", c->max_steps, 0 }, { "threads", c->threads, 1 },
         { "stats_every", c->stats_every, 0 },
+        { "hist_every", c->hist_every, 0 },
         { "checkpoint_every", c->checkpoint_every, 0 },
         { "warmup", c->warmup, 0 },
     };
@@ -2273,6 +2321,7 @@ int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
         claim_dir(r, err))
         goto done;
     r->trace = calloc((size_t)r->m.n_layers + 1, sizeof *r->trace);
+    const bool listed = list_dinput_sites(r);
     /* Rows of targets: the batch, or its B*T positions. */
     const size_t rows = (size_t)cfg->batch * (size_t)(r->lm ? r->T : 1);
     if (r->lm) {
@@ -2283,7 +2332,7 @@ int emu_train(const emu_train_config *cfg, const emu_policy *p, FILE *log,
         r->perm = malloc(r->train.n * sizeof *r->perm);
     }
     r->batch_y = malloc(rows * sizeof(int));
-    if (!r->trace || !r->batch_y ||
+    if (!r->trace || !listed || !r->batch_y ||
         (r->lm ? !r->win_y || !r->m.tokens : !r->batch_x || !r->perm)) {
         emu_fail(err, EMU_ENOMEM, "train", "", "out of memory");
         goto done;
@@ -2450,6 +2499,8 @@ done:
     sb_free(&r->layers);
     sb_free(&r->eval);
     free(r->trace);
+    free(r->dinput_sites);
+    free(r->dinput_names);
     free(r->batch_x);
     free(r->batch_y);
     free(r->perm);

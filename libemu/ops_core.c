@@ -1662,6 +1662,17 @@ static int commit_gathered(emu_ctx *ctx, const emu_op_out *o)
     return rc;
 }
 
+/* Whether site's histograms are measured whatever ctx->measure says
+ * (emu_stats.hist_always). */
+static bool hist_always(const emu_stats *st, const char *site)
+{
+    if (st->hist_always)
+        for (const char *const *p = st->hist_always; *p; p++)
+            if (!strcmp(*p, site))
+                return true;
+    return false;
+}
+
 int emu_commit(emu_ctx *ctx, const emu_op_out *o)
 {
     EMU_HOSTFP_GUARD;
@@ -1711,7 +1722,8 @@ int emu_commit(emu_ctx *ctx, const emu_op_out *o)
     commit_run r = {
         .ctx = ctx, .o = o, .stream = ctx->op_index++,
         .measure = measure, .res = res,
-        .hist = measure && (ctx->measure & EMU_MEASURE_HIST),
+        .hist = measure && ((ctx->measure & EMU_MEASURE_HIST) ||
+                            hist_always(ctx->stats, o->site)),
         .tables = n >= HIST_TABLES_MIN,
         .swamp = measure && (o->swamp || o->addend) &&
                  (ctx->measure & EMU_MEASURE_SWAMP),

@@ -789,7 +789,9 @@ START_TEST(test_commit_carrier)
         hv[i] = fv[i];
     }
     const emu_rnd modes[] = { EMU_RNE, EMU_RZ, EMU_RS };
-    /* the values as doubles, then as binary32 values through fill32 */
+    /* the values as doubles, then as binary32 values through fill32; with
+     * histograms and without (whose binary32 values take another loop) */
+    for (int hists = 0; hists < 2; hists++)
     for (int via = 0; via < 2; via++)
     for (int pid = 0; pid < EMU_PROFILE_COUNT; pid++)
     for (int sat = 0; sat < 2; sat++)
@@ -801,7 +803,7 @@ START_TEST(test_commit_carrier)
         emu_ctx ctx;
         emu_ctx_init(&ctx, 9);
         ctx.stats = &stats;
-        ctx.measure = EMU_MEASURE_COUNTS | EMU_MEASURE_HIST;
+        ctx.measure = EMU_MEASURE_COUNTS | (hists ? EMU_MEASURE_HIST : 0u);
         const uint64_t stream = emu_ctx_stream(&ctx);
         const double *x = via ? hv : hi;
         emu_op_out o = { .site = "carrier", .kind = "test", .out = &y,
@@ -821,13 +823,13 @@ START_TEST(test_commit_carrier)
             const double z = emu_round2_word(f32, x[i], 0.0, &r,
                                              emu_random64(9, stream, i), &st);
             emu_round_counts_add(&want, x[i], z, st.flags);
-            hist[emu_hist_bin(z)]++;
-            hist_x[emu_hist_bin(x[i])]++;
+            hist[emu_hist_bin(z)] += (uint64_t)hists;
+            hist_x[emu_hist_bin(x[i])] += (uint64_t)hists;
             const float zf = (float)z;
             ck_assert_msg(memcmp(&zf, &y.data[i], sizeof zf) == 0,
-                          "via %d profile %d sat %d mode %d: element %zu "
-                          "(%a): %a want %a", via, pid, sat, (int)modes[k],
-                          i, x[i],
+                          "hists %d via %d profile %d sat %d mode %d: element "
+                          "%zu (%a): %a want %a", hists, via, pid, sat,
+                          (int)modes[k], i, x[i],
                           (double)y.data[i], z);
         }
         want_site_totals(&stats, "carrier", &want, hist, hist_x);
@@ -837,6 +839,65 @@ START_TEST(test_commit_carrier)
     free(hi);
     free(hv);
     free(fv);
+}
+END_TEST
+
+/* emu_stats.hist_always: with the histograms off, the sites it lists
+ * still get theirs (as with them on), the others none; their counters
+ * are the same either way. */
+START_TEST(test_commit_hist_always)
+{
+    const emu_format *f16 = test_format("binary16");
+    const size_t n = 1000;
+    emu_tensor y;
+    make(&y, f16, n, "y", EMU_ROLE_OTHER);
+    double *hi = malloc(n * sizeof *hi);
+    test_rng g = test_rng_make(77);
+    for (size_t i = 0; i < n; i++)
+        hi[i] = ldexp((double)test_below(&g, 1u << 20) - 0x1p19,
+                      (int)(i % 40) - 50);
+    emu_rounding r = { .mode = EMU_RNE };
+    const char *list[] = { "b.dinput", "a.dinput", NULL };
+    const char *sites[] = { "a.dinput", "a", "a.dinput.x" };
+    emu_stats on, off;
+    emu_stats_init(&on);
+    emu_stats_init(&off);
+    off.hist_always = list;
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t s = 0; s < 3; s++) {
+            emu_ctx ctx;
+            emu_ctx_init(&ctx, 3);
+            ctx.stats = pass ? &off : &on;
+            ctx.measure = EMU_MEASURE_COUNTS | (pass ? 0u : EMU_MEASURE_HIST);
+            emu_op_out o = { .site = sites[s], .kind = "test", .out = &y,
+                             .hi = hi, .rnd = &r };
+            ck_assert_int_eq(emu_commit(&ctx, &o), 0);
+        }
+    for (size_t s = 0; s < 3; s++) {
+        const emu_site_stats *a = &find_site(&on, sites[s], EMU_ROLE_OTHER)->total;
+        const emu_site_stats *b = &find_site(&off, sites[s], EMU_ROLE_OTHER)->total;
+        ck_assert_uint_eq(a->results, n);
+        ck_assert_uint_eq(b->results, n);
+        ck_assert_uint_eq(a->inexact, b->inexact);
+        ck_assert_uint_eq(a->underflow, b->underflow);
+        ck_assert_uint_gt(a->underflow, 0);
+        uint64_t sum_a = 0, sum_b = 0;
+        for (int k = 0; k < EMU_HIST_BINS; k++) {
+            sum_a += a->hist_rounded[k];
+            sum_b += b->hist_rounded[k];
+            if (s == 0) {
+                ck_assert_uint_eq(a->hist_rounded[k], b->hist_rounded[k]);
+                ck_assert_uint_eq(a->hist_exact[k], b->hist_exact[k]);
+            }
+        }
+        ck_assert_uint_eq(sum_a, n);
+        ck_assert_uint_eq(sum_b, s == 0 ? n : 0);
+    }
+    emu_stats_free(&off);
+    ck_assert_ptr_null(off.hist_always);
+    emu_stats_free(&on);
+    emu_tensor_free(&y);
+    free(hi);
 }
 END_TEST
 
@@ -3103,6 +3164,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_histograms_random);
     tcase_add_test(tc, test_hist_bins_from_bits);
     tcase_add_test(tc, test_commit_carrier);
+    tcase_add_test(tc, test_commit_hist_always);
     tcase_add_test(tc, test_commit_pairs_lo_apart);
     tcase_add_test(tc, test_commit_lo_apart_each_lane);
     tcase_add_test(tc, test_commit_carry_each_lane);

@@ -66,9 +66,11 @@ resume_case adaptive --preset adaptive --model mlp:784-16x4-10 \
 # has (its factors come from each step's operands); the caps are saved.
 resume_case layerwise --preset layerwise --model mlp:784-16x4-10 \
     --loss-mult 0.0000152587890625 --set act_grad.mode=sr --set total_max=4096
-# Delayed FP8 scaling: the amax histories and tensor scales carry over.
+# Delayed FP8 scaling: the amax histories and tensor scales carry over;
+# so do the histogram steps (--hist-every, the checkpoint's last optional
+# setting, written after the zeros of the ones before it).
 resume_case fp8delayed --preset fp8-delayed --model mlp:784-32-16-10 \
-    --set tensor_scaling=delayed,history=4
+    --set tensor_scaling=delayed,history=4 --hist-every 3
 # Warm-up, cosine decay and gradient clipping under a dynamic loss scale:
 # the lr is a function of the step, the clipping of the gradients alone.
 resume_case clipsched --preset fp16-mpt --model mlp:784-32-16-10 \

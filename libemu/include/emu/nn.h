@@ -519,6 +519,14 @@ typedef struct emu_train_config {
      * (0: EMU_TEXT_MAX_BYTES, 256 MiB; emu_text_fortunes_max).  It
      * changes no number, only what is refused. */
     size_t data_max_bytes;
+    /* The steps whose log2 histograms are measured (hist.csv, the
+     * per-step rows): step s when s % hist_every == 0 (1: every step);
+     * 0: every stats_every steps, the steps of ops_steps.csv's rows (no
+     * step when stats_every is 0 too).  The sites named "*.dinput" are
+     * histogrammed every step whatever this says (layers_steps.csv's
+     * dinput_zero columns are theirs), and so is everything the model
+     * loads before step 0.  The counters are measured every step. */
+    int hist_every;
 } emu_train_config;
 
 void emu_train_config_default(emu_train_config *c);
@@ -529,7 +537,8 @@ void emu_train_config_default(emu_train_config *c);
  *   steps.csv        one row per step: loss, accuracy, loss scale, skipped,
  *                    underflow/overflow/absorbed rates, lr, time
  *   ops_steps.csv    per-op rows every stats_every steps
- *   ops.csv, hist.csv, ops.json   per-op totals and histograms
+ *   ops.csv, hist.csv, ops.json   per-op totals, and the histograms of
+ *                    the histogram steps (hist_every)
  *   layers_steps.csv per layer and step: gradient underflow rates and scales
  *   eval.csv         test accuracy and loss per epoch
  *   checkpoint.bin   the state to resume from

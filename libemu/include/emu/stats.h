@@ -104,6 +104,12 @@ typedef struct emu_stats {
     emu_site *sites;
     size_t count, cap;
     int64_t step;           /* the step being measured                     */
+    /* NULL, or a NULL-terminated list of site names whose log2 histograms
+     * are measured even when ctx->measure leaves EMU_MEASURE_HIST out
+     * (emu train: its parameter layers' "<layer>.dinput", whose zeros
+     * layers_steps.csv reads at every step).  Not owned: emu_stats_init
+     * and emu_stats_free set it to NULL. */
+    const char *const *hist_always;
 } emu_stats;
 
 void emu_stats_init(emu_stats *s);
