@@ -10,8 +10,8 @@ training) and the peak memory of each process.
 
 What is timed, on both sides, is the training steps: batch gathering,
 forward, loss, backward and update, with libemu's default statistics on
-(per-op counters and histograms, rows at the default --stats-every, no
-MPFR sampling); libemu's figure is the sum of its own per-step timer (the
+(per-op counters at every step, histograms and per-op rows at the default
+--stats-every, no MPFR sampling); libemu's figure is the sum of its own per-step timer (the
 `seconds` column of steps.csv).  Data loading, start-up (`import torch`),
 the test-set evaluation and the files written at the end are not; they
 appear, with the CPU time, in the whole-process table below the first.
