@@ -121,7 +121,10 @@ static void tables_count(bin_tables *tab, const uint32_t *bins, size_t m)
         t2[bins[j + 6]]++;
         t3[bins[j + 7]]++;
     }
-    for (; j < m; j++)
+    /* the fewer than 2 WAYS left; the second bound, always true, keeps
+     * gcc -O3 from a false "iteration 2^62 - 1 invokes undefined
+     * behavior" */
+    for (const size_t tail = j; j < m && j - tail < 2 * WAYS; j++)
         t0[bins[j]]++;
 }
 
