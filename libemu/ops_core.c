@@ -917,12 +917,14 @@ static bool carry_f32(float *res, const double *hi, size_t m,
     return true;
 }
 
-/* carry_f32_f32's runs: each counted by carry_scan, then copied.
- * Returns the runs done, their subnormals added to *sub; stops at the
- * first run holding a NaN (left to the caller, element by element).
- * Compiled per instruction-set level (isa.c chooses), as carry_runs:
- * with the histograms off, every binary32 result of an identity rounding
- * (a fast-model GEMM's, an activation's) passes here. */
+/* carry_f32_f32's runs: each copied while its subnormals are counted
+ * and its NaNs looked for (carry_scan's tests, in the copy's loop: one
+ * pass, the words in registers).  Returns the runs done, their
+ * subnormals added to *sub; stops at the first run holding a NaN (left
+ * to the caller, element by element, which rewrites it).  Compiled per
+ * instruction-set level (isa.c chooses), as carry_runs: with the
+ * histograms off, every binary32 result of an identity rounding (a
+ * fast-model GEMM's, an activation's) passes here. */
 static EMU_KERNEL_INLINE size_t copy_runs_any(float *restrict res,
                                               const float *restrict v,
                                               size_t runs, uint64_t *sub)
@@ -930,13 +932,20 @@ static EMU_KERNEL_INLINE size_t copy_runs_any(float *restrict res,
     uint64_t sum = 0;
     size_t r = 0;
     for (; r < runs; r++) {
-        uint32_t s, q;
-        carry_scan(v + r * CARRY_RUN, &s, &q);
+        const float *restrict src = v + r * CARRY_RUN;
+        float *restrict dst = res + r * CARRY_RUN;
+        uint32_t s = 0, q = 0;
+        for (int k = 0; k < CARRY_RUN; k++) {
+            uint32_t w;
+            memcpy(&w, &src[k], sizeof w);
+            const uint32_t a = w & 0x7fffffff;
+            s += a - 1 < 0x7fffff; /* 0 < |f| < 2^-126 */
+            q |= -(uint32_t)(a > 0x7f800000);
+            memcpy(&dst[k], &w, sizeof w);
+        }
         if (q)
             break;
         sum += s;
-        memcpy(res + r * CARRY_RUN, v + r * CARRY_RUN,
-               CARRY_RUN * sizeof *res);
     }
     *sub += sum;
     return r;
