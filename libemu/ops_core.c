@@ -830,15 +830,32 @@ EMU_ISA_VARIANTS(bool, narrow_runs,
                  (float *restrict out, const double *restrict h, size_t runs),
                  (out, h, runs))
 
-/* CARRY_RUN binary32 values with each signalling NaN made quiet. */
-static void quiet_run(float *out, const float *v)
+/* Runs of CARRY_RUN binary32 values with each signalling NaN made quiet
+ * (returns the runs: all): one loop that loads, sets the quiet bit under
+ * a mask and stores.
+ * Compiled per instruction-set level (isa.c chooses), as copy_runs: every
+ * binary32 value of a producer (fill32) under a rounding that is not the
+ * identity (binary16 and 8-bit outputs) passes here. */
+static EMU_KERNEL_INLINE size_t quiet_runs_any(float *restrict out,
+                                               const float *restrict v,
+                                               size_t runs)
 {
-    uint32_t w[CARRY_RUN];
-    memcpy(w, v, sizeof w);
-    for (int j = 0; j < CARRY_RUN; j++)
-        w[j] |= ((w[j] & 0x7fffffff) > 0x7f800000) ? 0x00400000u : 0u;
-    memcpy(out, w, sizeof w);
+    for (size_t r = 0; r < runs; r++) {
+        const float *restrict src = v + r * CARRY_RUN;
+        float *restrict dst = out + r * CARRY_RUN;
+        for (int k = 0; k < CARRY_RUN; k++) {
+            uint32_t w;
+            memcpy(&w, &src[k], sizeof w);
+            w |= 0x00400000u & -(uint32_t)((w & 0x7fffffff) > 0x7f800000);
+            memcpy(&dst[k], &w, sizeof w);
+        }
+    }
+    return runs;
 }
+
+EMU_ISA_VARIANTS(size_t, quiet_runs,
+                 (float *restrict out, const float *restrict v, size_t runs),
+                 (out, v, runs))
 
 /* carry_f32's runs: each narrowed into res and checked (narrow_run),
  * then its subnormals and NaNs counted (carry_scan, on the run just
@@ -1148,11 +1165,10 @@ static bool round_chunk(commit_run *r, size_t i0, size_t m, const double *h,
             return true;
         }
         /* As the values were read before through a binary64: a
-         * signalling NaN quiet, sign and payload kept (runs of constant
-         * length, which gcc -O2 vectorises, then the tail). */
-        size_t j = 0;
-        for (; j + CARRY_RUN <= m; j += CARRY_RUN)
-            quiet_run(fin + j, v + j);
+         * signalling NaN quiet, sign and payload kept (quiet_runs,
+         * then the tail). */
+        size_t j = CARRY_RUN * quiet_runs_for(emu_isa_active())(
+                                   fin, v, m / CARRY_RUN);
         for (; j < m; j++) {
             uint32_t w;
             memcpy(&w, &v[j], sizeof w);

@@ -979,18 +979,24 @@ END_TEST
 /* binary32 values from a producer (fill32) into binary32 under
  * nearest-even with the histograms off: carried by runs of 64, each
  * counted and copied by the kernel of the level EMU_ISA names, a run
- * holding a NaN and the rest of the chunk element by element.
+ * holding a NaN and the rest of the chunk element by element; and into
+ * binary16, and binary32 with NaN payloads kept (not the identity),
+ * through the runs that make signalling NaNs quiet (kernels of that level
+ * too) before the rounding: the payload shows the quiet bit.
  * Subnormals (the largest and the smallest), infinities and zeros of
  * both signs throughout, and a signalling NaN at every position of two
  * runs and the tail, or none.  Results (NaNs as the scalar choke point
  * makes them) and counts against the scalar choke point. */
 START_TEST(test_commit_carry32_each_lane)
 {
-    const emu_format *f = test_format("binary32");
-    const emu_rounding rnd = { .mode = EMU_RNE };
+    const char *fmts[] = { "binary32", "binary16", "binary32" };
     const size_t n = 2 * 64 + 7;
     float v[2 * 64 + 7];
+    for (size_t fi = 0; fi < sizeof fmts / sizeof *fmts; fi++)
     for (size_t pos = 0; pos <= n; pos++) { /* n: none */
+        const emu_format *f = test_format(fmts[fi]);
+        emu_rounding rnd = { .mode = EMU_RNE };
+        rnd.profile.nan_keep_payload = fi == 2;
         for (size_t i = 0; i < n; i++) {
             const uint32_t b = i % 7 == 3    ? 0x7fffffu - (uint32_t)(i - 3)
                                : i % 7 == 5  ? 1u + (uint32_t)(i - 5)
@@ -1024,8 +1030,9 @@ START_TEST(test_commit_carry32_each_lane)
             emu_round_counts_add(&want, v[i], z, st.flags);
             const float zf = (float)z;
             ck_assert_msg(memcmp(&zf, &y.data[i], sizeof zf) == 0,
-                          "the NaN at %zu: element %zu (%a): %a want %a", pos,
-                          i, (double)v[i], (double)y.data[i], z);
+                          "%s, the NaN at %zu: element %zu (%a): %a want %a",
+                          fmts[fi], pos, i, (double)v[i], (double)y.data[i],
+                          z);
         }
         want_site_totals(&stats, "carry32", &want, none, none);
         emu_stats_free(&stats);
