@@ -359,9 +359,11 @@ static inline int32_t ctz32_lanes(uint32_t x)
  * EMU_LOST_BINS + 1), the absorbed ones into *absorbed_sum; the tables'
  * bins below SWAMP_SKIP add up to the adds.  Returns false, counting
  * nothing, if the run holds an output that count_swamp_scalar hands to
- * the library (a subnormal binary64 addend) or a subnormal binary32
- * result, whose exponent needs a bit scan: the caller counts that run
- * with count_swamp_scalar. */
+ * the library (a subnormal binary64 addend) or a result that is not the
+ * old value and is subnormal in binary32 (its exponent needs a bit scan)
+ * or zero (a weight cancelled exactly: rare, and left out so that the
+ * quantum is a normal result's or q_tiny by one comparison): the caller
+ * counts that run with count_swamp_scalar. */
 enum { SWAMP_SKIP = EMU_LOST_BINS };
 
 static EMU_KERNEL_INLINE bool
@@ -370,47 +372,51 @@ count_swamp_run_any(const int32_t q_tiny, const int32_t emin, const int32_t p,
                     uint64_t n[4][EMU_LOST_BINS + 1], uint64_t *absorbed_sum)
 {
     const unsigned char *tb = (const unsigned char *)t;
-    uint32_t bins[CARRY_RUN], rare = 0, absorbed = 0;
+    /* a result's exponent field from which its quantum is e - p + 1 (a
+     * normal value of the format; below, q_tiny's), and q_tiny + 1075 */
+    const int32_t eb_min = emin + 127 > 1 ? emin + 127 : 1;
+    const int32_t q_tiny1075 = q_tiny + 1075;
+    uint32_t bins[CARRY_RUN], rare = 0, nabsorbed = 0;
     for (int k = 0; k < CARRY_RUN; k++) {
-        /* selections as masks: a branch-free body is what vectorises */
+        /* each test a lane mask (all ones or zero), the form a vector
+         * compare leaves: a branch-free body is what vectorises, and
+         * masks need no turning into 0 or 1 */
         uint32_t th, tl, ow, rw;
         memcpy(&th, tb + 8 * k + 4 * W_HI, 4);
         memcpy(&tl, tb + 8 * k + 4 * W_LO, 4);
         memcpy(&ow, &old[k], 4);
         memcpy(&rw, &res[k], 4);
-        th &= 0x7fffffff;
-        const int32_t et = (int32_t)(th >> 20);
-        const uint32_t skip = (uint32_t)((th | tl) == 0) |
-                              (uint32_t)(et == 0x7ff) |
-                              (uint32_t)((ow & 0x7f800000) == 0x7f800000);
-        const uint32_t rb = rw & 0x7fffffff;
-        const uint32_t same = (uint32_t)(res[k] == old[k]);
-        rare |= (skip ^ 1u) & ((uint32_t)(et == 0) |
-                               ((uint32_t)(rb - 1 < 0x7fffff) & (same ^ 1u)));
-        /* the result's quantum exponent q (q_tiny for zero), plus 1075:
-         * q = e - p + 1 for a result of exponent e >= emin */
-        const int32_t eb = (int32_t)(rb >> 23); /* e + 127 */
-        const int32_t qm = -(int32_t)((uint32_t)(rb != 0) &
-                                      (uint32_t)(eb >= emin + 127));
-        const int32_t q1075 = ((eb + 949 - p) & qm) |
-                              ((q_tiny + 1075) & ~qm);
+        const uint32_t ta = th << 1; /* the sign shifted out */
+        const int32_t et = (int32_t)(ta >> 21);
+        const uint32_t skip = -(uint32_t)((ta | tl) == 0) |
+                              -(uint32_t)(et == 0x7ff) |
+                              -(uint32_t)((ow << 1 >> 24) == 0xff);
+        const uint32_t eb = rw << 1 >> 24; /* e + 127 */
+        const uint32_t same = -(uint32_t)(res[k] == old[k]);
+        /* rare: a subnormal binary64 addend, or a result that is zero
+         * or subnormal in binary32 and not the old value */
+        rare |= ~skip & (-(uint32_t)(et == 0) | (-(uint32_t)(eb == 0) & ~same));
+        /* the result's quantum exponent q, plus 1075: q = e - p + 1 for
+         * a normal result of the format, q_tiny below */
+        const int32_t q1075 = (int32_t)eb >= eb_min ? (int32_t)eb + 949 - p
+                                                    : q_tiny1075;
         /* t's lowest set bit, low above the significand's bottom: one
          * conversion, of the word that holds it */
-        const int32_t lm = -(int32_t)(tl != 0);
-        const uint32_t word = (tl & (uint32_t)lm) |
-                              (((th & 0xfffff) | 0x100000) & ~(uint32_t)lm);
-        const int32_t low = ctz32_lanes(word) + (32 & ~lm);
+        const uint32_t lm = -(uint32_t)(tl != 0);
+        const uint32_t word = (tl & lm) |
+                              (((th & 0xfffff) | 0x100000) & ~lm);
+        const int32_t low = ctz32_lanes(word) + (int32_t)(32 & ~lm);
         /* count_swamp_scalar's bits = min(msb, q - 1) - lsb + 1, with
          * msb = et - 1023 and lsb = et - 1075 + low: at most 53 - low,
          * so only the clamp at zero is left */
         const int32_t top = q1075 - et;
         int32_t bits = (top < 53 ? top : 53) - low;
         bits = bits < 0 ? 0 : bits;
-        const uint32_t inf = -(uint32_t)(rb >= 0x7f800000);
+        const uint32_t inf = -(uint32_t)(eb == 0xff);
         uint32_t bin = (uint32_t)bits & ~inf;
-        bin = (bin & (same - 1u)) | ((uint32_t)(EMU_LOST_BINS - 1) & -same);
-        bins[k] = (bin & (skip - 1u)) | ((uint32_t)SWAMP_SKIP & -skip);
-        absorbed += same & (skip ^ 1u);
+        bin = (bin & ~same) | ((uint32_t)(EMU_LOST_BINS - 1) & same);
+        bins[k] = (bin & ~skip) | ((uint32_t)SWAMP_SKIP & skip);
+        nabsorbed += same & ~skip; /* minus the count */
     }
     if (rare)
         return false;
@@ -426,7 +432,7 @@ count_swamp_run_any(const int32_t q_tiny, const int32_t emin, const int32_t p,
         n[2][bins[k + 6]]++;
         n[3][bins[k + 7]]++;
     }
-    *absorbed_sum += absorbed;
+    *absorbed_sum += (uint32_t)(0u - nabsorbed);
     return true;
 }
 
@@ -568,7 +574,9 @@ typedef struct rne32_sums {
     uint64_t inexact; /* lanes whose result is not hi + lo               */
     uint64_t rare;    /* non-zero: a lane the general path must take     */
     uint64_t down;    /* non-zero: a lane whose result is a power of two,
-                         whose exact value may lie in the binade below   */
+                         whose exact value may lie in the binade below
+                         (looked for with the bins only: the histograms
+                         are its one reader)                            */
 } rne32_sums;
 
 static EMU_KERNEL_INLINE void rne32_run(float *restrict res,
@@ -579,35 +587,42 @@ static EMU_KERNEL_INLINE void rne32_run(float *restrict res,
                                         rne32_sums *s)
 {
     const uint64_t sign = (uint64_t)1 << 63;
-    const uint64_t min_normal = (uint64_t)(1023 - 126) << 52; /* 2^-126 */
-    const uint64_t inf = (uint64_t)0x7ff << 52;
+    const int64_t min_normal = (int64_t)(1023 - 126) << 52; /* 2^-126 */
+    const int64_t inf = (int64_t)0x7ff << 52;
     const uint32_t bin0 = 127 + EMU_HIST_EMIN - EMU_HIST_FIRST;
-    uint64_t inexact = 0, rare = 0, down = 0;
+    /* Each test a lane mask (all ones or zero), the form a vector
+     * compare leaves, so that no lane spends operations turning it into
+     * 0 or 1; nexact adds the masks of the lanes whose result is hi + lo
+     * itself, minus their count (gcc -O2 vectorises a sum, not a
+     * difference). */
+    uint64_t nexact = 0, ok = ~(uint64_t)0, mid = 0, down = 0;
     for (int k = 0; k < CARRY_RUN; k++) {
         const double x = h[k];
+        const double y = has_lo ? l[k] : 0.0;
         const float f = (float)x;
         const double back = (double)f;
-        uint64_t hb, bb, lb = 0;
+        uint64_t hb, bb;
         memcpy(&hb, &x, sizeof hb);
         memcpy(&bb, &back, sizeof bb);
-        if (has_lo)
-            memcpy(&lb, &l[k], sizeof lb);
         /* magnitudes below 2^63: signed comparisons, which every
          * vector level has */
-        const int64_t ah = (int64_t)(hb & ~sign), ab = (int64_t)(bb & ~sign);
-        const uint64_t lnz = (uint64_t)((lb << 1) != 0);
+        const int64_t ab = (int64_t)(bb & ~sign);
+        /* lo == 0: +-0 (a NaN low part is not zero) */
+        const uint64_t lz = -(uint64_t)(y == 0.0);
         /* a normal result above 2^-126, or zero from hi = lo = 0 */
-        const uint64_t normal = (uint64_t)(ab > (int64_t)min_normal) &
-                                (uint64_t)(ab < (int64_t)inf);
-        const uint64_t zero = (uint64_t)(((uint64_t)ah | (lb << 1)) == 0);
+        const uint64_t normal = -(uint64_t)(ab > min_normal) &
+                                -(uint64_t)(ab < inf);
+        ok &= normal | (-(uint64_t)(x == 0.0) & lz);
         /* hi a midpoint of binary32's grid (29 low bits 1 followed by
          * 28 zeros), with a low part */
-        const uint64_t mid = lnz & (uint64_t)((hb & 0x1fffffff) == 0x10000000);
-        rare |= ((normal | zero) ^ 1) | mid;
-        inexact += (uint64_t)(hb != bb) | lnz;
+        mid |= -(uint64_t)((hb & 0x1fffffff) == 0x10000000) & ~lz;
+        /* a NaN hi makes its lane not ok, so == on the values serves
+         * for the bits' equality */
+        nexact += -(uint64_t)(x == back) & lz;
         /* the result a power of two (rare): hist_down_fix then finds
-         * those above their exact values */
-        down |= normal & (uint64_t)((bb << 12) == 0);
+         * those above their exact values; wanted with the bins only */
+        if (has_bins)
+            down |= normal & -(uint64_t)((bb << 12) == 0);
         res[k] = f;
     }
     /* The results' histogram bins, as stats.c's bins give them to a
@@ -623,8 +638,8 @@ static EMU_KERNEL_INLINE void rne32_run(float *restrict res,
             bins[k] = ((a >> 23) - bin0) & (0u - (uint32_t)(a != 0));
         }
     }
-    s->inexact += inexact;
-    s->rare |= rare;
+    s->inexact += CARRY_RUN + nexact; /* modulo 2^64 */
+    s->rare |= ~ok | mid;
     s->down |= down;
 }
 
@@ -692,8 +707,8 @@ static rne32_kernel rne32_for(emu_isa isa)
 
 /* A chunk of values h (and l, or NULL) into binary32 under nearest-even,
  * with the fast lanes above: true, res and the counts set, *down set if
- * some result is a power of two (its exact value may lie in the binade
- * below), and bins[0..m) the results' histogram bins unless bins is NULL,
+ * bins is not NULL and some result is a power of two (its exact value may
+ * lie in the binade below), and bins[0..m) the results' histogram bins unless bins is NULL,
  * when every lane is common; false, counts untouched, otherwise.  The
  * chunk's tail (below a run) goes through the same lanes from a
  * zero-padded copy. */
@@ -815,15 +830,32 @@ EMU_ISA_VARIANTS(bool, narrow_runs,
                  (float *restrict out, const double *restrict h, size_t runs),
                  (out, h, runs))
 
-/* CARRY_RUN binary32 values with each signalling NaN made quiet. */
-static void quiet_run(float *out, const float *v)
+/* Runs of CARRY_RUN binary32 values with each signalling NaN made quiet
+ * (returns the runs: all): one loop that loads, sets the quiet bit under
+ * a mask and stores.
+ * Compiled per instruction-set level (isa.c chooses), as copy_runs: every
+ * binary32 value of a producer (fill32) under a rounding that is not the
+ * identity (binary16 and 8-bit outputs) passes here. */
+static EMU_KERNEL_INLINE size_t quiet_runs_any(float *restrict out,
+                                               const float *restrict v,
+                                               size_t runs)
 {
-    uint32_t w[CARRY_RUN];
-    memcpy(w, v, sizeof w);
-    for (int j = 0; j < CARRY_RUN; j++)
-        w[j] |= ((w[j] & 0x7fffffff) > 0x7f800000) ? 0x00400000u : 0u;
-    memcpy(out, w, sizeof w);
+    for (size_t r = 0; r < runs; r++) {
+        const float *restrict src = v + r * CARRY_RUN;
+        float *restrict dst = out + r * CARRY_RUN;
+        for (int k = 0; k < CARRY_RUN; k++) {
+            uint32_t w;
+            memcpy(&w, &src[k], sizeof w);
+            w |= 0x00400000u & -(uint32_t)((w & 0x7fffffff) > 0x7f800000);
+            memcpy(&dst[k], &w, sizeof w);
+        }
+    }
+    return runs;
 }
+
+EMU_ISA_VARIANTS(size_t, quiet_runs,
+                 (float *restrict out, const float *restrict v, size_t runs),
+                 (out, v, runs))
 
 /* carry_f32's runs: each narrowed into res and checked (narrow_run),
  * then its subnormals and NaNs counted (carry_scan, on the run just
@@ -902,11 +934,14 @@ static bool carry_f32(float *res, const double *hi, size_t m,
     return true;
 }
 
-/* runs of CARRY_RUN binary32 values copied into res, their subnormals
- * added to *sub: the runs done, stopping at the first run that holds a
- * NaN (left to the caller).  Compiled per instruction-set level (isa.c
- * chooses): with the histograms off, every binary32 output of a step
- * passes here, and baseline's loop takes four lanes at a time. */
+/* carry_f32_f32's runs: each copied while its subnormals are counted
+ * and its NaNs looked for (carry_scan's tests, in the copy's loop: one
+ * pass, the words in registers).  Returns the runs done, their
+ * subnormals added to *sub; stops at the first run holding a NaN (left
+ * to the caller, element by element, which rewrites it).  Compiled per
+ * instruction-set level (isa.c chooses), as carry_runs: with the
+ * histograms off, every binary32 result of an identity rounding (a
+ * fast-model GEMM's, an activation's) passes here. */
 static EMU_KERNEL_INLINE size_t copy_runs_any(float *restrict res,
                                               const float *restrict v,
                                               size_t runs, uint64_t *sub)
@@ -914,13 +949,20 @@ static EMU_KERNEL_INLINE size_t copy_runs_any(float *restrict res,
     uint64_t sum = 0;
     size_t r = 0;
     for (; r < runs; r++) {
-        uint32_t s, q;
-        carry_scan(v + r * CARRY_RUN, &s, &q);
+        const float *restrict src = v + r * CARRY_RUN;
+        float *restrict dst = res + r * CARRY_RUN;
+        uint32_t s = 0, q = 0;
+        for (int k = 0; k < CARRY_RUN; k++) {
+            uint32_t w;
+            memcpy(&w, &src[k], sizeof w);
+            const uint32_t a = w & 0x7fffffff;
+            s += a - 1 < 0x7fffff; /* 0 < |f| < 2^-126 */
+            q |= -(uint32_t)(a > 0x7f800000);
+            memcpy(&dst[k], &w, sizeof w);
+        }
         if (q)
             break;
         sum += s;
-        memcpy(res + r * CARRY_RUN, v + r * CARRY_RUN,
-               CARRY_RUN * sizeof *res);
     }
     *sub += sum;
     return r;
@@ -1123,11 +1165,10 @@ static bool round_chunk(commit_run *r, size_t i0, size_t m, const double *h,
             return true;
         }
         /* As the values were read before through a binary64: a
-         * signalling NaN quiet, sign and payload kept (runs of constant
-         * length, which gcc -O2 vectorises, then the tail). */
-        size_t j = 0;
-        for (; j + CARRY_RUN <= m; j += CARRY_RUN)
-            quiet_run(fin + j, v + j);
+         * signalling NaN quiet, sign and payload kept (quiet_runs,
+         * then the tail). */
+        size_t j = CARRY_RUN * quiet_runs_for(emu_isa_active())(
+                                   fin, v, m / CARRY_RUN);
         for (; j < m; j++) {
             uint32_t w;
             memcpy(&w, &v[j], sizeof w);

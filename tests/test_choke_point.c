@@ -28,7 +28,8 @@
  *   rne32       binary64 values and pairs into binary32 under nearest-even
  *               (the one-pass lanes of the fp32 policy's updates): results,
  *               counts and both histograms against MPFR, chunks of common
- *               lanes and chunks with each kind of rare lane;
+ *               lanes and chunks with each kind of rare lane, with the
+ *               histograms and without;
  *   chunks      the chunked producers (fill, fill32), with and without
  *               early stores and an observer, equal the whole arrays in
  *               results and in every counter, histogram and sampled error,
@@ -103,20 +104,29 @@ static const emu_site *find_site(const emu_stats *s, const char *name,
 
 /* Commits hi (+ lo, or NULL) into a new tensor *y of format f under rnd,
  * at site `site`, counting and binning into *stats (initialised here). */
-static void commit_counted(const emu_format *f, size_t n, const char *site,
-                           uint64_t seed, const double *hi, const double *lo,
-                           const emu_rounding *rnd, emu_tensor *y,
-                           emu_stats *stats)
+static void commit_measured(const emu_format *f, size_t n, const char *site,
+                            uint64_t seed, const double *hi, const double *lo,
+                            const emu_rounding *rnd, unsigned measure,
+                            emu_tensor *y, emu_stats *stats)
 {
     make(y, f, n, "y", EMU_ROLE_OTHER);
     emu_stats_init(stats);
     emu_ctx ctx;
     emu_ctx_init(&ctx, seed);
     ctx.stats = stats;
-    ctx.measure = EMU_MEASURE_COUNTS | EMU_MEASURE_HIST;
+    ctx.measure = measure;
     emu_op_out o = { .site = site, .kind = "test", .out = y, .hi = hi,
                      .lo = lo, .rnd = rnd };
     ck_assert_int_eq(emu_commit(&ctx, &o), 0);
+}
+
+static void commit_counted(const emu_format *f, size_t n, const char *site,
+                           uint64_t seed, const double *hi, const double *lo,
+                           const emu_rounding *rnd, emu_tensor *y,
+                           emu_stats *stats)
+{
+    commit_measured(f, n, site, seed, hi, lo, rnd,
+                    EMU_MEASURE_COUNTS | EMU_MEASURE_HIST, y, stats);
 }
 
 /* Site `name`'s totals equal the counts and the two histograms computed
@@ -1027,6 +1037,71 @@ START_TEST(test_commit_carry_each_lane)
 }
 END_TEST
 
+/* binary32 values from a producer (fill32) into binary32 under
+ * nearest-even with the histograms off: carried by runs of 64, each
+ * counted and copied by the kernel of the level EMU_ISA names, a run
+ * holding a NaN and the rest of the chunk element by element; and into
+ * binary16, and binary32 with NaN payloads kept (not the identity),
+ * through the runs that make signalling NaNs quiet (kernels of that level
+ * too) before the rounding: the payload shows the quiet bit.
+ * Subnormals (the largest and the smallest), infinities and zeros of
+ * both signs throughout, and a signalling NaN at every position of two
+ * runs and the tail, or none.  Results (NaNs as the scalar choke point
+ * makes them) and counts against the scalar choke point. */
+START_TEST(test_commit_carry32_each_lane)
+{
+    const char *fmts[] = { "binary32", "binary16", "binary32" };
+    const size_t n = 2 * 64 + 7;
+    float v[2 * 64 + 7];
+    for (size_t fi = 0; fi < sizeof fmts / sizeof *fmts; fi++)
+    for (size_t pos = 0; pos <= n; pos++) { /* n: none */
+        const emu_format *f = test_format(fmts[fi]);
+        emu_rounding rnd = { .mode = EMU_RNE };
+        rnd.profile.nan_keep_payload = fi == 2;
+        for (size_t i = 0; i < n; i++) {
+            const uint32_t b = i % 7 == 3    ? 0x7fffffu - (uint32_t)(i - 3)
+                               : i % 7 == 5  ? 1u + (uint32_t)(i - 5)
+                               : i % 11 == 4 ? 0x7f800000u
+                               : i % 13 == 6 ? 0u
+                                             : 0x3f800000u + 4099u * (uint32_t)i;
+            memcpy(&v[i], &b, sizeof b);
+            if (i & 1)
+                v[i] = -v[i];
+        }
+        if (pos < n) {
+            const uint32_t snan = 0x7fa00001u;
+            memcpy(&v[pos], &snan, sizeof snan);
+        }
+        emu_tensor y;
+        make(&y, f, n, "y", EMU_ROLE_OTHER);
+        emu_stats stats;
+        emu_stats_init(&stats);
+        emu_ctx ctx;
+        emu_ctx_init(&ctx, 3);
+        ctx.stats = &stats;
+        ctx.measure = EMU_MEASURE_COUNTS;
+        emu_op_out o = { .site = "carry32", .kind = "test", .out = &y,
+                         .fill32 = carrier_fill32, .op = v, .rnd = &rnd };
+        ck_assert_int_eq(emu_commit(&ctx, &o), 0);
+        emu_round_counts want = { 0 };
+        const uint64_t none[EMU_HIST_BINS] = { 0 };
+        for (size_t i = 0; i < n; i++) {
+            emu_status st;
+            const double z = emu_round2_word(f, v[i], 0.0, &rnd, 0, &st);
+            emu_round_counts_add(&want, v[i], z, st.flags);
+            const float zf = (float)z;
+            ck_assert_msg(memcmp(&zf, &y.data[i], sizeof zf) == 0,
+                          "%s, the NaN at %zu: element %zu (%a): %a want %a",
+                          fmts[fi], pos, i, (double)v[i], (double)y.data[i],
+                          z);
+        }
+        want_site_totals(&stats, "carry32", &want, none, none);
+        emu_stats_free(&stats);
+        emu_tensor_free(&y);
+    }
+}
+END_TEST
+
 /* One pair that must be rounded apart (hi a midpoint, lo above it, so
  * that hi alone rounds to the even neighbour below and hi + lo to the one
  * above) in a chunk of pairs that need not: at every position of two
@@ -1157,10 +1232,14 @@ START_TEST(test_commit_rne32)
     mpfr_t e;
     mpfr_init2(e, 256);
     /* then commits too short for the histogram tables (counted bin by
-     * bin, from the lanes' bins too): a tail of common lanes only */
-    for (int pass = 0; pass < 4; pass++) {
+     * bin, from the lanes' bins too): a tail of common lanes only; then
+     * the long ones again with the counts alone (the lanes without bins,
+     * which do not look for powers of two) */
+    for (int pass = 0; pass < 6; pass++) {
         const int with_lo = pass % 2;
-        const size_t n = pass < 2 ? big : 37 + 20 * (size_t)(pass - 2);
+        const bool hists = pass < 4;
+        const size_t n = pass < 2 || !hists ? big
+                                            : 37 + 20 * (size_t)(pass - 2);
         for (size_t i = 0; i < n; i++) {
             /* even chunks: common lanes only; odd chunk 2k + 1, k < 7:
              * rare lanes of kind k with odds 1/64; then every kind with
@@ -1179,8 +1258,9 @@ START_TEST(test_commit_rne32)
         }
         emu_tensor y;
         emu_stats stats;
-        commit_counted(f, n, "rne32", 3, hi, with_lo ? lo : NULL, &rnd, &y,
-                       &stats);
+        commit_measured(f, n, "rne32", 3, hi, with_lo ? lo : NULL, &rnd,
+                        EMU_MEASURE_COUNTS | (hists ? EMU_MEASURE_HIST : 0),
+                        &y, &stats);
         emu_round_counts want = { 0 };
         uint64_t hist[EMU_HIST_BINS] = { 0 }, hist_x[EMU_HIST_BINS] = { 0 };
         for (size_t i = 0; i < n; i++) {
@@ -1203,6 +1283,10 @@ START_TEST(test_commit_rne32)
                           "lo %d: element %zu (%a + %a): %a want %a", with_lo,
                           i, hi[i], lo[i], (double)y.data[i], z);
         }
+        if (!hists) {
+            memset(hist, 0, sizeof hist);
+            memset(hist_x, 0, sizeof hist_x);
+        }
         want_site_totals(&stats, "rne32", &want, hist, hist_x);
         emu_stats_free(&stats);
         emu_tensor_free(&y);
@@ -1218,7 +1302,8 @@ END_TEST
  * loop for the rest), against emu_accum_count_add element by element:
  * addends that vanish, lose a few bits or none, subnormal binary64
  * addends, zeros, infinities and NaNs, old values that are not finite,
- * results that are subnormal, zero or overflow. */
+ * results that are subnormal, zero (old values cancelled exactly too) or
+ * overflow. */
 START_TEST(test_commit_swamp_counts)
 {
     const char *fmts[] = { "binary32", "binary16", "bfloat16", "e5m2",
@@ -1255,6 +1340,8 @@ START_TEST(test_commit_swamp_counts)
                     t[i] = (double)(float)t[i];
                 if ((r >> 10) % 5 == 1 && w != 0.0)
                     t[i] = w; /* on the grid: no bit lost, or overflow */
+                if ((r >> 10) % 5 == 2 && w != 0.0 && !plain)
+                    t[i] = -w; /* a zero result: cancelled exactly */
             }
             old[i] = (float)w;
             /* hi + lo = w + t exactly (TwoSum) */
@@ -3169,6 +3256,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_commit_lo_apart_each_lane);
     tcase_add_test(tc, test_commit_carry_each_lane);
     tcase_add_test(tc, test_commit_rne32);
+    tcase_add_test(tc, test_commit_carry32_each_lane);
     tcase_add_test(tc, test_commit_swamp_counts);
     tcase_add_test(tc, test_exact_bin_low_parts);
     tcase_add_test(tc, test_exact_bin_low_parts_runs);
