@@ -2155,8 +2155,8 @@ static EMU_KERNEL_INLINE uint32_t relu_grad_bits(const float *dy,
  * values of backward_value, whose products with 0, 1 or -1 are binary32
  * values, formed by the same binary64 expressions (a NaN's sign and
  * payload included) and narrowed exactly. */
-static void ew_backward_fill32(const ew_op *op, size_t i0, size_t m,
-                               float *out)
+static EMU_KERNEL_INLINE void ew_backward_fill32(const ew_op *op, size_t i0,
+                                                size_t m, float *out)
 {
     const float *dy = op->a + i0, *x = op->b + i0;
     switch (op->f) {
@@ -2192,7 +2192,12 @@ static void ew_backward_fill32(const ew_op *op, size_t i0, size_t m,
 }
 
 /* emu_op_out.fill32 for those: the same values as unary_value's, in
- * binary32 (the clamp bounds are binary32 parameters). */
+ * binary32 (the clamp bounds are binary32 parameters).  Compiled for
+ * AVX2 and AVX-512 too (EMU_TARGET_CLONES): ReLU's runs on the bits are
+ * then 8 or 16 lanes wide, not SSE2's 4 (ew_fill32 was 4% of the CNN's
+ * fp32 step's instructions); integer selections and single roundings
+ * (-ffp-contract=off), so every level gives the same bits. */
+EMU_TARGET_CLONES
 static void ew_fill32(const void *vop, size_t i0, size_t m, float *v)
 {
     const ew_op *op = vop;
