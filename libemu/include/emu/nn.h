@@ -522,10 +522,11 @@ typedef struct emu_train_config {
     /* The steps whose log2 histograms are measured (hist.csv, the
      * per-step rows): step s when s % hist_every == 0 (1: every step);
      * 0: every stats_every steps, the steps of ops_steps.csv's rows (no
-     * step when stats_every is 0 too).  The sites named "*.dinput" are
-     * histogrammed every step whatever this says (layers_steps.csv's
-     * dinput_zero columns are theirs), and so is everything the model
-     * loads before step 0.  The counters are measured every step. */
+     * step when stats_every is 0 too).  Each parameter layer's input
+     * gradient ("<layer>.dinput") is histogrammed every step whatever
+     * this says (layers_steps.csv's dinput_zero columns are its), and so
+     * is everything the model loads before step 0.  The counters are
+     * measured every step. */
     int hist_every;
 } emu_train_config;
 
