@@ -1952,6 +1952,8 @@ static int train_epochs(run *r, FILE *log, double *final_acc, emu_error *err)
     const size_t b = (size_t)c->batch;
     double acc = NAN;
     int64_t session = 0; /* steps taken by this process */
+    /* after any checkpoint was read, which sets r->stats anew */
+    r->stats.hist_always = r->dinput_sites;
     for (;;) {
         if (r->step >= r->total_steps)
             break;
@@ -1964,7 +1966,6 @@ static int train_epochs(run *r, FILE *log, double *final_acc, emu_error *err)
             double t_step = now();
             emu_stats_begin_step(&r->stats, r->step);
             r->ctx.measure = step_measure(c, r->step);
-            r->stats.hist_always = r->dinput_sites;
             if (r->lm)
                 load_text_batch(r, r->step);
             else if (load_batch(r, &r->train, r->perm + (size_t)k * b, b))

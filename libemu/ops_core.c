@@ -708,8 +708,8 @@ static rne32_kernel rne32_for(emu_isa isa)
 /* A chunk of values h (and l, or NULL) into binary32 under nearest-even,
  * with the fast lanes above: true, res and the counts set, *down set if
  * bins is not NULL and some result is a power of two (its exact value may
- * lie in the binade below), and bins[0..m) the results' histogram bins unless bins is NULL,
- * when every lane is common; false, counts untouched, otherwise.  The
+ * lie in the binade below), and bins[0..m) the results' histogram bins
+ * unless bins is NULL, when every lane is common; false, counts untouched, otherwise.  The
  * chunk's tail (below a run) goes through the same lanes from a
  * zero-padded copy. */
 static bool rne32_chunk(rne32_kernel kern, float *res, uint32_t *bins,
