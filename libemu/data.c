@@ -103,127 +103,157 @@ static int idx_header(const unsigned char *buf, int dims, uint32_t *size,
     return 0;
 }
 
-/* An IDX file of `dims` dimensions, through zlib (which reads plain files
- * too): the header, then exactly the data bytes it promises, the buffer
- * growing as they arrive, so that a header that lies costs no more memory
- * than the data present, and a file that goes on (a gzip bomb: a few MB
- * that inflate to GB) is refused at the first byte too many, without
- * inflating the rest.  Returns the header and data, *len bytes. */
-static unsigned char *read_idx(const char *path, int dims, uint32_t *size,
-                               size_t *len, emu_error *err)
+/* An IDX file being read: its header checked, zlib positioned at the
+ * first data byte. */
+typedef struct idx_file {
+    gzFile gz;
+    const char *path;
+    size_t hdr;      /* header bytes                                   */
+    size_t count;    /* data bytes the header promises                 */
+} idx_file;
+
+static int idx_open(idx_file *f, const char *path, int dims, uint32_t *size,
+                    emu_error *err)
 {
-    gzFile gz = gzopen(path, "rb");
-    if (!gz) {
-        emu_fail(err, errno ? EMU_EIO : EMU_ENOMEM, path, "", "cannot open: %s", errno ? strerror(errno)
-                                                 : "out of memory");
-        return NULL;
-    }
-    const size_t hdr = 4 + 4 * (size_t)dims;
-    unsigned char head[16], extra;
+    f->path = path;
+    f->gz = gzopen(path, "rb");
+    if (!f->gz)
+        return emu_fail(err, errno ? EMU_EIO : EMU_ENOMEM, path, "",
+                        "cannot open: %s",
+                        errno ? strerror(errno) : "out of memory");
+    f->hdr = 4 + 4 * (size_t)dims;
+    unsigned char head[16];
     uint64_t count = 0;
-    unsigned char *buf = NULL;
-    long long got = gz_fill(gz, head, hdr, 0, path, err);
-    if (got < 0)
-        goto fail;
-    if ((size_t)got < hdr) {
-        emu_fail(err, EMU_EDATA, path, "", "%lld bytes: too short for an IDX header of "
-                 "%d dimensions (%zu bytes)", got, dims, hdr);
-        goto fail;
+    long long got = gz_fill(f->gz, head, f->hdr, 0, path, err);
+    if (got >= 0 && (size_t)got < f->hdr)
+        emu_fail(err, EMU_EDATA, path, "", "%lld bytes: too short for an IDX "
+                 "header of %d dimensions (%zu bytes)", got, dims, f->hdr);
+    if (got < 0 || (size_t)got < f->hdr ||
+        idx_header(head, dims, size, &count, path, err)) {
+        gzclose(f->gz);
+        return -1;
     }
-    if (idx_header(head, dims, size, &count, path, err))
-        goto fail;
-    const size_t total = hdr + (size_t)count;
-    size_t cap = total < ((size_t)1 << 20) ? total : (size_t)1 << 20, n = hdr;
-    buf = malloc(cap);
-    if (!buf) {
-        emu_fail(err, EMU_ENOMEM, path, "", "out of memory");
-        goto fail;
-    }
-    memcpy(buf, head, hdr);
-    for (;;) {
-        got = gz_fill(gz, buf + n, cap - n, n, path, err);
-        if (got < 0)
-            goto fail;
-        n += (size_t)got;
-        if (n < cap || cap == total)
-            break;
-        size_t grown = cap > total / 2 ? total : 2 * cap;
-        unsigned char *p = realloc(buf, grown);
-        if (!p) {
-            emu_fail(err, EMU_ENOMEM, path, "", "out of memory for %zu bytes", grown);
-            goto fail;
-        }
-        buf = p;
-        cap = grown;
-    }
-    if (n < total) {
-        emu_fail(err, EMU_EDATA, path, "", "%zu data bytes after the header, the header "
-                 "promises %llu (file truncated)", n - hdr,
-                 (unsigned long long)count);
-        goto fail;
-    }
-    got = gz_fill(gz, &extra, 1, n, path, err);
-    if (got < 0)
-        goto fail;
-    if (got) {
-        emu_fail(err, EMU_EDATA, path, "", "byte %zu: data beyond the %llu bytes the "
-                 "header promises (file has trailing bytes)", n,
-                 (unsigned long long)count);
-        goto fail;
-    }
-    gzclose(gz);
-    *len = n;
-    return buf;
-fail:
-    free(buf);
-    gzclose(gz);
-    return NULL;
+    f->count = (size_t)count;
+    return 0;
 }
 
+/* Inflates the data in pieces of IDX_PIECE bytes, each passed to
+ * take(ctx, bytes, index of its first, length), then closes the file:
+ * exactly the bytes the header promises, or an error naming the offset
+ * where the file ends or goes on.  A file that goes on (a gzip bomb: a
+ * few MB that inflate to GB) is refused at the first byte too many,
+ * without inflating the rest. */
+enum { IDX_PIECE = 1 << 16 };
+
+static int idx_read(idx_file *f,
+                    void (*take)(void *, const unsigned char *, size_t,
+                                 size_t),
+                    void *ctx, emu_error *err)
+{
+    unsigned char *piece = malloc(IDX_PIECE);
+    size_t done = 0;
+    int rc = -1;
+    if (!piece) {
+        emu_fail(err, EMU_ENOMEM, f->path, "", "out of memory");
+        goto out;
+    }
+    while (done < f->count) {
+        size_t want = f->count - done < IDX_PIECE ? f->count - done
+                                                  : IDX_PIECE;
+        long long got = gz_fill(f->gz, piece, want, f->hdr + done, f->path,
+                                err);
+        if (got < 0)
+            goto out;
+        take(ctx, piece, done, (size_t)got);
+        done += (size_t)got;
+        if ((size_t)got < want) {
+            emu_fail(err, EMU_EDATA, f->path, "", "%zu data bytes after the "
+                     "header, the header promises %zu (file truncated)", done,
+                     f->count);
+            goto out;
+        }
+    }
+    long long got = gz_fill(f->gz, piece, 1, f->hdr + done, f->path, err);
+    if (got < 0)
+        goto out;
+    if (got) {
+        emu_fail(err, EMU_EDATA, f->path, "", "byte %zu: data beyond the %zu "
+                 "bytes the header promises (file has trailing bytes)",
+                 f->hdr + done, f->count);
+        goto out;
+    }
+    rc = 0;
+out:
+    free(piece);
+    gzclose(f->gz);
+    return rc;
+}
+
+/* k / 255 rounded once to binary32: the values every framework uses. */
+static void take_pixels(void *ctx, const unsigned char *b, size_t at,
+                        size_t n)
+{
+    float *x = (float *)ctx + at;
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)b[i] / 255.0f;
+}
+
+static void take_labels(void *ctx, const unsigned char *b, size_t at,
+                        size_t n)
+{
+    memcpy((uint8_t *)ctx + at, b, n);
+}
+
+/* The images are inflated straight into their binary32 array, allocated
+ * once at the size the header promises: no byte copy of the file is
+ * held, and no memory is returned to the system after the pixels are
+ * written (on a paravirtualised guest that unmapping made each page's
+ * next first touch cost microseconds, which every training batch's
+ * gather paid).  A header that lies about a short file costs address
+ * space, not memory: the pages past the data are never touched. */
 int emu_dataset_load_idx(emu_dataset *d, const char *images_path,
                          const char *labels_path, const char *name,
                          emu_error *err)
 {
     EMU_HOSTFP_GUARD;
     memset(d, 0, sizeof *d);
-    size_t ilen = 0, llen = 0;
     uint32_t isz[3], lsz[1];
-    unsigned char *img = read_idx(images_path, 3, isz, &ilen, err);
-    if (!img)
+    idx_file fi, fl;
+    if (idx_open(&fi, images_path, 3, isz, err))
         return -1;
-    unsigned char *lab = read_idx(labels_path, 1, lsz, &llen, err);
-    if (!lab) {
-        free(img);
-        return -1;
+    const size_t n = isz[0];
+    d->x = malloc(fi.count * sizeof *d->x);
+    if (!d->x) {
+        gzclose(fi.gz);
+        return emu_fail(err, EMU_ENOMEM, images_path, "",
+                        "out of memory for %zu images", n);
     }
-    int rc = -1;
+    if (idx_read(&fi, take_pixels, d->x, err) ||
+        idx_open(&fl, labels_path, 1, lsz, err))
+        goto fail;
+    if (!(d->y = malloc(fl.count))) {
+        gzclose(fl.gz);
+        emu_fail(err, EMU_ENOMEM, labels_path, "", "out of memory");
+        goto fail;
+    }
+    if (idx_read(&fl, take_labels, d->y, err))
+        goto fail;
     if (isz[0] != lsz[0]) {
         emu_fail(err, EMU_EDATA, labels_path, "", "%u labels for %u images in %s", lsz[0],
                  isz[0], images_path);
-        goto done;
+        goto fail;
     }
     int maxlabel = 0;
     for (uint32_t i = 0; i < lsz[0]; i++) {
-        int l = lab[8 + i];
+        int l = d->y[i];
         if (l > 99) {
             emu_fail(err, EMU_EDATA, labels_path, "", "byte %u: label %d (labels are "
                      "class numbers below 100)", 8 + i, l);
-            goto done;
+            goto fail;
         }
         if (l > maxlabel)
             maxlabel = l;
     }
-    size_t n = isz[0], pix = (size_t)isz[1] * isz[2];
-    d->x = malloc(n * pix * sizeof *d->x);
-    d->y = malloc(n);
-    if (!d->x || !d->y) {
-        emu_fail(err, EMU_ENOMEM, images_path, "", "out of memory for %zu images", n);
-        goto done;
-    }
-    /* k / 255 rounded once to binary32: the values every framework uses. */
-    for (size_t i = 0; i < n * pix; i++)
-        d->x[i] = (float)img[16 + i] / 255.0f;
-    memcpy(d->y, lab + 8, n);
     d->n = n;
     d->channels = 1;
     d->height = (int)isz[1];
@@ -232,13 +262,10 @@ int emu_dataset_load_idx(emu_dataset *d, const char *images_path,
     snprintf(d->name, sizeof d->name, "%s", name ? name : "idx");
     snprintf(d->source, sizeof d->source, "%.150s + %.150s", images_path,
              labels_path);
-    rc = 0;
-done:
-    free(img);
-    free(lab);
-    if (rc)
-        emu_dataset_free(d);
-    return rc;
+    return 0;
+fail:
+    emu_dataset_free(d);
+    return -1;
 }
 
 int emu_dataset_fashion_mnist(emu_dataset *train, emu_dataset *test,

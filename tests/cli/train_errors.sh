@@ -198,6 +198,23 @@ if command -v gzip > /dev/null 2>&1; then
         [ "$kb" -lt 100000 ] || fail "the gzip bomb cost $kb KB of memory"
     fi
 
+    # A header that lies: it promises 1,000,000 images (3 GB as binary32)
+    # over 64 images' data.  Refused as truncated, at the cost of the data
+    # present: the images' array is allocated at the promised size, but
+    # its pages past the data are never touched.
+    dataset liar
+    { printf '\000\000\010\003\000\017\102\100\000\000\000\034\000\000\000\034'
+      gzip -dc "$tmp/good/$TI.gz" | tail -c +17; } | gzip > "$tmp/liar/$TI.gz"
+    expect_error "a header promising more images than the file holds" \
+        "$TI.gz: 50176 data bytes after the header, the header promises 784000000 \(file truncated\)" \
+        $FM --data-dir "$tmp/liar" --out "$o"
+    if /usr/bin/time -v true > /dev/null 2>&1; then
+        /usr/bin/time -v "$EMU" train $FM --data-dir "$tmp/liar" --out "$o" > /dev/null 2> "$tmp/time"
+        kb=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$tmp/time")
+        echo "train_errors: the lying header peaked at $kb KB"
+        [ "$kb" -lt 100000 ] || fail "the lying header cost $kb KB of memory"
+    fi
+
     dataset count # 60 labels for 64 images
     labels "$tmp/count/$TL" 60
     gzip -f "$tmp/count/$TL"
