@@ -62,7 +62,7 @@ step "install check"
 sh tests/install_check.sh build
 
 step "fuzzing (bounded)"
-sh fuzz/run.sh 20
+sh fuzz/run.sh 12
 
 step "experiments (quick) and notebooks"
 EMU="$PWD/build/cli/emu" EMU_BUILD="$PWD/build" bash experiments/run_all.sh --quick
