@@ -15,12 +15,14 @@
 #include "emu/data.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
+#include <sys/stat.h>
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
@@ -138,6 +140,28 @@ static int idx_open(idx_file *f, const char *path, int dims, uint32_t *size,
         return -1;
     }
     f->count = (size_t)count;
+    /* The data array is allocated at the size the header promises, so a
+     * promise no file of this size can keep is refused before that: a
+     * plain file holds its size less the header, a gzip stream at most
+     * 1032 bytes per byte (deflate's limit: 258 bytes a 2-bit code).
+     * Special files (a FIFO) have no size to hold against. */
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+        const uint64_t bytes = (uint64_t)st.st_size;
+        const bool plain = gzdirect(f->gz);
+        const uint64_t most = !plain          ? 1032 * bytes
+                            : bytes > f->hdr ? bytes - f->hdr
+                                             : 0;
+        if (count > most) {
+            gzclose(f->gz);
+            return emu_fail(err, EMU_EDATA, path, "", "bytes 4-%zu: the header "
+                            "promises %llu data bytes, more than a %s file "
+                            "of %llu bytes can hold", f->hdr - 1,
+                            (unsigned long long)count,
+                            plain ? "plain" : "gzip",
+                            (unsigned long long)bytes);
+        }
+    }
     return 0;
 }
 
@@ -236,8 +260,10 @@ static float *pixels_alloc(size_t n)
  * held, and no memory is returned to the system after the pixels are
  * written (on a paravirtualised guest that unmapping made each page's
  * next first touch cost microseconds, which every training batch's
- * gather paid).  A header that lies about a short file costs address
- * space, not memory: the pages past the data are never touched. */
+ * gather paid).  A header that promises more than its file can hold is
+ * refused before the allocation (idx_open); one that lies within that
+ * bound costs address space, not memory: the pages past the data are
+ * never touched. */
 int emu_dataset_load_idx(emu_dataset *d, const char *images_path,
                          const char *labels_path, const char *name,
                          emu_error *err)
