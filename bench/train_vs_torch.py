@@ -27,8 +27,11 @@ if any run fails or disagrees on its step count.
 
 With --threads N (N >= 2) a last column times libemu fp32 with `emu train
 --threads N`, its ratio taken to libemu fp32 on one thread (the same
-training: its results are bit-identical); the whole-process table then
-shows whether the second thread had a core (CPU seconds beside wall).
+training: its results are bit-identical), and the column before it
+PyTorch fp32 on N threads (torch.set_num_threads(N), its ratio to PyTorch
+on one), the scaling a second core gives the reference on the same
+model; the whole-process table then shows whether the second thread had
+a core (CPU seconds beside wall).
 
 Usage: /usr/bin/python3 bench/train_vs_torch.py [--quick] [--steps N |
        --epochs N] [--reps N] [--models mlp,cnn,resnet:1] [--all-stats]
@@ -51,8 +54,9 @@ ROOT = os.path.dirname(HERE)
 # One thread everywhere: OpenBLAS (libemu's fast GEMMs), OpenMP and MKL
 # (PyTorch's intra-op pools).  Set in the children's environment before
 # anything is loaded.
-THREAD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
-              "MKL_NUM_THREADS": "1"}
+# Set to the run's thread count in every child (1 but for the threads
+# columns).
+THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 EMU_PRESETS = ["fp32", "fp16-mpt", "bf16-sr", "fp8-e5m2"]
 TORCH_PRECS = ["fp32", "bf16"]
 MODEL_LABEL = {"mlp": "MLP 784-256-128-10", "cnn": "LeNet CNN (`cnn`)",
@@ -142,7 +146,7 @@ def torch_worker(cfg):
     """Trains once; prints one JSON line."""
     t_start = time.perf_counter()
     import torch
-    torch.set_num_threads(1)
+    torch.set_num_threads(cfg.get("threads", 1))
     torch.set_num_interop_threads(1)
     xs, ys = load_split(cfg["data_dir"], "train", cfg["train_examples"])
     xt, yt = load_split(cfg["data_dir"], "test", cfg["test_examples"])
@@ -209,20 +213,20 @@ def run_measured(cmd, env):
             ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024.0)
 
 
-def child_env():
+def child_env(threads=1):
     env = dict(os.environ)
-    env.update(THREAD_ENV)
+    env.update({k: str(threads) for k in THREAD_ENV})
     return env
 
 
-def run_torch(a, model, prec, seed, steps):
+def run_torch(a, model, prec, seed, steps, threads=1):
     cfg = {"model": model, "prec": prec, "seed": seed, "steps": steps,
            "batch": a.batch, "lr": a.lr, "momentum": a.momentum,
            "data_dir": a.data_dir, "train_examples": a.train_examples,
-           "test_examples": a.test_examples}
+           "test_examples": a.test_examples, "threads": threads}
     cmd = [sys.executable, os.path.abspath(__file__), "--worker",
            json.dumps(cfg)]
-    out, err, rc, wall, cpu, rss = run_measured(cmd, child_env())
+    out, err, rc, wall, cpu, rss = run_measured(cmd, child_env(threads))
     if rc != 0:
         die("PyTorch %s %s (seed %d) failed, exit %d:\n%s" %
             (model, prec, seed, rc, err.strip()))
@@ -275,6 +279,8 @@ def columns(a):
     cols = []
     if not a.emu_only:
         cols += [("torch", p) for p in TORCH_PRECS]
+        if a.threads > 1:
+            cols.insert(1, ("torch-mt", "fp32"))
     if not a.torch_only:
         cols += [("emu", p) for p in EMU_PRESETS]
         if a.threads > 1:  # right after its one-thread column
@@ -302,12 +308,14 @@ def median_of(runs, what):
 def table(results, models, rows_of, cell, threads=1):
     """One markdown table: a row per model (and statistics setting), a
     column per side and precision; cell(runs, torch_fp32_runs) -> text.
-    threads > 1: a last column of libemu fp32 on that many threads, its
-    ratio to libemu fp32 on one (default rows only)."""
+    threads > 1: two last columns, PyTorch fp32 and libemu fp32 on that
+    many threads, each with its ratio to its own one-thread column
+    (default rows only)."""
     keys = [("torch", p) for p in TORCH_PRECS]
     heads = ["model"] + [col_name(k) for k in keys] + \
             [col_name(("emu", p)) for p in EMU_PRESETS]
     if threads > 1:
+        heads.append("PyTorch fp32, %d threads (ratio to 1 thread)" % threads)
         heads.append("libemu fp32, %d threads (ratio to 1 thread)" % threads)
     lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
     for m in models:
@@ -318,9 +326,9 @@ def table(results, models, rows_of, cell, threads=1):
                 runs = results.get((m, key))
                 cells.append(cell(runs, ref if key[0] != "torch" else None)
                              if runs else "–")
-            if threads > 1:
-                runs = results.get((m, ("emu-mt", "fp32")))
-                one = results.get((m, ("emu", "fp32")))
+            for side in ("torch-mt", "emu-mt") if threads > 1 else ():
+                runs = results.get((m, (side, "fp32")))
+                one = results.get((m, (side[:-3], "fp32")))
                 cells.append(cell(runs, one) if runs and emu_side == "emu"
                              else "–")
             lines.append("| " + " | ".join(cells) + " |")
@@ -442,8 +450,9 @@ def main():
                     i += 1
                     side, p = key
                     t0 = time.perf_counter()
-                    if side == "torch":
-                        r = run_torch(a, m, p, seed, steps)
+                    if side in ("torch", "torch-mt"):
+                        r = run_torch(a, m, p, seed, steps,
+                                      a.threads if side == "torch-mt" else 1)
                     else:
                         se = 1 if side == "emu-all" else a.stats_every
                         r = run_emu(a, m, p, seed, steps, epochs, se, tmp,
