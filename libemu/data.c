@@ -139,7 +139,7 @@ static int idx_open(idx_file *f, const char *path, int dims, uint32_t *size,
         gzclose(f->gz);
         return -1;
     }
-    f->count = (size_t)count;
+    f->count = count <= SIZE_MAX ? (size_t)count : SIZE_MAX;
     /* The data array is allocated at the size the header promises, so a
      * promise no file of this size can keep is refused before that: a
      * plain file holds its size less the header, a gzip stream at most
@@ -149,7 +149,8 @@ static int idx_open(idx_file *f, const char *path, int dims, uint32_t *size,
     if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
         const uint64_t bytes = (uint64_t)st.st_size;
         const bool plain = gzdirect(f->gz);
-        const uint64_t most = !plain          ? 1032 * bytes
+        const uint64_t most = !plain ? (bytes > UINT64_MAX / 1032
+                                            ? UINT64_MAX : 1032 * bytes)
                             : bytes > f->hdr ? bytes - f->hdr
                                              : 0;
         if (count > most) {
@@ -275,7 +276,7 @@ int emu_dataset_load_idx(emu_dataset *d, const char *images_path,
     if (idx_open(&fi, images_path, 3, isz, err))
         return -1;
     const size_t n = isz[0];
-    d->x = pixels_alloc(fi.count);
+    d->x = fi.count <= SIZE_MAX / sizeof *d->x ? pixels_alloc(fi.count) : NULL;
     if (!d->x) {
         gzclose(fi.gz);
         return emu_fail(err, EMU_ENOMEM, images_path, "",
