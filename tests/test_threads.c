@@ -324,7 +324,7 @@ START_TEST(test_fast_threads_are_one_sgemm)
                                                b_cs, cc, one), 0);
             for (int threads = 2; threads <= 4; threads++) {
                 const int parts = emu_fast_split_parts(M, N, K, threads);
-                ck_assert((double)parts * EMU_FAST_SPLIT_MACS <=
+                ck_assert((double)parts * emu_fast_split_min() <=
                           (double)M * (double)(N * K));
                 /* where any row may start a block (SkylakeX's kernels),
                  * every shape here splits in two */
@@ -338,6 +338,23 @@ START_TEST(test_fast_threads_are_one_sgemm)
                 ck_assert_msg(memcmp(one, thr, M * N * sizeof *one) == 0,
                               "%zux%zux%zu layout %d threads %d: bits differ",
                               M, N, K, layout, threads);
+                /* the NaN answer of the parts' scans: none here, then a
+                 * NaN in A's last row (the last block's) */
+                bool nan = true;
+                ck_assert_int_eq(emu_gemm_fast_f32_mt_nan(M, N, K, a, a_rs,
+                                                          a_cs, b, b_rs, b_cs,
+                                                          cc, thr, threads,
+                                                          &nan), 0);
+                ck_assert(!nan && memcmp(one, thr, M * N * sizeof *one) == 0);
+                float *last = a + (M - 1) * (size_t)a_rs + (K / 2) * (size_t)a_cs;
+                const float keep = *last;
+                *last = NAN;
+                ck_assert_int_eq(emu_gemm_fast_f32_mt_nan(M, N, K, a, a_rs,
+                                                          a_cs, b, b_rs, b_cs,
+                                                          cc, thr, threads,
+                                                          &nan), 0);
+                *last = keep;
+                ck_assert(nan && emu_any_nan(thr, M * N));
             }
         }
         free(a);
@@ -349,7 +366,11 @@ START_TEST(test_fast_threads_are_one_sgemm)
     /* too small for two blocks: one call */
     ck_assert_int_eq(emu_fast_split_parts(64, 10, 128, 8), 1);
     ck_assert_int_eq(emu_fast_split_parts(2, 1000, 1000, 2), 1);
-    ck_assert_int_eq(emu_fast_split_parts(64, 125, 250, 2), 1);
+    if (emu_fast_split_min() == EMU_FAST_SPLIT_MACS) /* small kernels */
+        ck_assert_int_eq(emu_fast_split_parts(64, 125, 250, 2), 1);
+    else /* none: blocks of 28 rows or more (875,000 terms) do */
+        ck_assert_int_eq(emu_fast_split_parts(64, 125, 250, 2), 2);
+    ck_assert_int_eq(emu_fast_split_parts(64, 10, 128, 2), 1);
 }
 END_TEST
 
