@@ -14,12 +14,18 @@
  * in parts, and max pooling's backward pass (checks, scatter, commit),
  * against one thread.
  */
+#define _POSIX_C_SOURCE 200809L /* fork, waitpid */
+
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <emu/extend.h>
 #include <emu/ops.h>
@@ -585,12 +591,77 @@ START_TEST(test_pool_runs_every_part)
 }
 END_TEST
 
+/* After fork() the child, which has none of the parent's threads, runs
+ * its jobs on workers of its own (the pool's atfork handler), even when
+ * it was forked from inside a part, the parent's pool busy with that job
+ * and its lock perhaps held by the parent's other thread.  Part 0 of each
+ * of the child's jobs waits (up to 5 s) for part 1 to start, which only
+ * another thread can do: a child running its jobs inline, as on a busy
+ * pool, would time out, one whose lock stayed locked would hang (until
+ * its alarm). */
+typedef struct rendezvous {
+    int started;
+    int met;
+} rendezvous;
+
+static void rendezvous_part(void *p, int t, int T)
+{
+    (void)T;
+    rendezvous *r = p;
+    if (t == 1) {
+        __atomic_store_n(&r->started, 1, __ATOMIC_RELEASE);
+        return;
+    }
+    const struct timespec pause = { 0, 100000 };
+    for (int i = 0; i < 50000 && !r->met; i++) {
+        if (__atomic_load_n(&r->started, __ATOMIC_ACQUIRE))
+            r->met = 1;
+        else
+            nanosleep(&pause, NULL);
+    }
+}
+
+static void fork_part(void *p, int t, int T)
+{
+    (void)T;
+    if (t != 1)
+        return;
+    const pid_t pid = fork();
+    if (pid == 0) {
+        alarm(60); /* a child hung on the parent's lock dies, and fails */
+        int bad = 0;
+        for (int job = 0; job < 20; job++) {
+            rendezvous r = { 0, 0 };
+            emu_pool_run(2, rendezvous_part, &r);
+            bad |= !r.met;
+        }
+        _exit(bad);
+    }
+    *(pid_t *)p = pid;
+}
+
+START_TEST(test_pool_after_fork)
+{
+    pid_t pid = -1;
+    emu_pool_run(2, fork_part, &pid);
+    ck_assert(pid > 0);
+    int status = 0;
+    ck_assert(waitpid(pid, &status, 0) == pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "the forked child's jobs ran on one thread");
+    rendezvous r = { 0, 0 }; /* and the parent's pool still runs */
+    emu_pool_run(2, rendezvous_part, &r);
+    ck_assert(r.met);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("threads");
     TCase *tc = tcase_create("threads");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_pool_runs_every_part);
+    tcase_add_test(tc, test_pool_after_fork);
     tcase_add_test(tc, test_commit_threads_opt_in);
     tcase_add_test(tc, test_commit_threads_arrays);
     tcase_add_test(tc, test_commit_threads_fill);
