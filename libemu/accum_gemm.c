@@ -3020,10 +3020,13 @@ int emu_gemm_fast_f32(size_t M, size_t N, size_t K,
  * own dot product, summed in an order that depends on K and not on the
  * rows around it (the blocked im2row of ops_conv.c relies on the same),
  * with two exceptions.  The small-matrix kernels OpenBLAS 0.3 uses on
- * x86-64 up to 10^6 multiply-adds: a GEMM is split only into blocks of at
- * least EMU_FAST_SPLIT_MACS each, one more than that, so that no block
- * runs through them, and a GEMM the one-thread call would run through
- * them is never split.  And the kernels' edges: sgemm's rows (the
+ * some x86-64 cores (SkylakeX's) up to 10^6 multiply-adds: a GEMM is
+ * split only into blocks of at least EMU_FAST_SPLIT_MACS each, one more
+ * than that, so that no block runs through them, and a GEMM the
+ * one-thread call would run through them is never split; unless a trial
+ * (small_blocks_ok) finds that blocks under that size give the one call's
+ * bits, as on the Haswell and Zen kernels, which have none: then blocks
+ * of EMU_FAST_SPLIT_SMALL do.  And the kernels' edges: sgemm's rows (the
  * column-major kernel's columns) go through its micro-kernel in panels of
  * a few (12 for the Haswell kernels OpenBLAS 0.3.21 runs on AMD EPYC, where
  * a split at row 32 of 64 changes the bits of both halves), and the

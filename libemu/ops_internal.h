@@ -153,12 +153,12 @@ int emu_gemm_fast_f32(size_t M, size_t N, size_t K,
                       const double *c, float *out);
 
 /* The same on `threads` threads (the library's pool): rows split into
- * blocks of at least EMU_FAST_SPLIT_MACS multiply-adds, one sgemm each,
- * whose bits are those of the one call (see accum_gemm.c); a GEMM too
- * small for two such blocks is the one call.  emu_fast_split_parts: how
- * many blocks.  The threshold is the first size past OpenBLAS's
- * small-matrix kernels (10^6 multiply-adds and fewer), so that the MLP's
- * 64x128x256 GEMMs split in two too. */
+ * blocks of at least EMU_FAST_SPLIT_MACS multiply-adds (or
+ * EMU_FAST_SPLIT_SMALL, below), one sgemm each, whose bits are those of
+ * the one call (see accum_gemm.c); a GEMM too small for two such blocks
+ * is the one call.  emu_fast_split_parts: how many blocks.  The threshold
+ * is the first size past OpenBLAS's small-matrix kernels (10^6
+ * multiply-adds and fewer). */
 #define EMU_FAST_SPLIT_MACS 1000001.0
 int emu_gemm_fast_f32_mt(size_t M, size_t N, size_t K,
                          const float *a, ptrdiff_t a_rs, ptrdiff_t a_cs,
