@@ -16,6 +16,12 @@ else.  The steps are told apart by the batch gather (gather_part), the
 first job of an image model's step; --skip N leaves out the first N steps
 (their pages fault in).  The evaluation's jobs after the last step's
 gather are counted in its step: run with a small --test-examples.
+
+--sequence adds a table of a step's jobs in their order (steps with the
+most common job count), medians over the steps: the serial stretch before
+each job (wall, and the main thread's CPU), its wall time and its parts'
+CPU time, then the stretch after the last job.  It says which op a serial
+stretch belongs to, where the per-function table sums them.
 """
 import argparse
 import bisect
@@ -98,6 +104,7 @@ def main():
     ap.add_argument("exe")
     ap.add_argument("--skip", type=int, default=2)
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--sequence", action="store_true")
     a = ap.parse_args()
     anchor, jobs = read(a.trace)
     r = Resolver(a.exe, anchor)
@@ -189,6 +196,37 @@ def main():
           "thread's part CPU over an even share; extra: parts the caller ran "
           "because no worker had claimed them; before: the main thread's CPU "
           "time outside any job since the job before)")
+    if a.sequence:
+        sequence(r, top, gathers[a.skip:])
+
+
+def sequence(r, top, gathers):
+    """The per-position table of --sequence."""
+    import statistics
+    steps = [top[g0:g1] for g0, g1 in zip(gathers, gathers[1:])]
+    nxt = [top[g1] for g1 in gathers[1:]]
+    n = collections.Counter(len(s) for s in steps).most_common(1)[0][0]
+    keep = [(s, x) for s, x in zip(steps, nxt) if len(s) == n]
+    us = 1e-3
+    print()
+    print("a step's %d jobs in order (medians over %d steps, us): the main "
+          "thread's time before the job (wall, CPU), the job's wall time, "
+          "its parts' CPU time" % (n, len(keep)))
+    print("%3s %-22s %2s %9s %9s %9s %9s" % ("#", "part function", "T",
+                                            "gap.wall", "gap.cpu", "wall",
+                                            "partcpu"))
+    for k in range(n):
+        med = statistics.median
+        gw = med(s[k]["start"] - s[k - 1]["end"] if k else 0 for s, _ in keep)
+        gc = med(s[k]["cpu0"] - s[k - 1]["cpu1"] if k else 0 for s, _ in keep)
+        w = med(s[k]["end"] - s[k]["start"] for s, _ in keep)
+        pc = med(sum(p[3] for p in s[k]["parts"]) for s, _ in keep)
+        print("%3d %-22s %2d %9.1f %9.1f %9.1f %9.1f" %
+              (k, r.name(keep[0][0][k]["fn"])[:22], keep[0][0][k]["T"],
+               gw * us, gc * us, w * us, pc * us))
+    tw = statistics.median(x["start"] - s[-1]["end"] for s, x in keep)
+    tc = statistics.median(x["cpu0"] - s[-1]["cpu1"] for s, x in keep)
+    print("after the last job: %.1f us wall, %.1f CPU" % (tw * us, tc * us))
 
 
 if __name__ == "__main__":

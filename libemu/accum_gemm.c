@@ -3020,10 +3020,13 @@ int emu_gemm_fast_f32(size_t M, size_t N, size_t K,
  * own dot product, summed in an order that depends on K and not on the
  * rows around it (the blocked im2row of ops_conv.c relies on the same),
  * with two exceptions.  The small-matrix kernels OpenBLAS 0.3 uses on
- * x86-64 up to 10^6 multiply-adds: a GEMM is split only into blocks of at
- * least EMU_FAST_SPLIT_MACS each, one more than that, so that no block
- * runs through them, and a GEMM the one-thread call would run through
- * them is never split.  And the kernels' edges: sgemm's rows (the
+ * some x86-64 cores (SkylakeX's) up to 10^6 multiply-adds: a GEMM is
+ * split only into blocks of at least EMU_FAST_SPLIT_MACS each, one more
+ * than that, so that no block runs through them, and a GEMM the
+ * one-thread call would run through them is never split; unless a trial
+ * (small_blocks_ok) finds that blocks under that size give the one call's
+ * bits, as on the Haswell and Zen kernels, which have none: then blocks
+ * of EMU_FAST_SPLIT_SMALL do.  And the kernels' edges: sgemm's rows (the
  * column-major kernel's columns) go through its micro-kernel in panels of
  * a few (12 for the Haswell kernels OpenBLAS 0.3.21 runs on AMD EPYC, where
  * a split at row 32 of 64 changes the bits of both halves), and the
@@ -3037,7 +3040,9 @@ typedef struct fast_split {
     const gemm_job *g;
     float *out;
     size_t granule;
+    bool scan;                /* each part scans its rows for a NaN     */
     int rc[EMU_POOL_MAX];
+    bool nan[EMU_POOL_MAX];
 } fast_split;
 
 /* The first row of block t of T (t = T: M), a multiple of g nearest to
@@ -3061,6 +3066,10 @@ static void fast_part(void *p, int t, int T)
     b.a = g->a + (ptrdiff_t)r0 * g->a_rs;
     b.c = g->c ? g->c + r0 * g->N : NULL;
     fs->rc[t] = gemm_fast_f32_pin(&b, fs->out + r0 * g->N, false);
+    /* the caller's NaN question, asked of the block while its rows are
+     * still in this core's cache, and on both threads */
+    fs->nan[t] = fs->scan && !fs->rc[t] &&
+                 emu_any_nan(fs->out + r0 * g->N, b.M * g->N);
 }
 
 /* The probe: M x K times K x N, row-major, every block of every trial
@@ -3133,14 +3142,77 @@ size_t emu_fast_row_granule(void)
     return emu_probe_once(&cached, probe_granule);
 }
 
+/* Whether blocks under the small-matrix limit give the one call's bits:
+ * GEMMs of 1.6 * 10^6 multiply-adds (past the limit: the one call is the
+ * large kernels') cut into blocks of g rows (4 * 10^5 each, under it), in
+ * the four layouts, one shape with a long K and one with a short one.
+ * OpenBLAS 0.3.21's Haswell and Zen kernels (what this machine runs) have
+ * no small-matrix path and pass; SkylakeX's takes such blocks in the
+ * layouts it permits (all with A not transposed) and fails. */
+static bool small_blocks_ok(size_t g)
+{
+    const size_t M = 4 * (g < 2 ? 2 : g);
+    const size_t shape[2][2] = { { 128, 1600000 / (M * 128) + 1 },
+                                 { 1600000 / (M * 64) + 1, 64 } };
+    bool ok = true;
+    for (int s = 0; ok && s < 2; s++) {
+        const size_t N = shape[s][0], K = shape[s][1];
+        float *a = malloc(M * K * sizeof *a), *b = malloc(K * N * sizeof *b);
+        float *w = malloc(2 * M * N * sizeof *w);
+        ok = a && b && w;
+        uint64_t x = 0x2545f4914f6cdd1du;
+        for (size_t i = 0; ok && i < M * K + K * N; i++) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            float v = ldexpf((float)(x >> 40) * 0x1p-24f, -(int)(x >> 36 & 7));
+            (i < M * K ? a : b)[i < M * K ? i : i - M * K] =
+                x >> 35 & 1 ? -v : v;
+        }
+        for (int l = 0; ok && l < 4; l++) {
+            const bool ta = l & 1, tb = l & 2;
+            const ptrdiff_t a_rs = ta ? 1 : (ptrdiff_t)K;
+            const ptrdiff_t a_cs = ta ? (ptrdiff_t)M : 1;
+            const ptrdiff_t b_rs = tb ? 1 : (ptrdiff_t)N;
+            const ptrdiff_t b_cs = tb ? (ptrdiff_t)K : 1;
+            float *whole = w, *part = w + M * N;
+            ok = !emu_gemm_fast_f32(M, N, K, a, a_rs, a_cs, b, b_rs, b_cs,
+                                    NULL, whole);
+            for (size_t r = 0; ok && r < M; r += M / 4)
+                ok = !emu_gemm_fast_f32(M / 4, N, K, a + (ptrdiff_t)r * a_rs,
+                                        a_rs, a_cs, b, b_rs, b_cs, NULL,
+                                        part + r * N);
+            ok = ok && memcmp(whole, part, M * N * sizeof *part) == 0;
+        }
+        free(a);
+        free(b);
+        free(w);
+    }
+    return ok;
+}
+
+static size_t probe_split_min(void)
+{
+    const size_t g = emu_fast_row_granule();
+    return g && small_blocks_ok(g) ? EMU_FAST_SPLIT_SMALL
+                                   : (size_t)EMU_FAST_SPLIT_MACS;
+}
+
+double emu_fast_split_min(void)
+{
+    static atomic_size_t cached = SIZE_MAX;
+    return (double)emu_probe_once(&cached, probe_split_min);
+}
+
 /* Whether every block of M rows in T is of two rows or more (later
  * OpenBLAS releases hand a one-row GEMM to their GEMV kernels, which sum
  * in another order) and past the small-matrix kernels. */
-static bool fast_blocks_ok(size_t M, double nk, size_t g, int T)
+static bool fast_blocks_ok(size_t M, double nk, size_t g, int T,
+                           double min)
 {
     for (int t = 0; t < T; t++) {
         const size_t rows = fast_row(M, g, t + 1, T) - fast_row(M, g, t, T);
-        if (rows < 2 || (double)rows * nk < EMU_FAST_SPLIT_MACS)
+        if (rows < 2 || (double)rows * nk < min)
             return false;
     }
     return true;
@@ -3151,12 +3223,13 @@ int emu_fast_split_parts(size_t M, size_t N, size_t K, int threads)
     const double nk = (double)N * (double)K;
     int T = threads < 1 ? 1 : threads > EMU_POOL_MAX ? EMU_POOL_MAX : threads;
     /* no probe for what cannot be split anyway */
-    if (T <= 1 || (double)M * nk < 2 * EMU_FAST_SPLIT_MACS || M < 4)
+    if (T <= 1 || (double)M * nk < 2 * EMU_FAST_SPLIT_SMALL || M < 4)
         return 1;
     const size_t g = emu_fast_row_granule();
     if (!g)
         return 1;
-    while (T > 1 && !fast_blocks_ok(M, nk, g, T))
+    const double min = emu_fast_split_min();
+    while (T > 1 && !fast_blocks_ok(M, nk, g, T, min))
         T--;
     return T;
 }
@@ -3166,20 +3239,40 @@ int emu_gemm_fast_f32_mt(size_t M, size_t N, size_t K,
                          const float *b, ptrdiff_t b_rs, ptrdiff_t b_cs,
                          const double *c, float *out, int threads)
 {
+    return emu_gemm_fast_f32_mt_nan(M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c,
+                                    out, threads, NULL);
+}
+
+int emu_gemm_fast_f32_mt_nan(size_t M, size_t N, size_t K,
+                             const float *a, ptrdiff_t a_rs, ptrdiff_t a_cs,
+                             const float *b, ptrdiff_t b_rs, ptrdiff_t b_cs,
+                             const double *c, float *out, int threads,
+                             bool *any_nan)
+{
     static const emu_accum fast = { .kind = EMU_ACCUM_FAST };
     gemm_job g = { &fast, M, N, K, a, b, a_rs, a_cs, b_rs, b_cs, c, NULL,
                    NULL, 0, 0, 0 };
+    if (any_nan)
+        *any_nan = false;
     if (M == 0 || N == 0)
         return 0;
     const int T = K ? emu_fast_split_parts(M, N, K, threads) : 1;
-    if (T == 1)
-        return gemm_fast_f32(&g, out);
+    if (T == 1) {
+        const int rc = gemm_fast_f32(&g, out);
+        if (any_nan && !rc)
+            *any_nan = emu_any_nan(out, M * N);
+        return rc;
+    }
     emu_gemm_fast_pin();
-    fast_split fs = { .g = &g, .out = out, .granule = emu_fast_row_granule() };
+    fast_split fs = { .g = &g, .out = out, .granule = emu_fast_row_granule(),
+                      .scan = any_nan != NULL };
     emu_pool_run(T, fast_part, &fs);
-    for (int t = 0; t < T; t++)
+    for (int t = 0; t < T; t++) {
         if (fs.rc[t])
             return -1;
+        if (any_nan && fs.nan[t])
+            *any_nan = true;
+    }
     return 0;
 }
 

@@ -153,18 +153,33 @@ int emu_gemm_fast_f32(size_t M, size_t N, size_t K,
                       const double *c, float *out);
 
 /* The same on `threads` threads (the library's pool): rows split into
- * blocks of at least EMU_FAST_SPLIT_MACS multiply-adds, one sgemm each,
- * whose bits are those of the one call (see accum_gemm.c); a GEMM too
- * small for two such blocks is the one call.  emu_fast_split_parts: how
- * many blocks.  The threshold is the first size past OpenBLAS's
- * small-matrix kernels (10^6 multiply-adds and fewer), so that the MLP's
- * 64x128x256 GEMMs split in two too. */
+ * blocks of at least EMU_FAST_SPLIT_MACS multiply-adds (or
+ * EMU_FAST_SPLIT_SMALL, below), one sgemm each, whose bits are those of
+ * the one call (see accum_gemm.c); a GEMM too small for two such blocks
+ * is the one call.  emu_fast_split_parts: how many blocks.  The threshold
+ * is the first size past OpenBLAS's small-matrix kernels (10^6
+ * multiply-adds and fewer). */
 #define EMU_FAST_SPLIT_MACS 1000001.0
 int emu_gemm_fast_f32_mt(size_t M, size_t N, size_t K,
                          const float *a, ptrdiff_t a_rs, ptrdiff_t a_cs,
                          const float *b, ptrdiff_t b_rs, ptrdiff_t b_cs,
                          const double *c, float *out, int threads);
+/* The same, and *any_nan: whether an output is NaN (each block scanned
+ * by the part that computed it, so the scan runs on the threads too). */
+int emu_gemm_fast_f32_mt_nan(size_t M, size_t N, size_t K,
+                             const float *a, ptrdiff_t a_rs, ptrdiff_t a_cs,
+                             const float *b, ptrdiff_t b_rs, ptrdiff_t b_cs,
+                             const double *c, float *out, int threads,
+                             bool *any_nan);
 int emu_fast_split_parts(size_t M, size_t N, size_t K, int threads);
+/* Where OpenBLAS has no small-matrix kernels (found by trial once per
+ * process: blocks of ~4 * 10^5 multiply-adds giving the one call's bits in
+ * every layout), a block needs only EMU_FAST_SPLIT_SMALL multiply-adds,
+ * what a pool job's few microseconds are worth: the MLP's 64x128x256
+ * GEMMs then split too.  emu_fast_split_min: the block minimum in force
+ * (EMU_FAST_SPLIT_MACS or EMU_FAST_SPLIT_SMALL). */
+#define EMU_FAST_SPLIT_SMALL 262144
+double emu_fast_split_min(void);
 /* The rows the blocks start on are multiples of this (the width of
  * sgemm's row panels, found once per process by trial; 0: none found,
  * no GEMM is split). */

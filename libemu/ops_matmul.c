@@ -329,17 +329,21 @@ static int mm_run(emu_ctx *ctx, const char *site, const char *kind, int nd,
     memset(&counts, 0, sizeof counts);
     const uint64_t stream = emu_ctx_stream(ctx) ^ ACCUM_STREAM_TAG;
     int rc = 0;
+    bool out_nan = false; /* the fast model's: a NaN among the products */
     for (size_t bt = 0; bt < m.batch && rc == 0; bt++) {
         const float *ab = m.a + bt * m.M * m.K, *bb = m.b + bt * m.K * m.N;
         const double *cb = c0 ? c0 + bt * mn : NULL;
-        rc = fast ? emu_gemm_fast_f32_mt(m.M, m.N, m.K, ab, m.a_rs, m.a_cs,
-                                         bb, m.b_rs, m.b_cs, cb, p32 + bt * mn,
-                                         ctx->threads)
+        bool bt_nan = false;
+        rc = fast ? emu_gemm_fast_f32_mt_nan(m.M, m.N, m.K, ab, m.a_rs,
+                                             m.a_cs, bb, m.b_rs, m.b_cs, cb,
+                                             p32 + bt * mn, ctx->threads,
+                                             &bt_nan)
                   : emu_gemm_accum_ex(model, m.M, m.N, m.K, ab, m.a_rs,
                                       m.a_cs, bb, m.b_rs, m.b_cs, cb,
                                       hi + bt * mn, exact ? lo + bt * mn : NULL,
                                       ctx->seed, stream, bt * mn,
                                       swamp ? &counts : NULL, ctx->threads);
+        out_nan |= bt_nan;
     }
     free(c0);
     if (rc) {
@@ -365,7 +369,7 @@ static int mm_run(emu_ctx *ctx, const char *site, const char *kind, int nd,
     /* NaN outputs: their inputs' NaNs from flags per row and column, or,
      * when every output's inputs held one, no question asked. */
     bool all_nan = false;
-    if ((fast ? emu_any_nan(p32, n) : emu_any_nan64(hi, n)) &&
+    if ((fast ? out_nan : emu_any_nan64(hi, n)) &&
         mm_nan_flags(&m, &all_nan)) {
         rc = emu_ctx_failc(ctx, EMU_ENOMEM, site, "out of memory for %zu "
                            "NaN flags", m.batch * (m.M + m.N));

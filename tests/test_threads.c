@@ -14,12 +14,18 @@
  * in parts, and max pooling's backward pass (checks, scatter, commit),
  * against one thread.
  */
+#define _POSIX_C_SOURCE 200809L /* fork, waitpid */
+
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <emu/extend.h>
 #include <emu/ops.h>
@@ -324,7 +330,7 @@ START_TEST(test_fast_threads_are_one_sgemm)
                                                b_cs, cc, one), 0);
             for (int threads = 2; threads <= 4; threads++) {
                 const int parts = emu_fast_split_parts(M, N, K, threads);
-                ck_assert((double)parts * EMU_FAST_SPLIT_MACS <=
+                ck_assert((double)parts * emu_fast_split_min() <=
                           (double)M * (double)(N * K));
                 /* where any row may start a block (SkylakeX's kernels),
                  * every shape here splits in two */
@@ -338,6 +344,23 @@ START_TEST(test_fast_threads_are_one_sgemm)
                 ck_assert_msg(memcmp(one, thr, M * N * sizeof *one) == 0,
                               "%zux%zux%zu layout %d threads %d: bits differ",
                               M, N, K, layout, threads);
+                /* the NaN answer of the parts' scans: none here, then a
+                 * NaN in A's last row (the last block's) */
+                bool nan = true;
+                ck_assert_int_eq(emu_gemm_fast_f32_mt_nan(M, N, K, a, a_rs,
+                                                          a_cs, b, b_rs, b_cs,
+                                                          cc, thr, threads,
+                                                          &nan), 0);
+                ck_assert(!nan && memcmp(one, thr, M * N * sizeof *one) == 0);
+                float *last = a + (M - 1) * (size_t)a_rs + (K / 2) * (size_t)a_cs;
+                const float keep = *last;
+                *last = NAN;
+                ck_assert_int_eq(emu_gemm_fast_f32_mt_nan(M, N, K, a, a_rs,
+                                                          a_cs, b, b_rs, b_cs,
+                                                          cc, thr, threads,
+                                                          &nan), 0);
+                *last = keep;
+                ck_assert(nan && emu_any_nan(thr, M * N));
             }
         }
         free(a);
@@ -349,7 +372,11 @@ START_TEST(test_fast_threads_are_one_sgemm)
     /* too small for two blocks: one call */
     ck_assert_int_eq(emu_fast_split_parts(64, 10, 128, 8), 1);
     ck_assert_int_eq(emu_fast_split_parts(2, 1000, 1000, 2), 1);
-    ck_assert_int_eq(emu_fast_split_parts(64, 125, 250, 2), 1);
+    if (emu_fast_split_min() == EMU_FAST_SPLIT_MACS) /* small kernels */
+        ck_assert_int_eq(emu_fast_split_parts(64, 125, 250, 2), 1);
+    else /* none: blocks of 28 rows or more (875,000 terms) do */
+        ck_assert_int_eq(emu_fast_split_parts(64, 125, 250, 2), 2);
+    ck_assert_int_eq(emu_fast_split_parts(64, 10, 128, 2), 1);
 }
 END_TEST
 
@@ -564,12 +591,77 @@ START_TEST(test_pool_runs_every_part)
 }
 END_TEST
 
+/* After fork() the child, which has none of the parent's threads, runs
+ * its jobs on workers of its own (the pool's atfork handler), even when
+ * it was forked from inside a part, the parent's pool busy with that job
+ * and its lock perhaps held by the parent's other thread.  Part 0 of each
+ * of the child's jobs waits (up to 5 s) for part 1 to start, which only
+ * another thread can do: a child running its jobs inline, as on a busy
+ * pool, would time out, one whose lock stayed locked would hang (until
+ * its alarm). */
+typedef struct rendezvous {
+    int started;
+    int met;
+} rendezvous;
+
+static void rendezvous_part(void *p, int t, int T)
+{
+    (void)T;
+    rendezvous *r = p;
+    if (t == 1) {
+        __atomic_store_n(&r->started, 1, __ATOMIC_RELEASE);
+        return;
+    }
+    const struct timespec pause = { 0, 100000 };
+    for (int i = 0; i < 50000 && !r->met; i++) {
+        if (__atomic_load_n(&r->started, __ATOMIC_ACQUIRE))
+            r->met = 1;
+        else
+            nanosleep(&pause, NULL);
+    }
+}
+
+static void fork_part(void *p, int t, int T)
+{
+    (void)T;
+    if (t != 1)
+        return;
+    const pid_t pid = fork();
+    if (pid == 0) {
+        alarm(60); /* a child hung on the parent's lock dies, and fails */
+        int bad = 0;
+        for (int job = 0; job < 20; job++) {
+            rendezvous r = { 0, 0 };
+            emu_pool_run(2, rendezvous_part, &r);
+            bad |= !r.met;
+        }
+        _exit(bad);
+    }
+    *(pid_t *)p = pid;
+}
+
+START_TEST(test_pool_after_fork)
+{
+    pid_t pid = -1;
+    emu_pool_run(2, fork_part, &pid);
+    ck_assert(pid > 0);
+    int status = 0;
+    ck_assert(waitpid(pid, &status, 0) == pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "the forked child's jobs ran on one thread");
+    rendezvous r = { 0, 0 }; /* and the parent's pool still runs */
+    emu_pool_run(2, rendezvous_part, &r);
+    ck_assert(r.met);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("threads");
     TCase *tc = tcase_create("threads");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_pool_runs_every_part);
+    tcase_add_test(tc, test_pool_after_fork);
     tcase_add_test(tc, test_commit_threads_opt_in);
     tcase_add_test(tc, test_commit_threads_arrays);
     tcase_add_test(tc, test_commit_threads_fill);
