@@ -2346,15 +2346,15 @@ static bool scale_exact32(const float *x, size_t n, double alpha)
     enum { RUN = 64 };
     uint32_t lo = UINT32_MAX, hi = 0; /* min |x| - 1 (0 wraps), max |x| */
     size_t i = 0;
-    for (; i + RUN <= n; i += RUN) {
-        uint32_t u[RUN];
-        memcpy(u, x + i, sizeof u);
-        for (int k = 0; k < RUN; k++) {
-            const uint32_t m = u[k] & 0x7fffffffu, m1 = m - 1;
+    for (; i + RUN <= n; i += RUN)
+        for (size_t k = i; k < i + RUN; k++) {
+            uint32_t m;
+            memcpy(&m, x + k, sizeof m);
+            m &= 0x7fffffffu;
+            const uint32_t m1 = m - 1;
             lo = m1 < lo ? m1 : lo;
             hi = m > hi ? m : hi;
         }
-    }
     for (; i < n; i++) {
         uint32_t m;
         memcpy(&m, x + i, sizeof m);
