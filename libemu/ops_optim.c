@@ -692,10 +692,14 @@ int emu_t_sgd_update(emu_ctx *ctx, const char *site, emu_tensor *w,
      * that answer is no for each, and v itself serves as v0: read at an
      * element's own index before its new value is stored, then asking
      * isnan of the new value, which sgd_had_nan asks anyway.  Otherwise
-     * (or rather than scan it twice) a copy. */
+     * (or rather than scan it twice) a copy.  With momentum the scan is
+     * not needed either: an old NaN makes the new velocity NaN (m v0 is
+     * NaN, and rounding keeps a NaN in a format that has one), so the new
+     * value answers for the old one. */
     const float *w0 = w->data;
     float *v0 = NULL;
-    if (v && !emu_any_nan(v->data, v->n)) {
+    const bool nan_kept = v && o->momentum != 0.0f && v->fmt.has_nan;
+    if (v && (nan_kept || !emu_any_nan(v->data, v->n))) {
         v0 = v->data;
     } else if (v && !(v0 = copy_of(ctx, site, v))) {
         free(t);

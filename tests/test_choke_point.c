@@ -3242,12 +3242,63 @@ START_TEST(test_loss_chunks)
 }
 END_TEST
 
+/* emu_site_stats_merge adds every field, and skips the count arrays that
+ * are all zero in the source (most commits' histograms): merges of
+ * sources with zero and non-zero arrays in every combination, against the
+ * field-by-field sums. */
+START_TEST(test_stats_merge)
+{
+    static emu_site_stats a, b, want;
+    uint64_t *const arr_a[] = { a.lost_bits, a.hist_exact, a.hist_rounded,
+                                a.hist_scale, a.ulp_hist, a.rel_hist };
+    uint64_t *const arr_b[] = { b.lost_bits, b.hist_exact, b.hist_rounded,
+                                b.hist_scale, b.ulp_hist, b.rel_hist };
+    uint64_t *const arr_w[] = { want.lost_bits, want.hist_exact,
+                                want.hist_rounded, want.hist_scale,
+                                want.ulp_hist, want.rel_hist };
+    const size_t len[] = { EMU_LOST_BINS, EMU_HIST_BINS, EMU_HIST_BINS,
+                           EMU_HIST_BINS, EMU_ULPERR_BINS, EMU_RELERR_BINS };
+    enum { N_ARR = 6 };
+    uint64_t x = 0x5eed;
+    memset(&a, 0, sizeof a);
+    for (int k = 0; k < N_ARR; k++)
+        for (size_t i = 0; i < len[k]; i++)
+            arr_a[k][i] = (x = x * 6364136223846793005u + 1) >> 40;
+    a.results = 7;
+    a.ulp_max = 0.25;
+    for (unsigned combo = 0; combo < 1u << N_ARR; combo++) {
+        memset(&b, 0, sizeof b);
+        b.results = combo + 1;
+        b.ulp_max = combo % 3 ? 0.5 : 0.0;
+        for (int k = 0; k < N_ARR; k++) {
+            if (!(combo >> k & 1))
+                continue;
+            /* one bin only, or many, and a modulo-2^64 "negative" one */
+            const size_t i = (combo * 37u + (unsigned)k) % len[k];
+            arr_b[k][i] = combo & 8 ? ~(uint64_t)0 : combo + 3;
+            if (combo & 16)
+                for (size_t j = 0; j < len[k]; j += 5)
+                    arr_b[k][j] += j + 1;
+        }
+        want = a;
+        want.results += b.results;
+        want.ulp_max = fmax(a.ulp_max, b.ulp_max);
+        for (int k = 0; k < N_ARR; k++)
+            for (size_t i = 0; i < len[k]; i++)
+                arr_w[k][i] += arr_b[k][i];
+        emu_site_stats_merge(&a, &b);
+        ck_assert(memcmp(&a, &want, sizeof a) == 0);
+    }
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("choke_point");
     TCase *tc = tcase_create("commit");
     tcase_set_timeout(tc, 0);
     tcase_add_test(tc, test_counts_by_hand);
+    tcase_add_test(tc, test_stats_merge);
     tcase_add_test(tc, test_histograms_random);
     tcase_add_test(tc, test_hist_bins_from_bits);
     tcase_add_test(tc, test_commit_carrier);

@@ -1368,6 +1368,88 @@ START_TEST(test_relu_runs)
 }
 END_TEST
 
+/* emu_t_scale by a power of two takes the binary32 fill when every
+ * product is a binary32 value (scale_exact32).  Against emu_t_mul by a
+ * tensor holding alpha, which forms the products in binary64 (the path
+ * scale takes otherwise): the same results and every statistic, for
+ * alphas up and down, inputs with and without values that leave the
+ * range (which send scale to the binary64 path), in every rounding, into
+ * a narrow format and binary32. */
+START_TEST(test_scale_pow2)
+{
+    enum { N = 3 * 1024 + 77 };
+    const float alphas[] = { 0.5f, 0x1p-7f, 0x1p-24f, 1.0f, 4.0f, 0x1p20f,
+                             0.75f, -0x1p-3f };
+    const char *outs[] = { "binary16", "e5m2", "binary32" };
+    const emu_format *f32 = test_format("binary32");
+    test_rng g = test_rng_make(0x5ca1e);
+    emu_tensor x, al, y1, y2;
+    make(&x, f32, N, "x");
+    make(&al, f32, N, "alpha");
+    for (int data = 0; data < 3; data++) {
+        for (size_t i = 0; i < N; i++) {
+            /* gradients: binary16 magnitudes around 2^-20 .. 2^10 */
+            const int e = (int)test_below(&g, 31) - 20;
+            const float m = 1.0f + (float)test_below(&g, 1024) / 1024.0f;
+            x.data[i] = ldexpf(test_below(&g, 2) ? -m : m, e);
+            if (test_below(&g, 16) == 0)
+                x.data[i] = 0.0f;
+        }
+        if (data == 1) { /* tiny and huge values: the binary64 path */
+            x.data[5] = 0x1p-140f;
+            x.data[9] = -0x1.8p120f;
+        } else if (data == 2) { /* a NaN and an inf */
+            x.data[3] = NAN;
+            x.data[N - 1] = -INFINITY;
+        }
+        for (size_t a = 0; a < sizeof alphas / sizeof *alphas; a++) {
+            for (size_t i = 0; i < N; i++)
+                al.data[i] = alphas[a];
+            for (int o = 0; o < 3; o++) {
+                const emu_format *of = test_format(outs[o]);
+                make(&y1, of, N, "y1");
+                make(&y2, of, N, "y2");
+                for (int r = 0; r < N_ROUNDINGS; r++) {
+                    emu_stats s1, s2;
+                    emu_stats_init(&s1);
+                    emu_stats_init(&s2);
+                    emu_ctx c1, c2;
+                    emu_ctx_init(&c1, 21);
+                    emu_ctx_init(&c2, 21);
+                    c1.stats = &s1;
+                    c2.stats = &s2;
+                    ck_assert_int_eq(emu_t_scale(&c1, "s", &y1, alphas[a], &x,
+                                                 &roundings[r]), 0);
+                    ck_assert_int_eq(emu_t_mul(&c2, "s", &y2, &x, &al,
+                                               &roundings[r]), 0);
+                    for (size_t i = 0; i < N; i++)
+                        ck_assert_msg(test_same(y1.data[i], y2.data[i]),
+                                      "scale %a into %s, rounding %d, data "
+                                      "%d: [%zu] %a: %a, mul gives %a",
+                                      (double)alphas[a], outs[o], r, data, i,
+                                      (double)x.data[i], (double)y1.data[i],
+                                      (double)y2.data[i]);
+                    const emu_site *t1 = emu_stats_find_name(&s1, "s"),
+                                   *t2 = emu_stats_find_name(&s2, "s");
+                    ck_assert(t1 && t2);
+                    ck_assert_msg(!memcmp(&t1->total, &t2->total,
+                                          sizeof t1->total),
+                                  "scale %a into %s, rounding %d, data %d: "
+                                  "statistics differ from mul's",
+                                  (double)alphas[a], outs[o], r, data);
+                    emu_stats_free(&s1);
+                    emu_stats_free(&s2);
+                }
+                emu_tensor_free(&y1);
+                emu_tensor_free(&y2);
+            }
+        }
+    }
+    emu_tensor_free(&x);
+    emu_tensor_free(&al);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("ops_elementwise");
@@ -1379,6 +1461,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_nan_all_inputs);
     tcase_add_test(tc, test_in_place);
     tcase_add_test(tc, test_relu_runs);
+    tcase_add_test(tc, test_scale_pow2);
     tcase_add_loop_test(tc, test_binary_ops, 0, OP_COUNT);
     tcase_add_test(tc, test_add_bias);
     tcase_add_test(tc, test_exact_unary);

@@ -716,6 +716,54 @@ START_TEST(nan_accounting_momentum)
 }
 END_TEST
 
+/* The same under momentum, where emu_t_sgd_update reads v in place even
+ * with a NaN among the old velocities: the NaN carries into the new
+ * velocity, so element 0's weight NaN (inf - NaN) still counts as passed
+ * on and element 1's (inf - inf) as produced, and the velocity's own
+ * commit sees the old values. */
+START_TEST(nan_accounting_momentum_in_place)
+{
+    for (int with_nan = 0; with_nan < 2; with_nan++) {
+        emu_tensor w = mk("w", "binary32", 2), v = mk("v", "binary32", 2),
+                   gr = mk("g", "binary32", 2);
+        for (int i = 0; i < 2; i++) {
+            w.data[i] = INFINITY;
+            gr.data[i] = INFINITY;
+            v.data[i] = 0.0f;
+        }
+        if (with_nan)
+            v.data[0] = NAN;
+        emu_stats st;
+        emu_stats_init(&st);
+        emu_ctx ctx;
+        emu_ctx_init(&ctx, 1);
+        ctx.stats = &st;
+        emu_sgd_opts o = { .lr = 1.0f, .momentum = 0.5f };
+        ck_assert_int_eq(emu_t_sgd_update(&ctx, "s", &w, &v, &gr, &o,
+                                          &test_rne), 0);
+        ck_assert(with_nan ? isnan(v.data[0]) : v.data[0] == INFINITY);
+        ck_assert(v.data[1] == INFINITY);
+        ck_assert(isnan(w.data[0]) && isnan(w.data[1]));
+        const emu_site *s = emu_stats_find_name(&st, "s");
+        EXPECT(s->total.nan == 2 &&
+                   s->total.nan_produced == (with_nan ? 1u : 2u),
+               "old NaN %d: nan %llu produced %llu", with_nan,
+               (unsigned long long)s->total.nan,
+               (unsigned long long)s->total.nan_produced);
+        const emu_site *sv = emu_stats_find_name(&st, "s.v");
+        EXPECT(sv && sv->total.nan == (with_nan ? 1u : 0u) &&
+                   sv->total.nan_produced == 0,
+               "velocity: nan %llu produced %llu",
+               sv ? (unsigned long long)sv->total.nan : 0ull,
+               sv ? (unsigned long long)sv->total.nan_produced : 0ull);
+        emu_stats_free(&st);
+        emu_tensor_free(&w);
+        emu_tensor_free(&v);
+        emu_tensor_free(&gr);
+    }
+}
+END_TEST
+
 /* ---- refusals ------------------------------------------------------------ */
 
 static void expect_fail(int rc, const emu_ctx *ctx, const char *needle)
@@ -1012,6 +1060,7 @@ static Suite *suite(void)
     tcase_add_test(tc, swamp_from_commit);
     tcase_add_test(tc, nan_accounting);
     tcase_add_test(tc, nan_accounting_momentum);
+    tcase_add_test(tc, nan_accounting_momentum_in_place);
     tcase_add_test(tc, bad_input);
     tcase_add_test(tc, fast_sums_match_reference);
     tcase_add_test(tc, update_pairs_match_reference);

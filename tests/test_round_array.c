@@ -875,6 +875,44 @@ static void compare_pairs(const emu_format *f, const emu_array_rounding *a,
            test_counts_diff(&want, &got), wb, gb);
 }
 
+/* The array functions remember their last plan per thread, keyed on the
+ * format's bytes and the rounding's fields.  Here one emu_format object
+ * (one address) takes each carrier format in turn, and the rounding's
+ * mode, tininess, saturation and NaN profile change between calls with
+ * the format unchanged: a plan kept when its key changed would give the
+ * previous format's or rounding's results, which the comparisons with
+ * the choke point catch. */
+START_TEST(test_plan_memory)
+{
+    enum { N = 2 * 1024 + 37 };
+    static float in[N], out[N];
+    static double in64[N], out64[N], zero[N];
+    test_rng g = test_rng_make(0x91a4);
+    mixed_inputs(&g, in, N);
+    for (size_t i = 0; i < N; i++)
+        in64[i] = in[i];
+    emu_format f;
+    const mode_case rne = { EMU_RNE, 0 }, sr = { EMU_RS, 64 },
+                    sr3 = { EMU_RS_BITS, 3 };
+    for (int k = 0; k < 2 * n_carrier; k++) {
+        /* forward through the list, then backward */
+        const int j = k < n_carrier ? k : 2 * n_carrier - 1 - k;
+        memcpy(&f, carrier[j], sizeof f);
+        for (int cfg = 0; cfg < 8; cfg++) {
+            const mode_case *m = cfg < 4 ? &rne : cfg < 6 ? &sr : &sr3;
+            emu_array_rounding a = make_rounding(m, cfg & 1, (cfg >> 1) & 1,
+                                                 (uint64_t)k, 5);
+            a.rnd.profile.nan_negative = cfg == 3;
+            a.rnd.profile.narrow_nan_all_ones = cfg == 2;
+            compare_f32(&f, &a, in, N, out);
+            compare_f64(&f, &a, in64, N, out64);
+            if (emu_rnd_is_stochastic(m->mode))
+                compare_pairs(&f, &a, in64, zero, N, out);
+        }
+    }
+}
+END_TEST
+
 /* Every edge class of hi (f64_edge_inputs) with every class of lo, and
  * random pairs around the format's range, in every mode (the stochastic
  * ones run the kernel, the others the scalar path). */
@@ -1026,6 +1064,7 @@ static Suite *round_array_suite(void)
     tcase_add_test(tc, test_empty);
     tcase_add_test(tc, test_refuses_wide_formats);
     tcase_add_test(tc, test_user_formats);
+    tcase_add_test(tc, test_plan_memory);
     tcase_add_loop_test(tc, test_f64, 0, (int)emu_format_count());
     tcase_add_loop_test(tc, test_f64_edges, 0, n_carrier);
     tcase_add_loop_test(tc, test_f64_sr_edges, 0, n_carrier);
