@@ -201,6 +201,9 @@ typedef struct emu_hist_tables {
 void emu_hist_tables_add(emu_hist_tables *t, const void *x, size_t n,
                          bool f32);
 void emu_hist_tables_merge(uint64_t *hist, const emu_hist_tables *t);
+/* emu_site_stats_merge's counters alone (results .. lost_bits): a commit
+ * that measured no histogram and sampled nothing has only those. */
+void emu_site_stats_merge_counts(emu_site_stats *a, const emu_site_stats *b);
 /* n bins already computed (each < EMU_HIST_BINS) counted into t. */
 void emu_hist_tables_add_bins(emu_hist_tables *t, const uint32_t *bins,
                               size_t n);

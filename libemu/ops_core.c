@@ -1646,22 +1646,10 @@ static void counts_add(emu_round_counts *a, const emu_round_counts *b)
 static void site_stats_add(emu_site_stats *into, const emu_site_stats *from,
                            const commit_run *r)
 {
-    if (r->hist || r->ref) {
+    if (r->hist || r->ref)
         emu_site_stats_merge(into, from);
-        return;
-    }
-    into->results += from->results;
-    into->inexact += from->inexact;
-    into->underflow += from->underflow;
-    into->to_zero += from->to_zero;
-    into->subnormal += from->subnormal;
-    into->overflow += from->overflow;
-    into->nan += from->nan;
-    into->nan_produced += from->nan_produced;
-    into->adds += from->adds;
-    into->absorbed += from->absorbed;
-    for (int i = 0; i < EMU_LOST_BINS; i++)
-        into->lost_bits[i] += from->lost_bits[i];
+    else
+        emu_site_stats_merge_counts(into, from);
 }
 
 /* The chunks of r's op on T threads, the parts' statistics merged into r

@@ -677,26 +677,9 @@ int emu_relerr_bin(double rel)
     return emu_relerr_bin_unguarded(rel);
 }
 
-/* a[i] += b[i] for n counts, nothing when b's are all zero, as most
- * merges' histograms are (the magnitudes are measured on every
- * --stats-every'th step only, the errors on sampled outputs only): a is a
- * site's total or step statistics, some 7 KB each, mostly out of cache,
- * and a read of b (just written) costs less than a's two updates a commit
- * with nothing to add.  The sums are the same either way. */
-static void counts_add(uint64_t *a, const uint64_t *b, size_t n)
+/* The counters every commit measures: a += b. */
+void emu_site_stats_merge_counts(emu_site_stats *a, const emu_site_stats *b)
 {
-    uint64_t any = 0;
-    for (size_t i = 0; i < n; i++)
-        any |= b[i];
-    if (!any)
-        return;
-    for (size_t i = 0; i < n; i++)
-        a[i] += b[i];
-}
-
-void emu_site_stats_merge(emu_site_stats *a, const emu_site_stats *b)
-{
-    EMU_HOSTFP_GUARD;
     a->results += b->results;
     a->inexact += b->inexact;
     a->underflow += b->underflow;
@@ -707,17 +690,28 @@ void emu_site_stats_merge(emu_site_stats *a, const emu_site_stats *b)
     a->nan_produced += b->nan_produced;
     a->adds += b->adds;
     a->absorbed += b->absorbed;
-    counts_add(a->lost_bits, b->lost_bits, EMU_LOST_BINS);
-    counts_add(a->hist_exact, b->hist_exact, EMU_HIST_BINS);
-    counts_add(a->hist_rounded, b->hist_rounded, EMU_HIST_BINS);
-    counts_add(a->hist_scale, b->hist_scale, EMU_HIST_BINS);
+    for (int i = 0; i < EMU_LOST_BINS; i++)
+        a->lost_bits[i] += b->lost_bits[i];
+}
+
+void emu_site_stats_merge(emu_site_stats *a, const emu_site_stats *b)
+{
+    EMU_HOSTFP_GUARD;
+    emu_site_stats_merge_counts(a, b);
+    for (int i = 0; i < EMU_HIST_BINS; i++) {
+        a->hist_exact[i] += b->hist_exact[i];
+        a->hist_rounded[i] += b->hist_rounded[i];
+        a->hist_scale[i] += b->hist_scale[i];
+    }
     a->ref_samples += b->ref_samples;
     a->ulp_sum += b->ulp_sum;
     a->rel_sum += b->rel_sum;
     a->ulp_max = fmax(a->ulp_max, b->ulp_max);
     a->rel_max = fmax(a->rel_max, b->rel_max);
-    counts_add(a->ulp_hist, b->ulp_hist, EMU_ULPERR_BINS);
-    counts_add(a->rel_hist, b->rel_hist, EMU_RELERR_BINS);
+    for (int i = 0; i < EMU_ULPERR_BINS; i++)
+        a->ulp_hist[i] += b->ulp_hist[i];
+    for (int i = 0; i < EMU_RELERR_BINS; i++)
+        a->rel_hist[i] += b->rel_hist[i];
     a->dot_samples += b->dot_samples;
     a->quant_sum += b->quant_sum;
     a->accum_sum += b->accum_sum;
