@@ -1418,8 +1418,28 @@ static void measure_chunk(commit_run *r, size_t i0, size_t m, const double *h,
         }
         nan = any; /* the loop below runs iff a product is NaN */
     }
-    /* NaN results, and those made from numbers rather than passed on. */
-    if (nan) {
+    /* NaN results, and those made from numbers rather than passed on.
+     * Without a scale and without a question to the op (none asked when
+     * every output's inputs held a NaN, as in a diverged model), a NaN
+     * result was made here exactly when its own value was no NaN:
+     * counted in registers, with no call and no store an element. */
+    if (nan && !o->scale && !o->inputs_had_nan) {
+        uint64_t all = 0, made = 0;
+        if (v)
+            for (size_t j = 0; j < m; j++) {
+                const uint64_t out = isnan(res[j]) != 0;
+                all += out;
+                made += out & (uint64_t)!isnan(v[j]);
+            }
+        else
+            for (size_t j = 0; j < m; j++) {
+                const uint64_t out = isnan(res[j]) != 0;
+                all += out;
+                made += out & (uint64_t)!isnan(h[j]);
+            }
+        r->nan += all;
+        s->nan_produced += made;
+    } else if (nan) {
         for (size_t j = 0; j < m; j++) {
             const size_t i = i0 + j;
             if (!isnan(value_of(o, res[j], i)))
