@@ -3094,6 +3094,22 @@ static bool granule_ok(size_t g, const float *a, const float *b,
     return memcmp(whole, part, M * N * sizeof *part) == 0;
 }
 
+/* The probes' operands: values in (-1, 1) with full 24-bit significands
+ * and spread exponents (xorshift64 from seed), so that another order of a
+ * sum rounds differently somewhere; a's na values, then b's nb. */
+static void probe_fill(float *a, size_t na, float *b, size_t nb,
+                       uint64_t seed)
+{
+    uint64_t x = seed;
+    for (size_t i = 0; i < na + nb; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        float v = ldexpf((float)(x >> 40) * 0x1p-24f, -(int)(x >> 36 & 7));
+        (i < na ? a : b)[i < na ? i : i - na] = x >> 35 & 1 ? -v : v;
+    }
+}
+
 static size_t probe_granule(void)
 {
     static const size_t cand[] = { 1, 2, 4, 6, 8, 12, 16, 24, 32, 48 };
@@ -3102,18 +3118,7 @@ static size_t probe_granule(void)
     float *w = malloc(2 * M * N * sizeof *w);
     size_t found = 0;
     if (a && b && w) {
-        /* values in (-1, 1) with full 24-bit significands and spread
-         * exponents (xorshift64), so that another order of a sum rounds
-         * differently somewhere */
-        uint64_t x = 0x9e3779b97f4a7c15u;
-        for (size_t i = 0; i < M * K + K * N; i++) {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            float v = ldexpf((float)(x >> 40) * 0x1p-24f, -(int)(x >> 36 & 7));
-            (i < M * K ? a : b)[i < M * K ? i : i - M * K] =
-                x >> 35 & 1 ? -v : v;
-        }
+        probe_fill(a, M * K, b, K * N, 0x9e3779b97f4a7c15u);
         if (!emu_gemm_fast_f32(M, N, K, a, (ptrdiff_t)K, 1, b, (ptrdiff_t)N,
                                1, NULL, w))
             for (size_t i = 0; !found && i < sizeof cand / sizeof *cand; i++)
@@ -3160,15 +3165,8 @@ static bool small_blocks_ok(size_t g)
         float *a = malloc(M * K * sizeof *a), *b = malloc(K * N * sizeof *b);
         float *w = malloc(2 * M * N * sizeof *w);
         ok = a && b && w;
-        uint64_t x = 0x2545f4914f6cdd1du;
-        for (size_t i = 0; ok && i < M * K + K * N; i++) {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            float v = ldexpf((float)(x >> 40) * 0x1p-24f, -(int)(x >> 36 & 7));
-            (i < M * K ? a : b)[i < M * K ? i : i - M * K] =
-                x >> 35 & 1 ? -v : v;
-        }
+        if (ok)
+            probe_fill(a, M * K, b, K * N, 0x2545f4914f6cdd1du);
         for (int l = 0; ok && l < 4; l++) {
             const bool ta = l & 1, tb = l & 2;
             const ptrdiff_t a_rs = ta ? 1 : (ptrdiff_t)K;

@@ -394,22 +394,25 @@ static bool build_plan_f32(f32_plan *pl, const emu_format *f,
     return true;
 }
 
-/* The plan from the thread's memory, built if f or r is not the last's. */
-static bool plan_f32(f32_plan *pl, const emu_format *f,
-                     const emu_rounding *r)
-{
-    static _Thread_local struct {
-        plan_key key;
-        bool valid, fast;
-        f32_plan plan;
-    } m;
-    if (!plan_key_hit(&m.key, &m.valid, f, r)) {
-        m.fast = build_plan_f32(&m.plan, f, r);
-        m.valid = true;
+/* NAME(pl, f, r): the plan of TYPE for f and r from the thread's memory,
+ * built by BUILD if f or r is not the last's. */
+#define PLAN_MEMORY(NAME, TYPE, BUILD)                                        \
+    static bool NAME(TYPE *pl, const emu_format *f, const emu_rounding *r)    \
+    {                                                                         \
+        static _Thread_local struct {                                         \
+            plan_key key;                                                     \
+            bool valid, fast;                                                 \
+            TYPE plan;                                                        \
+        } m;                                                                  \
+        if (!plan_key_hit(&m.key, &m.valid, f, r)) {                          \
+            m.fast = BUILD(&m.plan, f, r);                                    \
+            m.valid = true;                                                   \
+        }                                                                     \
+        *pl = m.plan;                                                         \
+        return m.fast;                                                        \
     }
-    *pl = m.plan;
-    return m.fast;
-}
+
+PLAN_MEMORY(plan_f32, f32_plan, build_plan_f32)
 
 /* ---- binary32: the fused kernel ---------------------------------------
  *
@@ -964,22 +967,7 @@ static bool build_plan_f64(f64_plan *pl, const emu_format *f,
     return true;
 }
 
-/* The plan from the thread's memory, built if f or r is not the last's. */
-static bool plan_f64(f64_plan *pl, const emu_format *f,
-                     const emu_rounding *r)
-{
-    static _Thread_local struct {
-        plan_key key;
-        bool valid, fast;
-        f64_plan plan;
-    } m;
-    if (!plan_key_hit(&m.key, &m.valid, f, r)) {
-        m.fast = build_plan_f64(&m.plan, f, r);
-        m.valid = true;
-    }
-    *pl = m.plan;
-    return m.fast;
-}
+PLAN_MEMORY(plan_f64, f64_plan, build_plan_f64)
 
 /* ---- binary64: the fused kernel (as the binary32 one) ----------------- */
 
@@ -1462,22 +1450,7 @@ static bool build_plan_pairs(pair_plan *pl, const emu_format *f,
     return true;
 }
 
-/* The plan from the thread's memory, built if f or r is not the last's. */
-static bool plan_pairs(pair_plan *pl, const emu_format *f,
-                       const emu_rounding *r)
-{
-    static _Thread_local struct {
-        plan_key key;
-        bool valid, fast;
-        pair_plan plan;
-    } m;
-    if (!plan_key_hit(&m.key, &m.valid, f, r)) {
-        m.fast = build_plan_pairs(&m.plan, f, r);
-        m.valid = true;
-    }
-    *pl = m.plan;
-    return m.fast;
-}
+PLAN_MEMORY(plan_pairs, pair_plan, build_plan_pairs)
 
 typedef struct pair_events {
     uint64_t inexact, overflow, overflow_neg, to_zero, slow;
