@@ -1386,6 +1386,10 @@ START_TEST(test_scale_pow2)
     emu_tensor x, al, y1, y2;
     make(&x, f32, N, "x");
     make(&al, f32, N, "alpha");
+    /* Scaled runs (the sanitizers') take every rstep'th rounding, a
+     * different one for each alpha and output, so that all still meet. */
+    const uint64_t kept = test_scaled(N_ROUNDINGS, 3);
+    const int rstep = kept < N_ROUNDINGS ? (int)(N_ROUNDINGS / kept) : 1;
     for (int data = 0; data < 3; data++) {
         for (size_t i = 0; i < N; i++) {
             /* gradients: binary16 magnitudes around 2^-20 .. 2^10 */
@@ -1410,6 +1414,8 @@ START_TEST(test_scale_pow2)
                 make(&y1, of, N, "y1");
                 make(&y2, of, N, "y2");
                 for (int r = 0; r < N_ROUNDINGS; r++) {
+                    if ((r + (int)a + o) % rstep)
+                        continue;
                     emu_stats s1, s2;
                     emu_stats_init(&s1);
                     emu_stats_init(&s2);
