@@ -292,13 +292,13 @@ static int f32_exponent(uint32_t a)
  * are a call each otherwise.  Addends that are binary64 subnormals (no
  * optimizer makes them) take the library's function. */
 static void count_swamp_scalar(const emu_op_out *o, size_t i0,
-                               const float *res, size_t m,
+                               const double *add, const float *res, size_t m,
                                emu_accum_counts *c)
 {
     const emu_format *f = &o->out->fmt;
     const int q_tiny = f->subnormals ? f->emin - f->p + 1 : f->emin;
     for (size_t j = 0; j < m; j++) {
-        const double t = o->addend[i0 + j];
+        const double t = add[j];
         const float old = o->acc_old[i0 + j];
         uint64_t u;
         uint32_t ob, rb;
@@ -517,24 +517,26 @@ typedef struct swamp_tables {
     uint64_t absorbed;
 } swamp_tables;
 
-/* Swamping of the outputs i0 .. i0+m-1 of a chunk: runs of CARRY_RUN
- * through count_swamp_run_any into st, the rest (and its rare runs)
- * through count_swamp_scalar, the reference, into c. */
-static void count_swamp(const emu_op_out *o, size_t i0, const float *res,
-                        size_t m, swamp_tables *st, emu_accum_counts *c)
+/* Swamping of the outputs i0 .. i0+m-1 of a chunk, whose addends are
+ * add[0..m): runs of CARRY_RUN through count_swamp_run_any into st, the
+ * rest (and its rare runs) through count_swamp_scalar, the reference,
+ * into c. */
+static void count_swamp(const emu_op_out *o, size_t i0, const double *add,
+                        const float *res, size_t m, swamp_tables *st,
+                        emu_accum_counts *c)
 {
     const emu_format *f = &o->out->fmt;
     const swamp_kernel run = swamp_kernel_for(emu_isa_active());
     _Static_assert(CHUNK / CARRY_RUN <= 64, "a run's bit in a 64-bit word");
     const size_t runs = m / CARRY_RUN, j = runs * CARRY_RUN;
-    const uint64_t rare = run(f, o->addend + i0, o->acc_old + i0, res, runs,
-                              st->n, &st->absorbed);
+    const uint64_t rare = run(f, add, o->acc_old + i0, res, runs, st->n,
+                              &st->absorbed);
     for (size_t k = 0; k < runs; k++)
         if (rare >> k & 1)
-            count_swamp_scalar(o, i0 + k * CARRY_RUN, res + k * CARRY_RUN,
-                               CARRY_RUN, c);
+            count_swamp_scalar(o, i0 + k * CARRY_RUN, add + k * CARRY_RUN,
+                               res + k * CARRY_RUN, CARRY_RUN, c);
     if (j < m)
-        count_swamp_scalar(o, i0 + j, res + j, m - j, c);
+        count_swamp_scalar(o, i0 + j, add + j, res + j, m - j, c);
 }
 
 /* st's counts into c (the tables' bins below SWAMP_SKIP add up to the
@@ -776,6 +778,8 @@ typedef struct commit_run {
     emu_hist_tables *hbx;   /* scaled outputs: the exact values' bins     */
     bool hb_used;           /* hb (and hbx) zeroed and holding counts     */
     float *res;             /* results kept aside, or NULL: stored early */
+    const double *add;      /* the chunk's addends from fill_add, or NULL:
+                               o->addend's                              */
 } commit_run;
 
 /* Subnormals and NaNs among CARRY_RUN binary32 values: a loop of constant
@@ -1457,7 +1461,8 @@ static void measure_chunk(commit_run *r, size_t i0, size_t m, const double *h,
             memset(r->st, 0, sizeof *r->st);
             r->st_used = true;
         }
-        count_swamp(o, i0, res, m, r->st, &r->c);
+        count_swamp(o, i0, r->add ? r->add : o->addend + i0, res, m, r->st,
+                    &r->c);
     }
     if (r->hist) {
         /* Plain values and binary32 results: the bins straight from the
@@ -1564,6 +1569,15 @@ static void run_chunks(commit_run *r, size_t i_begin, size_t i_end)
             const bool has_lo = o->fill(o->op, i0, m, h, l) != 0;
             run_chunk(r, i0, m, h, has_lo ? l : NULL, NULL);
         }
+    } else if (o->fill_add) {
+        double h[CHUNK], l[CHUNK], a[CHUNK];
+        r->add = a;
+        for (size_t i0 = i_begin; i0 < i_end; i0 += CHUNK) {
+            const size_t m = i_end - i0 < CHUNK ? i_end - i0 : CHUNK;
+            const bool has_lo = o->fill_add(o->op, i0, m, h, l, a) != 0;
+            run_chunk(r, i0, m, h, has_lo ? l : NULL, NULL);
+        }
+        r->add = NULL;
     } else {
         float v[CHUNK];
         for (size_t i0 = i_begin; i0 < i_end; i0 += CHUNK) {
@@ -1707,17 +1721,23 @@ static int commit_parallel(commit_run *r, int T)
 static int commit_gathered(emu_ctx *ctx, const emu_op_out *o)
 {
     const size_t n = o->out->n;
+    const bool pairs = o->fill || o->fill_add;
     double *hi = emu_scratch(ctx, o->site, n ? n : 1);
-    double *lo = o->fill && hi ? emu_scratch(ctx, o->site, n ? n : 1) : NULL;
-    if (!hi || (o->fill && !lo)) {
+    double *lo = pairs && hi ? emu_scratch(ctx, o->site, n ? n : 1) : NULL;
+    double *add = o->fill_add && lo ? emu_scratch(ctx, o->site, n ? n : 1)
+                                    : NULL;
+    if (!hi || (pairs && !lo) || (o->fill_add && !add)) {
         free(hi);
+        free(lo);
         return -1;
     }
     bool any_lo = false;
     for (size_t i0 = 0; i0 < n; i0 += CHUNK) {
         const size_t m = n - i0 < CHUNK ? n - i0 : CHUNK;
-        if (o->fill) {
-            if (o->fill(o->op, i0, m, hi + i0, lo + i0))
+        if (pairs) {
+            if (o->fill ? o->fill(o->op, i0, m, hi + i0, lo + i0)
+                        : o->fill_add(o->op, i0, m, hi + i0, lo + i0,
+                                      add + i0))
                 any_lo = true;
             else
                 memset(lo + i0, 0, m * sizeof *lo); /* +0.0 */
@@ -1731,11 +1751,15 @@ static int commit_gathered(emu_ctx *ctx, const emu_op_out *o)
     emu_op_out a = *o;
     a.fill = NULL;
     a.fill32 = NULL;
+    a.fill_add = NULL;
     a.hi = hi;
     a.lo = any_lo ? lo : NULL;
+    if (add)
+        a.addend = add;
     int rc = emu_commit(ctx, &a);
     free(hi);
     free(lo);
+    free(add);
     return rc;
 }
 
@@ -1759,10 +1783,13 @@ int emu_commit(emu_ctx *ctx, const emu_op_out *o)
      * rounding shows whatever is being measured. */
     if (emu_check_rounding(ctx, o->site, o->rnd))
         return -1;
-    if (!!o->hi + !!o->fill + !!o->fill32 > 1)
+    if (!!o->hi + !!o->fill + !!o->fill32 + !!o->fill_add > 1)
         return emu_ctx_fail(ctx, o->site, "internal: results committed "
                             "both as arrays and by a producer");
-    if (!o->hi && !o->fill && !o->fill32) {
+    if (o->fill_add && o->addend)
+        return emu_ctx_fail(ctx, o->site, "internal: addends given both as "
+                            "an array and by the producer");
+    if (!o->hi && !o->fill && !o->fill32 && !o->fill_add) {
         /* The op rounded its results itself: legal only when nothing here
          * would have looked at them. */
         if (emu_commit_measures(ctx))
@@ -1802,7 +1829,7 @@ int emu_commit(emu_ctx *ctx, const emu_op_out *o)
         .hist = measure && ((ctx->measure & EMU_MEASURE_HIST) ||
                             hist_always(ctx->stats, o->site)),
         .tables = n >= HIST_TABLES_MIN,
-        .swamp = measure && (o->swamp || o->addend) &&
+        .swamp = measure && (o->swamp || o->addend || o->fill_add) &&
                  (ctx->measure & EMU_MEASURE_SWAMP),
         .ref = measure && (ctx->measure & EMU_MEASURE_REF) && o->ref &&
                ctx->ref_rate > 0.0,
@@ -1814,7 +1841,7 @@ int emu_commit(emu_ctx *ctx, const emu_op_out *o)
     r.identity = emu_round_is_identity_f32(&out->fmt, &r.ar.rnd);
     r.rne32 = r.identity && r.ar.rnd.mode == EMU_RNE
                   ? rne32_for(emu_isa_active()) : NULL;
-    if (r.swamp && o->addend)
+    if (r.swamp && (o->addend || o->fill_add))
         r.st = &st; /* zeroed by its first chunk */
     if (r.hist && r.tables) {
         r.hb = &table; /* zeroed by its first chunk */

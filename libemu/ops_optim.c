@@ -571,14 +571,13 @@ typedef struct sgd_op {
     const float *w0, *v0, *g; /* inputs as they were before the update   */
     const float *v_new;       /* the stored new momentum, or NULL        */
     double lr, mom, wd;
-    double *t;                /* the weights' addends, filled by chunks  */
     sgd_kernels k;            /* the vector loops of this process's level */
 } sgd_op;
 
 /* The producers of the commits (emu/extend.h): each chunk's exact sums,
  * formed while the chunk is rounded and measured, instead of whole hi and
- * lo arrays; the weights' addends still go to an array, which the choke
- * point's swamping count reads by index. */
+ * lo arrays; the weights' addends too, into the chunk's array that the
+ * choke point's swamping count reads (fill_add). */
 static int sgd_v_fill(const void *opv, size_t i0, size_t m, double *hi,
                       double *lo)
 {
@@ -590,18 +589,18 @@ static int sgd_v_fill(const void *opv, size_t i0, size_t m, double *hi,
 
 /* w - lr v: lr v is exact in one double, TwoSum makes the pair. */
 static int sgd_w_mom_fill(const void *opv, size_t i0, size_t m, double *hi,
-                          double *lo)
+                          double *lo, double *t)
 {
     const sgd_op *op = opv;
-    op->k.wmom(op->t + i0, hi, lo, op->v_new + i0, op->w0 + i0, op->lr, m);
+    op->k.wmom(t, hi, lo, op->v_new + i0, op->w0 + i0, op->lr, m);
     return 1;
 }
 
 static int sgd_w_plain_fill(const void *opv, size_t i0, size_t m, double *hi,
-                            double *lo)
+                            double *lo, double *t)
 {
     const sgd_op *op = opv;
-    sgd_plain(hi, lo, op->t + i0, op->w0 + i0, op->g + i0, op->lr, op->wd, m);
+    sgd_plain(hi, lo, t, op->w0 + i0, op->g + i0, op->lr, op->wd, m);
     return 1;
 }
 
@@ -680,10 +679,6 @@ int emu_t_sgd_update(emu_ctx *ctx, const char *site, emu_tensor *w,
         if (check_distinct(ctx, site, t, what, v ? 3 : 2))
             return -1;
     }
-    const size_t n = w->n;
-    double *t = emu_scratch(ctx, site, n ? n : 1);
-    if (!t)
-        return -1;
     /* w is written in place by the last commit, chunk by chunk, each
      * after its callbacks ran (they read w at their own index only:
      * store_early); v is overwritten by the first the same way, and the
@@ -699,14 +694,12 @@ int emu_t_sgd_update(emu_ctx *ctx, const char *site, emu_tensor *w,
     const float *w0 = w->data;
     float *v0 = NULL;
     const bool nan_kept = v && o->momentum != 0.0f && v->fmt.has_nan;
-    if (v && (nan_kept || !emu_any_nan(v->data, v->n))) {
+    if (v && (nan_kept || !emu_any_nan(v->data, v->n)))
         v0 = v->data;
-    } else if (v && !(v0 = copy_of(ctx, site, v))) {
-        free(t);
+    else if (v && !(v0 = copy_of(ctx, site, v)))
         return -1;
-    }
     sgd_op op = { .w0 = w0, .v0 = v0, .g = g->data, .lr = o->lr,
-                  .mom = o->momentum, .wd = o->weight_decay, .t = t,
+                  .mom = o->momentum, .wd = o->weight_decay,
                   .k = sgd_kernels_for(emu_isa_active()) };
     int rc = 0;
 
@@ -723,10 +716,10 @@ int emu_t_sgd_update(emu_ctx *ctx, const char *site, emu_tensor *w,
     if (rc == 0)
         rc = emu_commit(ctx, &(emu_op_out){
             .site = site, .kind = "sgd", .out = w,
-            .fill = v ? sgd_w_mom_fill : sgd_w_plain_fill,
+            .fill_add = v ? sgd_w_mom_fill : sgd_w_plain_fill,
             .store_early = true, .parallel = true, .acc_old = w0,
-            .addend = t, .op = &op, .ref = sgd_w_ref, .inputs_had_nan = sgd_had_nan, .rnd = rnd });
-    free(t);
+            .op = &op, .ref = sgd_w_ref, .inputs_had_nan = sgd_had_nan,
+            .rnd = rnd });
     if (v0 != (v ? v->data : NULL))
         free(v0);
     return rc;

@@ -700,6 +700,126 @@ static tile_kernel kernel_for(emu_isa isa)
     return kernel_base;
 }
 
+/* ---- values already on the format's grid ---------------------------------
+ * A cast into a format that holds every value of its source (e5m2 ->
+ * binary16, binary16 -> binary16), or an exact power-of-two scale, gives
+ * tiles whose every input is a value of the format: each lane's result is
+ * its input, and of the events only "subnormal" can happen (a non-zero
+ * value below 2^emin); every rounding mode agrees on a representable
+ * value.  grid_lane gives a lane's bits off the grid (0: on it);
+ * grid_scan says whether a whole tile is on it, counting those
+ * subnormals, in one pass of a few vector operations a lane instead of
+ * the kernel's rounding and its six event counters (and, stochastic, the
+ * random words).  Only the plans with the grid below 2^emin (not
+ * small_slow) and without the general rules: there a lane is on the grid
+ * exactly when u <= max, and its dropped bits are zero at and above
+ * 2^emin, or the grid rounding keeps it below; no such lane is slow. */
+static EMU_KERNEL_INLINE uint32_t grid_lane(const f32_plan *p, uint32_t b,
+                                            uint32_t *sub)
+{
+    const uint32_t u = b & 0x7fffffffu;
+    const int32_t su = (int32_t)u;
+    const uint32_t is_low = mask_of(su < (int32_t)p->emin_bits);
+    /* the bits that must be zero: those the grid rounding moves below
+     * 2^emin, the dropped ones above; all of them past max */
+    const uint32_t off = blend(is_low, f2u(low_rne(p, u2f(u))) ^ u,
+                               u & p->mask) |
+                         mask_of(su > (int32_t)p->max_bits);
+    /* non-zero and below 2^emin: 0 < u < 2^emin as (u - 1) < 2^emin - 1 */
+    *sub += (int32_t)((u - 1) ^ 0x80000000u) <
+            (int32_t)((p->emin_bits - 1) ^ 0x80000000u);
+    return off;
+}
+
+/* TILE lanes of src (a short tile padded with +0, which is on every such
+ * grid and no subnormal): true if every one is on the grid, with the
+ * count of subnormals in *nsub.  In blocks of GRID_BLOCK lanes, so that
+ * a tile that is not (a zero first lane, then rounding work) is told
+ * after a block or a few, not after the whole tile. */
+enum { GRID_BLOCK = 64 };
+
+static EMU_KERNEL_INLINE bool grid_scan_any(const f32_plan *plan,
+                                            const float *restrict src,
+                                            uint32_t *nsub)
+{
+    const f32_plan p = *plan;
+    uint32_t sub = 0;
+    for (size_t i = 0; i < TILE; i += GRID_BLOCK) {
+        uint32_t off = 0;
+        for (size_t j = i; j < i + GRID_BLOCK; j++)
+            off |= grid_lane(&p, f2u(src[j]), &sub);
+        if (off)
+            return false;
+    }
+    *nsub = sub;
+    return true;
+}
+
+typedef bool (*grid_kernel)(const f32_plan *, const float *restrict,
+                            uint32_t *);
+
+static bool grid_scan_base(const f32_plan *p, const float *restrict src,
+                           uint32_t *nsub)
+{
+    return grid_scan_any(p, src, nsub);
+}
+
+#if EMU_HAVE_ISA_CLONES
+EMU_ISA_TARGET_AVX2
+static bool grid_scan_avx2(const f32_plan *p, const float *restrict src,
+                           uint32_t *nsub)
+{
+    return grid_scan_any(p, src, nsub);
+}
+
+EMU_ISA_TARGET_AVX512
+static bool grid_scan_avx512(const f32_plan *p, const float *restrict src,
+                             uint32_t *nsub)
+{
+    return grid_scan_any(p, src, nsub);
+}
+#endif
+
+static grid_kernel grid_for(emu_isa isa)
+{
+#if EMU_HAVE_ISA_CLONES
+    if (isa == EMU_ISA_AVX512)
+        return grid_scan_avx512;
+    if (isa == EMU_ISA_AVX2)
+        return grid_scan_avx2;
+#endif
+    (void)isa;
+    return grid_scan_base;
+}
+
+/* The tile in[0..len) if every value is on the grid (see grid_lane):
+ * copied to out, counted into c, and true; otherwise false with nothing
+ * written or counted.  A first lane off the grid (a rounding that has
+ * work to do, nearly always) answers at the cost of one lane. */
+static bool grid_tile_f32(const f32_plan *pl, grid_kernel grid, float *out,
+                          const float *in, size_t len, emu_round_counts *c)
+{
+    uint32_t sub = 0;
+    if (grid_lane(pl, f2u(in[0]), &sub))
+        return false;
+    const float *src = in;
+    float pad[TILE];
+    if (len < TILE) {
+        memcpy(pad, in, len * sizeof pad[0]);
+        memset(pad + len, 0, (TILE - len) * sizeof pad[0]);
+        src = pad;
+    }
+    if (!grid(pl, src, &sub))
+        return false;
+    if (out != in)
+        memmove(out, in, len * sizeof *out);
+    c->n += len;
+    c->subnormal += sub;
+    if (sub)
+        c->flags |= EMU_FLAG_SUBNORMAL;
+    return true;
+}
+
 /* The events the kernels count for one lane: the same code, one lane.
  * Inlined into the slow loop (a lane of its own per repeat there), as it
  * was while the loop was its only caller. */
@@ -769,11 +889,13 @@ static bool special_tile_f32(const f32_plan *pl, const emu_format *f,
     return true;
 }
 
-static void tile_f32(const f32_plan *pl, tile_kernel kern,
+static void tile_f32(const f32_plan *pl, tile_kernel kern, grid_kernel grid,
                      const emu_format *f, float *out, const float *in,
                      size_t len, const emu_array_rounding *a, uint64_t first,
                      emu_round_counts *c)
 {
+    if (grid && grid_tile_f32(pl, grid, out, in, len, c))
+        return;
     uint32_t wh[TILE];
     float copy[TILE], part[TILE];
     const float *src = in;
@@ -1836,6 +1958,8 @@ int emu_round_array_f32_unguarded(const emu_format *fmt, float *out,
     f32_plan pl;
     const bool fast = plan_f32(&pl, fmt, &a->rnd);
     const tile_kernel kern = kernel_for(emu_isa_active());
+    const grid_kernel grid = fast && !pl.small_slow && !pl.general
+                             ? grid_for(emu_isa_active()) : NULL;
     const size_t tiles = (n + TILE - 1) / TILE;
     uint64_t c_n = 0, c_inx = 0, c_unf = 0, c_tz = 0, c_sub = 0, c_ovf = 0,
              c_nan = 0, c_inv = 0;
@@ -1850,7 +1974,7 @@ int emu_round_array_f32_unguarded(const emu_format *fmt, float *out,
         size_t i = t * TILE, len = n - i < TILE ? n - i : TILE;
         emu_round_counts c = { 0 };
         if (fast)
-            tile_f32(&pl, kern, fmt, out + i, in + i, len, a,
+            tile_f32(&pl, kern, grid, fmt, out + i, in + i, len, a,
                      a->first_index + i, &c);
         else
             scalar_tile_f32(fmt, out + i, in + i, len, a, a->first_index + i,

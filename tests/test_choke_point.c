@@ -2462,6 +2462,7 @@ END_TEST
 typedef struct arr_op {
     const double *hi, *lo;   /* lo may be NULL                           */
     const float *f;          /* the same values as binary32 (fill32)     */
+    const double *add;       /* an accumulation's addends (fill_add)      */
     bool lo_per_chunk;       /* fill reports all-zero chunks as no lo     */
     size_t calls, next;      /* producer calls, and the i0 expected next  */
 } arr_op;
@@ -2485,6 +2486,15 @@ static int arr_fill(const void *vop, size_t i0, size_t m, double *hi,
         return 0;
     memcpy(lo, op->lo + i0, m * sizeof *lo);
     return 1;
+}
+
+/* fill, and the chunk's addends for the swamping count */
+static int arr_fill_add(const void *vop, size_t i0, size_t m, double *hi,
+                        double *lo, double *add)
+{
+    const arr_op *op = vop;
+    memcpy(add, op->add + i0, m * sizeof *add);
+    return arr_fill(vop, i0, m, hi, lo);
 }
 
 static void arr_fill32(const void *vop, size_t i0, size_t m, float *v)
@@ -2598,9 +2608,9 @@ static void same_stats(const emu_site_stats *a, const emu_site_stats *b,
                   "%s: error histograms differ", what);
 }
 
-/* One commit of n outputs through `how` (0 arrays, 1 fill, 2 fill32), with
- * or without early stores and an observer; returns the site's totals and
- * the results in y. */
+/* One commit of n outputs through `how` (0 arrays, 1 fill, 2 fill32, 3
+ * fill_add: addend from the producer), with or without early stores and
+ * an observer; returns the site's totals and the results in y. */
 static emu_site_stats commit_how(const emu_format *fmt, const emu_rounding *r,
                                  arr_op *op, const float *acc_old,
                                  const double *addend, size_t n, int how,
@@ -2631,6 +2641,10 @@ static emu_site_stats commit_how(const emu_format *fmt, const emu_rounding *r,
         o.lo = op->lo;
     } else if (how == 1) {
         o.fill = arr_fill;
+    } else if (how == 3) {
+        o.fill_add = arr_fill_add;
+        o.addend = NULL;
+        op->add = addend;
     } else {
         o.fill32 = arr_fill32;
     }
@@ -2682,17 +2696,19 @@ START_TEST(test_chunked_equals_arrays)
             const emu_site_stats want = commit_how(
                 fmt, &r, &op, acc_old, addend, n, 0, false, false, ref_rate,
                 &y0, &log);
-            /* fill: with and without early stores, low parts whole or
-             * reported per chunk, through an observer or not */
-            for (int v = 0; v < 8; v++) {
+            /* fill and fill_add: with and without early stores, low
+             * parts whole or reported per chunk, through an observer or
+             * not */
+            for (int v = 0; v < 16; v++) {
                 op.lo_per_chunk = v & 1;
                 const bool early = v & 2, obs = v & 4;
                 memset(&log, 0, sizeof log);
                 const emu_site_stats got = commit_how(
-                    fmt, &r, &op, acc_old, addend, n, 1, early, obs, ref_rate,
-                    &y1, &log);
+                    fmt, &r, &op, acc_old, addend, n, v & 8 ? 3 : 1, early,
+                    obs, ref_rate, &y1, &log);
                 char w2[200];
-                snprintf(w2, sizeof w2, "%s, fill variant %d", what, v);
+                snprintf(w2, sizeof w2, "%s, fill%s variant %d", what,
+                         v & 8 ? "_add" : "", v & 7);
                 same_stats(&want, &got, w2);
                 ck_assert_msg(!memcmp(y0.data, y1.data, n * sizeof *y0.data),
                               "%s: results differ", w2);

@@ -244,6 +244,84 @@ START_TEST(test_random)
 }
 END_TEST
 
+/* ---- tiles already on the format's grid -------------------------------- */
+
+/* A value of f near x (x rounded to nearest-even into f), or 0 if that
+ * is not finite. */
+static float on_grid(const emu_format *f, double x)
+{
+    static const emu_rounding rne = { .mode = EMU_RNE };
+    const double y = emu_round(f, x, &rne, NULL);
+    return isfinite(y) ? (float)y : 0.0f;
+}
+
+/* Tiles whose values are all values of the format (a cast from a narrower
+ * format, an exact power-of-two scale), which the binary32 array path
+ * copies after one scan: wholly on the grid, with subnormals, zeros of
+ * both signs and the largest values; and tiles on the grid but for one
+ * lane (first, middle, last; off the grid by a dropped bit, a binary32
+ * subnormal, the grid point above max, inf, NaN), whose every lane must
+ * still round as the choke point does; a short last tile; out of place
+ * and in place. */
+START_TEST(test_on_grid_tiles)
+{
+    const emu_format *f = carrier[_i];
+    enum { T = 1024, NT = 12, N = NT * T + 300 };
+    static float in[N], out[N], inplace[N];
+    test_rng g = test_rng_make(0x961d + (uint64_t)_i);
+    const float maxf = (float)f->max, min_n = (float)f->min_normal;
+    const int d = 24 - f->p;
+    /* the next pattern above max at f's precision (inf past binary32) */
+    const float above = d >= 1 && d <= 23
+                        ? bitsf(fbits(maxf) + (1u << d)) : INFINITY;
+    const float odd[] = { above, INFINITY, NAN, bitsf(0x00000003u),
+                          -maxf * 4.0f };
+    for (size_t t = 0; t <= NT; t++) {
+        const size_t len = t < NT ? T : N - NT * T;
+        float *v = in + t * T;
+        for (size_t j = 0; j < len; j++) {
+            const uint64_t w = test_next(&g);
+            /* magnitudes across the range, a quarter below 2^emin */
+            const int e = (w & 3) == 0
+                          ? f->emin - 1 - (int)((w >> 2) % (unsigned)f->p)
+                          : f->emin + (int)((w >> 2) % (unsigned)(
+                                f->emax - f->emin + 1));
+            const double x = ldexp(1.0 + (double)(w >> 40) * 0x1p-24, e);
+            float y = on_grid(f, (w >> 63) ? -x : x);
+            if ((w >> 8) % 61 == 0)
+                y = (w >> 20) & 1 ? -maxf : maxf;
+            else if ((w >> 8) % 61 == 1)
+                y = (w >> 20) & 1 ? -0.0f : 0.0f;
+            else if ((w >> 8) % 61 == 2)
+                y = (w >> 20) & 1 ? -min_n : min_n;
+            if (!f->is_signed || !f->has_zero) /* unsigned, no zero */
+                y = fabsf(y) > 0.0f ? fabsf(y) : maxf;
+            v[j] = y;
+        }
+        /* tiles 0-2 and the short one wholly on the grid; the others
+         * with one lane off it */
+        if (t >= 3 && t < NT) {
+            const size_t lane = t % 3 == 0 ? 0 : t % 3 == 1 ? 517 : T - 1;
+            const float x = v[lane];
+            v[lane] = t - 3 < 5 ? odd[t - 3]
+                    : bitsf(fbits(x != 0.0f ? x : min_n) ^ 1u);
+        }
+    }
+    for (int m = 0; m < N_MODES; m++)
+        for (int cfg = 0; cfg < 4; cfg++) {
+            emu_array_rounding a = make_rounding(&modes[m], cfg & 1, cfg >> 1,
+                                                 0x961d, 3 * (uint64_t)cfg);
+            compare_f32(f, &a, in, N, out);
+            memcpy(inplace, in, sizeof in);
+            emu_round_counts c1 = { 0 }, c2 = { 0 };
+            emu_round_array_f32(f, out, in, N, &a, &c1, NULL);
+            emu_round_array_f32(f, inplace, inplace, N, &a, &c2, NULL);
+            EXPECT(memcmp(out, inplace, sizeof out) == 0 &&
+                   !*test_counts_diff(&c1, &c2), "%s in place", f->name);
+        }
+}
+END_TEST
+
 /* ---- in place, chunking, edge cases ---------------------------------- */
 
 /* Values that exercise every path: spread magnitudes, zeros, specials. */
@@ -1060,6 +1138,7 @@ static Suite *round_array_suite(void)
     tcase_add_loop_test(tc, test_nan_payloads, 0, n_carrier);
     tcase_add_loop_test(tc, test_special_runs, 0, n_carrier);
     tcase_add_loop_test(tc, test_special_tiles, 0, n_carrier);
+    tcase_add_loop_test(tc, test_on_grid_tiles, 0, n_carrier);
     tcase_add_loop_test(tc, test_sr_low_half_ties, 0, n_carrier);
     tcase_add_test(tc, test_empty);
     tcase_add_test(tc, test_refuses_wide_formats);

@@ -96,34 +96,41 @@ typedef struct emu_op_out {
      * choke point calls for outputs i0 .. i0+m-1, m <= EMU_COMMIT_CHUNK, in
      * increasing order of i0, each output once; each chunk is then rounded,
      * counted, binned, sampled and stored while it is in cache, and no
-     * out->n-sized array of doubles exists.  Set at most one of hi, fill and
-     * fill32.
+     * out->n-sized array of doubles exists.  Set at most one of hi, fill,
+     * fill32 and fill_add.
      *   fill writes the values before rounding to hi[0..m) and returns 1 if
      *     it also wrote low parts to lo[0..m), 0 if they are all zero (lo is
      *     then left alone).
+     *   fill_add, for an accumulation (acc_old given, addend NULL), is fill
+     *     that also writes the chunk's addends to addend[0..m): the swamping
+     *     count reads them there, so that they need no out->n-sized array.
      *   fill32 writes values that are binary32 values already (selections,
      *     casts, exact products that fit): into a binary32 output under a
      *     rounding that maps binary32 to itself they are only copied.
      * With an observer installed (which sees whole arrays) the choke point
      * first calls the producer into arrays of out->n doubles, then proceeds
      * as with hi/lo.
-     * store_early: the op's callbacks (fill, fill32, ref, inputs_had_nan)
-     * for output i read out's storage only at positions >= i (elementwise
-     * ops and in-place updates), or not at all: each chunk may then be
-     * stored as soon as it is measured.  Otherwise the results are kept
-     * aside until every callback has run (a copy of out->n floats). */
+     * store_early: the op's callbacks (fill, fill32, fill_add, ref,
+     * inputs_had_nan) for output i read out's storage only at positions
+     * >= i (elementwise ops and in-place updates), or not at all: each
+     * chunk may then be stored as soon as it is measured.  Otherwise the
+     * results are kept aside until every callback has run (a copy of
+     * out->n floats). */
     int (*fill)(const void *op, size_t i0, size_t m, double *hi, double *lo);
     void (*fill32)(const void *op, size_t i0, size_t m, float *v);
     bool store_early;
-    /* parallel: fill, fill32 and inputs_had_nan may be called from several
-     * threads at once for different chunks (ctx->threads > 1; ref never
-     * is: with MPFR sampling on, the chunks run on one thread): they
-     * change nothing but what they write for their own outputs (an op
+    /* parallel: fill, fill32, fill_add and inputs_had_nan may be called
+     * from several threads at once for different chunks (ctx->threads > 1;
+     * ref never is: with MPFR sampling on, the chunks run on one thread):
+     * they change nothing but what they write for their own outputs (an op
      * counting into `swamp` while it produces keeps this false), and with
      * store_early read out's storage, if at all, only at their own
      * outputs' positions.  Results and statistics are the same either
      * way; false (the default) keeps the callbacks on one thread. */
     bool parallel;
+    /* after the others, so that initialisers by position stay valid */
+    int (*fill_add)(const void *op, size_t i0, size_t m, double *hi,
+                    double *lo, double *addend);
 } emu_op_out;
 
 /* The most outputs a producer is asked for at once. */
