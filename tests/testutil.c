@@ -35,6 +35,11 @@ uint64_t test_scaled(uint64_t n, uint64_t floor)
     return v < (double)floor ? floor : (uint64_t)v;
 }
 
+bool test_exhaustive_pick(uint64_t i, unsigned s, unsigned n)
+{
+    return test_scaled(1000, 0) >= 1000 || i % n == s;
+}
+
 /* Stream 0x7e57 ("test") keeps test data apart from rounding streams. */
 test_rng test_rng_make(uint64_t seed)
 {

@@ -33,6 +33,18 @@ void test_oracle_leave(test_fpstate saved);
 
 uint64_t test_scaled(uint64_t n, uint64_t floor);
 
+/* The sanitizer stage's share of a long exhaustive MPFR loop.  Such a
+ * loop checks every input under each of n settings (modes, tininess and
+ * saturation, targets); under a reduced scale (EMU_TEST_SCALE times
+ * EMU_TEST_LEVEL_SCALE below 1, the sanitizer stage of tests/check.sh)
+ * it checks each input under one of them only, setting (input % n), so
+ * that every input and every setting still runs instrumented, at 1/n of
+ * the cost.  At full scale (the release stage) every pair runs.  True if
+ * setting s of n is to be checked on input i.  Not for the rounding
+ * paths' own exhaustive loops (test_round_array, test_mpfr_round): those
+ * run whole at every scale. */
+bool test_exhaustive_pick(uint64_t i, unsigned s, unsigned n);
+
 /* For the suites CTest runs once per instruction-set level of the array
  * kernels (EMU_ISA=baseline|avx2|avx512): prints the level in use, and
  * returns true (skip: exit 77) if EMU_ISA names a level that this CPU or
