@@ -4,7 +4,9 @@
  *
  * Scalar ops: every pair of E4M3 and E5M2 patterns (NaN operands aside,
  * which must give the canonical NaN) under several settings strings,
- * value and TestFloat flags against emu_ref_*.  Dot products: the exact
+ * value and TestFloat flags against emu_ref_* (under the sanitizer
+ * stage's reduced scale, every pair in one of the settings each,
+ * test_exhaustive_pick).  Dot products: the exact
  * model with an accumulator input C against MPFR's exact sum; the fused
  * model at w = 60 against it where no bit can be truncated (so C is
  * aligned with the products, not added after them).  Threads open the
@@ -82,6 +84,10 @@ START_TEST(scalar_vs_mpfr)
                     bad += got != nan.v;
                     continue;
                 }
+                /* The sanitizer stage: every pair through the unit, each
+                 * against MPFR under one of the 7 settings. */
+                if (!test_exhaustive_pick(256 * a + b + o, (unsigned)(_i % 7), 7))
+                    continue;
                 emu_status ws;
                 double want = binops[o].ref(f, x, y, r, &ws);
                 emu_bits wb = nan;

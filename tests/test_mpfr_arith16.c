@@ -18,6 +18,12 @@
  * saturation off} and {tininess before, saturation on}.  A single result
  * is either tiny or overflowing, never both, so the pair meets each rule
  * in each state.  Random checks pick a setting at random.
+ *
+ * The exhaustive loops check every input in every mode and setting at
+ * full scale (the release stage); under the sanitizer stage's reduced
+ * scale, each input in one of them (test_exhaustive_pick): the same
+ * inputs and the same code paths, instrumented, at a sixth to a twelfth
+ * of the cost.
  */
 #include <check.h>
 #include <math.h>
@@ -174,8 +180,10 @@ START_TEST(test_convert_from16)
             for (int m = 0; m < TEST_DET_MODES; m++) {
                 emu_rounding r = setting((emu_rnd)m, k);
                 for (uint64_t i = 0; i < 65536; i++)
-                    check_convert(src, i, emu_decode(src, (emu_bits){ i }),
-                                  dst, &r);
+                    if (test_exhaustive_pick(i + t, k * TEST_DET_MODES + (unsigned)m,
+                                             2 * TEST_DET_MODES))
+                        check_convert(src, i, emu_decode(src, (emu_bits){ i }),
+                                      dst, &r);
             }
     }
     EXPECT_NO_NEW_MISMATCH(before, checked, src->name);
@@ -193,8 +201,10 @@ START_TEST(test_convert_tf32)
         for (int m = 0; m < TEST_DET_MODES; m++) {
             emu_rounding r = setting((emu_rnd)m, k);
             for (uint64_t i = 0; i < (1ull << src->bits); i++)
-                check_convert(src, i, emu_decode(src, (emu_bits){ i }), dst,
-                              &r);
+                if (test_exhaustive_pick(i, k * TEST_DET_MODES + (unsigned)m,
+                                         2 * TEST_DET_MODES))
+                    check_convert(src, i, emu_decode(src, (emu_bits){ i }),
+                                  dst, &r);
         }
     EXPECT_NO_NEW_MISMATCH(before, checked, dst->name);
 }
@@ -241,6 +251,9 @@ START_TEST(test_significand_pairs)
                 emu_bits b = make_bits(f, (unsigned)test_below(&g, 2),
                                        (uint64_t)(eb + f->bias), j);
                 for (int m = 0; m < TEST_DET_MODES; m++) {
+                    if (!test_exhaustive_pick(pair + (uint64_t)reg, (unsigned)m,
+                                              TEST_DET_MODES))
+                        continue;
                     emu_rounding r = setting((emu_rnd)m, (unsigned)(pair + reg));
                     check_binop(op, f, a, b, &r);
                 }
@@ -297,6 +310,9 @@ START_TEST(test_add_ties)
                     emu_bits A = { pa | (sa ? sign_bit : 0) };
                     emu_bits B = { bb.v | (sb ? sign_bit : 0) };
                     for (int m = 0; m < TEST_DET_MODES; m++) {
+                        if (!test_exhaustive_pick(pa + (uint64_t)c + 2 * sa + sb,
+                                                  (unsigned)m, TEST_DET_MODES))
+                            continue;
                         emu_rounding r = setting((emu_rnd)m, sa ^ sb);
                         check_binop(OP_ADD, f, A, B, &r);
                         check_binop(OP_SUB, f, A, B, &r);
@@ -515,6 +531,10 @@ START_TEST(test_ties_binary32)
                 float y = neg ? -x : x;
                 for (unsigned k = 0; k < 2; k++)
                     for (int m = 0; m < TEST_DET_MODES; m++) {
+                        if (!test_exhaustive_pick(i * 7 + (uint64_t)s + neg,
+                                                  k * TEST_DET_MODES + (unsigned)m,
+                                                  2 * TEST_DET_MODES))
+                            continue;
                         emu_rounding r = setting((emu_rnd)m, k);
                         check_convert(b32, bits_of_f32(y), (double)y, f, &r);
                     }

@@ -11,7 +11,8 @@
  * negative (signed) or the largest (unsigned); where arith.h is silent,
  * IEEE 754 (7.2: invalid alone, no inexact) and round.h (ternary 0 when
  * there is no rounded value to compare).  Inputs: every pattern of every shipped format of at most 16
- * bits, and random doubles about every width's boundaries and the ties.
+ * bits (each in one mode under the sanitizer stage's reduced scale), and
+ * random doubles about every width's boundaries and the ties.
  *
  * From an integer: the exact integer in MPFR, then the oracle's rounding
  * (emu_ref_round, libemu/ref.c), so value, ternary and all flags are
@@ -204,10 +205,16 @@ static int_result emu_to_integer(double a, int width, bool is_signed,
 
 static unsigned long long n_int_checked;
 
-/* a converted to every width, signed and unsigned, in every mode. */
-static void check_to_int(double a, emu_rng *rng)
+/* a converted to every width, signed and unsigned, in every mode; a is
+ * input number `input` of an exhaustive loop (test_exhaustive_pick: in
+ * one mode under the sanitizer stage's reduced scale) or ALL_MODES. */
+enum { ALL_MODES = -1 };
+static void check_to_int(double a, emu_rng *rng, int64_t input)
 {
-    for (int m = 0; m < N_MODES; m++)
+    for (int m = 0; m < N_MODES; m++) {
+        if (input != ALL_MODES &&
+            !test_exhaustive_pick((uint64_t)input, (unsigned)m, N_MODES))
+            continue;
         for (int w = 0; w < N_WIDTHS; w++)
             for (int s = 0; s < 2; s++) {
                 emu_rounding r = rounding_of(m, false, rng);
@@ -224,6 +231,7 @@ static void check_to_int(double a, emu_rng *rng)
                        got.st.ternary, got.st.flags, want.v, want.st.ternary,
                        want.st.flags);
             }
+    }
 }
 
 /* ---- the formats ------------------------------------------------------- */
@@ -247,7 +255,7 @@ START_TEST(to_int_every_pattern)
     const emu_format *f = narrow[_i];
     emu_rng rng = emu_rng_make(0x1e7, (uint64_t)_i);
     for (uint64_t b = 0; b < (uint64_t)1 << f->bits; b++)
-        check_to_int(emu_decode(f, (emu_bits){ b }), &rng);
+        check_to_int(emu_decode(f, (emu_bits){ b }), &rng, (int64_t)b);
 }
 END_TEST
 
@@ -298,7 +306,7 @@ START_TEST(to_int_random_doubles)
     emu_rng rng = emu_rng_make(0x1e8, 0);
     const uint64_t n = test_scaled(100000, 2000);
     for (uint64_t i = 0; i < n; i++)
-        check_to_int(interesting_double(&g), &rng);
+        check_to_int(interesting_double(&g), &rng, ALL_MODES);
 }
 END_TEST
 

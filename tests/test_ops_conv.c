@@ -558,7 +558,7 @@ static void fast_case(geo g, test_rng *r)
                 for (size_t co = 0; co < g.Co; co++) {
                     size_t k = terms_fwd(&g, p.x.data, p.w.data, p.b.data, n,
                                          co, oh, ow, A, B);
-                    ck_assert_uint_eq(k, Kf);
+                    EXPECT(k == Kf, "forward terms: %zu, want %zu", k, (size_t)Kf);
                     memcpy(rows + ((n * g.Ho + oh) * g.Wo + ow) * Kf, B,
                            Kf * sizeof *B);
                     memcpy(wm + co * Kf, A, Kf * sizeof *A);
@@ -581,7 +581,7 @@ static void fast_case(geo g, test_rng *r)
                 for (size_t ci = 0; ci < g.Ci; ci++) {
                     size_t k = terms_data(&g, p.dy.data, p.w.data, n, ci, ih,
                                           iw, A, B);
-                    ck_assert_uint_eq(k, Kd);
+                    EXPECT(k == Kd, "data terms: %zu, want %zu", k, (size_t)Kd);
                     memcpy(rows + ((n * g.H + ih) * g.W + iw) * Kd, B,
                            Kd * sizeof *B);
                     memcpy(wm + ci * Kd, A, Kd * sizeof *A);
@@ -604,7 +604,7 @@ static void fast_case(geo g, test_rng *r)
                 for (size_t kw = 0; kw < g.KW; kw++) {
                     size_t k = terms_weights(&g, p.dy.data, p.x.data, co, ci,
                                              kh, kw, A, B);
-                    ck_assert_uint_eq(k, T);
+                    EXPECT(k == T, "weights terms: %zu, want %zu", k, (size_t)T);
                     size_t c = (ci * g.KH + kh) * g.KW + kw;
                     memcpy(wm + co * T, A, T * sizeof *A);
                     for (size_t t = 0; t < T; t++)

@@ -33,6 +33,18 @@ void test_oracle_leave(test_fpstate saved);
 
 uint64_t test_scaled(uint64_t n, uint64_t floor);
 
+/* The sanitizer stage's share of a long exhaustive MPFR loop.  Such a
+ * loop checks every input under each of n settings (modes, tininess and
+ * saturation, targets); under a reduced scale (EMU_TEST_SCALE times
+ * EMU_TEST_LEVEL_SCALE below 1, the sanitizer stage of tests/check.sh)
+ * it checks each input under one of them only, setting (input % n), so
+ * that every input and every setting still runs instrumented, at 1/n of
+ * the cost.  At full scale (the release stage) every pair runs.  True if
+ * setting s of n is to be checked on input i.  Not for the rounding
+ * paths' own exhaustive loops (test_round_array, test_mpfr_round): those
+ * run whole at every scale. */
+bool test_exhaustive_pick(uint64_t i, unsigned s, unsigned n);
+
 /* For the suites CTest runs once per instruction-set level of the array
  * kernels (EMU_ISA=baseline|avx2|avx512): prints the level in use, and
  * returns true (skip: exit 77) if EMU_ISA names a level that this CPU or
@@ -71,6 +83,18 @@ const emu_format *test_format(const char *name);
         if (!(cond))                                                        \
             ck_abort_msg(__VA_ARGS__);                                      \
     } while (0)
+
+/* Check's passing assertions (ck_assert*, mark_point) call _mark_point,
+ * which writes the location to Check's message file: one write() call
+ * per passing check, in no-fork mode too.  That location only names where
+ * a forked test that dies was last seen; in no-fork mode (CK_FORK=no, as
+ * CTest runs every suite) nothing reads it, and the writes were most of
+ * some suites' time (4.6 million in test_ops_conv, 5 million in
+ * test_dpi).  Each suite includes this header after <check.h>, so its
+ * checks call test_mark_point, which records the location in fork mode
+ * only.  A failing check is reported as before. */
+void test_mark_point(const char *file, int line);
+#define _mark_point(file, line) test_mark_point(file, line)
 
 /* Ops take their rounding and accumulator model as arguments: these are
  * the ones a test passes where it does not vary them (nearest-even, and
