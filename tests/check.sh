@@ -6,8 +6,11 @@
 #      reference, so the code a machine without AVX2/AVX-512 runs is
 #      checked too (the release build runs only this machine's clone);
 #   2. the same suite under AddressSanitizer + UndefinedBehaviorSanitizer,
-#      with random samples scaled down (EMU_TEST_SCALE) — exhaustive loops
-#      are never scaled, so every rounding path still runs instrumented;
+#      with random samples scaled down (EMU_TEST_SCALE) — the rounding
+#      paths' exhaustive loops are never scaled, so every rounding path
+#      still runs instrumented; the long exhaustive MPFR loops of the
+#      arithmetic suites check each input in one of their settings, round
+#      robin (test_exhaustive_pick: every input and every setting runs);
 #   3. the install check: a separate program built against the installed
 #      library through pkg-config and through CMake's find_package;
 #   4. a short bounded run of each fuzz harness (clang's libFuzzer);
