@@ -168,6 +168,20 @@ static void compare_f32(const emu_format *f, const emu_array_rounding *a,
     }
 }
 
+/* Rounds in[0..n) into out and a copy of it in place (inplace, n
+ * values): the same results and counts. */
+static void compare_in_place_f32(const emu_format *f,
+                                 const emu_array_rounding *a, const float *in,
+                                 size_t n, float *out, float *inplace)
+{
+    memcpy(inplace, in, n * sizeof *in);
+    emu_round_counts c1 = { 0 }, c2 = { 0 };
+    emu_round_array_f32(f, out, in, n, a, &c1, NULL);
+    emu_round_array_f32(f, inplace, inplace, n, a, &c2, NULL);
+    EXPECT(memcmp(out, inplace, n * sizeof *out) == 0 &&
+           !*test_counts_diff(&c1, &c2), "%s in place", f->name);
+}
+
 /* ---- structured patterns: every top half, tie-sensitive low halves ---- */
 
 enum { N_LOW = 6, N_STRUCT = 65536 * N_LOW };
@@ -312,12 +326,7 @@ START_TEST(test_on_grid_tiles)
             emu_array_rounding a = make_rounding(&modes[m], cfg & 1, cfg >> 1,
                                                  0x961d, 3 * (uint64_t)cfg);
             compare_f32(f, &a, in, N, out);
-            memcpy(inplace, in, sizeof in);
-            emu_round_counts c1 = { 0 }, c2 = { 0 };
-            emu_round_array_f32(f, out, in, N, &a, &c1, NULL);
-            emu_round_array_f32(f, inplace, inplace, N, &a, &c2, NULL);
-            EXPECT(memcmp(out, inplace, sizeof out) == 0 &&
-                   !*test_counts_diff(&c1, &c2), "%s in place", f->name);
+            compare_in_place_f32(f, &a, in, N, out, inplace);
         }
 }
 END_TEST
@@ -782,12 +791,7 @@ START_TEST(test_special_tiles)
                                                  77, 5 * (uint64_t)cfg);
             compare_f32(f, &a, in, N, out);
             compare_f64(f, &a, in64, N, out64);
-            memcpy(inplace, in, sizeof in);
-            emu_round_counts c1 = { 0 }, c2 = { 0 };
-            emu_round_array_f32(f, out, in, N, &a, &c1, NULL);
-            emu_round_array_f32(f, inplace, inplace, N, &a, &c2, NULL);
-            EXPECT(memcmp(out, inplace, sizeof out) == 0 &&
-                   !*test_counts_diff(&c1, &c2), "%s in place", f->name);
+            compare_in_place_f32(f, &a, in, N, out, inplace);
         }
 }
 END_TEST
