@@ -758,39 +758,9 @@ static EMU_KERNEL_INLINE bool grid_scan_any(const f32_plan *plan,
 typedef bool (*grid_kernel)(const f32_plan *, const float *restrict,
                             uint32_t *);
 
-static bool grid_scan_base(const f32_plan *p, const float *restrict src,
-                           uint32_t *nsub)
-{
-    return grid_scan_any(p, src, nsub);
-}
-
-#if EMU_HAVE_ISA_CLONES
-EMU_ISA_TARGET_AVX2
-static bool grid_scan_avx2(const f32_plan *p, const float *restrict src,
-                           uint32_t *nsub)
-{
-    return grid_scan_any(p, src, nsub);
-}
-
-EMU_ISA_TARGET_AVX512
-static bool grid_scan_avx512(const f32_plan *p, const float *restrict src,
-                             uint32_t *nsub)
-{
-    return grid_scan_any(p, src, nsub);
-}
-#endif
-
-static grid_kernel grid_for(emu_isa isa)
-{
-#if EMU_HAVE_ISA_CLONES
-    if (isa == EMU_ISA_AVX512)
-        return grid_scan_avx512;
-    if (isa == EMU_ISA_AVX2)
-        return grid_scan_avx2;
-#endif
-    (void)isa;
-    return grid_scan_base;
-}
+EMU_ISA_VARIANTS(bool, grid_scan,
+                 (const f32_plan *p, const float *restrict src, uint32_t *nsub),
+                 (p, src, nsub))
 
 /* The tile in[0..len) if every value is on the grid (see grid_lane):
  * copied to out, counted into c, and true; otherwise false with nothing
@@ -1959,7 +1929,7 @@ int emu_round_array_f32_unguarded(const emu_format *fmt, float *out,
     const bool fast = plan_f32(&pl, fmt, &a->rnd);
     const tile_kernel kern = kernel_for(emu_isa_active());
     const grid_kernel grid = fast && !pl.small_slow && !pl.general
-                             ? grid_for(emu_isa_active()) : NULL;
+                             ? grid_scan_for(emu_isa_active()) : NULL;
     const size_t tiles = (n + TILE - 1) / TILE;
     uint64_t c_n = 0, c_inx = 0, c_unf = 0, c_tz = 0, c_sub = 0, c_ovf = 0,
              c_nan = 0, c_inv = 0;
