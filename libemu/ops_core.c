@@ -1562,19 +1562,13 @@ static void run_chunks(commit_run *r, size_t i_begin, size_t i_end)
         for (size_t i0 = i_begin; i0 < i_end; i0 += CHUNK)
             run_chunk(r, i0, i_end - i0 < CHUNK ? i_end - i0 : CHUNK,
                       o->hi + i0, o->lo ? o->lo + i0 : NULL, NULL);
-    } else if (o->fill) {
-        double h[CHUNK], l[CHUNK];
-        for (size_t i0 = i_begin; i0 < i_end; i0 += CHUNK) {
-            const size_t m = i_end - i0 < CHUNK ? i_end - i0 : CHUNK;
-            const bool has_lo = o->fill(o->op, i0, m, h, l) != 0;
-            run_chunk(r, i0, m, h, has_lo ? l : NULL, NULL);
-        }
-    } else if (o->fill_add) {
+    } else if (o->fill || o->fill_add) {
         double h[CHUNK], l[CHUNK], a[CHUNK];
-        r->add = a;
+        r->add = o->fill_add ? a : NULL;
         for (size_t i0 = i_begin; i0 < i_end; i0 += CHUNK) {
             const size_t m = i_end - i0 < CHUNK ? i_end - i0 : CHUNK;
-            const bool has_lo = o->fill_add(o->op, i0, m, h, l, a) != 0;
+            const bool has_lo = (o->fill ? o->fill(o->op, i0, m, h, l)
+                                         : o->fill_add(o->op, i0, m, h, l, a)) != 0;
             run_chunk(r, i0, m, h, has_lo ? l : NULL, NULL);
         }
         r->add = NULL;
