@@ -2337,6 +2337,18 @@ int emu_t_div(emu_ctx *ctx, const char *site, emu_tensor *out,
  * loss scaling's unscale of every gradient).  One pass over the bits for
  * the smallest and largest non-zero magnitude, in runs of constant length
  * that gcc -O2 vectorises (unsigned min and max: AVX2's, SSE4.1's). */
+/* *x's magnitude bits m into the running min(m - 1) (a zero wraps to the
+ * top, so that it never is the minimum) and max(m). */
+static EMU_KERNEL_INLINE void magnitude_range(const float *x, uint32_t *lo,
+                                              uint32_t *hi)
+{
+    uint32_t m;
+    memcpy(&m, x, sizeof m);
+    m &= 0x7fffffffu;
+    *lo = m - 1 < *lo ? m - 1 : *lo;
+    *hi = m > *hi ? m : *hi;
+}
+
 EMU_TARGET_CLONES
 static bool scale_exact32(const float *x, size_t n, double alpha)
 {
@@ -2347,21 +2359,10 @@ static bool scale_exact32(const float *x, size_t n, double alpha)
     uint32_t lo = UINT32_MAX, hi = 0; /* min |x| - 1 (0 wraps), max |x| */
     size_t i = 0;
     for (; i + RUN <= n; i += RUN)
-        for (size_t k = i; k < i + RUN; k++) {
-            uint32_t m;
-            memcpy(&m, x + k, sizeof m);
-            m &= 0x7fffffffu;
-            const uint32_t m1 = m - 1;
-            lo = m1 < lo ? m1 : lo;
-            hi = m > hi ? m : hi;
-        }
-    for (; i < n; i++) {
-        uint32_t m;
-        memcpy(&m, x + i, sizeof m);
-        m &= 0x7fffffffu;
-        lo = m - 1 < lo ? m - 1 : lo;
-        hi = m > hi ? m : hi;
-    }
+        for (size_t k = i; k < i + RUN; k++)
+            magnitude_range(x + k, &lo, &hi);
+    for (; i < n; i++)
+        magnitude_range(x + i, &lo, &hi);
     if (hi == 0)
         return true; /* zeros only */
     if (hi >= 0x7f800000u)
